@@ -1,0 +1,214 @@
+// wb-mkckpt: writes the deterministic synthetic checkpoint of a model (full size or "tiny"), so tests,
+// demos and benchmarks need no download. Prints one line of JSON describing what it wrote.
+#include <boost/program_options.hpp>
+
+#include <cctype>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "emu/model.hpp"
+#include "emu/synthetic.hpp"
+#include "weightbridge/checkpoint.hpp"
+#include "weightbridge/status.hpp"
+
+namespace po = boost::program_options;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: wb-mkckpt --model NAME_OR_CONFIG.json [--scale full|tiny] [--layers N] [--experts N]\n"
+    "                 [--hidden N] [--vocab N] [--format hdf5|safetensors] [--max-shard-mib N]\n"
+    "                 [--seed S] [--max-bytes SIZE] (--output PATH | --list)\n"
+    "\n"
+    "Writes the deterministic synthetic checkpoint of a model and prints one line of JSON:\n"
+    "{\"model\":..,\"tensors\":..,\"params\":..,\"bytes\":..,\"path\":..,\"seconds\":..}\n"
+    "NAME is a shipped config (file stem such as qwen3-30b-a3b, or the model's name); see --help for\n"
+    "where they live.\n";
+
+[[noreturn]] void usage_error(const std::string& message) { throw wb::Error(wb::ErrorCode::kInvalidArgument, message); }
+
+// "64GiB", "512M", "1000000": binary units, since these limits are about memory and disks.
+std::uint64_t parse_size(const std::string& text, const char* option) {
+  std::size_t used = 0;
+  unsigned long long value = 0;
+  try {
+    value = std::stoull(text, &used);
+  } catch (const std::exception&) {
+    usage_error(std::string("--") + option + ": not a size: \"" + text + "\"");
+  }
+  std::string unit = text.substr(used);
+  for (char& ch : unit) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (unit.ends_with("ib")) unit.resize(unit.size() - 2);
+  else if (unit.ends_with("b")) unit.resize(unit.size() - 1);
+  const std::string units = "kmgtp";
+  int shift = 0;
+  if (unit.size() == 1 && units.find(unit[0]) != std::string::npos)
+    shift = 10 * (static_cast<int>(units.find(unit[0])) + 1);
+  else if (!unit.empty())
+    usage_error(std::string("--") + option + ": unknown unit in \"" + text + "\" (use K, M, G, T, P or KiB..PiB)");
+  if (shift > 0 && value > (~0ULL >> shift)) usage_error(std::string("--") + option + ": \"" + text + "\" is too large");
+  return static_cast<std::uint64_t>(value) << shift;
+}
+
+std::string human_bytes(std::uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double value = static_cast<double>(bytes);
+  int u = 0;
+  while (value >= 1024.0 && u < 5) value /= 1024.0, ++u;
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f %s", value, units[u]);
+  return text;
+}
+
+wb::CheckpointFormat format_from_path(const std::string& path) {
+  if (path.ends_with(".h5") || path.ends_with(".hdf5")) return wb::CheckpointFormat::kHdf5;
+  if (path.ends_with(".safetensors") || path.ends_with(".json")) return wb::CheckpointFormat::kSafetensors;
+  usage_error("cannot tell the format from --output " + path +
+              " (name it *.h5, *.safetensors or *.safetensors.index.json, or pass --format)");
+}
+
+// --layers and --experts on a full-size model: the real widths, fewer layers or experts.
+wb::emu::ModelConfig trim_full_model(wb::emu::ModelConfig config, std::optional<std::int64_t> layers,
+                                     std::optional<std::int64_t> experts) {
+  if (!layers && !experts) return config;
+  if (layers) {
+    if (*layers <= 0) usage_error("--layers must be positive");
+    config.num_hidden_layers = *layers;
+    std::erase_if(config.mlp_only_layers, [&](std::int64_t layer) { return layer >= *layers; });
+  }
+  if (experts) {
+    if (!config.is_moe()) usage_error(config.name + " is a dense model; --experts does not apply");
+    if (*experts <= 0) usage_error("--experts must be positive");
+    config.num_experts = *experts;
+  }
+  config.name += "-trimmed";
+  config.expected_total_params.reset();
+  config.expected_weight_tensors.reset();
+  return config;
+}
+
+int run(int argc, char** argv) {
+  std::string model, scale = "full", format_text, output, max_bytes_text = "64GiB";
+  std::int64_t layers = 0, experts = 0, hidden = 0, vocab = 0, max_shard_mib = 0;
+  std::uint64_t seed = 0;
+  po::options_description options("options");
+  options.add_options()
+      ("help,h", "print this help")
+      ("model,m", po::value(&model), "shipped config name (qwen3-30b-a3b, Kimi-K2-Instruct, ...) or a config.json path")
+      ("scale", po::value(&scale)->default_value(scale), "full: the real sizes; tiny: the small variant of the same architecture")
+      ("layers", po::value(&layers), "number of decoder layers (default: the model's, or 4 when tiny)")
+      ("experts", po::value(&experts), "routed experts per MoE layer (default: the model's, at most 64 when tiny)")
+      ("hidden", po::value(&hidden), "tiny only: hidden size (default 64)")
+      ("vocab", po::value(&vocab), "tiny only: vocabulary size (default 1000)")
+      ("format", po::value(&format_text), "hdf5 | safetensors (default: from the --output name)")
+      ("max-shard-mib", po::value(&max_shard_mib)->default_value(0), "safetensors: shards of at most N MiB and an index file (0: one file)")
+      ("seed", po::value(&seed)->default_value(0), "seed of the synthetic values")
+      ("max-bytes", po::value(&max_bytes_text)->default_value(max_bytes_text), "refuse to write a checkpoint larger than this (64GiB, 512M, ...)")
+      ("output,o", po::value(&output), "checkpoint path (*.h5, *.safetensors or model.safetensors.index.json)")
+      ("list", "print the tensor list (name dtype shape) instead of writing");
+  po::variables_map vm;
+  try {
+    po::store(po::parse_command_line(argc, argv, options), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    usage_error(std::string(e.what()) + " (see --help)");
+  }
+  if (vm.count("help")) {
+    std::cout << kUsage << "\n" << options << "\nshipped configs: " << wb::emu::model_config_directory() << "\n";
+    return 0;
+  }
+  if (model.empty()) usage_error("--model is required (see --help)");
+  const bool list = vm.count("list") > 0;
+  if (!list && output.empty()) usage_error("--output is required unless --list is given");
+  if (scale != "full" && scale != "tiny") usage_error("--scale must be full or tiny, not \"" + scale + "\"");
+  if (max_shard_mib < 0) usage_error("--max-shard-mib must not be negative");
+
+  auto optional_arg = [&](const char* name, std::int64_t value) -> std::optional<std::int64_t> {
+    if (!vm.count(name)) return std::nullopt;
+    return value;
+  };
+  wb::emu::ModelConfig config = wb::emu::load_named_model_config(model);
+  if (scale == "tiny") {
+    wb::emu::ScaleOptions scale_options;
+    scale_options.num_layers = optional_arg("layers", layers);
+    scale_options.num_experts = optional_arg("experts", experts);
+    scale_options.hidden_size = optional_arg("hidden", hidden);
+    scale_options.vocab_size = optional_arg("vocab", vocab);
+    config = wb::emu::scale_model(config, scale_options);
+  } else {
+    if (vm.count("hidden") || vm.count("vocab")) usage_error("--hidden and --vocab apply to --scale tiny only");
+    config = trim_full_model(config, optional_arg("layers", layers), optional_arg("experts", experts));
+  }
+  const std::vector<wb::TensorInfo> tensors = wb::emu::model_tensors(config);
+
+  std::int64_t params = 0;
+  std::uint64_t bytes = 0;
+  for (const wb::TensorInfo& t : tensors) {
+    params += t.numel();
+    bytes += t.nbytes();
+  }
+
+  if (list) {
+    for (const wb::TensorInfo& t : tensors)
+      std::cout << t.name << ' ' << wb::dtype_name(t.dtype) << ' ' << wb::shape_to_string(t.shape) << '\n';
+    return 0;
+  }
+
+  const wb::CheckpointFormat format =
+      format_text.empty() ? format_from_path(output) : wb::parse_checkpoint_format(format_text);
+  if (max_shard_mib > 0 && format != wb::CheckpointFormat::kSafetensors)
+    usage_error("--max-shard-mib applies to safetensors only");
+  const std::uint64_t max_bytes = parse_size(max_bytes_text, "max-bytes");
+  if (bytes > max_bytes)
+    usage_error(config.name + " would take " + human_bytes(bytes) + " (" + std::to_string(bytes) +
+                " bytes), more than --max-bytes " + human_bytes(max_bytes) +
+                "; use --scale tiny, fewer --layers, or raise --max-bytes");
+
+  // Fail before writing anything when the disk cannot hold the checkpoint.
+  const fs::path target = fs::absolute(output);
+  std::error_code ec;
+  if (!target.parent_path().empty()) fs::create_directories(target.parent_path(), ec);
+  const fs::space_info space = fs::space(target.parent_path(), ec);
+  if (!ec && bytes > space.available)
+    usage_error("only " + human_bytes(space.available) + " free in " + target.parent_path().string() + ", and " +
+                config.name + " needs " + human_bytes(bytes));
+
+  wb::CheckpointWriterOptions writer_options;
+  writer_options.max_shard_bytes = static_cast<std::size_t>(max_shard_mib) << 20;
+  const auto start = std::chrono::steady_clock::now();
+  wb::emu::write_synthetic_checkpoint(output, format, tensors, seed, writer_options);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  nlohmann::ordered_json line;
+  line["model"] = config.name;
+  line["tensors"] = tensors.size();
+  line["params"] = params;
+  line["bytes"] = bytes;
+  line["path"] = output;
+  line["seconds"] = seconds;
+  std::cout << line.dump() << std::endl;
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const wb::Error& e) {
+    std::cerr << "wb-mkckpt: " << e.what() << '\n';
+  } catch (const std::exception& e) {
+    std::cerr << "wb-mkckpt: " << e.what() << '\n';
+  }
+  return 1;
+}

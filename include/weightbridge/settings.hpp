@@ -1,0 +1,102 @@
+// Settings: each declared once, next to the code that uses it, with a name, a default and a doc string.
+//
+//   static wb::Setting<double> timeout_seconds("timeout_seconds", 120.0, "Deadline of every wait, in seconds.");
+//
+// The value is resolved on first read: a command-line override (see apply_setting_overrides) wins over
+// the environment variable WB_<NAME> (upper case), which wins over the default. The flag of a setting is
+// --<name> with '_' written as '-'. Rank 0 logs the effective settings once (log_effective_settings).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace boost::program_options {
+class options_description;
+class variables_map;
+}  // namespace boost::program_options
+
+namespace wb {
+
+enum class SettingSource { kDefault, kEnvironment, kCommandLine };
+
+/// What the registry knows of every setting, independent of its C++ type.
+class SettingBase {
+ public:
+  SettingBase(const char* name, const char* doc);
+  virtual ~SettingBase() = default;
+  SettingBase(const SettingBase&) = delete;
+  SettingBase& operator=(const SettingBase&) = delete;
+
+  const std::string& name() const { return name_; }
+  const std::string& doc() const { return doc_; }
+  std::string environment_variable() const;  // WB_<NAME>
+  std::string flag() const;                  // <name> with '-' for '_'
+  virtual std::string type_name() const = 0;
+  virtual std::string default_text() const = 0;
+  virtual std::string value_text() const = 0;
+  SettingSource source() const;
+
+  /// Sets the value from text as given on the command line; throws wb::Error naming the setting.
+  void override_from_text(std::string_view text);
+
+ protected:
+  void resolve() const;  // environment or default, once
+  virtual void parse_into_value(std::string_view text) const = 0;
+  virtual void reset_to_default() const = 0;
+
+ private:
+  std::string name_;
+  std::string doc_;
+  mutable bool resolved_ = false;
+  mutable SettingSource source_ = SettingSource::kDefault;
+};
+
+template <class T>
+class Setting final : public SettingBase {
+ public:
+  Setting(const char* name, T default_value, const char* doc)
+      : SettingBase(name, doc), default_(std::move(default_value)), value_(default_) {}
+
+  const T& get() const {
+    resolve();
+    return value_;
+  }
+  const T& operator*() const { return get(); }
+
+  std::string type_name() const override;
+  std::string default_text() const override;
+  std::string value_text() const override;
+
+ private:
+  void parse_into_value(std::string_view text) const override;
+  void reset_to_default() const override { value_ = default_; }
+
+  T default_;
+  mutable T value_;
+};
+
+extern template class Setting<bool>;
+extern template class Setting<std::int64_t>;
+extern template class Setting<double>;
+extern template class Setting<std::string>;
+
+/// Every declared setting, sorted by name.
+std::vector<SettingBase*> all_settings();
+/// nullptr when no setting has this name.
+SettingBase* find_setting(std::string_view name);
+
+/// Adds a --<flag> string option for every setting (the doc string and default as help text).
+void add_setting_options(boost::program_options::options_description& options);
+/// Applies the flags of add_setting_options that were given on the command line.
+void apply_setting_overrides(const boost::program_options::variables_map& variables);
+
+/// One line per setting: "name = value (default|WB_NAME|--flag)".
+std::string describe_settings();
+/// Logs describe_settings() at info level on world rank 0, once per process.
+void log_effective_settings();
+
+}  // namespace wb

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs the Debian packages WeightBridge needs to build, test and run. Idempotent: when every
+# package is present it changes nothing and runs no apt-get at all.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config git
+  openmpi-bin libopenmpi-dev
+  libhdf5-openmpi-dev
+  libboost-program-options-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  nlohmann-json3-dev
+  libibverbs-dev
+)
+# Slurm and munge for the srun tests and the sbatch scripts in slurm/.
+if [[ "${WB_WITH_SLURM:-1}" == "1" ]]; then
+  packages+=(slurm-wlm munge)
+fi
+
+missing=()
+for package in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$package")
+  fi
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+sudo=""
+if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"

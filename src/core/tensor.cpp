@@ -1,0 +1,271 @@
+#include "weightbridge/tensor.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <sstream>
+
+#include "core/strided.hpp"
+#include "weightbridge/status.hpp"
+
+namespace wb {
+namespace {
+
+void require_host(const TensorView& view, const char* what) {
+  if (view.memory != MemoryKind::kHost)
+    throw Error(ErrorCode::kUnsupported, std::string(what) +
+                                               ": CUDA memory is not readable on the host; copy it with "
+                                               "wb::kernels::copy_tensor (kernels/copy_kernels.hpp)");
+}
+
+// Calls fn(dst_offset, src_offset) in elements for every row of the innermost axis, where both
+// views iterate the same multi-index. The innermost axis is handled by the caller.
+template <class Fn>
+void for_each_outer_index(const Shape& shape, const Shape& dst_strides, const Shape& src_strides, Fn&& fn) {
+  const int ndim = static_cast<int>(shape.size());
+  if (ndim <= 1) {
+    fn(0, 0);
+    return;
+  }
+  for (std::int64_t extent : shape)
+    if (extent == 0) return;
+  std::vector<std::int64_t> index(static_cast<std::size_t>(ndim - 1), 0);
+  std::int64_t dst_offset = 0, src_offset = 0;
+  while (true) {
+    fn(dst_offset, src_offset);
+    int axis = ndim - 2;
+    for (; axis >= 0; --axis) {
+      ++index[static_cast<std::size_t>(axis)];
+      dst_offset += dst_strides[static_cast<std::size_t>(axis)];
+      src_offset += src_strides[static_cast<std::size_t>(axis)];
+      if (index[static_cast<std::size_t>(axis)] < shape[static_cast<std::size_t>(axis)]) break;
+      dst_offset -= dst_strides[static_cast<std::size_t>(axis)] * shape[static_cast<std::size_t>(axis)];
+      src_offset -= src_strides[static_cast<std::size_t>(axis)] * shape[static_cast<std::size_t>(axis)];
+      index[static_cast<std::size_t>(axis)] = 0;
+    }
+    if (axis < 0) return;
+  }
+}
+
+using detail::coalesce;
+
+template <std::size_t kSize>
+void strided_row_copy(std::byte* dst, std::int64_t dst_stride, const std::byte* src, std::int64_t src_stride,
+                      std::int64_t count) {
+  for (std::int64_t i = 0; i < count; ++i)
+    std::memcpy(dst + i * dst_stride * static_cast<std::int64_t>(kSize), src + i * src_stride * static_cast<std::int64_t>(kSize), kSize);
+}
+
+}  // namespace
+
+std::int64_t shape_numel(std::span<const std::int64_t> shape) {
+  return std::accumulate(shape.begin(), shape.end(), std::int64_t{1}, std::multiplies<>());
+}
+
+Shape contiguous_strides(std::span<const std::int64_t> shape) {
+  Shape strides(shape.size(), 1);
+  for (std::size_t i = shape.size(); i > 1; --i) strides[i - 2] = strides[i - 1] * shape[i - 1];
+  return strides;
+}
+
+std::string shape_to_string(std::span<const std::int64_t> shape) {
+  std::ostringstream out;
+  out << '[';
+  for (std::size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
+  out << ']';
+  return out.str();
+}
+
+Box Box::whole(std::span<const std::int64_t> shape) {
+  return Box{Shape(shape.size(), 0), Shape(shape.begin(), shape.end())};
+}
+
+bool Box::fits_in(std::span<const std::int64_t> shape) const {
+  if (offset.size() != shape.size() || extent.size() != shape.size()) return false;
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (offset[i] < 0 || extent[i] < 0 || offset[i] + extent[i] > shape[i]) return false;
+  }
+  return true;
+}
+
+std::string Box::to_string() const {
+  std::ostringstream out;
+  out << '[';
+  for (std::size_t i = 0; i < extent.size(); ++i) {
+    const std::int64_t begin = i < offset.size() ? offset[i] : 0;
+    out << (i ? ", " : "") << begin << ':' << begin + extent[i];
+  }
+  out << ']';
+  return out.str();
+}
+
+TensorView TensorView::contiguous(void* data, DType dtype, Shape shape, MemoryKind memory, int device) {
+  TensorView view;
+  view.data = data;
+  view.dtype = dtype;
+  view.strides = contiguous_strides(shape);
+  view.shape = std::move(shape);
+  view.memory = memory;
+  view.device = device;
+  return view;
+}
+
+bool TensorView::is_contiguous() const {
+  std::int64_t expected = 1;
+  for (std::size_t i = shape.size(); i-- > 0;) {
+    if (shape[i] != 1 && strides[i] != expected) return false;
+    expected *= shape[i];
+  }
+  return true;
+}
+
+TensorView TensorView::narrow(int axis, std::int64_t start, std::int64_t length) const {
+  if (axis < 0 || axis >= ndim() || start < 0 || length < 0 || start + length > shape[static_cast<std::size_t>(axis)])
+    throw Error(ErrorCode::kInvalidArgument, "narrow(axis " + std::to_string(axis) + ", " + std::to_string(start) +
+                                                 ", " + std::to_string(length) + ") outside a tensor of shape " +
+                                                 shape_to_string(shape));
+  TensorView view = *this;
+  view.data = static_cast<std::byte*>(data) +
+              start * strides[static_cast<std::size_t>(axis)] * static_cast<std::int64_t>(element_size());
+  view.shape[static_cast<std::size_t>(axis)] = length;
+  return view;
+}
+
+TensorView TensorView::box(const Box& b) const {
+  if (!b.fits_in(shape))
+    throw Error(ErrorCode::kInvalidArgument, "box " + b.to_string() + " outside a tensor of shape " + shape_to_string(shape));
+  TensorView view = *this;
+  std::int64_t offset = 0;
+  for (std::size_t i = 0; i < shape.size(); ++i) offset += b.offset[i] * strides[i];
+  view.data = static_cast<std::byte*>(data) + offset * static_cast<std::int64_t>(element_size());
+  view.shape = b.extent;
+  return view;
+}
+
+TensorView TensorView::permute(std::span<const int> order) const {
+  std::vector<bool> seen(shape.size(), false);
+  if (order.size() != shape.size())
+    throw Error(ErrorCode::kInvalidArgument, "permute of a " + std::to_string(ndim()) + "-d tensor needs as many axes");
+  TensorView view = *this;
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const int axis = order[i];
+    if (axis < 0 || axis >= ndim() || seen[static_cast<std::size_t>(axis)])
+      throw Error(ErrorCode::kInvalidArgument, "permute order is not a permutation of the axes");
+    seen[static_cast<std::size_t>(axis)] = true;
+    view.shape[i] = shape[static_cast<std::size_t>(axis)];
+    view.strides[i] = strides[static_cast<std::size_t>(axis)];
+  }
+  return view;
+}
+
+TensorView TensorView::transpose(int axis_a, int axis_b) const {
+  std::vector<int> order(shape.size());
+  std::iota(order.begin(), order.end(), 0);
+  if (axis_a < 0 || axis_b < 0 || axis_a >= ndim() || axis_b >= ndim())
+    throw Error(ErrorCode::kInvalidArgument, "transpose axes outside a " + std::to_string(ndim()) + "-d tensor");
+  std::swap(order[static_cast<std::size_t>(axis_a)], order[static_cast<std::size_t>(axis_b)]);
+  return permute(order);
+}
+
+TensorView TensorView::unflatten(int axis, std::int64_t parts) const {
+  if (axis < 0 || axis >= ndim() || parts <= 0 || shape[static_cast<std::size_t>(axis)] % parts != 0)
+    throw Error(ErrorCode::kInvalidArgument, "unflatten of axis " + std::to_string(axis) + " of shape " +
+                                                 shape_to_string(shape) + " into " + std::to_string(parts) + " parts");
+  TensorView view = *this;
+  const auto a = static_cast<std::size_t>(axis);
+  const std::int64_t inner = shape[a] / parts;
+  view.shape[a] = inner;
+  view.shape.insert(view.shape.begin() + axis, parts);
+  view.strides.insert(view.strides.begin() + axis, strides[a] * inner);
+  return view;
+}
+
+std::byte* TensorView::element(std::span<const std::int64_t> index) const {
+  std::int64_t offset = 0;
+  for (std::size_t i = 0; i < index.size() && i < strides.size(); ++i) offset += index[i] * strides[i];
+  return static_cast<std::byte*>(data) + offset * static_cast<std::int64_t>(element_size());
+}
+
+void copy_tensor(const TensorView& dst, const TensorView& src) {
+  require_host(dst, "copy_tensor destination");
+  require_host(src, "copy_tensor source");
+  if (dst.dtype != src.dtype)
+    throw Error(ErrorCode::kInvalidArgument, "copy_tensor: dtype " + std::string(dtype_name(src.dtype)) + " into " +
+                                                 std::string(dtype_name(dst.dtype)));
+  if (dst.shape != src.shape)
+    throw Error(ErrorCode::kInvalidArgument,
+                "copy_tensor: shape " + shape_to_string(src.shape) + " into " + shape_to_string(dst.shape));
+  if (dst.numel() == 0) return;
+  Shape shape = dst.shape, dst_strides = dst.strides, src_strides = src.strides;
+  coalesce(shape, dst_strides, src_strides);
+  const std::size_t element = dst.element_size();
+  const std::int64_t inner = shape.back();
+  const std::int64_t dst_inner = dst_strides.back(), src_inner = src_strides.back();
+  auto* dst_base = static_cast<std::byte*>(dst.data);
+  const auto* src_base = static_cast<const std::byte*>(src.data);
+  const auto esize = static_cast<std::int64_t>(element);
+  for_each_outer_index(shape, dst_strides, src_strides, [&](std::int64_t dst_offset, std::int64_t src_offset) {
+    std::byte* d = dst_base + dst_offset * esize;
+    const std::byte* s = src_base + src_offset * esize;
+    if (dst_inner == 1 && src_inner == 1) {
+      std::memcpy(d, s, static_cast<std::size_t>(inner) * element);
+      return;
+    }
+    switch (element) {
+      case 1: strided_row_copy<1>(d, dst_inner, s, src_inner, inner); break;
+      case 2: strided_row_copy<2>(d, dst_inner, s, src_inner, inner); break;
+      case 4: strided_row_copy<4>(d, dst_inner, s, src_inner, inner); break;
+      default: strided_row_copy<8>(d, dst_inner, s, src_inner, inner); break;
+    }
+  });
+}
+
+bool tensors_bitwise_equal(const TensorView& a, const TensorView& b) {
+  require_host(a, "tensors_bitwise_equal");
+  require_host(b, "tensors_bitwise_equal");
+  if (a.dtype != b.dtype || a.shape != b.shape) return false;
+  if (a.numel() == 0) return true;
+  Shape shape = a.shape, a_strides = a.strides, b_strides = b.strides;
+  coalesce(shape, a_strides, b_strides);
+  const auto esize = static_cast<std::int64_t>(a.element_size());
+  const std::int64_t inner = shape.back();
+  bool equal = true;
+  for_each_outer_index(shape, a_strides, b_strides, [&](std::int64_t a_offset, std::int64_t b_offset) {
+    if (!equal) return;
+    const auto* pa = static_cast<const std::byte*>(a.data) + a_offset * esize;
+    const auto* pb = static_cast<const std::byte*>(b.data) + b_offset * esize;
+    if (a_strides.back() == 1 && b_strides.back() == 1) {
+      equal = std::memcmp(pa, pb, static_cast<std::size_t>(inner * esize)) == 0;
+      return;
+    }
+    for (std::int64_t i = 0; i < inner && equal; ++i)
+      equal = std::memcmp(pa + i * a_strides.back() * esize, pb + i * b_strides.back() * esize,
+                          static_cast<std::size_t>(esize)) == 0;
+  });
+  return equal;
+}
+
+void ParameterSet::add(std::string name, TensorView view) {
+  if (index_.count(name) != 0)
+    throw Error(ErrorCode::kInvalidArgument, "parameter '" + name + "' added twice");
+  index_.emplace(name, parameters_.size());
+  parameters_.push_back(Parameter{std::move(name), std::move(view)});
+}
+
+const Parameter* ParameterSet::find(std::string_view name) const {
+  auto it = index_.find(std::string(name));
+  return it == index_.end() ? nullptr : &parameters_[it->second];
+}
+
+const Parameter& ParameterSet::at(std::string_view name) const {
+  if (const Parameter* p = find(name)) return *p;
+  throw Error(ErrorCode::kNotFound, "no parameter named '" + std::string(name) + "'");
+}
+
+std::size_t ParameterSet::total_bytes() const {
+  std::size_t total = 0;
+  for (const Parameter& p : parameters_) total += p.view.nbytes();
+  return total;
+}
+
+}  // namespace wb

@@ -1,0 +1,182 @@
+// CheckpointReader's shared methods, format dispatch and the helpers both formats use.
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <filesystem>
+#include <mutex>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "io/checkpoint_internal.hpp"
+#include "weightbridge/checkpoint.hpp"
+#include "weightbridge/status.hpp"
+
+namespace wb {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// The lookup index is built lazily inside const methods and readers are shared between threads, so its
+// construction (and every read of it) is serialised. Lookups are set-up work, not the update path.
+std::mutex& index_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
+bool ends_with_ci(std::string_view text, std::string_view suffix) {
+  if (text.size() < suffix.size()) return false;
+  return std::equal(suffix.begin(), suffix.end(), text.end() - static_cast<std::ptrdiff_t>(suffix.size()),
+                    [](char a, char b) { return std::tolower(static_cast<unsigned char>(a)) == std::tolower(static_cast<unsigned char>(b)); });
+}
+
+std::string lower(std::string_view text) {
+  std::string out(text);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+}  // namespace
+
+void CheckpointReader::read(std::string_view name, void* destination) const {
+  read_box(name, Box::whole(info(name).shape), destination);
+}
+
+const TensorInfo* CheckpointReader::find(std::string_view name) const {
+  const std::vector<TensorInfo>& all = tensors();
+  std::lock_guard<std::mutex> lock(index_mutex());
+  if (index_.size() != all.size()) {
+    index_.clear();
+    index_.reserve(all.size());
+    for (std::size_t i = 0; i < all.size(); ++i) index_.emplace(all[i].name, i);
+  }
+  const auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &all[it->second];
+}
+
+const TensorInfo& CheckpointReader::info(std::string_view name) const {
+  const TensorInfo* found = find(name);
+  if (found == nullptr)
+    throw Error(ErrorCode::kNotFound, "checkpoint " + source() + ": no tensor named '" + std::string(name) + "'");
+  return *found;
+}
+
+std::size_t CheckpointReader::total_bytes() const {
+  std::size_t total = 0;
+  for (const TensorInfo& tensor : tensors()) total += tensor.nbytes();
+  return total;
+}
+
+std::unique_ptr<CheckpointReader> open_checkpoint(const std::string& path) {
+  std::error_code ec;
+  const fs::file_status status = fs::status(path, ec);
+  if (ec || !fs::exists(status))
+    throw Error(ErrorCode::kNotFound, "checkpoint " + path + ": no such file or directory");
+
+  if (fs::is_directory(status)) {
+    const fs::path index = fs::path(path) / "model.safetensors.index.json";
+    if (fs::exists(index, ec)) return open_safetensors_checkpoint(index.string());
+    std::vector<fs::path> candidates;
+    for (const fs::directory_entry& entry : fs::directory_iterator(path, ec))
+      if (entry.is_regular_file(ec) && ends_with_ci(entry.path().filename().string(), ".safetensors"))
+        candidates.push_back(entry.path());
+    if (ec) throw Error(ErrorCode::kSystem, "checkpoint " + path + ": cannot list directory: " + ec.message());
+    if (candidates.size() == 1) return open_safetensors_checkpoint(candidates.front().string());
+    if (candidates.empty())
+      throw Error(ErrorCode::kNotFound, "checkpoint directory " + path +
+                                            ": holds neither model.safetensors.index.json nor a *.safetensors file");
+    std::sort(candidates.begin(), candidates.end());
+    throw Error(ErrorCode::kInvalidArgument,
+                "checkpoint directory " + path + ": holds " + std::to_string(candidates.size()) +
+                    " *.safetensors files (" + candidates[0].filename().string() + ", " +
+                    candidates[1].filename().string() +
+                    ", ...) but no model.safetensors.index.json saying which tensor is where");
+  }
+
+  if (ends_with_ci(path, ".h5") || ends_with_ci(path, ".hdf5")) return open_hdf5_checkpoint(path);
+  if (ends_with_ci(path, ".safetensors") || ends_with_ci(path, ".json")) return open_safetensors_checkpoint(path);
+  throw Error(ErrorCode::kInvalidArgument,
+              "checkpoint " + path +
+                  ": cannot tell the format from the name (expected *.h5, *.hdf5, *.safetensors, "
+                  "*.safetensors.index.json or a directory)");
+}
+
+CheckpointFormat parse_checkpoint_format(std::string_view text) {
+  const std::string name = lower(text);
+  if (name == "hdf5" || name == "h5") return CheckpointFormat::kHdf5;
+  if (name == "safetensors") return CheckpointFormat::kSafetensors;
+  throw Error(ErrorCode::kInvalidArgument,
+              "unknown checkpoint format '" + std::string(text) + "' (expected hdf5, h5 or safetensors)");
+}
+
+std::unique_ptr<CheckpointWriter> create_checkpoint(const std::string& path, CheckpointFormat format,
+                                                    std::vector<TensorInfo> tensors,
+                                                    const CheckpointWriterOptions& options) {
+  io::check_writer_tensors(path, tensors);
+  switch (format) {
+    case CheckpointFormat::kHdf5:
+      if (options.max_shard_bytes != 0)
+        throw Error(ErrorCode::kInvalidArgument,
+                    "checkpoint " + path + ": max_shard_bytes applies to safetensors only; HDF5 is one file");
+      return io::create_hdf5_writer(path, std::move(tensors));
+    case CheckpointFormat::kSafetensors:
+      return io::create_safetensors_writer(path, std::move(tensors), options);
+  }
+  throw Error(ErrorCode::kInvalidArgument, "checkpoint " + path + ": unknown checkpoint format");
+}
+
+namespace io {
+
+std::string tensor_context(std::string_view what, std::string_view source, std::string_view tensor) {
+  std::string out;
+  out.reserve(what.size() + source.size() + tensor.size() + 16);
+  out.append(what).append(" ").append(source);
+  if (!tensor.empty()) out.append(": tensor ").append(tensor);
+  return out;
+}
+
+std::int64_t checked_nbytes(std::span<const std::int64_t> shape, std::size_t element_size) {
+  std::int64_t total = static_cast<std::int64_t>(element_size);
+  for (const std::int64_t extent : shape) {
+    if (extent < 0) return -1;
+    if (__builtin_mul_overflow(total, extent, &total)) return -1;
+  }
+  return total;
+}
+
+void check_box(std::string_view source, const TensorInfo& info, const Box& box) {
+  if (box.offset.size() != box.extent.size() || !box.fits_in(info.shape))
+    throw Error(ErrorCode::kInvalidArgument, tensor_context("checkpoint", source, info.name) + ": box " +
+                                                 box.to_string() + " does not fit the tensor's shape " +
+                                                 shape_to_string(info.shape));
+}
+
+void check_writer_tensors(std::string_view path, const std::vector<TensorInfo>& tensors) {
+  std::vector<std::string_view> names;
+  names.reserve(tensors.size());
+  for (const TensorInfo& tensor : tensors) {
+    if (tensor.name.empty())
+      throw Error(ErrorCode::kInvalidArgument, "checkpoint " + std::string(path) + ": a tensor has an empty name");
+    if (checked_nbytes(tensor.shape, dtype_size(tensor.dtype)) < 0)
+      throw Error(ErrorCode::kInvalidArgument, tensor_context("checkpoint", path, tensor.name) + ": invalid shape " +
+                                                   shape_to_string(tensor.shape));
+    names.push_back(tensor.name);
+  }
+  std::sort(names.begin(), names.end());
+  const auto duplicate = std::adjacent_find(names.begin(), names.end());
+  if (duplicate != names.end())
+    throw Error(ErrorCode::kInvalidArgument,
+                tensor_context("checkpoint", path, *duplicate) + ": listed more than once");
+}
+
+std::string temporary_path_for(const std::string& path) {
+  // pid and a counter keep concurrent writers (threads or processes) of the same path apart.
+  static std::atomic<unsigned> counter{0};
+  return path + ".partial-" + std::to_string(::getpid()) + "-" + std::to_string(counter.fetch_add(1));
+}
+
+}  // namespace io
+}  // namespace wb

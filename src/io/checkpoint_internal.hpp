@@ -1,0 +1,38 @@
+// Private to src/io: the writer factories behind create_checkpoint and the helpers both formats share.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "weightbridge/checkpoint.hpp"
+#include "weightbridge/status.hpp"
+
+namespace wb::io {
+
+std::unique_ptr<CheckpointWriter> create_hdf5_writer(const std::string& path, std::vector<TensorInfo> tensors);
+std::unique_ptr<CheckpointWriter> create_safetensors_writer(const std::string& path,
+                                                            std::vector<TensorInfo> tensors,
+                                                            const CheckpointWriterOptions& options);
+
+/// "<what> <source>: tensor <name>: <cause>" — every checkpoint message names the file and the tensor.
+std::string tensor_context(std::string_view what, std::string_view source, std::string_view tensor);
+
+/// Byte size of a tensor of this shape and element size; nullopt-like -1 when an extent is negative or
+/// the product overflows (sizes come from untrusted files).
+std::int64_t checked_nbytes(std::span<const std::int64_t> shape, std::size_t element_size);
+
+/// Throws kInvalidArgument (naming the tensor and the checkpoint) unless `box` fits the tensor.
+void check_box(std::string_view source, const TensorInfo& info, const Box& box);
+
+/// Throws kInvalidArgument unless names are unique and non-empty and sizes are representable.
+void check_writer_tensors(std::string_view path, const std::vector<TensorInfo>& tensors);
+
+/// A name beside `path` for writing before the final rename: the checkpoint appears whole or not at all.
+std::string temporary_path_for(const std::string& path);
+
+}  // namespace wb::io

@@ -1,0 +1,215 @@
+// Core types: dtypes, tensor views and strided copies, status and check macros, settings, logging.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <boost/program_options.hpp>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <unistd.h>
+#include <vector>
+
+#include "weightbridge/checks.hpp"
+#include "weightbridge/dtype.hpp"
+#include "weightbridge/log.hpp"
+#include "weightbridge/settings.hpp"
+#include "weightbridge/status.hpp"
+#include "weightbridge/tensor.hpp"
+
+namespace wb {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(DType, SizesNamesAndParsing) {
+  const std::vector<std::pair<DType, std::size_t>> expected = {
+      {DType::kBF16, 2}, {DType::kF16, 2}, {DType::kF32, 4}, {DType::kF64, 8},    {DType::kI8, 1},
+      {DType::kU8, 1},   {DType::kI32, 4}, {DType::kI64, 8}, {DType::kF8E4M3, 1}, {DType::kF8E5M2, 1}};
+  ASSERT_EQ(expected.size(), static_cast<std::size_t>(kNumDTypes));
+  for (auto [dtype, size] : expected) {
+    EXPECT_EQ(dtype_size(dtype), size) << dtype_name(dtype);
+    EXPECT_EQ(parse_dtype(dtype_name(dtype)), dtype);
+    EXPECT_EQ(parse_dtype(dtype_safetensors_name(dtype)), dtype);
+  }
+  EXPECT_EQ(dtype_safetensors_name(DType::kF8E4M3), "F8_E4M3");
+  EXPECT_EQ(parse_dtype("bfloat16"), DType::kBF16);
+  EXPECT_EQ(parse_dtype("float8_e4m3fn"), DType::kF8E4M3);
+  EXPECT_FALSE(parse_dtype("complex64").has_value());
+}
+
+// A reference strided copy, element by element through multi-indices.
+std::vector<std::uint16_t> iota_u16(std::size_t n) {
+  std::vector<std::uint16_t> v(n);
+  std::iota(v.begin(), v.end(), std::uint16_t{1});
+  return v;
+}
+
+TEST(TensorView, NarrowBoxPermuteUnflattenAddressTheRightElements) {
+  auto data = iota_u16(4 * 6);  // [4, 6], value = 1 + 6*r + c
+  TensorView t = TensorView::contiguous(data.data(), DType::kBF16, {4, 6});
+  EXPECT_TRUE(t.is_contiguous());
+  TensorView rows = t.narrow(0, 1, 2);
+  EXPECT_EQ(rows.shape, (Shape{2, 6}));
+  EXPECT_TRUE(rows.is_contiguous());
+  std::int64_t idx[2] = {1, 2};
+  EXPECT_EQ(*reinterpret_cast<std::uint16_t*>(rows.element(idx)), 1 + 6 * 2 + 2);
+
+  TensorView cols = t.box(Box{{1, 3}, {3, 2}});
+  EXPECT_FALSE(cols.is_contiguous());
+  std::int64_t idx2[2] = {2, 1};
+  EXPECT_EQ(*reinterpret_cast<std::uint16_t*>(cols.element(idx2)), 1 + 6 * 3 + 4);
+
+  TensorView tr = t.transpose(0, 1);
+  EXPECT_EQ(tr.shape, (Shape{6, 4}));
+  std::int64_t idx3[2] = {5, 3};
+  EXPECT_EQ(*reinterpret_cast<std::uint16_t*>(tr.element(idx3)), 1 + 6 * 3 + 5);
+
+  TensorView un = t.unflatten(1, 3);  // [4, 3, 2]
+  EXPECT_EQ(un.shape, (Shape{4, 3, 2}));
+  std::int64_t idx4[3] = {2, 1, 1};
+  EXPECT_EQ(*reinterpret_cast<std::uint16_t*>(un.element(idx4)), 1 + 6 * 2 + 3);
+
+  EXPECT_THROW(t.narrow(0, 3, 2), Error);
+  EXPECT_THROW(t.box(Box{{0, 5}, {1, 2}}), Error);
+  EXPECT_THROW(t.unflatten(1, 4), Error);
+}
+
+TEST(CopyTensor, StridedAndTransposedCopiesMatchAnElementwiseReference) {
+  for (DType dtype : {DType::kU8, DType::kBF16, DType::kF32, DType::kF64}) {
+    const std::size_t es = dtype_size(dtype);
+    const Shape shape = {5, 7, 3};
+    const std::int64_t n = shape_numel(shape);
+    std::vector<std::byte> src(static_cast<std::size_t>(n) * es), dst(src.size());
+    for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::byte>((i * 131 + 7) & 0xff);
+    TensorView s = TensorView::contiguous(src.data(), dtype, shape);
+    // Destination holds the permuted tensor [3, 5, 7]; copy s into its permuted view.
+    TensorView d = TensorView::contiguous(dst.data(), dtype, {3, 5, 7});
+    const int order[3] = {1, 2, 0};
+    copy_tensor(d.permute(order), s);
+    for (std::int64_t a = 0; a < 5; ++a)
+      for (std::int64_t b = 0; b < 7; ++b)
+        for (std::int64_t c = 0; c < 3; ++c) {
+          std::int64_t si[3] = {a, b, c}, di[3] = {c, a, b};
+          ASSERT_EQ(std::memcmp(s.element(si), d.element(di), es), 0);
+        }
+    EXPECT_TRUE(tensors_bitwise_equal(d.permute(order), s));
+    // A box copy back into a contiguous buffer.
+    std::vector<std::byte> small(static_cast<std::size_t>(2 * 3 * 2) * es);
+    TensorView sm = TensorView::contiguous(small.data(), dtype, {2, 3, 2});
+    copy_tensor(sm, s.box(Box{{3, 4, 1}, {2, 3, 2}}));
+    EXPECT_TRUE(tensors_bitwise_equal(sm, s.box(Box{{3, 4, 1}, {2, 3, 2}})));
+    small[0] = static_cast<std::byte>(static_cast<int>(small[0]) ^ 1);
+    EXPECT_FALSE(tensors_bitwise_equal(sm, s.box(Box{{3, 4, 1}, {2, 3, 2}})));
+  }
+}
+
+TEST(CopyTensor, RejectsMismatchedShapesAndDtypes) {
+  std::vector<std::uint16_t> a(6), b(6);
+  TensorView va = TensorView::contiguous(a.data(), DType::kBF16, {2, 3});
+  EXPECT_THROW(copy_tensor(va, TensorView::contiguous(b.data(), DType::kBF16, {3, 2})), Error);
+  EXPECT_THROW(copy_tensor(va, TensorView::contiguous(b.data(), DType::kF16, {2, 3})), Error);
+}
+
+TEST(ParameterSet, KeepsOrderAndRejectsDuplicates) {
+  std::vector<float> x(4), y(2);
+  ParameterSet params;
+  params.add("b", TensorView::contiguous(x.data(), DType::kF32, {4}));
+  params.add("a", TensorView::contiguous(y.data(), DType::kF32, {2}));
+  EXPECT_EQ(params[0].name, "b");
+  EXPECT_EQ(params.total_bytes(), 24u);
+  EXPECT_EQ(params.at("a").view.numel(), 2);
+  EXPECT_THROW(params.add("a", TensorView::contiguous(y.data(), DType::kF32, {2})), Error);
+  try {
+    params.at("missing");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("missing"));
+    EXPECT_EQ(e.code(), ErrorCode::kNotFound);
+  }
+}
+
+int failing_mpi_call() { return MPI_ERR_COMM; }
+
+TEST(Checks, MpiCheckNamesTheCallTheErrorStringAndTheLocation) {
+  try {
+    WB_CHECK_MPI(failing_mpi_call());
+    FAIL() << "no throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kMpi);
+    EXPECT_THAT(e.what(), HasSubstr("failing_mpi_call()"));
+    EXPECT_THAT(e.what(), HasSubstr("test_core.cpp:"));
+    // The MPI error string itself is checked under mpiexec (tests/mpi); here MPI is not initialized.
+    EXPECT_THAT(e.what(), HasSubstr("MPI error code"));
+  }
+  auto try_form = []() -> Status {
+    WB_TRY_MPI(failing_mpi_call());
+    return Status::ok();
+  };
+  const Status status = try_form();
+  EXPECT_EQ(status.code(), ErrorCode::kMpi);
+  EXPECT_THAT(status.message(), HasSubstr("failing_mpi_call()"));
+}
+
+TEST(Checks, SystemCheckReportsErrno) {
+  try {
+    WB_CHECK_SYS(::close(-1));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kSystem);
+    EXPECT_THAT(e.what(), HasSubstr("Bad file descriptor"));
+  }
+}
+
+TEST(Checks, RankAppearsInMessagesWhenTheLauncherSetsIt) {
+  ::setenv("OMPI_COMM_WORLD_RANK", "7", 1);
+  const Error e(ErrorCode::kCorruptData, "tensor x");
+  ::unsetenv("OMPI_COMM_WORLD_RANK");
+  EXPECT_THAT(e.what(), HasSubstr("[rank 7]"));
+  EXPECT_THAT(e.what(), HasSubstr("corrupt data: tensor x"));
+}
+
+Setting<std::int64_t> test_int_setting("test_chunk_bytes", 4096, "A setting used only by the unit test.");
+Setting<bool> test_bool_setting("test_enable_thing", false, "A boolean used only by the unit test.");
+
+TEST(Settings, DefaultThenEnvironmentThenCommandLine) {
+  EXPECT_EQ(test_int_setting.environment_variable(), "WB_TEST_CHUNK_BYTES");
+  EXPECT_EQ(test_int_setting.flag(), "test-chunk-bytes");
+  ASSERT_EQ(::setenv("WB_TEST_ENABLE_THING", "yes", 1), 0);
+  EXPECT_TRUE(test_bool_setting.get());
+  EXPECT_EQ(test_bool_setting.source(), SettingSource::kEnvironment);
+
+  namespace po = boost::program_options;
+  po::options_description options;
+  add_setting_options(options);
+  const char* argv[] = {"prog", "--test-chunk-bytes", "8192"};
+  po::variables_map vm;
+  po::store(po::parse_command_line(3, argv, options), vm);
+  apply_setting_overrides(vm);
+  EXPECT_EQ(test_int_setting.get(), 8192);
+  EXPECT_EQ(test_int_setting.source(), SettingSource::kCommandLine);
+  EXPECT_THAT(describe_settings(), HasSubstr("test_chunk_bytes = 8192 (--test-chunk-bytes)"));
+  EXPECT_THAT(describe_settings(), HasSubstr("test_enable_thing = true (WB_TEST_ENABLE_THING)"));
+  EXPECT_THAT(describe_settings(), HasSubstr("log_level"));
+  try {
+    test_int_setting.override_from_text("12k");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("WB_TEST_CHUNK_BYTES"));
+  }
+  ASSERT_NE(find_setting("log_level"), nullptr);
+}
+
+TEST(Log, ParsesLevels) {
+  EXPECT_EQ(parse_log_level("debug"), LogLevel::kDebug);
+  EXPECT_EQ(parse_log_level("0"), LogLevel::kError);
+  EXPECT_THROW(parse_log_level("loud"), Error);
+  set_log_level(LogLevel::kError);
+  int evaluated = 0;
+  WB_LOG(kInfo) << (++evaluated);
+  EXPECT_EQ(evaluated, 0) << "arguments of a disabled level must not be evaluated";
+}
+
+}  // namespace
+}  // namespace wb
