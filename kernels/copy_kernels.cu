@@ -35,9 +35,9 @@
 namespace wb::kernels {
 namespace {
 
-constexpr int kThreads = 256;                 // threads per block
-constexpr int kUnroll = 4;                    // loads in flight per thread
-constexpr int kBlocksPerSm = 2048 / kThreads;  // one full wave on sm_90
+constexpr int kThreads = 256;  // threads per block
+constexpr int kUnroll = 4;     // loads in flight per thread
+constexpr int kCachedDevices = 64;
 constexpr std::int64_t kNarrowLimit = std::int64_t{1} << 31;
 
 std::atomic<bool> g_force_wide_index{false};
@@ -179,25 +179,36 @@ int common_alignment(std::initializer_list<std::uint64_t> values, std::span<cons
   return static_cast<int>(bits & (~bits + 1));  // lowest set bit
 }
 
-int sm_count(int device) {
-  constexpr int kCached = 64;
-  static std::atomic<int> cache[kCached] = {};
-  if (device >= 0 && device < kCached) {
+// Blocks of kKernel that the current device (`device`) runs at once: one full wave. A grid-stride
+// kernel needs no more, and a second, partial wave would only start when whole blocks of the first
+// finish. Queried once per kernel and device; the fallbacks only size the grid.
+template <auto kKernel>
+std::int64_t wave_blocks(int device) {
+  static std::atomic<int> cache[kCachedDevices] = {};
+  const bool cacheable = device >= 0 && device < kCachedDevices;
+  if (cacheable) {
     const int cached = cache[device].load(std::memory_order_relaxed);
     if (cached > 0) return cached;
   }
-  int count = 0;
-  if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || count <= 0) {
+  int sms = 0, per_sm = 0;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms <= 0) {
     (void)cudaGetLastError();
-    count = 132;  // H100/H200; only sizes the grid
+    sms = 132;  // H100/H200
   }
-  if (device >= 0 && device < kCached) cache[device].store(count, std::memory_order_relaxed);
-  return count;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kKernel, kThreads, 0) != cudaSuccess || per_sm <= 0) {
+    (void)cudaGetLastError();
+    per_sm = 4;
+  }
+  const int blocks = sms * per_sm;
+  if (cacheable) cache[device].store(blocks, std::memory_order_relaxed);
+  return blocks;
 }
 
-unsigned grid_size(std::int64_t blocks_of_work, int device) {
-  const std::int64_t cap = static_cast<std::int64_t>(sm_count(device)) * kBlocksPerSm;
-  return static_cast<unsigned>(std::max<std::int64_t>(1, std::min(blocks_of_work, cap)));
+// Launches kKernel on `work_blocks` blocks' worth of work, at most one wave of them.
+template <auto kKernel, class... Args>
+void launch_kernel(std::int64_t work_blocks, int device, cudaStream_t stream, const Args&... args) {
+  const dim3 grid(static_cast<unsigned>(std::clamp<std::int64_t>(work_blocks, 1, wave_blocks<kKernel>(device))));
+  kKernel<<<grid, kThreads, 0, stream>>>(args...);
 }
 
 int ceil_log2(std::int64_t value) {
@@ -252,32 +263,36 @@ void launch_rows(const CopyPlan& plan, std::size_t element_bytes, char* dst, con
   args.items = static_cast<Index>(rows * segments);
   args.lane_bits = lane_bits;
   const std::int64_t groups_per_block = kThreads >> lane_bits;
-  const dim3 grid(grid_size((rows * segments + groups_per_block - 1) / groups_per_block, device));
+  const std::int64_t blocks = (rows * segments + groups_per_block - 1) / groups_per_block;
   switch (plan.vector_bytes) {
-    case 16: copy_rows_kernel<uint4, Index><<<grid, kThreads, 0, stream>>>(dst, src, args); break;
-    case 8: copy_rows_kernel<uint2, Index><<<grid, kThreads, 0, stream>>>(dst, src, args); break;
-    case 4: copy_rows_kernel<unsigned, Index><<<grid, kThreads, 0, stream>>>(dst, src, args); break;
-    case 2: copy_rows_kernel<unsigned short, Index><<<grid, kThreads, 0, stream>>>(dst, src, args); break;
-    default: copy_rows_kernel<unsigned char, Index><<<grid, kThreads, 0, stream>>>(dst, src, args); break;
+    case 16: return launch_kernel<copy_rows_kernel<uint4, Index>>(blocks, device, stream, dst, src, args);
+    case 8: return launch_kernel<copy_rows_kernel<uint2, Index>>(blocks, device, stream, dst, src, args);
+    case 4: return launch_kernel<copy_rows_kernel<unsigned, Index>>(blocks, device, stream, dst, src, args);
+    case 2: return launch_kernel<copy_rows_kernel<unsigned short, Index>>(blocks, device, stream, dst, src, args);
+    default: return launch_kernel<copy_rows_kernel<unsigned char, Index>>(blocks, device, stream, dst, src, args);
   }
 }
 
 template <class Word, int kElement, class Index>
-void launch_elements_kernel(dim3 grid, cudaStream_t stream, char* dst, const char* src, const ElementArgs<Index>& args) {
-  copy_elements_kernel<Word, kElement / static_cast<int>(sizeof(Word)), Index><<<grid, kThreads, 0, stream>>>(dst, src, args);
+void launch_elements_kernel(std::int64_t blocks, int device, cudaStream_t stream, char* dst, const char* src,
+                            const ElementArgs<Index>& args) {
+  constexpr int kWords = kElement / static_cast<int>(sizeof(Word));
+  launch_kernel<copy_elements_kernel<Word, kWords, Index>>(blocks, device, stream, dst, src, args);
 }
 
 // Elements of kElement bytes, loaded as the widest word their addresses allow.
 template <int kElement, class Index>
-void launch_elements_sized(int word_bytes, dim3 grid, cudaStream_t stream, char* dst, const char* src,
-                           const ElementArgs<Index>& args) {
+void launch_elements_sized(int word_bytes, std::int64_t blocks, int device, cudaStream_t stream, char* dst,
+                           const char* src, const ElementArgs<Index>& args) {
   if constexpr (kElement >= 8)
-    if (word_bytes == 8) return launch_elements_kernel<unsigned long long, kElement, Index>(grid, stream, dst, src, args);
+    if (word_bytes == 8)
+      return launch_elements_kernel<unsigned long long, kElement, Index>(blocks, device, stream, dst, src, args);
   if constexpr (kElement >= 4)
-    if (word_bytes == 4) return launch_elements_kernel<unsigned, kElement, Index>(grid, stream, dst, src, args);
+    if (word_bytes == 4) return launch_elements_kernel<unsigned, kElement, Index>(blocks, device, stream, dst, src, args);
   if constexpr (kElement >= 2)
-    if (word_bytes == 2) return launch_elements_kernel<unsigned short, kElement, Index>(grid, stream, dst, src, args);
-  launch_elements_kernel<unsigned char, kElement, Index>(grid, stream, dst, src, args);
+    if (word_bytes == 2)
+      return launch_elements_kernel<unsigned short, kElement, Index>(blocks, device, stream, dst, src, args);
+  launch_elements_kernel<unsigned char, kElement, Index>(blocks, device, stream, dst, src, args);
 }
 
 template <class Index>
@@ -293,12 +308,12 @@ void launch_elements(const CopyPlan& plan, std::size_t element_bytes, char* dst,
   }
   const std::int64_t numel = shape_numel(plan.shape);
   args.numel = static_cast<Index>(numel);
-  const dim3 grid(grid_size((numel + kThreads * kUnroll - 1) / (kThreads * kUnroll), device));
+  const std::int64_t blocks = (numel + kThreads * kUnroll - 1) / (kThreads * kUnroll);
   switch (element_bytes) {
-    case 8: launch_elements_sized<8, Index>(plan.word_bytes, grid, stream, dst, src, args); break;
-    case 4: launch_elements_sized<4, Index>(plan.word_bytes, grid, stream, dst, src, args); break;
-    case 2: launch_elements_sized<2, Index>(plan.word_bytes, grid, stream, dst, src, args); break;
-    default: launch_elements_sized<1, Index>(plan.word_bytes, grid, stream, dst, src, args); break;
+    case 8: return launch_elements_sized<8, Index>(plan.word_bytes, blocks, device, stream, dst, src, args);
+    case 4: return launch_elements_sized<4, Index>(plan.word_bytes, blocks, device, stream, dst, src, args);
+    case 2: return launch_elements_sized<2, Index>(plan.word_bytes, blocks, device, stream, dst, src, args);
+    default: return launch_elements_sized<1, Index>(plan.word_bytes, blocks, device, stream, dst, src, args);
   }
 }
 

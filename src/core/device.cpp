@@ -28,7 +28,7 @@ DeviceQuery query_devices() {
     (void)cudaGetLastError();
     query.reason = std::string("cudaGetDeviceCount: ") + cudaGetErrorName(rc) + ": " + cudaGetErrorString(rc);
   } else if (count <= 0) {
-    query.reason = "cudaGetDeviceCount: no CUDA device visible to this process";
+    query.reason = "cudaGetDeviceCount: cudaSuccess, but no device is visible to this process";
   } else {
     query.count = count;
   }

@@ -4,6 +4,7 @@
 #include <mpi.h>
 
 #include <boost/program_options.hpp>
+#include <cerrno>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -150,6 +151,40 @@ TEST(Checks, MpiCheckNamesTheCallTheErrorStringAndTheLocation) {
   const Status status = try_form();
   EXPECT_EQ(status.code(), ErrorCode::kMpi);
   EXPECT_THAT(status.message(), HasSubstr("failing_mpi_call()"));
+}
+
+// ibverbs calls return an errno value (or -1 with errno set), or NULL with errno for constructors.
+int failing_verbs_call() { return EINVAL; }
+int failing_verbs_call_with_errno() {
+  errno = ENOSYS;
+  return -1;
+}
+void* failing_verbs_constructor() {
+  errno = ENOMEM;
+  return nullptr;
+}
+
+TEST(Checks, IbverbsChecksReportTheErrnoText) {
+  try {
+    WB_CHECK_IBV(failing_verbs_call());
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kIbverbs);
+    EXPECT_THAT(e.what(), HasSubstr("failing_verbs_call() failed: Invalid argument"));
+  }
+  try {
+    WB_CHECK_IBV(failing_verbs_call_with_errno());
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("Function not implemented"));
+  }
+  try {
+    (void)WB_CHECK_IBV_PTR(failing_verbs_constructor());
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("failing_verbs_constructor() failed: Cannot allocate memory"));
+    EXPECT_THAT(e.what(), HasSubstr("test_core.cpp:"));
+  }
 }
 
 TEST(Checks, SystemCheckReportsErrno) {
