@@ -1,0 +1,17 @@
+// Described source maps: the slice copies an emulated worker's load_weights performs, derived from its
+// export_weights without touching any data, so that plans can be made for deployments far larger than
+// this machine. The library itself never uses these: it probes (DESIGN.md); tests compare the two.
+#pragma once
+
+#include <vector>
+
+#include "emu/backend.hpp"
+#include "weightbridge/source_map.hpp"
+
+namespace wb::emu {
+
+/// The worker's source map, in terms of `checkpoint_tensors` (the checkpoint's tensor list), normalized.
+/// No parameter memory is allocated: views point into an address range that is never dereferenced.
+SourceMap described_source_map(const EmulatedWorker& worker, const std::vector<TensorInfo>& checkpoint_tensors);
+
+}  // namespace wb::emu
