@@ -1,0 +1,49 @@
+// The correspondence extractor's first step: learn a worker's source map by probing its load_weights.
+//
+// The probe calls load_weights on a probe checkpoint (the real tensor list, values that encode each
+// element's tensor and coordinates, produced box by box), once per digit pass, reads the codes back from
+// the parameters, keeps only the nonzeros of their second differences, and decodes those into slice
+// copies. A final verification pass with hashed values checks that the decoded copies reproduce
+// load_weights exactly, so a load_weights that is not a pure copy (arithmetic, a scale, a dtype
+// conversion) is reported, never silently mis-mapped. The parameters' contents are restored afterwards.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "weightbridge/checkpoint.hpp"
+#include "weightbridge/source_map.hpp"
+#include "weightbridge/tensor.hpp"
+
+namespace wb {
+
+/// The worker's own loader: fills `params` from `checkpoint`. Called several times by the probe.
+using LoadWeightsFn = std::function<void(const CheckpointReader& checkpoint, const ParameterSet& params)>;
+
+struct ProbeOptions {
+  std::uint64_t verification_seed = 0x5eedf00dULL;
+};
+
+/// What probing cost, for the measurements the tools print.
+struct ProbeReport {
+  int passes = 0;                      // load_weights calls, verification included
+  double seconds = 0;                  // wall time of the whole probe
+  double decode_seconds = 0;           // second differences and decoding, without load_weights
+  std::size_t parameter_bytes = 0;     // the parameters themselves
+  std::size_t scratch_bytes = 0;       // the saved parameter contents (one parameter-sized buffer each)
+  std::size_t sparse_bytes = 0;        // the kept nonzeros of every pass
+  std::size_t copies = 0;              // slice copies in the decoded map
+  std::size_t serialized_bytes = 0;    // the map's compact form
+};
+
+/// Probes `load_weights` on `params` (host memory, contiguous) against a checkpoint with
+/// `checkpoint_tensors`, and returns the normalized source map. Throws wb::Error naming the parameter
+/// and the first bad position when load_weights is not a pure copy, and restores the parameters' contents
+/// in every case.
+SourceMap probe_source_map(const std::vector<TensorInfo>& checkpoint_tensors, const ParameterSet& params,
+                           const LoadWeightsFn& load_weights, const ProbeOptions& options = {},
+                           ProbeReport* report = nullptr);
+
+}  // namespace wb

@@ -1,0 +1,182 @@
+#include "weightbridge/correspondence.hpp"
+
+#include <algorithm>
+#include <map>
+
+#include "weightbridge/status.hpp"
+
+namespace wb {
+namespace {
+
+// The cut grid of one tensor: per axis the sorted boundaries of every box that touches it.
+struct Grid {
+  std::vector<std::vector<std::int64_t>> cuts;
+  std::vector<std::size_t> cells;  // cells per axis
+  std::size_t total = 1;
+
+  Grid(const Shape& shape, const std::vector<const Box*>& boxes) : cuts(shape.size()), cells(shape.size()) {
+    for (std::size_t a = 0; a < shape.size(); ++a) {
+      auto& c = cuts[a];
+      c = {0, shape[a]};
+      for (const Box* box : boxes) {
+        c.push_back(box->offset[a]);
+        c.push_back(box->offset[a] + box->extent[a]);
+      }
+      std::sort(c.begin(), c.end());
+      c.erase(std::unique(c.begin(), c.end()), c.end());
+      cells[a] = c.size() - 1;
+      total *= cells[a];
+    }
+  }
+
+  // Calls fn(flat cell index) for every cell inside `box`.
+  template <class Fn>
+  void for_each_cell(const Box& box, Fn&& fn) const {
+    const std::size_t ndim = cuts.size();
+    if (box.numel() == 0) return;
+    std::vector<std::size_t> first(ndim), last(ndim);
+    for (std::size_t a = 0; a < ndim; ++a) {
+      first[a] = static_cast<std::size_t>(std::lower_bound(cuts[a].begin(), cuts[a].end(), box.offset[a]) - cuts[a].begin());
+      last[a] = static_cast<std::size_t>(
+          std::lower_bound(cuts[a].begin(), cuts[a].end(), box.offset[a] + box.extent[a]) - cuts[a].begin());
+    }
+    std::vector<std::size_t> index = first;
+    while (true) {
+      std::size_t flat = 0;
+      for (std::size_t a = 0; a < ndim; ++a) flat = flat * cells[a] + index[a];
+      fn(flat);
+      std::size_t a = ndim;
+      while (a-- > 0) {
+        if (++index[a] < last[a]) break;
+        index[a] = first[a];
+      }
+      if (a == static_cast<std::size_t>(-1)) return;
+    }
+  }
+
+  Box cell_box(std::size_t flat) const {
+    const std::size_t ndim = cuts.size();
+    Box box{Shape(ndim), Shape(ndim)};
+    for (std::size_t a = ndim; a-- > 0;) {
+      const std::size_t i = flat % cells[a];
+      flat /= cells[a];
+      box.offset[a] = cuts[a][i];
+      box.extent[a] = cuts[a][i + 1] - cuts[a][i];
+    }
+    return box;
+  }
+};
+
+bool same_endpoints(const std::vector<AtomEndpoint>& x, const std::vector<AtomEndpoint>& y) {
+  return std::equal(x.begin(), x.end(), y.begin(), y.end(),
+                    [](const AtomEndpoint& a, const AtomEndpoint& b) { return a.worker == b.worker && a.copy == b.copy; });
+}
+
+// Neighbouring atoms with the same holders and needers become one, axis by axis (last axis first), so
+// that a tensor held and needed whole stays one atom however many other boxes cut its neighbours.
+void merge_atoms(std::vector<Atom>& atoms) {
+  if (atoms.empty()) return;
+  const std::size_t ndim = atoms.front().box.extent.size();
+  for (std::size_t axis = ndim; axis-- > 0;) {
+    std::stable_sort(atoms.begin(), atoms.end(), [axis](const Atom& x, const Atom& y) {
+      for (std::size_t a = 0; a < x.box.offset.size(); ++a) {
+        if (a == axis) continue;
+        if (x.box.offset[a] != y.box.offset[a]) return x.box.offset[a] < y.box.offset[a];
+      }
+      return x.box.offset[axis] < y.box.offset[axis];
+    });
+    std::vector<Atom> merged;
+    for (Atom& atom : atoms) {
+      if (!merged.empty()) {
+        Atom& last = merged.back();
+        bool continues = same_endpoints(last.holders, atom.holders) && same_endpoints(last.needers, atom.needers) &&
+                         last.box.offset[axis] + last.box.extent[axis] == atom.box.offset[axis];
+        for (std::size_t a = 0; continues && a < ndim; ++a)
+          if (a != axis) continues = last.box.offset[a] == atom.box.offset[a] && last.box.extent[a] == atom.box.extent[a];
+        if (continues) {
+          last.box.extent[axis] += atom.box.extent[axis];
+          continue;
+        }
+      }
+      merged.push_back(std::move(atom));
+    }
+    atoms = std::move(merged);
+  }
+}
+
+}  // namespace
+
+std::int64_t Correspondence::position(const Atom& atom, const AtomEndpoint& endpoint,
+                                      std::span<const std::int64_t> index) const {
+  const SliceCopy& copy = maps[static_cast<std::size_t>(endpoint.worker)].copies[endpoint.copy];
+  std::int64_t at = copy.offset;
+  for (std::size_t a = 0; a < copy.strides.size(); ++a)
+    at += (atom.box.offset[a] - copy.box.offset[a] + (a < index.size() ? index[a] : 0)) * copy.strides[a];
+  return at;
+}
+
+std::int64_t Correspondence::needed_elements() const {
+  std::int64_t total = 0;
+  for (const Atom& atom : atoms) total += atom.box.numel() * static_cast<std::int64_t>(atom.needers.size());
+  return total;
+}
+
+Correspondence build_correspondence(const std::vector<TensorInfo>& checkpoint_tensors, std::vector<SourceMap> maps,
+                                    std::vector<Side> sides) {
+  if (maps.size() != sides.size())
+    throw Error(ErrorCode::kInvalidArgument, "build_correspondence: " + std::to_string(maps.size()) + " maps but " +
+                                                 std::to_string(sides.size()) + " sides");
+  Correspondence result;
+  result.tensors = checkpoint_tensors;
+  // Every copy, bucketed by tensor.
+  struct Ref {
+    int worker;
+    std::uint32_t copy;
+  };
+  std::vector<std::vector<Ref>> by_tensor(checkpoint_tensors.size());
+  for (std::size_t w = 0; w < maps.size(); ++w) {
+    validate_source_map(maps[w], checkpoint_tensors);
+    for (std::size_t c = 0; c < maps[w].copies.size(); ++c)
+      by_tensor[maps[w].copies[c].tensor].push_back(Ref{static_cast<int>(w), static_cast<std::uint32_t>(c)});
+  }
+
+  for (std::size_t t = 0; t < checkpoint_tensors.size(); ++t) {
+    const auto& refs = by_tensor[t];
+    bool needed = false;
+    for (const Ref& r : refs) needed = needed || sides[static_cast<std::size_t>(r.worker)] == Side::kRollout;
+    if (!needed) continue;
+    std::vector<const Box*> boxes;
+    for (const Ref& r : refs) boxes.push_back(&maps[static_cast<std::size_t>(r.worker)].copies[r.copy].box);
+    const Grid grid(checkpoint_tensors[t].shape, boxes);
+    std::vector<std::vector<AtomEndpoint>> holders(grid.total), needers(grid.total);
+    for (const Ref& r : refs) {
+      const bool rollout = sides[static_cast<std::size_t>(r.worker)] == Side::kRollout;
+      grid.for_each_cell(maps[static_cast<std::size_t>(r.worker)].copies[r.copy].box, [&](std::size_t cell) {
+        (rollout ? needers : holders)[cell].push_back(AtomEndpoint{r.worker, r.copy});
+      });
+    }
+    std::vector<Atom> atoms;
+    for (std::size_t cell = 0; cell < grid.total; ++cell) {
+      if (needers[cell].empty()) continue;
+      Atom atom{static_cast<std::uint32_t>(t), grid.cell_box(cell), std::move(holders[cell]), std::move(needers[cell])};
+      if (atom.holders.empty())
+        throw Error(ErrorCode::kInvalidArgument,
+                    "rollout worker " + std::to_string(atom.needers.front().worker) + " needs " +
+                        checkpoint_tensors[t].name + atom.box.to_string() + " (parameter " +
+                        maps[static_cast<std::size_t>(atom.needers.front().worker)]
+                            .parameters[maps[static_cast<std::size_t>(atom.needers.front().worker)]
+                                            .copies[atom.needers.front().copy]
+                                            .parameter]
+                            .name +
+                        "), which no trainer worker holds");
+      atoms.push_back(std::move(atom));
+    }
+    merge_atoms(atoms);
+    for (Atom& atom : atoms) result.atoms.push_back(std::move(atom));
+  }
+  result.maps = std::move(maps);
+  result.sides = std::move(sides);
+  return result;
+}
+
+}  // namespace wb

@@ -1,0 +1,448 @@
+#include "weightbridge/probe.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <sstream>
+
+#include "layout/probe_checkpoint.hpp"
+#include "layout/probe_code.hpp"
+#include "layout/second_difference.hpp"
+#include "weightbridge/log.hpp"
+#include "weightbridge/status.hpp"
+
+namespace wb {
+namespace {
+
+using layout::ProbeCheckpoint;
+using layout::ProbePlan;
+using layout::SparseField;
+
+std::string index_text(const Shape& shape, std::int64_t flat) {
+  Shape index(shape.size());
+  for (std::size_t a = shape.size(); a-- > 0;) {
+    index[a] = shape[a] == 0 ? 0 : flat % shape[a];
+    flat = shape[a] == 0 ? 0 : flat / shape[a];
+  }
+  return shape_to_string(index);
+}
+
+[[noreturn]] void not_a_copy(const Parameter& param, std::int64_t flat, const std::string& why) {
+  throw Error(ErrorCode::kInvalidArgument, "load_weights is not a pure copy: parameter " + param.name + " at " +
+                                               index_text(param.view.shape, flat) + ": " + why);
+}
+
+// Saves the parameters' contents and puts them back however the probe ends.
+class SavedParameters {
+ public:
+  explicit SavedParameters(const ParameterSet& params) : params_(params) {
+    saved_.reserve(params.size());
+    for (const Parameter& p : params) {
+      const auto* begin = static_cast<const std::byte*>(p.view.data);
+      saved_.emplace_back(begin, begin + p.view.nbytes());
+    }
+  }
+  ~SavedParameters() {
+    for (std::size_t i = 0; i < saved_.size(); ++i)
+      if (!saved_[i].empty()) std::memcpy(params_[i].view.data, saved_[i].data(), saved_[i].size());
+  }
+  SavedParameters(const SavedParameters&) = delete;
+  SavedParameters& operator=(const SavedParameters&) = delete;
+  std::size_t bytes() const {
+    std::size_t total = 0;
+    for (const auto& s : saved_) total += s.size();
+    return total;
+  }
+
+ private:
+  const ParameterSet& params_;
+  std::vector<std::vector<std::byte>> saved_;
+};
+
+void zero_parameters(const ParameterSet& params) {
+  for (const Parameter& p : params) std::memset(p.view.data, 0, p.view.nbytes());
+}
+
+// One cell of the cut grid of a parameter, with the affine map of every field over it.
+struct Cell {
+  Shape corner;
+  Shape extent;
+  std::int64_t tensor = 0;
+  Shape tensor_slope;                   // change of the tensor index per step along parameter axis a
+  Shape base;                           // checkpoint coordinate at the corner, per checkpoint axis
+  std::vector<Shape> slope;             // slope[c][a]: change of coordinate c per step along parameter axis a
+};
+
+// Decodes the passes of one parameter into slice copies (appended to `out`).
+class ParameterDecoder {
+ public:
+  ParameterDecoder(const Parameter& param, std::uint32_t index, const ProbePlan& plan,
+                   const std::vector<TensorInfo>& tensors, const std::vector<const SparseField*>& passes)
+      : param_(param), index_(index), plan_(plan), tensors_(tensors), passes_(passes) {}
+
+  void decode(std::vector<SliceCopy>& out) {
+    const Shape& shape = param_.view.shape;
+    const int ndim = static_cast<int>(shape.size());
+    if (param_.view.numel() == 0) return;
+    strides_ = contiguous_strides(shape);
+    // Cut lines: every coordinate where some pass has a nonzero, plus the start of each axis.
+    cuts_.assign(static_cast<std::size_t>(ndim), {});
+    std::vector<std::vector<std::int64_t>> points(static_cast<std::size_t>(ndim));
+    for (int a = 0; a < ndim; ++a) {
+      std::vector<std::int64_t>& cuts = cuts_[static_cast<std::size_t>(a)];
+      cuts.push_back(0);
+      for (const SparseField* field : passes_) {
+        const auto coords = layout::nonzero_coordinates(*field, a);
+        cuts.insert(cuts.end(), coords.begin(), coords.end());
+      }
+      std::sort(cuts.begin(), cuts.end());
+      cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+      // Values at each corner and one step further along the axis give the slopes.
+      std::vector<std::int64_t>& p = points[static_cast<std::size_t>(a)];
+      for (std::int64_t c : cuts) {
+        p.push_back(c);
+        if (c + 1 < shape[static_cast<std::size_t>(a)]) p.push_back(c + 1);
+      }
+      std::sort(p.begin(), p.end());
+      p.erase(std::unique(p.begin(), p.end()), p.end());
+    }
+    points_ = points;
+    values_.clear();
+    for (const SparseField* field : passes_) values_.push_back(layout::evaluate_grid(*field, points_));
+
+    // Walk every cell of the cut grid.
+    std::vector<std::size_t> cell(static_cast<std::size_t>(ndim), 0);
+    while (true) {
+      Cell c = make_cell(cell);
+      if (c.tensor >= 0) emit(c, out);
+      int a = ndim - 1;
+      for (; a >= 0; --a) {
+        if (++cell[static_cast<std::size_t>(a)] < cuts_[static_cast<std::size_t>(a)].size()) break;
+        cell[static_cast<std::size_t>(a)] = 0;
+      }
+      if (a < 0) break;
+    }
+  }
+
+ private:
+  // Flat index into values_[p] of a grid point given per-axis coordinates.
+  std::size_t grid_index(const Shape& at) const {
+    std::size_t flat = 0;
+    for (std::size_t a = 0; a < at.size(); ++a) {
+      const auto& p = points_[a];
+      const auto pos = static_cast<std::size_t>(std::lower_bound(p.begin(), p.end(), at[a]) - p.begin());
+      flat = flat * p.size() + pos;
+    }
+    return flat;
+  }
+
+  std::int64_t flat_of(const Shape& at) const {
+    std::int64_t flat = 0;
+    for (std::size_t a = 0; a < at.size(); ++a) flat += at[a] * strides_[a];
+    return flat;
+  }
+
+  // Builds the cell's affine map from the digits at its corner and one step along each axis; tensor -1
+  // marks padding.
+  Cell make_cell(const std::vector<std::size_t>& cell_index) const {
+    const Shape& shape = param_.view.shape;
+    const std::size_t ndim = shape.size();
+    Cell c;
+    c.corner.resize(ndim);
+    c.extent.resize(ndim);
+    for (std::size_t a = 0; a < ndim; ++a) {
+      const auto& cuts = cuts_[a];
+      c.corner[a] = cuts[cell_index[a]];
+      c.extent[a] = (cell_index[a] + 1 < cuts.size() ? cuts[cell_index[a] + 1] : shape[a]) - c.corner[a];
+    }
+    const layout::CodeSpace space = layout::code_space(param_.view.dtype);
+    const auto sentinel = -static_cast<std::int64_t>(space.lo);
+    const std::size_t corner = grid_index(c.corner);
+    const std::size_t passes = passes_.size();
+    std::vector<std::uint64_t> digits(passes);
+    std::vector<std::vector<std::int64_t>> steps(ndim, std::vector<std::int64_t>(passes, 0));
+    bool unsourced = false;
+    for (std::size_t p = 0; p < passes; ++p) {
+      const std::int64_t d = values_[p][corner];
+      if (p == 0) unsourced = d == sentinel;
+      if (unsourced != (d == sentinel) ||
+          (!unsourced && (d < 0 || static_cast<std::uint64_t>(d) >= space.size)))
+        not_a_copy(param_, flat_of(c.corner), "holds bits that are no probe code in pass " + std::to_string(p));
+      digits[p] = unsourced ? 0 : static_cast<std::uint64_t>(d);
+      for (std::size_t a = 0; a < ndim; ++a) {
+        if (c.extent[a] < 2) continue;
+        Shape next = c.corner;
+        ++next[a];
+        steps[a][p] = values_[p][grid_index(next)] - d;
+      }
+    }
+    for (std::size_t a = 0; a < ndim; ++a)
+      for (std::size_t p = 0; p < passes; ++p)
+        if (unsourced && steps[a][p] != 0)
+          not_a_copy(param_, flat_of(c.corner), "a region no checkpoint element reaches is not uniform");
+    if (unsourced) {
+      c.tensor = -1;
+      return c;
+    }
+    // Fields from digits; slopes from digit steps (the digit places are the same linear weights).
+    std::vector<std::uint64_t> fields(static_cast<std::size_t>(plan_.num_fields()));
+    plan_.combine_all(param_.view.dtype, digits, fields);
+    const std::uint64_t base = space.size;
+    auto field_slope = [&](int field, std::size_t axis) {
+      std::int64_t slope = 0, place = 1;
+      for (std::size_t p = 0; p < passes; ++p) {
+        const layout::ProbePass& pass = plan_.pass(static_cast<int>(p));
+        if (pass.field != field) continue;
+        place = static_cast<std::int64_t>(layout::place_value(base, pass.digit));
+        slope += steps[axis][p] * place;
+      }
+      return slope;
+    };
+    // The tensor index may itself step along an axis (experts e = 0, 1, ... stored one after another
+    // come from tensors listed at a fixed distance): emit() splits such cells, one tensor per piece.
+    c.tensor = static_cast<std::int64_t>(fields[0]);
+    c.tensor_slope.resize(ndim);
+    for (std::size_t a = 0; a < ndim; ++a) c.tensor_slope[a] = field_slope(layout::kTensorField, a);
+    const std::size_t max_ndim = static_cast<std::size_t>(plan_.max_ndim());
+    c.base.resize(max_ndim);
+    c.slope.assign(max_ndim, Shape(ndim, 0));
+    for (std::size_t axis = 0; axis < max_ndim; ++axis) {
+      const int f = layout::axis_field(static_cast<int>(axis));
+      c.base[axis] = static_cast<std::int64_t>(fields[static_cast<std::size_t>(f)]);
+      for (std::size_t a = 0; a < ndim; ++a) c.slope[axis][a] = field_slope(f, a);
+    }
+    return c;
+  }
+
+  // A cell is one slice copy when every parameter axis it spans walks exactly one checkpoint axis with
+  // step 1 and no checkpoint axis is walked by two parameter axes; otherwise it is split along its first
+  // long axis (a parameter axis folded onto a checkpoint axis, e.g. [experts, rows] from rows) and the
+  // pieces are merged again by normalization.
+  void emit(const Cell& c, std::vector<SliceCopy>& out) {
+    const std::size_t ndim = c.corner.size();
+    std::size_t split = ndim;
+    for (std::size_t a = 0; a < ndim && split == ndim; ++a)
+      if (c.extent[a] > 1 && c.tensor_slope[a] != 0) split = a;
+    if (split == ndim) {
+      check_tensor(c);
+      const std::size_t tensor_ndim = tensors_[static_cast<std::size_t>(c.tensor)].shape.size();
+      std::vector<int> driver(tensor_ndim, -1);
+      bool one_copy = true;
+      for (std::size_t a = 0; a < ndim && one_copy; ++a) {
+        if (c.extent[a] < 2) continue;
+        int walked = -1;
+        for (std::size_t t = 0; t < tensor_ndim; ++t) {
+          if (c.slope[t][a] == 0) continue;
+          if (walked >= 0 || c.slope[t][a] != 1 || driver[t] >= 0) one_copy = false;
+          walked = static_cast<int>(t);
+          if (one_copy) driver[t] = static_cast<int>(a);
+        }
+        if (walked < 0) one_copy = false;  // an axis that reads one element many times is no copy
+      }
+      if (one_copy) {
+        emit_copy(c, driver, out);
+        return;
+      }
+      for (std::size_t a = 0; a < ndim && split == ndim; ++a)
+        if (c.extent[a] > 1) split = a;
+    }
+    if (++splits_ > std::max<std::int64_t>(4096, param_.view.numel() / 8))
+      not_a_copy(param_, flat_of(c.corner), "the values are not piecewise affine in the parameter's index");
+    for (std::int64_t i = 0; i < c.extent[split]; ++i) {
+      Cell piece = c;
+      piece.corner[split] += i;
+      piece.extent[split] = 1;
+      piece.tensor += c.tensor_slope[split] * i;
+      for (std::size_t t = 0; t < piece.base.size(); ++t) piece.base[t] += c.slope[t][split] * i;
+      emit(piece, out);
+    }
+  }
+
+  // The cell's tensor exists, has the parameter's dtype, and the coordinates of axes it lacks stay 0.
+  void check_tensor(const Cell& c) const {
+    if (c.tensor < 0 || static_cast<std::size_t>(c.tensor) >= tensors_.size())
+      not_a_copy(param_, flat_of(c.corner), "decodes to tensor index " + std::to_string(c.tensor) + " of " +
+                                                std::to_string(tensors_.size()));
+    const TensorInfo& tensor = tensors_[static_cast<std::size_t>(c.tensor)];
+    if (tensor.dtype != param_.view.dtype)
+      not_a_copy(param_, flat_of(c.corner), "holds elements of " + tensor.name + " (" +
+                                                std::string(dtype_name(tensor.dtype)) + ") in a " +
+                                                std::string(dtype_name(param_.view.dtype)) + " parameter");
+    for (std::size_t axis = tensor.shape.size(); axis < c.base.size(); ++axis) {
+      bool varies = c.base[axis] != 0;
+      for (std::size_t a = 0; a < c.extent.size(); ++a) varies = varies || (c.extent[a] > 1 && c.slope[axis][a] != 0);
+      if (varies) not_a_copy(param_, flat_of(c.corner), "coordinate of an axis " + tensor.name + " lacks is not zero");
+    }
+  }
+
+  void emit_copy(const Cell& c, const std::vector<int>& driver, std::vector<SliceCopy>& out) const {
+    const std::size_t tensor_ndim = driver.size();
+    const TensorInfo& tensor = tensors_[static_cast<std::size_t>(c.tensor)];
+    SliceCopy copy;
+    copy.tensor = static_cast<std::uint32_t>(c.tensor);
+    copy.parameter = index_;
+    copy.box.offset.assign(c.base.begin(), c.base.begin() + static_cast<std::ptrdiff_t>(tensor_ndim));
+    copy.box.extent.assign(tensor_ndim, 1);
+    copy.strides.assign(tensor_ndim, 0);
+    for (std::size_t t = 0; t < tensor_ndim; ++t) {
+      if (driver[t] < 0) continue;
+      copy.box.extent[t] = c.extent[static_cast<std::size_t>(driver[t])];
+      copy.strides[t] = strides_[static_cast<std::size_t>(driver[t])];
+    }
+    copy.offset = flat_of(c.corner);
+    if (!copy.box.fits_in(tensor.shape))
+      not_a_copy(param_, copy.offset, "decodes to " + tensor.name + copy.box.to_string() + ", outside its shape " +
+                                          shape_to_string(tensor.shape));
+    out.push_back(std::move(copy));
+  }
+
+  const Parameter& param_;
+  std::uint32_t index_;
+  const ProbePlan& plan_;
+  const std::vector<TensorInfo>& tensors_;
+  const std::vector<const SparseField*>& passes_;
+  Shape strides_;
+  std::vector<std::vector<std::int64_t>> cuts_;
+  std::vector<std::vector<std::int64_t>> points_;
+  std::vector<std::vector<std::int64_t>> values_;
+  std::int64_t splits_ = 0;
+};
+
+// Replays the decoded copies against the verification values load_weights just wrote: each copied
+// element must match and is then cleared, so that afterwards every element must be zero.
+void verify_against_load(const SourceMap& map, const ProbeCheckpoint& probe, const ParameterSet& params) {
+  constexpr std::int64_t kChunk = 1 << 20;
+  std::vector<std::byte> expected;
+  for (const SliceCopy& copy : map.copies) {
+    const Parameter& param = params[copy.parameter];
+    const TensorInfo& tensor = probe.tensors()[copy.tensor];
+    const std::size_t element = dtype_size(tensor.dtype);
+    // Box rows in chunks so that the scratch stays small whatever the copy's size.
+    const std::int64_t rows = copy.box.extent.empty() ? 1 : copy.box.extent[0];
+    const std::int64_t per_row = copy.box.extent.empty() ? 1 : copy.box.numel() / std::max<std::int64_t>(rows, 1);
+    const std::int64_t step = std::max<std::int64_t>(1, kChunk / std::max<std::int64_t>(per_row, 1));
+    for (std::int64_t row = 0; row < rows; row += step) {
+      Box part = copy.box;
+      std::int64_t offset = copy.offset;
+      if (!part.extent.empty()) {
+        part.offset[0] += row;
+        part.extent[0] = std::min(step, rows - row);
+        offset += row * copy.strides[0];
+      }
+      expected.resize(static_cast<std::size_t>(part.numel()) * element);
+      probe.read_box(tensor.name, part, expected.data());
+      TensorView target = param.view;
+      target.data = static_cast<std::byte*>(param.view.data) + offset * static_cast<std::int64_t>(element);
+      target.shape = part.extent;
+      target.strides = copy.strides;
+      const TensorView want = TensorView::contiguous(expected.data(), tensor.dtype, part.extent);
+      if (!tensors_bitwise_equal(target, want)) {
+        // Find the first differing element for the message.
+        std::int64_t flat = 0;
+        Shape index(part.extent.size(), 0);
+        for (std::int64_t k = 0; k < part.numel(); ++k) {
+          std::int64_t at = offset;
+          for (std::size_t a = 0; a < index.size(); ++a) at += index[a] * copy.strides[a];
+          if (std::memcmp(static_cast<std::byte*>(param.view.data) + at * static_cast<std::int64_t>(element),
+                          expected.data() + k * static_cast<std::int64_t>(element), element) != 0) {
+            flat = at;
+            break;
+          }
+          for (std::size_t a = index.size(); a-- > 0;) {
+            if (++index[a] < part.extent[a]) break;
+            index[a] = 0;
+          }
+        }
+        not_a_copy(param, flat, "it differs from a copy of " + tensor.name + " (decoded from " + part.to_string() +
+                                    ") when the values are not coordinates");
+      }
+      // Cleared elements let the final scan find anything load_weights wrote that no copy explains.
+      std::vector<std::byte> zeros(expected.size(), std::byte{0});
+      copy_tensor(target, TensorView::contiguous(zeros.data(), tensor.dtype, part.extent));
+    }
+  }
+  for (const Parameter& param : params) {
+    const auto* bytes = static_cast<const std::byte*>(param.view.data);
+    const std::size_t n = param.view.nbytes();
+    for (std::size_t b = 0; b < n; ++b)
+      if (bytes[b] != std::byte{0})
+        not_a_copy(param, static_cast<std::int64_t>(b / param.view.element_size()),
+                   "load_weights wrote a value that no decoded copy explains");
+  }
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+SourceMap probe_source_map(const std::vector<TensorInfo>& checkpoint_tensors, const ParameterSet& params,
+                           const LoadWeightsFn& load_weights, const ProbeOptions& options, ProbeReport* report) {
+  const auto start = std::chrono::steady_clock::now();
+  for (const Parameter& p : params) {
+    if (p.view.memory != MemoryKind::kHost)
+      throw Error(ErrorCode::kUnsupported, "probe: parameter " + p.name + " is in CUDA memory; probing host parameters only");
+    if (!p.view.is_contiguous()) throw Error(ErrorCode::kInvalidArgument, "probe: parameter " + p.name + " is not contiguous");
+  }
+  ProbePlan plan(checkpoint_tensors);
+  ProbeCheckpoint probe(checkpoint_tensors, plan);
+  SavedParameters saved(params);
+  double decode_seconds = 0;
+
+  // passes[p][i]: the nonzeros of pass p in parameter i.
+  std::vector<std::vector<SparseField>> passes(static_cast<std::size_t>(plan.num_passes()));
+  std::size_t sparse_bytes = 0;
+  for (int p = 0; p < plan.num_passes(); ++p) {
+    zero_parameters(params);
+    probe.set_pass(p);
+    load_weights(probe, params);
+    const auto decode_start = std::chrono::steady_clock::now();
+    auto& fields = passes[static_cast<std::size_t>(p)];
+    fields.reserve(params.size());
+    for (const Parameter& param : params) {
+      const layout::CodeSpace space = layout::code_space(param.view.dtype);
+      fields.push_back(layout::second_differences(param.view.data, static_cast<int>(param.view.element_size()),
+                                                  param.view.shape, space.lo));
+      if (!fields.back().complete)
+        not_a_copy(param, fields.back().covered, "the values are not piecewise affine (too many breaks to be copies)");
+      sparse_bytes += fields.back().flat_positions.size() * 16;
+    }
+    decode_seconds += seconds_since(decode_start);
+  }
+
+  const auto decode_start = std::chrono::steady_clock::now();
+  SourceMap map;
+  for (const Parameter& param : params) map.parameters.push_back(TensorInfo{param.name, param.view.dtype, param.view.shape});
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    std::vector<const SparseField*> fields;
+    for (const auto& pass : passes) fields.push_back(&pass[i]);
+    ParameterDecoder decoder(params[i], static_cast<std::uint32_t>(i), plan, checkpoint_tensors, fields);
+    decoder.decode(map.copies);
+  }
+  passes.clear();
+  map = normalize_source_map(std::move(map));
+  validate_source_map(map, checkpoint_tensors);
+  decode_seconds += seconds_since(decode_start);
+
+  zero_parameters(params);
+  probe.set_verification(options.verification_seed);
+  load_weights(probe, params);
+  verify_against_load(map, probe, params);
+
+  if (report != nullptr) {
+    report->passes = plan.num_passes() + 1;
+    report->decode_seconds = decode_seconds;
+    report->parameter_bytes = params.total_bytes();
+    report->scratch_bytes = saved.bytes();
+    report->sparse_bytes = sparse_bytes;
+    report->copies = map.copies.size();
+    report->serialized_bytes = serialize_source_map(map).size();
+    report->seconds = seconds_since(start);
+  }
+  WB_LOG(kDebug) << "probe: " << params.size() << " parameters, " << map.copies.size() << " copies, "
+                 << plan.num_passes() + 1 << " load_weights passes";
+  return map;
+}
+
+}  // namespace wb

@@ -1,0 +1,255 @@
+#include "layout/probe_checkpoint.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "weightbridge/status.hpp"
+
+namespace wb::layout {
+namespace {
+
+__extension__ typedef unsigned __int128 Uint128;  // __extension__: quiet under -Wpedantic
+
+constexpr std::uint64_t kGamma = 0x9e3779b97f4a7c15ULL;  // splitmix64 increment
+
+inline std::uint64_t mix64(std::uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+// Repeats out[0, block) until out holds `total` elements: doubling copies, so a box of many short
+// rows costs log(rows) memcpy calls rather than one per row.
+template <typename T>
+void replicate(T* out, std::int64_t block, std::int64_t total) {
+  for (std::int64_t have = block; have < total;) {
+    const std::int64_t n = std::min(have, total - have);
+    std::memcpy(out + have, out, static_cast<std::size_t>(n) * sizeof(T));
+    have += n;
+  }
+}
+
+// out[0, n) = value, eight bytes per store: the plain element loop is not vectorized at -O2 and
+// writes 1- and 2-byte elements at a fraction of the memory bandwidth.
+template <typename T>
+void fill_constant(T* out, std::int64_t n, T value) {
+  constexpr std::int64_t kPerWord = 8 / sizeof(T);
+  std::uint64_t word = value;
+  if constexpr (sizeof(T) < 8)
+    for (std::int64_t i = 1; i < kPerWord; ++i) word = (word << (8 * sizeof(T))) | value;
+  std::int64_t i = 0;
+  for (; i + kPerWord <= n; i += kPerWord) std::memcpy(out + i, &word, 8);
+  for (; i < n; ++i) out[i] = value;
+}
+
+// The digits of consecutive field values v0, v0 + 1, ... without a division per value: the quotient by
+// the place value advances once every `place` values and the digit wraps at `base`.
+class DigitCounter {
+ public:
+  DigitCounter(std::uint64_t v0, std::uint64_t base, std::uint64_t place)
+      : base_(base), place_(place), rest_(v0 % place), digit_((v0 / place) % base) {}
+  std::uint64_t digit() const { return digit_; }
+  /// Values left before the digit changes.
+  std::uint64_t run() const { return place_ - rest_; }
+  /// Skips `n` <= run() values.
+  void skip(std::uint64_t n) {
+    rest_ += n;
+    if (rest_ == place_) {
+      rest_ = 0;
+      digit_ = digit_ + 1 == base_ ? 0 : digit_ + 1;
+    }
+  }
+
+ private:
+  std::uint64_t base_, place_, rest_, digit_;
+};
+
+// out[j] = lo + digit_k(v0 + j) for j < n: with place 1 runs of consecutive codes (wrapping at D),
+// otherwise runs of one code. Only one block of a box is built this way; the rest is replicated.
+template <typename T>
+void fill_digit_run(T* out, std::int64_t n, std::uint64_t v0, std::uint64_t base, std::uint64_t place,
+                    std::uint64_t lo) {
+  if (place == 1) {
+    std::uint64_t digit = v0 % base;
+    for (std::int64_t j = 0; j < n; digit = 0) {  // every run after the first starts at digit 0
+      const auto len = static_cast<std::int64_t>(std::min<std::uint64_t>(static_cast<std::uint64_t>(n - j), base - digit));
+      const std::uint64_t first = lo + digit;
+      T* run = out + j;
+      for (std::int64_t i = 0; i < len; ++i) run[i] = static_cast<T>(first + static_cast<std::uint64_t>(i));
+      j += len;
+    }
+    return;
+  }
+  DigitCounter counter(v0, base, place);
+  for (std::int64_t j = 0; j < n;) {
+    const auto len = static_cast<std::int64_t>(std::min<std::uint64_t>(static_cast<std::uint64_t>(n - j), counter.run()));
+    fill_constant(out + j, len, static_cast<T>(lo + counter.digit()));
+    counter.skip(static_cast<std::uint64_t>(len));
+    j += len;
+  }
+}
+
+// Codes of one pass for `box` of tensor `tensor`. The field is either constant over the box (tensor
+// index, or an axis the tensor lacks), or the coordinate along one axis: then the box is `outer` copies
+// of one block of extent[axis] × `inner` elements, built once and replicated.
+template <typename T>
+void fill_pass(const TensorInfo& info, std::size_t tensor, const ProbePass& pass, const Box& box, T* out) {
+  const CodeSpace cs = code_space(info.dtype);
+  const std::uint64_t place = place_value(cs.size, pass.digit);
+  const std::int64_t numel = box.numel();
+  if (numel == 0) return;
+  const int ndim = box.ndim();
+  const int axis = pass.field - 1;
+  if (pass.field == kTensorField || axis >= ndim) {
+    const std::uint64_t value = pass.field == kTensorField ? tensor : 0;
+    fill_constant(out, numel, static_cast<T>(cs.lo + (value / place) % cs.size));
+    return;
+  }
+  std::int64_t outer = 1, inner = 1;
+  for (int a = 0; a < axis; ++a) outer *= box.extent[a];
+  for (int a = axis + 1; a < ndim; ++a) inner *= box.extent[a];
+  const std::int64_t n = box.extent[axis];
+  const auto v0 = static_cast<std::uint64_t>(box.offset[axis]);
+  if (inner == 1) {
+    fill_digit_run(out, n, v0, cs.size, place, cs.lo);
+  } else {
+    DigitCounter counter(v0, cs.size, place);
+    for (std::int64_t i = 0; i < n; ++i) {
+      fill_constant(out + i * inner, inner, static_cast<T>(cs.lo + counter.digit()));
+      counter.skip(1);
+    }
+  }
+  replicate(out, n * inner, numel);
+}
+
+// Verification values: the flat index f of an element picks hash word w = f / kSlices of its tensor's
+// stream (splitmix64: mix64(key + (w + 1)·gamma)) and slice f % kSlices of that word; the slice, a
+// uniform draw, is scaled into [0, D) by multiply-high, no division. Small dtypes share one hash among
+// several elements (16-bit slices for 1- and 2-byte codes, 32-bit for 4-byte), which makes the fill
+// several times faster; a value still depends on (seed, tensor, f) only, so any box agrees with the whole.
+template <typename T>
+struct VerificationSlices {
+  static constexpr int kSlices = sizeof(T) <= 2 ? 4 : (sizeof(T) == 4 ? 2 : 1);
+  static constexpr int kBits = 64 / kSlices;
+
+  static std::uint64_t code(std::uint64_t h, int slice, const CodeSpace& cs) {
+    if constexpr (kSlices == 1) {
+      (void)slice;
+      return cs.lo + static_cast<std::uint64_t>((static_cast<Uint128>(h) * cs.size) >> 64);
+    } else if constexpr (kBits == 16) {  // D < 2^16: a 32-bit product suffices, and is cheaper
+      const auto x = static_cast<std::uint32_t>((h >> (slice * kBits)) & 0xffffU);
+      return cs.lo + ((x * static_cast<std::uint32_t>(cs.size)) >> kBits);
+    } else {
+      const std::uint64_t x = (h >> (slice * kBits)) & ((1ULL << kBits) - 1);
+      return cs.lo + ((x * cs.size) >> kBits);
+    }
+  }
+};
+
+template <typename T>
+void fill_verification(const TensorInfo& info, std::size_t tensor, std::uint64_t seed, const Box& box, T* out) {
+  using Slices = VerificationSlices<T>;
+  constexpr auto kSlices = static_cast<std::uint64_t>(Slices::kSlices);
+  const CodeSpace cs = code_space(info.dtype);
+  const std::uint64_t key = mix64(mix64(seed + kGamma) ^ mix64(static_cast<std::uint64_t>(tensor) + 0x5851f42d4c957f2dULL));
+  const std::int64_t numel = box.numel();
+  if (numel == 0) return;
+  const int ndim = box.ndim();
+  // Row by row: the flat index is contiguous along the last axis (a scalar is one row of one element).
+  const Shape strides = contiguous_strides(info.shape);
+  const std::int64_t row = ndim == 0 ? 1 : box.extent[ndim - 1];
+  const std::int64_t rows = numel / row;
+  Shape index(static_cast<std::size_t>(std::max(ndim, 1)), 0);  // odometer over the outer axes of the box
+  for (std::int64_t r = 0; r < rows; ++r) {
+    std::int64_t flat = ndim == 0 ? 0 : box.offset[ndim - 1];
+    for (int d = 0; d + 1 < ndim; ++d) flat += (box.offset[d] + index[d]) * strides[d];
+    // A partial word at either end of the row, whole words (unrolled, constant shifts) in between.
+    const auto first = static_cast<std::uint64_t>(flat), last = first + static_cast<std::uint64_t>(row);
+    std::uint64_t f = first;  // out[f - first] is the element of flat index f
+    auto partial = [&](std::uint64_t end) {
+      const std::uint64_t h = mix64(key + (f / kSlices + 1) * kGamma);
+      for (; f < end; ++f) out[f - first] = static_cast<T>(Slices::code(h, static_cast<int>(f % kSlices), cs));
+    };
+    if (f % kSlices != 0) partial(std::min(last, (f / kSlices + 1) * kSlices));
+    std::uint64_t state = key + (f / kSlices + 1) * kGamma;
+    for (; f + kSlices <= last; f += kSlices, state += kGamma) {
+      const std::uint64_t h = mix64(state);
+      T* o = out + (f - first);
+#pragma GCC unroll 4
+      for (int s = 0; s < Slices::kSlices; ++s) o[s] = static_cast<T>(Slices::code(h, s, cs));
+    }
+    if (f < last) partial(last);
+    out += row;
+    for (int d = ndim - 2; d >= 0; --d) {
+      if (++index[d] < box.extent[d]) break;
+      index[d] = 0;
+    }
+  }
+}
+
+template <typename T>
+void fill(const TensorInfo& info, std::size_t tensor, bool verification, std::uint64_t seed, const ProbePass& pass,
+          const Box& box, void* destination) {
+  T* out = static_cast<T*>(destination);
+  if (verification)
+    fill_verification(info, tensor, seed, box, out);
+  else
+    fill_pass(info, tensor, pass, box, out);
+}
+
+}  // namespace
+
+ProbeCheckpoint::ProbeCheckpoint(std::vector<TensorInfo> tensors, ProbePlan plan)
+    : tensors_(std::move(tensors)), plan_(std::move(plan)) {
+  if (plan_.num_tensors() != tensors_.size())
+    throw Error(ErrorCode::kInvalidArgument, "probe checkpoint: the probe plan covers " +
+                                                 std::to_string(plan_.num_tensors()) + " tensors, the checkpoint has " +
+                                                 std::to_string(tensors_.size()));
+  by_name_.reserve(tensors_.size());
+  for (std::size_t t = 0; t < tensors_.size(); ++t) {
+    const TensorInfo& info = tensors_[t];
+    if (plan_.dtype(t) != info.dtype || plan_.shape(t) != info.shape)
+      throw Error(ErrorCode::kInvalidArgument, "probe checkpoint: tensor " + info.name +
+                                                   ": the probe plan was built for another dtype or shape");
+    if (!by_name_.emplace(info.name, t).second)
+      throw Error(ErrorCode::kInvalidArgument, "probe checkpoint: tensor " + info.name + " listed twice");
+  }
+}
+
+void ProbeCheckpoint::set_pass(int p) {
+  plan_.pass(p);  // range check
+  pass_ = p;
+  verification_ = false;
+}
+
+void ProbeCheckpoint::set_verification(std::uint64_t seed) {
+  verification_ = true;
+  seed_ = seed;
+}
+
+void ProbeCheckpoint::read_box(std::string_view name, const Box& box, void* destination) const {
+  const auto it = by_name_.find(name);
+  if (it == by_name_.end())
+    throw Error(ErrorCode::kNotFound, "checkpoint " + source() + ": no tensor named " + std::string(name));
+  const std::size_t t = it->second;
+  const TensorInfo& info = tensors_[t];
+  if (box.offset.size() != box.extent.size() || !box.fits_in(info.shape))
+    throw Error(ErrorCode::kInvalidArgument, "checkpoint " + source() + ": tensor " + info.name + ": box " +
+                                                 box.to_string() + " does not fit the tensor's shape " +
+                                                 shape_to_string(info.shape));
+  const ProbePass& pass = plan_.passes()[static_cast<std::size_t>(pass_)];
+  switch (dtype_size(info.dtype)) {
+    case 1: return fill<std::uint8_t>(info, t, verification_, seed_, pass, box, destination);
+    case 2: return fill<std::uint16_t>(info, t, verification_, seed_, pass, box, destination);
+    case 4: return fill<std::uint32_t>(info, t, verification_, seed_, pass, box, destination);
+    default: return fill<std::uint64_t>(info, t, verification_, seed_, pass, box, destination);
+  }
+}
+
+std::string ProbeCheckpoint::source() const {
+  if (verification_) return "probe verification (seed " + std::to_string(seed_) + ")";
+  return "probe pass " + std::to_string(pass_ + 1) + " of " + std::to_string(plan_.num_passes()) + " (" +
+         plan_.describe_pass(pass_) + ")";
+}
+
+}  // namespace wb::layout

@@ -1,0 +1,55 @@
+// The probe checkpoint: the real tensor list (names, shapes, dtypes) whose values are probe codes,
+// computed box by box as load_weights reads them, so the model is never materialized.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "layout/probe_code.hpp"
+#include "weightbridge/checkpoint.hpp"
+
+namespace wb::layout {
+
+class ProbeCheckpoint final : public CheckpointReader {
+ public:
+  /// `plan` must have been built from `tensors` (same dtypes and shapes, same order); throws
+  /// kInvalidArgument otherwise or when a name repeats.
+  ProbeCheckpoint(std::vector<TensorInfo> tensors, ProbePlan plan);
+
+  /// Serves the codes of pass p (0-based): element i of tensor t holds encode_digit(dtype, plan.digit(p, t, i)).
+  /// Not to be called while another thread reads.
+  void set_pass(int p);
+  /// Serves verification values instead: a code derived from a hash of (seed, tensor index, flat index),
+  /// so that replaying a decoded source map on this checkpoint must reproduce what load_weights wrote.
+  /// Unlike the coordinate passes, these values are not affine, so arithmetic that maps codes onto other
+  /// codes (a scale, an offset, a dtype round trip) cannot go unnoticed.
+  void set_verification(std::uint64_t seed);
+
+  bool verification() const { return verification_; }
+  int current_pass() const { return pass_; }
+  const ProbePlan& plan() const { return plan_; }
+
+  const std::vector<TensorInfo>& tensors() const override { return tensors_; }
+  /// Thread-safe (reads nothing mutable).
+  void read_box(std::string_view name, const Box& box, void* destination) const override;
+  /// "probe pass 2 of 5 (tensor index, digit 1)" (passes counted from 1 here) or "probe verification (seed s)".
+  std::string source() const override;
+
+ private:
+  struct NameHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+
+  std::vector<TensorInfo> tensors_;
+  ProbePlan plan_;
+  std::unordered_map<std::string, std::size_t, NameHash, std::equal_to<>> by_name_;
+  int pass_ = 0;
+  bool verification_ = false;
+  std::uint64_t seed_ = 0;
+};
+
+}  // namespace wb::layout

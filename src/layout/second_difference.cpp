@@ -1,0 +1,562 @@
+// The second-difference codec: see second_difference.hpp for the maths and the contract.
+//
+// Encoding walks the rows (last axis) in flat order. Each row gives its own sparse second difference y
+// along the last axis; the other axes are then applied to sparse results only: at level k (axis k), the
+// result G_j of the slice with index j along axis k is combined as G_j - 2 G_{j-1} + G_{j-2}, and the
+// piece goes either to the output (k = 0) or into the slice being built one level up. Each level keeps
+// its last three complete slices in a ring, so the scratch is O(nonzeros of three slices per axis).
+#include "layout/second_difference.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "weightbridge/status.hpp"
+
+namespace wb::layout {
+namespace {
+
+using i64 = std::int64_t;
+using u64 = std::uint64_t;
+
+/// One nonzero: position (flat inside its slice) and value modulo 2^64.
+struct Entry {
+  i64 pos;
+  u64 value;
+};
+using SparseList = std::vector<Entry>;
+
+constexpr i64 kEnd = std::numeric_limits<i64>::max();
+
+[[noreturn]] void fail(const std::string& message) { throw Error(ErrorCode::kInvalidArgument, message); }
+
+// --- rows --------------------------------------------------------------------------------------------
+
+/// Lanes in which a second difference of T codes is exact: |x + z - 2 y| < 2^(w+1) for w-bit codes, so
+/// twice the width suffices; 64-bit codes stay 64-bit (everything is modulo 2^64 anyway).
+template <class T> struct Exact { using type = std::uint64_t; };
+template <> struct Exact<std::uint8_t> { using type = std::uint16_t; };
+template <> struct Exact<std::uint16_t> { using type = std::uint32_t; };
+template <> struct Exact<std::uint32_t> { using type = std::uint64_t; };
+
+/// c - 2 b + a (a = p[k-2], b = p[k-1], c = p[k]) in wrapping A lanes.
+template <class A, class T>
+inline A diff2(T a, T b, T c) {
+  return static_cast<A>(static_cast<A>(c) + static_cast<A>(a) - static_cast<A>(2 * static_cast<A>(b)));
+}
+
+/// OR over p[0..N) of the second differences in A lanes (p[-2], p[-1] are read). A fixed N lets GCC
+/// vectorize without an epilogue, even under -O2's very-cheap cost model.
+template <class T, class A, int N>
+inline A residue(const T* p) {
+  A acc = 0;
+  for (int k = 0; k < N; ++k) acc |= diff2<A>(p[k - 2], p[k - 1], p[k]);
+  return acc;
+}
+
+/// The exact second difference at j >= 2, modulo 2^64.
+template <class T>
+inline u64 exact_at(const T* row, i64 j) {
+  return u64{row[j]} + u64{row[j - 2]} - 2 * u64{row[j - 1]};
+}
+
+/// Appends the nonzeros of row[from, from + N). The differences go to a small buffer in A lanes
+/// (vectorized; A must tell zero from nonzero exactly), then only its nonzero 8-byte words are looked
+/// into, lane by lane, and the values recomputed in 64 bits.
+template <class T, class A, int N>
+void scan_chunk(const T* row, i64 from, SparseList& out) {
+  const T* p = row + from;
+  A d[N];
+  for (int k = 0; k < N; ++k) d[k] = diff2<A>(p[k - 2], p[k - 1], p[k]);
+  constexpr int kLaneBits = 8 * static_cast<int>(sizeof(A));
+  constexpr int kPerWord = 64 / kLaneBits;
+  constexpr u64 kLane = kLaneBits == 64 ? ~u64{0} : (u64{1} << (kLaneBits % 64)) - 1;
+  static_assert(N % kPerWord == 0);
+  for (int w = 0; w < N; w += kPerWord) {
+    u64 word;
+    std::memcpy(&word, d + w, sizeof(word));
+    while (word != 0) {
+      const int lane = __builtin_ctzll(word) / kLaneBits;
+      word &= ~(kLane << (lane * kLaneBits));
+      const i64 j = from + w + lane;
+      out.push_back({j, exact_at(row, j)});
+    }
+  }
+}
+
+/// Appends the nonzeros of row[from, from + N) (from >= 2). The test runs in T lanes first, the most
+/// per vector: a wrapped w-bit second difference is zero exactly when the true one is, provided no code
+/// has its top bit set (then |true| < 2^w), which the probe's codes satisfy; the top bits are ORed
+/// alongside, and a chunk that has them set is tested again in exact lanes of twice the width. 64-bit
+/// codes need neither: everything is modulo 2^64 anyway.
+template <class T, int N>
+inline void check_chunk(const T* row, i64 from, SparseList& out) {
+  const T* p = row + from;
+  if constexpr (sizeof(T) == 8) {
+    if (residue<T, T, N>(p) != 0) scan_chunk<T, T, N>(row, from, out);
+  } else {
+    T acc = 0;
+    T bits = static_cast<T>(p[-1] | p[-2]);
+    for (int k = 0; k < N; ++k) {
+      acc |= diff2<T>(p[k - 2], p[k - 1], p[k]);
+      bits |= p[k];
+    }
+    const bool top = (bits >> (8 * sizeof(T) - 1)) != 0;
+    if (!top) {
+      if (acc != 0) scan_chunk<T, T, N>(row, from, out);
+      return;
+    }
+    using Wide = typename Exact<T>::type;
+    if (residue<T, Wide, N>(p) != 0) scan_chunk<T, Wide, N>(row, from, out);
+  }
+}
+
+/// Checks row[from, to) in chunks of N; a partial last chunk is checked overlapping the one before
+/// (re-checking is harmless), and only its new part is kept. Returns the first position not checked:
+/// `to`, unless the row is shorter than one chunk from `from`, or the limit was passed.
+template <class T, int N>
+i64 check_chunks(const T* row, i64 from, i64 to, SparseList& out, std::size_t limit) {
+  i64 j = from;
+  for (; j + N <= to; j += N) {
+    check_chunk<T, N>(row, j, out);
+    if (out.size() > limit) return j + N;
+  }
+  if (j == to || to - N < 2) return j;
+  const std::size_t before = out.size();
+  check_chunk<T, N>(row, to - N, out);
+  const auto first_new = std::find_if(out.begin() + static_cast<std::ptrdiff_t>(before), out.end(),
+                                      [j](const Entry& e) { return e.pos >= j; });
+  out.erase(out.begin() + static_cast<std::ptrdiff_t>(before), first_new);
+  return to;
+}
+
+/// y = D_{last} of one row of codes, sparse, into `out` (cleared first). Returns the end of the part
+/// that was processed: the length, unless more than `limit` nonzeros were found.
+template <class T>
+i64 row_differences(const T* row, i64 length, u64 lo, SparseList& out, std::size_t limit) {
+  out.clear();
+  const u64 x0 = u64{row[0]} - lo;
+  if (x0 != 0) out.push_back({0, x0});
+  if (length < 2) return length;
+  const u64 y1 = u64{row[1]} - 2 * u64{row[0]} + lo;  // x1 - 2 x0: the digits, zero before the start
+  if (y1 != 0) out.push_back({1, y1});
+  // Long rows: 256-element chunks; short rows (heads, biases) 32; the last few elements one by one.
+  i64 j = length >= 2 + 256 ? check_chunks<T, 256>(row, 2, length, out, limit) : 2;
+  if (out.size() > limit) return j;
+  if (j < length && length >= 2 + 32) j = check_chunks<T, 32>(row, j, length, out, limit);
+  if (out.size() > limit) return j;
+  for (; j < length; ++j)
+    if (const u64 d = exact_at(row, j); d != 0) out.push_back({j, d});
+  return length;
+}
+
+// --- slices ------------------------------------------------------------------------------------------
+
+/// Appends a - 2 b + c (b, c may be null: zero padding before the start of the axis) to `dst`, with
+/// positions shifted by `offset`, dropping zeros. All inputs are sorted by position.
+void combine(const SparseList& a, const SparseList* b, const SparseList* c, i64 offset, SparseList& dst) {
+  if (b == nullptr) {  // the first slice of an axis: a itself
+    for (const Entry& e : a) dst.push_back({e.pos + offset, e.value});
+    return;
+  }
+  static const SparseList kEmpty;
+  const SparseList& bb = *b;
+  const SparseList& cc = c != nullptr ? *c : kEmpty;
+  const std::size_t na = a.size(), nb = bb.size(), nc = cc.size();
+  // Rows cut at the same columns (column blocks, wrap lines) share positions: take the common prefix
+  // element by element, and merge only from the first difference on.
+  std::size_t ia = 0;
+  const std::size_t common = std::min({na, nb, nc});
+  for (; ia < common && a[ia].pos == bb[ia].pos && a[ia].pos == cc[ia].pos; ++ia) {
+    const u64 v = a[ia].value - 2 * bb[ia].value + cc[ia].value;
+    if (v != 0) dst.push_back({a[ia].pos + offset, v});
+  }
+  std::size_t ib = ia, ic = ia;
+  while (true) {
+    const i64 pa = ia < na ? a[ia].pos : kEnd;
+    const i64 pb = ib < nb ? bb[ib].pos : kEnd;
+    const i64 pc = ic < nc ? cc[ic].pos : kEnd;
+    const i64 p = std::min({pa, pb, pc});
+    if (p == kEnd) break;
+    u64 v = 0;
+    if (pa == p) v += a[ia++].value;
+    if (pb == p) v -= 2 * bb[ib++].value;
+    if (pc == p) v += cc[ic++].value;
+    if (v != 0) dst.push_back({p + offset, v});
+  }
+}
+
+/// The rolling state of encoding an N-D field, N >= 2: levels k = 0 .. N-2, one per axis but the last.
+class SliceCombiner {
+ public:
+  SliceCombiner(const Shape& shape, SparseList& output) : shape_(shape), output_(output) {
+    const int levels = static_cast<int>(shape.size()) - 1;
+    // slab_[k]: the element count of one slice along axis k, prod of shape[k+1 ..].
+    slab_.assign(levels, shape[levels]);
+    for (int k = levels - 2; k >= 0; --k) slab_[k] = slab_[k + 1] * shape[k + 1];
+    ring_.resize(levels);
+    building_.resize(levels);
+    index_.assign(levels, 0);
+  }
+
+  /// Feeds the D_{last} of the next row (flat order); `row` is swapped with scratch and comes back cleared.
+  void push_row(SparseList& row) {
+    push(static_cast<int>(index_.size()) - 1, row);
+    // Odometer over the row multi-index.
+    for (int k = static_cast<int>(index_.size()) - 1; k >= 0; --k) {
+      if (++index_[k] < shape_[k]) break;
+      index_[k] = 0;
+    }
+  }
+
+  /// Entries held anywhere (for the nonzero limit).
+  std::size_t held() const {
+    std::size_t n = output_.size();
+    for (std::size_t k = 0; k < ring_.size(); ++k) {
+      n += building_[k].size();
+      for (const SparseList& s : ring_[k]) n += s.size();
+    }
+    return n;
+  }
+  /// Flat positions below this are final in the output.
+  i64 covered() const { return covered_; }
+
+ private:
+  void push(int k, SparseList& g) {
+    const i64 j = index_[k];
+    auto& ring = ring_[k];
+    SparseList& dst = k == 0 ? output_ : building_[k - 1];
+    combine(g, j >= 1 ? &ring[(j + 2) % 3] : nullptr, j >= 2 ? &ring[(j + 1) % 3] : nullptr, j * slab_[k], dst);
+    std::swap(g, ring[j % 3]);
+    g.clear();
+    if (k == 0) {
+      covered_ = (j + 1) * slab_[0];
+    } else if (j == shape_[k] - 1) {  // the slice one level up is complete
+      push(k - 1, building_[k - 1]);
+    }
+  }
+
+  const Shape& shape_;
+  SparseList& output_;
+  std::vector<i64> slab_;
+  std::vector<std::array<SparseList, 3>> ring_;
+  std::vector<SparseList> building_;
+  std::vector<i64> index_;
+  i64 covered_ = 0;
+};
+
+template <class T>
+SparseList encode(const T* codes, const Shape& shape, u64 lo, std::size_t limit, SparseField& field) {
+  SparseList out;
+  const i64 numel = shape_numel(shape);
+  field.complete = true;
+  field.covered = numel;
+  if (numel == 0) return out;
+  if (shape.empty()) {
+    const u64 x = u64{codes[0]} - lo;
+    if (x != 0) out.push_back({0, x});
+    return out;
+  }
+  const i64 length = shape.back();
+  if (shape.size() == 1) {
+    const i64 end = row_differences(codes, length, lo, out, limit);
+    if (end < length) {
+      field.complete = false;
+      field.covered = end;
+    }
+    return out;
+  }
+  SliceCombiner combiner(shape, out);
+  SparseList row;
+  const i64 rows = numel / length;
+  for (i64 r = 0; r < rows; ++r) {
+    const i64 end = row_differences(codes + r * length, length, lo, row, limit);
+    if (end == length) combiner.push_row(row);
+    if (r + 1 == rows && end == length) return out;
+    if (end < length || combiner.held() > limit) break;
+  }
+  // Stopped: the output holds whole top-level slices only, all below the covered prefix.
+  field.complete = false;
+  field.covered = combiner.covered();
+  return out;
+}
+
+void to_field(SparseList&& list, SparseField& field) {
+  field.flat_positions.resize(list.size());
+  field.values.resize(list.size());
+  for (std::size_t k = 0; k < list.size(); ++k) {
+    field.flat_positions[k] = list[k].pos;
+    field.values[k] = static_cast<i64>(list[k].value);
+  }
+  list = SparseList();
+}
+
+void check_shape(const Shape& shape) {
+  if (shape.size() > 8) fail("second differences: at most 8 axes, got " + shape_to_string(shape));
+  for (i64 e : shape)
+    if (e < 0) fail("second differences: negative extent in " + shape_to_string(shape));
+}
+
+void check_width(int element_bytes) {
+  if (element_bytes != 1 && element_bytes != 2 && element_bytes != 4 && element_bytes != 8)
+    fail("second differences: element width must be 1, 2, 4 or 8 bytes, got " + std::to_string(element_bytes));
+}
+
+/// Codes as 64-bit digits (for the reference).
+std::vector<u64> load_digits(const void* codes, int element_bytes, i64 numel, u64 lo) {
+  std::vector<u64> x(static_cast<std::size_t>(numel));
+  const auto* bytes = static_cast<const unsigned char*>(codes);
+  for (i64 i = 0; i < numel; ++i) {
+    u64 code = 0;
+    switch (element_bytes) {
+      case 1: code = bytes[i]; break;
+      case 2: { std::uint16_t v; std::memcpy(&v, bytes + 2 * i, 2); code = v; break; }
+      case 4: { std::uint32_t v; std::memcpy(&v, bytes + 4 * i, 4); code = v; break; }
+      default: std::memcpy(&code, bytes + 8 * i, 8); break;
+    }
+    x[static_cast<std::size_t>(i)] = code - lo;
+  }
+  return x;
+}
+
+}  // namespace
+
+// --- public ------------------------------------------------------------------------------------------
+
+Shape SparseField::index_of(std::int64_t k) const {
+  Shape index(shape.size());
+  i64 flat = flat_positions[static_cast<std::size_t>(k)];
+  for (std::size_t a = shape.size(); a-- > 0;) {
+    index[a] = flat % shape[a];
+    flat /= shape[a];
+  }
+  return index;
+}
+
+SparseField second_differences(const void* codes, int element_bytes, const Shape& shape, std::uint64_t lo,
+                               const SecondDifferenceOptions& options) {
+  check_width(element_bytes);
+  check_shape(shape);
+  const i64 numel = shape_numel(shape);
+  if (numel > 0 && codes == nullptr) fail("second differences: null codes for shape " + shape_to_string(shape));
+  if (reinterpret_cast<std::uintptr_t>(codes) % static_cast<std::uintptr_t>(element_bytes) != 0)
+    fail("second differences: codes not aligned to their " + std::to_string(element_bytes) + "-byte width");
+  i64 limit = options.max_nonzeros;
+  if (limit == SecondDifferenceOptions::kAuto) limit = std::max<i64>(4096, numel * element_bytes / 16);
+  const auto cap = static_cast<std::size_t>(std::max<i64>(limit, 0));
+
+  SparseField field;
+  field.shape = shape;
+  SparseList list;
+  switch (element_bytes) {
+    case 1: list = encode(static_cast<const std::uint8_t*>(codes), shape, lo, cap, field); break;
+    case 2: list = encode(static_cast<const std::uint16_t*>(codes), shape, lo, cap, field); break;
+    case 4: list = encode(static_cast<const std::uint32_t*>(codes), shape, lo, cap, field); break;
+    default: list = encode(static_cast<const std::uint64_t*>(codes), shape, lo, cap, field); break;
+  }
+  if (!field.complete) {  // keep the exact prefix only
+    auto end = std::find_if(list.begin(), list.end(), [&](const Entry& e) { return e.pos >= field.covered; });
+    list.erase(end, list.end());
+  }
+  to_field(std::move(list), field);
+  return field;
+}
+
+SparseField second_differences_reference(const void* codes, int element_bytes, const Shape& shape,
+                                         std::uint64_t lo) {
+  check_width(element_bytes);
+  check_shape(shape);
+  const i64 numel = shape_numel(shape);
+  SparseField field;
+  field.shape = shape;
+  field.covered = numel;
+  if (numel == 0) return field;
+  std::vector<u64> x = load_digits(codes, element_bytes, numel, lo);
+  const Shape strides = contiguous_strides(shape);
+  for (std::size_t a = 0; a < shape.size(); ++a) {
+    const i64 stride = strides[a];
+    // Descending flat order, so x[i - e], x[i - 2e] are still the values before this axis's pass.
+    for (i64 i = numel - 1; i >= 0; --i) {
+      const i64 coordinate = (i / stride) % shape[a];
+      auto& xi = x[static_cast<std::size_t>(i)];
+      if (coordinate >= 1) xi -= 2 * x[static_cast<std::size_t>(i - stride)];
+      if (coordinate >= 2) xi += x[static_cast<std::size_t>(i - 2 * stride)];
+    }
+  }
+  for (i64 i = 0; i < numel; ++i) {
+    if (x[static_cast<std::size_t>(i)] == 0) continue;
+    field.flat_positions.push_back(i);
+    field.values.push_back(static_cast<i64>(x[static_cast<std::size_t>(i)]));
+  }
+  return field;
+}
+
+std::int64_t evaluate(const SparseField& field, std::span<const std::int64_t> index) {
+  const std::size_t n = field.shape.size();
+  if (index.size() != n) fail("evaluate: index has " + std::to_string(index.size()) + " axes, field " +
+                              shape_to_string(field.shape));
+  i64 flat = 0;
+  for (std::size_t a = 0; a < n; ++a) {
+    if (index[a] < 0 || index[a] >= field.shape[a]) fail("evaluate: index outside " + shape_to_string(field.shape));
+    flat = flat * field.shape[a] + index[a];
+  }
+  u64 sum = 0;
+  for (std::size_t k = 0; k < field.flat_positions.size() && field.flat_positions[k] <= flat; ++k) {
+    i64 q = field.flat_positions[k];
+    u64 weight = 1;
+    bool dominated = true;
+    for (std::size_t a = n; a-- > 0;) {
+      const i64 qa = q % field.shape[a];
+      q /= field.shape[a];
+      if (qa > index[a]) {
+        dominated = false;
+        break;
+      }
+      weight *= static_cast<u64>(index[a] - qa + 1);
+    }
+    if (dominated) sum += weight * static_cast<u64>(field.values[k]);
+  }
+  return static_cast<i64>(sum);
+}
+
+std::vector<std::int64_t> evaluate_grid(const SparseField& field,
+                                        const std::vector<std::vector<std::int64_t>>& coords) {
+  const std::size_t n = field.shape.size();
+  if (coords.size() != n) fail("evaluate_grid: coordinates for " + std::to_string(coords.size()) +
+                               " axes, field " + shape_to_string(field.shape));
+  for (std::size_t a = 0; a < n; ++a) {
+    for (std::size_t t = 0; t < coords[a].size(); ++t) {
+      if (coords[a][t] < 0 || coords[a][t] >= field.shape[a] || (t > 0 && coords[a][t] <= coords[a][t - 1]))
+        fail("evaluate_grid: coordinates along axis " + std::to_string(a) +
+             " must increase strictly inside " + shape_to_string(field.shape));
+    }
+    if (coords[a].empty()) return {};
+  }
+  if (n == 0) return {evaluate(field, {})};
+
+  // The nonzeros that reach some requested point, as grid indices; the grid per axis is the union of the
+  // requested coordinates and theirs.
+  std::vector<std::vector<i64>> grid(n);
+  std::vector<i64> kept;  // multi-indices of kept nonzeros, n per nonzero
+  std::vector<u64> kept_values;
+  Shape q(n);
+  for (std::size_t k = 0; k < field.flat_positions.size(); ++k) {
+    i64 flat = field.flat_positions[k];
+    bool reaches = true;
+    for (std::size_t a = n; a-- > 0;) {
+      q[a] = flat % field.shape[a];
+      flat /= field.shape[a];
+      reaches = reaches && q[a] <= coords[a].back();
+    }
+    if (!reaches) continue;
+    kept.insert(kept.end(), q.begin(), q.end());
+    kept_values.push_back(static_cast<u64>(field.values[k]));
+  }
+  std::vector<i64> sizes(n);
+  i64 cells = 1;
+  for (std::size_t a = 0; a < n; ++a) {
+    grid[a] = coords[a];
+    for (std::size_t k = 0; k < kept_values.size(); ++k) grid[a].push_back(kept[k * n + a]);
+    std::sort(grid[a].begin(), grid[a].end());
+    grid[a].erase(std::unique(grid[a].begin(), grid[a].end()), grid[a].end());
+    sizes[a] = static_cast<i64>(grid[a].size());
+    if (cells > (i64{1} << 31) / sizes[a]) fail("evaluate_grid: grid over 2^31 cells for " + shape_to_string(field.shape));
+    cells *= sizes[a];
+  }
+  std::vector<u64> v(static_cast<std::size_t>(cells), 0);
+  for (std::size_t k = 0; k < kept_values.size(); ++k) {
+    i64 cell = 0;
+    for (std::size_t a = 0; a < n; ++a) {
+      const auto it = std::lower_bound(grid[a].begin(), grid[a].end(), kept[k * n + a]);
+      cell = cell * sizes[a] + (it - grid[a].begin());
+    }
+    v[static_cast<std::size_t>(cell)] += kept_values[k];
+  }
+  // Double prefix sum along each axis (S1 running sum, S2 running sum of S1): between grid coordinates
+  // the input is zero, so S1 is constant and S2 grows by S1 per step; then keep the requested ones only.
+  std::vector<u64> next, s1, s2;
+  for (std::size_t a = 0; a < n; ++a) {
+    i64 outer = 1, inner = 1;
+    for (std::size_t b = 0; b < a; ++b) outer *= sizes[b];
+    for (std::size_t b = a + 1; b < n; ++b) inner *= sizes[b];
+    const i64 len = sizes[a], kept_len = static_cast<i64>(coords[a].size());
+    next.assign(static_cast<std::size_t>(outer * kept_len * inner), 0);
+    s1.resize(static_cast<std::size_t>(inner));
+    s2.resize(static_cast<std::size_t>(inner));
+    for (i64 o = 0; o < outer; ++o) {
+      std::fill(s1.begin(), s1.end(), 0);
+      std::fill(s2.begin(), s2.end(), 0);
+      i64 previous = -1, r = 0;
+      for (i64 t = 0; t < len; ++t) {
+        const u64 gap = static_cast<u64>(grid[a][t] - previous - 1);
+        previous = grid[a][t];
+        const u64* in = v.data() + (o * len + t) * inner;
+        for (i64 i = 0; i < inner; ++i) {
+          s2[i] += gap * s1[i];
+          s1[i] += in[i];
+          s2[i] += s1[i];
+        }
+        if (r < kept_len && coords[a][r] == grid[a][t]) {
+          std::copy(s2.begin(), s2.end(), next.begin() + (o * kept_len + r) * inner);
+          ++r;
+        }
+      }
+    }
+    sizes[a] = kept_len;
+    v.swap(next);
+  }
+  return std::vector<i64>(v.begin(), v.end());
+}
+
+std::vector<std::int64_t> evaluate_points(const SparseField& field, std::span<const std::int64_t> points) {
+  const std::size_t n = field.shape.size();
+  if (n == 0) return std::vector<i64>(points.empty() ? 0 : 1, evaluate(field, {}));
+  if (points.size() % n != 0) fail("evaluate_points: " + std::to_string(points.size()) + " values for " +
+                                   std::to_string(n) + "-axis points");
+  const std::size_t m = points.size() / n;
+  std::vector<i64> result(m);
+  if (m == 0) return result;
+  std::vector<std::vector<i64>> coords(n);
+  for (std::size_t p = 0; p < m; ++p)
+    for (std::size_t a = 0; a < n; ++a) coords[a].push_back(points[p * n + a]);
+  double cells = 1;  // an upper bound of the grid's size: requested plus nonzero coordinates per axis
+  for (std::size_t a = 0; a < n; ++a) {
+    std::sort(coords[a].begin(), coords[a].end());
+    coords[a].erase(std::unique(coords[a].begin(), coords[a].end()), coords[a].end());
+    cells *= static_cast<double>(coords[a].size() + field.flat_positions.size());
+  }
+  const double k = static_cast<double>(field.flat_positions.size());
+  if (cells <= 8.0 * (k + static_cast<double>(m)) + 65536.0) {
+    const std::vector<i64> values = evaluate_grid(field, coords);
+    for (std::size_t p = 0; p < m; ++p) {
+      i64 cell = 0;
+      for (std::size_t a = 0; a < n; ++a) {
+        const i64 c = points[p * n + a];
+        const auto it = std::lower_bound(coords[a].begin(), coords[a].end(), c);
+        cell = cell * static_cast<i64>(coords[a].size()) + (it - coords[a].begin());
+      }
+      result[p] = values[static_cast<std::size_t>(cell)];
+    }
+    return result;
+  }
+  for (std::size_t p = 0; p < m; ++p) result[p] = evaluate(field, points.subspan(p * n, n));
+  return result;
+}
+
+std::vector<std::int64_t> nonzero_coordinates(const SparseField& field, int axis) {
+  if (axis < 0 || axis >= field.ndim()) fail("nonzero_coordinates: no axis " + std::to_string(axis) + " in " +
+                                             shape_to_string(field.shape));
+  i64 inner = 1;
+  for (std::size_t b = static_cast<std::size_t>(axis) + 1; b < field.shape.size(); ++b) inner *= field.shape[b];
+  std::vector<i64> result;
+  result.reserve(field.flat_positions.size());
+  for (i64 flat : field.flat_positions) result.push_back((flat / inner) % field.shape[static_cast<std::size_t>(axis)]);
+  std::sort(result.begin(), result.end());
+  result.erase(std::unique(result.begin(), result.end()), result.end());
+  return result;
+}
+
+}  // namespace wb::layout

@@ -1,0 +1,265 @@
+// The probe on the emulated backends and on random loaders written only for this test: the probed source
+// map equals the described one, reproduces load_weights bit for bit, stays compact, and a load_weights
+// that is not a pure copy is reported with the parameter and position.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <algorithm>
+#include <random>
+
+#include "emu/backend.hpp"
+#include "emu/described_map.hpp"
+#include "emu/load_util.hpp"
+#include "emu/presets.hpp"
+#include "emu/synthetic.hpp"
+#include "weightbridge/probe.hpp"
+#include "weightbridge/status.hpp"
+
+namespace wb::emu {
+namespace {
+
+using ::testing::HasSubstr;
+
+LoadWeightsFn loader_of(const EmulatedWorker& worker) {
+  return [&worker](const CheckpointReader& checkpoint, const ParameterSet& params) {
+    worker.load_weights(checkpoint, params);
+  };
+}
+
+// Probes a worker whose parameters hold recognisable contents, and checks everything the issue names.
+void check_probe(const EmulatedWorker& worker, const std::vector<TensorInfo>& tensors) {
+  HostParameters params(worker.parameter_infos());
+  // Contents the probe must give back untouched.
+  for (const Parameter& p : params.parameters())
+    for (std::size_t b = 0; b < p.view.nbytes(); ++b) static_cast<std::uint8_t*>(p.view.data)[b] = static_cast<std::uint8_t>(b * 7 + 3);
+  HostParameters before(worker.parameter_infos());
+  for (std::size_t i = 0; i < params.parameters().size(); ++i)
+    std::memcpy(before.parameters()[i].view.data, params.parameters()[i].view.data, params.parameters()[i].view.nbytes());
+
+  ProbeReport report;
+  const SourceMap probed = probe_source_map(tensors, params.parameters(), loader_of(worker), {}, &report);
+  for (std::size_t i = 0; i < params.parameters().size(); ++i)
+    ASSERT_EQ(std::memcmp(before.parameters()[i].view.data, params.parameters()[i].view.data,
+                          params.parameters()[i].view.nbytes()), 0)
+        << worker.describe() << ": the probe did not restore " << params.parameters()[i].name;
+
+  // Identical to the described map after normalization.
+  const SourceMap described = described_source_map(worker, tensors);
+  ASSERT_EQ(probed.copies.size(), described.copies.size()) << worker.describe();
+  EXPECT_EQ(probed.copies, described.copies) << worker.describe();
+
+  // Exact: applying it to a real checkpoint reproduces load_weights.
+  SyntheticCheckpoint checkpoint(tensors, 2024);
+  HostParameters loaded(worker.parameter_infos()), applied(worker.parameter_infos());
+  worker.load_weights(checkpoint, loaded.parameters());
+  apply_source_map(probed, checkpoint, applied.parameters());
+  for (std::size_t i = 0; i < loaded.parameters().size(); ++i)
+    ASSERT_EQ(std::memcmp(loaded.parameters()[i].view.data, applied.parameters()[i].view.data,
+                          loaded.parameters()[i].view.nbytes()), 0)
+        << worker.describe() << ": " << loaded.parameters()[i].name;
+  // Bounded extra memory: the saved contents plus the sparse passes, far below a 64-bit index per element.
+  EXPECT_EQ(report.scratch_bytes, report.parameter_bytes);
+  EXPECT_LT(report.sparse_bytes, report.parameter_bytes + 4096 * params.parameters().size());
+}
+
+class ProbePreset : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ProbePreset, ProbedMapsEqualDescribedMapsAndReproduceLoadWeights) {
+  const PresetInstance instance = instantiate_preset(find_preset(GetParam()), ModelScale::kTiny);
+  const std::vector<TensorInfo> tensors = model_tensors(instance.model);
+  const Deployment& d = instance.deployment;
+  // Every trainer of one pipeline column per stage would do; all of them are cheap at tiny scale, but
+  // the two large presets are sampled to keep the suite fast.
+  const int trainer_step = d.trainer.world_size() > 64 ? 7 : 1;
+  for (int rank = 0; rank < d.trainer.world_size(); rank += trainer_step)
+    check_probe(*make_trainer_worker(instance.model, d.trainer, rank), tensors);
+  const int rollout_step = d.rollout.tp > 8 ? 5 : 1;
+  for (int rank = 0; rank < d.rollout.tp; rank += rollout_step)
+    check_probe(*make_rollout_worker(instance.model, d.rollout, rank), tensors);
+}
+
+INSTANTIATE_TEST_SUITE_P(Presets, ProbePreset,
+                         ::testing::Values("moonlight-16b-a3b", "qwen3-30b-a3b", "qwen3-235b-a22b", "kimi-k2",
+                                           "qwen3-32b"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           for (char& c : name) if (c == '-') c = '_';
+                           return name;
+                         });
+
+TEST(Probe, TransposedExpertsAndOddLayouts) {
+  const ModelConfig model = scale_model(load_named_model_config("qwen3-30b-a3b"));
+  const auto tensors = model_tensors(model);
+  check_probe(*make_rollout_worker(model, RolloutSpec::parse("engines=1,tp=2,ep=2,transpose=experts"), 1), tensors);
+  check_probe(*make_rollout_worker(model, RolloutSpec::parse("engines=1,tp=8,ep=4"), 5), tensors);
+  check_probe(*make_trainer_worker(model, TrainerSpec::parse("tp=2,pp=2,cp=2,ep=4"), 6), tensors);
+}
+
+// --- random loaders written only for this test ---------------------------------------------------------
+
+// One random parameter: rows concatenated from row slices of random checkpoint tensors, optionally
+// interleaved (every k-th row), optionally stored transposed, in a random element type.
+struct RandomLoader {
+  struct Piece {
+    std::string tensor;
+    Box box;
+    std::int64_t param_row;  // first parameter row it lands on
+    std::int64_t row_step;   // 1, or k for interleaving
+  };
+  struct Param {
+    TensorInfo info;
+    bool transposed;
+    std::vector<Piece> pieces;
+  };
+  std::vector<Param> params;
+  std::size_t slice_copies = 0;
+
+  void load(const CheckpointReader& checkpoint, const ParameterSet& set) const {
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      TensorView view = set[i].view;
+      if (params[i].transposed) view = view.transpose(0, 1);
+      for (const Piece& piece : params[i].pieces) {
+        TensorView rows = view.narrow(0, piece.param_row, (piece.box.extent[0] - 1) * piece.row_step + 1);
+        rows.shape[0] = piece.box.extent[0];
+        rows.strides[0] *= piece.row_step;
+        load_box(checkpoint, piece.tensor, piece.box, rows);
+      }
+    }
+  }
+};
+
+RandomLoader make_random_loader(std::mt19937_64& rng, const std::vector<TensorInfo>& tensors) {
+  RandomLoader loader;
+  auto pick = [&](std::int64_t lo, std::int64_t hi) { return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng); };
+  const int param_count = static_cast<int>(pick(1, 4));
+  for (int p = 0; p < param_count; ++p) {
+    const DType dtype = tensors[static_cast<std::size_t>(pick(0, static_cast<std::int64_t>(tensors.size()) - 1))].dtype;
+    std::vector<const TensorInfo*> same;
+    for (const TensorInfo& t : tensors)
+      if (t.dtype == dtype && t.shape.size() == 2) same.push_back(&t);
+    const std::int64_t cols = same[0]->shape[1];
+    RandomLoader::Param param;
+    param.transposed = pick(0, 2) == 0;
+    const bool interleave = pick(0, 2) == 0;
+    // Distinct source tensors per parameter: a parameter that holds the same checkpoint rows twice is
+    // still decoded exactly, but normalization may then pair the duplicates up in more copies.
+    std::shuffle(same.begin(), same.end(), rng);
+    const int pieces = static_cast<int>(pick(1, static_cast<std::int64_t>(same.size())));
+    std::int64_t rows = 0;
+    if (interleave) {
+      // k pieces of equal height interleaved row by row.
+      const std::int64_t height = pick(1, 6);
+      for (int k = 0; k < pieces; ++k) {
+        const TensorInfo& t = *same[static_cast<std::size_t>(k)];
+        const std::int64_t start = pick(0, t.shape[0] - height);
+        param.pieces.push_back({t.name, Box{{start, 0}, {height, cols}}, k, pieces});
+      }
+      rows = height * pieces;
+    } else {
+      for (int k = 0; k < pieces; ++k) {
+        const TensorInfo& t = *same[static_cast<std::size_t>(k)];
+        const std::int64_t height = pick(1, t.shape[0]);
+        const std::int64_t start = pick(0, t.shape[0] - height);
+        param.pieces.push_back({t.name, Box{{start, 0}, {height, cols}}, rows, 1});
+        rows += height;
+      }
+      rows += pick(0, 1) * 3;  // padding rows at the end now and then
+    }
+    loader.slice_copies += param.pieces.size();
+    Shape shape = param.transposed ? Shape{cols, rows} : Shape{rows, cols};
+    param.info = TensorInfo{"param" + std::to_string(p), dtype, shape};
+    loader.params.push_back(std::move(param));
+  }
+  return loader;
+}
+
+TEST(Probe, RandomSliceTransposeConcatInterleaveLoaders) {
+  // Tensors of every dtype, so that 1-byte codes (several digits per coordinate) are covered too.
+  std::vector<TensorInfo> tensors;
+  const DType dtypes[] = {DType::kBF16, DType::kF8E4M3, DType::kF32, DType::kI8, DType::kF16, DType::kF64};
+  int n = 0;
+  for (DType dtype : dtypes)
+    for (int k = 0; k < 3; ++k) tensors.push_back({"t" + std::to_string(n++), dtype, {37 + 50 * k, 24}});
+  tensors.push_back({"norm", DType::kBF16, {24}});
+  std::mt19937_64 rng(7);
+  SyntheticCheckpoint checkpoint(tensors, 11);
+  for (int trial = 0; trial < 200; ++trial) {
+    const RandomLoader loader = make_random_loader(rng, tensors);
+    std::vector<TensorInfo> infos;
+    for (const auto& p : loader.params) infos.push_back(p.info);
+    HostParameters params(infos);
+    const SourceMap map = probe_source_map(
+        tensors, params.parameters(), [&](const CheckpointReader& c, const ParameterSet& s) { loader.load(c, s); });
+    HostParameters loaded(infos), applied(infos);
+    loader.load(checkpoint, loaded.parameters());
+    apply_source_map(map, checkpoint, applied.parameters());
+    for (std::size_t i = 0; i < infos.size(); ++i)
+      ASSERT_EQ(std::memcmp(loaded.parameters()[i].view.data, applied.parameters()[i].view.data,
+                            loaded.parameters()[i].view.nbytes()), 0)
+          << "trial " << trial << " parameter " << i;
+    // Compact: a small constant times the loader's slice copies, however large they are.
+    EXPECT_LE(map.copies.size(), 2 * loader.slice_copies) << "trial " << trial;
+  }
+}
+
+TEST(Probe, AShardOfALargeMatrixIsOneCopy) {
+  const std::vector<TensorInfo> tensors = {{"w", DType::kBF16, {4096, 4096}}};
+  HostParameters params({{"shard", DType::kBF16, {1024, 4096}}});
+  ProbeReport report;
+  const SourceMap map = probe_source_map(
+      tensors, params.parameters(),
+      [](const CheckpointReader& c, const ParameterSet& s) { load_box(c, "w", Box{{2048, 0}, {1024, 4096}}, s[0].view); },
+      {}, &report);
+  ASSERT_EQ(map.copies.size(), 1u);
+  EXPECT_EQ(map.copies[0].box, (Box{{2048, 0}, {1024, 4096}}));
+  EXPECT_LE(report.serialized_bytes, 64u + 64u);
+  std::printf("probe of a [1024, 4096] bf16 shard: %d passes, %.3f s (decode %.3f s), %zu sparse bytes\n",
+              report.passes, report.seconds, report.decode_seconds, report.sparse_bytes);
+}
+
+// --- load_weights that are not pure copies ----------------------------------------------------------
+
+void expect_not_a_copy(const LoadWeightsFn& load, const std::string& param_name) {
+  const std::vector<TensorInfo> tensors = {{"w", DType::kBF16, {16, 8}}, {"v", DType::kBF16, {16, 8}}};
+  HostParameters params({{"p", DType::kBF16, {16, 8}}, {"q", DType::kF32, {16, 8}}});
+  try {
+    probe_source_map(tensors, params.parameters(), load);
+    FAIL() << "not detected";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("not a pure copy"));
+    EXPECT_THAT(e.what(), HasSubstr("parameter " + param_name + " at ["));
+  }
+}
+
+void copy_w(const CheckpointReader& c, const ParameterSet& s) { load_tensor(c, "w", s[0].view); }
+
+TEST(Probe, ArithmeticScalingAndConversionAreReported) {
+  // Doubling a bf16 value: +1 in the exponent, which maps codes onto other valid codes.
+  expect_not_a_copy([](const CheckpointReader& c, const ParameterSet& s) {
+    copy_w(c, s);
+    auto* bits = static_cast<std::uint16_t*>(s[0].view.data);
+    for (std::int64_t i = 0; i < s[0].view.numel(); ++i) bits[i] = static_cast<std::uint16_t>(bits[i] + 0x80);
+  }, "p");
+  // Adding one element to another (arithmetic on a single element).
+  expect_not_a_copy([](const CheckpointReader& c, const ParameterSet& s) {
+    copy_w(c, s);
+    auto* bits = static_cast<std::uint16_t*>(s[0].view.data);
+    bits[37] = static_cast<std::uint16_t>(bits[37] + bits[5] - 0x80);
+  }, "p");
+  // A dtype conversion bf16 -> f32 into the second parameter.
+  expect_not_a_copy([](const CheckpointReader& c, const ParameterSet& s) {
+    std::vector<std::uint16_t> rows(16 * 8);
+    c.read("v", rows.data());
+    auto* out = static_cast<std::uint32_t*>(s[1].view.data);
+    for (std::size_t i = 0; i < rows.size(); ++i) out[i] = static_cast<std::uint32_t>(rows[i]) << 16;
+  }, "q");
+  // A constant written where no checkpoint element goes.
+  expect_not_a_copy([](const CheckpointReader& c, const ParameterSet& s) {
+    c.read_box("w", Box{{0, 0}, {8, 8}}, s[0].view.data);
+    static_cast<std::uint16_t*>(s[0].view.data)[100] = 0x3f80;
+  }, "p");
+}
+
+}  // namespace
+}  // namespace wb::emu

@@ -1,0 +1,532 @@
+// The probe's value encoding (code spaces, pass plan) and the probe checkpoint that serves it.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "layout/probe_checkpoint.hpp"
+#include "layout/probe_code.hpp"
+#include "weightbridge/status.hpp"
+
+namespace wb::layout {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr DType kAllDTypes[] = {DType::kBF16, DType::kF16,    DType::kF32,    DType::kF64, DType::kI8,
+                                DType::kU8,   DType::kI32,    DType::kI64,    DType::kF8E4M3, DType::kF8E5M2};
+
+// --- classifying bit patterns by their fields, independently of the code space ----------------------
+
+struct FloatFormat {
+  int exponent_bits;
+  int mantissa_bits;
+  bool e4m3fn;  // no infinity; only all-ones exponent and mantissa is NaN
+};
+
+FloatFormat float_format(DType dtype) {
+  switch (dtype) {
+    case DType::kBF16: return {8, 7, false};
+    case DType::kF16: return {5, 10, false};
+    case DType::kF32: return {8, 23, false};
+    case DType::kF64: return {11, 52, false};
+    case DType::kF8E4M3: return {4, 3, true};
+    case DType::kF8E5M2: return {5, 2, false};
+    default: ADD_FAILURE() << "not a float dtype"; return {0, 0, false};
+  }
+}
+
+// True when the bits are a positive normal number: not NaN, inf, denormal, zero or negative.
+bool positive_normal(DType dtype, std::uint64_t bits) {
+  const FloatFormat f = float_format(dtype);
+  const std::uint64_t mantissa = bits & ((1ULL << f.mantissa_bits) - 1);
+  const std::uint64_t exponent = (bits >> f.mantissa_bits) & ((1ULL << f.exponent_bits) - 1);
+  const std::uint64_t sign = bits >> (f.mantissa_bits + f.exponent_bits);
+  const std::uint64_t all_ones = (1ULL << f.exponent_bits) - 1;
+  if (sign != 0 || exponent == 0) return false;
+  if (f.e4m3fn) return !(exponent == all_ones && mantissa == ((1ULL << f.mantissa_bits) - 1));
+  return exponent != all_ones;
+}
+
+// bf16 <-> f32: bf16 is the high half of an f32; round to nearest even on the way back.
+float bf16_to_float(std::uint16_t b) { return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16); }
+std::uint16_t float_to_bf16(float x) {
+  std::uint32_t bits = std::bit_cast<std::uint32_t>(x);
+  bits += 0x7fffU + ((bits >> 16) & 1U);
+  return static_cast<std::uint16_t>(bits >> 16);
+}
+
+// --- code spaces ------------------------------------------------------------------------------------
+
+TEST(ProbeCodeSpace, Table) {
+  struct Row {
+    DType dtype;
+    std::uint64_t lo, end;
+  };
+  const Row rows[] = {
+      {DType::kBF16, 0x0080, 0x7F80},
+      {DType::kF16, 0x0400, 0x7C00},
+      {DType::kF32, 0x00800000, 0x7F800000},
+      {DType::kF64, 0x0010000000000000ULL, 0x0010000000000000ULL + (1ULL << 62)},
+      {DType::kF8E4M3, 0x08, 0x7F},
+      {DType::kF8E5M2, 0x04, 0x7C},
+      {DType::kI8, 1, 256},
+      {DType::kU8, 1, 256},
+      {DType::kI32, 1, 1ULL << 31},
+      {DType::kI64, 1, (1ULL << 62) + 1},
+  };
+  ASSERT_EQ(std::size(rows), static_cast<std::size_t>(kNumDTypes));
+  for (const Row& r : rows) {
+    const CodeSpace cs = code_space(r.dtype);
+    EXPECT_EQ(cs.lo, r.lo) << dtype_name(r.dtype);
+    EXPECT_EQ(cs.lo + cs.size, r.end) << dtype_name(r.dtype);
+  }
+  EXPECT_EQ(code_space(DType::kBF16).size, 32512u);
+  EXPECT_EQ(code_space(DType::kF16).size, 30720u);
+  EXPECT_EQ(code_space(DType::kF8E4M3).size, 119u);
+  EXPECT_EQ(code_space(DType::kF8E5M2).size, 120u);
+}
+
+TEST(ProbeCodeSpace, FirstLastAndSentinel) {
+  for (DType dtype : kAllDTypes) {
+    SCOPED_TRACE(std::string(dtype_name(dtype)));
+    const CodeSpace cs = code_space(dtype);
+    const std::uint64_t width_mask = dtype_size(dtype) == 8 ? ~0ULL : (1ULL << (8 * dtype_size(dtype))) - 1;
+    EXPECT_GT(cs.lo, kSentinelBits);
+    EXPECT_LE(cs.lo + cs.size - 1, width_mask);
+    EXPECT_EQ(encode_digit(dtype, 0), cs.lo);
+    EXPECT_EQ(encode_digit(dtype, cs.size - 1), cs.lo + cs.size - 1);
+    EXPECT_EQ(decode_digit(dtype, cs.lo), 0u);
+    EXPECT_EQ(decode_digit(dtype, cs.lo + cs.size - 1), cs.size - 1);
+    EXPECT_FALSE(decode_digit(dtype, kSentinelBits).has_value());
+    EXPECT_FALSE(decode_digit(dtype, cs.lo - 1).has_value());
+    EXPECT_FALSE(decode_digit(dtype, cs.lo + cs.size).has_value());
+    if (cs.lo + cs.size - 1 < width_mask) {
+      EXPECT_FALSE(decode_digit(dtype, width_mask).has_value());
+    }
+    try {
+      (void)encode_digit(dtype, cs.size);
+      ADD_FAILURE() << "digit D must not encode";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_THAT(e.what(), HasSubstr(std::string(dtype_name(dtype))));
+    }
+  }
+}
+
+// For 1- and 2-byte dtypes every bit pattern is checked: the codes are exactly the positive normal
+// numbers (floats) or the nonzero patterns (integers), and each decodes to its own digit.
+TEST(ProbeCodeSpace, EverySmallPattern) {
+  for (DType dtype : kAllDTypes) {
+    if (dtype_size(dtype) > 2) continue;
+    SCOPED_TRACE(std::string(dtype_name(dtype)));
+    const CodeSpace cs = code_space(dtype);
+    const std::uint64_t patterns = 1ULL << (8 * dtype_size(dtype));
+    std::uint64_t codes = 0;
+    for (std::uint64_t bits = 0; bits < patterns; ++bits) {
+      const bool valid = dtype_is_floating(dtype) ? positive_normal(dtype, bits) : bits != 0;
+      const auto digit = decode_digit(dtype, bits);
+      ASSERT_EQ(digit.has_value(), valid) << "bits 0x" << std::hex << bits;
+      if (!digit) continue;
+      ++codes;
+      ASSERT_EQ(*digit, bits - cs.lo);
+      ASSERT_EQ(encode_digit(dtype, *digit), bits);
+    }
+    EXPECT_EQ(codes, cs.size);
+  }
+}
+
+TEST(ProbeCodeSpace, WideFloatsAreNormal) {
+  std::mt19937_64 rng(7);
+  {
+    const CodeSpace cs = code_space(DType::kF32);
+    std::vector<std::uint64_t> digits = {0, 1, cs.size / 2, cs.size - 2, cs.size - 1};
+    for (int i = 0; i < 200000; ++i) digits.push_back(rng() % cs.size);
+    for (std::uint64_t d : digits) {
+      const auto bits = static_cast<std::uint32_t>(encode_digit(DType::kF32, d));
+      const float x = std::bit_cast<float>(bits);
+      ASSERT_EQ(std::fpclassify(x), FP_NORMAL) << d;
+      ASSERT_FALSE(std::signbit(x));
+      ASSERT_TRUE(positive_normal(DType::kF32, bits));
+    }
+    // Just outside: the largest denormal and +inf.
+    EXPECT_EQ(std::fpclassify(std::bit_cast<float>(static_cast<std::uint32_t>(cs.lo - 1))), FP_SUBNORMAL);
+    EXPECT_TRUE(std::isinf(std::bit_cast<float>(static_cast<std::uint32_t>(cs.lo + cs.size))));
+  }
+  {
+    const CodeSpace cs = code_space(DType::kF64);
+    std::vector<std::uint64_t> digits = {0, 1, cs.size / 2, cs.size - 1};
+    for (int i = 0; i < 200000; ++i) digits.push_back(rng() % cs.size);
+    for (std::uint64_t d : digits) {
+      const double x = std::bit_cast<double>(encode_digit(DType::kF64, d));
+      ASSERT_EQ(std::fpclassify(x), FP_NORMAL) << d;
+      ASSERT_FALSE(std::signbit(x));
+      ASSERT_TRUE(positive_normal(DType::kF64, encode_digit(DType::kF64, d)));
+    }
+    EXPECT_EQ(std::fpclassify(std::bit_cast<double>(cs.lo - 1)), FP_SUBNORMAL);
+  }
+}
+
+// A code copied bitwise or through a float of its own type (the copy a framework's dtype-preserving
+// load does, possibly through registers) still decodes to the same digit.
+TEST(ProbeCodeSpace, CopiesKeepTheDigit) {
+  std::mt19937_64 rng(11);
+  for (DType dtype : kAllDTypes) {
+    SCOPED_TRACE(std::string(dtype_name(dtype)));
+    const CodeSpace cs = code_space(dtype);
+    for (int i = 0; i < 20000; ++i) {
+      const std::uint64_t digit = i < 2 ? (i == 0 ? 0 : cs.size - 1) : rng() % cs.size;
+      unsigned char source[8] = {}, copy[8] = {};
+      store_bits(dtype, source, 0, encode_digit(dtype, digit));
+      std::memcpy(copy, source, dtype_size(dtype));
+      ASSERT_EQ(decode_digit(dtype, load_bits(dtype, copy, 0)), digit);
+      if (dtype == DType::kF32) {
+        volatile float x = std::bit_cast<float>(static_cast<std::uint32_t>(load_bits(dtype, source, 0)));
+        volatile float y = x;
+        const float z = y * 1.0f + 0.0f;  // arithmetic identities a copy kernel might apply
+        ASSERT_EQ(decode_digit(dtype, std::bit_cast<std::uint32_t>(static_cast<float>(y))), digit);
+        ASSERT_EQ(decode_digit(dtype, std::bit_cast<std::uint32_t>(z)), digit);
+      } else if (dtype == DType::kF64) {
+        volatile double x = std::bit_cast<double>(load_bits(dtype, source, 0));
+        volatile double y = x;
+        const double z = y * 1.0 + 0.0;
+        ASSERT_EQ(decode_digit(dtype, std::bit_cast<std::uint64_t>(static_cast<double>(y))), digit);
+        ASSERT_EQ(decode_digit(dtype, std::bit_cast<std::uint64_t>(z)), digit);
+      } else if (dtype == DType::kBF16) {
+        // bf16 -> f32 -> bf16 is exact for every code.
+        const auto bits = static_cast<std::uint16_t>(load_bits(dtype, source, 0));
+        ASSERT_EQ(decode_digit(dtype, float_to_bf16(bf16_to_float(bits))), digit);
+      }
+#ifdef __FLT16_MAX__
+      else if (dtype == DType::kF16) {
+        const auto bits = static_cast<std::uint16_t>(load_bits(dtype, source, 0));
+        volatile _Float16 h = std::bit_cast<_Float16>(bits);
+        const auto back = static_cast<_Float16>(static_cast<float>(h));
+        ASSERT_EQ(decode_digit(dtype, std::bit_cast<std::uint16_t>(back)), digit);
+      }
+#endif
+    }
+  }
+}
+
+TEST(ProbeCodeSpace, DigitArithmetic) {
+  EXPECT_EQ(digits_needed(0, 10), 0);
+  EXPECT_EQ(digits_needed(9, 10), 1);
+  EXPECT_EQ(digits_needed(10, 10), 2);
+  EXPECT_EQ(digits_needed(163839, 32512), 2);
+  EXPECT_EQ(digits_needed(7167, 32512), 1);
+  EXPECT_EQ(place_value(10, 3), 1000u);
+  EXPECT_EQ(place_value(1ULL << 62, 2), UINT64_MAX);
+  EXPECT_EQ(digit_of(12345, 10, 0), 5u);
+  EXPECT_EQ(digit_of(12345, 10, 4), 1u);
+  EXPECT_EQ(digit_of(12345, 1ULL << 62, 3), 0u);
+  const std::uint64_t digits[] = {5, 4, 3, 2, 1};
+  EXPECT_EQ(combine_digits(digits, 10), 12345u);
+  const std::uint64_t huge[] = {0, 0, 3};
+  EXPECT_EQ(combine_digits(huge, 1ULL << 62), UINT64_MAX);
+}
+
+// --- the pass plan ----------------------------------------------------------------------------------
+
+// Several dtypes and ranks; extents that need two digits in the small bases; more tensors than the
+// fp8 base, so the tensor index needs two fp8 digits.
+std::vector<TensorInfo> mixed_tensors() {
+  std::vector<TensorInfo> t = {
+      {"emb", DType::kBF16, {70000, 3}},   // axis 0: 2 bf16 digits
+      {"w8", DType::kF8E4M3, {300, 5, 7}},  // 3-D; axis 0: 2 fp8 digits
+      {"u", DType::kU8, {600, 300}},        // both axes 2 u8 digits
+      {"h", DType::kF16, {31000}},          // 2 f16 digits (D = 30720)
+      {"f", DType::kF32, {17, 19}},
+      {"d", DType::kF64, {5, 3, 2}},
+      {"i", DType::kI32, {9}},
+      {"l", DType::kI64, {4, 4}},
+      {"s", DType::kI8, {}},  // scalar
+      {"e5", DType::kF8E5M2, {130, 2}},
+      {"empty", DType::kBF16, {0, 4}},
+  };
+  for (int i = 0; i < 120; ++i)
+    t.push_back({"small." + std::to_string(i), i % 2 ? DType::kF8E5M2 : DType::kBF16, {2, 3}});
+  return t;
+}
+
+// Visits every multi-index of a shape (or of a box) in row-major order.
+template <typename F>
+void for_each_index(const Shape& extent, F f) {
+  const std::int64_t n = shape_numel(extent);
+  Shape index(extent.size(), 0);
+  for (std::int64_t e = 0; e < n; ++e) {
+    f(index);
+    for (int d = static_cast<int>(extent.size()) - 1; d >= 0; --d) {
+      if (++index[static_cast<std::size_t>(d)] < extent[static_cast<std::size_t>(d)]) break;
+      index[static_cast<std::size_t>(d)] = 0;
+    }
+  }
+}
+
+TEST(ProbePlan, DigitsPerField) {
+  const auto tensors = mixed_tensors();
+  const ProbePlan plan(tensors);
+  ASSERT_EQ(plan.num_fields(), 4);  // tensor index, axes 0..2
+  EXPECT_EQ(plan.field_digits(kTensorField), 2);  // 130 tensors > 119 (fp8 e4m3 base)... and e5m2 120
+  EXPECT_EQ(plan.field_digits(axis_field(0)), 2);
+  EXPECT_EQ(plan.field_digits(axis_field(1)), 2);  // u8 [.., 300]
+  EXPECT_EQ(plan.field_digits(axis_field(2)), 1);
+  EXPECT_EQ(plan.num_passes(), 7);
+  EXPECT_EQ(plan.pass(0), (ProbePass{kTensorField, 0}));
+  EXPECT_EQ(plan.pass(3), (ProbePass{axis_field(0), 1}));
+  EXPECT_EQ(plan.describe_pass(3), "axis 0, digit 1");
+  EXPECT_EQ(plan.describe_pass(1), "tensor index, digit 1");
+  EXPECT_THROW((void)plan.pass(7), Error);
+
+  // One tensor still gets a pass; a bf16 matrix within one digit per axis needs three.
+  EXPECT_EQ(ProbePlan({{"x", DType::kBF16, {}}}).num_passes(), 1);
+  EXPECT_EQ(ProbePlan({{"x", DType::kBF16, {4096, 4096}}}).num_passes(), 3);
+  EXPECT_EQ(ProbePlan({{"x", DType::kBF16, {163840, 7168}}, {"y", DType::kBF16, {7168}}}).num_passes(), 4);
+  EXPECT_THROW(ProbePlan({{"x", DType::kBF16, {-1}}}), Error);
+}
+
+// Every element of every tensor: digits → codes → (copy) → digits → combine gives back its tensor index
+// and coordinates (and 0 for axes the tensor lacks).
+TEST(ProbePlan, EveryElementRoundTrips) {
+  const auto tensors = mixed_tensors();
+  const ProbePlan plan(tensors);
+  const auto passes = static_cast<std::size_t>(plan.num_passes());
+  std::vector<std::uint64_t> digits(passes), fields(static_cast<std::size_t>(plan.num_fields()));
+  std::int64_t checked = 0;
+  for (std::size_t t = 0; t < tensors.size(); ++t) {
+    const DType dtype = tensors[t].dtype;
+    for_each_index(tensors[t].shape, [&](const Shape& index) {
+      for (std::size_t p = 0; p < passes; ++p) {
+        const std::uint64_t bits = encode_digit(dtype, plan.digit(static_cast<int>(p), t, index));
+        const auto digit = decode_digit(dtype, bits);
+        ASSERT_TRUE(digit.has_value());
+        digits[p] = *digit;
+      }
+      plan.combine_all(dtype, digits, fields);
+      ASSERT_EQ(fields[0], t) << tensors[t].name;
+      for (std::size_t a = 0; a + 1 < fields.size(); ++a)
+        ASSERT_EQ(fields[a + 1], a < index.size() ? static_cast<std::uint64_t>(index[a]) : 0u)
+            << tensors[t].name << " axis " << a;
+      ++checked;
+    });
+  }
+  EXPECT_GT(checked, 400000);
+}
+
+// --- the probe checkpoint ---------------------------------------------------------------------------
+
+// The element-wise definition: what read_box must produce for `box` of tensor t in pass p.
+std::vector<std::uint64_t> expected_codes(const ProbePlan& plan, int p, std::size_t t, const Box& box) {
+  std::vector<std::uint64_t> out;
+  out.reserve(static_cast<std::size_t>(box.numel()));
+  for_each_index(box.extent, [&](const Shape& rel) {
+    Shape index = rel;
+    for (std::size_t a = 0; a < index.size(); ++a) index[a] += box.offset[a];
+    out.push_back(encode_digit(plan.dtype(t), plan.digit(p, t, index)));
+  });
+  return out;
+}
+
+std::vector<std::uint64_t> read_codes(const ProbeCheckpoint& ckpt, const TensorInfo& info, const Box& box) {
+  std::vector<unsigned char> raw(static_cast<std::size_t>(box.numel()) * dtype_size(info.dtype) + 1);
+  ckpt.read_box(info.name, box, raw.data());
+  std::vector<std::uint64_t> out(static_cast<std::size_t>(box.numel()));
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = load_bits(info.dtype, raw.data(), i);
+  return out;
+}
+
+Box random_box(const Shape& shape, std::mt19937_64& rng) {
+  Box box;
+  for (std::int64_t e : shape) {
+    const std::int64_t a = e == 0 ? 0 : static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(e + 1));
+    const std::int64_t b = e == 0 ? 0 : static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(e + 1));
+    box.offset.push_back(std::min(a, b));
+    box.extent.push_back(std::max(a, b) - std::min(a, b));
+  }
+  return box;
+}
+
+TEST(ProbeCheckpoint, RandomBoxesMatchTheDefinition) {
+  const auto tensors = mixed_tensors();
+  ProbeCheckpoint ckpt(tensors, ProbePlan(tensors));
+  const ProbePlan& plan = ckpt.plan();
+  std::mt19937_64 rng(3);
+  for (int p = 0; p < plan.num_passes(); ++p) {
+    ckpt.set_pass(p);
+    EXPECT_EQ(ckpt.current_pass(), p);
+    for (std::size_t t = 0; t < 12 && t < tensors.size(); ++t) {
+      for (int trial = 0; trial < 12; ++trial) {
+        // First the whole tensor, then boxes that tend to straddle the digit wraps of the big axes.
+        const Box box = trial == 0 ? Box::whole(tensors[t].shape) : random_box(tensors[t].shape, rng);
+        ASSERT_EQ(read_codes(ckpt, tensors[t], box), expected_codes(plan, p, t, box))
+            << tensors[t].name << " box " << box.to_string() << " pass " << p;
+      }
+    }
+    // A thin box across the bf16 wrap of axis 0 (32512) and a box of one column.
+    for (const Box& box : {Box{{32500, 1}, {40, 2}}, Box{{0, 2}, {70000, 1}}})
+      ASSERT_EQ(read_codes(ckpt, tensors[0], box), expected_codes(plan, p, 0, box)) << box.to_string();
+  }
+}
+
+// Reading every pass of whole tensors and combining gives back (tensor index, coordinates) for each element.
+TEST(ProbeCheckpoint, PassesCombineToCoordinates) {
+  const auto tensors = mixed_tensors();
+  ProbeCheckpoint ckpt(tensors, ProbePlan(tensors));
+  const ProbePlan& plan = ckpt.plan();
+  for (std::size_t t : {std::size_t{0}, std::size_t{1}, std::size_t{2}, std::size_t{3}, std::size_t{5},
+                        std::size_t{8}, std::size_t{9}, tensors.size() - 1}) {
+    const TensorInfo& info = tensors[t];
+    const Box whole = Box::whole(info.shape);
+    std::vector<std::vector<std::uint64_t>> per_pass;
+    for (int p = 0; p < plan.num_passes(); ++p) {
+      ckpt.set_pass(p);
+      per_pass.push_back(read_codes(ckpt, info, whole));
+    }
+    std::vector<std::uint64_t> digits(per_pass.size()), fields(static_cast<std::size_t>(plan.num_fields()));
+    std::size_t e = 0;
+    for_each_index(info.shape, [&](const Shape& index) {
+      for (std::size_t p = 0; p < per_pass.size(); ++p) {
+        const auto digit = decode_digit(info.dtype, per_pass[p][e]);
+        ASSERT_TRUE(digit.has_value()) << info.name << " element " << e;
+        digits[p] = *digit;
+      }
+      plan.combine_all(info.dtype, digits, fields);
+      ASSERT_EQ(fields[0], t);
+      for (std::size_t a = 0; a < index.size(); ++a) ASSERT_EQ(fields[a + 1], static_cast<std::uint64_t>(index[a]));
+      for (std::size_t a = index.size(); a + 1 < fields.size(); ++a) ASSERT_EQ(fields[a + 1], 0u);
+      ++e;
+    });
+    EXPECT_EQ(e, static_cast<std::size_t>(info.numel()));
+  }
+}
+
+TEST(ProbeCheckpoint, VerificationValues) {
+  const auto tensors = mixed_tensors();
+  ProbeCheckpoint ckpt(tensors, ProbePlan(tensors));
+  std::mt19937_64 rng(5);
+  for (std::size_t t = 0; t < 11; ++t) {
+    const TensorInfo& info = tensors[t];
+    const Box whole = Box::whole(info.shape);
+    ckpt.set_verification(1);
+    EXPECT_TRUE(ckpt.verification());
+    const auto a = read_codes(ckpt, info, whole);
+    ckpt.set_verification(2);
+    const auto b = read_codes(ckpt, info, whole);
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      ASSERT_TRUE(is_code(info.dtype, a[i])) << info.name << " " << i;
+      ASSERT_TRUE(is_code(info.dtype, b[i])) << info.name << " " << i;
+      differ += a[i] != b[i];
+    }
+    // Codes drawn uniformly from D >= 119 values: two seeds agree on under 1% of elements.
+    if (a.size() >= 100) {
+      EXPECT_GT(differ, a.size() * 95 / 100) << info.name;
+    }
+    // Any box agrees with the whole tensor (values depend on the element, not on the read).
+    const Box box = random_box(info.shape, rng);
+    const auto part = read_codes(ckpt, info, box);
+    std::size_t i = 0;
+    const Shape strides = contiguous_strides(info.shape);
+    for_each_index(box.extent, [&](const Shape& rel) {
+      std::int64_t flat = 0;
+      for (std::size_t d = 0; d < rel.size(); ++d) flat += (box.offset[d] + rel[d]) * strides[d];
+      ASSERT_EQ(part[i++], b[static_cast<std::size_t>(flat)]) << info.name;
+    });
+  }
+  // Verification values spread over the code space rather than repeating the coordinate codes.
+  ckpt.set_verification(1);
+  const auto v = read_codes(ckpt, tensors[0], Box::whole(tensors[0].shape));
+  ckpt.set_pass(2);  // axis 0, digit 0
+  EXPECT_FALSE(ckpt.verification());
+  EXPECT_NE(read_codes(ckpt, tensors[0], Box::whole(tensors[0].shape)), v);
+}
+
+TEST(ProbeCheckpoint, SourceAndErrors) {
+  const auto tensors = mixed_tensors();
+  ProbeCheckpoint ckpt(tensors, ProbePlan(tensors));
+  EXPECT_EQ(ckpt.source(), "probe pass 1 of 7 (tensor index, digit 0)");
+  ckpt.set_pass(4);
+  EXPECT_EQ(ckpt.source(), "probe pass 5 of 7 (axis 1, digit 0)");
+  ckpt.set_verification(42);
+  EXPECT_EQ(ckpt.source(), "probe verification (seed 42)");
+  EXPECT_THROW(ckpt.set_pass(7), Error);
+  EXPECT_THROW(ckpt.set_pass(-1), Error);
+
+  std::vector<std::uint16_t> buffer(64);
+  try {
+    ckpt.read_box("nope", Box{{0}, {1}}, buffer.data());
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kNotFound);
+    EXPECT_THAT(e.what(), HasSubstr("nope"));
+  }
+  for (const Box& bad : {Box{{0, 0}, {70001, 1}}, Box{{0}, {1}}, Box{{0, 0}, {1}}, Box{{-1, 0}, {1, 1}}}) {
+    try {
+      ckpt.read_box("emb", bad, buffer.data());
+      ADD_FAILURE() << bad.to_string();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_THAT(e.what(), HasSubstr("tensor emb"));
+    }
+  }
+  // A plan of another tensor list, and a repeated name, are refused.
+  auto other = tensors;
+  other[0].shape[0] += 1;
+  EXPECT_THROW(ProbeCheckpoint(tensors, ProbePlan(other)), Error);
+  other = tensors;
+  other.pop_back();
+  EXPECT_THROW(ProbeCheckpoint(tensors, ProbePlan(other)), Error);
+  other = tensors;
+  other[1].name = other[0].name;
+  EXPECT_THROW(ProbeCheckpoint(other, ProbePlan(other)), Error);
+}
+
+TEST(ProbeCheckpoint, ConcurrentReadsAgree) {
+  const std::vector<TensorInfo> tensors = {{"w", DType::kBF16, {20000, 64}}, {"v", DType::kF8E4M3, {500, 500}}};
+  ProbeCheckpoint ckpt(tensors, ProbePlan(tensors));
+  ckpt.set_pass(2);
+  const auto reference = read_codes(ckpt, tensors[0], Box::whole(tensors[0].shape));
+  std::vector<std::thread> pool;
+  std::vector<int> ok(4, 0);
+  for (int i = 0; i < 4; ++i)
+    pool.emplace_back([&, i] {
+      bool same = true;
+      for (int r = 0; r < 3; ++r) same = same && read_codes(ckpt, tensors[0], Box::whole(tensors[0].shape)) == reference;
+      ok[static_cast<std::size_t>(i)] = same;
+    });
+  for (auto& t : pool) t.join();
+  for (int v : ok) EXPECT_TRUE(v);
+}
+
+// Prints elements per second for a large bf16 box in every pass (no threshold: machines differ).
+TEST(ProbeCheckpoint, ReadBoxThroughput) {
+  const std::vector<TensorInfo> tensors = {{"embed", DType::kBF16, {163840, 7168}}};
+  ProbeCheckpoint ckpt(tensors, ProbePlan(tensors));
+  const Box box{{40000, 0}, {4096, 7168}};  // 29.4 M elements, 59 MB
+  std::vector<std::uint16_t> out(static_cast<std::size_t>(box.numel()));
+  auto measure = [&](const std::string& what) {
+    ckpt.read_box("embed", box, out.data());  // warm the pages
+    const auto start = std::chrono::steady_clock::now();
+    constexpr int kReps = 3;
+    for (int r = 0; r < kReps; ++r) ckpt.read_box("embed", box, out.data());
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / kReps;
+    std::printf("  read_box %s: %.2f G elements/s\n", what.c_str(), static_cast<double>(box.numel()) / s / 1e9);
+  };
+  for (int p = 0; p < ckpt.plan().num_passes(); ++p) {
+    ckpt.set_pass(p);
+    measure(ckpt.source());
+  }
+  ckpt.set_verification(9);
+  measure(ckpt.source());
+}
+
+}  // namespace
+}  // namespace wb::layout
