@@ -20,6 +20,8 @@
 #include "emu/synthetic.hpp"
 #include "emu/verify.hpp"
 #include "weightbridge/checks.hpp"
+#include "weightbridge/correspondence.hpp"
+#include "weightbridge/probe.hpp"
 #include "weightbridge/log.hpp"
 #include "weightbridge/settings.hpp"
 
@@ -200,6 +202,19 @@ int run(int argc, char** argv) {
   double max_load = 0;
   WB_CHECK_MPI(MPI_Reduce(&load_seconds, &max_load, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD));
 
+  // Correspondence extraction, as connect will do it: probe this worker's load_weights (the parameters
+  // are restored afterwards), all-gather the source maps, build the correspondence on rank 0.
+  ProbeReport probe;
+  const SourceMap source_map = probe_source_map(
+      setup.checkpoint->tensors(), params.parameters(),
+      [&](const CheckpointReader& checkpoint, const ParameterSet& p) { worker->load_weights(checkpoint, p); }, {},
+      &probe);
+  std::vector<SourceMap> maps = allgather_source_maps(source_map, MPI_COMM_WORLD);
+  const double probe_numbers[3] = {probe.seconds, static_cast<double>(probe.scratch_bytes + probe.sparse_bytes),
+                                   static_cast<double>(probe.copies)};
+  double probe_max[3] = {0, 0, 0};
+  WB_CHECK_MPI(MPI_Reduce(probe_numbers, probe_max, 3, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD));
+
   int exit_code = verification.ok() ? 0 : 1;
   if (rank == 0) {
     const auto& tensors = setup.checkpoint->tensors();
@@ -225,6 +240,16 @@ int run(int argc, char** argv) {
       for (std::string& gap : coverage_gaps(tensors, group_boxes[static_cast<std::size_t>(g)], name)) gaps.push_back(std::move(gap));
     }
     for (std::size_t i = 0; i < gaps.size() && i < 10; ++i) std::cerr << "wb-replay: " << gaps[i] << '\n';
+    std::vector<Side> sides;
+    std::size_t map_bytes = 0, copies = 0;
+    for (int r = 0; r < world; ++r) {
+      sides.push_back(deployment.is_trainer(r) ? Side::kTrainer : Side::kRollout);
+      map_bytes += serialize_source_map(maps[static_cast<std::size_t>(r)]).size();
+      copies += maps[static_cast<std::size_t>(r)].copies.size();
+    }
+    const auto correspondence_start = std::chrono::steady_clock::now();
+    const Correspondence correspondence = build_correspondence(tensors, std::move(maps), sides);
+    const double correspondence_seconds = seconds_since(correspondence_start);
     const bool verified = sum.failed_ranks == 0 && gaps.empty();
     exit_code = verified ? 0 : 1;
     nlohmann::json result = {
@@ -241,6 +266,14 @@ int run(int argc, char** argv) {
         {"pieces", sum.pieces},
         {"padding_bytes", sum.unsourced},
         {"load_seconds_max", max_load},
+        {"probe", {{"seconds_max", probe_max[0]},
+                   {"extra_bytes_max", probe_max[1]},
+                   {"copies_max", probe_max[2]},
+                   {"copies_total", copies},
+                   {"source_map_bytes_total", map_bytes},
+                   {"atoms", correspondence.atoms.size()},
+                   {"needed_elements", correspondence.needed_elements()},
+                   {"correspondence_seconds", correspondence_seconds}}},
         {"seconds", seconds_since(start)},
     };
     std::cout << result.dump() << std::endl;
