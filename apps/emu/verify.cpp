@@ -5,6 +5,7 @@
 #include <memory>
 #include <set>
 
+#include "weightbridge/correspondence.hpp"
 #include "weightbridge/status.hpp"
 
 namespace wb::emu {
@@ -91,63 +92,6 @@ WorkerVerification verify_worker(const EmulatedWorker& worker, const ParameterSe
     }
   }
   return result;
-}
-
-std::optional<Box> first_uncovered_box(const Shape& shape, const std::vector<Box>& boxes) {
-  const std::size_t ndim = shape.size();
-  if (shape_numel(shape) == 0) return std::nullopt;
-  // Cut points of every axis: the tensor's ends and every box boundary.
-  std::vector<std::vector<std::int64_t>> cuts(ndim);
-  for (std::size_t a = 0; a < ndim; ++a) {
-    std::set<std::int64_t> points = {0, shape[a]};
-    for (const Box& box : boxes) {
-      points.insert(box.offset[a]);
-      points.insert(box.offset[a] + box.extent[a]);
-    }
-    cuts[a].assign(points.begin(), points.end());
-  }
-  std::vector<std::size_t> cells(ndim);
-  std::size_t total = 1;
-  for (std::size_t a = 0; a < ndim; ++a) {
-    cells[a] = cuts[a].size() - 1;
-    total *= cells[a];
-  }
-  std::vector<bool> covered(total, false);
-  for (const Box& box : boxes) {
-    if (box.numel() == 0) continue;
-    // Cell ranges the box spans on each axis.
-    std::vector<std::size_t> first(ndim), last(ndim);
-    for (std::size_t a = 0; a < ndim; ++a) {
-      first[a] = static_cast<std::size_t>(std::lower_bound(cuts[a].begin(), cuts[a].end(), box.offset[a]) - cuts[a].begin());
-      last[a] = static_cast<std::size_t>(
-          std::lower_bound(cuts[a].begin(), cuts[a].end(), box.offset[a] + box.extent[a]) - cuts[a].begin());
-    }
-    std::vector<std::size_t> index = first;
-    while (true) {
-      std::size_t flat = 0;
-      for (std::size_t a = 0; a < ndim; ++a) flat = flat * cells[a] + index[a];
-      covered[flat] = true;
-      std::size_t a = ndim;
-      for (; a-- > 0;) {
-        if (++index[a] < last[a]) break;
-        index[a] = first[a];
-      }
-      if (a == static_cast<std::size_t>(-1)) break;
-    }
-  }
-  for (std::size_t flat = 0; flat < total; ++flat) {
-    if (covered[flat]) continue;
-    Box gap{Shape(ndim), Shape(ndim)};
-    std::size_t rest = flat;
-    for (std::size_t a = ndim; a-- > 0;) {
-      const std::size_t i = rest % cells[a];
-      rest /= cells[a];
-      gap.offset[a] = cuts[a][i];
-      gap.extent[a] = cuts[a][i + 1] - cuts[a][i];
-    }
-    return gap;
-  }
-  return std::nullopt;
 }
 
 std::vector<std::string> coverage_gaps(const std::vector<TensorInfo>& tensors,

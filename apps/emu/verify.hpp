@@ -31,12 +31,8 @@ struct TensorBoxes {
   std::vector<Box> boxes;
 };
 
-/// The first box of `shape` that none of `boxes` covers, or nullopt when they cover all of it. Exact:
-/// works on the grid of all box boundaries, so partial overlaps are handled.
-std::optional<Box> first_uncovered_box(const Shape& shape, const std::vector<Box>& boxes);
-
-/// Checks that the pieces of a group of workers cover every element of every checkpoint tensor; one
-/// message per tensor with a gap, naming the tensor and the uncovered box.
+/// Checks that the pieces of a group of workers cover every element of every checkpoint tensor (with
+/// wb::first_uncovered_box); one message per tensor with a gap, naming the tensor and the uncovered box.
 std::vector<std::string> coverage_gaps(const std::vector<TensorInfo>& tensors,
                                        const std::vector<std::vector<Box>>& boxes_per_tensor,
                                        const std::string& group);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -42,6 +43,10 @@ struct Correspondence {
   /// Elements needed in total (each needer counted) and distinct needed elements (M / element size).
   std::int64_t needed_elements() const;
 };
+
+/// The first box of a tensor of `shape` that none of `boxes` covers, or nullopt when they cover all of
+/// it. Exact: works on the grid of all box boundaries, so partial overlaps are handled.
+std::optional<Box> first_uncovered_box(const Shape& shape, const std::vector<Box>& boxes);
 
 /// Cuts every checkpoint tensor into atoms. Throws wb::Error (kInvalidArgument) naming the tensor, the
 /// box and a rollout worker when a rollout needs an element no trainer holds. Only the atoms some rollout

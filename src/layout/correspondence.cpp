@@ -14,13 +14,15 @@ struct Grid {
   std::vector<std::size_t> cells;  // cells per axis
   std::size_t total = 1;
 
-  Grid(const Shape& shape, const std::vector<const Box*>& boxes) : cuts(shape.size()), cells(shape.size()) {
+  template <class BoxRange, class Get>
+  Grid(const Shape& shape, const BoxRange& boxes, Get&& get) : cuts(shape.size()), cells(shape.size()) {
     for (std::size_t a = 0; a < shape.size(); ++a) {
       auto& c = cuts[a];
       c = {0, shape[a]};
-      for (const Box* box : boxes) {
-        c.push_back(box->offset[a]);
-        c.push_back(box->offset[a] + box->extent[a]);
+      for (const auto& item : boxes) {
+        const Box& box = get(item);
+        c.push_back(box.offset[a]);
+        c.push_back(box.offset[a] + box.extent[a]);
       }
       std::sort(c.begin(), c.end());
       c.erase(std::unique(c.begin(), c.end()), c.end());
@@ -106,6 +108,16 @@ void merge_atoms(std::vector<Atom>& atoms) {
 
 }  // namespace
 
+std::optional<Box> first_uncovered_box(const Shape& shape, const std::vector<Box>& boxes) {
+  if (shape_numel(shape) == 0) return std::nullopt;
+  const Grid grid(shape, boxes, [](const Box& box) -> const Box& { return box; });
+  std::vector<bool> covered(grid.total, false);
+  for (const Box& box : boxes) grid.for_each_cell(box, [&](std::size_t cell) { covered[cell] = true; });
+  for (std::size_t cell = 0; cell < grid.total; ++cell)
+    if (!covered[cell]) return grid.cell_box(cell);
+  return std::nullopt;
+}
+
 std::int64_t Correspondence::position(const Atom& atom, const AtomEndpoint& endpoint,
                                       std::span<const std::int64_t> index) const {
   const SliceCopy& copy = maps[static_cast<std::size_t>(endpoint.worker)].copies[endpoint.copy];
@@ -145,9 +157,9 @@ Correspondence build_correspondence(const std::vector<TensorInfo>& checkpoint_te
     bool needed = false;
     for (const Ref& r : refs) needed = needed || sides[static_cast<std::size_t>(r.worker)] == Side::kRollout;
     if (!needed) continue;
-    std::vector<const Box*> boxes;
-    for (const Ref& r : refs) boxes.push_back(&maps[static_cast<std::size_t>(r.worker)].copies[r.copy].box);
-    const Grid grid(checkpoint_tensors[t].shape, boxes);
+    const Grid grid(checkpoint_tensors[t].shape, refs, [&](const Ref& r) -> const Box& {
+      return maps[static_cast<std::size_t>(r.worker)].copies[r.copy].box;
+    });
     std::vector<std::vector<AtomEndpoint>> holders(grid.total), needers(grid.total);
     for (const Ref& r : refs) {
       const bool rollout = sides[static_cast<std::size_t>(r.worker)] == Side::kRollout;

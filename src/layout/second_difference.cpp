@@ -48,13 +48,42 @@ inline A diff2(T a, T b, T c) {
   return static_cast<A>(static_cast<A>(c) + static_cast<A>(a) - static_cast<A>(2 * static_cast<A>(b)));
 }
 
-/// OR over p[0..N) of the second differences in A lanes (p[-2], p[-1] are read). A fixed N lets GCC
-/// vectorize without an epilogue, even under -O2's very-cheap cost model.
+/// a - 2 b + c modulo 2^64.
+template <class T>
+inline u64 exact_at3(T a, T b, T c) {
+  return u64{a} + u64{c} - 2 * u64{b};
+}
+
+/// OR over k < N of a[k] - 2 b[k] + c[k] in A lanes. For the row test a, b, c are one row shifted by
+/// 0, 1, 2; for the test across rows, three consecutive rows. A fixed N lets GCC vectorize without an
+/// epilogue, even under -O2's very-cheap cost model.
 template <class T, class A, int N>
-inline A residue(const T* p) {
+inline A residue(const T* a, const T* b, const T* c) {
   A acc = 0;
-  for (int k = 0; k < N; ++k) acc |= diff2<A>(p[k - 2], p[k - 1], p[k]);
+  for (int k = 0; k < N; ++k) acc |= diff2<A>(c[k], b[k], a[k]);
   return acc;
+}
+
+/// Whether a[k] - 2 b[k] + c[k] = 0 for all k < N, exactly. The test runs in T lanes first, the most
+/// per vector: a wrapped w-bit value is zero exactly when the true one is, provided no code involved
+/// has its top bit set (then |true| < 2^w), which the probe's codes satisfy; the top bits are ORed
+/// alongside, and a chunk that has them set is tested again in exact lanes of twice the width. 64-bit
+/// codes need neither: everything is modulo 2^64 anyway. Sets `top` when the exact lanes were needed.
+template <class T, int N>
+inline bool all_zero(const T* a, const T* b, const T* c, bool& top) {
+  top = false;
+  if constexpr (sizeof(T) == 8) {
+    return residue<T, T, N>(a, b, c) == 0;
+  } else {
+    T acc = 0, bits = 0;
+    for (int k = 0; k < N; ++k) {
+      acc |= diff2<T>(c[k], b[k], a[k]);
+      bits |= static_cast<T>(a[k] | b[k] | c[k]);
+    }
+    top = (bits >> (8 * sizeof(T) - 1)) != 0;
+    if (!top) return acc == 0;
+    return residue<T, typename Exact<T>::type, N>(a, b, c) == 0;
+  }
 }
 
 /// The exact second difference at j >= 2, modulo 2^64.
@@ -63,11 +92,11 @@ inline u64 exact_at(const T* row, i64 j) {
   return u64{row[j]} + u64{row[j - 2]} - 2 * u64{row[j - 1]};
 }
 
-/// Appends the nonzeros of row[from, from + N). The differences go to a small buffer in A lanes
-/// (vectorized; A must tell zero from nonzero exactly), then only its nonzero 8-byte words are looked
-/// into, lane by lane, and the values recomputed in 64 bits.
+/// Appends the nonzeros of row[from, from + N) at positions >= keep. The differences go to a small
+/// buffer in A lanes (vectorized; A must tell zero from nonzero exactly), then only its nonzero 8-byte
+/// words are looked into, lane by lane, and the values recomputed in 64 bits.
 template <class T, class A, int N>
-void scan_chunk(const T* row, i64 from, SparseList& out) {
+void scan_chunk(const T* row, i64 from, i64 keep, SparseList& out) {
   const T* p = row + from;
   A d[N];
   for (int k = 0; k < N; ++k) d[k] = diff2<A>(p[k - 2], p[k - 1], p[k]);
@@ -82,61 +111,84 @@ void scan_chunk(const T* row, i64 from, SparseList& out) {
       const int lane = __builtin_ctzll(word) / kLaneBits;
       word &= ~(kLane << (lane * kLaneBits));
       const i64 j = from + w + lane;
-      out.push_back({j, exact_at(row, j)});
+      if (j >= keep) out.push_back({j, exact_at(row, j)});
     }
   }
 }
 
-/// Appends the nonzeros of row[from, from + N) (from >= 2). The test runs in T lanes first, the most
-/// per vector: a wrapped w-bit second difference is zero exactly when the true one is, provided no code
-/// has its top bit set (then |true| < 2^w), which the probe's codes satisfy; the top bits are ORed
-/// alongside, and a chunk that has them set is tested again in exact lanes of twice the width. 64-bit
-/// codes need neither: everything is modulo 2^64 anyway.
-template <class T, int N>
-inline void check_chunk(const T* row, i64 from, SparseList& out) {
-  const T* p = row + from;
-  if constexpr (sizeof(T) == 8) {
-    if (residue<T, T, N>(p) != 0) scan_chunk<T, T, N>(row, from, out);
-  } else {
-    T acc = 0;
-    T bits = static_cast<T>(p[-1] | p[-2]);
-    for (int k = 0; k < N; ++k) {
-      acc |= diff2<T>(p[k - 2], p[k - 1], p[k]);
-      bits |= p[k];
+/// The two rows before this one in its slice (index >= 2 along axis N-2) and their D_{last} y: where
+/// this row continues them affinely (x = 2 x_b - x_c), its y is 2 y_b - y_c and need not be scanned.
+/// That is most rows of a copy, even rows cut into column blocks or by wrap lines of a low digit.
+template <class T>
+struct Previous {
+  const T* b = nullptr;
+  const T* c = nullptr;
+  const SparseList* yb = nullptr;
+  const SparseList* yc = nullptr;
+  std::size_t ib = 0, ic = 0;  // cursors: chunks ask for increasing ranges
+
+  /// Appends 2 y_b - y_c at positions [from, to).
+  void append_continued(i64 from, i64 to, SparseList& out) {
+    while (ib < yb->size() && (*yb)[ib].pos < from) ++ib;
+    while (ic < yc->size() && (*yc)[ic].pos < from) ++ic;
+    while (true) {
+      const i64 pb = ib < yb->size() && (*yb)[ib].pos < to ? (*yb)[ib].pos : kEnd;
+      const i64 pc = ic < yc->size() && (*yc)[ic].pos < to ? (*yc)[ic].pos : kEnd;
+      const i64 p = std::min(pb, pc);
+      if (p == kEnd) return;
+      u64 v = 0;
+      if (pb == p) v += 2 * (*yb)[ib++].value;
+      if (pc == p) v -= (*yc)[ic++].value;
+      if (v != 0) out.push_back({p, v});
     }
-    const bool top = (bits >> (8 * sizeof(T) - 1)) != 0;
-    if (!top) {
-      if (acc != 0) scan_chunk<T, T, N>(row, from, out);
+  }
+};
+
+/// Appends the nonzeros of y = D_{last} row on [from, from + N) at positions >= keep (from >= 2).
+/// Affine along the row: nothing. Else, continuing the previous rows on [from - 2, from + N): from
+/// theirs. Else scanned.
+template <class T, int N>
+inline void check_chunk(const T* row, i64 from, i64 keep, SparseList& out, Previous<T>* previous) {
+  const T* p = row + from;
+  bool top = false;
+  if (all_zero<T, N>(p, p - 1, p - 2, top)) return;
+  if (previous != nullptr) {
+    const T* b = previous->b + from;
+    const T* c = previous->c + from;
+    bool top_across = false;
+    if (exact_at3(p[-2], b[-2], c[-2]) == 0 && exact_at3(p[-1], b[-1], c[-1]) == 0 &&
+        all_zero<T, N>(p, b, c, top_across)) {
+      previous->append_continued(std::max(from, keep), from + N, out);
       return;
     }
-    using Wide = typename Exact<T>::type;
-    if (residue<T, Wide, N>(p) != 0) scan_chunk<T, Wide, N>(row, from, out);
+  }
+  if (top) {
+    scan_chunk<T, typename Exact<T>::type, N>(row, from, keep, out);
+  } else {
+    scan_chunk<T, T, N>(row, from, keep, out);
   }
 }
 
 /// Checks row[from, to) in chunks of N; a partial last chunk is checked overlapping the one before
-/// (re-checking is harmless), and only its new part is kept. Returns the first position not checked:
+/// (re-checking is harmless), keeping only its new part. Returns the first position not checked:
 /// `to`, unless the row is shorter than one chunk from `from`, or the limit was passed.
 template <class T, int N>
-i64 check_chunks(const T* row, i64 from, i64 to, SparseList& out, std::size_t limit) {
+i64 check_chunks(const T* row, i64 from, i64 to, SparseList& out, std::size_t limit, Previous<T>* previous) {
   i64 j = from;
   for (; j + N <= to; j += N) {
-    check_chunk<T, N>(row, j, out);
+    check_chunk<T, N>(row, j, j, out, previous);
     if (out.size() > limit) return j + N;
   }
   if (j == to || to - N < 2) return j;
-  const std::size_t before = out.size();
-  check_chunk<T, N>(row, to - N, out);
-  const auto first_new = std::find_if(out.begin() + static_cast<std::ptrdiff_t>(before), out.end(),
-                                      [j](const Entry& e) { return e.pos >= j; });
-  out.erase(out.begin() + static_cast<std::ptrdiff_t>(before), first_new);
+  check_chunk<T, N>(row, to - N, j, out, previous);
   return to;
 }
 
 /// y = D_{last} of one row of codes, sparse, into `out` (cleared first). Returns the end of the part
 /// that was processed: the length, unless more than `limit` nonzeros were found.
 template <class T>
-i64 row_differences(const T* row, i64 length, u64 lo, SparseList& out, std::size_t limit) {
+i64 row_differences(const T* row, i64 length, u64 lo, SparseList& out, std::size_t limit,
+                    Previous<T>* previous = nullptr) {
   out.clear();
   const u64 x0 = u64{row[0]} - lo;
   if (x0 != 0) out.push_back({0, x0});
@@ -144,9 +196,9 @@ i64 row_differences(const T* row, i64 length, u64 lo, SparseList& out, std::size
   const u64 y1 = u64{row[1]} - 2 * u64{row[0]} + lo;  // x1 - 2 x0: the digits, zero before the start
   if (y1 != 0) out.push_back({1, y1});
   // Long rows: 256-element chunks; short rows (heads, biases) 32; the last few elements one by one.
-  i64 j = length >= 2 + 256 ? check_chunks<T, 256>(row, 2, length, out, limit) : 2;
+  i64 j = length >= 2 + 256 ? check_chunks<T, 256>(row, 2, length, out, limit, previous) : 2;
   if (out.size() > limit) return j;
-  if (j < length && length >= 2 + 32) j = check_chunks<T, 32>(row, j, length, out, limit);
+  if (j < length && length >= 2 + 32) j = check_chunks<T, 32>(row, j, length, out, limit, previous);
   if (out.size() > limit) return j;
   for (; j < length; ++j)
     if (const u64 d = exact_at(row, j); d != 0) out.push_back({j, d});
@@ -212,6 +264,16 @@ class SliceCombiner {
     }
   }
 
+  /// The two rows before the next one in its slice and their D_{last}, when it has index >= 2 along
+  /// axis N-2.
+  template <class T>
+  bool previous_rows(const T* next, i64 length, Previous<T>& previous) const {
+    const i64 j = index_.back();
+    if (j < 2) return false;
+    previous = Previous<T>{next - length, next - 2 * length, &ring_.back()[(j + 2) % 3], &ring_.back()[(j + 1) % 3]};
+    return true;
+  }
+
   /// Entries held anywhere (for the nonzero limit).
   std::size_t held() const {
     std::size_t n = output_.size();
@@ -273,7 +335,10 @@ SparseList encode(const T* codes, const Shape& shape, u64 lo, std::size_t limit,
   SparseList row;
   const i64 rows = numel / length;
   for (i64 r = 0; r < rows; ++r) {
-    const i64 end = row_differences(codes + r * length, length, lo, row, limit);
+    const T* x = codes + r * length;
+    Previous<T> previous;
+    const bool has_previous = combiner.previous_rows(x, length, previous);
+    const i64 end = row_differences(x, length, lo, row, limit, has_previous ? &previous : nullptr);
     if (end == length) combiner.push_row(row);
     if (r + 1 == rows && end == length) return out;
     if (end < length || combiner.held() > limit) break;

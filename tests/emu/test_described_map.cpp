@@ -8,6 +8,7 @@
 #include "emu/backend.hpp"
 #include "emu/described_map.hpp"
 #include "emu/presets.hpp"
+#include "preset_params.hpp"
 #include "emu/synthetic.hpp"
 
 namespace wb::emu {
@@ -45,14 +46,7 @@ TEST_P(DescribedMapOfPreset, ApplyingItReproducesLoadWeights) {
     expect_map_reproduces_load(*make_rollout_worker(instance.model, d.rollout, rank), tensors, checkpoint);
 }
 
-INSTANTIATE_TEST_SUITE_P(Presets, DescribedMapOfPreset,
-                         ::testing::Values("moonlight-16b-a3b", "qwen3-30b-a3b", "qwen3-235b-a22b", "kimi-k2",
-                                           "qwen3-32b"),
-                         [](const auto& info) {
-                           std::string name = info.param;
-                           for (char& c : name) if (c == '-') c = '_';
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(Presets, DescribedMapOfPreset, testing_support::preset_names(), testing_support::preset_test_name);
 
 TEST(DescribedMap, TransposedExpertsAreStridedCopies) {
   ScaleOptions options;

@@ -9,8 +9,10 @@
 
 #include "emu/backend.hpp"
 #include "emu/presets.hpp"
+#include "preset_params.hpp"
 #include "emu/synthetic.hpp"
 #include "emu/verify.hpp"
+#include "weightbridge/correspondence.hpp"
 
 namespace wb::emu {
 namespace {
@@ -117,14 +119,7 @@ TEST_P(PresetAtTinyScale, GatherThroughTheInverseReproducesTheCheckpoint) {
   check_deployment(instance.model, instance.deployment);
 }
 
-INSTANTIATE_TEST_SUITE_P(Presets, PresetAtTinyScale,
-                         ::testing::Values("moonlight-16b-a3b", "qwen3-30b-a3b", "qwen3-235b-a22b", "kimi-k2",
-                                           "qwen3-32b"),
-                         [](const auto& info) {
-                           std::string name = info.param;
-                           for (char& c : name) if (c == '-') c = '_';
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(Presets, PresetAtTinyScale, testing_support::preset_names(), testing_support::preset_test_name);
 
 struct OddLayout {
   std::string model;

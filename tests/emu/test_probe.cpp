@@ -12,6 +12,7 @@
 #include "emu/described_map.hpp"
 #include "emu/load_util.hpp"
 #include "emu/presets.hpp"
+#include "preset_params.hpp"
 #include "emu/synthetic.hpp"
 #include "weightbridge/probe.hpp"
 #include "weightbridge/status.hpp"
@@ -76,14 +77,7 @@ TEST_P(ProbePreset, ProbedMapsEqualDescribedMapsAndReproduceLoadWeights) {
     check_probe(*make_rollout_worker(instance.model, d.rollout, rank), tensors);
 }
 
-INSTANTIATE_TEST_SUITE_P(Presets, ProbePreset,
-                         ::testing::Values("moonlight-16b-a3b", "qwen3-30b-a3b", "qwen3-235b-a22b", "kimi-k2",
-                                           "qwen3-32b"),
-                         [](const auto& info) {
-                           std::string name = info.param;
-                           for (char& c : name) if (c == '-') c = '_';
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(Presets, ProbePreset, testing_support::preset_names(), testing_support::preset_test_name);
 
 TEST(Probe, TransposedExpertsAndOddLayouts) {
   const ModelConfig model = scale_model(load_named_model_config("qwen3-30b-a3b"));
