@@ -5,13 +5,19 @@
 // result G_j of the slice with index j along axis k is combined as G_j - 2 G_{j-1} + G_{j-2}, and the
 // piece goes either to the output (k = 0) or into the slice being built one level up. Each level keeps
 // its last three complete slices in a ring, so the scratch is O(nonzeros of three slices per axis).
+//
+// Rows are read once, in chunks tested with vectorizable loops over the raw codes. A chunk that is
+// affine along the row costs nothing more; one that is not, but continues the two rows before it
+// (x = 2 x_{r-1} - x_{r-2}: column cuts, wrap lines), takes y from theirs; only the rest is scanned.
+// Short rows are tested for continuation as one flat run, many rows at a time.
 #include "layout/second_difference.hpp"
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cstring>
+#include <limits>
 #include <string>
-#include <type_traits>
 #include <utility>
 
 #include "weightbridge/status.hpp"
@@ -69,16 +75,22 @@ inline A residue(const T* a, const T* b, const T* c) {
 /// has its top bit set (then |true| < 2^w), which the probe's codes satisfy; the top bits are ORed
 /// alongside, and a chunk that has them set is tested again in exact lanes of twice the width. 64-bit
 /// codes need neither: everything is modulo 2^64 anyway. Sets `top` when the exact lanes were needed.
-template <class T, int N>
+/// kShifted: b = a - 1, c = a - 2 (the row test), so the codes involved are a[-2 .. N).
+template <class T, int N, bool kShifted>
 inline bool all_zero(const T* a, const T* b, const T* c, bool& top) {
   top = false;
   if constexpr (sizeof(T) == 8) {
     return residue<T, T, N>(a, b, c) == 0;
   } else {
     T acc = 0, bits = 0;
+    if constexpr (kShifted) bits = static_cast<T>(c[0] | c[1]);
     for (int k = 0; k < N; ++k) {
       acc |= diff2<T>(c[k], b[k], a[k]);
-      bits |= static_cast<T>(a[k] | b[k] | c[k]);
+      if constexpr (kShifted) {
+        bits |= a[k];
+      } else {
+        bits |= static_cast<T>(a[k] | b[k] | c[k]);
+      }
     }
     top = (bits >> (8 * sizeof(T) - 1)) != 0;
     if (!top) return acc == 0;
@@ -108,7 +120,7 @@ void scan_chunk(const T* row, i64 from, i64 keep, SparseList& out) {
     u64 word;
     std::memcpy(&word, d + w, sizeof(word));
     while (word != 0) {
-      const int lane = __builtin_ctzll(word) / kLaneBits;
+      const int lane = std::countr_zero(word) / kLaneBits;
       word &= ~(kLane << (lane * kLaneBits));
       const i64 j = from + w + lane;
       if (j >= keep) out.push_back({j, exact_at(row, j)});
@@ -131,7 +143,12 @@ struct Previous {
   void append_continued(i64 from, i64 to, SparseList& out) {
     while (ib < yb->size() && (*yb)[ib].pos < from) ++ib;
     while (ic < yc->size() && (*yc)[ic].pos < from) ++ic;
+    const SparseList& lb = *yb;
+    const SparseList& lc = *yc;
     while (true) {
+      // Mostly both rows have their nonzeros at the same columns.
+      for (; ib < lb.size() && ic < lc.size() && lb[ib].pos == lc[ic].pos && lb[ib].pos < to; ++ib, ++ic)
+        if (const u64 v = 2 * lb[ib].value - lc[ic].value; v != 0) out.push_back({lb[ib].pos, v});
       const i64 pb = ib < yb->size() && (*yb)[ib].pos < to ? (*yb)[ib].pos : kEnd;
       const i64 pc = ic < yc->size() && (*yc)[ic].pos < to ? (*yc)[ic].pos : kEnd;
       const i64 p = std::min(pb, pc);
@@ -151,13 +168,13 @@ template <class T, int N>
 inline void check_chunk(const T* row, i64 from, i64 keep, SparseList& out, Previous<T>* previous) {
   const T* p = row + from;
   bool top = false;
-  if (all_zero<T, N>(p, p - 1, p - 2, top)) return;
+  if (all_zero<T, N, true>(p, p - 1, p - 2, top)) return;
   if (previous != nullptr) {
     const T* b = previous->b + from;
     const T* c = previous->c + from;
     bool top_across = false;
     if (exact_at3(p[-2], b[-2], c[-2]) == 0 && exact_at3(p[-1], b[-1], c[-1]) == 0 &&
-        all_zero<T, N>(p, b, c, top_across)) {
+        all_zero<T, N, false>(p, b, c, top_across)) {
       previous->append_continued(std::max(from, keep), from + N, out);
       return;
     }
@@ -203,6 +220,23 @@ i64 row_differences(const T* row, i64 length, u64 lo, SparseList& out, std::size
   for (; j < length; ++j)
     if (const u64 d = exact_at(row, j); d != 0) out.push_back({j, d});
   return length;
+}
+
+/// How many rows from x on (at most max_rows, of `length` each) continue the two rows before each:
+/// x[i] = 2 x[i - length] - x[i - 2 length] throughout. The first row is checked element by element (it
+/// usually decides), the rest as one flat run in chunks, so short rows cost no per-row overhead.
+template <class T>
+i64 continued_rows(const T* x, i64 length, i64 max_rows) {
+  for (i64 k = 0; k < length; ++k)
+    if (exact_at3(x[k], x[k - length], x[k - 2 * length]) != 0) return 0;
+  const i64 total = max_rows * length;
+  i64 i = length;
+  bool top = false;
+  for (; i + 256 <= total; i += 256)
+    if (!all_zero<T, 256, false>(x + i, x + i - length, x + i - 2 * length, top)) break;
+  for (; i < total; ++i)
+    if (exact_at3(x[i], x[i - length], x[i - 2 * length]) != 0) break;
+  return i / length;
 }
 
 // --- slices ------------------------------------------------------------------------------------------
@@ -264,6 +298,9 @@ class SliceCombiner {
     }
   }
 
+  /// Index of the next row along axis N-2.
+  i64 next_row_index() const { return index_.back(); }
+
   /// The two rows before the next one in its slice and their D_{last}, when it has index >= 2 along
   /// axis N-2.
   template <class T>
@@ -272,6 +309,42 @@ class SliceCombiner {
     if (j < 2) return false;
     previous = Previous<T>{next - length, next - 2 * length, &ring_.back()[(j + 2) % 3], &ring_.back()[(j + 1) % 3]};
     return true;
+  }
+
+  /// Rows of the current slice that the next one can skip to: all but its last (which completes it).
+  i64 rows_skippable() const { return shape_[index_.size() - 1] - 1 - index_.back(); }
+
+  /// Skips `count` rows (count <= rows_skippable()) that each continue the two before them affinely:
+  /// their pieces are zero and their y an arithmetic progression, y_{j-1+m} = y_{j-1} + m (y_{j-1} -
+  /// y_{j-2}), so only the ring's last two entries change.
+  void skip_rows(i64 count) {
+    const i64 j = index_.back();
+    auto& ring = ring_.back();
+    const SparseList& a = ring[(j + 2) % 3];  // y_{j-1}
+    const SparseList& b = ring[(j + 1) % 3];  // y_{j-2}
+    const i64 last = j + count;               // the next row after the skip
+    // y_{last-1} = (1 + count) a - count b, y_{last-2} = count a - (count - 1) b.
+    auto progression = [&](u64 wa, u64 wb, SparseList& dst) {
+      dst.clear();
+      std::size_t ia = 0, ib = 0;
+      while (true) {
+        const i64 pa = ia < a.size() ? a[ia].pos : kEnd;
+        const i64 pb = ib < b.size() ? b[ib].pos : kEnd;
+        const i64 p = std::min(pa, pb);
+        if (p == kEnd) return;
+        u64 v = 0;
+        if (pa == p) v += wa * a[ia++].value;
+        if (pb == p) v -= wb * b[ib++].value;
+        if (v != 0) dst.push_back({p, v});
+      }
+    };
+    const auto n = static_cast<u64>(count);
+    progression(1 + n, n, scratch_[0]);
+    progression(n, n - 1, scratch_[1]);
+    std::swap(ring[(last + 2) % 3], scratch_[0]);
+    std::swap(ring[(last + 1) % 3], scratch_[1]);
+    index_.back() = last;
+    if (index_.size() == 1) covered_ = last * slab_[0];
   }
 
   /// Entries held anywhere (for the nonzero limit).
@@ -307,6 +380,7 @@ class SliceCombiner {
   std::vector<std::array<SparseList, 3>> ring_;
   std::vector<SparseList> building_;
   std::vector<i64> index_;
+  SparseList scratch_[2];
   i64 covered_ = 0;
 };
 
@@ -336,6 +410,18 @@ SparseList encode(const T* codes, const Shape& shape, u64 lo, std::size_t limit,
   const i64 rows = numel / length;
   for (i64 r = 0; r < rows; ++r) {
     const T* x = codes + r * length;
+    // Short rows: skip a run of rows that continue affinely in one flat pass (long rows need not: one
+    // row at a time already streams at full speed, and mostly gives two entries).
+    if (length < 256 && combiner.next_row_index() >= 2) {
+      const i64 skippable = std::min(combiner.rows_skippable(), rows - r);
+      const i64 count = skippable > 0 ? continued_rows(x, length, skippable) : 0;
+      if (count > 0) {
+        combiner.skip_rows(count);
+        r += count - 1;
+        if (combiner.held() > limit) break;
+        continue;
+      }
+    }
     Previous<T> previous;
     const bool has_previous = combiner.previous_rows(x, length, previous);
     const i64 end = row_differences(x, length, lo, row, limit, has_previous ? &previous : nullptr);

@@ -55,13 +55,16 @@ struct SecondDifferenceOptions {
 };
 
 /// Nonzeros of C for raw probe codes: `codes` holds shape_numel(shape) contiguous row-major unsigned
-/// integers of `element_bytes` (1, 2, 4 or 8) bytes; digit = code - lo. Throws wb::Error on a bad width or
-/// a negative extent. A 0-D shape is one element; a shape with a zero extent gives an empty field.
+/// integers of `element_bytes` (1, 2, 4 or 8) bytes, aligned to that width; digit = code - lo. Throws
+/// wb::Error (kInvalidArgument) on a bad width, misaligned codes, a negative extent or over 8 axes. A 0-D
+/// shape is one element; a shape with a zero extent gives an empty field.
 ///
-/// Cost: one streaming pass over the codes. Rows (the last axis) are checked for affinity in fixed-size
-/// chunks with wrapping w-bit arithmetic, which GCC vectorizes at -O2; only chunks that are not affine,
-/// or whose codes have the top bit set (where the wrapping test is not exact), take a scalar 64-bit path.
-/// Slices are then combined through their sparse results only: O(nonzeros) per row, not O(row length).
+/// Cost: one streaming pass over the codes, O(numel + nonzeros of the per-row differences). Rows (the
+/// last axis) are tested in fixed-size chunks with wrapping w-bit arithmetic that GCC vectorizes at -O2
+/// (codes with the top bit set are retested in exact lanes). A chunk that is not affine along the row
+/// but continues the two rows before it (column cuts, wrap lines) takes its differences from theirs;
+/// only the rest is scanned. Short rows are tested for continuation many rows at a time. The other axes
+/// then work on sparse per-row results only. On one core: ~10 G elements/s for affine bf16 runs.
 SparseField second_differences(const void* codes, int element_bytes, const Shape& shape, std::uint64_t lo,
                                const SecondDifferenceOptions& options = {});
 
@@ -79,8 +82,10 @@ std::int64_t evaluate(const SparseField& field, std::span<const std::int64_t> in
 /// Works on the grid G whose axis-a coordinates are coords[a] together with the axis-a coordinates of the
 /// nonzeros that lie at or below the largest requested coordinate: one double prefix sum per axis, each
 /// step jumping over the gap between neighbouring grid coordinates (the field is piecewise linear there).
-/// Cost O(K (ndim + log K) + ndim * |G|) time and O(|G|) memory, |G| = prod_a |G_a|. For the decoder's cell
-/// corners, G is the grid of cut lines, so this is linear in the number of cells.
+/// Cost O(K (ndim + log K) + ndim * |G|) time and O(|G|) memory, |G| = prod_a |G_a| (throws past 2^31).
+/// The decoder's cell corners and their neighbours corner + e_a: coords[a] = every c and c + 1 (inside
+/// the shape) for c in nonzero_coordinates(field, a); G is then that same grid, so the cost is linear in
+/// the number of cells.
 std::vector<std::int64_t> evaluate_grid(const SparseField& field,
                                         const std::vector<std::vector<std::int64_t>>& coords);
 

@@ -67,7 +67,9 @@ Shape unflatten(i64 flat, const Shape& shape) {
   return index;
 }
 
-BoxField make_box_field(std::mt19937_64& rng, const Shape& shape, int width, int max_cuts = 3) {
+/// extra_starts[a], when given, adds these segment starts along axis a.
+BoxField make_box_field(std::mt19937_64& rng, const Shape& shape, int width, int max_cuts = 3,
+                        const std::vector<std::vector<i64>>& extra_starts = {}, u64 forced_lo = 0) {
   const i64 numel = numel_of(shape);
   BoxField f(width, numel);
   f.shape = shape;
@@ -77,6 +79,9 @@ BoxField make_box_field(std::mt19937_64& rng, const Shape& shape, int width, int
     f.starts[a] = {0};
     const int cuts = static_cast<int>(rng() % static_cast<u64>(max_cuts + 1));
     for (int c = 0; c < cuts && shape[a] > 1; ++c) f.starts[a].push_back(1 + static_cast<i64>(rng() % static_cast<u64>(shape[a] - 1)));
+    if (a < extra_starts.size())
+      for (i64 start : extra_starts[a])
+        if (start > 0 && start < shape[a]) f.starts[a].push_back(start);
     std::sort(f.starts[a].begin(), f.starts[a].end());
     f.starts[a].erase(std::unique(f.starts[a].begin(), f.starts[a].end()), f.starts[a].end());
   }
@@ -84,6 +89,7 @@ BoxField make_box_field(std::mt19937_64& rng, const Shape& shape, int width, int
   const u64 top = max_code(width);
   f.lo = rng() % 3 == 0 ? top / 2 - 40 : 1 + rng() % 7;
   if (width == 8) f.lo = rng() % 2 ? (u64{1} << 40) : 3;
+  if (forced_lo != 0) f.lo = forced_lo;
   const u64 room = (width == 8 ? (u64{1} << 61) : top - f.lo);
 
   // One affine map per box, drawn lazily by box index.
@@ -204,6 +210,70 @@ TEST(SecondDifference, RandomBoxesMatchReferenceAndReconstruct) {
   }
 }
 
+// Column cuts at and around chunk boundaries of the encoder (2 + 256 k, 2 + 32 k, the overlapped tail),
+// over many rows, so rows that continue the two before them take the path that copies their
+// differences instead of scanning; plus short rows, where runs of continuing rows are skipped at once.
+TEST(SecondDifference, ColumnCutsAtChunkBoundariesOverManyRows) {
+  std::mt19937_64 rng(21);
+  std::vector<i64> boundaries;
+  for (i64 base : {2, 34, 66, 258, 290, 514, 770})
+    for (i64 delta : {-2, -1, 0, 1, 2}) boundaries.push_back(base + delta);
+  for (int width : {1, 2, 4, 8}) {
+    for (int trial = 0; trial < 12; ++trial) {
+      const Shape shape{3 + static_cast<i64>(rng() % 40), 200 + static_cast<i64>(rng() % 700)};
+      std::vector<i64> columns;
+      for (i64 b : boundaries) if (rng() % 3 == 0) columns.push_back(b);
+      columns.push_back(shape[1] - 1 - static_cast<i64>(rng() % 40));  // inside the tail chunk
+      const BoxField f = make_box_field(rng, shape, width, 2, {{}, columns});
+      SCOPED_TRACE("width " + std::to_string(width) + " shape " + shape_to_string(shape));
+      const SparseField field = second_differences(f.codes.data(), width, shape, f.lo);
+      expect_same(field, second_differences_reference(f.codes.data(), width, shape, f.lo));
+      expect_reconstructs(field, f.digits);
+    }
+    for (int trial = 0; trial < 12; ++trial) {
+      const Shape shape{1 + static_cast<i64>(rng() % 5), 3 + static_cast<i64>(rng() % 600), 1 + static_cast<i64>(rng() % 40)};
+      const BoxField f = make_box_field(rng, shape, width, 3);
+      SCOPED_TRACE("width " + std::to_string(width) + " shape " + shape_to_string(shape));
+      const SparseField field = second_differences(f.codes.data(), width, shape, f.lo);
+      expect_same(field, second_differences_reference(f.codes.data(), width, shape, f.lo));
+      expect_reconstructs(field, f.digits);
+    }
+  }
+}
+
+// Staggered layouts: column blocks, each with its own row cuts (a concatenation of differently
+// sharded parts), so a row can continue the rows before it in some columns and not in others.
+TEST(SecondDifference, StaggeredColumnBlocks) {
+  std::mt19937_64 rng(33);
+  for (int width : {1, 2, 4, 8}) {
+    for (int trial = 0; trial < 16; ++trial) {
+      const i64 rows = 3 + static_cast<i64>(rng() % 30);
+      std::vector<i64> starts = {0};
+      for (i64 b : {34, 66, 258, 290, 514})
+        if (rng() % 2) starts.push_back(b + static_cast<i64>(rng() % 5) - 2);
+      const i64 columns = starts.back() + 1 + static_cast<i64>(rng() % 300);
+      const Shape shape{rows, columns};
+      const u64 lo = width == 8 ? 3 : (rng() % 2 ? 5 : max_code(width) / 2 - 40);
+      Codes codes(width, rows * columns);
+      std::vector<i64> digits(static_cast<std::size_t>(rows * columns));
+      for (std::size_t k = 0; k < starts.size(); ++k) {
+        const i64 begin = starts[k], end = k + 1 < starts.size() ? starts[k + 1] : columns;
+        const BoxField part = make_box_field(rng, {rows, end - begin}, width, 4, {}, lo);
+        for (i64 r = 0; r < rows; ++r)
+          for (i64 j = begin; j < end; ++j) {
+            const i64 d = part.digits[static_cast<std::size_t>(r * (end - begin) + j - begin)];
+            codes.set(r * columns + j, static_cast<u64>(d) + lo);
+            digits[static_cast<std::size_t>(r * columns + j)] = d;
+          }
+      }
+      SCOPED_TRACE("width " + std::to_string(width) + " shape " + shape_to_string(shape));
+      const SparseField field = second_differences(codes.data(), width, shape, lo);
+      expect_same(field, second_differences_reference(codes.data(), width, shape, lo));
+      expect_reconstructs(field, digits);
+    }
+  }
+}
+
 // A nonzero needs its 3-wide backward window to straddle a cut on every axis: so it sits at s or s + 1
 // for a segment start s on each axis, at most 2^n per grid vertex (<= 16 per 2-D box).
 TEST(SecondDifference, NonzerosOnlyNextToBoxCorners) {
@@ -286,6 +356,29 @@ TEST(SecondDifference, TopBitCodesAreExact) {
     expect_same(field, second_differences_reference(codes.data(), width, {n}, 3));
     EXPECT_GT(field.size(), n / 2);
     expect_reconstructs(field, digits);
+  }
+  // The same across rows, for short rows (runs of rows skipped at once) and long ones (where a row test
+  // that fails, here at a kink, consults the test across rows).
+  for (int width : {1, 2, 4}) {
+    for (const Shape& shape : {Shape{9, 40}, Shape{9, 600}, Shape{3, 7, 300}}) {
+      const i64 rows = shape_numel(shape) / shape.back(), length = shape.back();
+      Codes codes(width, rows * length);
+      const u64 half = u64{1} << (8 * width - 1);
+      std::vector<i64> digits;
+      for (i64 r = 0; r < rows; ++r)
+        for (i64 j = 0; j < length; ++j) {
+          // From row 4 on (after a run that continues exactly), odd rows jump by 2^(w-1) in the part
+          // of the row past length / 3: wrapping w-bit arithmetic sees the rows as continuing.
+          const bool jump = r >= 4 && r % 2 == 1 && j > length / 3;
+          const u64 code = (jump ? half : 0) + 5 + (j > length / 2 ? static_cast<u64>(j - length / 2) % 16 : 0);
+          codes.set(r * length + j, code);
+          digits.push_back(static_cast<i64>(code - 3));
+        }
+      SCOPED_TRACE("width " + std::to_string(width) + " shape " + shape_to_string(shape));
+      const SparseField field = second_differences(codes.data(), width, shape, 3);
+      expect_same(field, second_differences_reference(codes.data(), width, shape, 3));
+      expect_reconstructs(field, digits);
+    }
   }
 }
 
