@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "weightbridge/correspondence.hpp"
+#include "weightbridge/plan.hpp"
 #include "weightbridge/status.hpp"
 
 namespace wb {
@@ -54,6 +55,37 @@ TEST(Correspondence, AnElementNoTrainerHoldsIsAnError) {
     EXPECT_THAT(e.what(), HasSubstr("rollout worker 1 needs w[4:8, 0:4] (parameter p)"));
     EXPECT_THAT(e.what(), HasSubstr("no trainer worker holds"));
   }
+}
+
+}  // namespace
+}  // namespace wb
+
+namespace wb {
+namespace {
+
+TEST(LowerBound, ModelBytesNodeNeedsAndTMin) {
+  // Trainers on node 0 hold w and the norm; rollout 2 (node 1) needs rows 0-6 and the norm, rollout 3
+  // (node 2) rows 2-8 and the norm.
+  const Correspondence c = build_correspondence(
+      kTensors, {rows(0, 4, true), rows(4, 4, true), rows(0, 6, true), rows(2, 6, true)},
+      {Side::kTrainer, Side::kTrainer, Side::kRollout, Side::kRollout});
+  Topology topology = Topology::uniform(4, 2, 100.0, 1000.0);
+  topology.node_of_worker = {0, 0, 1, 2};
+  const LowerBound bound = lower_bound(c, topology);
+  EXPECT_EQ(bound.model_bytes, (8 * 4 + 4) * 2);  // every element needed by someone, counted once
+  ASSERT_EQ(bound.rollout_nodes.size(), 2u);
+  EXPECT_EQ(bound.rollout_nodes[0].need_bytes, (6 * 4 + 4) * 2);
+  EXPECT_EQ(bound.rollout_nodes[1].need_bytes, (6 * 4 + 4) * 2);
+  EXPECT_EQ(bound.trainer_egress_bandwidth, 100.0);
+  EXPECT_DOUBLE_EQ(bound.t_min_seconds, 72.0 / 100.0);  // M / B_T dominates: one trainer node
+  // Both rollouts on one node: M_v is the union, not the sum.
+  topology.node_of_worker = {0, 0, 1, 1};
+  const LowerBound shared = lower_bound(c, topology);
+  ASSERT_EQ(shared.rollout_nodes.size(), 1u);
+  EXPECT_EQ(shared.rollout_nodes[0].need_bytes, 72);
+  // A node with both kinds of worker is refused.
+  topology.node_of_worker = {0, 1, 1, 2};
+  EXPECT_THROW(lower_bound(c, topology), Error);
 }
 
 }  // namespace
