@@ -12,15 +12,14 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
-#include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "emu/backend.hpp"
+#include "emu/deployment_options.hpp"
 #include "emu/described_map.hpp"
 #include "emu/presets.hpp"
 #include "weightbridge/correspondence.hpp"
 #include "weightbridge/plan.hpp"
-#include "weightbridge/settings.hpp"
 #include "weightbridge/status.hpp"
 
 namespace po = boost::program_options;
@@ -36,49 +35,23 @@ std::string gib(double bytes) {
 }
 
 int run(int argc, char** argv) {
-  std::string preset, model_name, scale = "full", trainer, rollout, json_path;
-  int gpus_per_node = 8;
+  DeploymentOptions choice;
+  std::string json_path;
   double node_gbps = 400, intra_gbps = 900;
   po::options_description options("wb-plan options");
-  options.add_options()("help,h", "Show this help.")
-      ("preset", po::value(&preset), "A deployment of the paper: moonlight-16b-a3b, qwen3-30b-a3b, qwen3-235b-a22b, kimi-k2, qwen3-32b.")
-      ("model", po::value(&model_name), "Model config: a shipped name or a config.json path.")
-      ("scale", po::value(&scale), "full or tiny.")
-      ("trainer", po::value(&trainer), "Trainer layout, e.g. tp=4,pp=2,ep=8,dp=2.")
-      ("rollout", po::value(&rollout), "Rollout layout, e.g. engines=2,tp=8,ep=8.")
-      ("gpus-per-node", po::value(&gpus_per_node), "Workers per node.")
+  options.add_options()("help,h", "Show this help.");
+  add_deployment_options(options, choice);
+  options.add_options()
       ("node-gbps", po::value(&node_gbps), "Inter-node bandwidth per node, GB/s each direction (the paper: 400).")
       ("intra-gbps", po::value(&intra_gbps), "Intra-node bandwidth per node, GB/s.")
       ("json", po::value(&json_path), "Write the result as JSON to this file.");
-  po::options_description settings("WeightBridge settings (also WB_* environment variables)");
-  add_setting_options(settings);
-  options.add(settings);
   po::variables_map variables;
-  po::store(po::parse_command_line(argc, argv, options), variables);
-  po::notify(variables);
-  if (variables.count("help")) {
-    std::cout << options << '\n';
-    return 0;
-  }
-  apply_setting_overrides(variables);
+  if (!parse_command_line(argc, argv, options, variables)) return 0;
 
   const auto start = std::chrono::steady_clock::now();
-  ModelConfig model;
-  Deployment deployment;
-  if (!preset.empty()) {
-    PresetInstance instance = instantiate_preset(find_preset(preset), parse_model_scale(scale));
-    model = instance.model;
-    deployment = instance.deployment;
-    if (!variables["gpus-per-node"].defaulted()) deployment.gpus_per_node = gpus_per_node;
-  } else {
-    if (model_name.empty() || trainer.empty() || rollout.empty())
-      throw Error(ErrorCode::kInvalidArgument, "give --preset, or all of --model, --trainer and --rollout");
-    model = load_named_model_config(model_name);
-    if (parse_model_scale(scale) == ModelScale::kTiny) model = scale_model(model);
-    deployment.trainer = TrainerSpec::parse(trainer);
-    deployment.rollout = RolloutSpec::parse(rollout);
-    deployment.gpus_per_node = gpus_per_node;
-  }
+  const PresetInstance instance = resolve_deployment(choice, variables);
+  const ModelConfig& model = instance.model;
+  const Deployment& deployment = instance.deployment;
   const std::vector<TensorInfo> tensors = model_tensors(model);
   std::vector<SourceMap> maps;
   std::vector<Side> sides;

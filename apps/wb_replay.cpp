@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "emu/backend.hpp"
+#include "emu/deployment_options.hpp"
 #include "emu/presets.hpp"
 #include "emu/synthetic.hpp"
 #include "emu/verify.hpp"
@@ -33,15 +34,10 @@ namespace {
 
 struct Options {
   std::string checkpoint;
-  std::string model;
-  std::string scale = "full";
-  std::int64_t layers = 0;
-  std::string preset;
-  std::string trainer;
-  std::string rollout;
-  int gpus_per_node = 8;
+  DeploymentOptions deployment;
   std::uint64_t seed = 0;
   std::string json;
+  po::variables_map variables;
 };
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -52,27 +48,14 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 bool parse_options(int argc, char** argv, Options& options, int rank) {
   po::options_description general("wb-replay options");
   general.add_options()("help,h", "Show this help.")
-      ("checkpoint", po::value(&options.checkpoint), "Checkpoint file: .h5/.hdf5, .safetensors, a model.safetensors.index.json or a directory. Without it a synthetic checkpoint of --model is generated in memory.")
-      ("model", po::value(&options.model), "Model config: a shipped name (qwen3-30b-a3b, kimi-k2-instruct, ...) or a config.json path.")
-      ("scale", po::value(&options.scale), "full or tiny (the scaled-down variant of the same architecture).")
-      ("layers", po::value(&options.layers), "Layer count of the tiny variant (as given to wb-mkckpt).")
-      ("preset", po::value(&options.preset), "A deployment of the paper (sets --model, --trainer, --rollout, --gpus-per-node): moonlight-16b-a3b, qwen3-30b-a3b, qwen3-235b-a22b, kimi-k2, qwen3-32b.")
-      ("trainer", po::value(&options.trainer), "Trainer layout, e.g. tp=4,pp=2,ep=8,cp=1,dp=2[,pp_last=N].")
-      ("rollout", po::value(&options.rollout), "Rollout layout, e.g. engines=2,tp=8,ep=8[,dp_attn=D][,transpose=experts].")
-      ("gpus-per-node", po::value(&options.gpus_per_node), "Ranks per logical node.")
+      ("checkpoint", po::value(&options.checkpoint), "Checkpoint file: .h5/.hdf5, .safetensors, a model.safetensors.index.json or a directory. Without it a synthetic checkpoint of --model is generated in memory.");
+  add_deployment_options(general, options.deployment);
+  general.add_options()
       ("seed", po::value(&options.seed), "Seed of the synthetic checkpoint when no --checkpoint is given.")
       ("json", po::value(&options.json), "Write the result as JSON to this file (rank 0).");
-  po::options_description settings("WeightBridge settings (also WB_* environment variables)");
-  add_setting_options(settings);
-  general.add(settings);
   po::variables_map variables;
-  po::store(po::parse_command_line(argc, argv, general), variables);
-  po::notify(variables);
-  if (variables.count("help")) {
-    if (rank == 0) std::cout << general << '\n';
-    return false;
-  }
-  apply_setting_overrides(variables);
+  if (!parse_command_line(argc, argv, general, variables, rank == 0)) return false;
+  options.variables = std::move(variables);
   return true;
 }
 
@@ -84,26 +67,9 @@ struct Setup {
 
 Setup make_setup(const Options& options) {
   Setup setup;
-  const ModelScale scale = parse_model_scale(options.scale);
-  if (!options.preset.empty()) {
-    PresetInstance instance = instantiate_preset(find_preset(options.preset), scale);
-    setup.model = instance.model;
-    setup.deployment = instance.deployment;
-    if (!options.model.empty() || !options.trainer.empty() || !options.rollout.empty())
-      throw Error(ErrorCode::kInvalidArgument, "--preset sets the model and layouts; drop --model/--trainer/--rollout");
-  } else {
-    if (options.model.empty() || options.trainer.empty() || options.rollout.empty())
-      throw Error(ErrorCode::kInvalidArgument, "give --preset, or all of --model, --trainer and --rollout");
-    setup.model = load_named_model_config(options.model);
-    if (scale == ModelScale::kTiny) {
-      ScaleOptions scale_options;
-      if (options.layers > 0) scale_options.num_layers = options.layers;
-      setup.model = scale_model(setup.model, scale_options);
-    }
-    setup.deployment.trainer = TrainerSpec::parse(options.trainer);
-    setup.deployment.rollout = RolloutSpec::parse(options.rollout);
-    setup.deployment.gpus_per_node = options.gpus_per_node;
-  }
+  PresetInstance instance = resolve_deployment(options.deployment, options.variables);
+  setup.model = std::move(instance.model);
+  setup.deployment = instance.deployment;
   const std::vector<TensorInfo> expected = model_tensors(setup.model);
   if (options.checkpoint.empty()) {
     setup.checkpoint = std::make_unique<SyntheticCheckpoint>(expected, options.seed);

@@ -1,0 +1,62 @@
+#include "emu/deployment_options.hpp"
+
+#include <iostream>
+
+#include "weightbridge/settings.hpp"
+#include "weightbridge/status.hpp"
+
+namespace po = boost::program_options;
+
+namespace wb::emu {
+
+void add_deployment_options(po::options_description& options, DeploymentOptions& out) {
+  options.add_options()
+      ("preset", po::value(&out.preset), "A deployment of the paper (sets --model, --trainer, --rollout, --gpus-per-node): moonlight-16b-a3b, qwen3-30b-a3b, qwen3-235b-a22b, kimi-k2, qwen3-32b.")
+      ("model", po::value(&out.model), "Model config: a shipped name (qwen3-30b-a3b, kimi-k2-instruct, ...) or a config.json path.")
+      ("scale", po::value(&out.scale), "full or tiny (the scaled-down variant of the same architecture).")
+      ("layers", po::value(&out.layers), "Layer count of the tiny variant (as given to wb-mkckpt).")
+      ("trainer", po::value(&out.trainer), "Trainer layout, e.g. tp=4,pp=2,ep=8,cp=1,dp=2[,pp_last=N].")
+      ("rollout", po::value(&out.rollout), "Rollout layout, e.g. engines=2,tp=8,ep=8[,dp_attn=D][,transpose=experts].")
+      ("gpus-per-node", po::value(&out.gpus_per_node), "Workers (ranks) per node.");
+}
+
+PresetInstance resolve_deployment(const DeploymentOptions& options, const po::variables_map& variables) {
+  const ModelScale scale = parse_model_scale(options.scale);
+  PresetInstance instance;
+  if (!options.preset.empty()) {
+    if (!options.model.empty() || !options.trainer.empty() || !options.rollout.empty())
+      throw Error(ErrorCode::kInvalidArgument, "--preset sets the model and layouts; drop --model/--trainer/--rollout");
+    instance = instantiate_preset(find_preset(options.preset), scale);
+  } else {
+    if (options.model.empty() || options.trainer.empty() || options.rollout.empty())
+      throw Error(ErrorCode::kInvalidArgument, "give --preset, or all of --model, --trainer and --rollout");
+    instance.model = load_named_model_config(options.model);
+    if (scale == ModelScale::kTiny) {
+      ScaleOptions scale_options;
+      if (options.layers > 0) scale_options.num_layers = options.layers;
+      instance.model = scale_model(instance.model, scale_options);
+    }
+    instance.deployment.trainer = TrainerSpec::parse(options.trainer);
+    instance.deployment.rollout = RolloutSpec::parse(options.rollout);
+  }
+  if (options.preset.empty() || (variables.count("gpus-per-node") && !variables["gpus-per-node"].defaulted()))
+    instance.deployment.gpus_per_node = options.gpus_per_node;
+  return instance;
+}
+
+bool parse_command_line(int argc, char** argv, po::options_description& options, po::variables_map& variables,
+                        bool print_help) {
+  po::options_description settings("WeightBridge settings (also WB_* environment variables)");
+  add_setting_options(settings);
+  options.add(settings);
+  po::store(po::parse_command_line(argc, argv, options), variables);
+  po::notify(variables);
+  if (variables.count("help")) {
+    if (print_help) std::cout << options << '\n';
+    return false;
+  }
+  apply_setting_overrides(variables);
+  return true;
+}
+
+}  // namespace wb::emu
