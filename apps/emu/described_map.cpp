@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
 #include <string_view>
 #include <unordered_map>
 
@@ -48,6 +49,34 @@ SourceMap described_source_map(const EmulatedWorker& worker, const std::vector<T
   }
   validate_source_map(map, checkpoint_tensors);
   return normalize_source_map(std::move(map));
+}
+
+DescribedDeployment describe_deployment(const ModelConfig& model, const Deployment& deployment,
+                                        const std::vector<TensorInfo>& checkpoint_tensors) {
+  DescribedDeployment result;
+  std::map<int, SourceMap> by_rank_in_engine;
+  const int trainers = deployment.trainer.world_size();
+  for (int rank = 0; rank < deployment.world_size(); ++rank) {
+    if (deployment.is_trainer(rank)) {
+      result.maps.push_back(described_source_map(*make_trainer_worker(model, deployment.trainer, rank), checkpoint_tensors));
+      result.sides.push_back(Side::kTrainer);
+      result.engine_of_worker.push_back(-1);
+    } else {
+      const int rollout_rank = rank - trainers;
+      const int in_engine = rollout_rank % deployment.rollout.tp;
+      auto it = by_rank_in_engine.find(in_engine);
+      if (it == by_rank_in_engine.end())
+        it = by_rank_in_engine
+                 .emplace(in_engine, described_source_map(*make_rollout_worker(model, deployment.rollout, rollout_rank),
+                                                          checkpoint_tensors))
+                 .first;
+      result.maps.push_back(it->second);
+      result.sides.push_back(Side::kRollout);
+      result.engine_of_worker.push_back(rollout_rank / deployment.rollout.tp);
+    }
+    result.copies += result.maps.back().copies.size();
+  }
+  return result;
 }
 
 }  // namespace wb::emu

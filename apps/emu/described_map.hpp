@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "emu/backend.hpp"
+#include "weightbridge/correspondence.hpp"
 #include "weightbridge/source_map.hpp"
 
 namespace wb::emu {
@@ -13,5 +14,16 @@ namespace wb::emu {
 /// The worker's source map, in terms of `checkpoint_tensors` (the checkpoint's tensor list), normalized.
 /// No parameter memory is allocated: views point into an address range that is never dereferenced.
 SourceMap described_source_map(const EmulatedWorker& worker, const std::vector<TensorInfo>& checkpoint_tensors);
+
+/// Every worker of a deployment, in world-rank order: its described map, its side and its rollout engine
+/// (-1 for trainers). Rollout engines are identical, so each rank-in-engine's map is built once.
+struct DescribedDeployment {
+  std::vector<SourceMap> maps;
+  std::vector<Side> sides;
+  std::vector<int> engine_of_worker;
+  std::size_t copies = 0;  // over all maps
+};
+DescribedDeployment describe_deployment(const ModelConfig& model, const Deployment& deployment,
+                                        const std::vector<TensorInfo>& checkpoint_tensors);
 
 }  // namespace wb::emu

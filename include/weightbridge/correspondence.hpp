@@ -28,8 +28,8 @@ struct AtomEndpoint {
 struct Atom {
   std::uint32_t tensor = 0;
   Box box;
-  std::vector<AtomEndpoint> holders;
-  std::vector<AtomEndpoint> needers;
+  std::vector<AtomEndpoint> holders;  // ascending (worker, copy)
+  std::vector<AtomEndpoint> needers;  // ascending (worker, copy)
 };
 
 struct Correspondence {

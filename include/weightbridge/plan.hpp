@@ -1,8 +1,9 @@
-// Planning inputs and the network's lower bound (DESIGN.md: M, M_v, T_min). The planner, its rounds and
-// the simulator build on these.
+// The global transfer planner (DESIGN.md, component 2): the topology, the network's lower bound (M, M_v,
+// T_min) and the plan: who sends which box of which atom to whom, in which stage and round.
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -14,8 +15,8 @@ namespace wb {
 struct Topology {
   std::vector<int> node_of_worker;   // node index per worker (world rank)
   double node_bandwidth = 400e9;     // inter-node NIC bandwidth per node, each direction
-  double intra_node_bandwidth = 900e9;
-  double message_latency = 5e-6;     // seconds per message
+  double intra_node_bandwidth = 900e9;  // per worker, each direction (NVLink, or shared memory)
+  double message_latency = 5e-6;     // seconds per one-sided write, added per message on its links
 
   /// Nodes of `gpus_per_node` consecutive ranks.
   static Topology uniform(int workers, int gpus_per_node, double node_bandwidth, double intra_node_bandwidth);
@@ -38,5 +39,68 @@ struct LowerBound {
 /// Computes M, every M_v and T_min. Throws when a node hosts both trainer and rollout workers (their
 /// traffic would not cross the inter-node network the bound is about).
 LowerBound lower_bound(const Correspondence& correspondence, const Topology& topology);
+
+/// The three stages of a round (paper §3.2), in pipeline order.
+enum class Stage : std::uint8_t {
+  kReceive = 0,           // trainer worker -> rollout worker on another node
+  kExternalExchange = 1,  // rollout node -> rollout node: each node gets every needed element once
+  kInternalExchange = 2,  // rollout worker -> rollout worker on the same node
+};
+inline constexpr int kStageCount = 3;
+const char* stage_name(Stage stage);  // "receive", "external exchange", "internal exchange"
+
+struct PlanOptions {
+  /// Transfer-buffer memory per worker, all pipeline slots together (send and receive buffers).
+  std::int64_t buffer_bytes_per_worker = std::int64_t{1} << 30;
+  int pipeline_depth = 2;                         // round buffers in flight per worker (double buffering)
+  int min_rounds = 8;                             // at least this many rounds, so the stages overlap
+  /// Atoms are cut into pieces of about this size, the unit of balancing; 0 chooses it from the model
+  /// size and worker count (between 512 B and 4 MiB).
+  std::int64_t piece_bytes = 0;
+};
+
+/// One piece of an atom on its way to every worker that needs it. It leaves one trainer worker (the
+/// sender) once, lands on one rollout worker of every node that needs it (the landers, one per node, in
+/// ascending node order), of which the origin lander receives it from the trainer and forwards it to the
+/// other landers (external exchange); every lander hands it to the other workers of its node that need it
+/// (internal exchange).
+struct Segment {
+  std::uint32_t atom = 0;          // index into Correspondence::atoms
+  Box box;                         // inside the atom's box, checkpoint coordinates
+  std::uint32_t round = 0;
+  std::uint32_t sender = 0;        // index into the atom's holders
+  std::uint32_t first_lander = 0;  // into TransferPlan::landers: indices into the atom's needers
+  std::uint16_t lander_count = 0;  // nodes that need the atom
+  std::uint16_t origin = 0;        // which of the landers receives from the trainer (0 .. lander_count-1)
+};
+
+struct TransferPlan {
+  int rounds = 0;
+  int pipeline_depth = 2;
+  std::vector<Segment> segments;        // sorted by round, then by route
+  std::vector<std::uint32_t> landers;   // see Segment
+  Topology topology;                    // as planned for
+  LowerBound bound;
+
+  // Traffic tallies (bytes), filled by the planner. Inter-node traffic counts the receive and external
+  // exchange stages; intra-node the internal exchange.
+  std::vector<std::int64_t> worker_send_bytes;        // per worker, every stage
+  std::vector<std::int64_t> worker_receive_bytes;     // per worker, every stage
+  std::vector<std::int64_t> node_ingress_bytes;       // per node, inter-node only
+  std::vector<std::int64_t> node_egress_bytes;        // per node, inter-node only
+  std::vector<std::int64_t> worker_send_slot_bytes;     // per worker: largest round it packs
+  std::vector<std::int64_t> worker_receive_slot_bytes;  // per worker: largest round it receives
+  std::vector<std::int64_t> round_bytes;               // per round: bytes over every link, all stages
+
+  /// Buffer memory a worker needs: depth × (send slot + receive slot).
+  std::int64_t worker_buffer_bytes(int worker) const;
+  std::span<const std::uint32_t> landers_of(const Segment& segment) const {
+    return {landers.data() + segment.first_lander, segment.lander_count};
+  }
+};
+
+/// Plans the transfer (trainer de-duplication, rollout de-duplication in three stages, balance, rounds).
+/// Throws wb::Error when a piece cannot fit the buffer budget, naming the tensor.
+TransferPlan plan_transfer(const Correspondence& correspondence, const Topology& topology, const PlanOptions& options);
 
 }  // namespace wb

@@ -5,6 +5,7 @@
 #include <map>
 #include <tuple>
 
+#include "core/byte_codec.hpp"
 #include "weightbridge/status.hpp"
 
 namespace wb {
@@ -79,65 +80,6 @@ bool merge_along(std::vector<SliceCopy>& copies, std::size_t axis) {
 constexpr std::uint32_t kMagic = 0x4d534257;  // "WBSM"
 constexpr std::uint32_t kVersion = 1;
 
-class Writer {
- public:
-  void varint(std::uint64_t v) {
-    while (v >= 0x80) {
-      bytes_.push_back(static_cast<std::byte>((v & 0x7f) | 0x80));
-      v >>= 7;
-    }
-    bytes_.push_back(static_cast<std::byte>(v));
-  }
-  void signed_varint(std::int64_t v) { varint((static_cast<std::uint64_t>(v) << 1) ^ static_cast<std::uint64_t>(v >> 63)); }
-  void text(const std::string& s) {
-    varint(s.size());
-    const auto* p = reinterpret_cast<const std::byte*>(s.data());
-    bytes_.insert(bytes_.end(), p, p + s.size());
-  }
-  std::vector<std::byte> take() { return std::move(bytes_); }
-
- private:
-  std::vector<std::byte> bytes_;
-};
-
-class Reader {
- public:
-  explicit Reader(std::span<const std::byte> bytes) : bytes_(bytes) {}
-  std::uint64_t varint() {
-    std::uint64_t v = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-      if (at_ >= bytes_.size()) fail("truncated");
-      const auto b = static_cast<std::uint8_t>(bytes_[at_++]);
-      v |= static_cast<std::uint64_t>(b & 0x7f) << shift;
-      if ((b & 0x80) == 0) return v;
-    }
-    fail("integer longer than 64 bits");
-  }
-  std::int64_t signed_varint() {
-    const std::uint64_t v = varint();
-    return static_cast<std::int64_t>((v >> 1) ^ (~(v & 1) + 1));
-  }
-  std::uint64_t bounded(std::uint64_t limit, const char* what) {
-    const std::uint64_t v = varint();
-    if (v > limit) fail(std::string(what) + " " + std::to_string(v) + " out of range");
-    return v;
-  }
-  std::string text() {
-    const std::uint64_t n = bounded(bytes_.size() - at_, "string length");
-    std::string s(reinterpret_cast<const char*>(bytes_.data() + at_), n);
-    at_ += n;
-    return s;
-  }
-  bool done() const { return at_ == bytes_.size(); }
-  [[noreturn]] void fail(const std::string& why) const {
-    throw Error(ErrorCode::kCorruptData, "source map: " + why + " at byte " + std::to_string(at_));
-  }
-
- private:
-  std::span<const std::byte> bytes_;
-  std::size_t at_ = 0;
-};
-
 constexpr int kMaxDims = 8;
 
 }  // namespace
@@ -166,7 +108,7 @@ SourceMap normalize_source_map(SourceMap map) {
 }
 
 std::vector<std::byte> serialize_source_map(const SourceMap& map) {
-  Writer out;
+  codec::ByteWriter out;
   out.varint(kMagic);
   out.varint(kVersion);
   out.varint(map.parameters.size());
@@ -182,7 +124,7 @@ std::vector<std::byte> serialize_source_map(const SourceMap& map) {
   for (const SliceCopy& c : map.copies) {
     out.signed_varint(static_cast<std::int64_t>(c.tensor) - tensor);
     out.signed_varint(static_cast<std::int64_t>(c.parameter) - parameter);
-    out.signed_varint(c.offset - offset);
+    out.signed_varint(codec::wrapping_sub(c.offset, offset));
     tensor = c.tensor;
     parameter = c.parameter;
     offset = c.offset;
@@ -197,11 +139,12 @@ std::vector<std::byte> serialize_source_map(const SourceMap& map) {
 }
 
 SourceMap deserialize_source_map(std::span<const std::byte> bytes) {
-  Reader in(bytes);
+  codec::ByteReader in(bytes, "source map");
   if (in.varint() != kMagic) in.fail("not a source map (bad magic)");
   if (const auto version = in.varint(); version != kVersion) in.fail("unsupported version " + std::to_string(version));
   SourceMap map;
-  const std::uint64_t parameters = in.bounded(bytes.size(), "parameter count");
+  // Each parameter takes at least 3 bytes (name length, dtype, rank), each copy at least 4.
+  const std::uint64_t parameters = in.count(3, "parameter count");
   map.parameters.resize(parameters);
   for (TensorInfo& p : map.parameters) {
     p.name = in.text();
@@ -209,13 +152,13 @@ SourceMap deserialize_source_map(std::span<const std::byte> bytes) {
     p.shape.resize(in.bounded(kMaxDims, "rank"));
     for (std::int64_t& e : p.shape) e = static_cast<std::int64_t>(in.bounded(std::uint64_t{1} << 48, "extent"));
   }
-  const std::uint64_t copies = in.bounded(bytes.size(), "copy count");
+  const std::uint64_t copies = in.count(4, "copy count");
   map.copies.resize(copies);
   std::int64_t tensor = 0, parameter = 0, offset = 0;
   for (SliceCopy& c : map.copies) {
-    tensor += in.signed_varint();
-    parameter += in.signed_varint();
-    offset += in.signed_varint();
+    tensor = codec::wrapping_add(tensor, in.signed_varint());  // corrupt deltas must not overflow
+    parameter = codec::wrapping_add(parameter, in.signed_varint());
+    offset = codec::wrapping_add(offset, in.signed_varint());
     if (tensor < 0 || tensor > 0xffffffffLL || parameter < 0 || parameter >= static_cast<std::int64_t>(parameters))
       in.fail("copy index out of range");
     c.tensor = static_cast<std::uint32_t>(tensor);

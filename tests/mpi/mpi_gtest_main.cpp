@@ -12,17 +12,22 @@ namespace {
 
 class RankFailureCollector : public ::testing::EmptyTestEventListener {
  public:
+  // The test's name is remembered at its start: gtest calls OnTestPartResult holding the lock that
+  // current_test_info() takes, so asking for it there would deadlock the failing rank.
+  void OnTestStart(const ::testing::TestInfo& test) override {
+    current_ = std::string(test.test_suite_name()) + "." + test.name();
+  }
+  void OnTestEnd(const ::testing::TestInfo&) override { current_ = "(global)"; }
   void OnTestPartResult(const ::testing::TestPartResult& result) override {
     if (!result.failed()) return;
-    const ::testing::TestInfo* test = ::testing::UnitTest::GetInstance()->current_test_info();
-    std::string name = test ? std::string(test->test_suite_name()) + "." + test->name() : "(global)";
-    failures_ += name + " at " + (result.file_name() ? result.file_name() : "?") + ":" +
+    failures_ += current_ + " at " + (result.file_name() ? result.file_name() : "?") + ":" +
                  std::to_string(result.line_number()) + ": " + result.summary() + "\n";
   }
   const std::string& failures() const { return failures_; }
 
  private:
   std::string failures_;
+  std::string current_ = "(global)";
 };
 
 }  // namespace

@@ -1,0 +1,114 @@
+// Round schedules: what one rank does in every round of a transfer plan. Built on rank 0 from the
+// TransferPlan, serialized compactly and delivered with MPI_Scatterv; every update replays it.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "weightbridge/correspondence.hpp"
+#include "weightbridge/plan.hpp"
+#include "weightbridge/source_map.hpp"
+
+namespace wb {
+
+/// Parameter box <-> buffer bytes. `copy.box` is the box in checkpoint coordinates; `copy.parameter`,
+/// `copy.offset` and `copy.strides` place it in the rank's parameter (as in its source map). In the buffer
+/// the box is contiguous and row-major in checkpoint order, starting at `buffer_offset` (bytes).
+struct BufferCopy {
+  SliceCopy copy;
+  std::int64_t buffer_offset = 0;
+  std::uint8_t element_bytes = 0;
+
+  std::int64_t bytes() const { return copy.numel() * element_bytes; }
+  bool operator==(const BufferCopy&) const = default;
+};
+
+/// One one-sided write: `bytes` from this rank's buffer at `local_offset` (its send buffer when it packs,
+/// its receive buffer when it forwards) into `peer`'s receive buffer of the same round at `remote_offset`.
+struct Write {
+  int peer = 0;
+  Stage stage = Stage::kReceive;
+  std::int64_t local_offset = 0;
+  std::int64_t remote_offset = 0;
+  std::int64_t bytes = 0;
+  bool operator==(const Write&) const = default;
+};
+
+/// One region of this rank's receive buffer that `peer` fills in `stage`. The peer may fill it with several
+/// writes (when it forwards pieces that are not contiguous in its own buffer); only the last of them
+/// notifies, which on an ordered channel (an RC queue pair) means the whole region has arrived.
+struct Arrival {
+  int peer = 0;
+  Stage stage = Stage::kReceive;
+  std::int64_t offset = 0;
+  std::int64_t bytes = 0;
+  bool operator==(const Arrival&) const = default;
+};
+
+/// One round of one rank. Order of work: pack, post the receive-stage writes; when the receive-stage
+/// arrivals are in, post the external-exchange writes; when those are in too, the internal-exchange writes;
+/// when every arrival is in, assemble.
+struct RoundPlan {
+  std::vector<BufferCopy> pack;      // parameters -> send buffer (trainers)
+  std::vector<Write> writes;         // in stage order
+  std::vector<Arrival> arrivals;     // in stage order
+  std::vector<BufferCopy> assemble;  // receive buffer -> parameters (rollouts)
+  bool operator==(const RoundPlan&) const = default;
+};
+
+struct RoundSchedule {
+  int rank = 0;
+  Side side = Side::kTrainer;
+  int pipeline_depth = 2;
+  std::int64_t send_slot_bytes = 0;     // send buffer per pipeline slot
+  std::int64_t receive_slot_bytes = 0;  // receive buffer per pipeline slot
+  std::vector<int> peers;               // ranks it writes to or receives from, ascending: whom to connect
+  std::vector<RoundPlan> rounds;        // every rank has the plan's number of rounds (some may be empty)
+  bool operator==(const RoundSchedule&) const = default;
+};
+
+/// Builds the schedule of any rank of a plan. Construction indexes the plan once (buffer regions of every
+/// receiver, the segments each worker takes part in), so building all ranks' schedules one by one costs
+/// about as much as the plan itself; a schedule need not be kept after it is serialized.
+class RoundScheduleBuilder {
+ public:
+  RoundScheduleBuilder(const Correspondence& correspondence, const TransferPlan& plan);
+  ~RoundScheduleBuilder();
+  RoundScheduleBuilder(const RoundScheduleBuilder&) = delete;
+  RoundScheduleBuilder& operator=(const RoundScheduleBuilder&) = delete;
+
+  /// The schedule of `rank` (world rank = worker index of the correspondence).
+  RoundSchedule build(int rank) const;
+
+ private:
+  struct Index;
+  const Correspondence& correspondence_;
+  const TransferPlan& plan_;
+  Index* index_;
+};
+
+/// Compact binary form (variable-length integers, deltas between neighbouring entries; a box that
+/// continues the previous entry's slice copy takes 3-4 bytes). Throws wb::Error (kInvalidArgument), naming
+/// the round and entry, for a schedule that deserialization would refuse: peers not strictly ascending, a
+/// write or arrival to a rank not in `peers`, stages out of order, a buffer range outside its pipeline slot
+/// (pack and receive-stage writes: send slot; arrivals, assemble and forwarding writes: receive slot), more
+/// than 16 axes, strides not one per axis, element size 0, negative sizes or offsets.
+std::vector<std::byte> serialize_round_schedule(const RoundSchedule& schedule);
+/// Throws wb::Error (kCorruptData) on a truncated or malformed buffer, naming the field, the byte and the
+/// round and entry. Checks the same invariants as serialization; never allocates more than the input's
+/// size justifies.
+RoundSchedule deserialize_round_schedule(std::span<const std::byte> bytes);
+
+/// Collective over `comm`: `root` passes one serialized schedule per rank of comm (others pass an empty
+/// vector); every rank returns its own, delivered with MPI_Scatterv (plus MPI_Scatter of the sizes).
+/// When the root's input is wrong (not one schedule per rank: kInvalidArgument; a schedule or all of them
+/// together past an int count: kUnsupported) the root still takes part in the size scatter, so every rank
+/// throws instead of waiting. A schedule that does not decode throws kCorruptData on its rank only
+/// ("round schedule received by rank N: ...").
+RoundSchedule scatter_round_schedules(const std::vector<std::vector<std::byte>>& serialized, int root, MPI_Comm comm);
+
+}  // namespace wb
