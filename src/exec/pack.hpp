@@ -1,0 +1,132 @@
+// CPU pack and assemble of the round executor: "plan once, post many".
+//
+// At connect, each round's list of BufferCopy (round_schedule.hpp) is compiled once into a CopyProgram:
+// every copy is validated against the parameter and buffer sizes, normalized (unit axes dropped, axes
+// contiguous on both sides merged, the longest contiguous inner run found, a transposed pair of axes
+// recognized), and consecutive copies that continue one another are merged. Every update then executes
+// the program with the parameters' base addresses and the buffer: runs of bytes (memcpy, fixed-size
+// copies for short runs, streaming stores for long runs of a large program, source prefetch for strided
+// runs) and a cache-blocked SSE2 transpose for 1/2/4/8-byte elements. Execution does no checks and cannot
+// fail.
+//
+//   pack      parameters (read only) -> buffer: the buffer holds each copy's box contiguous, row-major
+//   assemble  buffer -> parameters
+//
+// Host memory only, one thread. The result equals the element-by-element definition (tests/support/
+// schedule_replay.hpp) bit for bit, also when copies overlap: later copies win, and within one copy the
+// later row-major element.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "weightbridge/round_schedule.hpp"
+
+namespace wb::exec {
+
+enum class CopyDirection : std::uint8_t {
+  kPack,      // parameters -> buffer
+  kAssemble,  // buffer -> parameters
+};
+
+/// Where the stores go. Streaming (non-temporal) stores skip the read-for-ownership of the destination and
+/// leave the caches alone: the right thing when a program moves far more than the caches hold and nobody
+/// on this core reads the destination soon (a send buffer handed to the NIC, parameters written for the
+/// GPU or the next inference step).
+enum class StoreHint : std::uint8_t {
+  kAuto,       // kStreaming when the program moves at least kStreamingProgramBytes, else kCached
+  kCached,     // ordinary stores only
+  kStreaming,  // streaming stores for runs of at least kStreamingMinRunBytes and whole transpose tiles
+               // (where the destination rows are 16-byte aligned)
+};
+
+struct CopyProgramOptions {
+  StoreHint stores = StoreHint::kAuto;
+  static constexpr std::int64_t kStreamingProgramBytes = std::int64_t{16} << 20;
+  static constexpr std::int64_t kStreamingMinRunBytes = 1024;
+};
+
+/// What compilation made of the copies (for tests, logs and benchmarks).
+struct CopyProgramStats {
+  std::int64_t copies = 0;          // input copies that move at least one element
+  std::int64_t ops = 0;             // operations after merging
+  std::int64_t run_ops = 0;         // ops copying runs of bytes (possibly one run)
+  std::int64_t transpose_ops = 0;   // ops using the blocked transpose
+  std::int64_t bytes = 0;           // payload bytes per execution
+  std::int64_t runs = 0;            // contiguous runs the run ops copy per execution
+  std::int64_t transpose_elements = 0;
+  bool streaming = false;           // some ops use streaming stores
+  bool reordered = false;           // ops run in parameter order (destinations disjoint), not the list's
+};
+
+class CopyProgram {
+ public:
+  /// An empty program: execute does nothing.
+  CopyProgram() = default;
+
+  /// Compiles `copies`: the result is that of performing them in order (later copies win where
+  /// destinations overlap). `parameter_bytes[p]` is the size of parameter p in bytes, `buffer_bytes` the
+  /// size of the buffer: every range each copy touches must lie inside them. Copies with an empty box are
+  /// ignored. Copies that continue one another merge. When the copies' destinations are disjoint (pack:
+  /// buffer ranges; assemble: parameter elements, decided exactly for boxes of one affine map and for
+  /// translates of one shape, else by byte intervals) they merge in buffer order and run in parameter
+  /// order (pieces of one tensor read or written one after the other); otherwise the list's order is kept.
+  /// Throws wb::Error (kInvalidArgument) naming the direction, the copy's index, its parameter and box for
+  /// a copy that does not fit: parameter index out of range, element size 0, negative extent or buffer
+  /// offset, strides not one per axis, more than 16 axes, a range outside its parameter or the buffer,
+  /// sizes past 64 bits.
+  CopyProgram(CopyDirection direction, std::span<const BufferCopy> copies,
+              std::span<const std::int64_t> parameter_bytes, std::int64_t buffer_bytes,
+              CopyProgramOptions options = {});
+
+  /// Performs the copies. `parameters[p]` is parameter p's base address (host memory; for a pack program
+  /// only read), `buffer` the buffer's. Preconditions (not checked): `parameters` has an entry for every
+  /// parameter a copy names, and the memory has at least the sizes given at compilation. Ranges read and
+  /// written must not overlap each other (pack: parameters vs buffer; assemble: buffer vs parameters).
+  /// Streaming stores are fenced before returning.
+  void execute(std::span<std::byte* const> parameters, std::byte* buffer) const noexcept;
+
+  CopyDirection direction() const { return direction_; }
+  const CopyProgramStats& stats() const { return stats_; }
+  /// Payload bytes per execution.
+  std::int64_t bytes() const { return stats_.bytes; }
+  bool empty() const { return ops_.empty(); }
+
+  /// Per axis, in bytes, oriented from the source to the destination of the copy.
+  struct Axis {
+    std::int64_t extent = 0;
+    std::int64_t src_stride = 0;
+    std::int64_t dst_stride = 0;
+  };
+  enum class Kind : std::uint8_t {
+    kRuns,       // `run` bytes at every point of the outer axes
+    kTranspose,  // at every point of the outer axes: a rows x cols transpose of `run`-byte elements
+  };
+  struct Op {
+    std::int64_t param_offset = 0;   // bytes from the parameter's base
+    std::int64_t buffer_offset = 0;  // bytes from the buffer
+    std::uint32_t parameter = 0;
+    Kind kind = Kind::kRuns;
+    bool streaming = false;
+    std::int32_t prefetch_runs = 0;  // kRuns: prefetch the source this many runs ahead (0: none)
+    std::uint16_t axis_count = 0;    // outer axes, outermost first
+    std::uint32_t axis_begin = 0;    // in axes_
+    std::int64_t run = 0;            // kRuns: bytes per run; kTranspose: element bytes (1, 2, 4 or 8)
+    // kTranspose: source rows x cols elements, columns contiguous in the source; destination cols x rows,
+    // rows contiguous. Strides in bytes.
+    std::int64_t rows = 0, cols = 0, src_row_stride = 0, dst_row_stride = 0;
+  };
+  /// The compiled operations, in execution order (for tests).
+  std::span<const Op> ops() const { return ops_; }
+  std::span<const Axis> axes(const Op& op) const { return {axes_.data() + op.axis_begin, op.axis_count}; }
+
+ private:
+  CopyDirection direction_ = CopyDirection::kPack;
+  std::vector<Op> ops_;
+  std::vector<Axis> axes_;
+  CopyProgramStats stats_;
+};
+
+}  // namespace wb::exec

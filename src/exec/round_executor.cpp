@@ -1,0 +1,432 @@
+// The round executor. One progress loop per update drives every round in flight through its steps:
+//
+//   trainer:  slot free (its writes of round g - depth done) -> pack -> post one batch per peer (receive
+//             stage) as soon as that peer granted round g;
+//   rollout:  receive-stage arrivals complete -> post the external-exchange batches; those arrivals complete
+//             too -> post the internal-exchange batches; every arrival in -> assemble; assembled and its own
+//             forwards done -> release the slot: grant round g + depth to the peers that write then.
+//
+// Rounds are numbered globally across updates (g = update × rounds + r), so a slot released near the end of
+// one update is granted to the next update's early rounds and nothing waits at update boundaries. Writes
+// carry (g, stage) in their immediate; grants travel as small MPI messages (control only).
+#include "exec/round_executor.hpp"
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <string>
+
+#include "exec/pack.hpp"
+#include "weightbridge/checks.hpp"
+#include "weightbridge/log.hpp"
+
+namespace wb {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int kEndpointTag = 0x5742;  // connect-time records
+constexpr int kGrantTag = 0x5743;     // "you may write round g into my slot"
+constexpr std::uint32_t kRoundBits = 24;
+constexpr std::uint64_t kRoundMask = (std::uint64_t{1} << kRoundBits) - 1;
+
+std::uint32_t encode_immediate(std::uint64_t round, Stage stage) {
+  return static_cast<std::uint32_t>(((round & kRoundMask) << 2) | static_cast<std::uint32_t>(stage));
+}
+
+// One batch: the writes of one round to one peer in one stage (offsets within the slots).
+struct Batch {
+  int peer = 0;
+  Stage stage = Stage::kReceive;
+  std::vector<WriteRequest> writes;  // local/remote offsets relative to the slots; memory ids filled in
+  std::int64_t bytes = 0;
+};
+
+struct RoundWork {
+  std::vector<Batch> batches;                 // in stage order
+  std::array<int, kStageCount> arrivals{};    // regions expected per stage
+  std::vector<int> writers;                   // distinct peers that write into this rank in this round
+  exec::CopyProgram pack, assemble;
+  bool packs = false;
+};
+
+struct PeerLink {
+  Transport* transport = nullptr;
+  std::uint32_t receive_memory = 0;         // the peer's receive buffer, imported
+  std::int64_t receive_slot_bytes = 0;      // the peer's
+  std::uint64_t granted = 0;                // rounds < granted may be written (first depth rounds are free)
+};
+
+// Per global round in flight (a ring of these, indexed g % ring size).
+struct RoundProgress {
+  std::uint64_t round = UINT64_MAX;
+  std::array<int, kStageCount> arrived{};
+  int posted = 0, done = 0;                  // batches of this rank
+  bool packed = false, assembled = false, released = false;
+};
+
+}  // namespace
+
+struct RoundExecutor::State {
+  RoundSchedule schedule;
+  ParameterMemory parameters;
+  MPI_Comm comm = MPI_COMM_NULL;
+  ExecutorOptions options;
+  ExecutorStats stats;
+  int rank = 0, depth = 1, rounds = 0;
+
+  std::vector<std::byte> send_buffer, receive_buffer;  // depth slots each
+  std::map<TransportKind, std::unique_ptr<Transport>> transports;
+  std::map<TransportKind, std::pair<std::uint32_t, std::uint32_t>> local_memory;  // send, receive ids
+  std::map<TransportKind, std::vector<std::byte>> receive_keys;                    // what peers import
+  std::map<int, PeerLink> peers;
+  std::vector<RoundWork> work;  // per schedule round
+
+  std::uint64_t next_round = 0;  // global number of the next update's first round
+  std::vector<RoundProgress> ring;
+  std::vector<Completion> completions;
+  std::vector<WriteRequest> scratch;
+  std::vector<MPI_Request> grant_requests;
+  std::deque<std::uint64_t> grant_buffers;  // one per grant request; a deque, so buffers in flight never move
+
+  // Sends "write round `round` into my slot" to `peer` without blocking.
+  Status send_grant(int peer, std::uint64_t round) {
+    std::size_t slot = grant_requests.size();
+    for (std::size_t i = 0; i < grant_requests.size(); ++i) {
+      int done = 1;
+      if (grant_requests[i] != MPI_REQUEST_NULL) MPI_Test(&grant_requests[i], &done, MPI_STATUS_IGNORE);
+      if (done) {
+        slot = i;
+        break;
+      }
+    }
+    if (slot == grant_requests.size()) {
+      grant_requests.push_back(MPI_REQUEST_NULL);
+      grant_buffers.push_back(0);
+    }
+    grant_buffers[slot] = round;
+    if (MPI_Isend(&grant_buffers[slot], 1, MPI_UINT64_T, peer, kGrantTag, comm, &grant_requests[slot]) != MPI_SUCCESS)
+      return Status(ErrorCode::kMpi, "MPI_Isend of a grant from rank " + std::to_string(rank) + " to rank " +
+                                         std::to_string(peer) + " failed");
+    return Status::ok();
+  }
+
+  RoundProgress& progress(std::uint64_t g) {
+    RoundProgress& p = ring[g % ring.size()];
+    if (p.round != g) p = RoundProgress{g, {}, 0, 0, false, false, false};
+    return p;
+  }
+};
+
+namespace {
+
+// Sends `bytes` to `peer` and receives the peer's record (both directions at once).
+std::vector<std::byte> swap_record(int peer, const std::vector<std::byte>& bytes, MPI_Comm comm) {
+  std::uint64_t size = bytes.size(), peer_size = 0;
+  WB_CHECK_MPI(MPI_Sendrecv(&size, 1, MPI_UINT64_T, peer, kEndpointTag, &peer_size, 1, MPI_UINT64_T, peer, kEndpointTag,
+                            comm, MPI_STATUS_IGNORE));
+  std::vector<std::byte> received(peer_size);
+  WB_CHECK_MPI(MPI_Sendrecv(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, peer, kEndpointTag, received.data(),
+                            static_cast<int>(peer_size), MPI_BYTE, peer, kEndpointTag, comm, MPI_STATUS_IGNORE));
+  return received;
+}
+
+void append_u64(std::vector<std::byte>& out, std::uint64_t value) {
+  const auto* p = reinterpret_cast<const std::byte*>(&value);
+  out.insert(out.end(), p, p + sizeof value);
+}
+
+std::uint64_t read_u64(std::span<const std::byte> in, std::size_t& at) {
+  if (at + 8 > in.size()) throw Error(ErrorCode::kCorruptData, "executor connect record truncated");
+  std::uint64_t value = 0;
+  std::memcpy(&value, in.data() + at, 8);
+  at += 8;
+  return value;
+}
+
+}  // namespace
+
+RoundExecutor::RoundExecutor(RoundSchedule schedule, ParameterMemory parameters, MPI_Comm comm, ExecutorOptions options)
+    : state_(std::make_unique<State>()) {
+  State& s = *state_;
+  s.schedule = std::move(schedule);
+  s.parameters = std::move(parameters);
+  // A communicator of its own: grants left over from this executor's last update can never be taken
+  // for another executor's.
+  WB_CHECK_MPI(MPI_Comm_dup(comm, &s.comm));
+  comm = s.comm;
+  s.options = options;
+  WB_CHECK_MPI(MPI_Comm_rank(comm, &s.rank));
+  int size = 0;
+  WB_CHECK_MPI(MPI_Comm_size(comm, &size));
+  if (s.schedule.rank != s.rank)
+    throw Error(ErrorCode::kInvalidArgument, "round schedule of rank " + std::to_string(s.schedule.rank) +
+                                                 " given to rank " + std::to_string(s.rank));
+  if (s.parameters.memory != MemoryKind::kHost)
+    throw Error(ErrorCode::kUnsupported, "the round executor moves host parameters only so far");
+  s.depth = std::max(1, s.schedule.pipeline_depth);
+  s.rounds = static_cast<int>(s.schedule.rounds.size());
+  s.send_buffer.assign(static_cast<std::size_t>(s.depth * s.schedule.send_slot_bytes), std::byte{0});
+  s.receive_buffer.assign(static_cast<std::size_t>(s.depth * s.schedule.receive_slot_bytes), std::byte{0});
+
+  // The machine every rank is on decides the transport of each pair.
+  const std::string machine = machine_id();
+  constexpr std::size_t kIdBytes = 256;
+  std::vector<char> machines(static_cast<std::size_t>(size) * kIdBytes, '\0');
+  {
+    char mine[kIdBytes] = {};
+    std::strncpy(mine, machine.c_str(), kIdBytes - 1);
+    WB_CHECK_MPI(MPI_Allgather(mine, static_cast<int>(kIdBytes), MPI_CHAR, machines.data(), static_cast<int>(kIdBytes),
+                               MPI_CHAR, comm));
+  }
+  static std::byte no_buffer{};  // empty buffers still get a registration, so that every peer has a key
+  for (int peer : s.schedule.peers) {
+    if (peer < 0 || peer >= size || peer == s.rank)
+      throw Error(ErrorCode::kInvalidArgument, "round schedule names peer " + std::to_string(peer));
+    const bool same_machine = machine == std::string(&machines[static_cast<std::size_t>(peer) * kIdBytes]);
+    const TransportKind kind = choose_transport(same_machine, s.parameters.memory);
+    if (!s.transports.count(kind)) {
+      std::unique_ptr<Transport> transport = make_transport(kind, s.rank);
+      const MemoryRegistration send = transport->register_memory(
+          s.send_buffer.empty() ? &no_buffer : s.send_buffer.data(), std::max<std::size_t>(1, s.send_buffer.size()),
+          MemoryKind::kHost, 0);
+      const MemoryRegistration receive = transport->register_memory(
+          s.receive_buffer.empty() ? &no_buffer : s.receive_buffer.data(),
+          std::max<std::size_t>(1, s.receive_buffer.size()), MemoryKind::kHost, 0);
+      s.stats.registrations += 2;
+      s.local_memory[kind] = {send.id, receive.id};
+      s.receive_keys[kind] = receive.remote_key;
+      s.transports.emplace(kind, std::move(transport));
+    }
+    s.peers[peer].transport = s.transports[kind].get();
+  }
+
+  // Connect every pair: both sides send their endpoint for the other, their receive buffer's key and slot
+  // size; peers in ascending order on both sides, so the pairwise exchanges cannot deadlock.
+  for (auto& [peer, link] : s.peers) {
+    const TransportKind kind = link.transport->kind();
+    std::vector<std::byte> record;
+    append_u64(record, static_cast<std::uint64_t>(kind));
+    append_u64(record, static_cast<std::uint64_t>(s.schedule.receive_slot_bytes));
+    const std::vector<std::byte> endpoint = link.transport->endpoint(peer);
+    const std::vector<std::byte>& key = s.receive_keys[kind];
+    append_u64(record, endpoint.size());
+    record.insert(record.end(), endpoint.begin(), endpoint.end());
+    append_u64(record, key.size());
+    record.insert(record.end(), key.begin(), key.end());
+    const std::vector<std::byte> theirs = swap_record(peer, record, comm);
+    std::size_t at = 0;
+    const auto their_kind = static_cast<TransportKind>(read_u64(theirs, at));
+    if (their_kind != kind)
+      throw Error(ErrorCode::kInvalidArgument, "rank " + std::to_string(s.rank) + " would reach rank " +
+                                                   std::to_string(peer) + " over " + transport_name(kind) +
+                                                   ", the peer over " + transport_name(their_kind));
+    link.receive_slot_bytes = static_cast<std::int64_t>(read_u64(theirs, at));
+    const std::uint64_t endpoint_size = read_u64(theirs, at);
+    if (at + endpoint_size > theirs.size()) throw Error(ErrorCode::kCorruptData, "executor connect record truncated");
+    link.transport->connect(peer, std::span(theirs).subspan(at, endpoint_size));
+    at += endpoint_size;
+    const std::uint64_t key_size = read_u64(theirs, at);
+    if (at + key_size != theirs.size()) throw Error(ErrorCode::kCorruptData, "executor connect record malformed");
+    link.receive_memory = link.transport->import_memory(peer, std::span(theirs).subspan(at, key_size));
+  }
+
+  // Per round: the batches (one per peer and stage, writes in schedule order), the arrivals expected, the
+  // writers to grant, the compiled pack and assemble.
+  const std::vector<std::int64_t> parameter_bytes(s.parameters.bytes.begin(), s.parameters.bytes.end());
+  s.work.resize(static_cast<std::size_t>(s.rounds));
+  for (int r = 0; r < s.rounds; ++r) {
+    const RoundPlan& plan = s.schedule.rounds[static_cast<std::size_t>(r)];
+    RoundWork& work = s.work[static_cast<std::size_t>(r)];
+    for (const Write& write : plan.writes) {
+      if (work.batches.empty() || work.batches.back().peer != write.peer || work.batches.back().stage != write.stage)
+        work.batches.push_back({write.peer, write.stage, {}, 0});
+      Batch& batch = work.batches.back();
+      const TransportKind kind = s.peers.at(write.peer).transport->kind();
+      const auto [send_id, receive_id] = s.local_memory.at(kind);
+      batch.writes.push_back({write.stage == Stage::kReceive ? send_id : receive_id, static_cast<std::uint64_t>(write.local_offset),
+                              s.peers.at(write.peer).receive_memory, static_cast<std::uint64_t>(write.remote_offset),
+                              static_cast<std::uint64_t>(write.bytes)});
+      batch.bytes += write.bytes;
+    }
+    for (const Arrival& arrival : plan.arrivals) {
+      ++work.arrivals[static_cast<std::size_t>(arrival.stage)];
+      work.writers.push_back(arrival.peer);
+    }
+    std::sort(work.writers.begin(), work.writers.end());
+    work.writers.erase(std::unique(work.writers.begin(), work.writers.end()), work.writers.end());
+    work.packs = !plan.pack.empty();
+    work.pack = exec::CopyProgram(exec::CopyDirection::kPack, plan.pack, parameter_bytes, s.schedule.send_slot_bytes);
+    work.assemble =
+        exec::CopyProgram(exec::CopyDirection::kAssemble, plan.assemble, parameter_bytes, s.schedule.receive_slot_bytes);
+    std::size_t most = 0;
+    for (const Batch& batch : work.batches) most = std::max(most, batch.writes.size());
+    s.scratch.reserve(std::max(s.scratch.capacity(), most));
+  }
+  s.ring.assign(static_cast<std::size_t>(4 * s.depth + 4), RoundProgress{});
+  s.completions.reserve(1024);
+  s.grant_requests.reserve(256);
+  WB_CHECK_MPI(MPI_Barrier(comm));  // every pair connected before anyone writes
+}
+
+Status RoundExecutor::run_update() {
+  State& s = *state_;
+  const auto started = Clock::now();
+  auto last_progress = started;
+  const auto depth = static_cast<std::uint64_t>(s.depth);
+  const std::uint64_t first = s.next_round, end = first + static_cast<std::uint64_t>(s.rounds);
+  std::uint64_t oldest = first;  // the oldest round of this update this rank has not finished
+  const auto slot_of = [&](std::uint64_t g) { return static_cast<std::size_t>(g % depth); };
+
+  while (oldest < end) {
+    bool progressed = false;
+    s.completions.clear();
+    for (auto& [kind, transport] : s.transports) {
+      Status status = transport->poll(s.completions);
+      if (!status) return status;
+    }
+    for (const Completion& c : s.completions) {
+      progressed = true;
+      if (c.kind == Completion::Kind::kWritesDone) {
+        ++s.progress(c.token).done;
+        continue;
+      }
+      const std::uint64_t tag = c.immediate >> 2;
+      const std::uint64_t g = oldest + ((tag - oldest) & kRoundMask);
+      const auto stage = static_cast<std::size_t>(c.immediate & 3u);
+      if (stage >= kStageCount || g >= oldest + 2 * depth + 1)
+        return Status(ErrorCode::kCorruptData, "rank " + std::to_string(s.rank) + " got a write notification for round " +
+                                                   std::to_string(g) + " stage " + std::to_string(stage) + " from rank " +
+                                                   std::to_string(c.peer) + " while at round " + std::to_string(oldest));
+      ++s.progress(g).arrived[stage];
+    }
+    // Grants: MPI delivers one peer's messages in order, so the latest is the largest.
+    for (;;) {
+      int flag = 0;
+      MPI_Status status;
+      if (MPI_Iprobe(MPI_ANY_SOURCE, kGrantTag, s.comm, &flag, &status) != MPI_SUCCESS)
+        return Status(ErrorCode::kMpi, "MPI_Iprobe failed on rank " + std::to_string(s.rank));
+      if (!flag) break;
+      std::uint64_t granted = 0;
+      if (MPI_Recv(&granted, 1, MPI_UINT64_T, status.MPI_SOURCE, kGrantTag, s.comm, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+        return Status(ErrorCode::kMpi, "MPI_Recv of a grant failed on rank " + std::to_string(s.rank));
+      auto it = s.peers.find(status.MPI_SOURCE);
+      if (it != s.peers.end()) it->second.granted = std::max(it->second.granted, granted + 1);
+      progressed = true;
+    }
+
+    for (std::uint64_t g = oldest; g < end && g < oldest + depth; ++g) {
+      const auto r = static_cast<std::size_t>(g % static_cast<std::uint64_t>(s.rounds));
+      RoundWork& work = s.work[r];
+      RoundProgress& p = s.progress(g);
+      if (work.packs && !p.packed) {
+        const auto t0 = Clock::now();
+        work.pack.execute(s.parameters.data, s.send_buffer.data() + slot_of(g) * static_cast<std::size_t>(s.schedule.send_slot_bytes));
+        s.stats.pack_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+        p.packed = true;
+        progressed = true;
+      }
+      const auto complete = [&](Stage stage) {
+        return p.arrived[static_cast<std::size_t>(stage)] == work.arrivals[static_cast<std::size_t>(stage)];
+      };
+      while (p.posted < static_cast<int>(work.batches.size())) {
+        const Batch& batch = work.batches[static_cast<std::size_t>(p.posted)];
+        const bool ready = batch.stage == Stage::kReceive ? (!work.packs || p.packed)
+                           : batch.stage == Stage::kExternalExchange
+                               ? complete(Stage::kReceive)
+                               : complete(Stage::kReceive) && complete(Stage::kExternalExchange);
+        PeerLink& link = s.peers.at(batch.peer);
+        if (!ready || (g >= depth && link.granted <= g)) break;
+        s.scratch.assign(batch.writes.begin(), batch.writes.end());
+        const std::uint64_t local_base =
+            slot_of(g) * static_cast<std::uint64_t>(batch.stage == Stage::kReceive ? s.schedule.send_slot_bytes
+                                                                                      : s.schedule.receive_slot_bytes);
+        const std::uint64_t remote_base = slot_of(g) * static_cast<std::uint64_t>(link.receive_slot_bytes);
+        for (WriteRequest& w : s.scratch) {
+          w.local_offset += local_base;
+          w.remote_offset += remote_base;
+        }
+        Status status = link.transport->post_writes(batch.peer, s.scratch, encode_immediate(g, batch.stage), g);
+        if (status.code() == ErrorCode::kRetryLater) break;
+        if (!status) return status;
+        s.stats.bytes_written += batch.bytes;
+        ++p.posted;
+        progressed = true;
+      }
+      if (!p.assembled && complete(Stage::kReceive) && complete(Stage::kExternalExchange) &&
+          complete(Stage::kInternalExchange)) {
+        const auto t0 = Clock::now();
+        work.assemble.execute(s.parameters.data,
+                               s.receive_buffer.data() + slot_of(g) * static_cast<std::size_t>(s.schedule.receive_slot_bytes));
+        s.stats.assemble_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+        s.stats.bytes_assembled += work.assemble.bytes();
+        p.assembled = true;
+        progressed = true;
+      }
+      // Slots are released in round order, so that a peer's grants arrive in order and the latest one
+      // stands for every round before it.
+      if (!p.released && p.assembled && p.posted == static_cast<int>(work.batches.size()) && p.done == p.posted &&
+          (g == oldest || s.progress(g - 1).released)) {
+        // The slot is free again: whoever writes into it depth rounds later may go ahead.
+        const std::uint64_t next = g + depth;
+        for (int writer : s.work[static_cast<std::size_t>(next % static_cast<std::uint64_t>(s.rounds))].writers) {
+          Status status = s.send_grant(writer, next);
+          if (!status) return status;
+        }
+        p.released = true;
+        progressed = true;
+      }
+    }
+    while (oldest < end && s.progress(oldest).released) ++oldest;
+
+    const auto now = Clock::now();
+    if (progressed) {
+      last_progress = now;
+    } else if (std::chrono::duration<double>(now - last_progress).count() > s.options.timeout_seconds) {
+      const auto r = static_cast<std::size_t>(oldest % static_cast<std::uint64_t>(s.rounds));
+      const RoundWork& work = s.work[r];
+      const RoundProgress& p = s.progress(oldest);
+      std::string waiting;
+      for (std::size_t st = 0; st < kStageCount; ++st)
+        if (p.arrived[st] != work.arrivals[st])
+          waiting += std::string(waiting.empty() ? "" : "; ") + std::to_string(work.arrivals[st] - p.arrived[st]) +
+                     " " + stage_name(static_cast<Stage>(st)) + " arrivals";
+      if (p.posted < static_cast<int>(work.batches.size())) {
+        const Batch& batch = work.batches[static_cast<std::size_t>(p.posted)];
+        waiting += std::string(waiting.empty() ? "" : "; ") + "to write to rank " + std::to_string(batch.peer) + " (" +
+                   stage_name(batch.stage) + ")" +
+                   (s.peers.at(batch.peer).granted <= oldest && oldest >= depth ? ", not granted yet" : "");
+      }
+      if (p.done < p.posted) waiting += std::string(waiting.empty() ? "" : "; ") + std::to_string(p.posted - p.done) + " batches to complete";
+      return Status(ErrorCode::kTimeout, "rank " + std::to_string(s.rank) + ": no progress for " +
+                                             std::to_string(s.options.timeout_seconds) + " s in round " + std::to_string(r) +
+                                             " of update " + std::to_string(s.stats.updates) + ", waiting for " + waiting);
+    }
+  }
+  // Grants still in flight complete in the background; reap the finished ones.
+  for (MPI_Request& request : s.grant_requests) {
+    int done = 0;
+    if (request != MPI_REQUEST_NULL) MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+  }
+  s.next_round = end;
+  ++s.stats.updates;
+  s.stats.last_update_seconds = std::chrono::duration<double>(Clock::now() - started).count();
+  return Status::ok();
+}
+
+RoundExecutor::~RoundExecutor() {
+  if (!state_) return;
+  // Grants are eager 8-byte messages: their sends complete whether or not anyone receives them.
+  for (MPI_Request& request : state_->grant_requests)
+    if (request != MPI_REQUEST_NULL) MPI_Wait(&request, MPI_STATUS_IGNORE);
+  state_->transports.clear();
+  if (state_->comm != MPI_COMM_NULL) MPI_Comm_free(&state_->comm);
+}
+
+const ExecutorStats& RoundExecutor::stats() const { return state_->stats; }
+const RoundSchedule& RoundExecutor::schedule() const { return state_->schedule; }
+
+}  // namespace wb

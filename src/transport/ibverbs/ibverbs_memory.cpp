@@ -1,0 +1,241 @@
+// ibverbs transport, memory: registering this rank's memory with every device (host memory with ibv_reg_mr,
+// CUDA memory through a dma-buf of the allocation and ibv_reg_dmabuf_mr, with ibv_reg_mr on the device
+// pointer as the fallback for nvidia-peermem systems), and importing the memory keys of peers.
+//
+// CUDA driver calls are looked up through the runtime (cudaGetDriverEntryPoint*), so the library links
+// only CUDA::cudart and still loads on machines without a CUDA driver.
+#include <infiniband/verbs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "transport/ibverbs/ibverbs_internal.hpp"
+#include "weightbridge/checks.hpp"
+#include "weightbridge/log.hpp"
+
+#ifdef WB_HAVE_CUDA
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime_api.h>
+#endif
+
+namespace wb::ibv {
+namespace {
+
+std::string range_text(const void* address, std::size_t bytes) {
+  char text[64];
+  std::snprintf(text, sizeof text, "[%p, +%zu)", address, bytes);
+  return text;
+}
+
+/// The errno text of a failed registration, with the usual cause of ENOMEM.
+std::string registration_error(int error) {
+  std::string text = std::strerror(error);
+  if (error == ENOMEM) text += " (is the locked-memory limit, ulimit -l, too low?)";
+  return text;
+}
+
+#ifdef WB_HAVE_CUDA
+
+/// A CUDA driver function, found through the runtime (no link dependency on libcuda).
+template <class Fn>
+Fn driver_function(const char* name, unsigned int version) {
+  void* fn = nullptr;
+#if CUDART_VERSION >= 12000
+  cudaDriverEntryPointQueryResult found{};
+#if CUDART_VERSION >= 12050
+  const cudaError_t rc = cudaGetDriverEntryPointByVersion(name, &fn, version, cudaEnableDefault, &found);
+#else
+  (void)version;
+  const cudaError_t rc = cudaGetDriverEntryPoint(name, &fn, cudaEnableDefault, &found);
+#endif
+  const bool ok = rc == cudaSuccess && found == cudaDriverEntryPointSuccess;
+#else
+  (void)version;
+  const bool ok = cudaGetDriverEntryPoint(name, &fn, cudaEnableDefault) == cudaSuccess;
+#endif
+  if (!ok || fn == nullptr) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  return reinterpret_cast<Fn>(fn);
+}
+
+std::string cu_error_text(CUresult result) {
+  static const auto get_name = driver_function<PFN_cuGetErrorName_v6000>("cuGetErrorName", 6000);
+  const char* name = nullptr;
+  if (get_name != nullptr && get_name(result, &name) == CUDA_SUCCESS && name != nullptr) return name;
+  return "CUresult " + std::to_string(static_cast<int>(result));
+}
+
+/// Makes `device` current while alive (set-up code: throws).
+class CurrentDevice {
+ public:
+  explicit CurrentDevice(int device) {
+    WB_CHECK_CUDA(cudaGetDevice(&previous_));
+    if (previous_ != device) WB_CHECK_CUDA(cudaSetDevice(device));
+  }
+  ~CurrentDevice() {
+    int current = previous_;
+    if (cudaGetDevice(&current) == cudaSuccess && current != previous_) (void)cudaSetDevice(previous_);
+  }
+  CurrentDevice(const CurrentDevice&) = delete;
+  CurrentDevice& operator=(const CurrentDevice&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
+struct FdCloser {
+  int fd = -1;
+  ~FdCloser() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+#endif  // WB_HAVE_CUDA
+
+}  // namespace
+
+void IbverbsTransport::register_host(LocalRegion& region, int access) {
+  void* address = reinterpret_cast<void*>(region.address);
+  for (const Device& device : devices_) {
+    ibv_mr* mr = ibv_reg_mr(device.pd.get(), address, region.bytes, access);
+    if (mr == nullptr) {
+      const int error = errno;
+      throw Error(make_call_error(ErrorCode::kIbverbs, "ibv_reg_mr(" + device.name + ", host memory " +
+                                                           range_text(address, region.bytes) + ")",
+                                  registration_error(error), __FILE__, __LINE__));
+    }
+    region.mrs.emplace_back(mr);
+  }
+}
+
+void IbverbsTransport::register_cuda(LocalRegion& region, int access) {
+#ifdef WB_HAVE_CUDA
+  void* address = reinterpret_cast<void*>(region.address);
+  const std::string what = "CUDA memory " + range_text(address, region.bytes) + " of device " + std::to_string(region.device);
+  CurrentDevice current(region.device);
+  cudaPointerAttributes attributes{};
+  WB_CHECK_CUDA(cudaPointerGetAttributes(&attributes, address));
+  if (attributes.type != cudaMemoryTypeDevice)
+    throw Error(ErrorCode::kInvalidArgument, "register_memory: " + what + " is not device memory (cudaMemoryType " +
+                                                 std::to_string(static_cast<int>(attributes.type)) +
+                                                 "); register host or managed memory as host memory");
+  if (attributes.device != region.device)
+    throw Error(ErrorCode::kInvalidArgument, "register_memory: " + what + " belongs to device " +
+                                                 std::to_string(attributes.device));
+
+  // dma-buf of the page-aligned range around the memory; the region starts `offset` bytes into it and is
+  // addressed by its own virtual address (iova), which is what the memory key hands to peers.
+  const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+  const std::uint64_t begin = region.address / page * page;
+  const std::uint64_t end = (region.address + region.bytes + page - 1) / page * page;
+  FdCloser dmabuf;
+  std::string dmabuf_error;
+  static const auto get_handle =
+      driver_function<PFN_cuMemGetHandleForAddressRange_v11070>("cuMemGetHandleForAddressRange", 11070);
+  if (get_handle == nullptr) {
+    dmabuf_error = "cuMemGetHandleForAddressRange is not in this CUDA driver";
+  } else {
+    const CUresult rc = get_handle(&dmabuf.fd, static_cast<CUdeviceptr>(begin), end - begin,
+                                   CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+    if (rc != CUDA_SUCCESS) {
+      dmabuf.fd = -1;
+      dmabuf_error = "cuMemGetHandleForAddressRange failed: " + cu_error_text(rc);
+    }
+  }
+  for (const Device& device : devices_) {
+    ibv_mr* mr = nullptr;
+    if (dmabuf.fd >= 0) {
+      mr = ibv_reg_dmabuf_mr(device.pd.get(), region.address - begin, region.bytes, region.address, dmabuf.fd, access);
+      if (mr == nullptr) dmabuf_error = std::string("ibv_reg_dmabuf_mr failed: ") + std::strerror(errno);
+    }
+    if (mr == nullptr) {
+      // Legacy GPUDirect RDMA (nvidia-peermem) registers the device pointer like host memory.
+      mr = ibv_reg_mr(device.pd.get(), address, region.bytes, access);
+      if (mr == nullptr) {
+        const int error = errno;
+        throw Error(make_call_error(ErrorCode::kIbverbs, "register_memory(" + what + ") on " + device.name,
+                                    "dma-buf: " + dmabuf_error + "; ibv_reg_mr on the device pointer (nvidia-peermem): " +
+                                        registration_error(error),
+                                    __FILE__, __LINE__));
+      }
+      WB_LOG(kDebug) << "ibverbs: " << what << " registered on " << device.name << " through nvidia-peermem ("
+                     << dmabuf_error << ")";
+    }
+    region.mrs.emplace_back(mr);
+  }
+
+  // Where the GPU does not order incoming RDMA writes before its own later reads, poll flushes them
+  // (cudaDeviceFlushGPUDirectRDMAWrites) before it reports an arrival.
+  int ordering = 0, flush_options = 0;
+  if (cudaDeviceGetAttribute(&ordering, cudaDevAttrGPUDirectRDMAWritesOrdering, region.device) == cudaSuccess &&
+      cudaDeviceGetAttribute(&flush_options, cudaDevAttrGPUDirectRDMAFlushWritesOptions, region.device) == cudaSuccess) {
+    if (ordering < cudaGPUDirectRDMAWritesOrderingOwner && (flush_options & cudaFlushGPUDirectRDMAWritesOptionHost) != 0 &&
+        std::find(gpu_flush_devices_.begin(), gpu_flush_devices_.end(), region.device) == gpu_flush_devices_.end())
+      gpu_flush_devices_.push_back(region.device);
+  } else {
+    (void)cudaGetLastError();
+  }
+#else
+  (void)access;
+  throw Error(ErrorCode::kUnsupported, "ibverbs register_memory: CUDA memory of device " + std::to_string(region.device) +
+                                           " needs a build with CUDA (WB_HAVE_CUDA)");
+#endif
+}
+
+MemoryRegistration IbverbsTransport::register_memory(void* address, std::size_t bytes, MemoryKind memory, int device) {
+  if (address == nullptr && bytes != 0)
+    throw Error(ErrorCode::kInvalidArgument, "ibverbs register_memory: null address for " + std::to_string(bytes) + " bytes");
+  LocalRegion region;
+  region.address = reinterpret_cast<std::uintptr_t>(address);
+  region.bytes = bytes;
+  region.memory = memory;
+  region.device = device;
+  if (bytes != 0) {
+    int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+    if (config_.relaxed_ordering) access |= IBV_ACCESS_RELAXED_ORDERING;
+    if (memory == MemoryKind::kCuda) register_cuda(region, access);
+    else register_host(region, access);
+    for (const Nic& nic : nics_) {
+      region.lkeys.push_back(region.mrs[nic.device]->lkey);
+      region.rkeys.push_back(region.mrs[nic.device]->rkey);
+    }
+  }
+  MemoryKey key;
+  key.owner = rank_;
+  key.address = region.address;
+  key.bytes = region.bytes;
+  key.rkeys = region.rkeys;
+
+  MemoryRegistration registration;
+  registration.id = static_cast<std::uint32_t>(local_.size());
+  registration.remote_key = serialize_memory_key(key);
+  local_sizes_.push_back(region.bytes);
+  local_.push_back(std::move(region));
+  return registration;
+}
+
+std::uint32_t IbverbsTransport::import_memory(int peer, std::span<const std::byte> remote_key) {
+  MemoryKey key = parse_memory_key(remote_key, peer);
+  Peer& p = peer_entry(peer);
+  if (p.connected && key.bytes != 0 && key.rkeys.size() != p.remote_nics)
+    throw Error(ErrorCode::kInvalidArgument, "ibverbs import_memory: the memory key from peer " + std::to_string(peer) +
+                                                 " has rkeys for " + std::to_string(key.rkeys.size()) +
+                                                 " NIC(s), its endpoint record lists " + std::to_string(p.remote_nics));
+  RemoteRegion region;
+  region.address = key.address;
+  region.bytes = key.bytes;
+  region.rkeys = std::move(key.rkeys);
+  p.regions.push_back(std::move(region));
+  p.region_sizes.push_back(key.bytes);
+  return static_cast<std::uint32_t>(p.regions.size() - 1);
+}
+
+}  // namespace wb::ibv
