@@ -263,7 +263,18 @@ RoundExecutor::RoundExecutor(RoundSchedule schedule, ParameterMemory parameters,
     work.assemble =
         exec::CopyProgram(exec::CopyDirection::kAssemble, plan.assemble, parameter_bytes, s.schedule.receive_slot_bytes);
     std::size_t most = 0;
-    for (const Batch& batch : work.batches) most = std::max(most, batch.writes.size());
+    for (const Batch& batch : work.batches) {
+      most = std::max(most, batch.writes.size());
+      // One batch is one notification to its receiver, so it must go out in one post (refused here, at
+      // connect, rather than on the update path).
+      const Transport& transport = *s.peers.at(batch.peer).transport;
+      if (batch.writes.size() > transport.capabilities().max_writes_per_batch)
+        throw Error(ErrorCode::kUnsupported,
+                    "rank " + std::to_string(s.rank) + ", round " + std::to_string(r) + ": " +
+                        std::to_string(batch.writes.size()) + " writes to rank " + std::to_string(batch.peer) + " (" +
+                        stage_name(batch.stage) + ") exceed the " + transport_name(transport.kind()) + " limit of " +
+                        std::to_string(transport.capabilities().max_writes_per_batch) + " per batch");
+    }
     s.scratch.reserve(std::max(s.scratch.capacity(), most));
   }
   s.ring.assign(static_cast<std::size_t>(4 * s.depth + 4), RoundProgress{});
