@@ -130,7 +130,7 @@ void print_strategy(const StrategyResult& s, double t_min) {
                 stage.busiest_link.c_str(), gib(static_cast<double>(stage.busiest_link_bytes)).c_str(), stage.seconds);
 }
 
-nlohmann::json strategy_json(const Evaluation& e, const StrategyResult& s, const Topology& topology) {
+nlohmann::json strategy_json(const Evaluation& e, const StrategyResult& s) {
   // Inter-node traffic per node as the simulator counted it, for any strategy.
   std::int64_t trainer_egress = 0;
   for (int node : e.bound.trainer_nodes) trainer_egress += s.simulation.node_egress_bytes[static_cast<std::size_t>(node)];
@@ -142,7 +142,6 @@ nlohmann::json strategy_json(const Evaluation& e, const StrategyResult& s, const
                      {"ingress_bytes", s.simulation.node_ingress_bytes[v]},
                      {"egress_bytes", s.simulation.node_egress_bytes[v]}});
   }
-  (void)topology;
   return {{"strategy", s.strategy},
           {"model_bytes", e.bound.model_bytes},
           {"trainer_egress_bytes", trainer_egress},
@@ -273,7 +272,7 @@ int run(int argc, char** argv) {
               e.plan_seconds - e.correspondence_seconds - e.routing_seconds, e.simulate_seconds,
               static_cast<double>(rss) / (1 << 20));
 
-  nlohmann::json result = strategy_json(e, e.find(strategy), topology);
+  nlohmann::json result = strategy_json(e, e.find(strategy));
   result.update({{"model", model.name},
                  {"trainer", deployment.trainer.to_string()},
                  {"rollout", deployment.rollout.to_string()},
@@ -292,7 +291,7 @@ int run(int argc, char** argv) {
                  {"simulate_seconds", e.simulate_seconds},
                  {"peak_rss_bytes", rss}});
   nlohmann::json all = nlohmann::json::object();
-  for (const StrategyResult& s : e.strategies) all[s.strategy] = strategy_json(e, s, topology);
+  for (const StrategyResult& s : e.strategies) all[s.strategy] = strategy_json(e, s);
   result["strategies"] = all;
   write_json(json_path, result);
   return 0;

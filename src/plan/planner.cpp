@@ -2,7 +2,6 @@
 // three stages, balances the load greedily over the whole model, and cuts the transfer into rounds that
 // fit the buffer budget and carry about equal shares of every worker's traffic.
 #include <algorithm>
-#include <cmath>
 #include <numeric>
 #include <string>
 
