@@ -200,8 +200,6 @@ int run(int argc, char** argv) {
       ("strategy", po::value(&strategy), "Strategy whose figures --json writes: weightbridge, broadcast or p2p (all are printed).")
       ("node-gbps", po::value(&network.node_gbps), "Inter-node bandwidth per node, GB/s each direction (the paper: 400).")
       ("intra-gbps", po::value(&network.intra_gbps), "Intra-node bandwidth per worker, GB/s each direction.")
-      ("buffer-mib", po::value(&network.buffer_mib), "Transfer-buffer budget per worker, MiB (all pipeline slots).")
-      ("pipeline-depth", po::value(&network.pipeline_depth), "Rounds in flight per worker (2 = double buffering).")
       ("message-us", po::value(&network.message_us), "Link time each one-sided write costs, microseconds.")
       ("scaling", po::value(&scaling), "Print the paper's Figure 12 table for 1..N rollout nodes instead.")
       ("json", po::value(&json_path), "Write the result as JSON to this file.");
@@ -209,8 +207,12 @@ int run(int argc, char** argv) {
   if (!parse_command_line(argc, argv, options, variables)) return 0;
   if (strategy != "weightbridge" && strategy != "broadcast" && strategy != "p2p")
     throw Error(ErrorCode::kInvalidArgument, "--strategy must be weightbridge, broadcast or p2p, not '" + strategy + "'");
-  if (network.buffer_mib <= 0 || network.pipeline_depth < 1)
-    throw Error(ErrorCode::kInvalidArgument, "--buffer-mib and --pipeline-depth must be positive");
+  {
+    // The planner's own settings (--buffer-mib, --pipeline-depth, WB_* variables), as connect reads them.
+    const PlanOptions planned = plan_options_from_settings();
+    network.buffer_mib = planned.buffer_bytes_per_worker >> 20;
+    network.pipeline_depth = planned.pipeline_depth;
+  }
   if (scaling > 0) return run_scaling(scaling, network, json_path);
 
   const auto start = Clock::now();

@@ -99,6 +99,10 @@ struct TransferPlan {
   }
 };
 
+/// PlanOptions with buffer_bytes_per_worker and pipeline_depth from the settings buffer_mib and
+/// pipeline_depth (WB_BUFFER_MIB, --buffer-mib; WB_PIPELINE_DEPTH, --pipeline-depth). Throws on values out of range.
+PlanOptions plan_options_from_settings();
+
 /// Plans the transfer (trainer de-duplication, rollout de-duplication in three stages, balance, rounds).
 /// Throws wb::Error when a piece cannot fit the buffer budget, naming the tensor.
 TransferPlan plan_transfer(const Correspondence& correspondence, const Topology& topology, const PlanOptions& options);

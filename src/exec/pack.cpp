@@ -7,8 +7,9 @@
 //   - a transpose when its run is one 1/2/4/8-byte element and some outer axis is contiguous in the
 //     parameter (stride == run) while the innermost outer axis is contiguous in the buffer: the pair is
 //     copied by a blocked transpose (SSE2 micro-kernels: 8x8 for 1 and 2 bytes, 4x4 for 4, 2x2 for 8;
-//     64 x 64-byte tiles through an L1 scratch tile, 256 x 256-byte super-tiles, L2 prefetch), the
-//     remaining axes loop around it;
+//     for 2 bytes an AVX2 8x16 kernel and 32-byte streaming stores where the CPU has AVX2; 64 x 64-byte
+//     tiles through an L1 scratch tile, 256 x 256-byte super-tiles, L2 prefetch), the remaining axes loop
+//     around it;
 //   - otherwise runs: memcpy of each run (a fixed-size copy for 1..64-byte power-of-two runs; streaming
 //     stores for runs of 1 KiB and more when the program is large; source prefetch for strided runs).
 // For assemble a transpose changes the order of the writes, so it is used only when the op cannot write
@@ -16,9 +17,14 @@
 // definition.
 //
 // Measured on one core (bench/bench_pack.cpp): contiguous runs at memcpy speed, strided column boxes
-// ~0.8-1x, transposes of [4096, 4096] bf16 ~0.4-0.5x of memcpy. A transpose is bound by its access
-// pattern (every row of a tile in the same cache set, a new DRAM page per 256 bytes), not by the shuffles:
-// an AVX2 16x16 kernel measured no faster, so the kernels stay SSE2 (the baseline of x86-64).
+// ~0.8-1x, transposes of [4096, 4096] bf16 ~0.5-0.6x of memcpy. A transpose is bound mostly by its access
+// pattern (every row of a tile in the same cache set, a new DRAM page per 256 bytes): an AVX-512 32x32
+// register tile, wider or narrower super-tiles, other prefetch hints and distances, a gather into a
+// contiguous staging tile, and visiting the boxes of one matrix band by band all measured slower or no
+// faster. Fewer instructions per tile did help: the AVX2 8x16 kernel with 32-byte streaming stores took
+// bf16 pack from 0.48 to 0.52 and assemble from 0.53 to 0.59 of memcpy (medians of six interleaved runs);
+// an AVX-512 8x32 kernel added only ~2% more, so 2-byte elements stop at AVX2 and the other sizes keep
+// the SSE2 kernels (the baseline of x86-64).
 #include "exec/pack.hpp"
 
 #include <algorithm>
@@ -567,6 +573,83 @@ inline void write_tile_row(std::byte* dst, const std::byte* row) {
   std::memcpy(dst, row, 64);
 }
 
+/// One whole tile (64 bytes of a row on each side) through a contiguous scratch tile: the source read 8
+/// rows (one micro-kernel) at a time, one line per row, the destination written a full line per row
+/// (streaming stores when `stream`: the destination and its row stride are 16-byte aligned).
+template <std::size_t E>
+void whole_tile(const std::byte* s, i64 ss, std::byte* d, i64 ds, bool stream) {
+  constexpr i64 es = static_cast<i64>(E);
+  constexpr i64 M = Micro<E>::M;
+  constexpr i64 T = kTile<E>;
+  static_assert(T % M == 0);
+  alignas(64) std::byte scratch[T * 64];  // T rows of 64 bytes: the tile, transposed
+  for (i64 r = 0; r < T; r += M)
+    for (i64 c = 0; c < T; c += M) Micro<E>::run(s + r * ss + c * es, ss, scratch + c * 64 + r * es, 64);
+  if (stream)
+    for (i64 c = 0; c < T; ++c) write_tile_row<true>(d + c * ds, scratch + c * 64);
+  else
+    for (i64 c = 0; c < T; ++c) write_tile_row<false>(d + c * ds, scratch + c * 64);
+}
+
+using WholeTile = void (*)(const std::byte*, i64, std::byte*, i64, bool);
+
+#if WB_PACK_SSE2
+// 2-byte elements where the CPU has AVX2: the SSE2 8x8 kernel in each 128-bit lane, so one kernel moves 8
+// rows x 16 columns with half the loads and shuffles; destination rows c..c+7 come from the low lanes,
+// c+8..c+15 from the high ones.
+__attribute__((target("avx2"))) inline void micro_2byte_avx2(const std::byte* s, i64 ss, std::byte* d, i64 ds) {
+  const __m256i a0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s));
+  const __m256i a1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + ss));
+  const __m256i a2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 2 * ss));
+  const __m256i a3 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 3 * ss));
+  const __m256i a4 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 4 * ss));
+  const __m256i a5 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 5 * ss));
+  const __m256i a6 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 6 * ss));
+  const __m256i a7 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 7 * ss));
+  const __m256i b0 = _mm256_unpacklo_epi16(a0, a1), b1 = _mm256_unpackhi_epi16(a0, a1);
+  const __m256i b2 = _mm256_unpacklo_epi16(a2, a3), b3 = _mm256_unpackhi_epi16(a2, a3);
+  const __m256i b4 = _mm256_unpacklo_epi16(a4, a5), b5 = _mm256_unpackhi_epi16(a4, a5);
+  const __m256i b6 = _mm256_unpacklo_epi16(a6, a7), b7 = _mm256_unpackhi_epi16(a6, a7);
+  const __m256i c0 = _mm256_unpacklo_epi32(b0, b2), c1 = _mm256_unpackhi_epi32(b0, b2);
+  const __m256i c2 = _mm256_unpacklo_epi32(b1, b3), c3 = _mm256_unpackhi_epi32(b1, b3);
+  const __m256i c4 = _mm256_unpacklo_epi32(b4, b6), c5 = _mm256_unpackhi_epi32(b4, b6);
+  const __m256i c6 = _mm256_unpacklo_epi32(b5, b7), c7 = _mm256_unpackhi_epi32(b5, b7);
+  const __m256i out[8] = {_mm256_unpacklo_epi64(c0, c4), _mm256_unpackhi_epi64(c0, c4),
+                          _mm256_unpacklo_epi64(c1, c5), _mm256_unpackhi_epi64(c1, c5),
+                          _mm256_unpacklo_epi64(c2, c6), _mm256_unpackhi_epi64(c2, c6),
+                          _mm256_unpacklo_epi64(c3, c7), _mm256_unpackhi_epi64(c3, c7)};
+  for (i64 k = 0; k < 8; ++k)
+    _mm256_storeu2_m128i(reinterpret_cast<__m128i*>(d + (k + 8) * ds), reinterpret_cast<__m128i*>(d + k * ds), out[k]);
+}
+
+// whole_tile<2> with that kernel; the lines go out with 32-byte streaming stores where the destination and
+// its row stride are 32-byte aligned.
+__attribute__((target("avx2"))) void whole_tile_2byte_avx2(const std::byte* s, i64 ss, std::byte* d, i64 ds,
+                                                           bool stream) {
+  alignas(64) std::byte scratch[32 * 64];
+  for (i64 r = 0; r < 32; r += 8)
+    for (i64 c = 0; c < 32; c += 16) micro_2byte_avx2(s + r * ss + c * 2, ss, scratch + c * 64 + r * 2, 64);
+  if (stream && ((reinterpret_cast<std::uintptr_t>(d) | static_cast<std::uintptr_t>(ds)) & 31) == 0) {
+    for (i64 c = 0; c < 32; ++c) {
+      const auto* row = reinterpret_cast<const __m256i*>(scratch + c * 64);
+      _mm256_stream_si256(reinterpret_cast<__m256i*>(d + c * ds), _mm256_load_si256(row));
+      _mm256_stream_si256(reinterpret_cast<__m256i*>(d + c * ds + 32), _mm256_load_si256(row + 1));
+    }
+  } else if (stream) {
+    for (i64 c = 0; c < 32; ++c) write_tile_row<true>(d + c * ds, scratch + c * 64);
+  } else {
+    for (i64 c = 0; c < 32; ++c) write_tile_row<false>(d + c * ds, scratch + c * 64);
+  }
+}
+
+const WholeTile whole_tile_2byte = [] {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") ? whole_tile_2byte_avx2 : whole_tile<2>;
+}();
+#else
+const WholeTile whole_tile_2byte = whole_tile<2>;
+#endif
+
 /// dst[c * ds + r * E] = src[r * ss + c * E] for r < rows, c < cols.
 ///
 /// Power-of-two row strides (a [4096, 4096] bf16 matrix: 8 KiB) map every row of a tile to the same cache
@@ -586,7 +669,6 @@ void transpose(const std::byte* src, i64 ss, std::byte* dst, i64 ds, i64 rows, i
   constexpr i64 T = kTile<E>;
   constexpr i64 S = kSuperTile<E>;
   static_assert(T % M == 0 && S % T == 0);
-  alignas(64) std::byte scratch[T * 64];  // T rows of 64 bytes: the tile, transposed
   const bool stream = kStream && ((reinterpret_cast<std::uintptr_t>(dst) | static_cast<std::uintptr_t>(ds)) & 15) == 0;
   auto scalar = [&](i64 r0, i64 r1, i64 c0, i64 c1) {
     for (i64 r = r0; r < r1; ++r)
@@ -617,13 +699,11 @@ void transpose(const std::byte* src, i64 ss, std::byte* dst, i64 ds, i64 rows, i
           }
           if (r1 - r0 == T && c1 - c0 == T) {
             const std::byte* s = src + r0 * ss + c0 * es;
-            for (i64 r = 0; r < T; r += M)
-              for (i64 c = 0; c < T; c += M) Micro<E>::run(s + r * ss + c * es, ss, scratch + c * 64 + r * es, 64);
             std::byte* d = dst + c0 * ds + r0 * es;
-            if (stream)
-              for (i64 c = 0; c < T; ++c) write_tile_row<true>(d + c * ds, scratch + c * 64);
+            if constexpr (E == 2)
+              whole_tile_2byte(s, ss, d, ds, stream);
             else
-              for (i64 c = 0; c < T; ++c) write_tile_row<false>(d + c * ds, scratch + c * 64);
+              whole_tile<E>(s, ss, d, ds, stream);
             continue;
           }
           const i64 rm = r0 + (r1 - r0) / M * M, cm = c0 + (c1 - c0) / M * M;

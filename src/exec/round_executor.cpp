@@ -9,19 +9,38 @@
 // Rounds are numbered globally across updates (g = update × rounds + r), so a slot released near the end of
 // one update is granted to the next update's early rounds and nothing waits at update boundaries. Writes
 // carry (g, stage) in their immediate; grants travel as small MPI messages (control only).
+//
+// CUDA parameters: pack and assemble are kernel launches on the executor's stream, each followed by an
+// event; the loop polls the event and counts the step done only then, so writes are posted, and slots
+// released, after the kernel's bytes are in place. Slots start 256-byte aligned, so that one compiled
+// program per round serves every slot.
 #include "exec/round_executor.hpp"
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <deque>
 #include <map>
+#include <optional>
+#include <sstream>
 #include <string>
+#include <thread>
 
 #include "exec/pack.hpp"
 #include "weightbridge/checks.hpp"
 #include "weightbridge/log.hpp"
+
+#if WB_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "../../kernels/pack_kernels.hpp"  // the kernels' host API lives beside them, outside src/
+#include "weightbridge/device.hpp"
+#endif
 
 namespace wb {
 namespace {
@@ -49,14 +68,18 @@ struct RoundWork {
   std::vector<Batch> batches;                 // in stage order
   std::array<int, kStageCount> arrivals{};    // regions expected per stage
   std::vector<int> writers;                   // distinct peers that write into this rank in this round
-  exec::CopyProgram pack, assemble;
+  exec::CopyProgram pack, assemble;           // host parameters
+#if WB_HAVE_CUDA
+  kernels::DeviceCopyProgram device_pack, device_assemble;  // CUDA parameters
+#endif
   bool packs = false;
+  std::int64_t assembled_bytes = 0;
 };
 
 struct PeerLink {
   Transport* transport = nullptr;
   std::uint32_t receive_memory = 0;         // the peer's receive buffer, imported
-  std::int64_t receive_slot_bytes = 0;      // the peer's
+  std::int64_t receive_slot_stride = 0;     // the peer's: bytes from one slot to the next
   std::uint64_t granted = 0;                // rounds < granted may be written (first depth rounds are free)
 };
 
@@ -66,7 +89,185 @@ struct RoundProgress {
   std::array<int, kStageCount> arrived{};
   int posted = 0, done = 0;                  // batches of this rank
   bool packed = false, assembled = false, released = false;
+  bool pack_launched = false, assemble_launched = false;  // CUDA parameters: kernel enqueued, not yet seen done
 };
+
+// Host transfer buffers in a mapping of their own. At destruction the range is not unmapped but replaced by
+// one without access: a peer that has not yet noticed that this side failed or ended may still write into
+// the buffer (cma writes any mapped address of the process), and must then fail with EFAULT instead of
+// landing in memory that the process has handed out again.
+class HostTransferMemory {
+ public:
+  HostTransferMemory() = default;
+  HostTransferMemory(const HostTransferMemory&) = delete;
+  HostTransferMemory& operator=(const HostTransferMemory&) = delete;
+  ~HostTransferMemory() {
+    if (data_ == nullptr) return;
+    if (::mmap(data_, mapped_, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0) == MAP_FAILED)
+      ::munmap(data_, mapped_);
+  }
+  // Zeroed memory of `bytes` (set-up: throws).
+  void allocate(std::size_t bytes) {
+    if (bytes == 0) return;
+    const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+    mapped_ = (bytes + page - 1) / page * page;
+    // Populated now: a first touch inside an update would be a page fault per 4 KiB on the update path.
+    void* memory = ::mmap(nullptr, mapped_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    if (memory == MAP_FAILED)
+      throw Error(ErrorCode::kSystem, "mmap of " + std::to_string(bytes) + " bytes of transfer buffers failed: " +
+                                          std::strerror(errno));
+    data_ = static_cast<std::byte*>(memory);
+    size_ = bytes;
+  }
+  std::byte* data() const { return data_; }
+  std::size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+
+ private:
+  std::byte* data_ = nullptr;
+  std::size_t size_ = 0, mapped_ = 0;
+};
+
+#if WB_HAVE_CUDA
+std::string cuda_text(cudaError_t rc) { return std::string(cudaGetErrorName(rc)) + ": " + cudaGetErrorString(rc); }
+
+// Makes a device current for the rest of a scope of set-up code (throws), then restores the caller's.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    WB_CHECK_CUDA(cudaGetDevice(&previous_));
+    if (previous_ != device) WB_CHECK_CUDA(cudaSetDevice(device));
+  }
+  ~DeviceScope() {
+    int current = previous_;
+    if (cudaGetDevice(&current) == cudaSuccess && current != previous_) (void)cudaSetDevice(previous_);
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
+// The device side of an executor with CUDA parameters: transfer buffers (device memory, or pinned host
+// memory mapped into the device), the stream the kernels run on, and per pipeline slot the events that
+// time a pack and an assemble. All made at construction (set-up: throws), released at destruction.
+class DeviceResources {
+ public:
+  // A kernel launch being watched: started and finished are recorded around it.
+  struct Timing {
+    cudaEvent_t started = nullptr, finished = nullptr;
+  };
+
+  DeviceResources(int device, bool device_buffers, std::size_t send_bytes, std::size_t receive_bytes, int depth)
+      : device_(device), device_buffers_(device_buffers) {
+    DeviceScope scope(device);
+    try {
+      allocate(send_bytes, send_, send_kernel_);
+      allocate(receive_bytes, receive_, receive_kernel_);
+      WB_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+      pack_.resize(static_cast<std::size_t>(depth));
+      assemble_.resize(static_cast<std::size_t>(depth));
+      for (std::vector<Timing>* timings : {&pack_, &assemble_})
+        for (Timing& t : *timings) {
+          WB_CHECK_CUDA(cudaEventCreate(&t.started));
+          WB_CHECK_CUDA(cudaEventCreate(&t.finished));
+        }
+    } catch (...) {
+      release();
+      throw;
+    }
+  }
+  ~DeviceResources() {
+    int previous = device_;
+    const bool switched = cudaGetDevice(&previous) == cudaSuccess && previous != device_ && cudaSetDevice(device_) == cudaSuccess;
+    release();
+    if (switched) (void)cudaSetDevice(previous);
+  }
+  DeviceResources(const DeviceResources&) = delete;
+  DeviceResources& operator=(const DeviceResources&) = delete;
+
+  // What the transports register, and what the kernels address (the same for device memory).
+  std::byte* send() const { return send_; }
+  std::byte* receive() const { return receive_; }
+  std::byte* send_for_kernels() const { return send_kernel_; }
+  std::byte* receive_for_kernels() const { return receive_kernel_; }
+  Timing& pack_timing(std::size_t slot) { return pack_[slot]; }
+  Timing& assemble_timing(std::size_t slot) { return assemble_[slot]; }
+
+  // Enqueues `program` on `buffer` between the two events of `timing`; returns without waiting.
+  Status launch(const kernels::DeviceCopyProgram& program, std::byte* buffer, Timing& timing) {
+    int previous = device_;
+    WB_TRY_CUDA(cudaGetDevice(&previous));
+    if (previous != device_) WB_TRY_CUDA(cudaSetDevice(device_));
+    Status status = record_around(program, buffer, timing);
+    if (previous != device_) (void)cudaSetDevice(previous);
+    return status;
+  }
+
+  // True once the launch of `timing` has finished; adds its kernel time to `seconds`.
+  Status finished(Timing& timing, bool& done, double& seconds) {
+    const cudaError_t rc = cudaEventQuery(timing.finished);
+    done = rc == cudaSuccess;
+    if (rc == cudaErrorNotReady) return Status::ok();
+    if (rc != cudaSuccess) return Status(ErrorCode::kCuda, "a pack or assemble kernel failed: cudaEventQuery: " + cuda_text(rc));
+    float milliseconds = 0;
+    if (cudaEventElapsedTime(&milliseconds, timing.started, timing.finished) == cudaSuccess) seconds += milliseconds / 1e3;
+    return Status::ok();
+  }
+
+ private:
+  Status record_around(const kernels::DeviceCopyProgram& program, std::byte* buffer, Timing& timing) {
+    WB_TRY_CUDA(cudaEventRecord(timing.started, stream_));
+    WB_RETURN_IF_ERROR(program.execute(stream_, buffer));
+    WB_TRY_CUDA(cudaEventRecord(timing.finished, stream_));
+    return Status::ok();
+  }
+
+  void allocate(std::size_t bytes, std::byte*& registered, std::byte*& for_kernels) {
+    void* memory = nullptr;
+    if (device_buffers_) {
+      WB_CHECK_CUDA(cudaMalloc(&memory, bytes));
+      registered = static_cast<std::byte*>(memory);
+      WB_CHECK_CUDA(cudaMemset(memory, 0, bytes));
+      for_kernels = registered;
+      return;
+    }
+    WB_CHECK_CUDA(cudaHostAlloc(&memory, bytes, cudaHostAllocMapped | cudaHostAllocPortable));
+    registered = static_cast<std::byte*>(memory);
+    std::memset(memory, 0, bytes);
+    void* mapped = nullptr;
+    WB_CHECK_CUDA(cudaHostGetDevicePointer(&mapped, memory, 0));
+    for_kernels = static_cast<std::byte*>(mapped);
+  }
+
+  void release() noexcept {
+    if (stream_ != nullptr) (void)cudaStreamSynchronize(stream_);
+    for (std::vector<Timing>* timings : {&pack_, &assemble_})
+      for (Timing& t : *timings) {
+        if (t.started != nullptr) (void)cudaEventDestroy(t.started);
+        if (t.finished != nullptr) (void)cudaEventDestroy(t.finished);
+        t = Timing{};
+      }
+    if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
+    stream_ = nullptr;
+    for (std::byte** memory : {&send_, &receive_}) {
+      if (*memory == nullptr) continue;
+      if (device_buffers_) (void)cudaFree(*memory); else (void)cudaFreeHost(*memory);
+      *memory = nullptr;
+    }
+  }
+
+  int device_;
+  bool device_buffers_;
+  std::byte* send_ = nullptr;
+  std::byte* receive_ = nullptr;
+  std::byte* send_kernel_ = nullptr;
+  std::byte* receive_kernel_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  std::vector<Timing> pack_, assemble_;
+};
+#endif
 
 }  // namespace
 
@@ -78,7 +279,13 @@ struct RoundExecutor::State {
   ExecutorStats stats;
   int rank = 0, depth = 1, rounds = 0;
 
-  std::vector<std::byte> send_buffer, receive_buffer;  // depth slots each
+  HostTransferMemory send_buffer, receive_buffer;  // depth slots each (host parameters)
+  std::byte* send_base = nullptr;      // the buffers as registered with the transports
+  std::byte* receive_base = nullptr;
+  std::int64_t send_slot_stride = 0, receive_slot_stride = 0;  // bytes from one slot to the next
+#if WB_HAVE_CUDA
+  std::unique_ptr<DeviceResources> device;  // CUDA parameters: buffers, stream, events (outlives the transports)
+#endif
   std::map<TransportKind, std::unique_ptr<Transport>> transports;
   std::map<TransportKind, std::pair<std::uint32_t, std::uint32_t>> local_memory;  // send, receive ids
   std::map<TransportKind, std::vector<std::byte>> receive_keys;                    // what peers import
@@ -114,9 +321,37 @@ struct RoundExecutor::State {
     return Status::ok();
   }
 
+#if WB_HAVE_CUDA
+  // One pack or assemble of CUDA parameters, without blocking: the first call launches `program` on slot
+  // `slot` (`launched`), later ones poll its end (`done`, and its kernel time added to `seconds`). An
+  // empty program is done at once.
+  Status device_step(const kernels::DeviceCopyProgram& program, std::byte* buffer, std::int64_t slot_stride,
+                     std::size_t slot, DeviceResources::Timing& timing, bool& launched, bool& done, double& seconds,
+                     bool& progressed, const char* step, std::uint64_t round) {
+    if (program.empty()) {
+      done = progressed = true;
+      return Status::ok();
+    }
+    Status status;
+    if (!launched) {
+      status = device->launch(program, buffer + slot * static_cast<std::size_t>(slot_stride), timing);
+      if (status) launched = progressed = true;
+    } else {
+      status = device->finished(timing, done, seconds);
+      progressed = progressed || done;
+    }
+    if (status) return status;
+    return Status(status.code(), "rank " + std::to_string(rank) + ", " + step + " of round " +
+                                     std::to_string(round % work.size()) + ": " + status.message());
+  }
+#endif
+
   RoundProgress& progress(std::uint64_t g) {
     RoundProgress& p = ring[g % ring.size()];
-    if (p.round != g) p = RoundProgress{g, {}, 0, 0, false, false, false};
+    if (p.round != g) {
+      p = RoundProgress{};
+      p.round = g;
+    }
     return p;
   }
 };
@@ -149,6 +384,28 @@ std::uint64_t read_u64(std::span<const std::byte> in, std::size_t& at) {
 
 }  // namespace
 
+MemoryKind choose_buffer_memory(MemoryKind parameters,
+                                std::span<const std::pair<TransportKind, TransportCapabilities>> transports) {
+  if (parameters == MemoryKind::kHost) return MemoryKind::kHost;
+  bool device = true, host = true;
+  std::string names;
+  for (const auto& [kind, capabilities] : transports) {
+    device = device && capabilities.cuda_memory;
+    host = host && capabilities.host_memory;
+    names += std::string(names.empty() ? "" : ", ") + transport_name(kind) + " (registers " +
+             (capabilities.cuda_memory && capabilities.host_memory ? "CUDA and host"
+              : capabilities.cuda_memory                           ? "CUDA"
+              : capabilities.host_memory                           ? "host"
+                                                                   : "no") +
+             " memory)";
+  }
+  if (device) return MemoryKind::kCuda;
+  if (host) return MemoryKind::kHost;
+  throw Error(ErrorCode::kUnsupported, "no memory for the transfer buffers of CUDA parameters that every transport of "
+                                       "this rank can register: " + names +
+                                       "; choose one transport for all pairs (WB_TRANSPORT)");
+}
+
 RoundExecutor::RoundExecutor(RoundSchedule schedule, ParameterMemory parameters, MPI_Comm comm, ExecutorOptions options)
     : state_(std::make_unique<State>()) {
   State& s = *state_;
@@ -165,12 +422,22 @@ RoundExecutor::RoundExecutor(RoundSchedule schedule, ParameterMemory parameters,
   if (s.schedule.rank != s.rank)
     throw Error(ErrorCode::kInvalidArgument, "round schedule of rank " + std::to_string(s.schedule.rank) +
                                                  " given to rank " + std::to_string(s.rank));
-  if (s.parameters.memory != MemoryKind::kHost)
-    throw Error(ErrorCode::kUnsupported, "the round executor moves host parameters only so far");
+  const bool cuda_parameters = s.parameters.memory == MemoryKind::kCuda;
+#if WB_HAVE_CUDA
+  if (cuda_parameters && cuda_device_count() == 0)
+    throw Error(ErrorCode::kUnsupported, "rank " + std::to_string(s.rank) + ": parameters in CUDA memory, but no CUDA device (" +
+                                             cuda_unavailable_reason() + ")");
+  // The parameters' device is current while transports, buffers and programs are made (cuda_ipc, for
+  // one, works on the device current when it is created).
+  std::optional<DeviceScope> device_scope;
+  if (cuda_parameters) device_scope.emplace(s.parameters.device);
+#else
+  if (cuda_parameters)
+    throw Error(ErrorCode::kUnsupported,
+                "rank " + std::to_string(s.rank) + ": parameters in CUDA memory, but the library was built without CUDA");
+#endif
   s.depth = std::max(1, s.schedule.pipeline_depth);
   s.rounds = static_cast<int>(s.schedule.rounds.size());
-  s.send_buffer.assign(static_cast<std::size_t>(s.depth * s.schedule.send_slot_bytes), std::byte{0});
-  s.receive_buffer.assign(static_cast<std::size_t>(s.depth * s.schedule.receive_slot_bytes), std::byte{0});
 
   // The machine every rank is on decides the transport of each pair.
   const std::string machine = machine_id();
@@ -182,26 +449,55 @@ RoundExecutor::RoundExecutor(RoundSchedule schedule, ParameterMemory parameters,
     WB_CHECK_MPI(MPI_Allgather(mine, static_cast<int>(kIdBytes), MPI_CHAR, machines.data(), static_cast<int>(kIdBytes),
                                MPI_CHAR, comm));
   }
-  static std::byte no_buffer{};  // empty buffers still get a registration, so that every peer has a key
   for (int peer : s.schedule.peers) {
     if (peer < 0 || peer >= size || peer == s.rank)
       throw Error(ErrorCode::kInvalidArgument, "round schedule names peer " + std::to_string(peer));
     const bool same_machine = machine == std::string(&machines[static_cast<std::size_t>(peer) * kIdBytes]);
     const TransportKind kind = choose_transport(same_machine, s.parameters.memory);
-    if (!s.transports.count(kind)) {
-      std::unique_ptr<Transport> transport = make_transport(kind, s.rank);
-      const MemoryRegistration send = transport->register_memory(
-          s.send_buffer.empty() ? &no_buffer : s.send_buffer.data(), std::max<std::size_t>(1, s.send_buffer.size()),
-          MemoryKind::kHost, 0);
-      const MemoryRegistration receive = transport->register_memory(
-          s.receive_buffer.empty() ? &no_buffer : s.receive_buffer.data(),
-          std::max<std::size_t>(1, s.receive_buffer.size()), MemoryKind::kHost, 0);
-      s.stats.registrations += 2;
-      s.local_memory[kind] = {send.id, receive.id};
-      s.receive_keys[kind] = receive.remote_key;
-      s.transports.emplace(kind, std::move(transport));
-    }
+    if (!s.transports.count(kind)) s.transports.emplace(kind, make_transport(kind, s.rank));
     s.peers[peer].transport = s.transports[kind].get();
+  }
+
+  // The buffers: where every transport can register them, allocated once.
+  std::vector<std::pair<TransportKind, TransportCapabilities>> capabilities;
+  for (const auto& [kind, transport] : s.transports) capabilities.emplace_back(kind, transport->capabilities());
+  s.stats.buffer_memory = choose_buffer_memory(s.parameters.memory, capabilities);
+  MemoryKind registered_memory = MemoryKind::kHost;
+  static std::byte no_buffer{};  // empty buffers still get a registration, so that every peer has a key
+  std::size_t send_registered = 1, receive_registered = 1;
+  if (!cuda_parameters) {
+    s.send_slot_stride = s.schedule.send_slot_bytes;
+    s.receive_slot_stride = s.schedule.receive_slot_bytes;
+    s.send_buffer.allocate(static_cast<std::size_t>(s.depth * s.send_slot_stride));
+    s.receive_buffer.allocate(static_cast<std::size_t>(s.depth * s.receive_slot_stride));
+    s.send_base = s.send_buffer.empty() ? &no_buffer : s.send_buffer.data();
+    s.receive_base = s.receive_buffer.empty() ? &no_buffer : s.receive_buffer.data();
+    send_registered = std::max<std::size_t>(1, s.send_buffer.size());
+    receive_registered = std::max<std::size_t>(1, s.receive_buffer.size());
+  } else {
+#if WB_HAVE_CUDA
+    // Slots 256-byte aligned: one compiled program serves every slot (kernels::DeviceCopyProgram::execute).
+    constexpr std::int64_t kSlotAlignment = 256;
+    const auto aligned = [](std::int64_t bytes) { return (bytes + kSlotAlignment - 1) / kSlotAlignment * kSlotAlignment; };
+    s.send_slot_stride = aligned(s.schedule.send_slot_bytes);
+    s.receive_slot_stride = aligned(s.schedule.receive_slot_bytes);
+    send_registered = static_cast<std::size_t>(std::max(kSlotAlignment, s.depth * s.send_slot_stride));
+    receive_registered = static_cast<std::size_t>(std::max(kSlotAlignment, s.depth * s.receive_slot_stride));
+    s.device = std::make_unique<DeviceResources>(s.parameters.device, s.stats.buffer_memory == MemoryKind::kCuda,
+                                                 send_registered, receive_registered, s.depth);
+    s.send_base = s.device->send();
+    s.receive_base = s.device->receive();
+    registered_memory = s.stats.buffer_memory;
+#endif
+  }
+  for (const auto& [kind, transport] : s.transports) {
+    const int device = registered_memory == MemoryKind::kCuda ? s.parameters.device : 0;
+    const MemoryRegistration send = transport->register_memory(s.send_base, send_registered, registered_memory, device);
+    const MemoryRegistration receive =
+        transport->register_memory(s.receive_base, receive_registered, registered_memory, device);
+    s.stats.registrations += 2;
+    s.local_memory[kind] = {send.id, receive.id};
+    s.receive_keys[kind] = receive.remote_key;
   }
 
   // Connect every pair: both sides send their endpoint for the other, their receive buffer's key and slot
@@ -210,7 +506,7 @@ RoundExecutor::RoundExecutor(RoundSchedule schedule, ParameterMemory parameters,
     const TransportKind kind = link.transport->kind();
     std::vector<std::byte> record;
     append_u64(record, static_cast<std::uint64_t>(kind));
-    append_u64(record, static_cast<std::uint64_t>(s.schedule.receive_slot_bytes));
+    append_u64(record, static_cast<std::uint64_t>(s.receive_slot_stride));
     const std::vector<std::byte> endpoint = link.transport->endpoint(peer);
     const std::vector<std::byte>& key = s.receive_keys[kind];
     append_u64(record, endpoint.size());
@@ -224,7 +520,7 @@ RoundExecutor::RoundExecutor(RoundSchedule schedule, ParameterMemory parameters,
       throw Error(ErrorCode::kInvalidArgument, "rank " + std::to_string(s.rank) + " would reach rank " +
                                                    std::to_string(peer) + " over " + transport_name(kind) +
                                                    ", the peer over " + transport_name(their_kind));
-    link.receive_slot_bytes = static_cast<std::int64_t>(read_u64(theirs, at));
+    link.receive_slot_stride = static_cast<std::int64_t>(read_u64(theirs, at));
     const std::uint64_t endpoint_size = read_u64(theirs, at);
     if (at + endpoint_size > theirs.size()) throw Error(ErrorCode::kCorruptData, "executor connect record truncated");
     link.transport->connect(peer, std::span(theirs).subspan(at, endpoint_size));
@@ -259,9 +555,25 @@ RoundExecutor::RoundExecutor(RoundSchedule schedule, ParameterMemory parameters,
     std::sort(work.writers.begin(), work.writers.end());
     work.writers.erase(std::unique(work.writers.begin(), work.writers.end()), work.writers.end());
     work.packs = !plan.pack.empty();
-    work.pack = exec::CopyProgram(exec::CopyDirection::kPack, plan.pack, parameter_bytes, s.schedule.send_slot_bytes);
-    work.assemble =
-        exec::CopyProgram(exec::CopyDirection::kAssemble, plan.assemble, parameter_bytes, s.schedule.receive_slot_bytes);
+    if (!cuda_parameters) {
+      work.pack = exec::CopyProgram(exec::CopyDirection::kPack, plan.pack, parameter_bytes, s.schedule.send_slot_bytes);
+      work.assemble =
+          exec::CopyProgram(exec::CopyDirection::kAssemble, plan.assemble, parameter_bytes, s.schedule.receive_slot_bytes);
+      work.assembled_bytes = work.assemble.bytes();
+    } else {
+#if WB_HAVE_CUDA
+      // Compiled for slot 0; every other slot has its alignment.
+      work.device_pack = kernels::DeviceCopyProgram(
+          kernels::compile_copy_work(exec::CopyDirection::kPack, plan.pack, s.parameters.data, parameter_bytes,
+                                     s.device->send_for_kernels(), s.schedule.send_slot_bytes),
+          s.parameters.device);
+      work.device_assemble = kernels::DeviceCopyProgram(
+          kernels::compile_copy_work(exec::CopyDirection::kAssemble, plan.assemble, s.parameters.data, parameter_bytes,
+                                     s.device->receive_for_kernels(), s.schedule.receive_slot_bytes),
+          s.parameters.device);
+      work.assembled_bytes = work.device_assemble.bytes();
+#endif
+    }
     std::size_t most = 0;
     for (const Batch& batch : work.batches) {
       most = std::max(most, batch.writes.size());
@@ -334,11 +646,21 @@ Status RoundExecutor::run_update() {
       RoundWork& work = s.work[r];
       RoundProgress& p = s.progress(g);
       if (work.packs && !p.packed) {
-        const auto t0 = Clock::now();
-        work.pack.execute(s.parameters.data, s.send_buffer.data() + slot_of(g) * static_cast<std::size_t>(s.schedule.send_slot_bytes));
-        s.stats.pack_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
-        p.packed = true;
-        progressed = true;
+#if WB_HAVE_CUDA
+        if (s.device) {
+          Status status = s.device_step(work.device_pack, s.device->send_for_kernels(), s.send_slot_stride, slot_of(g),
+                                        s.device->pack_timing(slot_of(g)), p.pack_launched, p.packed,
+                                        s.stats.pack_seconds, progressed, "pack", g);
+          if (!status) return status;
+        } else
+#endif
+        {
+          const auto t0 = Clock::now();
+          work.pack.execute(s.parameters.data, s.send_base + slot_of(g) * static_cast<std::size_t>(s.send_slot_stride));
+          s.stats.pack_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+          p.packed = true;
+          progressed = true;
+        }
       }
       const auto complete = [&](Stage stage) {
         return p.arrived[static_cast<std::size_t>(stage)] == work.arrivals[static_cast<std::size_t>(stage)];
@@ -353,9 +675,8 @@ Status RoundExecutor::run_update() {
         if (!ready || (g >= depth && link.granted <= g)) break;
         s.scratch.assign(batch.writes.begin(), batch.writes.end());
         const std::uint64_t local_base =
-            slot_of(g) * static_cast<std::uint64_t>(batch.stage == Stage::kReceive ? s.schedule.send_slot_bytes
-                                                                                      : s.schedule.receive_slot_bytes);
-        const std::uint64_t remote_base = slot_of(g) * static_cast<std::uint64_t>(link.receive_slot_bytes);
+            slot_of(g) * static_cast<std::uint64_t>(batch.stage == Stage::kReceive ? s.send_slot_stride : s.receive_slot_stride);
+        const std::uint64_t remote_base = slot_of(g) * static_cast<std::uint64_t>(link.receive_slot_stride);
         for (WriteRequest& w : s.scratch) {
           w.local_offset += local_base;
           w.remote_offset += remote_base;
@@ -369,18 +690,28 @@ Status RoundExecutor::run_update() {
       }
       if (!p.assembled && complete(Stage::kReceive) && complete(Stage::kExternalExchange) &&
           complete(Stage::kInternalExchange)) {
-        const auto t0 = Clock::now();
-        work.assemble.execute(s.parameters.data,
-                               s.receive_buffer.data() + slot_of(g) * static_cast<std::size_t>(s.schedule.receive_slot_bytes));
-        s.stats.assemble_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
-        s.stats.bytes_assembled += work.assemble.bytes();
-        p.assembled = true;
-        progressed = true;
+#if WB_HAVE_CUDA
+        if (s.device) {
+          Status status = s.device_step(work.device_assemble, s.device->receive_for_kernels(), s.receive_slot_stride,
+                                        slot_of(g), s.device->assemble_timing(slot_of(g)), p.assemble_launched,
+                                        p.assembled, s.stats.assemble_seconds, progressed, "assemble", g);
+          if (!status) return status;
+        } else
+#endif
+        {
+          const auto t0 = Clock::now();
+          work.assemble.execute(s.parameters.data,
+                                s.receive_base + slot_of(g) * static_cast<std::size_t>(s.receive_slot_stride));
+          s.stats.assemble_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+          p.assembled = true;
+          progressed = true;
+        }
+        if (p.assembled) s.stats.bytes_assembled += work.assembled_bytes;
       }
       // Slots are released in round order, so that a peer's grants arrive in order and the latest one
       // stands for every round before it.
-      if (!p.released && p.assembled && p.posted == static_cast<int>(work.batches.size()) && p.done == p.posted &&
-          (g == oldest || s.progress(g - 1).released)) {
+      if (!p.released && p.assembled && (!work.packs || p.packed) && p.posted == static_cast<int>(work.batches.size()) &&
+          p.done == p.posted && (g == oldest || s.progress(g - 1).released)) {
         // The slot is free again: whoever writes into it depth rounds later may go ahead.
         const std::uint64_t next = g + depth;
         for (int writer : s.work[static_cast<std::size_t>(next % static_cast<std::uint64_t>(s.rounds))].writers) {
@@ -407,15 +738,23 @@ Status RoundExecutor::run_update() {
                      " " + stage_name(static_cast<Stage>(st)) + " arrivals";
       if (p.posted < static_cast<int>(work.batches.size())) {
         const Batch& batch = work.batches[static_cast<std::size_t>(p.posted)];
-        waiting += std::string(waiting.empty() ? "" : "; ") + "to write to rank " + std::to_string(batch.peer) + " (" +
+        waiting += std::string(waiting.empty() ? "" : "; ") + "its write to rank " + std::to_string(batch.peer) + " (" +
                    stage_name(batch.stage) + ")" +
                    (s.peers.at(batch.peer).granted <= oldest && oldest >= depth ? ", not granted yet" : "");
       }
       if (p.done < p.posted) waiting += std::string(waiting.empty() ? "" : "; ") + std::to_string(p.posted - p.done) + " batches to complete";
+      if (p.pack_launched && !p.packed) waiting += std::string(waiting.empty() ? "" : "; ") + "the pack kernel to finish";
+      if (p.assemble_launched && !p.assembled)
+        waiting += std::string(waiting.empty() ? "" : "; ") + "the assemble kernel to finish";
+      std::ostringstream timeout;
+      timeout << s.options.timeout_seconds;
       return Status(ErrorCode::kTimeout, "rank " + std::to_string(s.rank) + ": no progress for " +
-                                             std::to_string(s.options.timeout_seconds) + " s in round " + std::to_string(r) +
+                                             timeout.str() + " s in round " + std::to_string(r) +
                                              " of update " + std::to_string(s.stats.updates) + ", waiting for " + waiting);
     }
+    // Nothing moved: let the processes that have work run first (on one machine ranks often outnumber
+    // cores, and a spinning rank would take the core from the peer it waits for).
+    if (!progressed) std::this_thread::yield();
   }
   // Grants still in flight complete in the background; reap the finished ones.
   for (MPI_Request& request : s.grant_requests) {
@@ -434,7 +773,8 @@ RoundExecutor::~RoundExecutor() {
   for (MPI_Request& request : state_->grant_requests)
     if (request != MPI_REQUEST_NULL) MPI_Wait(&request, MPI_STATUS_IGNORE);
   state_->transports.clear();
-  if (state_->comm != MPI_COMM_NULL) MPI_Comm_free(&state_->comm);
+  // Not freed: a freed context id goes to the next communicator, and a grant still in flight after a failed
+  // update would then credit that communicator's executor with a slot it never released.
 }
 
 const ExecutorStats& RoundExecutor::stats() const { return state_->stats; }

@@ -3,6 +3,12 @@
 // from the receive buffer, one assemble; rounds pipelined over `pipeline_depth` buffer slots, a slot reused
 // only after its receiver released it (credits over MPI, the control plane). Everything is allocated,
 // registered and connected at construction; an update allocates nothing and registers nothing.
+//
+// Parameters in host memory are packed and assembled by the CPU (exec/pack.hpp). Parameters in CUDA memory
+// are packed and assembled by the kernels (kernels/pack_kernels.hpp) on a stream of the executor's, with
+// the transfer buffers in device memory when every transport the rank uses can register it (cuda_ipc,
+// ibverbs), else in pinned host memory mapped into the device; a kernel's completion is polled, never
+// waited for, before its writes are posted or its slot released.
 #pragma once
 
 #include <mpi.h>
@@ -10,6 +16,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
+#include <utility>
 #include <vector>
 
 #include "weightbridge/round_schedule.hpp"
@@ -19,7 +27,9 @@
 namespace wb {
 
 /// A rank's parameters as its source map lists them: base address and size in bytes of each, all in
-/// host memory (device memory arrives with the CUDA pack kernels).
+/// host memory, or all in the memory of CUDA device `device` (builds with CUDA only). The caller makes
+/// sure its own work on the parameters is finished before run_update (a trainer's last write, a rollout's
+/// last read); run_update returns with the executor's own work on them finished.
 struct ParameterMemory {
   std::vector<std::byte*> data;
   std::vector<std::size_t> bytes;
@@ -37,8 +47,16 @@ struct ExecutorStats {
   std::int64_t bytes_written = 0;      // by this rank's one-sided writes, all updates
   std::int64_t bytes_assembled = 0;    // into this rank's parameters, all updates
   double last_update_seconds = 0;
-  double pack_seconds = 0, assemble_seconds = 0;  // all updates
+  double pack_seconds = 0, assemble_seconds = 0;  // all updates (CUDA parameters: kernel time)
+  MemoryKind buffer_memory = MemoryKind::kHost;    // where the transfer buffers are (choose_buffer_memory)
 };
+
+/// Where a rank's transfer buffers go, given its parameters' memory and the transports it uses: host
+/// memory for host parameters; for CUDA parameters, device memory when every transport can register it,
+/// else host memory (pinned and mapped into the device, so the kernels reach it) when every transport can
+/// register that. Throws wb::Error (kUnsupported) naming the transports when neither holds.
+MemoryKind choose_buffer_memory(MemoryKind parameters,
+                                std::span<const std::pair<TransportKind, TransportCapabilities>> transports);
 
 class RoundExecutor {
  public:

@@ -661,8 +661,9 @@ TEST(Pack, LargeProgramsStreamAndStayExact) {
 TEST(Pack, StreamingRunsAndTilesAtEveryAlignment) {
   Random r(10);
   // Runs of 1000..1300 bytes (heads and tails of every length around the 64-byte lines) and whole
-  // transposed tiles whose destination rows are 16-byte aligned or not, with streaming stores.
-  for (i64 shift : {0, 1, 8, 16, 33, 64}) {
+  // transposed tiles whose destination rows are 32-byte aligned, only 16-byte aligned, or neither (shifts
+  // 16 apart cover both of the first two whatever the allocator's alignment), with streaming stores.
+  for (i64 shift : {0, 1, 8, 16, 32, 33, 48, 64}) {
     Case c;
     c.params.push_back(r.bytes(1 << 20));
     i64 at = shift;

@@ -283,7 +283,12 @@ Mailbox::Mailbox(int rank) {
 }
 
 Mailbox::~Mailbox() {
-  if (base_ != nullptr) ::munmap(base_, mapped_bytes_);
+  if (base_ == nullptr) return;
+  // Not unmapped: a peer that has not noticed this side is gone (its update failed or timed out) may still
+  // write a notification here, and an address the kernel handed out again would take it silently. The
+  // pages are released and the range stays reserved without access, so such a write fails with EFAULT.
+  if (::mmap(base_, mapped_bytes_, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0) == MAP_FAILED)
+    ::munmap(base_, mapped_bytes_);
 }
 
 std::byte* Mailbox::ring(int peer) const { return base_ + kHeaderBytes + static_cast<std::size_t>(peer) * ring_bytes_; }

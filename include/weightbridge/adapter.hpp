@@ -1,0 +1,189 @@
+// The worker coordinator (DESIGN.md, component 4): the whole API a trainer and an inference server need.
+//
+//   trainer (every rank of trainer_comm)              rollout (every rank of every engine)
+//   ------------------------------------              ------------------------------------
+//   SenderAdapter sender(world, trainer_comm,         ReceiverAdapter receiver(world, engine_comm,
+//       params, checkpoint_tensors, load_weights);        params, load_weights, {}, before_update_hook);
+//   sender.connect();                                 while (serving) {
+//   for (step = 1; ...; ++step) {                       receiver.poll_requests();   // between steps
+//     train_step();                                      generate_step();
+//     sender.send_weights(step);                      }
+//   }
+//   sender.shutdown();
+//
+// Both constructors are collective over `world` (every trainer and rollout rank). Trainer rank 0 sends
+// each request (connect, update, shutdown) to rank 0 of every engine, which relays it inside its engine at
+// its next poll_requests, so that every rank of an engine acts at the same step. MPI carries the control
+// messages only; the weight bytes travel over the transports (ibverbs, cma, cuda_ipc).
+//
+// Two switches give the four synchronization modes of DESIGN.md:
+//   sender staging   off: send_weights returns when the trainer's writes are done (and, with receiver
+//                         staging off too, when every rollout installed the version);
+//                    on:  send_weights returns once the parameters are copied to host staging; the
+//                         transfer continues on a background thread.
+//   receiver staging off: the rollout stalls inside poll_requests while the version is written into its
+//                         parameters;
+//                    on:  the rollout keeps generating with the previous version while the new one
+//                         arrives in host staging, and installs it, engine-wide, at one later step.
+// A staged side runs the transfer on a background thread, so its process needs MPI_THREAD_MULTIPLE.
+//
+// Error convention (status.hpp): constructors and connect throw wb::Error; send_weights, wait and
+// poll_requests return a Status. After a failed update an adapter stays failed: every later call returns
+// the same error.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "weightbridge/checkpoint.hpp"
+#include "weightbridge/probe.hpp"
+#include "weightbridge/status.hpp"
+#include "weightbridge/tensor.hpp"
+
+namespace wb {
+
+/// Every field left unset takes the value of its setting (WB_<NAME> environment variable or --<name>
+/// flag, else the default in parentheses).
+struct AdapterOptions {
+  /// Trainers: stage parameters in host memory and return early (WB_SENDER_STAGING, false). Costs one
+  /// host copy of the parameters the plan sends from.
+  std::optional<bool> sender_staging;
+  /// Rollouts: receive into host staging and install at one step (WB_RECEIVER_STAGING, false). Costs one
+  /// host copy of the parameters the plan writes.
+  std::optional<bool> receiver_staging;
+  /// Transfer-buffer memory per worker, all pipeline slots, send and receive (WB_BUFFER_MIB, 1024 MiB).
+  /// The plan fits the smallest budget any worker gives; fewer bytes mean more rounds.
+  std::optional<std::int64_t> buffer_bytes;
+  /// Rounds in flight per worker (WB_PIPELINE_DEPTH, 2).
+  std::optional<int> pipeline_depth;
+  /// auto | cma | ibverbs | cuda_ipc, process-wide like WB_TRANSPORT (auto).
+  std::optional<std::string> transport;
+  /// Deadline of every wait: a peer that does not answer, a rollout that stops polling
+  /// (WB_TIMEOUT_SECONDS, 120).
+  std::optional<double> timeout_seconds;
+  /// The node this worker is on, for the planner (WB_NODE, -1: this machine). Workers of one node share
+  /// fast links; the trainers and the rollouts of one machine always count as different nodes.
+  std::optional<int> node;
+};
+
+/// A span during which a worker did not compute because of a transfer, on the job's common clock
+/// (seconds; world rank 0's steady clock, other ranks' offsets measured at construction).
+struct StallInterval {
+  std::uint64_t version = 0;
+  double begin_seconds = 0;
+  double end_seconds = 0;
+};
+
+/// What connect planned; the same on every rank.
+struct TransferSummary {
+  int workers = 0, trainer_nodes = 0, rollout_nodes = 0, rounds = 0;
+  std::int64_t model_bytes = 0;            // M: distinct bytes the rollouts need
+  std::int64_t max_node_need_bytes = 0;    // max over rollout nodes of M_v
+  std::int64_t bytes_per_update = 0;       // all one-sided writes of one update, every stage
+  std::int64_t inter_node_bytes = 0;       // of which over the inter-node network
+  double t_min_seconds = 0;                // the lower bound on the planned topology
+  double simulated_seconds = 0;            // the plan on the network model (simulator.hpp)
+  double connect_seconds = 0;              // probe, exchange, plan, scatter, register (world rank 0)
+};
+
+struct AdapterStats {
+  std::uint64_t version = 0;               // sender: last sent; receiver: installed
+  std::vector<StallInterval> stalls;       // one per update this worker stalled for, in order
+  std::int64_t updates = 0;                // transfers this worker took part in
+  std::int64_t bytes_written = 0;          // by its one-sided writes, all updates
+  std::int64_t bytes_assembled = 0;        // into its parameters (or receiver staging), all updates
+  std::int64_t registrations = 0;          // memory registrations: all made at connect
+  std::int64_t staging_bytes = 0;          // host staging this worker holds
+};
+
+/// Trainer side. `params` are the trainer's parameters (host memory) as its load_weights fills them;
+/// `checkpoint_tensors` the canonical checkpoint's tensor list (names, dtypes, shapes), shared with the
+/// rollouts at connect.
+class SenderAdapter {
+ public:
+  SenderAdapter(MPI_Comm world, MPI_Comm trainer_comm, ParameterSet params, std::vector<TensorInfo> checkpoint_tensors,
+                LoadWeightsFn load_weights, AdapterOptions options = {});
+  ~SenderAdapter();  // shuts down when connected and healthy
+  SenderAdapter(const SenderAdapter&) = delete;
+  SenderAdapter& operator=(const SenderAdapter&) = delete;
+
+  /// Once, collective over the trainers; the rollouts join at their next poll_requests. Probes every
+  /// worker's load_weights, all-gathers the source maps, plans on world rank 0, scatters the round
+  /// schedules, registers the buffers and connects the transports. Throws wb::Error naming the rank and
+  /// cause (on every rank) when any of it fails.
+  void connect();
+
+  /// Sends the parameters as version `version` (greater than the last). Collective over the trainers.
+  /// Waits for the previous version to be installed everywhere first (at most one version in flight).
+  /// When it returns (see the modes above) the trainer may change its parameters.
+  Status send_weights(std::uint64_t version);
+
+  /// Waits until the version in flight is installed on every rollout (collective over the trainers).
+  Status wait();
+
+  /// Waits for the version in flight, then tells every engine to close. Collective over the trainers.
+  Status shutdown();
+
+  bool connected() const;
+  const TransferSummary& summary() const;
+  AdapterStats stats() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+/// What poll_requests did.
+struct PollResult {
+  enum class Event : std::uint8_t {
+    kNone,       // nothing pending (or a staged transfer still arriving)
+    kConnected,  // took part in connect
+    kReceiving,  // a staged transfer started; the parameters still hold the installed version
+    kInstalled,  // `version` is now in the parameters
+    kShutdown,   // the trainers closed the connection; stop polling
+    kFailed,     // `status` says why; the adapter stays failed
+  };
+  Event event = Event::kNone;
+  std::uint64_t version = 0;  // the version installed in the parameters after this call
+  Status status;
+};
+
+const char* poll_event_name(PollResult::Event event);
+
+/// Called on every rollout worker once per version, before that version is installed, with the
+/// parameters still holding the previous version (e.g. to flush a KV cache or pause a scheduler).
+using BeforeUpdateHook = std::function<void(std::uint64_t version)>;
+
+/// Rollout side. `engine_comm` holds the ranks of one engine (one model replica); every rank of the
+/// engine calls poll_requests at the same inference steps.
+class ReceiverAdapter {
+ public:
+  ReceiverAdapter(MPI_Comm world, MPI_Comm engine_comm, ParameterSet params, LoadWeightsFn load_weights,
+                  AdapterOptions options = {}, BeforeUpdateHook before_update_hook = {});
+  ~ReceiverAdapter();
+  ReceiverAdapter(const ReceiverAdapter&) = delete;
+  ReceiverAdapter& operator=(const ReceiverAdapter&) = delete;
+
+  /// Services what the trainers asked for since the last call. Collective over the engine (one small
+  /// all-reduce); never waits for the trainers when nothing is pending. Without receiver staging an
+  /// update is received and installed inside this call.
+  PollResult poll_requests();
+
+  std::uint64_t installed_version() const;
+  bool connected() const;
+  bool closed() const;  // shut down or failed
+  const TransferSummary& summary() const;
+  AdapterStats stats() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace wb

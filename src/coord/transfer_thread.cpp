@@ -1,0 +1,73 @@
+#include "coord/transfer_thread.hpp"
+
+#include <chrono>
+#include <exception>
+
+#include "coord/connection.hpp"
+
+namespace wb::coord {
+
+TransferThread::TransferThread() : thread_([this] { loop(); }) {}
+
+TransferThread::~TransferThread() { join(); }
+
+void TransferThread::join() {
+  if (!thread_.joinable()) return;
+  {
+    std::unique_lock lock(mutex_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  thread_.join();
+}
+
+void TransferThread::start(std::function<Status()> job) {
+  {
+    std::unique_lock lock(mutex_);
+    job_ = std::move(job);
+    active_ = running_ = true;
+  }
+  changed_.notify_all();
+}
+
+bool TransferThread::active() const {
+  std::unique_lock lock(mutex_);
+  return active_;
+}
+
+bool TransferThread::finished() const {
+  std::unique_lock lock(mutex_);
+  return active_ && !running_;
+}
+
+Status TransferThread::wait(double timeout_seconds, const std::string& what) {
+  std::unique_lock lock(mutex_);
+  if (!active_) return Status::ok();
+  if (!changed_.wait_for(lock, std::chrono::duration<double>(timeout_seconds), [this] { return !running_; }))
+    return Status(ErrorCode::kTimeout, what + " did not finish within " + seconds_text(timeout_seconds));
+  active_ = false;
+  return result_;
+}
+
+void TransferThread::loop() {
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    changed_.wait(lock, [this] { return stopping_ || (running_ && job_); });
+    if (!job_) return;  // stopping, nothing left to run
+    std::function<Status()> job = std::move(job_);
+    job_ = nullptr;
+    lock.unlock();
+    Status result;
+    try {
+      result = job();
+    } catch (const std::exception& error) {
+      result = Status(ErrorCode::kInternal, std::string("transfer thread: ") + error.what());
+    }
+    lock.lock();
+    result_ = std::move(result);
+    running_ = false;
+    changed_.notify_all();
+  }
+}
+
+}  // namespace wb::coord

@@ -1,0 +1,44 @@
+// The background thread of a staged side: it runs one transfer (RoundExecutor::run_update) at a time while
+// the caller's thread goes on training or generating. Created once, at construction of the adapter.
+#pragma once
+
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "weightbridge/status.hpp"
+
+namespace wb::coord {
+
+class TransferThread {
+ public:
+  TransferThread();
+  ~TransferThread();  // join()
+  /// Waits for a running job (each job ends within the executor's timeout), then stops the thread.
+  void join();
+  TransferThread(const TransferThread&) = delete;
+  TransferThread& operator=(const TransferThread&) = delete;
+
+  /// Runs `job` on the thread. Precondition: no job running or unclaimed (wait() returned since).
+  void start(std::function<Status()> job);
+  /// A job was started and has not been claimed by wait().
+  bool active() const;
+  /// The started job has finished (its result is ready for wait()).
+  bool finished() const;
+  /// Waits for the job and returns its status (ok when none was started); kTimeout naming `what` when
+  /// it runs past the deadline (the job keeps running, the caller is failed from then on).
+  Status wait(double timeout_seconds, const std::string& what);
+
+ private:
+  void loop();
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  std::function<Status()> job_;
+  bool active_ = false, running_ = false, stopping_ = false;
+  Status result_;
+  std::thread thread_;
+};
+
+}  // namespace wb::coord

@@ -1,0 +1,207 @@
+// The round executor with parameters in CUDA memory, under MPI on one machine (the ranks share the
+// machine's GPUs): every rank probes its emulated worker on host memory, rank 0 plans and scatters the
+// round schedules, and then the parameters live on the device. Each update moves a new checkpoint
+// version from the trainers' device parameters into every rollout's, which must equal the rollout's own
+// load_weights of that version bit for bit. Twice: with the transport chosen automatically (cuda_ipc,
+// buffers in device memory) and with cma (buffers in pinned host memory that the kernels reach mapped).
+//
+// Without a device the transfers skip on every rank with the reason; the choice of buffer memory and the
+// refusal of CUDA parameters without a device run everywhere.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "emu/backend.hpp"
+#include "emu/synthetic.hpp"
+#include "exec/round_executor.hpp"
+#include "weightbridge/correspondence.hpp"
+#include "weightbridge/device.hpp"
+#include "weightbridge/plan.hpp"
+#include "weightbridge/probe.hpp"
+#include "weightbridge/round_schedule.hpp"
+#include "weightbridge/settings.hpp"
+
+namespace wb::emu {
+namespace {
+
+TransportCapabilities capabilities(bool host, bool cuda) {
+  TransportCapabilities c;
+  c.host_memory = host;
+  c.cuda_memory = cuda;
+  c.max_writes_per_batch = 1;
+  return c;
+}
+
+TEST(ExecutorBuffers, DeviceMemoryWhenEveryTransportRegistersIt) {
+  using Entry = std::pair<TransportKind, TransportCapabilities>;
+  const Entry cuda_ipc{TransportKind::kCudaIpc, capabilities(false, true)};
+  const Entry ibverbs{TransportKind::kIbverbs, capabilities(true, true)};
+  const Entry cma{TransportKind::kCma, capabilities(true, false)};
+  EXPECT_EQ(choose_buffer_memory(MemoryKind::kCuda, std::vector<Entry>{cuda_ipc, ibverbs}), MemoryKind::kCuda);
+  EXPECT_EQ(choose_buffer_memory(MemoryKind::kCuda, std::vector<Entry>{}), MemoryKind::kCuda);
+  // One transport that registers host memory only: pinned host buffers, mapped into the device.
+  EXPECT_EQ(choose_buffer_memory(MemoryKind::kCuda, std::vector<Entry>{ibverbs, cma}), MemoryKind::kHost);
+  // Host parameters keep host buffers, whatever the transports.
+  EXPECT_EQ(choose_buffer_memory(MemoryKind::kHost, std::vector<Entry>{cuda_ipc, ibverbs}), MemoryKind::kHost);
+  // Nothing both can register.
+  try {
+    choose_buffer_memory(MemoryKind::kCuda, std::vector<Entry>{cuda_ipc, cma});
+    FAIL() << "chose a memory neither transport registers";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+    EXPECT_NE(std::string(e.what()).find("cuda_ipc (registers CUDA memory), cma (registers host memory)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(ExecutorBuffers, CudaParametersWithoutADeviceAreRefused) {
+  if (cuda_device_count() > 0) GTEST_SKIP() << "a device is available";
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  RoundSchedule schedule;
+  schedule.rank = rank;
+  ParameterMemory memory;
+  memory.memory = MemoryKind::kCuda;
+  try {
+    RoundExecutor executor(schedule, memory, MPI_COMM_WORLD);
+    FAIL() << "constructed an executor for CUDA parameters without a device";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+    EXPECT_NE(std::string(e.what()).find(cuda_unavailable_reason()), std::string::npos) << e.what();
+  }
+}
+
+struct Case {
+  std::string name, model, trainer, rollout;
+  int gpus_per_node;
+  std::int64_t buffer_bytes;
+  std::string transport;       // the WB_TRANSPORT setting
+  MemoryKind buffers;          // where the transfer buffers must end up
+};
+
+// Sets the transport for the test and restores the automatic choice afterwards.
+class TransportSetting {
+ public:
+  explicit TransportSetting(const std::string& value) { find_setting("transport")->override_from_text(value); }
+  ~TransportSetting() { find_setting("transport")->override_from_text("auto"); }
+  TransportSetting(const TransportSetting&) = delete;
+  TransportSetting& operator=(const TransportSetting&) = delete;
+};
+
+class ExecutorOnGpu : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ExecutorOnGpu, EveryUpdateIsBitExact) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << cuda_unavailable_reason();
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const Case& c = GetParam();
+  const TransportSetting transport(c.transport);
+  ScaleOptions scale;
+  scale.num_layers = 2;
+  const ModelConfig model = scale_model(load_named_model_config(c.model), scale);
+  Deployment d;
+  d.trainer = TrainerSpec::parse(c.trainer);
+  d.rollout = RolloutSpec::parse(c.rollout);
+  d.gpus_per_node = c.gpus_per_node;
+  ASSERT_EQ(d.world_size(), size) << "run with " << d.world_size() << " ranks";
+  const std::vector<TensorInfo> tensors = model_tensors(model);
+  const bool trainer = d.is_trainer(rank);
+  auto worker = trainer ? make_trainer_worker(model, d.trainer, rank)
+                        : make_rollout_worker(model, d.rollout, rank - d.trainer.world_size());
+  HostParameters host(worker->parameter_infos());
+  const auto load = [&](const CheckpointReader& checkpoint, const ParameterSet& p) { worker->load_weights(checkpoint, p); };
+
+  // connect: probe on host memory, all-gather, plan on rank 0, scatter.
+  const SourceMap mine = probe_source_map(tensors, host.parameters(), load);
+  std::vector<SourceMap> maps = allgather_source_maps(mine, MPI_COMM_WORLD);
+  std::vector<std::vector<std::byte>> serialized;
+  if (rank == 0) {
+    std::vector<Side> sides;
+    for (int r = 0; r < size; ++r) sides.push_back(d.is_trainer(r) ? Side::kTrainer : Side::kRollout);
+    const Correspondence correspondence = build_correspondence(tensors, std::move(maps), sides);
+    PlanOptions options;
+    options.buffer_bytes_per_worker = c.buffer_bytes;
+    options.piece_bytes = 2048;
+    const TransferPlan plan = plan_transfer(correspondence, Topology::uniform(size, d.gpus_per_node, 400e9, 900e9), options);
+    const RoundScheduleBuilder builder(correspondence, plan);
+    for (int r = 0; r < size; ++r) serialized.push_back(serialize_round_schedule(builder.build(r)));
+  }
+  RoundSchedule schedule = scatter_round_schedules(serialized, 0, MPI_COMM_WORLD);
+
+  // The parameters on the device; rollouts start from a fill pattern that only padding keeps.
+  const int device = rank % cuda_device_count();
+  std::vector<DeviceBuffer> on_device;
+  ParameterMemory memory;
+  memory.memory = MemoryKind::kCuda;
+  memory.device = device;
+  for (const Parameter& p : host.parameters()) {
+    std::memset(p.view.data, 0xEE, p.view.nbytes());
+    on_device.emplace_back(std::max<std::size_t>(p.view.nbytes(), 1), device);
+    cuda_copy(on_device.back().data(), p.view.data, p.view.nbytes());
+    memory.data.push_back(static_cast<std::byte*>(on_device.back().data()));
+    memory.bytes.push_back(p.view.nbytes());
+  }
+  ExecutorOptions options;
+  options.timeout_seconds = 60;
+  RoundExecutor executor(std::move(schedule), memory, MPI_COMM_WORLD, options);
+  EXPECT_EQ(executor.stats().buffer_memory, c.buffers);
+  const std::int64_t registrations = executor.stats().registrations;
+
+  for (std::uint64_t version = 1; version <= 3; ++version) {
+    SyntheticCheckpoint checkpoint(tensors, 2000 + version);
+    if (trainer) {
+      worker->load_weights(checkpoint, host.parameters());
+      for (std::size_t i = 0; i < host.parameters().size(); ++i)
+        cuda_copy(memory.data[i], host.parameters()[i].view.data, memory.bytes[i]);
+    }
+    const Status status = executor.run_update();
+    ASSERT_TRUE(status.is_ok()) << status.to_string();
+    if (trainer) continue;
+    HostParameters expected(worker->parameter_infos());
+    for (const Parameter& p : expected.parameters()) std::memset(p.view.data, 0xEE, p.view.nbytes());
+    worker->load_weights(checkpoint, expected.parameters());
+    for (std::size_t i = 0; i < expected.parameters().size(); ++i) {
+      const TensorView& want = expected.parameters()[i].view;
+      std::vector<unsigned char> got(want.nbytes());
+      cuda_copy(got.data(), memory.data[i], got.size());
+      if (std::memcmp(got.data(), want.data, got.size()) == 0) continue;
+      std::size_t at = 0, wrong = 0;
+      const auto* w = static_cast<const unsigned char*>(want.data);
+      for (std::size_t b = 0; b < got.size(); ++b)
+        if (got[b] != w[b]) at = wrong++ == 0 ? b : at;
+      FAIL() << "rank " << rank << " version " << version << ": " << expected.parameters()[i].name << " differs in "
+             << wrong << " of " << got.size() << " bytes, first at byte " << at;
+    }
+  }
+  EXPECT_EQ(executor.stats().registrations, registrations) << "an update registered memory";
+  EXPECT_EQ(executor.stats().updates, 3);
+  if (trainer) {
+    EXPECT_GT(executor.stats().bytes_written, 0);
+    EXPECT_GT(executor.stats().pack_seconds, 0) << "no pack kernel ran";
+  } else {
+    EXPECT_GT(executor.stats().bytes_assembled, 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, ExecutorOnGpu,
+    ::testing::Values(
+        // MoE with GQA over two rollout nodes (external exchange), buffers in device memory (cuda_ipc).
+        Case{"qwen3_moe_device_buffers", "qwen3-30b-a3b", "tp=2", "engines=2,tp=2", 2, 96 << 10, "auto", MemoryKind::kCuda},
+        // MLA with transposed experts on the rollouts: tiles in the assemble.
+        Case{"mla_device_buffers", "moonlight-16b-a3b", "tp=2", "engines=2,tp=2,ep=2,transpose=experts", 2, 128 << 10,
+             "auto", MemoryKind::kCuda},
+        // The same over cma: pinned host buffers the kernels read and write through the mapping.
+        Case{"qwen3_moe_pinned_buffers", "qwen3-30b-a3b", "tp=2", "engines=2,tp=2", 2, 96 << 10, "cma", MemoryKind::kHost},
+        Case{"mla_pinned_buffers", "moonlight-16b-a3b", "tp=2", "engines=2,tp=2,ep=2,transpose=experts", 2, 128 << 10,
+             "cma", MemoryKind::kHost}),
+    [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace wb::emu

@@ -1,0 +1,285 @@
+// The coordinator's contract under MPI (4 ranks: 2 trainers, 2 single-worker rollout engines on two
+// logical nodes, so every stage runs): what send_weights and poll_requests promise in each of the four
+// synchronization modes (DESIGN.md), checked on stall intervals read on the job's common clock, plus the
+// failure paths: a rollout that stops polling, a version that does not increase.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <thread>
+
+#include "emu/backend.hpp"
+#include "emu/synthetic.hpp"
+#include "emu/versioned_checkpoint.hpp"
+#include "weightbridge/adapter.hpp"
+
+namespace wb::emu {
+namespace {
+
+constexpr int kTrainers = 2;
+constexpr int kVersions = 3;
+
+struct World {
+  int rank = 0, size = 0;
+  bool trainer = false;
+  ModelConfig model;
+  std::vector<TensorInfo> tensors;
+  std::unique_ptr<SyntheticCheckpoint> checkpoint;
+  std::unique_ptr<EmulatedWorker> worker;
+  std::unique_ptr<HostParameters> params;
+  MPI_Comm group = MPI_COMM_NULL;
+
+  World() {
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    trainer = rank < kTrainers;
+    ScaleOptions scale;
+    scale.num_layers = 2;
+    model = scale_model(load_named_model_config("qwen3-30b-a3b"), scale);
+    tensors = model_tensors(model);
+    checkpoint = std::make_unique<SyntheticCheckpoint>(tensors, 7);
+    worker = trainer ? make_trainer_worker(model, TrainerSpec::parse("tp=2,ep=2"), rank)
+                     : make_rollout_worker(model, RolloutSpec::parse("engines=2,tp=1"), rank - kTrainers);
+    params = std::make_unique<HostParameters>(worker->parameter_infos());
+    worker->load_weights(*checkpoint, params->parameters());
+    MPI_Comm_split(MPI_COMM_WORLD, trainer ? 0 : rank, rank, &group);
+  }
+  ~World() { MPI_Comm_free(&group); }
+
+  LoadWeightsFn load() const {
+    return [this](const CheckpointReader& c, const ParameterSet& p) { worker->load_weights(c, p); };
+  }
+  AdapterOptions options(bool sender_staging, bool receiver_staging, double timeout) const {
+    AdapterOptions o;
+    o.sender_staging = sender_staging;
+    o.receiver_staging = receiver_staging;
+    o.timeout_seconds = timeout;
+    o.node = trainer ? 0 : rank;  // two rollout nodes: external exchange runs too
+    o.buffer_bytes = 96 << 10;    // several rounds
+    return o;
+  }
+  // This worker's own load_weights of version v.
+  std::unique_ptr<HostParameters> expected(std::uint64_t v) const {
+    auto out = std::make_unique<HostParameters>(worker->parameter_infos());
+    worker->load_weights(VersionedCheckpoint(*checkpoint, v), out->parameters());
+    return out;
+  }
+};
+
+bool equal(const ParameterSet& a, const ParameterSet& b) {
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (std::memcmp(a[i].view.data, b[i].view.data, a[i].view.nbytes()) != 0) return false;
+  return true;
+}
+
+// Per version: this worker's stall begin and end (NaN when it did not stall for it), all-gathered:
+// result[rank][v - 1] = {begin, end}.
+std::vector<std::vector<std::pair<double, double>>> gather_stalls(const std::vector<StallInterval>& stalls, int size) {
+  std::vector<double> mine(2 * kVersions, std::nan(""));
+  for (const StallInterval& s : stalls)
+    if (s.version >= 1 && s.version <= kVersions) {
+      mine[2 * (s.version - 1)] = s.begin_seconds;
+      mine[2 * (s.version - 1) + 1] = s.end_seconds;
+    }
+  std::vector<double> all(static_cast<std::size_t>(size) * 2 * kVersions);
+  MPI_Allgather(mine.data(), 2 * kVersions, MPI_DOUBLE, all.data(), 2 * kVersions, MPI_DOUBLE, MPI_COMM_WORLD);
+  std::vector<std::vector<std::pair<double, double>>> out(static_cast<std::size_t>(size));
+  for (int r = 0; r < size; ++r)
+    for (int v = 0; v < kVersions; ++v)
+      out[static_cast<std::size_t>(r)].push_back({all[static_cast<std::size_t>(r * 2 * kVersions + 2 * v)],
+                                                  all[static_cast<std::size_t>(r * 2 * kVersions + 2 * v + 1)]});
+  return out;
+}
+
+struct Mode {
+  const char* name;
+  bool sender_staging, receiver_staging;
+};
+
+class AdapterModes : public ::testing::TestWithParam<Mode> {};
+
+TEST_P(AdapterModes, EveryVersionArrivesWholeAndTheModesContractHolds) {
+  World w;
+  ASSERT_EQ(w.size, 4) << "run with 4 ranks";
+  const Mode mode = GetParam();
+  const AdapterOptions options = w.options(mode.sender_staging, mode.receiver_staging, 30);
+  std::vector<StallInterval> stalls;
+  if (w.trainer) {
+    SenderAdapter sender(MPI_COMM_WORLD, w.group, w.params->parameters(), w.tensors, w.load(), options);
+    sender.connect();
+    const std::int64_t registrations = sender.stats().registrations;
+    for (std::uint64_t v = 1; v <= kVersions; ++v) {
+      w.worker->load_weights(VersionedCheckpoint(*w.checkpoint, v), w.params->parameters());
+      const Status status = sender.send_weights(v);
+      ASSERT_TRUE(status.is_ok()) << status.to_string();
+      // Whatever the trainer does now must not reach version v.
+      for (const Parameter& p : w.params->parameters()) std::memset(p.view.data, 0x5A, p.view.nbytes());
+    }
+    ASSERT_TRUE(sender.shutdown().is_ok());
+    EXPECT_EQ(sender.stats().registrations, registrations) << "an update registered memory";
+    EXPECT_EQ(sender.stats().staging_bytes > 0, mode.sender_staging);
+    stalls = sender.stats().stalls;
+  } else {
+    std::map<std::uint64_t, int> hooks;
+    std::uint64_t installed = 0;
+    std::unique_ptr<HostParameters> current = w.expected(0), next;
+    int receiving_steps = 0;  // since the last install
+    const auto hook = [&](std::uint64_t v) {
+      ++hooks[v];
+      EXPECT_TRUE(equal(w.params->parameters(), current->parameters()))
+          << "rank " << w.rank << ": before_update_hook(" << v << ") saw a parameter that is not version " << installed;
+    };
+    ReceiverAdapter receiver(MPI_COMM_WORLD, w.group, w.params->parameters(), w.load(), options, hook);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    std::int64_t registrations = -1;
+    for (;;) {
+      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "rank " << w.rank << " never saw the shutdown";
+      const PollResult result = receiver.poll_requests();
+      ASSERT_NE(result.event, PollResult::Event::kFailed) << result.status.to_string();
+      if (result.event == PollResult::Event::kShutdown) break;
+      if (result.event == PollResult::Event::kConnected) registrations = receiver.stats().registrations;
+      if (result.event == PollResult::Event::kReceiving) {
+        EXPECT_TRUE(mode.receiver_staging) << "only receiver staging returns while a version arrives";
+        ++receiving_steps;
+      }
+      if (result.event == PollResult::Event::kInstalled) {
+        // Staged: the engine went on generating (with the previous version) at least at the step that
+        // started receiving.
+        if (mode.receiver_staging) {
+          EXPECT_GE(receiving_steps, 1) << "version " << installed + 1 << " installed without a receiving step";
+        }
+        receiving_steps = 0;
+        EXPECT_EQ(result.version, installed + 1);
+        installed = result.version;
+        current = w.expected(installed);
+        EXPECT_EQ(hooks[installed], 1) << "before_update_hook calls for version " << installed;
+      }
+      // At every step: one complete version, the one reported.
+      ASSERT_TRUE(equal(w.params->parameters(), current->parameters()))
+          << "rank " << w.rank << ": parameters are not version " << installed << " at a step";
+      EXPECT_EQ(receiver.installed_version(), installed);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));  // the inference step
+    }
+    EXPECT_EQ(installed, static_cast<std::uint64_t>(kVersions));
+    EXPECT_EQ(receiver.stats().registrations, registrations) << "an update registered memory";
+    stalls = receiver.stats().stalls;
+  }
+
+  // The modes' timing contract, on the common clock.
+  const auto all = gather_stalls(stalls, w.size);
+  if (w.rank != 0) return;
+  for (int v = 0; v < kVersions; ++v) {
+    double trainer_returned = 0, rollout_installed = 0;
+    for (int r = 0; r < w.size; ++r) {
+      const auto [begin, end] = all[static_cast<std::size_t>(r)][static_cast<std::size_t>(v)];
+      ASSERT_FALSE(std::isnan(end)) << "world rank " << r << " has no stall interval for version " << v + 1;
+      if (r < kTrainers)
+        trainer_returned = std::max(trainer_returned, end);
+      else
+        rollout_installed = std::max(rollout_installed, end);
+    }
+    if (!mode.sender_staging && !mode.receiver_staging) {
+      EXPECT_GE(trainer_returned, rollout_installed) << "sync: send_weights(" << v + 1 << ") returned before every install";
+    }
+    if (mode.sender_staging) {
+      EXPECT_LT(trainer_returned, rollout_installed) << "sender staging: send_weights(" << v + 1 << ") waited for the rollouts";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, AdapterModes,
+                         ::testing::Values(Mode{"sync", false, false}, Mode{"sender_staged", true, false},
+                                           Mode{"receiver_staged", false, true}, Mode{"async", true, true}),
+                         [](const ::testing::TestParamInfo<Mode>& info) { return std::string(info.param.name); });
+
+TEST(AdapterFailures, VersionsMustIncrease) {
+  World w;
+  const AdapterOptions options = w.options(false, false, 30);
+  if (w.trainer) {
+    SenderAdapter sender(MPI_COMM_WORLD, w.group, w.params->parameters(), w.tensors, w.load(), options);
+    sender.connect();
+    ASSERT_TRUE(sender.send_weights(2).is_ok());
+    const Status again = sender.send_weights(2);
+    EXPECT_EQ(again.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(again.message().find("versions must increase"), std::string::npos) << again.message();
+    // A refused argument is not a failed transfer: the next version goes through.
+    EXPECT_TRUE(sender.send_weights(3).is_ok());
+  } else {
+    ReceiverAdapter receiver(MPI_COMM_WORLD, w.group, w.params->parameters(), w.load(), options);
+    while (!receiver.closed()) ASSERT_NE(receiver.poll_requests().event, PollResult::Event::kFailed);
+    EXPECT_EQ(receiver.installed_version(), 3u);
+  }
+}
+
+TEST(AdapterFailures, LoadWeightsThatIsNotACopyFailsConnectOnEveryRank) {
+  World w;
+  const AdapterOptions options = w.options(false, false, 30);
+  const int culprit = 3;
+  // World rank 3's loader scales what it reads (flips a low bit of every element): not a pure copy.
+  const LoadWeightsFn load = [&w](const CheckpointReader& c, const ParameterSet& p) {
+    w.worker->load_weights(c, p);
+    if (w.rank != culprit) return;
+    for (const Parameter& parameter : p) {
+      auto* bytes = static_cast<unsigned char*>(parameter.view.data);
+      for (std::size_t i = 0; i < parameter.view.nbytes(); i += parameter.view.element_size()) bytes[i] ^= 1;
+    }
+  };
+  std::string message;
+  if (w.trainer) {
+    SenderAdapter sender(MPI_COMM_WORLD, w.group, w.params->parameters(), w.tensors, load, options);
+    try {
+      sender.connect();
+    } catch (const Error& error) {
+      message = error.what();
+    }
+  } else {
+    ReceiverAdapter receiver(MPI_COMM_WORLD, w.group, w.params->parameters(), load, options);
+    PollResult result;
+    while (result.event != PollResult::Event::kFailed && result.event != PollResult::Event::kConnected)
+      result = receiver.poll_requests();
+    ASSERT_EQ(result.event, PollResult::Event::kFailed) << "connect succeeded with a loader that is not a copy";
+    message = result.status.message();
+    EXPECT_TRUE(receiver.closed());
+  }
+  // The same error on every rank, naming the culprit.
+  if (w.rank == 0) std::printf("[ connect error ] %s\n", message.c_str());
+  EXPECT_NE(message.find("world rank " + std::to_string(culprit)), std::string::npos) << message;
+  EXPECT_NE(message.find("load_weights"), std::string::npos) << message;
+}
+
+TEST(AdapterFailures, RolloutThatStopsPollingFailsSendWeightsNamingIt) {
+  World w;
+  constexpr double kTimeout = 2;
+  const AdapterOptions options = w.options(false, false, kTimeout);
+  const int silent = 3;  // engine 1
+  if (w.trainer) {
+    SenderAdapter sender(MPI_COMM_WORLD, w.group, w.params->parameters(), w.tensors, w.load(), options);
+    sender.connect();
+    const auto started = std::chrono::steady_clock::now();
+    const Status status = sender.send_weights(1);
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    EXPECT_EQ(status.code(), ErrorCode::kTimeout) << status.to_string();
+    EXPECT_NE(status.message().find("rank " + std::to_string(silent)), std::string::npos) << status.message();
+    EXPECT_LT(took, 4 * kTimeout + 15) << "send_weights took too long to give up";
+    if (w.rank == 0) std::printf("[ send_weights(1) after %.1f s ] %s\n", took, status.to_string().c_str());
+    // The adapter stays failed.
+    EXPECT_EQ(sender.send_weights(2).code(), ErrorCode::kTimeout);
+  } else {
+    ReceiverAdapter receiver(MPI_COMM_WORLD, w.group, w.params->parameters(), w.load(), options);
+    while (!receiver.connected()) ASSERT_NE(receiver.poll_requests().event, PollResult::Event::kFailed);
+    if (w.rank == silent) std::this_thread::sleep_for(std::chrono::duration<double>(3 * kTimeout));
+    // Both engines end failed or shut down, within a few timeouts, and never install a partial version.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!receiver.closed() && std::chrono::steady_clock::now() < deadline) {
+      (void)receiver.poll_requests();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    EXPECT_TRUE(receiver.closed()) << "rank " << w.rank << " is still waiting";
+  }
+}
+
+}  // namespace
+}  // namespace wb::emu
