@@ -30,10 +30,12 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 
 #include "exec/pack.hpp"
 #include "weightbridge/checks.hpp"
 #include "weightbridge/log.hpp"
+#include "weightbridge/settings.hpp"
 
 #if WB_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -46,6 +48,17 @@ namespace wb {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+Setting<std::int64_t> max_writes_per_post_setting(
+    "max_writes_per_post", 0,
+    "Writes the executor hands a transport in one post (0: the transport's own limit). A batch longer than "
+    "that goes out in several posts. Lower it only to exercise that path.");
+
+std::size_t writes_per_post(const Transport& transport) {
+  const std::size_t limit = std::max<std::size_t>(1, transport.capabilities().max_writes_per_batch);
+  const std::int64_t cap = *max_writes_per_post_setting;
+  return cap > 0 ? std::min(limit, static_cast<std::size_t>(cap)) : limit;
+}
 
 constexpr int kEndpointTag = 0x5742;  // connect-time records
 constexpr int kGrantTag = 0x5743;     // "you may write round g into my slot"
@@ -62,6 +75,8 @@ struct Batch {
   Stage stage = Stage::kReceive;
   std::vector<WriteRequest> writes;  // local/remote offsets relative to the slots; memory ids filled in
   std::int64_t bytes = 0;
+  std::size_t writes_per_post = 0;   // the transport takes this many at once: a longer batch goes out in
+                                     // several posts, each one notification (the receiver expects them all)
 };
 
 struct RoundWork {
@@ -87,7 +102,9 @@ struct PeerLink {
 struct RoundProgress {
   std::uint64_t round = UINT64_MAX;
   std::array<int, kStageCount> arrived{};
-  int posted = 0, done = 0;                  // batches of this rank
+  int posted = 0;                            // batches of this rank posted completely
+  std::size_t next_write = 0;                // in the batch being posted: its first write not yet posted
+  int posts = 0, done = 0;                   // posts made (one per batch unless it is split) and completed
   bool packed = false, assembled = false, released = false;
   bool pack_launched = false, assemble_launched = false;  // CUDA parameters: kernel enqueued, not yet seen done
 };
@@ -500,8 +517,29 @@ RoundExecutor::RoundExecutor(RoundSchedule schedule, ParameterMemory parameters,
     s.receive_keys[kind] = receive.remote_key;
   }
 
+  // Batches longer than a transport takes in one post are split; each post notifies the receiver, which
+  // must then expect that many arrivals. Per peer: (round, stage, posts) of every split batch, sent with
+  // the connect record.
+  std::map<int, std::vector<std::uint64_t>> split_batches;  // peer -> round, stage, posts, ...
+  {
+    std::map<std::tuple<int, int, int>, std::size_t> writes;  // (peer, round, stage) -> writes
+    for (int r = 0; r < s.rounds; ++r)
+      for (const Write& write : s.schedule.rounds[static_cast<std::size_t>(r)].writes)
+        ++writes[{write.peer, r, static_cast<int>(write.stage)}];
+    for (const auto& [key, count] : writes) {
+      const auto [peer, r, stage] = key;
+      const std::size_t per_post = writes_per_post(*s.peers.at(peer).transport);
+      if (count <= per_post) continue;
+      ++s.stats.split_batches;
+      split_batches[peer].insert(split_batches[peer].end(), {static_cast<std::uint64_t>(r), static_cast<std::uint64_t>(stage),
+                                                              (count + per_post - 1) / per_post});
+    }
+  }
+  std::vector<std::array<int, kStageCount>> extra_arrivals(static_cast<std::size_t>(s.rounds), std::array<int, kStageCount>{});
+
   // Connect every pair: both sides send their endpoint for the other, their receive buffer's key and slot
-  // size; peers in ascending order on both sides, so the pairwise exchanges cannot deadlock.
+  // size, and their split batches; peers in ascending order on both sides, so the pairwise exchanges cannot
+  // deadlock.
   for (auto& [peer, link] : s.peers) {
     const TransportKind kind = link.transport->kind();
     std::vector<std::byte> record;
@@ -513,6 +551,9 @@ RoundExecutor::RoundExecutor(RoundSchedule schedule, ParameterMemory parameters,
     record.insert(record.end(), endpoint.begin(), endpoint.end());
     append_u64(record, key.size());
     record.insert(record.end(), key.begin(), key.end());
+    const std::vector<std::uint64_t>& splits = split_batches[peer];
+    append_u64(record, splits.size());
+    for (std::uint64_t value : splits) append_u64(record, value);
     const std::vector<std::byte> theirs = swap_record(peer, record, comm);
     std::size_t at = 0;
     const auto their_kind = static_cast<TransportKind>(read_u64(theirs, at));
@@ -526,8 +567,20 @@ RoundExecutor::RoundExecutor(RoundSchedule schedule, ParameterMemory parameters,
     link.transport->connect(peer, std::span(theirs).subspan(at, endpoint_size));
     at += endpoint_size;
     const std::uint64_t key_size = read_u64(theirs, at);
-    if (at + key_size != theirs.size()) throw Error(ErrorCode::kCorruptData, "executor connect record malformed");
+    if (at + key_size > theirs.size()) throw Error(ErrorCode::kCorruptData, "executor connect record malformed");
     link.receive_memory = link.transport->import_memory(peer, std::span(theirs).subspan(at, key_size));
+    at += key_size;
+    const std::uint64_t split_values = read_u64(theirs, at);
+    if (split_values % 3 != 0 || at + 8 * split_values != theirs.size())
+      throw Error(ErrorCode::kCorruptData, "executor connect record malformed");
+    for (std::uint64_t i = 0; i < split_values; i += 3) {
+      const std::uint64_t r = read_u64(theirs, at), stage = read_u64(theirs, at), posts = read_u64(theirs, at);
+      if (r >= static_cast<std::uint64_t>(s.rounds) || stage >= kStageCount || posts < 2 || posts > (1u << 30))
+        throw Error(ErrorCode::kCorruptData, "rank " + std::to_string(peer) + " announced a split batch for round " +
+                                                 std::to_string(r) + " stage " + std::to_string(stage) + " in " +
+                                                 std::to_string(posts) + " posts");
+      extra_arrivals[r][stage] += static_cast<int>(posts) - 1;
+    }
   }
 
   // Per round: the batches (one per peer and stage, writes in schedule order), the arrivals expected, the
@@ -539,7 +592,7 @@ RoundExecutor::RoundExecutor(RoundSchedule schedule, ParameterMemory parameters,
     RoundWork& work = s.work[static_cast<std::size_t>(r)];
     for (const Write& write : plan.writes) {
       if (work.batches.empty() || work.batches.back().peer != write.peer || work.batches.back().stage != write.stage)
-        work.batches.push_back({write.peer, write.stage, {}, 0});
+        work.batches.push_back({write.peer, write.stage, {}, 0, writes_per_post(*s.peers.at(write.peer).transport)});
       Batch& batch = work.batches.back();
       const TransportKind kind = s.peers.at(write.peer).transport->kind();
       const auto [send_id, receive_id] = s.local_memory.at(kind);
@@ -552,6 +605,8 @@ RoundExecutor::RoundExecutor(RoundSchedule schedule, ParameterMemory parameters,
       ++work.arrivals[static_cast<std::size_t>(arrival.stage)];
       work.writers.push_back(arrival.peer);
     }
+    for (std::size_t stage = 0; stage < kStageCount; ++stage)
+      work.arrivals[stage] += extra_arrivals[static_cast<std::size_t>(r)][stage];
     std::sort(work.writers.begin(), work.writers.end());
     work.writers.erase(std::unique(work.writers.begin(), work.writers.end()), work.writers.end());
     work.packs = !plan.pack.empty();
@@ -575,18 +630,7 @@ RoundExecutor::RoundExecutor(RoundSchedule schedule, ParameterMemory parameters,
 #endif
     }
     std::size_t most = 0;
-    for (const Batch& batch : work.batches) {
-      most = std::max(most, batch.writes.size());
-      // One batch is one notification to its receiver, so it must go out in one post (refused here, at
-      // connect, rather than on the update path).
-      const Transport& transport = *s.peers.at(batch.peer).transport;
-      if (batch.writes.size() > transport.capabilities().max_writes_per_batch)
-        throw Error(ErrorCode::kUnsupported,
-                    "rank " + std::to_string(s.rank) + ", round " + std::to_string(r) + ": " +
-                        std::to_string(batch.writes.size()) + " writes to rank " + std::to_string(batch.peer) + " (" +
-                        stage_name(batch.stage) + ") exceed the " + transport_name(transport.kind()) + " limit of " +
-                        std::to_string(transport.capabilities().max_writes_per_batch) + " per batch");
-    }
+    for (const Batch& batch : work.batches) most = std::max(most, std::min(batch.writes.size(), batch.writes_per_post));
     s.scratch.reserve(std::max(s.scratch.capacity(), most));
   }
   s.ring.assign(static_cast<std::size_t>(4 * s.depth + 4), RoundProgress{});
@@ -673,7 +717,9 @@ Status RoundExecutor::run_update() {
                                : complete(Stage::kReceive) && complete(Stage::kExternalExchange);
         PeerLink& link = s.peers.at(batch.peer);
         if (!ready || (g >= depth && link.granted <= g)) break;
-        s.scratch.assign(batch.writes.begin(), batch.writes.end());
+        const std::size_t count = std::min(batch.writes_per_post, batch.writes.size() - p.next_write);
+        const auto chunk = batch.writes.begin() + static_cast<std::ptrdiff_t>(p.next_write);
+        s.scratch.assign(chunk, chunk + static_cast<std::ptrdiff_t>(count));
         const std::uint64_t local_base =
             slot_of(g) * static_cast<std::uint64_t>(batch.stage == Stage::kReceive ? s.send_slot_stride : s.receive_slot_stride);
         const std::uint64_t remote_base = slot_of(g) * static_cast<std::uint64_t>(link.receive_slot_stride);
@@ -684,8 +730,13 @@ Status RoundExecutor::run_update() {
         Status status = link.transport->post_writes(batch.peer, s.scratch, encode_immediate(g, batch.stage), g);
         if (status.code() == ErrorCode::kRetryLater) break;
         if (!status) return status;
-        s.stats.bytes_written += batch.bytes;
-        ++p.posted;
+        for (const WriteRequest& w : s.scratch) s.stats.bytes_written += static_cast<std::int64_t>(w.bytes);
+        ++p.posts;
+        p.next_write += count;
+        if (p.next_write == batch.writes.size()) {
+          ++p.posted;
+          p.next_write = 0;
+        }
         progressed = true;
       }
       if (!p.assembled && complete(Stage::kReceive) && complete(Stage::kExternalExchange) &&
@@ -711,7 +762,7 @@ Status RoundExecutor::run_update() {
       // Slots are released in round order, so that a peer's grants arrive in order and the latest one
       // stands for every round before it.
       if (!p.released && p.assembled && (!work.packs || p.packed) && p.posted == static_cast<int>(work.batches.size()) &&
-          p.done == p.posted && (g == oldest || s.progress(g - 1).released)) {
+          p.done == p.posts && (g == oldest || s.progress(g - 1).released)) {
         // The slot is free again: whoever writes into it depth rounds later may go ahead.
         const std::uint64_t next = g + depth;
         for (int writer : s.work[static_cast<std::size_t>(next % static_cast<std::uint64_t>(s.rounds))].writers) {
@@ -742,7 +793,7 @@ Status RoundExecutor::run_update() {
                    stage_name(batch.stage) + ")" +
                    (s.peers.at(batch.peer).granted <= oldest && oldest >= depth ? ", not granted yet" : "");
       }
-      if (p.done < p.posted) waiting += std::string(waiting.empty() ? "" : "; ") + std::to_string(p.posted - p.done) + " batches to complete";
+      if (p.done < p.posts) waiting += std::string(waiting.empty() ? "" : "; ") + std::to_string(p.posts - p.done) + " posts to complete";
       if (p.pack_launched && !p.packed) waiting += std::string(waiting.empty() ? "" : "; ") + "the pack kernel to finish";
       if (p.assemble_launched && !p.assembled)
         waiting += std::string(waiting.empty() ? "" : "; ") + "the assemble kernel to finish";

@@ -46,6 +46,7 @@ struct ExecutorStats {
   std::int64_t registrations = 0;      // memory registrations, all made at construction
   std::int64_t bytes_written = 0;      // by this rank's one-sided writes, all updates
   std::int64_t bytes_assembled = 0;    // into this rank's parameters, all updates
+  std::int64_t split_batches = 0;      // batches longer than one post takes: sent in several posts each
   double last_update_seconds = 0;
   double pack_seconds = 0, assemble_seconds = 0;  // all updates (CUDA parameters: kernel time)
   MemoryKind buffer_memory = MemoryKind::kHost;    // where the transfer buffers are (choose_buffer_memory)

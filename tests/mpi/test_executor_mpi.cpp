@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 
 #include "emu/backend.hpp"
@@ -76,6 +77,12 @@ TEST_P(ExecutorUnderMpi, EveryUpdateIsBitExactAndRegistersNothing) {
   options.timeout_seconds = 60;
   RoundExecutor executor(std::move(schedule), memory, MPI_COMM_WORLD, options);
   const std::int64_t registrations = executor.stats().registrations;
+  if (std::getenv("WB_MAX_WRITES_PER_POST") != nullptr) {
+    // Run with a tiny post size: some batches must have been split, or the test proves nothing.
+    std::int64_t split = executor.stats().split_batches, total = 0;
+    MPI_Allreduce(&split, &total, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+    ASSERT_GT(total, 0) << "WB_MAX_WRITES_PER_POST is set but no batch was split";
+  }
 
   for (std::uint64_t version = 1; version <= 3; ++version) {
     SyntheticCheckpoint checkpoint(tensors, 1000 + version);
