@@ -264,22 +264,6 @@ WorkerOutcome run_trainer(const Setup& setup, EmulatedWorker& worker, const Para
   return outcome;
 }
 
-// First difference between a worker's parameters and the expected ones, or "" when equal.
-std::string first_difference(const ParameterSet& got, const ParameterSet& want) {
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    const auto* g = static_cast<const unsigned char*>(got[i].view.data);
-    const auto* w = static_cast<const unsigned char*>(want[i].view.data);
-    const std::size_t bytes = got[i].view.nbytes();
-    if (std::memcmp(g, w, bytes) == 0) continue;
-    std::size_t at = 0, wrong = 0;
-    for (std::size_t b = 0; b < bytes; ++b)
-      if (g[b] != w[b]) at = wrong++ == 0 ? b : at;
-    return got[i].name + " differs in " + std::to_string(wrong) + " of " + std::to_string(bytes) +
-           " bytes, first at byte " + std::to_string(at);
-  }
-  return "";
-}
-
 WorkerOutcome run_rollout(const Setup& setup, EmulatedWorker& worker, const ParameterSet& params, MPI_Comm engine,
                           const Options& options, const Mode& mode, std::vector<StallInterval>& stalls,
                           TransferSummary& summary) {

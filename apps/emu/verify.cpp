@@ -107,4 +107,19 @@ std::vector<std::string> coverage_gaps(const std::vector<TensorInfo>& tensors,
   return gaps;
 }
 
+std::string first_difference(const ParameterSet& got, const ParameterSet& want) {
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const auto* g = static_cast<const unsigned char*>(got[i].view.data);
+    const auto* w = static_cast<const unsigned char*>(want[i].view.data);
+    const std::size_t bytes = got[i].view.nbytes();
+    if (std::memcmp(g, w, bytes) == 0) continue;
+    std::size_t at = 0, wrong = 0;
+    for (std::size_t b = 0; b < bytes; ++b)
+      if (g[b] != w[b]) at = wrong++ == 0 ? b : at;
+    return got[i].name + " differs in " + std::to_string(wrong) + " of " + std::to_string(bytes) +
+           " bytes, first at byte " + std::to_string(at);
+  }
+  return "";
+}
+
 }  // namespace wb::emu

@@ -37,4 +37,8 @@ std::vector<std::string> coverage_gaps(const std::vector<TensorInfo>& tensors,
                                        const std::vector<std::vector<Box>>& boxes_per_tensor,
                                        const std::string& group);
 
+/// The first parameter whose bytes differ between two parameter sets of the same layout, as "NAME differs
+/// in N of M bytes, first at byte B"; empty when every byte is equal.
+std::string first_difference(const ParameterSet& got, const ParameterSet& want);
+
 }  // namespace wb::emu

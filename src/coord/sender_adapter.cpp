@@ -15,16 +15,13 @@ using namespace coord;
 struct SenderAdapter::State : AdapterBase {
   std::vector<TensorInfo> checkpoint_tensors;
   bool in_flight = false;           // `version` was sent and not yet acknowledged by every engine
-  bool sender_staging = false;
   std::vector<std::uint64_t> started;  // trainer rank 0: last update each engine said it took
   double requested_at = 0;             // when the version in flight was requested
 
   State(MPI_Comm world, MPI_Comm trainers, ParameterSet params, std::vector<TensorInfo> tensors, LoadWeightsFn load,
         const AdapterOptions& options)
       : AdapterBase(world, trainers, true, std::move(params), std::move(load), options),
-        checkpoint_tensors(std::move(tensors)) {
-    sender_staging = this->options.sender_staging;
-  }
+        checkpoint_tensors(std::move(tensors)) {}
 
   // Trainer rank 0: one request to every engine's rank 0. Small messages, sent eagerly.
   Status send_request(RequestKind kind, std::uint64_t v) {
@@ -177,7 +174,7 @@ Status SenderAdapter::send_weights(std::uint64_t version) {
   s.version = version;
   s.in_flight = true;
   RoundExecutor& executor = *s.connection->executor;
-  if (s.sender_staging) {
+  if (s.options.sender_staging) {
     // The staged copy is what the transfer reads: the trainer may change its parameters from here on.
     s.connection->staging.copy_from(s.params);
     s.thread.start([&executor] { return executor.run_update(); });

@@ -11,6 +11,7 @@
 
 #include "emu/backend.hpp"
 #include "emu/synthetic.hpp"
+#include "emu/verify.hpp"
 #include "exec/round_executor.hpp"
 #include "weightbridge/correspondence.hpp"
 #include "weightbridge/plan.hpp"
@@ -93,18 +94,8 @@ TEST_P(ExecutorUnderMpi, EveryUpdateIsBitExactAndRegistersNothing) {
       HostParameters expected(worker->parameter_infos());
       for (const Parameter& p : expected.parameters()) std::memset(p.view.data, 0xEE, p.view.nbytes());
       worker->load_weights(checkpoint, expected.parameters());
-      for (std::size_t i = 0; i < host.parameters().size(); ++i) {
-        const TensorView& got = host.parameters()[i].view;
-        const TensorView& want = expected.parameters()[i].view;
-        if (std::memcmp(got.data, want.data, got.nbytes()) == 0) continue;
-        std::size_t at = 0, wrong = 0;
-        const auto* g = static_cast<const unsigned char*>(got.data);
-        const auto* w = static_cast<const unsigned char*>(want.data);
-        for (std::size_t b = 0; b < got.nbytes(); ++b)
-          if (g[b] != w[b]) at = wrong++ == 0 ? b : at;
-        FAIL() << "rank " << rank << " version " << version << ": " << host.parameters()[i].name << " differs in "
-               << wrong << " of " << got.nbytes() << " bytes, first at byte " << at;
-      }
+      const std::string difference = first_difference(host.parameters(), expected.parameters());
+      ASSERT_TRUE(difference.empty()) << "rank " << rank << " version " << version << ": " << difference;
     }
   }
   EXPECT_EQ(executor.stats().registrations, registrations) << "an update registered memory";
