@@ -26,6 +26,7 @@
 
 #include "emu/backend.hpp"
 #include "emu/deployment_options.hpp"
+#include "emu/network_report.hpp"
 #include "emu/presets.hpp"
 #include "emu/synthetic.hpp"
 #include "emu/verify.hpp"
@@ -33,7 +34,9 @@
 #include "weightbridge/adapter.hpp"
 #include "weightbridge/checks.hpp"
 #include "weightbridge/log.hpp"
+#include "weightbridge/plan.hpp"
 #include "weightbridge/settings.hpp"
+#include "weightbridge/transport.hpp"
 
 namespace po = boost::program_options;
 using namespace wb;
@@ -218,12 +221,38 @@ bool preflight(const Setup& setup, const EmulatedWorker& worker, const Parameter
   return ok != 0;
 }
 
+// The planner takes a node's workers to share fast links: a node of --gpus-per-node ranks that spans two
+// machines would be planned wrongly, so it is refused (several nodes on one machine are fine: tests split
+// one host that way).
+void check_nodes_within_machines(const Deployment& deployment) {
+  int rank = 0, world = 0;
+  WB_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  WB_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &world));
+  constexpr int kIdBytes = 256;
+  char mine[kIdBytes] = {};
+  std::strncpy(mine, machine_id().c_str(), kIdBytes - 1);
+  std::vector<char> all(static_cast<std::size_t>(world) * kIdBytes);
+  WB_CHECK_MPI(MPI_Allgather(mine, kIdBytes, MPI_CHAR, all.data(), kIdBytes, MPI_CHAR, MPI_COMM_WORLD));
+  std::map<int, int> first_rank_of_node;
+  for (int r = 0; r < world; ++r) {
+    const int node = deployment.node_of(r);
+    const auto [it, fresh] = first_rank_of_node.emplace(node, r);
+    const std::string a(&all[static_cast<std::size_t>(it->second) * kIdBytes]), b(&all[static_cast<std::size_t>(r) * kIdBytes]);
+    if (!fresh && a != b)
+      throw Error(ErrorCode::kInvalidArgument,
+                  "ranks " + std::to_string(it->second) + " and " + std::to_string(r) + " are one node of --gpus-per-node " +
+                      std::to_string(deployment.gpus_per_node) + " but run on different machines (" + a.substr(0, a.find(':')) +
+                      ", " + b.substr(0, b.find(':')) + "): give --gpus-per-node the number of ranks per machine");
+  }
+}
+
 // What a worker reports to rank 0 after the transfers.
 struct WorkerOutcome {
   std::int64_t verified_versions = 0;  // rollouts: versions installed and equal to their own load_weights
   std::int64_t steps = 0;              // rollouts: inference steps served (polls)
   std::int64_t bytes_written = 0;
   std::int64_t staging_bytes = 0;
+  std::vector<LinkTraffic> traffic;    // what this worker's writes carried, per transport and peer
   std::string failure;                 // first failure, empty when none
 };
 
@@ -261,6 +290,7 @@ WorkerOutcome run_trainer(const Setup& setup, EmulatedWorker& worker, const Para
   stalls = stats.stalls;
   outcome.bytes_written = stats.bytes_written;
   outcome.staging_bytes = stats.staging_bytes;
+  outcome.traffic = stats.traffic;
   return outcome;
 }
 
@@ -341,6 +371,7 @@ WorkerOutcome run_rollout(const Setup& setup, EmulatedWorker& worker, const Para
   stalls = stats.stalls;
   outcome.bytes_written = stats.bytes_written;
   outcome.staging_bytes = stats.staging_bytes;
+  outcome.traffic = stats.traffic;
   return outcome;
 }
 
@@ -362,6 +393,8 @@ int run(int argc, char** argv) {
                     std::to_string(deployment.trainer.world_size()) + " trainer + " +
                     std::to_string(deployment.rollout.world_size()) + " rollout) but mpirun started " +
                     std::to_string(world));
+
+  check_nodes_within_machines(deployment);
 
   const bool trainer = deployment.is_trainer(rank);
   const int engine = trainer ? -1 : (rank - deployment.trainer.world_size()) / deployment.rollout.tp;
@@ -387,6 +420,14 @@ int run(int argc, char** argv) {
   }
   const double transfer_seconds = seconds_since(transfer_start);
   WB_CHECK_MPI(MPI_Comm_free(&group));
+  // What crossed between machines, from the transports' counters, for the plan comparison on rank 0.
+  std::vector<std::string> machines;
+  std::vector<RankLink> links;
+  {
+    AdapterStats counted;
+    counted.traffic = outcome.traffic;
+    gather_traffic(counted, MPI_COMM_WORLD, 0, machines, links);
+  }
 
   // Rank 0 gathers every worker's outcome and stall intervals.
   const std::int64_t numbers[5] = {outcome.verified_versions, outcome.steps, outcome.bytes_written,
@@ -442,15 +483,26 @@ int run(int argc, char** argv) {
         failed.push_back({{"rank", r}, {"error", "verified " + std::to_string(n[0]) + " of " + std::to_string(options.steps) + " versions"}});
       }
     }
+    // Every version that went through: the counters add up over them.
+    std::int64_t updates = 0;
+    for (int k = 1; k <= options.steps; ++k) updates += span.count(static_cast<std::uint64_t>(k)) ? 1 : 0;
+    const NetworkReport network = network_report(summary, machines, links, updates);
+    if (layouts_ok && updates == options.steps)
+      for (const std::string& problem : network.failures) {
+        verified = false;
+        failed.push_back({{"rank", 0}, {"error", "network traffic: " + problem}});
+      }
     nlohmann::json steps = nlohmann::json::array();
-    std::printf("%-8s %12s %12s %14s\n", "version", "EWTT [ms]", "AGST [ms]", "bytes moved");
+    std::printf("%-8s %12s %12s %14s %10s\n", "version", "EWTT [ms]", "AGST [ms]", "bytes moved", "EWTT/Tmin");
     for (int k = 1; k <= options.steps; ++k) {
       const auto v = static_cast<std::uint64_t>(k);
       const double ewtt = span.count(v) ? span[v].second - span[v].first : 0;
       const double agst = total_stall[v] / world;
-      const std::int64_t moved = bytes_written / options.steps;  // every update moves the same bytes
-      steps.push_back({{"version", k}, {"ewtt_s", ewtt}, {"agst_s", agst}, {"bytes_moved", moved}});
-      std::printf("%-8d %12.3f %12.3f %14lld\n", k, ewtt * 1e3, agst * 1e3, static_cast<long long>(moved));
+      if (!span.count(v)) continue;  // never sent (an earlier failure)
+      const std::int64_t moved = bytes_written / std::max<std::int64_t>(updates, 1);  // every update moves the same bytes
+      const double ratio = summary.t_min_seconds > 0 ? ewtt / summary.t_min_seconds : 0;
+      steps.push_back({{"version", k}, {"ewtt_s", ewtt}, {"agst_s", agst}, {"bytes_moved", moved}, {"ewtt_over_t_min", ratio}});
+      std::printf("%-8d %12.3f %12.3f %14lld %10.3f\n", k, ewtt * 1e3, agst * 1e3, static_cast<long long>(moved), ratio);
     }
     exit_code = verified ? 0 : 1;
     {
@@ -459,10 +511,14 @@ int run(int argc, char** argv) {
         ewtt += step["ewtt_s"].get<double>();
         agst += step["agst_s"].get<double>();
       }
-      std::printf("wb-replay summary: mode %s, %s, %d versions, mean EWTT %.2f ms, mean AGST %.2f ms, %lld bytes moved "
-                  "per version\n",
-                  options.mode.c_str(), verified ? "verified" : "NOT VERIFIED", options.steps, 1e3 * ewtt / options.steps,
-                  1e3 * agst / options.steps, static_cast<long long>(bytes_written / options.steps));
+      const double sent = static_cast<double>(std::max<std::size_t>(steps.size(), 1));
+      for (const std::string& line : network.table) std::printf("%s\n", line.c_str());
+      for (const std::string& problem : network.failures) std::fprintf(stderr, "wb-replay: network traffic: %s\n", problem.c_str());
+      std::printf("wb-replay summary: mode %s, %s, %zu of %d versions, mean EWTT %.2f ms, mean AGST %.2f ms, T_min %.2f ms "
+                  "(at %.3g GB/s per node), %lld bytes moved per version\n",
+                  options.mode.c_str(), verified ? "verified" : "NOT VERIFIED", steps.size(), options.steps,
+                  1e3 * ewtt / sent, 1e3 * agst / sent, 1e3 * summary.t_min_seconds, network_from_settings().node_bandwidth / 1e9,
+                  static_cast<long long>(bytes_written / std::max<std::int64_t>(updates, 1)));
     }
     nlohmann::json result = {
         {"verified", verified},
@@ -475,6 +531,8 @@ int run(int argc, char** argv) {
         {"ranks", world},
         {"model_bytes", summary.model_bytes},
         {"t_min_s", summary.t_min_seconds},
+        {"node_gbps", network_from_settings().node_bandwidth / 1e9},
+        {"network", network.json},
         {"simulated_ewtt_s", summary.simulated_seconds},
         {"max_node_need_bytes", summary.max_node_need_bytes},
         {"planned_bytes_per_update", summary.bytes_per_update},

@@ -11,6 +11,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev
   libibverbs-dev
+  libfabric-dev libfabric-bin
+  iproute2 util-linux
 )
 # Slurm and munge for the srun tests and the sbatch scripts in slurm/.
 if [[ "${WB_WITH_SLURM:-1}" == "1" ]]; then

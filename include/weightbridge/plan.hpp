@@ -103,6 +103,15 @@ struct TransferPlan {
 /// pipeline_depth (WB_BUFFER_MIB, --buffer-mib; WB_PIPELINE_DEPTH, --pipeline-depth). Throws on values out of range.
 PlanOptions plan_options_from_settings();
 
+/// The network the planner, T_min and the simulator assume, from the settings node_gbps, intra_gbps and
+/// message_us (WB_NODE_GBPS / --node-gbps, ...): bandwidths in bytes per second, latency in seconds.
+struct NetworkSettings {
+  double node_bandwidth = 400e9;
+  double intra_node_bandwidth = 900e9;
+  double message_latency = 5e-6;
+};
+NetworkSettings network_from_settings();
+
 /// Plans the transfer (trainer de-duplication, rollout de-duplication in three stages, balance, rounds).
 /// Throws wb::Error when a piece cannot fit the buffer budget, naming the tensor.
 TransferPlan plan_transfer(const Correspondence& correspondence, const Topology& topology, const PlanOptions& options);

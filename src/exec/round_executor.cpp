@@ -470,7 +470,7 @@ RoundExecutor::RoundExecutor(RoundSchedule schedule, ParameterMemory parameters,
     if (peer < 0 || peer >= size || peer == s.rank)
       throw Error(ErrorCode::kInvalidArgument, "round schedule names peer " + std::to_string(peer));
     const bool same_machine = machine == std::string(&machines[static_cast<std::size_t>(peer) * kIdBytes]);
-    const TransportKind kind = choose_transport(same_machine, s.parameters.memory);
+    const TransportKind kind = choose_transport(same_machine, s.parameters.memory, options.transport);
     if (!s.transports.count(kind)) s.transports.emplace(kind, make_transport(kind, s.rank));
     s.peers[peer].transport = s.transports[kind].get();
   }
@@ -815,6 +815,9 @@ Status RoundExecutor::run_update() {
   s.next_round = end;
   ++s.stats.updates;
   s.stats.last_update_seconds = std::chrono::duration<double>(Clock::now() - started).count();
+  s.stats.traffic.clear();
+  for (const auto& [kind, transport] : s.transports)
+    for (const PeerTraffic& link : transport->traffic()) s.stats.traffic.emplace_back(kind, link);
   return Status::ok();
 }
 

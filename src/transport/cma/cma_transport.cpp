@@ -12,6 +12,7 @@
 
 #include "core/byte_codec.hpp"
 #include "transport/cma/mailbox.hpp"
+#include "transport/traffic_counter.hpp"
 #include "weightbridge/checks.hpp"
 
 namespace wb {
@@ -197,6 +198,7 @@ class CmaTransport final : public Transport {
     WB_RETURN_IF_ERROR(target.ring->notify(immediate));
     // process_vm_writev returned: the bytes are in the peer's memory and the source may be reused.
     done_.push_back({Completion::Kind::kWritesDone, peer, token, 0});
+    traffic_.add(peer, batch_bytes(writes));
     return Status::ok();
   }
 
@@ -205,6 +207,8 @@ class CmaTransport final : public Transport {
     done_.clear();
     return mailbox_.poll(completions);
   }
+
+  std::vector<PeerTraffic> traffic() const override { return traffic_.snapshot(); }
 
  private:
   struct Local {
@@ -228,6 +232,7 @@ class CmaTransport final : public Transport {
   std::vector<Remote> remote_;
   std::unordered_map<int, Peer> peers_;
   std::vector<Completion> done_;  // writes done, reported by the next poll
+  TrafficCounter traffic_;
   // Scratch of post_writes, kept to allocate nothing once warm.
   std::vector<iovec> local_iov_, remote_iov_;
   std::vector<std::size_t> write_of_segment_;

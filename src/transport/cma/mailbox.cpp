@@ -238,7 +238,7 @@ ProcessAddress decode_endpoint(TransportKind kind, int self, int peer, std::span
     throw Error(ErrorCode::kInvalidArgument,
                 "rank " + std::to_string(peer) + " is on machine '" + theirs.machine + "' and rank " +
                     std::to_string(self) + " on machine '" + mine.machine + "': the " + transport_name(kind) +
-                    " transport connects ranks on one machine only (ibverbs connects machines)");
+                    " transport connects ranks on one machine only (ibverbs or libfabric connect machines)");
   if (theirs.pid_namespace != 0 && mine.pid_namespace != 0 && theirs.pid_namespace != mine.pid_namespace)
     throw Error(ErrorCode::kUnsupported,
                 "rank " + std::to_string(peer) + " runs in another PID namespace (" +

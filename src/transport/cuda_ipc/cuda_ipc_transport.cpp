@@ -15,6 +15,7 @@
 
 #include "core/byte_codec.hpp"
 #include "transport/cma/mailbox.hpp"
+#include "transport/traffic_counter.hpp"
 #include "weightbridge/checks.hpp"
 #include "weightbridge/log.hpp"
 
@@ -320,6 +321,8 @@ class CudaIpcTransport final : public Transport {
     return mailbox_.poll(completions);
   }
 
+  std::vector<PeerTraffic> traffic() const override { return traffic_.snapshot(); }
+
  private:
   struct Link;
 
@@ -352,6 +355,7 @@ class CudaIpcTransport final : public Transport {
     link.pending[slot] = {token, immediate, event};
     ++link.count;
     ++link.posted;
+    traffic_.add(peer, batch_bytes(writes));
     return Status::ok();
   }
 
@@ -405,6 +409,7 @@ class CudaIpcTransport final : public Transport {
   std::vector<Remote> remote_;
   std::unordered_map<int, Link> peers_;
   std::map<std::string, Opened> opened_;  // IPC handle bytes -> base of the opened allocation
+  TrafficCounter traffic_;
 };
 
 }  // namespace

@@ -70,6 +70,7 @@ Status IbverbsTransport::post_writes(int peer, std::span<const WriteRequest> wri
     WB_RETURN_IF_ERROR(post_rail(p, r, writes, immediate, token, needed));
   }
   p.batches.push(token);
+  traffic_.add(peer, batch_bytes(writes));
   return Status::ok();
 }
 

@@ -188,6 +188,22 @@ TransportCapabilities IbverbsTransport::capabilities() const {
 
 }  // namespace ibv
 
+bool rdma_device_present(std::string& why) {
+  errno = 0;
+  int count = 0;
+  const std::unique_ptr<ibv_device*, ibv::DeviceListFree> list(ibv_get_device_list(&count));
+  if (list == nullptr) {
+    const int error = errno;
+    why = std::string("ibv_get_device_list failed: ") + (error != 0 ? std::strerror(error) : "unknown error");
+    return false;
+  }
+  if (count <= 0) {
+    why = "ibv_get_device_list returned no device";
+    return false;
+  }
+  return true;
+}
+
 std::unique_ptr<Transport> make_ibverbs_transport(int rank) {
   using namespace ibv;
   errno = 0;

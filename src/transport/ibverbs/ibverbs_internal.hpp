@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "transport/ibverbs/ibverbs_logic.hpp"
+#include "transport/traffic_counter.hpp"
 #include "weightbridge/status.hpp"
 #include "weightbridge/transport.hpp"
 
@@ -171,6 +172,7 @@ class IbverbsTransport final : public Transport {
   Status post_writes(int peer, std::span<const WriteRequest> writes, std::uint32_t immediate,
                      std::uint64_t token) override;
   Status poll(std::vector<Completion>& completions) override;
+  std::vector<PeerTraffic> traffic() const override { return traffic_.snapshot(); }
 
  private:
   // ibverbs_memory.cpp
@@ -200,6 +202,7 @@ class IbverbsTransport final : public Transport {
   std::unordered_map<int, std::unique_ptr<Peer>> peers_;  // by world rank; holds the queue pairs
   std::vector<int> gpu_flush_devices_;       // CUDA devices whose RDMA writes need a flush before use
   std::array<ibv_wc, kPollBatch> wcs_{};
+  TrafficCounter traffic_;
 };
 
 }  // namespace wb::ibv

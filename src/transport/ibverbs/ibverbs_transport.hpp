@@ -10,6 +10,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "weightbridge/transport.hpp"
 
@@ -21,5 +22,9 @@ namespace wb {
 /// WB_IB_* setting; kIbverbs when a device is there but a verbs call fails. Not thread-safe: one thread
 /// sets it up, posts and polls.
 std::unique_ptr<Transport> make_ibverbs_transport(int rank);
+
+/// Whether this machine has an RDMA device (ibv_get_device_list finds one); `why` says why not. Cheap:
+/// opens nothing. The choice of the transport between machines asks it once per process.
+bool rdma_device_present(std::string& why);
 
 }  // namespace wb
