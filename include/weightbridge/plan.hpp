@@ -1,4 +1,4 @@
-// The global transfer planner (DESIGN.md, component 2): the topology, the network's lower bound (M, M_v,
+// The global transfer planner (docs/architecture.md, component 2): the topology, the network's lower bound (M, M_v,
 // T_min) and the plan: who sends which box of which atom to whom, in which stage and round.
 #pragma once
 

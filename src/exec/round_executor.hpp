@@ -1,4 +1,4 @@
-// The round executor (DESIGN.md, component 3): replays a rank's round schedule every update over the
+// The round executor (docs/architecture.md, component 3): replays a rank's round schedule every update over the
 // transports. Per round: one pack, one batch of one-sided writes per peer and stage, forwarding straight
 // from the receive buffer, one assemble; rounds pipelined over `pipeline_depth` buffer slots, a slot reused
 // only after its receiver released it (credits over MPI, the control plane). Everything is allocated,

@@ -1,4 +1,4 @@
-// One conformance suite for every transport (DESIGN.md, "Transports"), run under mpiexec with 2-4 ranks.
+// One conformance suite for every transport (docs/architecture.md, "Transports"), run under mpiexec with 2-4 ranks.
 // Endpoints and memory keys travel over MPI; the bytes and the arrival notifications go through the
 // transport only. Each case runs for every TransportKind; a kind that make_transport cannot create here
 // (no RDMA device, no CUDA device, built without CUDA) skips on every rank with the reason of the first

@@ -1,4 +1,4 @@
-// The ibverbs transport: one-sided RDMA writes between machines over RC queue pairs (DESIGN.md,
+// The ibverbs transport: one-sided RDMA writes between machines over RC queue pairs (docs/architecture.md,
 // "Transports"). Only the factory is public to the rest of the library; libibverbs is loaded with dlopen
 // when it is first called, so a host without rdma-core runs every other transport. The implementation
 // is split by lifecycle phase, and what needs no device by what it holds:
