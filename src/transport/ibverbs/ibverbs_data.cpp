@@ -69,7 +69,7 @@ Status IbverbsTransport::post_writes(int peer, std::span<const WriteRequest> wri
     return Status(ErrorCode::kInvalidArgument, "ibverbs post_writes: not connected to rank " + std::to_string(peer));
   Peer& p = *found->second;
   if (!p.failure.is_ok()) return p.failure;
-  WB_RETURN_IF_ERROR(check_write_ranges(peer, writes, local_sizes_, remote_sizes_, remote_owners_));
+  WB_RETURN_IF_ERROR(regions_.check(peer, writes));
   if (p.batches.in_flight() >= config_.batches_in_flight)
     return Status(ErrorCode::kRetryLater, "ibverbs: " + std::to_string(p.batches.in_flight()) + " batches to rank " +
                                               std::to_string(peer) + " in flight (WB_IB_BATCHES_IN_FLIGHT)");

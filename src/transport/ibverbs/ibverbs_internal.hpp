@@ -36,6 +36,7 @@
 #include "transport/ibverbs/ibverbs_rails.hpp"
 #include "transport/ibverbs/ibverbs_topology.hpp"
 #include "transport/ibverbs/ibverbs_wire.hpp"
+#include "transport/region_table.hpp"
 #include "transport/traffic_counter.hpp"
 #include "weightbridge/status.hpp"
 #include "weightbridge/transport.hpp"
@@ -215,10 +216,8 @@ class IbverbsTransport final : public Transport {
   std::vector<Device> devices_;
   std::vector<Nic> nics_;
   std::vector<LocalRegion> local_;
-  std::vector<std::uint64_t> local_sizes_;    // by registration id (for check_write_ranges)
   std::vector<RemoteRegion> remote_;          // by import id, for the whole transport
-  std::vector<std::uint64_t> remote_sizes_;   // by import id
-  std::vector<int> remote_owners_;            // by import id
+  RegionTable regions_{"ibverbs"};            // sizes and owners by the same ids: the batch check
   std::unordered_map<int, std::unique_ptr<Peer>> peers_;  // by world rank; holds the queue pairs
   std::vector<int> gpu_flush_devices_;        // CUDA devices whose RDMA writes need a flush before use
   std::vector<int> gpu_devices_logged_;       // CUDA devices whose flush decision was logged

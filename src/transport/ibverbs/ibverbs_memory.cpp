@@ -202,9 +202,8 @@ MemoryRegistration IbverbsTransport::register_memory(void* address, std::size_t 
   key.rkeys = region.rkeys;
 
   MemoryRegistration registration;
-  registration.id = static_cast<std::uint32_t>(local_.size());
+  registration.id = regions_.add_local(region.bytes);  // the same numbering as local_
   registration.remote_key = serialize_memory_key(key);
-  local_sizes_.push_back(region.bytes);
   local_.push_back(std::move(region));
   return registration;
 }
@@ -224,8 +223,7 @@ std::uint32_t IbverbsTransport::import_memory(int peer, std::span<const std::byt
   region.rkeys = std::move(key.rkeys);
   if (p.zero_length_target == SIZE_MAX && !region.rkeys.empty()) p.zero_length_target = id;
   remote_.push_back(std::move(region));
-  remote_sizes_.push_back(key.bytes);
-  remote_owners_.push_back(peer);
+  (void)regions_.add_remote(peer, key.bytes);  // the same numbering as remote_
   return id;
 }
 

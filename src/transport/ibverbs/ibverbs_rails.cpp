@@ -44,40 +44,6 @@ void for_each_run(std::span<const WriteRequest> writes, F&& f) {
 
 }  // namespace
 
-Status check_write_ranges(int peer, std::span<const WriteRequest> writes, std::span<const std::uint64_t> local_sizes,
-                          std::span<const std::uint64_t> remote_sizes, std::span<const int> remote_owners) {
-  for (std::size_t i = 0; i < writes.size(); ++i) {
-    const WriteRequest& w = writes[i];
-    // The text is built only for a failure: this runs for every write of every batch.
-    auto head = [&] {
-      return "post_writes to rank " + std::to_string(peer) + ": write " + std::to_string(i) + " of " + std::to_string(writes.size());
-    };
-    if (w.local_memory >= local_sizes.size())
-      return Status(ErrorCode::kInvalidArgument, head() + " names local memory " + std::to_string(w.local_memory) + ", but " +
-                                                     std::to_string(local_sizes.size()) + " regions are registered here");
-    if (w.remote_memory >= remote_sizes.size())
-      return Status(ErrorCode::kInvalidArgument, head() + " names remote memory " + std::to_string(w.remote_memory) + ", but " +
-                                                     std::to_string(remote_sizes.size()) + " regions were imported");
-    if (remote_owners[w.remote_memory] != peer)
-      return Status(ErrorCode::kInvalidArgument, head() + " names remote memory " + std::to_string(w.remote_memory) +
-                                                     ", which was imported from rank " +
-                                                     std::to_string(remote_owners[w.remote_memory]) + ", not from rank " +
-                                                     std::to_string(peer));
-    const std::uint64_t local_size = local_sizes[w.local_memory];
-    if (w.local_offset > local_size || w.bytes > local_size - w.local_offset)
-      return Status(ErrorCode::kInvalidArgument, head() + " reads local memory " + std::to_string(w.local_memory) + " at offset " +
-                                                     std::to_string(w.local_offset) + " + " + std::to_string(w.bytes) +
-                                                     " bytes, past its " + std::to_string(local_size) + " registered bytes");
-    const std::uint64_t remote_size = remote_sizes[w.remote_memory];
-    if (w.remote_offset > remote_size || w.bytes > remote_size - w.remote_offset)
-      return Status(ErrorCode::kInvalidArgument, head() + " writes remote memory " + std::to_string(w.remote_memory) + " of rank " +
-                                                     std::to_string(peer) + " at offset " + std::to_string(w.remote_offset) + " + " +
-                                                     std::to_string(w.bytes) + " bytes, past its " +
-                                                     std::to_string(remote_size) + " registered bytes");
-  }
-  return Status::ok();
-}
-
 void plan_stripes(std::span<const WriteRequest> writes, const StripeOptions& options,
                   std::vector<std::vector<Piece>>& out) {
   const int rails = std::max(options.rails, 1);

@@ -79,12 +79,6 @@ std::uint32_t immediate_from_wire(std::uint32_t wire);
 
 // --- checks ------------------------------------------------------------------------------------------
 
-/// Checks every write of a batch to `peer` before anything is posted: local memory against the registered
-/// sizes, remote memory against the imported sizes and owners (an id imported from another peer is
-/// refused). kInvalidArgument naming the peer as "rank N", the write, the memory and the offset.
-Status check_write_ranges(int peer, std::span<const WriteRequest> writes, std::span<const std::uint64_t> local_sizes,
-                          std::span<const std::uint64_t> remote_sizes, std::span<const int> remote_owners);
-
 // --- striping ----------------------------------------------------------------------------------------
 
 /// Rail r of a connection with `nic_pairs` NIC pairs runs over NIC pair r % nic_pairs, so that a batch cut

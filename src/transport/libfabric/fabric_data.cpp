@@ -11,10 +11,6 @@ namespace {
 
 constexpr int kPollBatch = 64;
 
-bool within(std::uint64_t offset, std::uint64_t bytes, std::uint64_t size) {
-  return offset <= size && bytes <= size - offset;
-}
-
 /// How many of the batch's writes may be handed to the provider now.
 std::size_t postable_end(const Batch& batch, BatchCompletion mode) {
   if (mode == BatchCompletion::kOrdered || batch.awaiting_delivery == 0) return batch.messages.size();
@@ -22,31 +18,6 @@ std::size_t postable_end(const Batch& batch, BatchCompletion mode) {
 }
 
 }  // namespace
-
-Status FabricTransport::check_writes(int peer, std::span<const WriteRequest> writes) const {
-  for (std::size_t i = 0; i < writes.size(); ++i) {
-    const WriteRequest& w = writes[i];
-    const std::string which = "libfabric write " + std::to_string(i) + " to rank " + std::to_string(peer);
-    if (w.local_memory >= local_.size())
-      return Status(ErrorCode::kInvalidArgument, which + ": local memory " + std::to_string(w.local_memory) +
-                                                     " is not registered on rank " + std::to_string(rank_));
-    if (!within(w.local_offset, w.bytes, local_[w.local_memory].bytes))
-      return Status(ErrorCode::kInvalidArgument, which + ": local offset " + std::to_string(w.local_offset) + " + " +
-                                                     std::to_string(w.bytes) + " bytes is outside local memory " +
-                                                     std::to_string(w.local_memory) + " (" +
-                                                     std::to_string(local_[w.local_memory].bytes) + " bytes)");
-    if (w.remote_memory >= remote_.size() || remote_[w.remote_memory].peer != peer)
-      return Status(ErrorCode::kInvalidArgument, which + ": remote memory " + std::to_string(w.remote_memory) +
-                                                     " was not imported from rank " + std::to_string(peer));
-    if (!within(w.remote_offset, w.bytes, remote_[w.remote_memory].bytes))
-      return Status(ErrorCode::kInvalidArgument, which + ": remote offset " + std::to_string(w.remote_offset) + " + " +
-                                                     std::to_string(w.bytes) + " bytes is outside remote memory " +
-                                                     std::to_string(w.remote_memory) + " (" +
-                                                     std::to_string(remote_[w.remote_memory].bytes) +
-                                                     " bytes registered by rank " + std::to_string(peer) + ")");
-  }
-  return Status::ok();
-}
 
 Status FabricTransport::post_writes(int peer, std::span<const WriteRequest> writes, std::uint32_t immediate,
                                     std::uint64_t token) {
@@ -60,7 +31,7 @@ Status FabricTransport::post_writes(int peer, std::span<const WriteRequest> writ
     return Status(ErrorCode::kInvalidArgument, "libfabric post_writes to rank " + std::to_string(peer) + ": " +
                                                    std::to_string(writes.size()) + " writes, at most " +
                                                    std::to_string(limit) + " a batch");
-  WB_RETURN_IF_ERROR(check_writes(peer, writes));
+  WB_RETURN_IF_ERROR(regions_.check(peer, writes));
   // A batch the provider cut short goes out before any other, so that posts keep their order.
   WB_RETURN_IF_ERROR(push_backlog());
   if (!backlog_.empty())
@@ -113,18 +84,13 @@ Status FabricTransport::post_writes(int peer, std::span<const WriteRequest> writ
   }
   if (op == 0) {
     // Nothing to move: a zero-length write into any region of the peer carries the notification.
-    const Remote* any = nullptr;
-    for (const Remote& r : remote_)
-      if (r.peer == peer) {
-        any = &r;
-        break;
-      }
-    if (any == nullptr) {
+    const std::int64_t first = regions_.first_remote_of(peer);
+    if (first < 0) {
       free_batches_.push_back(index);
       return Status(ErrorCode::kInvalidArgument, "libfabric post_writes of an empty batch to rank " + std::to_string(peer) +
                                                      ": no memory of that rank is imported on rank " + std::to_string(rank_));
     }
-    add(nullptr, 0, nullptr, any->target_base, any->key);
+    add(nullptr, 0, nullptr, remote_[static_cast<std::size_t>(first)].target_base, remote_[static_cast<std::size_t>(first)].key);
   }
   batch.contexts[ops - 1].last = true;
   batch.messages[ops - 1].data = batch.cq_data;

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "transport/libfabric/fabric_records.hpp"
+#include "transport/region_table.hpp"
 #include "transport/traffic_counter.hpp"
 #include "weightbridge/status.hpp"
 #include "weightbridge/transport.hpp"
@@ -132,7 +133,6 @@ class FabricTransport final : public Transport {
   // fabric_setup.cpp
   void open(const Config& config);
   // fabric_data.cpp
-  Status check_writes(int peer, std::span<const WriteRequest> writes) const;
   Status push(Batch& batch);                  // hands the batch's messages to the provider, as far as it takes
   Status push_backlog();                      // the batch cut short by -FI_EAGAIN, if any
   Status read_error();
@@ -166,6 +166,7 @@ class FabricTransport final : public Transport {
 
   std::vector<std::byte> my_address_;
   std::vector<Remote> remote_;
+  RegionTable regions_{"libfabric"};  // sizes and owners under the ids of local_ and remote_: the batch check
   std::unordered_map<int, PeerState> peers_;
   std::unordered_map<fi_addr_t, int> rank_of_address_;  // FI_SOURCE arrivals
   std::vector<Batch> batches_;

@@ -59,7 +59,7 @@ MemoryRegistration FabricTransport::register_memory(void* address, std::size_t b
       throw Error(ErrorCode::kLibfabric, "fi_mr_key on rank " + std::to_string(rank_) + " (provider " + provider_ +
                                              "): no key available for a " + std::to_string(bytes) + "-byte region");
   }
-  const auto id = static_cast<std::uint32_t>(local_.size());
+  const std::uint32_t id = regions_.add_local(bytes);  // the same numbering as local_
   local_.push_back(std::move(region));
   return {id, encode_memory_key(key)};
 }
@@ -84,7 +84,7 @@ std::uint32_t FabricTransport::import_memory(int peer, std::span<const std::byte
   } else {
     region.key = key.key;
   }
-  const auto id = static_cast<std::uint32_t>(remote_.size());
+  const std::uint32_t id = regions_.add_remote(peer, key.bytes);  // the same numbering as remote_
   remote_.push_back(region);
   return id;
 }

@@ -1,4 +1,4 @@
-#include "transport/cma/mailbox.hpp"
+#include "transport/shm/mailbox.hpp"
 
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -22,7 +22,7 @@
 #define IOV_MAX 1024
 #endif
 
-namespace wb::cma {
+namespace wb::shm {
 namespace {
 
 Setting<std::int64_t> mailbox_slots_setting(
@@ -409,4 +409,4 @@ std::string hex(std::uint64_t value) {
   return out.str();
 }
 
-}  // namespace wb::cma
+}  // namespace wb::shm
