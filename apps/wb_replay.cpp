@@ -28,6 +28,7 @@
 #include "emu/deployment_options.hpp"
 #include "emu/network_report.hpp"
 #include "emu/presets.hpp"
+#include "emu/run_setup.hpp"
 #include "emu/synthetic.hpp"
 #include "emu/verify.hpp"
 #include "emu/versioned_checkpoint.hpp"
@@ -91,41 +92,10 @@ Mode parse_mode(const std::string& text) {
   throw Error(ErrorCode::kInvalidArgument, "--mode " + text + " is not sync, sender-staged, receiver-staged or async");
 }
 
-struct Setup {
-  ModelConfig model;
-  Deployment deployment;
-  std::unique_ptr<CheckpointReader> checkpoint;
-};
+using Setup = RunSetup;
 
 Setup make_setup(const Options& options) {
-  Setup setup;
-  PresetInstance instance = resolve_deployment(options.deployment, options.variables);
-  setup.model = std::move(instance.model);
-  setup.deployment = instance.deployment;
-  const std::vector<TensorInfo> expected = model_tensors(setup.model);
-  if (options.checkpoint.empty()) {
-    setup.checkpoint = std::make_unique<SyntheticCheckpoint>(expected, options.seed);
-  } else {
-    setup.checkpoint = open_checkpoint(options.checkpoint);
-    // The layouts are built from the model config: the file must hold exactly that model.
-    const std::vector<TensorInfo>& actual = setup.checkpoint->tensors();
-    for (const TensorInfo& info : expected) {
-      const TensorInfo* found = setup.checkpoint->find(info.name);
-      if (found == nullptr)
-        throw Error(ErrorCode::kInvalidArgument, options.checkpoint + " has no tensor " + info.name + " that " +
-                                                     setup.model.name + " needs (wrong --model or --scale?)");
-      if (found->shape != info.shape || found->dtype != info.dtype)
-        throw Error(ErrorCode::kInvalidArgument,
-                    options.checkpoint + ": tensor " + info.name + " is " + std::string(dtype_name(found->dtype)) +
-                        shape_to_string(found->shape) + " but " + setup.model.name + " has " +
-                        std::string(dtype_name(info.dtype)) + shape_to_string(info.shape));
-    }
-    if (actual.size() != expected.size())
-      throw Error(ErrorCode::kInvalidArgument, options.checkpoint + " has " + std::to_string(actual.size()) +
-                                                   " tensors, " + setup.model.name + " has " +
-                                                   std::to_string(expected.size()));
-  }
-  return setup;
+  return make_run_setup(options.deployment, options.variables, options.checkpoint, options.seed);
 }
 
 // Flattened (tensor index, offset..., extent...) records of the boxes a worker holds, for rank 0.
@@ -219,31 +189,6 @@ bool preflight(const Setup& setup, const EmulatedWorker& worker, const Parameter
   }
   WB_CHECK_MPI(MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD));
   return ok != 0;
-}
-
-// The planner takes a node's workers to share fast links: a node of --gpus-per-node ranks that spans two
-// machines would be planned wrongly, so it is refused (several nodes on one machine are fine: tests split
-// one host that way).
-void check_nodes_within_machines(const Deployment& deployment) {
-  int rank = 0, world = 0;
-  WB_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-  WB_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &world));
-  constexpr int kIdBytes = 256;
-  char mine[kIdBytes] = {};
-  std::strncpy(mine, machine_id().c_str(), kIdBytes - 1);
-  std::vector<char> all(static_cast<std::size_t>(world) * kIdBytes);
-  WB_CHECK_MPI(MPI_Allgather(mine, kIdBytes, MPI_CHAR, all.data(), kIdBytes, MPI_CHAR, MPI_COMM_WORLD));
-  std::map<int, int> first_rank_of_node;
-  for (int r = 0; r < world; ++r) {
-    const int node = deployment.node_of(r);
-    const auto [it, fresh] = first_rank_of_node.emplace(node, r);
-    const std::string a(&all[static_cast<std::size_t>(it->second) * kIdBytes]), b(&all[static_cast<std::size_t>(r) * kIdBytes]);
-    if (!fresh && a != b)
-      throw Error(ErrorCode::kInvalidArgument,
-                  "ranks " + std::to_string(it->second) + " and " + std::to_string(r) + " are one node of --gpus-per-node " +
-                      std::to_string(deployment.gpus_per_node) + " but run on different machines (" + a.substr(0, a.find(':')) +
-                      ", " + b.substr(0, b.find(':')) + "): give --gpus-per-node the number of ranks per machine");
-  }
 }
 
 // What a worker reports to rank 0 after the transfers.

@@ -13,6 +13,7 @@ packages=(
   libibverbs-dev
   libfabric-dev libfabric-bin
   iproute2 util-linux
+  python3-matplotlib
 )
 # Slurm and munge for the srun tests and the sbatch scripts in slurm/.
 if [[ "${WB_WITH_SLURM:-1}" == "1" ]]; then
