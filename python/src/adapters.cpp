@@ -139,7 +139,7 @@ class CheckpointView {
   }
 
   // Reads tensor `name` straight into `destination` (contiguous host memory of its dtype and shape).
-  void read_into(const std::string& name, py::handle destination) const {
+  void read_into(const std::string& name, const py::object& destination) const {
     const CheckpointReader& checkpoint = reader();
     const TensorInfo& info = checkpoint.info(name);
     py::list keep_alive;
@@ -260,8 +260,9 @@ void destroy(std::unique_ptr<Adapter>& adapter) {
 
 class PySenderAdapter {
  public:
-  PySenderAdapter(py::handle world, py::handle trainer_comm, py::handle params, py::handle checkpoint_tensors,
-                  py::handle load_weights, py::handle options, const py::kwargs& overrides) {
+  PySenderAdapter(const py::object& world, const py::object& trainer_comm, const py::object& params,
+                  const py::object& checkpoint_tensors, const py::object& load_weights, const py::object& options,
+                  const py::kwargs& overrides) {
     Input in = convert_input(world, true, options, overrides, [&](Input& i) {
       i.group = comm_from_python(trainer_comm, "trainer_comm");
       i.params = parameters_from_python(params, keep_alive_);
@@ -314,8 +315,9 @@ class PySenderAdapter {
 
 class PyReceiverAdapter {
  public:
-  PyReceiverAdapter(py::handle world, py::handle engine_comm, py::handle params, py::handle load_weights,
-                    py::handle options, py::handle before_update_hook, const py::kwargs& overrides) {
+  PyReceiverAdapter(const py::object& world, const py::object& engine_comm, const py::object& params,
+                    const py::object& load_weights, const py::object& options, const py::object& before_update_hook,
+                    const py::kwargs& overrides) {
     Input in = convert_input(world, false, options, overrides, [&](Input& i) {
       i.group = comm_from_python(engine_comm, "engine_comm");
       i.params = parameters_from_python(params, keep_alive_);
@@ -405,7 +407,7 @@ void bind_adapters(py::module_& m) {
       "        sender.send_weights(step)         # after each optimizer step; versions increase\n"
       "    sender.shutdown()\n\n"
       "Failures raise weightbridge.Error; after a failed update every later call raises the same error.")
-      .def(py::init<py::handle, py::handle, py::handle, py::handle, py::handle, py::handle, py::kwargs>(),
+      .def(py::init<py::object, py::object, py::object, py::object, py::object, py::object, py::kwargs>(),
            py::arg("world"), py::arg("trainer_comm"), py::arg("params"), py::arg("checkpoint_tensors"),
            py::arg("load_weights"), py::arg("options") = py::none(),
            "Collective over `world` (every trainer and rollout rank constructs its adapter).\n\n"
@@ -452,7 +454,7 @@ void bind_adapters(py::module_& m) {
       "            break\n"
       "        generate_step()                        # result.version is in the parameters\n\n"
       "Failures raise weightbridge.Error; after one every later poll_requests raises the same error.")
-      .def(py::init<py::handle, py::handle, py::handle, py::handle, py::handle, py::handle, py::kwargs>(),
+      .def(py::init<py::object, py::object, py::object, py::object, py::object, py::object, py::kwargs>(),
            py::arg("world"), py::arg("engine_comm"), py::arg("params"), py::arg("load_weights"),
            py::arg("options") = py::none(), py::arg("before_update_hook") = py::none(),
            "Collective over `world` (every trainer and rollout rank constructs its adapter).\n\n"

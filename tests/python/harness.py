@@ -20,6 +20,8 @@ def import_or_skip():
     except ImportError as error:
         print(f"skipped: {sys.executable} cannot import {error.name}", flush=True)
         sys.exit(SKIP)
+    # Several ranks share few cores: one compute thread each, as launchers set OMP_NUM_THREADS.
+    torch.set_num_threads(1)
     return torch, MPI
 
 

@@ -15,7 +15,8 @@ changes from one version to the next. What is asserted:
   - the plan needs every checkpoint byte (two engines each need the whole model), and each rollout took
     part in K updates.
 Rank 0 prints one JSON line per mode ("python-frameworks {...}") with the connect time and per-version
-EWTT/AGST (the same definitions as wb-replay), for comparison with wb-replay on the same layout.
+EWTT/AGST (the same definitions as wb-replay), for comparison with wb-replay on the same layout
+(compare_with_replay.py; wb-replay --model qwen3_moe_tiny.json --scale full plans the very same transfer).
 """
 
 import argparse
@@ -52,25 +53,36 @@ def parse_args():
     parser.add_argument("--config", default=os.path.join(HERE, "qwen3_moe_tiny.json"))
     parser.add_argument("--versions", type=int, default=3)
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
+    parser.add_argument("--hook-check", choices=["full", "none"], default="full",
+                        help="none: the hook only records the version (for timing: no Python work inside a stall)")
     return parser.parse_args()
 
 
+def seed_of(mode_index, version):
+    """Mode m's version v is checkpoint seed 10*(m+1) + v (seed 0 is the start): modes never repeat one."""
+    return 0 if version == 0 else 10 * (mode_index + 1) + version
+
+
 class Checkpoints:
-    """Version contents by seed; mode m's version v is seed 10*(m+1) + v, so modes never repeat one."""
+    """Checkpoint contents by seed, made before a mode starts so that the timed loop only loads them."""
 
     def __init__(self, tensors):
         self.tensors = tensors
         self.cache = {}
 
+    def prepare(self, seeds):
+        self.cache = {seed: self.cache.get(seed) or hf_checkpoint.make_checkpoint(self.tensors, seed) for seed in seeds}
+
     def __call__(self, seed):
         if seed not in self.cache:
-            self.cache = {seed: hf_checkpoint.make_checkpoint(self.tensors, seed)}  # one at a time
+            self.prepare([seed])
         return self.cache[seed].items()
 
 
 def run_trainer(world, comm, model, checkpoints, tensors, mode, mode_index, versions, checks):
     sender_staging, _ = MODES[mode]
     params = dict(model.named_parameters())
+    checkpoints.prepare([seed_of(mode_index, v) for v in range(1, versions + 1)])
     sender = wb.SenderAdapter(world, comm, params, [(n, d, s) for n, d, s in tensors], model.load_weights,
                               sender_staging=sender_staging, timeout_seconds=TIMEOUT_SECONDS)
     started = time.perf_counter()
@@ -81,7 +93,7 @@ def run_trainer(world, comm, model, checkpoints, tensors, mode, mode_index, vers
     checks.check(summary.model_bytes == checkpoint_bytes,
                  f"{mode}: the plan needs {summary.model_bytes} bytes, the checkpoint holds {checkpoint_bytes}")
     for version in range(1, versions + 1):
-        model.load_weights(checkpoints(10 * (mode_index + 1) + version))  # what this training step produced
+        model.load_weights(checkpoints(seed_of(mode_index, version)))  # what this training step produced
         time.sleep(STEP_SECONDS)
         started = time.perf_counter()
         sender.send_weights(version)
@@ -96,27 +108,29 @@ def run_trainer(world, comm, model, checkpoints, tensors, mode, mode_index, vers
     return sender, timing
 
 
-def run_rollout(world, comm, model, reference, checkpoints, mode, mode_index, versions, installed_seed, checks):
+def run_rollout(world, comm, model, reference, checkpoints, mode, mode_index, versions, installed_seed, checks,
+                hook_check=True):
     _, receiver_staging = MODES[mode]
     live = dict(model.named_parameters())
-    expected = {}  # seed -> the rollout's own load_weights of that version
-
-    def expect(seed):
-        if seed not in expected:
-            reference.load_weights(checkpoints(seed))
-            expected[seed] = {n: p.detach().clone() for n, p in reference.named_parameters()}
-        return expected[seed]
+    expected = {}  # seed -> what the rollout's own load_weights makes of that version's full checkpoint
+    for seed in [installed_seed] + [seed_of(mode_index, v) for v in range(1, versions + 1)]:
+        reference.load_weights(checkpoints(seed))
+        expected[seed] = {n: p.detach().clone() for n, p in reference.named_parameters()}
+    checkpoints.prepare([])
 
     def verify(seed, when):
-        difference = hf_checkpoint.first_difference(live, expect(seed))
+        difference = hf_checkpoint.first_difference(live, expected[seed])
         return checks.check(difference is None, f"{mode} {when}: {difference}")
 
     hooked = []
-    seed_of = {0: installed_seed}
+
+    def installed():
+        return installed_seed if receiver.installed_version == 0 else seed_of(mode_index, receiver.installed_version)
 
     def before_update_hook(version):
         hooked.append(version)
-        verify(seed_of[receiver.installed_version], f"before_update_hook({version})")
+        if hook_check:
+            verify(installed(), f"before_update_hook({version})")
 
     receiver = wb.ReceiverAdapter(world, comm, live, model.load_weights, receiver_staging=receiver_staging,
                                   timeout_seconds=TIMEOUT_SECONDS, before_update_hook=before_update_hook)
@@ -130,11 +144,9 @@ def run_rollout(world, comm, model, reference, checkpoints, mode, mode_index, ve
             verify(installed_seed, "after connect (the probe must restore the parameters)")
         if result.event == wb.Event.RECEIVING and result.version not in receiving_checked:
             receiving_checked.add(result.version)
-            verify(seed_of[result.version], f"while receiving after version {result.version}")
+            verify(installed(), f"while receiving after version {result.version}")
         if result.event == wb.Event.INSTALLED:
-            seed_of[result.version] = 10 * (mode_index + 1) + result.version
-            verify(seed_of[result.version], f"version {result.version} installed")
-            expected.pop(seed_of[result.version - 1], None)
+            verify(seed_of(mode_index, result.version), f"version {result.version} installed")
         if time.monotonic() > deadline:
             checks.fail(f"{mode}: no shutdown within {4 * TIMEOUT_SECONDS} s")
             break
@@ -144,7 +156,7 @@ def run_rollout(world, comm, model, reference, checkpoints, mode, mode_index, ve
     stats = receiver.stats()
     checks.check(stats.updates == versions and stats.bytes_assembled > 0,
                  f"{mode}: {stats.updates} updates, {stats.bytes_assembled} bytes assembled")
-    return receiver, seed_of[receiver.installed_version]
+    return receiver, installed()
 
 
 def report(world, adapter, mode, timing):
@@ -198,7 +210,8 @@ def main():
             else:
                 timing = None
                 adapter, installed_seed = run_rollout(world, comm, model, reference, checkpoints, mode, mode_index,
-                                                      args.versions, installed_seed, checks)
+                                                      args.versions, installed_seed, checks,
+                                                      hook_check=args.hook_check == "full")
             report(world, adapter, mode, timing)
             del adapter
         except Exception:
