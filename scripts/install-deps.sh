@@ -15,6 +15,11 @@ packages=(
   iproute2 util-linux
   python3-matplotlib
 )
+# The Python package (python/) and its tests: pybind11 and the headers to build it, Debian's torch (CPU),
+# mpi4py and numpy to run it. They import only with Debian's /usr/bin/python3, which the build picks.
+if [[ "${WB_WITH_PYTHON:-1}" == "1" ]]; then
+  packages+=(python3-dev pybind11-dev python3-numpy python3-mpi4py python3-torch)
+fi
 # Slurm and munge for the srun tests and the sbatch scripts in slurm/.
 if [[ "${WB_WITH_SLURM:-1}" == "1" ]]; then
   packages+=(slurm-wlm munge)
