@@ -198,7 +198,8 @@ Connection establish_connection(const ConnectInput& input) {
       std::vector<Side> sides;
       Topology topology;
       std::map<std::pair<std::int64_t, std::int64_t>, int> nodes;  // (node key, trainer) -> node index
-      PlanOptions plan_options;
+      // Rank 0's planner settings (relay fan-out, memory limit); buffers and depth fit every worker's.
+      PlanOptions plan_options = plan_options_from_settings();
       plan_options.buffer_bytes_per_worker = INT64_MAX;
       plan_options.pipeline_depth = 64;
       for (const WorkerConfig& c : configs) {

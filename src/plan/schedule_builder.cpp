@@ -1,7 +1,10 @@
 // Round schedules from a transfer plan. A receiver's buffer of one round is laid out as regions, one per
-// (stage, source peer) in that order, and a region holds its segments back to back in plan order. A
+// (stage, lag, source peer) in that order, and a region holds its segments back to back in plan order. A
 // sender's buffer holds its segments in plan order, which groups them by destination. Sender and receiver
 // derive the same offsets from the same order, so nothing but the plan is shared.
+//
+// A lander at depth d > 1 of a relay tree receives a segment d - 1 rounds after the segment's round; it
+// forwards it to its own children one round later still, from where it landed (a relay write, lag 1).
 #include <algorithm>
 #include <tuple>
 
@@ -16,10 +19,11 @@ namespace {
 struct Region {
   std::uint32_t round = 0;
   Stage stage = Stage::kReceive;
+  std::uint8_t lag = 0;
   int source = 0;
   std::int64_t start = 0;
   std::int64_t bytes = 0;
-  auto key() const { return std::make_tuple(round, stage, source); }
+  auto key() const { return std::make_tuple(round, stage, lag, source); }
 };
 
 // Where the box of `segment` sits in the parameter of an endpoint's copy.
@@ -35,16 +39,41 @@ SliceCopy copy_at(const Correspondence& correspondence, const Atom& atom, const 
   return result;
 }
 
+// The children of every position of every relay tree (compressed rows).
+struct TreeChildren {
+  std::vector<std::vector<std::uint32_t>> first;     // per tree: per position, one extra at the end
+  std::vector<std::vector<std::uint16_t>> children;  // per tree
+
+  explicit TreeChildren(const std::vector<RelayTree>& trees) {
+    for (const RelayTree& tree : trees) {
+      const std::size_t k = tree.parent.size();
+      std::vector<std::uint32_t> offsets(k + 1, 0);
+      for (std::uint16_t parent : tree.parent)
+        if (parent != RelayTree::kRoot) ++offsets[parent + 1u];
+      for (std::size_t p = 0; p < k; ++p) offsets[p + 1] += offsets[p];
+      std::vector<std::uint16_t> list(offsets[k]);
+      std::vector<std::uint32_t> next(offsets.begin(), offsets.end() - 1);
+      for (std::size_t p = 0; p < k; ++p)
+        if (tree.parent[p] != RelayTree::kRoot) list[next[tree.parent[p]]++] = static_cast<std::uint16_t>(p);
+      first.push_back(std::move(offsets));
+      children.push_back(std::move(list));
+    }
+  }
+};
+
 }  // namespace
 
 struct RoundScheduleBuilder::Index {
   plan_detail::AtomRoutes routes;
-  std::vector<std::vector<Region>> regions;          // per receiving worker, sorted by (round, stage, source)
+  std::vector<std::vector<Region>> regions;          // per receiving worker, sorted by (round, stage, lag, source)
   std::vector<std::vector<std::uint32_t>> segments;  // per worker: segments it sends or receives, in plan order
+  TreeChildren children;
 
-  std::int64_t region_start(int worker, std::uint32_t round, Stage stage, int source) const {
+  explicit Index(const std::vector<RelayTree>& trees) : children(trees) {}
+
+  std::int64_t region_start(int worker, std::uint32_t round, Stage stage, std::uint8_t lag, int source) const {
     const auto& list = regions[static_cast<std::size_t>(worker)];
-    const auto key = std::make_tuple(round, stage, source);
+    const auto key = std::make_tuple(round, stage, lag, source);
     const auto it = std::lower_bound(list.begin(), list.end(), key, [](const Region& r, const auto& k) { return r.key() < k; });
     if (it == list.end() || it->key() != key)
       throw Error(ErrorCode::kInternal, "round schedule: no region for worker " + std::to_string(worker));
@@ -53,7 +82,7 @@ struct RoundScheduleBuilder::Index {
 };
 
 RoundScheduleBuilder::RoundScheduleBuilder(const Correspondence& correspondence, const TransferPlan& plan)
-    : correspondence_(correspondence), plan_(plan), index_(new Index) {
+    : correspondence_(correspondence), plan_(plan), index_(new Index(plan.relay_trees)) {
   Index& index = *index_;
   const std::size_t workers = correspondence.sides.size();
   index.routes = plan_detail::atom_routes(correspondence, plan.topology);
@@ -66,10 +95,10 @@ RoundScheduleBuilder::RoundScheduleBuilder(const Correspondence& correspondence,
   for (std::uint32_t i = 0; i < plan.segments.size(); ++i) {
     const Segment& segment = plan.segments[i];
     const std::int64_t bytes = plan_detail::segment_bytes(index.routes, segment);
-    plan_detail::for_each_hop(correspondence, index.routes, plan, segment, [&](Stage stage, int from, int to) {
-      index.regions[static_cast<std::size_t>(to)].push_back({segment.round, stage, from, 0, bytes});
-      note(from, i);
-      note(to, i);
+    plan_detail::for_each_hop(correspondence, index.routes, plan, segment, [&](const plan_detail::Hop& hop) {
+      index.regions[static_cast<std::size_t>(hop.to)].push_back({hop.round, hop.stage, hop.lag, hop.from, 0, bytes});
+      note(hop.from, i);
+      note(hop.to, i);
     });
   }
   for (auto& list : index.regions) {
@@ -83,6 +112,7 @@ RoundScheduleBuilder::RoundScheduleBuilder(const Correspondence& correspondence,
       list[out++] = list[i];
     }
     list.resize(out);
+    list.shrink_to_fit();
     std::int64_t at = 0;
     for (std::size_t i = 0; i < list.size(); ++i) {
       if (i > 0 && list[i].round != list[i - 1].round) at = 0;
@@ -111,109 +141,153 @@ RoundSchedule RoundScheduleBuilder::build(int rank) const {
   for (const Region& region : index.regions[r_index])
     schedule.rounds[region.round].arrivals.push_back({region.source, region.stage, region.start, region.bytes});
 
+  // This rank's part in each of its segments: where it takes part (its round), and, for a relay, a second
+  // part one round later (forwarding from where the segment landed). Walked by round, then plan order, so
+  // that every region fills in the order its receiver laid it out.
+  const std::vector<std::uint32_t>& mine = index.segments[r_index];
+  struct Event {
+    std::uint32_t round;
+    std::uint32_t position;  // into `mine`
+    bool relay;              // the lagged forwarding part
+  };
+  std::vector<Event> events;
+  std::vector<std::int64_t> landed(mine.size(), 0);  // where each segment sits in this rank's receive slot
+  const int node = plan.topology.node_of_worker.empty() ? 0 : plan.topology.node_of_worker[r_index];
+  // This rank's node position among a segment's landers (-1 when it sends the segment).
+  const auto position_of = [&](const Segment& segment) -> int {
+    const Atom& atom = correspondence.atoms[segment.atom];
+    if (atom.holders[segment.sender].worker == rank) return -1;
+    const plan_detail::AtomRoute& route = index.routes.atoms[segment.atom];
+    const plan_detail::NodeNeeders* nodes = index.routes.nodes_of(route);
+    return static_cast<int>(std::lower_bound(nodes, nodes + route.node_count, node,
+                                             [](const plan_detail::NodeNeeders& n, int v) { return n.node < v; }) - nodes);
+  };
+  const auto children_of = [&](const Segment& segment, std::size_t k, auto&& fn) {
+    if (segment.relay == Segment::kAllToAll) {
+      if (k == segment.origin)
+        for (std::size_t j = 0; j < segment.lander_count; ++j)
+          if (j != k) fn(j);
+      return;
+    }
+    const auto& first = index.children.first[segment.relay];
+    const auto& list = index.children.children[segment.relay];
+    for (std::uint32_t c = first[k]; c < first[k + 1]; ++c) fn(static_cast<std::size_t>(list[c]));
+  };
+  events.reserve(mine.size() + mine.size() / 4);
+  for (std::uint32_t i = 0; i < mine.size(); ++i) {
+    const Segment& segment = plan.segments[mine[i]];
+    const int k = position_of(segment);
+    if (k < 0) {
+      events.push_back({segment.round, i, false});
+      continue;
+    }
+    const auto position = static_cast<std::size_t>(k);
+    const std::uint32_t round = plan.landing_round(segment, position);
+    events.push_back({round, i, false});
+    const int lander = correspondence.atoms[segment.atom].needers[plan.landers_of(segment)[position]].worker;
+    bool forwards_later = false;
+    if (lander == rank && position != segment.origin) children_of(segment, position, [&](std::size_t) { forwards_later = true; });
+    if (forwards_later) events.push_back({round + 1, i, true});
+  }
+  std::stable_sort(events.begin(), events.end(), [](const Event& a, const Event& b) {
+    return std::tie(a.round, a.position, a.relay) < std::tie(b.round, b.position, b.relay);
+  });
+
   std::uint32_t round = UINT32_MAX;
   std::int64_t send_cursor = 0;
-  // Per (peer, stage), valid when stamped with the current round: bytes this rank has received from the
-  // peer so far, bytes it has written to it so far, and its last write to it (to coalesce with).
+  // Per (peer, stage, lag), valid when stamped with the current round: bytes this rank has received from
+  // the peer so far, bytes it has written to it so far, and its last write to it (to coalesce with).
   struct Cursor {
     std::uint32_t round = UINT32_MAX;
     std::int64_t bytes = 0;
     std::size_t last_write = SIZE_MAX;
   };
   const std::size_t workers = correspondence.sides.size();
-  std::vector<Cursor> in_cursor(workers * kStageCount), out_cursor(workers * kStageCount);
-  const auto cursor = [&](std::vector<Cursor>& cursors, int peer, Stage stage) -> Cursor& {
-    Cursor& c = cursors[static_cast<std::size_t>(peer) * kStageCount + static_cast<std::size_t>(stage)];
+  std::vector<Cursor> in_cursor(workers * kStageCount * 2), out_cursor(workers * kStageCount * 2);
+  const auto cursor = [&](std::vector<Cursor>& cursors, int peer, Stage stage, std::uint8_t lag) -> Cursor& {
+    Cursor& c = cursors[(static_cast<std::size_t>(peer) * kStageCount + static_cast<std::size_t>(stage)) * 2 + lag];
     if (c.round != round) c = Cursor{round, 0, SIZE_MAX};
     return c;
   };
-  struct Hop {
-    Stage stage;
-    int peer;
+  const auto write = [&](RoundPlan& work, int peer, Stage stage, std::uint8_t lag, std::int64_t local, std::int64_t bytes) {
+    Cursor& out = cursor(out_cursor, peer, stage, lag);
+    const std::int64_t remote = index.region_start(peer, round, stage, lag, rank) + out.bytes;
+    out.bytes += bytes;
+    if (out.last_write != SIZE_MAX) {
+      Write& last = work.writes[out.last_write];
+      if (last.local_offset + last.bytes == local && last.remote_offset + last.bytes == remote) {
+        last.bytes += bytes;
+        return;
+      }
+    }
+    out.last_write = work.writes.size();
+    work.writes.push_back({peer, stage, local, remote, bytes, lag});
   };
-  std::vector<Hop> outgoing;
-  for (std::uint32_t s : index.segments[r_index]) {
-    const Segment& segment = plan.segments[s];
-    if (segment.round != round) {
-      round = segment.round;
+
+  for (const Event& event : events) {
+    if (event.round != round) {
+      round = event.round;
       send_cursor = 0;
     }
     RoundPlan& work = schedule.rounds[round];
+    const Segment& segment = plan.segments[mine[event.position]];
     const Atom& atom = correspondence.atoms[segment.atom];
     const std::int64_t bytes = plan_detail::segment_bytes(index.routes, segment);
     const auto element_bytes = static_cast<std::uint8_t>(index.routes.atoms[segment.atom].element_bytes);
-    // This rank's part in the segment's hops, found without walking all of them (a segment of a
-    // replicated atom has hundreds).
-    bool receives = false;
-    Stage in_stage = Stage::kReceive;
-    int in_source = 0;
-    outgoing.clear();
     const auto landers = plan.landers_of(segment);
-    const int origin = atom.needers[landers[segment.origin]].worker;
-    const plan_detail::AtomRoute& route = index.routes.atoms[segment.atom];
-    const plan_detail::NodeNeeders* nodes = index.routes.nodes_of(route);
+    const auto lander_worker = [&](std::size_t k) { return atom.needers[landers[k]].worker; };
     if (atom.holders[segment.sender].worker == rank) {
-      outgoing.push_back({Stage::kReceive, origin});
-    } else if (schedule.side == Side::kRollout) {
-      const int node = plan.topology.node_of_worker[r_index];
-      const auto k = static_cast<std::size_t>(
-          std::lower_bound(nodes, nodes + route.node_count, node,
-                           [](const plan_detail::NodeNeeders& n, int v) { return n.node < v; }) - nodes);
-      const int lander = atom.needers[landers[k]].worker;
-      receives = true;
-      if (rank == origin) {
-        in_stage = Stage::kReceive;
-        in_source = atom.holders[segment.sender].worker;
-        for (std::size_t j = 0; j < landers.size(); ++j)
-          if (j != segment.origin) outgoing.push_back({Stage::kExternalExchange, atom.needers[landers[j]].worker});
-      } else if (rank == lander) {
-        in_stage = Stage::kExternalExchange;
-        in_source = origin;
-      } else {
-        in_stage = Stage::kInternalExchange;
-        in_source = lander;
-      }
-      if (rank == lander) {
-        const std::uint32_t* needers = index.routes.needers_of(nodes[k]);
-        for (std::uint32_t i = 0; i < nodes[k].count; ++i) {
-          const int worker = atom.needers[needers[i]].worker;
-          if (worker != rank) outgoing.push_back({Stage::kInternalExchange, worker});
-        }
-      }
-    }
-    std::int64_t local = 0;
-    if (atom.holders[segment.sender].worker == rank) {
-      local = send_cursor;
+      const std::int64_t local = send_cursor;
       send_cursor += bytes;
       work.pack.push_back({copy_at(correspondence, atom, atom.holders[segment.sender], segment.box), local, element_bytes});
-    } else if (receives) {
-      Cursor& in = cursor(in_cursor, in_source, in_stage);
-      local = index.region_start(rank, round, in_stage, in_source) + in.bytes;
-      in.bytes += bytes;
-      const auto [first, last] = std::equal_range(atom.needers.begin(), atom.needers.end(), AtomEndpoint{rank, 0},
-                                                  [](const AtomEndpoint& a, const AtomEndpoint& b) { return a.worker < b.worker; });
-      for (auto it = first; it != last; ++it)
-        work.assemble.push_back({copy_at(correspondence, atom, *it, segment.box), local, element_bytes});
+      write(work, lander_worker(segment.origin), Stage::kReceive, 0, local, bytes);
+      continue;
     }
-    for (const Hop& hop : outgoing) {
-      Cursor& out = cursor(out_cursor, hop.peer, hop.stage);
-      const std::int64_t remote = index.region_start(hop.peer, round, hop.stage, rank) + out.bytes;
-      out.bytes += bytes;
-      if (out.last_write != SIZE_MAX) {
-        Write& last = work.writes[out.last_write];
-        if (last.local_offset + last.bytes == local && last.remote_offset + last.bytes == remote) {
-          last.bytes += bytes;
-          continue;
-        }
+    const auto k = static_cast<std::size_t>(position_of(segment));
+    const int lander = lander_worker(k);
+    if (event.relay) {
+      // Depth >= 1 relay: its children sit at depth >= 2 and take the segment one round after it landed here.
+      children_of(segment, k, [&](std::size_t child) {
+        write(work, lander_worker(child), Stage::kExternalExchange, 1, landed[event.position], bytes);
+      });
+      continue;
+    }
+    Stage in_stage = Stage::kInternalExchange;
+    int in_source = lander;
+    std::uint8_t in_lag = 0;
+    if (rank == lander) {
+      if (k == segment.origin) {
+        in_stage = Stage::kReceive;
+        in_source = atom.holders[segment.sender].worker;
+      } else {
+        in_stage = Stage::kExternalExchange;
+        in_source = lander_worker(plan.lander_parent(segment, k));
+        in_lag = plan.lander_depth(segment, k) > 1 ? 1 : 0;
       }
-      out.last_write = work.writes.size();
-      work.writes.push_back({hop.peer, hop.stage, local, remote, bytes});
+    }
+    Cursor& in = cursor(in_cursor, in_source, in_stage, in_lag);
+    const std::int64_t local = index.region_start(rank, round, in_stage, in_lag, in_source) + in.bytes;
+    in.bytes += bytes;
+    landed[event.position] = local;
+    const auto [first, last] = std::equal_range(atom.needers.begin(), atom.needers.end(), AtomEndpoint{rank, 0},
+                                                [](const AtomEndpoint& a, const AtomEndpoint& b) { return a.worker < b.worker; });
+    for (auto it = first; it != last; ++it)
+      work.assemble.push_back({copy_at(correspondence, atom, *it, segment.box), local, element_bytes});
+    if (rank != lander) continue;
+    if (k == segment.origin)
+      children_of(segment, k, [&](std::size_t child) { write(work, lander_worker(child), Stage::kExternalExchange, 0, local, bytes); });
+    const plan_detail::NodeNeeders& here = index.routes.nodes_of(index.routes.atoms[segment.atom])[k];
+    const std::uint32_t* needers = index.routes.needers_of(here);
+    for (std::uint32_t i = 0; i < here.count; ++i) {
+      const int worker = atom.needers[needers[i]].worker;
+      if (worker != rank) write(work, worker, Stage::kInternalExchange, 0, local, bytes);
     }
   }
   std::vector<int> peers;
   for (RoundPlan& work : schedule.rounds) {
+    // Relays first within their stage: they wait only for the round before, so they can go out first.
     std::stable_sort(work.writes.begin(), work.writes.end(), [](const Write& a, const Write& b) {
-      return std::tie(a.stage, a.peer, a.remote_offset) < std::tie(b.stage, b.peer, b.remote_offset);
+      return std::make_tuple(a.stage, -a.lag, a.peer, a.remote_offset) < std::make_tuple(b.stage, -b.lag, b.peer, b.remote_offset);
     });
     for (const Write& w : work.writes) peers.push_back(w.peer);
     for (const Arrival& a : work.arrivals) peers.push_back(a.peer);
