@@ -50,7 +50,8 @@ inline constexpr int kStageCount = 3;
 const char* stage_name(Stage stage);  // "receive", "external exchange", "internal exchange"
 
 /// How the external exchange reaches the nodes that need an atom (PlanOptions::relay_fan_out).
-inline constexpr int kRelayChoose = 0;     // simulate all-to-all and relays of a few fan-outs, keep the fastest
+inline constexpr int kRelayChoose = 0;     // simulate fan-outs 16, 8 and 4 (all-to-all in groups they reach in one
+                                           // hop, relay trees beyond), keep the fastest
 inline constexpr int kRelayAllToAll = -1;  // every lander takes the piece straight from the origin
 
 struct PlanOptions {
@@ -61,8 +62,9 @@ struct PlanOptions {
   /// Atoms are cut into pieces of about this size, the unit of balancing; 0 chooses it from the model
   /// size and the number of distinct roles (between 512 B and 16 MiB), not from the replica count.
   std::int64_t piece_bytes = 0;
-  /// External exchange: kRelayChoose, kRelayAllToAll, or F >= 1: relay trees in which a node forwards to
-  /// at most about F others, wherever more than F + 1 nodes need an atom (fewer take it all-to-all).
+  /// External exchange: kRelayChoose, kRelayAllToAll (whatever the group size), or F >= 1: relay trees in
+  /// which a node forwards to at most F others per round, wherever more than F + 1 nodes need an atom (fewer
+  /// take it all-to-all).
   int relay_fan_out = kRelayChoose;
   /// Memory the planner may take (its own structures and the schedules it builds, as estimated before
   /// planning); 0: no limit. A plan that would need more is refused with the estimate and the limit.

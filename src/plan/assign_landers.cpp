@@ -31,6 +31,7 @@ Landing assign_landers(const Correspondence& correspondence, const AtomRoutes& r
   }
   landing.first[pieces.size()] = static_cast<std::uint32_t>(total);
   landing.landers.resize(total);
+  landing.column.resize(pieces.size());
 
   // Largest atoms first, so that small ones even out what large ones leave.
   std::vector<std::uint32_t> order(atoms.size());
@@ -71,6 +72,7 @@ Landing assign_landers(const Correspondence& correspondence, const AtomRoutes& r
         landers[k] = best;
         land_load[static_cast<std::size_t>(atom.needers[best].worker)] += bytes;
       }
+      landing.column[p] = static_cast<std::uint16_t>(wanted);
     }
   }
   return landing;

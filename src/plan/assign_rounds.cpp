@@ -5,9 +5,11 @@
 // when there are few, otherwise a fixed pseudo-random sample of them). Then segments, slot sizes (more
 // rounds while a worker's slots exceed its budget), and traffic tallies.
 #include <algorithm>
+#include <map>
 #include <numeric>
 #include <string>
 #include <tuple>
+#include <unordered_map>
 
 #include "plan/planning.hpp"
 #include "weightbridge/status.hpp"
@@ -15,22 +17,25 @@
 namespace wb::plan_detail {
 namespace {
 
-// The trainer round of every piece: R rounds, balanced per sender and per relay tree.
+// The trainer round of every piece: R rounds, balanced per sender, per relay tree (every node's ingress
+// and every relay's egress in its group) and per group and column (every lander's receive slot).
 std::vector<std::uint32_t> piece_rounds(const Correspondence& correspondence, const PieceTable& pieces,
                                         const std::vector<std::uint32_t>& senders, const std::vector<std::size_t>& tree_of_piece,
-                                        std::size_t tree_count, int rounds) {
+                                        std::size_t tree_count, const std::vector<std::size_t>& column_of_piece,
+                                        std::size_t column_count, int rounds) {
   const auto& atoms = correspondence.atoms;
   const std::size_t workers = correspondence.sides.size();
   const auto R = static_cast<std::size_t>(rounds);
-  std::vector<double> sender_total(workers, 0), tree_total(tree_count, 0);
+  std::vector<double> sender_total(workers, 0), tree_total(tree_count, 0), column_total(column_count, 0);
   for (std::uint32_t p = 0; p < pieces.size(); ++p) {
     sender_total[static_cast<std::size_t>(atoms[pieces.atom[p]].holders[senders[p]].worker)] += static_cast<double>(pieces.bytes[p]);
     tree_total[tree_of_piece[p]] += static_cast<double>(pieces.bytes[p]);
+    column_total[column_of_piece[p]] += static_cast<double>(pieces.bytes[p]);
   }
   std::vector<std::uint32_t> by_size(pieces.size());
   std::iota(by_size.begin(), by_size.end(), 0u);
   std::stable_sort(by_size.begin(), by_size.end(), [&](std::uint32_t x, std::uint32_t y) { return pieces.bytes[x] > pieces.bytes[y]; });
-  std::vector<double> sender_load(workers * R, 0), tree_load(tree_count * R, 0);
+  std::vector<double> sender_load(workers * R, 0), tree_load(tree_count * R, 0), column_load(column_count * R, 0);
   const double r_count = rounds;
   const auto share = [&](double total) { return total > 0 ? total / r_count : 1.0; };
   constexpr std::size_t kSample = 16;
@@ -40,6 +45,7 @@ std::vector<std::uint32_t> piece_rounds(const Correspondence& correspondence, co
     const auto bytes = static_cast<double>(pieces.bytes[p]);
     const auto sender = static_cast<std::size_t>(atoms[pieces.atom[p]].holders[senders[p]].worker);
     const std::size_t tree = tree_of_piece[p];
+    const std::size_t column = column_of_piece[p];
     candidates.clear();
     if (R <= kSample * 2) {
       for (std::size_t r = 0; r < R; ++r) candidates.push_back(r);
@@ -54,8 +60,9 @@ std::vector<std::uint32_t> piece_rounds(const Correspondence& correspondence, co
     double best_cost = 0;
     for (std::size_t i = 0; i < candidates.size(); ++i) {
       const std::size_t r = candidates[i];
-      const double cost = std::max((sender_load[sender * R + r] + bytes) / share(sender_total[sender]),
-                                   (tree_load[tree * R + r] + bytes) / share(tree_total[tree]));
+      const double cost = std::max({(sender_load[sender * R + r] + bytes) / share(sender_total[sender]),
+                                    (tree_load[tree * R + r] + bytes) / share(tree_total[tree]),
+                                    (column_load[column * R + r] + bytes) / share(column_total[column])});
       if (i == 0 || cost < best_cost) {
         best = r;
         best_cost = cost;
@@ -64,6 +71,7 @@ std::vector<std::uint32_t> piece_rounds(const Correspondence& correspondence, co
     round[p] = static_cast<std::uint32_t>(best);
     sender_load[sender * R + best] += bytes;
     tree_load[tree * R + best] += bytes;
+    column_load[column * R + best] += bytes;
   }
   return round;
 }
@@ -72,27 +80,53 @@ std::vector<std::uint32_t> piece_rounds(const Correspondence& correspondence, co
 // of a receive buffer coalesce; neighbours along an atom's axis on one route become one segment.
 void sort_and_merge(const Correspondence& correspondence, const AtomRoutes& routes, TransferPlan& plan) {
   const auto& atoms = correspondence.atoms;
+  // Every distinct list of landing workers gets an id, in order of the lists (compared once each, not on
+  // every comparison of the sort: a list has one entry per node).
+  std::vector<std::uint32_t> route_id(plan.segments.size());
+  {
+    std::map<std::vector<int>, std::uint32_t> ids;
+    std::vector<int> workers;
+    for (std::size_t i = 0; i < plan.segments.size(); ++i) {
+      const Segment& s = plan.segments[i];
+      workers.clear();
+      for (std::uint32_t needer : plan.landers_of(s)) workers.push_back(atoms[s.atom].needers[needer].worker);
+      ids.emplace(workers, 0);
+    }
+    std::uint32_t next = 0;
+    for (auto& [list, id] : ids) id = next++;
+    for (std::size_t i = 0; i < plan.segments.size(); ++i) {
+      const Segment& s = plan.segments[i];
+      workers.clear();
+      for (std::uint32_t needer : plan.landers_of(s)) workers.push_back(atoms[s.atom].needers[needer].worker);
+      route_id[i] = ids.at(workers);
+    }
+  }
   std::vector<std::uint32_t> order(plan.segments.size());
   std::iota(order.begin(), order.end(), 0u);
-  const auto route_key = [&](const Segment& s) {
-    const Atom& atom = atoms[s.atom];
-    return std::make_tuple(s.round, atom.holders[s.sender].worker, atom.needers[plan.landers[s.first_lander + s.origin]].worker, s.relay);
-  };
-  std::stable_sort(order.begin(), order.end(), [&](std::uint32_t x, std::uint32_t y) {
-    const Segment& a = plan.segments[x];
-    const Segment& b = plan.segments[y];
-    const auto ka = route_key(a), kb = route_key(b);
-    if (ka != kb) return ka < kb;
-    const auto la = plan.landers_of(a), lb = plan.landers_of(b);
-    if (a.atom != b.atom) {
-      // Same route first (landers as workers), then checkpoint order.
-      const auto lex = std::lexicographical_compare_three_way(
-          la.begin(), la.end(), lb.begin(), lb.end(),
-          [&](std::uint32_t i, std::uint32_t j) { return atoms[a.atom].needers[i].worker <=> atoms[b.atom].needers[j].worker; });
-      if (lex != 0) return lex < 0;
-      return a.atom < b.atom;
+  // Atoms with the same needers are handed on inside their nodes to the same workers: side by side in a
+  // receive buffer, they go on in one write per peer instead of one per atom.
+  std::vector<std::uint32_t> needer_id(atoms.size());
+  {
+    std::map<std::vector<int>, std::uint32_t> ids;
+    std::vector<int> workers;
+    for (std::size_t a = 0; a < atoms.size(); ++a) {
+      workers.clear();
+      for (const AtomEndpoint& needer : atoms[a].needers) workers.push_back(needer.worker);
+      workers.erase(std::unique(workers.begin(), workers.end()), workers.end());
+      needer_id[a] = ids.emplace(workers, static_cast<std::uint32_t>(ids.size())).first->second;
     }
-    return a.box.offset < b.box.offset;
+  }
+  const auto route_key = [&](std::uint32_t i) {
+    const Segment& s = plan.segments[i];
+    const Atom& atom = atoms[s.atom];
+    return std::make_tuple(s.round, atom.holders[s.sender].worker, atom.needers[plan.landers[s.first_lander + s.origin]].worker, s.relay,
+                           route_id[i], needer_id[s.atom], s.atom);
+  };
+  // Same route first (landers as workers), then the same needers, then checkpoint order.
+  std::stable_sort(order.begin(), order.end(), [&](std::uint32_t x, std::uint32_t y) {
+    const auto ka = route_key(x), kb = route_key(y);
+    if (ka != kb) return ka < kb;
+    return plan.segments[x].box.offset < plan.segments[y].box.offset;
   });
   std::vector<Segment> sorted;
   std::vector<std::uint32_t> landers;
@@ -148,7 +182,7 @@ int minimum_rounds(const Correspondence& correspondence, const AtomRoutes& route
 TransferPlan assign_rounds(const Correspondence& correspondence, const Topology& topology, const AtomRoutes& routes,
                            const PieceTable& pieces, const std::vector<std::uint32_t>& senders,
                            const Landing& landing, const NodeSets& sets, const Exchange& exchange, int rounds,
-                           const PlanOptions& options) {
+                           const PlanOptions& options, bool final) {
   const auto& atoms = correspondence.atoms;
   const std::size_t workers = correspondence.sides.size();
   const std::size_t nodes = static_cast<std::size_t>(topology.num_nodes());
@@ -169,15 +203,21 @@ TransferPlan assign_rounds(const Correspondence& correspondence, const Topology&
     first_relay[s] = static_cast<std::uint32_t>(plan.relay_trees.size());
     plan.relay_trees.insert(plan.relay_trees.end(), forest.trees.begin(), forest.trees.end());
   }
-  std::vector<std::size_t> tree_of_piece(pieces.size());
-  for (std::uint32_t p = 0; p < pieces.size(); ++p) tree_of_piece[p] = first_tree[sets.of_atom[pieces.atom[p]]] + exchange.tree[p];
+  std::vector<std::size_t> tree_of_piece(pieces.size()), column_of_piece(pieces.size());
+  std::unordered_map<std::uint64_t, std::size_t> columns;  // (set, column) -> index
+  for (std::uint32_t p = 0; p < pieces.size(); ++p) {
+    const std::uint32_t set = sets.of_atom[pieces.atom[p]];
+    tree_of_piece[p] = first_tree[set] + exchange.tree[p];
+    column_of_piece[p] = columns.emplace(static_cast<std::uint64_t>(set) << 16 | landing.column[p], columns.size()).first->second;
+  }
   // The rounds after the last trainer round in which relays still forward.
   const int tail = exchange.height > 1 ? exchange.height - 1 : 0;
 
   const std::int64_t budget = options.buffer_bytes_per_worker;
   std::vector<std::int64_t> send_round, receive_round;
   for (int attempt = 0;; ++attempt) {
-    const std::vector<std::uint32_t> piece_round = piece_rounds(correspondence, pieces, senders, tree_of_piece, tree_count, rounds);
+    const std::vector<std::uint32_t> piece_round =
+        piece_rounds(correspondence, pieces, senders, tree_of_piece, tree_count, column_of_piece, columns.size(), rounds);
     plan.rounds = rounds + tail;
     plan.segments.clear();
     plan.landers.clear();
@@ -224,8 +264,14 @@ TransferPlan assign_rounds(const Correspondence& correspondence, const Topology&
     if (attempt == 40)
       throw Error(ErrorCode::kInvalidArgument, "cannot cut the transfer into rounds that fit a buffer budget of " +
                                                    std::to_string(budget) + " bytes per worker (raise the budget)");
-    rounds += std::max(1, rounds / 4);
+    rounds += std::max(1, rounds / 8);
   }
+  if (exchange.fan_out == kRelayAllToAll || exchange.height <= 1) {
+    plan.exchange = "all-to-all";
+  } else {
+    plan.exchange = "relay trees, fan-out " + std::to_string(exchange.fan_out);
+  }
+  if (!final) return plan;
   sort_and_merge(correspondence, routes, plan);
 
   plan.worker_send_bytes.assign(workers, 0);
@@ -244,11 +290,6 @@ TransferPlan assign_rounds(const Correspondence& correspondence, const Topology&
         plan.node_ingress_bytes[node_of(hop.to)] += bytes;
       }
     });
-  }
-  if (exchange.fan_out == kRelayAllToAll || exchange.height <= 1) {
-    plan.exchange = "all-to-all";
-  } else {
-    plan.exchange = "relay trees, fan-out " + std::to_string(exchange.fan_out);
   }
   return plan;
 }

@@ -1,5 +1,5 @@
 // The external exchange: atoms grouped by the nodes that need them; per group a relay forest (or
-// all-to-all); per piece one tree of it, the least loaded, whose root is the piece's origin.
+// all-to-all); per piece one tree of it, by column, whose root is the piece's origin.
 #include <algorithm>
 #include <map>
 #include <numeric>
@@ -25,48 +25,45 @@ NodeSets group_node_sets(const AtomRoutes& routes) {
   return sets;
 }
 
-Exchange assign_trees(const AtomRoutes& routes, const PieceTable& pieces, const NodeSets& sets, int fan_out) {
+Exchange assign_trees(const PieceTable& pieces, const Landing& landing, const NodeSets& sets,
+                      int fan_out) {
   Exchange exchange;
   exchange.fan_out = fan_out;
   exchange.forests.reserve(sets.size.size());
-  std::vector<std::size_t> first_tree;  // per set, into `load`
-  std::size_t trees = 0;
   for (int size : sets.size) {
     const int f = fan_out == kRelayAllToAll ? std::max(1, size - 1) : fan_out;
     exchange.forests.push_back(relay_forest(std::max(1, size), f));
-    first_tree.push_back(trees);
-    trees += static_cast<std::size_t>(exchange.forests.back().tree_count());
   }
-  std::vector<bool> used(sets.size.size(), false);
-  std::vector<std::int64_t> load(trees, 0);
   exchange.tree.assign(pieces.size(), 0);
 
-  // Largest atoms first; a piece goes to the least loaded tree of its set, or stays on its predecessor's
-  // while that costs at most one piece of balance (neighbours on one route merge into one segment).
-  std::vector<std::uint32_t> order(routes.atoms.size());
-  std::iota(order.begin(), order.end(), 0u);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](std::uint32_t x, std::uint32_t y) { return routes.atoms[x].bytes > routes.atoms[y].bytes; });
-  for (std::uint32_t a : order) {
-    const std::uint32_t set = sets.of_atom[a];
-    const RelayForest& forest = exchange.forests[set];
-    if (routes.atoms[a].node_count > 1) used[set] = true;
-    std::int64_t* tree_load = load.data() + first_tree[set];
-    const int count = forest.tree_count();
-    for (std::uint32_t p = pieces.first[a]; p < pieces.first[a + 1]; ++p) {
-      int best = static_cast<int>(std::min_element(tree_load, tree_load + count) - tree_load);
-      if (p > pieces.first[a] && tree_load[exchange.tree[p - 1]] <= tree_load[best] + pieces.bytes[p]) best = exchange.tree[p - 1];
-      exchange.tree[p] = static_cast<std::uint16_t>(best);
-      tree_load[best] += pieces.bytes[p];
-    }
+  // Per group, its pieces by column (then atom, then position), cut into runs of equal bytes, one per tree.
+  std::vector<std::vector<std::uint32_t>> members(sets.size.size());
+  std::vector<std::int64_t> total(sets.size.size(), 0);
+  for (std::uint32_t p = 0; p < pieces.size(); ++p) {
+    const std::uint32_t set = sets.of_atom[pieces.atom[p]];
+    members[set].push_back(p);
+    total[set] += pieces.bytes[p];
   }
   exchange.largest_fan_out = 0;
   exchange.height = 1;
-  for (std::size_t s = 0; s < sets.size.size(); ++s)
-    if (used[s]) {
-      exchange.largest_fan_out = std::max(exchange.largest_fan_out, exchange.forests[s].fan_out);
-      exchange.height = std::max(exchange.height, exchange.forests[s].height);
+  for (std::size_t s = 0; s < members.size(); ++s) {
+    auto& list = members[s];
+    std::stable_sort(list.begin(), list.end(), [&](std::uint32_t x, std::uint32_t y) { return landing.column[x] < landing.column[y]; });
+    const RelayForest& forest = exchange.forests[s];
+    const auto trees = static_cast<std::int64_t>(forest.tree_count());
+    std::int64_t before = 0;
+    for (std::uint32_t p : list) {
+      // The run that holds the piece's middle byte.
+      const std::int64_t middle = before + pieces.bytes[p] / 2;
+      const std::int64_t tree = total[s] > 0 ? std::min(trees - 1, middle * trees / total[s]) : 0;
+      exchange.tree[p] = static_cast<std::uint16_t>(tree);
+      before += pieces.bytes[p];
     }
+    if (sets.size[s] > 1 && !list.empty()) {
+      exchange.largest_fan_out = std::max(exchange.largest_fan_out, forest.fan_out);
+      exchange.height = std::max(exchange.height, forest.height);
+    }
+  }
   return exchange;
 }
 

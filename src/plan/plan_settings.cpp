@@ -17,8 +17,9 @@ Setting<std::int64_t> buffer_mib_setting("buffer_mib", 1024,
 Setting<std::int64_t> pipeline_depth_setting("pipeline_depth", 2, "Transfer rounds in flight per worker (2: double buffering).");
 Setting<std::int64_t> relay_fan_out_setting(
     "relay_fan_out", 0,
-    "External exchange between rollout nodes: 0 simulates all-to-all and relay trees of a few fan-outs and keeps "
-    "the fastest; -1 all-to-all; F >= 1 relay trees in which a node forwards to at most about F others per round.");
+    "External exchange between rollout nodes: 0 simulates fan-outs 16, 8 and 4 (all-to-all in groups of nodes they "
+    "reach in one hop, relay trees beyond) and keeps the fastest; -1 all-to-all at any size; F >= 1 relay trees in "
+    "which a node forwards to at most F others per round.");
 Setting<std::int64_t> plan_memory_mib_setting(
     "plan_memory_mib", 0,
     "Memory the planning rank may spend on the plan and the schedules, MiB; 0: what the machine has available. "

@@ -38,21 +38,20 @@ std::string plan_error_prefix(const Correspondence& correspondence, const Atom& 
   return "tensor " + correspondence.tensors[atom.tensor].name + " box " + atom.box.to_string();
 }
 
-// The fan-outs worth simulating: those below the size of some node set that exchanges (a larger fan-out
-// is all-to-all there).
+// The fan-outs the planner simulates when it chooses. The largest is all-to-all in every group of up to
+// kMostFanOut + 1 nodes and relay trees beyond, so that no choice makes a node write to more than
+// kMostFanOut others per round however many replicas there are. Smaller ones only where some group is
+// larger than they reach in one hop. Fan-out 2 would double the depth of 4 to halve writes that trees by
+// column (a node hears from one parent per column whatever the fan-out) no longer have.
+constexpr int kMostFanOut = 16;
 std::vector<int> relay_fan_outs(const NodeSets& sets) {
   int largest = 0;
   for (int size : sets.size) largest = std::max(largest, size);
-  std::vector<int> fan_outs;
-  for (int f : {2, 4, 8})
+  std::vector<int> fan_outs{kMostFanOut};
+  for (int f : {8, 4})
     if (largest - 1 > f) fan_outs.push_back(f);
   return fan_outs;
 }
-
-struct Candidate {
-  TransferPlan plan;
-  double seconds = std::numeric_limits<double>::infinity();
-};
 
 TransferPlan plan_checked(const Correspondence& correspondence, const Topology& topology, const PlanOptions& options,
                           const LowerBound& bound) {
@@ -84,32 +83,49 @@ TransferPlan plan_checked(const Correspondence& correspondence, const Topology& 
     plan.bound = bound;
     return plan;
   };
-  if (options.relay_fan_out != kRelayChoose) return build(assign_trees(routes, pieces, sets, options.relay_fan_out), base_rounds);
+  if (options.relay_fan_out != kRelayChoose) return build(assign_trees(pieces, landing, sets, options.relay_fan_out), base_rounds);
 
-  // Choose: each shape with more rounds while that helps (relays pay a round of fill per hop, so deeper
-  // trees want smaller rounds; every round costs its writes' latency), simulated on the topology.
-  Candidate best;
+  // Choose, on the topology's network model: every shape with twice the fewest rounds, then the fastest
+  // with more rounds while that helps, or with the fewest (relays pay a round of fill per hop, so deeper
+  // trees want smaller rounds; every round costs its writes' latency), and the runner-up moved the same
+  // way once, in case it gains more. Drafts are simulated; the winner is built in full.
+  struct Shape {
+    Exchange exchange;
+    double seconds = std::numeric_limits<double>::infinity();
+    int multiple = 2;
+  };
   std::vector<ExchangeCandidate> tried;
-  std::vector<int> shapes{kRelayAllToAll};
-  for (int f : relay_fan_outs(sets)) shapes.push_back(f);
-  for (int shape : shapes) {
-    const Exchange exchange = assign_trees(routes, pieces, sets, shape);
-    double previous = std::numeric_limits<double>::infinity();
-    for (int multiple = 1; multiple <= 4; ++multiple) {
-      TransferPlan plan = build(exchange, base_rounds * multiple);
-      const double seconds = simulate(traffic_of(correspondence, plan), topology).ewtt_seconds;
-      tried.push_back({plan.exchange, std::max(1, exchange.largest_fan_out), exchange.height, plan.rounds, seconds, false});
-      if (seconds < best.seconds) {
-        best.plan = std::move(plan);
-        best.seconds = seconds;
-      }
-      if (seconds >= previous) break;
-      previous = seconds;
-    }
-  }
-  for (ExchangeCandidate& c : tried) c.chosen = c.shape == best.plan.exchange && c.rounds == best.plan.rounds && c.simulated_seconds == best.seconds;
-  best.plan.candidates = std::move(tried);
-  return std::move(best.plan);
+  const auto simulate_draft = [&](const Shape& shape, int multiple) {
+    const TransferPlan draft = assign_rounds(correspondence, topology, routes, pieces, senders, landing, sets, shape.exchange,
+                                             base_rounds * multiple, options, false);
+    const double seconds = simulate(plan_detail::traffic_of(correspondence, draft, &routes), topology).ewtt_seconds;
+    tried.push_back({draft.exchange, std::max(1, shape.exchange.largest_fan_out), shape.exchange.height, draft.rounds, seconds, false});
+    return seconds;
+  };
+  // Tries `multiple` for `shape`; true when it was faster (and is kept).
+  const auto improve = [&](Shape& shape, int multiple) {
+    const double seconds = simulate_draft(shape, multiple);
+    if (seconds >= shape.seconds) return false;
+    shape.seconds = seconds;
+    shape.multiple = multiple;
+    return true;
+  };
+  std::vector<Shape> shapes;
+  for (int f : relay_fan_outs(sets)) shapes.push_back({assign_trees(pieces, landing, sets, f)});
+  for (Shape& shape : shapes) shape.seconds = simulate_draft(shape, shape.multiple);
+  std::vector<std::size_t> by_speed(shapes.size());
+  for (std::size_t i = 0; i < shapes.size(); ++i) by_speed[i] = i;
+  std::stable_sort(by_speed.begin(), by_speed.end(), [&](std::size_t a, std::size_t b) { return shapes[a].seconds < shapes[b].seconds; });
+  Shape& fastest = shapes[by_speed[0]];
+  bool more = false;
+  for (int multiple = 3; multiple <= 4 && improve(fastest, multiple); ++multiple) more = true;
+  if (!more) improve(fastest, 1);
+  if (by_speed.size() > 1) improve(shapes[by_speed[1]], more ? 3 : 1);
+  const Shape& best = *std::min_element(shapes.begin(), shapes.end(), [](const Shape& a, const Shape& b) { return a.seconds < b.seconds; });
+  TransferPlan plan = build(best.exchange, base_rounds * best.multiple);
+  for (ExchangeCandidate& c : tried) c.chosen = c.shape == plan.exchange && c.rounds == plan.rounds && c.simulated_seconds == best.seconds;
+  plan.candidates = std::move(tried);
+  return plan;
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "plan/relay_forest.hpp"
 #include "weightbridge/correspondence.hpp"
 #include "weightbridge/plan.hpp"
+#include "weightbridge/simulator.hpp"
 
 namespace wb::plan_detail {
 
@@ -44,11 +45,12 @@ std::vector<std::uint32_t> assign_senders(const Correspondence& correspondence, 
                                           std::vector<std::int64_t>& send_load);
 
 /// Per piece and node that needs it (ascending node order), the worker that lands it there (index into
-/// atom.needers). Workers with the same place in their node land the same pieces where they can, so that
-/// a node pair's traffic in a round is a few worker pairs, not all of them.
+/// atom.needers). Workers with the same place in their node (a column) land the same pieces where they
+/// can, so that a node pair's traffic in a round is a few worker pairs, not all of them.
 struct Landing {
   std::vector<std::uint32_t> first;    // per piece, into `landers`; one extra at the end
   std::vector<std::uint32_t> landers;  // per piece, one per node of its atom
+  std::vector<std::uint16_t> column;   // per piece: the place in the node of its landers
 };
 Landing assign_landers(const Correspondence& correspondence, const AtomRoutes& routes, const PieceTable& pieces,
                        const Topology& topology);
@@ -60,7 +62,10 @@ struct NodeSets {
 };
 NodeSets group_node_sets(const AtomRoutes& routes);
 
-/// The external exchange of one plan: per node set a forest, per piece a tree of its set's forest.
+/// The external exchange of one plan: per node set a forest, per piece a tree of its set's forest. A
+/// group's pieces, ordered by column, are cut into as many runs of equal bytes as the forest has trees, run t
+/// going to tree t: every tree carries an equal share (so no node sends more than it receives), and a node
+/// hears in a round from one parent per column (plus one per run boundary), not one per tree and column.
 struct Exchange {
   int fan_out = kRelayAllToAll;         // as PlanOptions::relay_fan_out (never kRelayChoose)
   std::vector<RelayForest> forests;     // per node set
@@ -68,15 +73,20 @@ struct Exchange {
   int largest_fan_out = 0;              // over the forests in use
   int height = 1;                       // over the forests in use
 };
-Exchange assign_trees(const AtomRoutes& routes, const PieceTable& pieces, const NodeSets& sets, int fan_out);
+Exchange assign_trees(const PieceTable& pieces, const Landing& landing, const NodeSets& sets,
+                      int fan_out);
 
 /// The plan of one exchange with `rounds` trainer rounds (the plan adds the rounds its relays need after
 /// them): rounds for every piece, then segments, slot sizes and traffic tallies. Raises the round count
-/// while some worker's slots do not fit options.buffer_bytes_per_worker.
+/// while some worker's slots do not fit options.buffer_bytes_per_worker. A draft (final false) is only
+/// fit to be simulated: its segments are neither ordered by route nor merged, and it has no tallies.
 TransferPlan assign_rounds(const Correspondence& correspondence, const Topology& topology, const AtomRoutes& routes,
                            const PieceTable& pieces, const std::vector<std::uint32_t>& senders,
                            const Landing& landing, const NodeSets& sets, const Exchange& exchange, int rounds,
-                           const PlanOptions& options);
+                           const PlanOptions& options, bool final = true);
+
+/// traffic_of with the atom routes already at hand (nullptr: computed here).
+TrafficSchedule traffic_of(const Correspondence& correspondence, const TransferPlan& plan, const AtomRoutes* routes);
 
 /// The fewest trainer rounds any plan of these pieces can have: options.min_rounds, or the busiest
 /// worker's traffic over one slot of the budget.

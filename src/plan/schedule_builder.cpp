@@ -7,6 +7,7 @@
 // forwards it to its own children one round later still, from where it landed (a relay write, lag 1).
 #include <algorithm>
 #include <tuple>
+#include <unordered_map>
 
 #include "plan/atom_routes.hpp"
 #include "weightbridge/round_schedule.hpp"
@@ -64,9 +65,20 @@ struct TreeChildren {
 }  // namespace
 
 struct RoundScheduleBuilder::Index {
+  // A worker's part in one segment, in the round it plays it: as its sender (position -1), as the one who
+  // receives it at its node position (a lander or an internal needer), or as a relay forwarding it one round
+  // after it landed (relay set).
+  struct Part {
+    std::uint32_t round = 0;
+    std::uint32_t segment = 0;
+    std::int32_t position = -1;
+    std::uint32_t relay = 0;
+    auto key() const { return std::make_tuple(round, segment, relay); }
+  };
+
   plan_detail::AtomRoutes routes;
-  std::vector<std::vector<Region>> regions;          // per receiving worker, sorted by (round, stage, lag, source)
-  std::vector<std::vector<std::uint32_t>> segments;  // per worker: segments it sends or receives, in plan order
+  std::vector<std::vector<Region>> regions;  // per receiving worker, sorted by (round, stage, lag, source)
+  std::vector<std::vector<Part>> parts;      // per worker, by round, then plan order
   TreeChildren children;
 
   explicit Index(const std::vector<RelayTree>& trees) : children(trees) {}
@@ -79,6 +91,20 @@ struct RoundScheduleBuilder::Index {
       throw Error(ErrorCode::kInternal, "round schedule: no region for worker " + std::to_string(worker));
     return it->start;
   }
+
+  // Calls fn(k) for every child position of lander position k of `segment`.
+  template <class Fn>
+  void children_of(const Segment& segment, std::size_t k, Fn&& fn) const {
+    if (segment.relay == Segment::kAllToAll) {
+      if (k == segment.origin)
+        for (std::size_t j = 0; j < segment.lander_count; ++j)
+          if (j != k) fn(j);
+      return;
+    }
+    const auto& first = children.first[segment.relay];
+    const auto& list = children.children[segment.relay];
+    for (std::uint32_t c = first[k]; c < first[k + 1]; ++c) fn(static_cast<std::size_t>(list[c]));
+  }
 };
 
 RoundScheduleBuilder::RoundScheduleBuilder(const Correspondence& correspondence, const TransferPlan& plan)
@@ -87,19 +113,32 @@ RoundScheduleBuilder::RoundScheduleBuilder(const Correspondence& correspondence,
   const std::size_t workers = correspondence.sides.size();
   index.routes = plan_detail::atom_routes(correspondence, plan.topology);
   index.regions.assign(workers, {});
-  index.segments.assign(workers, {});
-  const auto note = [&](int worker, std::uint32_t segment) {
-    auto& list = index.segments[static_cast<std::size_t>(worker)];
-    if (list.empty() || list.back() != segment) list.push_back(segment);
-  };
+  index.parts.assign(workers, {});
   for (std::uint32_t i = 0; i < plan.segments.size(); ++i) {
     const Segment& segment = plan.segments[i];
     const std::int64_t bytes = plan_detail::segment_bytes(index.routes, segment);
     plan_detail::for_each_hop(correspondence, index.routes, plan, segment, [&](const plan_detail::Hop& hop) {
       index.regions[static_cast<std::size_t>(hop.to)].push_back({hop.round, hop.stage, hop.lag, hop.from, 0, bytes});
-      note(hop.from, i);
-      note(hop.to, i);
     });
+    // Every worker's part: the sender, and per node position its lander and the other needers there.
+    const Atom& atom = correspondence.atoms[segment.atom];
+    index.parts[static_cast<std::size_t>(atom.holders[segment.sender].worker)].push_back({segment.round, i, -1, 0});
+    const auto landers = plan.landers_of(segment);
+    const plan_detail::NodeNeeders* nodes = index.routes.nodes_of(index.routes.atoms[segment.atom]);
+    for (std::size_t k = 0; k < landers.size(); ++k) {
+      const std::uint32_t round = plan.landing_round(segment, k);
+      const int lander = atom.needers[landers[k]].worker;
+      const std::uint32_t* needers = index.routes.needers_of(nodes[k]);
+      for (std::uint32_t n = 0; n < nodes[k].count; ++n)
+        index.parts[static_cast<std::size_t>(atom.needers[needers[n]].worker)].push_back({round, i, static_cast<std::int32_t>(k), 0});
+      bool forwards_later = false;
+      if (k != segment.origin) index.children_of(segment, k, [&](std::size_t) { forwards_later = true; });
+      if (forwards_later) index.parts[static_cast<std::size_t>(lander)].push_back({round + 1, i, static_cast<std::int32_t>(k), 1});
+    }
+  }
+  for (auto& list : index.parts) {
+    std::sort(list.begin(), list.end(), [](const Index::Part& a, const Index::Part& b) { return a.key() < b.key(); });
+    list.shrink_to_fit();
   }
   for (auto& list : index.regions) {
     std::stable_sort(list.begin(), list.end(), [](const Region& a, const Region& b) { return a.key() < b.key(); });
@@ -141,77 +180,33 @@ RoundSchedule RoundScheduleBuilder::build(int rank) const {
   for (const Region& region : index.regions[r_index])
     schedule.rounds[region.round].arrivals.push_back({region.source, region.stage, region.start, region.bytes});
 
-  // This rank's part in each of its segments: where it takes part (its round), and, for a relay, a second
-  // part one round later (forwarding from where the segment landed). Walked by round, then plan order, so
-  // that every region fills in the order its receiver laid it out.
-  const std::vector<std::uint32_t>& mine = index.segments[r_index];
-  struct Event {
-    std::uint32_t round;
-    std::uint32_t position;  // into `mine`
-    bool relay;              // the lagged forwarding part
-  };
-  std::vector<Event> events;
-  std::vector<std::int64_t> landed(mine.size(), 0);  // where each segment sits in this rank's receive slot
-  const int node = plan.topology.node_of_worker.empty() ? 0 : plan.topology.node_of_worker[r_index];
-  // This rank's node position among a segment's landers (-1 when it sends the segment).
-  const auto position_of = [&](const Segment& segment) -> int {
-    const Atom& atom = correspondence.atoms[segment.atom];
-    if (atom.holders[segment.sender].worker == rank) return -1;
-    const plan_detail::AtomRoute& route = index.routes.atoms[segment.atom];
-    const plan_detail::NodeNeeders* nodes = index.routes.nodes_of(route);
-    return static_cast<int>(std::lower_bound(nodes, nodes + route.node_count, node,
-                                             [](const plan_detail::NodeNeeders& n, int v) { return n.node < v; }) - nodes);
-  };
-  const auto children_of = [&](const Segment& segment, std::size_t k, auto&& fn) {
-    if (segment.relay == Segment::kAllToAll) {
-      if (k == segment.origin)
-        for (std::size_t j = 0; j < segment.lander_count; ++j)
-          if (j != k) fn(j);
-      return;
-    }
-    const auto& first = index.children.first[segment.relay];
-    const auto& list = index.children.children[segment.relay];
-    for (std::uint32_t c = first[k]; c < first[k + 1]; ++c) fn(static_cast<std::size_t>(list[c]));
-  };
-  events.reserve(mine.size() + mine.size() / 4);
-  for (std::uint32_t i = 0; i < mine.size(); ++i) {
-    const Segment& segment = plan.segments[mine[i]];
-    const int k = position_of(segment);
-    if (k < 0) {
-      events.push_back({segment.round, i, false});
-      continue;
-    }
-    const auto position = static_cast<std::size_t>(k);
-    const std::uint32_t round = plan.landing_round(segment, position);
-    events.push_back({round, i, false});
-    const int lander = correspondence.atoms[segment.atom].needers[plan.landers_of(segment)[position]].worker;
-    bool forwards_later = false;
-    if (lander == rank && position != segment.origin) children_of(segment, position, [&](std::size_t) { forwards_later = true; });
-    if (forwards_later) events.push_back({round + 1, i, true});
-  }
-  std::stable_sort(events.begin(), events.end(), [](const Event& a, const Event& b) {
-    return std::tie(a.round, a.position, a.relay) < std::tie(b.round, b.position, b.relay);
-  });
+  // This rank's parts, by round, then plan order, so that every region fills in the order its receiver
+  // laid it out.
+  const std::vector<Index::Part>& parts = index.parts[r_index];
+  // Where each segment it relays landed in this rank's receive slot, for its relay part a round later.
+  std::unordered_map<std::uint32_t, std::int64_t> landed;
 
   std::uint32_t round = UINT32_MAX;
   std::int64_t send_cursor = 0;
-  // Per (peer, stage, lag), valid when stamped with the current round: bytes this rank has received from
-  // the peer so far, bytes it has written to it so far, and its last write to it (to coalesce with).
+  // Per (peer, stage, lag), valid when stamped with the current round: where its region starts (in the
+  // receiver's slot, or in this rank's), bytes this rank has received from the peer so far or written to it,
+  // and its last write to it (to coalesce with).
   struct Cursor {
     std::uint32_t round = UINT32_MAX;
+    std::int64_t start = 0;
     std::int64_t bytes = 0;
     std::size_t last_write = SIZE_MAX;
   };
   const std::size_t workers = correspondence.sides.size();
   std::vector<Cursor> in_cursor(workers * kStageCount * 2), out_cursor(workers * kStageCount * 2);
-  const auto cursor = [&](std::vector<Cursor>& cursors, int peer, Stage stage, std::uint8_t lag) -> Cursor& {
+  const auto cursor = [&](std::vector<Cursor>& cursors, int peer, Stage stage, std::uint8_t lag, int receiver, int source) -> Cursor& {
     Cursor& c = cursors[(static_cast<std::size_t>(peer) * kStageCount + static_cast<std::size_t>(stage)) * 2 + lag];
-    if (c.round != round) c = Cursor{round, 0, SIZE_MAX};
+    if (c.round != round) c = Cursor{round, index.region_start(receiver, round, stage, lag, source), 0, SIZE_MAX};
     return c;
   };
   const auto write = [&](RoundPlan& work, int peer, Stage stage, std::uint8_t lag, std::int64_t local, std::int64_t bytes) {
-    Cursor& out = cursor(out_cursor, peer, stage, lag);
-    const std::int64_t remote = index.region_start(peer, round, stage, lag, rank) + out.bytes;
+    Cursor& out = cursor(out_cursor, peer, stage, lag, peer, rank);
+    const std::int64_t remote = out.start + out.bytes;
     out.bytes += bytes;
     if (out.last_write != SIZE_MAX) {
       Write& last = work.writes[out.last_write];
@@ -224,34 +219,38 @@ RoundSchedule RoundScheduleBuilder::build(int rank) const {
     work.writes.push_back({peer, stage, local, remote, bytes, lag});
   };
 
-  for (const Event& event : events) {
-    if (event.round != round) {
-      round = event.round;
+  for (const Index::Part& part : parts) {
+    if (part.round != round) {
+      round = part.round;
       send_cursor = 0;
     }
     RoundPlan& work = schedule.rounds[round];
-    const Segment& segment = plan.segments[mine[event.position]];
+    const Segment& segment = plan.segments[part.segment];
     const Atom& atom = correspondence.atoms[segment.atom];
     const std::int64_t bytes = plan_detail::segment_bytes(index.routes, segment);
     const auto element_bytes = static_cast<std::uint8_t>(index.routes.atoms[segment.atom].element_bytes);
     const auto landers = plan.landers_of(segment);
     const auto lander_worker = [&](std::size_t k) { return atom.needers[landers[k]].worker; };
-    if (atom.holders[segment.sender].worker == rank) {
+    if (part.position < 0) {
       const std::int64_t local = send_cursor;
       send_cursor += bytes;
       work.pack.push_back({copy_at(correspondence, atom, atom.holders[segment.sender], segment.box), local, element_bytes});
       write(work, lander_worker(segment.origin), Stage::kReceive, 0, local, bytes);
       continue;
     }
-    const auto k = static_cast<std::size_t>(position_of(segment));
-    const int lander = lander_worker(k);
-    if (event.relay) {
+    const auto k = static_cast<std::size_t>(part.position);
+    if (part.relay != 0) {
       // Depth >= 1 relay: its children sit at depth >= 2 and take the segment one round after it landed here.
-      children_of(segment, k, [&](std::size_t child) {
-        write(work, lander_worker(child), Stage::kExternalExchange, 1, landed[event.position], bytes);
+      const auto it = landed.find(part.segment);
+      if (it == landed.end())
+        throw Error(ErrorCode::kInternal, "round schedule: rank " + std::to_string(rank) + " relays a segment it never received");
+      index.children_of(segment, k, [&](std::size_t child) {
+        write(work, lander_worker(child), Stage::kExternalExchange, 1, it->second, bytes);
       });
+      landed.erase(it);
       continue;
     }
+    const int lander = lander_worker(k);
     Stage in_stage = Stage::kInternalExchange;
     int in_source = lander;
     std::uint8_t in_lag = 0;
@@ -265,17 +264,21 @@ RoundSchedule RoundScheduleBuilder::build(int rank) const {
         in_lag = plan.lander_depth(segment, k) > 1 ? 1 : 0;
       }
     }
-    Cursor& in = cursor(in_cursor, in_source, in_stage, in_lag);
-    const std::int64_t local = index.region_start(rank, round, in_stage, in_lag, in_source) + in.bytes;
+    Cursor& in = cursor(in_cursor, in_source, in_stage, in_lag, rank, in_source);
+    const std::int64_t local = in.start + in.bytes;
     in.bytes += bytes;
-    landed[event.position] = local;
     const auto [first, last] = std::equal_range(atom.needers.begin(), atom.needers.end(), AtomEndpoint{rank, 0},
                                                 [](const AtomEndpoint& a, const AtomEndpoint& b) { return a.worker < b.worker; });
     for (auto it = first; it != last; ++it)
       work.assemble.push_back({copy_at(correspondence, atom, *it, segment.box), local, element_bytes});
     if (rank != lander) continue;
+    if (k != segment.origin) {
+      bool relays = false;
+      index.children_of(segment, k, [&](std::size_t) { relays = true; });
+      if (relays) landed.emplace(part.segment, local);
+    }
     if (k == segment.origin)
-      children_of(segment, k, [&](std::size_t child) { write(work, lander_worker(child), Stage::kExternalExchange, 0, local, bytes); });
+      index.children_of(segment, k, [&](std::size_t child) { write(work, lander_worker(child), Stage::kExternalExchange, 0, local, bytes); });
     const plan_detail::NodeNeeders& here = index.routes.nodes_of(index.routes.atoms[segment.atom])[k];
     const std::uint32_t* needers = index.routes.needers_of(here);
     for (std::uint32_t i = 0; i < here.count; ++i) {

@@ -3,14 +3,15 @@
 //
 // A segment of B bytes (its box's elements × its tensor's element size) moves in three stages:
 //   receive             sender (a holder of its atom) -> origin lander, in the segment's round
-//   external exchange   to every other lander (one per node that needs the atom) from its parent: the
-//                       origin (all-to-all), or its relay tree parent; a lander at depth d > 1 receives it
-//                       d - 1 rounds later, from a parent that forwards what it received the round before
-//                       (lag 1)
+//   external exchange   to every lander at depth 1 (one per node that needs the atom): from the origin
+//   relay               to every lander at depth d > 1 of a relay tree, d - 1 rounds later, from its parent,
+//                       which forwards what it received the round before (lag 1). A stage of its own, only
+//                       in plans that relay: it follows nothing else in its round, as the executor posts
+//                       relays as soon as the round before has arrived
 //   internal exchange   on every such node, its lander -> every distinct needer worker on that node other
 //                       than the lander (a worker needing several copies of the atom receives it once), in
-//                       the round the lander has it
-// Transfers are summed per (round, stage, from, to, lag); each such group counts as one message, since the
+//                       the round the lander has it (after the external exchange and the relays)
+// Transfers are summed per (round, stage, from, to); each such group counts as one message, since the
 // executor coalesces a round's bytes for one peer into one batch. The node of a worker comes from the
 // topology the plan was made for (TransferPlan::topology).
 #include <algorithm>
@@ -19,10 +20,11 @@
 #include <deque>
 #include <string>
 #include <tuple>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
-#include "plan/atom_routes.hpp"
+#include "plan/planning.hpp"
 #include "weightbridge/simulator.hpp"
 #include "weightbridge/status.hpp"
 
@@ -31,32 +33,30 @@ namespace {
 
 Error bad_plan(const std::string& what) { return Error(ErrorCode::kInvalidArgument, "traffic_of: " + what); }
 
-// One round's transfers: (from, to, lag) -> bytes per stage, summed.
+constexpr std::size_t kRelayStage = kStageCount;  // the traffic's fourth stage, in plans that relay
+
+// One round's transfers: (from, to) -> bytes per stage, summed as they come (a round has few pairs).
 class RoundTally {
  public:
-  void add(Stage stage, int from, int to, std::uint8_t lag, std::int64_t bytes) {
-    pairs_[static_cast<std::size_t>(stage)].push_back({std::make_tuple(from, to, lag), bytes});
+  void add(std::size_t stage, int from, int to, std::int64_t bytes) {
+    sums_[stage][static_cast<std::uint64_t>(static_cast<std::uint32_t>(from)) << 32 | static_cast<std::uint32_t>(to)] += bytes;
   }
 
-  // Moves the round's sums into `stages` (one transfer per group, one message each) and starts afresh.
-  void flush(std::vector<std::vector<Transfer>>& stages) {
-    stages.resize(kStageCount);
-    for (std::size_t s = 0; s < pairs_.size(); ++s) {
-      auto& pairs = pairs_[s];
-      std::sort(pairs.begin(), pairs.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  // Moves the round's sums into `stages` (one transfer per pair, one message each, relays with lag 1).
+  void flush(std::vector<std::vector<Transfer>>& stages, std::size_t stage_count) {
+    stages.resize(stage_count);
+    for (std::size_t s = 0; s < stage_count; ++s) {
       auto& out = stages[s];
-      for (const auto& [key, bytes] : pairs) {
-        const auto [from, to, lag] = key;
-        if (!out.empty() && out.back().from == from && out.back().to == to && out.back().lag == lag) out.back().bytes += bytes;
-        else out.push_back(Transfer{from, to, bytes, 1, lag});
-      }
-      pairs.clear();
-      pairs.shrink_to_fit();
+      out.reserve(sums_[s].size());
+      for (const auto& [key, bytes] : sums_[s])
+        out.push_back(Transfer{static_cast<int>(key >> 32), static_cast<int>(key & 0xffffffffu), bytes, 1,
+                               static_cast<std::uint8_t>(s == kRelayStage ? 1 : 0)});
+      std::sort(out.begin(), out.end(), [](const Transfer& a, const Transfer& b) { return std::tie(a.from, a.to) < std::tie(b.from, b.to); });
     }
   }
 
  private:
-  std::array<std::vector<std::pair<std::tuple<int, int, std::uint8_t>, std::int64_t>>, kStageCount> pairs_;
+  std::array<std::unordered_map<std::uint64_t, std::int64_t>, kStageCount + 1> sums_;
 };
 
 void check_segment(const Correspondence& correspondence, const TransferPlan& plan, std::size_t i) {
@@ -101,6 +101,12 @@ void check_segment(const Correspondence& correspondence, const TransferPlan& pla
 }  // namespace
 
 TrafficSchedule traffic_of(const Correspondence& correspondence, const TransferPlan& plan) {
+  return plan_detail::traffic_of(correspondence, plan, nullptr);
+}
+
+namespace plan_detail {
+
+TrafficSchedule traffic_of(const Correspondence& correspondence, const TransferPlan& plan, const AtomRoutes* known_routes) {
   if (plan.rounds < 0) throw bad_plan("negative round count " + std::to_string(plan.rounds));
   const std::size_t workers = correspondence.sides.size();
   const std::vector<int>& node_of_worker = plan.topology.node_of_worker;
@@ -115,7 +121,19 @@ TrafficSchedule traffic_of(const Correspondence& correspondence, const TransferP
 
   // Segments by round (the planner sorts them so; a hand-built plan need not be).
   std::vector<std::uint32_t> order(plan.segments.size());
-  for (std::size_t i = 0; i < plan.segments.size(); ++i) check_segment(correspondence, plan, i);
+  bool relays = false;
+  for (std::size_t i = 0; i < plan.segments.size(); ++i) {
+    check_segment(correspondence, plan, i);
+    const Segment& segment = plan.segments[i];
+    relays = relays || (segment.relay != Segment::kAllToAll && plan.relay_trees[segment.relay].height > 1);
+  }
+  const std::size_t stage_count = relays ? kStageCount + 1 : kStageCount;
+  if (relays) {
+    schedule.stage_names.emplace_back("relay");
+    constexpr auto bit = [](std::size_t s) { return static_cast<std::uint8_t>(1u << s); };
+    schedule.stage_after = {0, bit(0), static_cast<std::uint8_t>(bit(1) | bit(kRelayStage)), 0};
+  }
+  const auto stage_of = [](Stage stage, std::uint8_t lag) { return lag != 0 ? kRelayStage : static_cast<std::size_t>(stage); };
   {
     std::vector<std::size_t> start(static_cast<std::size_t>(plan.rounds) + 1, 0);
     for (const Segment& segment : plan.segments) ++start[segment.round + 1];
@@ -133,7 +151,7 @@ TrafficSchedule traffic_of(const Correspondence& correspondence, const TransferP
   };
   const auto flush_before = [&](std::size_t round) {
     while (first_open < round && !open.empty()) {
-      open.front().flush(schedule.rounds[first_open]);
+      open.front().flush(schedule.rounds[first_open], stage_count);
       open.pop_front();
       ++first_open;
     }
@@ -141,13 +159,15 @@ TrafficSchedule traffic_of(const Correspondence& correspondence, const TransferP
   };
 
   if (has_topology) {
-    const plan_detail::AtomRoutes routes = plan_detail::atom_routes(correspondence, plan.topology);
+    AtomRoutes computed;
+    if (known_routes == nullptr) computed = atom_routes(correspondence, plan.topology);
+    const AtomRoutes& routes = known_routes != nullptr ? *known_routes : computed;
     for (std::uint32_t i : order) {
       const Segment& segment = plan.segments[i];
       flush_before(segment.round);
       const std::int64_t bytes = plan_detail::segment_bytes(routes, segment);
       plan_detail::for_each_hop(correspondence, routes, plan, segment, [&](const plan_detail::Hop& hop) {
-        tally(hop.round).add(hop.stage, hop.from, hop.to, hop.lag, bytes);
+        tally(hop.round).add(stage_of(hop.stage, hop.lag), hop.from, hop.to, bytes);
       });
     }
   } else {
@@ -167,17 +187,18 @@ TrafficSchedule traffic_of(const Correspondence& correspondence, const TransferP
                        "which is empty");
       const std::int64_t bytes = segment.box.numel() * static_cast<std::int64_t>(dtype_size(correspondence.tensors[atom.tensor].dtype));
       const auto lander = [&](std::size_t k) { return atom.needers[landers[k]].worker; };
-      tally(segment.round).add(Stage::kReceive, atom.holders[segment.sender].worker, lander(segment.origin), 0, bytes);
+      tally(segment.round).add(static_cast<std::size_t>(Stage::kReceive), atom.holders[segment.sender].worker, lander(segment.origin), bytes);
       for (std::size_t k = 0; k < landers.size(); ++k)
         if (k != segment.origin)
           tally(plan.landing_round(segment, k))
-              .add(Stage::kExternalExchange, lander(plan.lander_parent(segment, k)), lander(k),
-                   plan.lander_depth(segment, k) > 1 ? 1 : 0, bytes);
+              .add(stage_of(Stage::kExternalExchange, plan.lander_depth(segment, k) > 1 ? 1 : 0), lander(plan.lander_parent(segment, k)),
+                   lander(k), bytes);
     }
   }
   flush_before(static_cast<std::size_t>(plan.rounds));
-  for (auto& round : schedule.rounds) round.resize(kStageCount);
+  for (auto& round : schedule.rounds) round.resize(stage_count);
   return schedule;
 }
 
+}  // namespace plan_detail
 }  // namespace wb

@@ -516,6 +516,31 @@ TEST(Simulator, ARoundThatReusesARelaysSlotWaitsForItsForwards) {
   EXPECT_NEAR(simulate(schedule, nodes_of_one(4)).ewtt_seconds, 21.0, 1e-9);
 }
 
+TEST(Simulator, StagesCanFollowStagesOtherThanThePreviousOne) {
+  // Two stages on disjoint links: one after the other by default, side by side when the second follows
+  // nothing; a cycle is refused.
+  TrafficSchedule schedule = two_stages(1, 2, {0, 1, 1000, 1}, {2, 3, 1000, 1});
+  EXPECT_NEAR(simulate(schedule, nodes_of_one(4)).ewtt_seconds, 20.0, 1e-9);
+  schedule.stage_after = {0, 0};
+  EXPECT_NEAR(simulate(schedule, nodes_of_one(4)).ewtt_seconds, 10.0, 1e-9);
+  schedule.stage_after = {2, 1};
+  EXPECT_THAT([&] { simulate(schedule, nodes_of_one(4)); }, ::testing::ThrowsMessage<Error>(HasSubstr("cycle")));
+  schedule.stage_after = {1};
+  EXPECT_THAT([&] { simulate(schedule, nodes_of_one(4)); }, ::testing::ThrowsMessage<Error>(HasSubstr("stage_after")));
+}
+
+TEST(Simulator, ARelayThatHeardOnlyFromItsOwnNodeNeedNotWait) {
+  // The relay rule looks at what came over the network: worker 1's intra-node arrival in round 0 (from its
+  // neighbour 3 on node 1) does not hold up its relay in round 1.
+  Topology topology = Topology::uniform(4, 1, 100.0, 1000.0);
+  topology.message_latency = 0;
+  topology.node_of_worker = {0, 1, 2, 1};
+  TrafficSchedule schedule = relay_schedule(2, 2);
+  schedule.rounds[0][1] = {{3, 1, 10000, 1}};  // 10 s inside node 1
+  schedule.rounds[1][0] = {{1, 2, 100, 1, 1}};
+  EXPECT_NEAR(simulate(schedule, topology).ewtt_seconds, 10.0, 1e-9);
+}
+
 TEST(Simulator, RelaysOutsideWhatTheExecutorRunsAreRefused) {
   TrafficSchedule schedule = relay_schedule(2, 2);
   schedule.rounds[0][0] = {{0, 1, 100, 1, 1}};
@@ -556,12 +581,16 @@ TEST(Traffic, RelayTreesForwardARoundLaterPerHop) {
     return out;
   };
   using T = std::tuple<int, int, int>;
+  // Relays are a fourth stage that follows nothing in its round; the internal exchange follows them.
+  EXPECT_THAT(schedule.stage_names, ElementsAre("receive", "external exchange", "internal exchange", "relay"));
+  EXPECT_THAT(schedule.stage_after, ElementsAre(0, 1, 2 | 8, 0));
   ASSERT_EQ(schedule.rounds.size(), 4u);
   EXPECT_TRUE(schedule.rounds[0][0].empty() && schedule.rounds[0][1].empty());
   EXPECT_THAT(flat(schedule.rounds[1][0]), ElementsAre(T{0, 1, 0}));
   EXPECT_THAT(flat(schedule.rounds[1][1]), ElementsAre(T{1, 2, 0}));
-  EXPECT_THAT(flat(schedule.rounds[2][1]), ElementsAre(T{2, 3, 1}));
-  EXPECT_THAT(flat(schedule.rounds[3][1]), ElementsAre(T{3, 4, 1}));
+  EXPECT_TRUE(schedule.rounds[2][1].empty());
+  EXPECT_THAT(flat(schedule.rounds[2][3]), ElementsAre(T{2, 3, 1}));
+  EXPECT_THAT(flat(schedule.rounds[3][3]), ElementsAre(T{3, 4, 1}));
   const SimulationResult result = simulate(schedule, Topology::uniform(5, 1, 100.0, 1000.0));
   EXPECT_THAT(result.node_ingress_bytes, ElementsAre(0, 64, 64, 64, 64));
   EXPECT_THAT(result.node_egress_bytes, ElementsAre(64, 64, 64, 64, 0));
