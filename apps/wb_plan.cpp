@@ -132,23 +132,25 @@ Evaluation evaluate(const std::vector<TensorInfo>& tensors, DescribedDeployment 
   result.plan = plan_transfer(correspondence, topology, options);  // refuses what the estimate says will not fit
   result.bound = result.plan.bound;
   result.routing_seconds = seconds_since(start) - result.correspondence_seconds;
-  // What rank 0 would scatter: every rank's schedule, serialized (built one at a time).
+  // What rank 0 would scatter: every rank's schedule, serialized (built on the machine's cores, one
+  // schedule per thread at a time), as connect does.
   const RoundScheduleBuilder builder(correspondence, result.plan);
-  for (int rank = 0; rank < static_cast<int>(correspondence.sides.size()); ++rank) {
-    const RoundSchedule schedule = builder.build(rank);
-    std::vector<int> peers;
-    for (const RoundPlan& round : schedule.rounds) {
-      result.schedule_entries += round.pack.size() + round.assemble.size() + round.writes.size() + round.arrivals.size();
-      result.most_writes_per_round = std::max(result.most_writes_per_round, round.writes.size());
-      peers.clear();
-      for (const Write& w : round.writes) peers.push_back(w.peer);
-      std::sort(peers.begin(), peers.end());
-      result.most_peers_per_round =
-          std::max(result.most_peers_per_round, static_cast<std::size_t>(std::unique(peers.begin(), peers.end()) - peers.begin()));
-    }
-    const std::size_t bytes = serialize_round_schedule(schedule).size();
-    result.schedule_bytes += bytes;
-    result.largest_schedule_bytes = std::max(result.largest_schedule_bytes, bytes);
+  std::vector<int> peers;
+  const std::vector<std::vector<std::byte>> serialized = serialize_round_schedules(
+      builder, static_cast<int>(correspondence.sides.size()), 0, [&](const RoundSchedule& schedule) {
+        for (const RoundPlan& round : schedule.rounds) {
+          result.schedule_entries += round.pack.size() + round.assemble.size() + round.writes.size() + round.arrivals.size();
+          result.most_writes_per_round = std::max(result.most_writes_per_round, round.writes.size());
+          peers.clear();
+          for (const Write& w : round.writes) peers.push_back(w.peer);
+          std::sort(peers.begin(), peers.end());
+          result.most_peers_per_round =
+              std::max(result.most_peers_per_round, static_cast<std::size_t>(std::unique(peers.begin(), peers.end()) - peers.begin()));
+        }
+      });
+  for (const std::vector<std::byte>& bytes : serialized) {
+    result.schedule_bytes += bytes.size();
+    result.largest_schedule_bytes = std::max(result.largest_schedule_bytes, bytes.size());
   }
   result.plan_seconds = seconds_since(start);
   result.plan_cpu_seconds = cpu_seconds() - cpu_start;

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -95,6 +96,12 @@ class RoundScheduleBuilder {
   const TransferPlan& plan_;
   Index* index_;
 };
+
+/// Every rank's schedule of `builder`'s plan (ranks 0 .. ranks-1), serialized: what the planning rank
+/// scatters. Built and serialized on up to `threads` threads (0: the machine's cores), each holding one
+/// schedule at a time; `inspect`, when given, sees every schedule before it is dropped (one call at a time).
+std::vector<std::vector<std::byte>> serialize_round_schedules(const RoundScheduleBuilder& builder, int ranks, int threads = 0,
+                                                              const std::function<void(const RoundSchedule&)>& inspect = {});
 
 /// Compact binary form (variable-length integers, deltas between neighbouring entries; a box that
 /// continues the previous entry's slice copy takes 3-4 bytes). Throws wb::Error (kInvalidArgument), naming

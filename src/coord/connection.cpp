@@ -213,7 +213,7 @@ Connection establish_connection(const ConnectInput& input) {
       const Correspondence correspondence = build_correspondence(tensors, std::move(maps), std::move(sides));
       const TransferPlan plan = plan_transfer(correspondence, topology, plan_options);
       const RoundScheduleBuilder builder(correspondence, plan);
-      for (int r = 0; r < size; ++r) serialized.push_back(serialize_round_schedule(builder.build(r)));
+      serialized = serialize_round_schedules(builder, size);  // on this node's cores
       summary.t_min = plan.bound.t_min_seconds;
       summary.simulated = simulate(traffic_of(correspondence, plan), plan.topology).ewtt_seconds;
       summary.workers = size;

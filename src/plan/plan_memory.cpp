@@ -49,7 +49,7 @@ std::int64_t estimate_plan_memory(const Correspondence& correspondence, const To
                            + 2 * 180;  // segments (boxes on the heap), twice while sorting
   const double per_lander = 3 * 4;     // landing, plan and sorted copies
   const double per_hop = 24            // traffic tallies before they are summed per worker pair
-                         + 40          // the schedule builder's regions and per-worker segment lists
+                         + 32 + 64     // the schedule builder's regions, and its per-worker parts and targets
                          + 12;         // serialized schedules, all kept until they are scattered
   const double per_round = static_cast<double>(workers) * 2 * 8 * 2 + static_cast<double>(topology.num_nodes()) * 4 * 64;
   const double per_atom_endpoint = 2 * 16;  // atom routes

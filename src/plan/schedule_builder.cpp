@@ -6,6 +6,10 @@
 // A lander at depth d > 1 of a relay tree receives a segment d - 1 rounds after the segment's round; it
 // forwards it to its own children one round later still, from where it landed (a relay write, lag 1).
 #include <algorithm>
+#include <atomic>
+#include <exception>
+#include <mutex>
+#include <thread>
 #include <tuple>
 #include <unordered_map>
 
@@ -27,11 +31,11 @@ struct Region {
   auto key() const { return std::make_tuple(round, stage, lag, source); }
 };
 
-// Where the box of `segment` sits in the parameter of an endpoint's copy.
-SliceCopy copy_at(const Correspondence& correspondence, const Atom& atom, const AtomEndpoint& endpoint, const Box& box) {
-  const SliceCopy& copy = correspondence.maps[static_cast<std::size_t>(endpoint.worker)].copies[endpoint.copy];
+// Where the box of `segment` sits in the parameter of copy `copy_index` of `worker`'s source map.
+SliceCopy copy_at(const Correspondence& correspondence, std::uint32_t tensor, int worker, std::uint32_t copy_index, const Box& box) {
+  const SliceCopy& copy = correspondence.maps[static_cast<std::size_t>(worker)].copies[copy_index];
   SliceCopy result;
-  result.tensor = atom.tensor;
+  result.tensor = tensor;
   result.parameter = copy.parameter;
   result.box = box;
   result.offset = copy.offset;
@@ -65,20 +69,37 @@ struct TreeChildren {
 }  // namespace
 
 struct RoundScheduleBuilder::Index {
-  // A worker's part in one segment, in the round it plays it: as its sender (position -1), as the one who
-  // receives it at its node position (a lander or an internal needer), or as a relay forwarding it one round
-  // after it landed (relay set).
+  // A worker's part in one segment, in the round it plays it, with what it needs to play it at hand (so that
+  // building a schedule walks its own list instead of the plan): as its sender, as the one who receives it
+  // at its node (a lander or an internal needer), or as a relay forwarding it one round after it landed.
+  enum class Role : std::uint8_t { kSend, kReceive, kRelay };
   struct Part {
     std::uint32_t round = 0;
     std::uint32_t segment = 0;
-    std::int32_t position = -1;
-    std::uint32_t relay = 0;
-    auto key() const { return std::make_tuple(round, segment, relay); }
+    Role role = Role::kSend;
+    Stage in_stage = Stage::kReceive;  // kReceive: the region it lands in
+    std::uint8_t in_lag = 0;
+    bool relays_later = false;         // kReceive: the worker forwards it again a round later
+    std::uint8_t element_bytes = 0;
+    int in_source = 0;
+    std::int64_t bytes = 0;
+    std::uint32_t first_target = 0;    // into Index::targets of the worker: the writes it makes
+    std::uint32_t target_count = 0;
+    std::uint32_t first_copy = 0;      // into Index::copies of the worker: its source map copies it packs or
+    std::uint32_t copy_count = 0;      // assembles (a worker may need an atom at several places)
+    auto key() const { return std::make_tuple(round, segment, role); }
+  };
+  struct Target {
+    int peer = 0;
+    Stage stage = Stage::kReceive;
+    std::uint8_t lag = 0;
   };
 
   plan_detail::AtomRoutes routes;
-  std::vector<std::vector<Region>> regions;  // per receiving worker, sorted by (round, stage, lag, source)
-  std::vector<std::vector<Part>> parts;      // per worker, by round, then plan order
+  std::vector<std::vector<Region>> regions;   // per receiving worker, sorted by (round, stage, lag, source)
+  std::vector<std::vector<Part>> parts;       // per worker, by round, then plan order
+  std::vector<std::vector<Target>> targets;   // per worker
+  std::vector<std::vector<std::uint32_t>> copies;  // per worker: indices into its source map's copies
   TreeChildren children;
 
   explicit Index(const std::vector<RelayTree>& trees) : children(trees) {}
@@ -109,37 +130,98 @@ struct RoundScheduleBuilder::Index {
 
 RoundScheduleBuilder::RoundScheduleBuilder(const Correspondence& correspondence, const TransferPlan& plan)
     : correspondence_(correspondence), plan_(plan), index_(new Index(plan.relay_trees)) {
+  using Part = Index::Part;
+  using Role = Index::Role;
   Index& index = *index_;
   const std::size_t workers = correspondence.sides.size();
   index.routes = plan_detail::atom_routes(correspondence, plan.topology);
   index.regions.assign(workers, {});
   index.parts.assign(workers, {});
+  index.targets.assign(workers, {});
+  index.copies.assign(workers, {});
+  const auto begin_part = [&](int worker, Part part) -> Part& {
+    part.first_target = static_cast<std::uint32_t>(index.targets[static_cast<std::size_t>(worker)].size());
+    part.first_copy = static_cast<std::uint32_t>(index.copies[static_cast<std::size_t>(worker)].size());
+    return index.parts[static_cast<std::size_t>(worker)].emplace_back(part);
+  };
+  const auto add_copy = [&](int worker, Part& part, std::uint32_t copy) {
+    index.copies[static_cast<std::size_t>(worker)].push_back(copy);
+    ++part.copy_count;
+  };
+  const auto add_target = [&](int worker, Part& part, int peer, Stage stage, std::uint8_t lag) {
+    index.targets[static_cast<std::size_t>(worker)].push_back({peer, stage, lag});
+    ++part.target_count;
+  };
   for (std::uint32_t i = 0; i < plan.segments.size(); ++i) {
     const Segment& segment = plan.segments[i];
     const std::int64_t bytes = plan_detail::segment_bytes(index.routes, segment);
+    const auto element_bytes = static_cast<std::uint8_t>(index.routes.atoms[segment.atom].element_bytes);
     plan_detail::for_each_hop(correspondence, index.routes, plan, segment, [&](const plan_detail::Hop& hop) {
       index.regions[static_cast<std::size_t>(hop.to)].push_back({hop.round, hop.stage, hop.lag, hop.from, 0, bytes});
     });
-    // Every worker's part: the sender, and per node position its lander and the other needers there.
+    // Every worker's part: the sender; per node position its lander and the other needers there; relays.
     const Atom& atom = correspondence.atoms[segment.atom];
-    index.parts[static_cast<std::size_t>(atom.holders[segment.sender].worker)].push_back({segment.round, i, -1, 0});
     const auto landers = plan.landers_of(segment);
+    const auto lander_worker = [&](std::size_t k) { return atom.needers[landers[k]].worker; };
+    const int sender = atom.holders[segment.sender].worker;
+    Part& send = begin_part(sender, {segment.round, i, Role::kSend});
+    send.bytes = bytes;
+    send.element_bytes = element_bytes;
+    add_copy(sender, send, atom.holders[segment.sender].copy);
+    add_target(sender, send, lander_worker(segment.origin), Stage::kReceive, 0);
     const plan_detail::NodeNeeders* nodes = index.routes.nodes_of(index.routes.atoms[segment.atom]);
     for (std::size_t k = 0; k < landers.size(); ++k) {
       const std::uint32_t round = plan.landing_round(segment, k);
-      const int lander = atom.needers[landers[k]].worker;
+      const int lander = lander_worker(k);
+      bool relays = false;
+      if (k != segment.origin) index.children_of(segment, k, [&](std::size_t) { relays = true; });
       const std::uint32_t* needers = index.routes.needers_of(nodes[k]);
-      for (std::uint32_t n = 0; n < nodes[k].count; ++n)
-        index.parts[static_cast<std::size_t>(atom.needers[needers[n]].worker)].push_back({round, i, static_cast<std::int32_t>(k), 0});
-      bool forwards_later = false;
-      if (k != segment.origin) index.children_of(segment, k, [&](std::size_t) { forwards_later = true; });
-      if (forwards_later) index.parts[static_cast<std::size_t>(lander)].push_back({round + 1, i, static_cast<std::int32_t>(k), 1});
+      for (std::uint32_t n = 0; n < nodes[k].count; ++n) {
+        const std::uint32_t first = needers[n];  // the worker's first copy: its copies follow in atom.needers
+        const int worker = atom.needers[first].worker;
+        Part& receive = begin_part(worker, {round, i, Role::kReceive});
+        receive.bytes = bytes;
+        receive.element_bytes = element_bytes;
+        for (std::uint32_t c = first; c < atom.needers.size() && atom.needers[c].worker == worker; ++c)
+          add_copy(worker, receive, atom.needers[c].copy);
+        if (worker != lander) {
+          receive.in_stage = Stage::kInternalExchange;
+          receive.in_source = lander;
+          continue;
+        }
+        if (k == segment.origin) {
+          receive.in_stage = Stage::kReceive;
+          receive.in_source = sender;
+          index.children_of(segment, k, [&](std::size_t child) {
+            add_target(worker, receive, lander_worker(child), Stage::kExternalExchange, 0);
+          });
+        } else {
+          receive.in_stage = Stage::kExternalExchange;
+          receive.in_source = lander_worker(plan.lander_parent(segment, k));
+          receive.in_lag = plan.lander_depth(segment, k) > 1 ? 1 : 0;
+          receive.relays_later = relays;
+        }
+        for (std::uint32_t m = 0; m < nodes[k].count; ++m) {
+          const int other = atom.needers[needers[m]].worker;
+          if (other != worker) add_target(worker, receive, other, Stage::kInternalExchange, 0);
+        }
+      }
+      if (relays) {
+        // Depth >= 1 relay: its children sit at depth >= 2 and take the segment one round after it landed.
+        Part& relay = begin_part(lander, {round + 1, i, Role::kRelay});
+        relay.bytes = bytes;
+        index.children_of(segment, k, [&](std::size_t child) {
+          add_target(lander, relay, lander_worker(child), Stage::kExternalExchange, 1);
+        });
+      }
     }
   }
   for (auto& list : index.parts) {
-    std::sort(list.begin(), list.end(), [](const Index::Part& a, const Index::Part& b) { return a.key() < b.key(); });
+    std::sort(list.begin(), list.end(), [](const Part& a, const Part& b) { return a.key() < b.key(); });
     list.shrink_to_fit();
   }
+  for (auto& list : index.targets) list.shrink_to_fit();
+  for (auto& list : index.copies) list.shrink_to_fit();
   for (auto& list : index.regions) {
     std::stable_sort(list.begin(), list.end(), [](const Region& a, const Region& b) { return a.key() < b.key(); });
     std::size_t out = 0;
@@ -164,6 +246,7 @@ RoundScheduleBuilder::RoundScheduleBuilder(const Correspondence& correspondence,
 RoundScheduleBuilder::~RoundScheduleBuilder() { delete index_; }
 
 RoundSchedule RoundScheduleBuilder::build(int rank) const {
+  using Role = Index::Role;
   const Index& index = *index_;
   const Correspondence& correspondence = correspondence_;
   const TransferPlan& plan = plan_;
@@ -182,7 +265,9 @@ RoundSchedule RoundScheduleBuilder::build(int rank) const {
 
   // This rank's parts, by round, then plan order, so that every region fills in the order its receiver
   // laid it out.
-  const std::vector<Index::Part>& parts = index.parts[r_index];
+  const auto& parts = index.parts[r_index];
+  const auto& targets = index.targets[r_index];
+  const auto& copies = index.copies[r_index];
   // Where each segment it relays landed in this rank's receive slot, for its relay part a round later.
   std::unordered_map<std::uint32_t, std::int64_t> landed;
 
@@ -204,19 +289,22 @@ RoundSchedule RoundScheduleBuilder::build(int rank) const {
     if (c.round != round) c = Cursor{round, index.region_start(receiver, round, stage, lag, source), 0, SIZE_MAX};
     return c;
   };
-  const auto write = [&](RoundPlan& work, int peer, Stage stage, std::uint8_t lag, std::int64_t local, std::int64_t bytes) {
-    Cursor& out = cursor(out_cursor, peer, stage, lag, peer, rank);
-    const std::int64_t remote = out.start + out.bytes;
-    out.bytes += bytes;
-    if (out.last_write != SIZE_MAX) {
-      Write& last = work.writes[out.last_write];
-      if (last.local_offset + last.bytes == local && last.remote_offset + last.bytes == remote) {
-        last.bytes += bytes;
-        return;
+  const auto write_all = [&](RoundPlan& work, const Index::Part& part, std::int64_t local) {
+    for (std::uint32_t t = part.first_target; t < part.first_target + part.target_count; ++t) {
+      const Index::Target& target = targets[t];
+      Cursor& out = cursor(out_cursor, target.peer, target.stage, target.lag, target.peer, rank);
+      const std::int64_t remote = out.start + out.bytes;
+      out.bytes += part.bytes;
+      if (out.last_write != SIZE_MAX) {
+        Write& last = work.writes[out.last_write];
+        if (last.local_offset + last.bytes == local && last.remote_offset + last.bytes == remote) {
+          last.bytes += part.bytes;
+          continue;
+        }
       }
+      out.last_write = work.writes.size();
+      work.writes.push_back({target.peer, target.stage, local, remote, part.bytes, target.lag});
     }
-    out.last_write = work.writes.size();
-    work.writes.push_back({peer, stage, local, remote, bytes, lag});
   };
 
   for (const Index::Part& part : parts) {
@@ -226,64 +314,33 @@ RoundSchedule RoundScheduleBuilder::build(int rank) const {
     }
     RoundPlan& work = schedule.rounds[round];
     const Segment& segment = plan.segments[part.segment];
-    const Atom& atom = correspondence.atoms[segment.atom];
-    const std::int64_t bytes = plan_detail::segment_bytes(index.routes, segment);
-    const auto element_bytes = static_cast<std::uint8_t>(index.routes.atoms[segment.atom].element_bytes);
-    const auto landers = plan.landers_of(segment);
-    const auto lander_worker = [&](std::size_t k) { return atom.needers[landers[k]].worker; };
-    if (part.position < 0) {
-      const std::int64_t local = send_cursor;
-      send_cursor += bytes;
-      work.pack.push_back({copy_at(correspondence, atom, atom.holders[segment.sender], segment.box), local, element_bytes});
-      write(work, lander_worker(segment.origin), Stage::kReceive, 0, local, bytes);
-      continue;
-    }
-    const auto k = static_cast<std::size_t>(part.position);
-    if (part.relay != 0) {
-      // Depth >= 1 relay: its children sit at depth >= 2 and take the segment one round after it landed here.
-      const auto it = landed.find(part.segment);
-      if (it == landed.end())
-        throw Error(ErrorCode::kInternal, "round schedule: rank " + std::to_string(rank) + " relays a segment it never received");
-      index.children_of(segment, k, [&](std::size_t child) {
-        write(work, lander_worker(child), Stage::kExternalExchange, 1, it->second, bytes);
-      });
-      landed.erase(it);
-      continue;
-    }
-    const int lander = lander_worker(k);
-    Stage in_stage = Stage::kInternalExchange;
-    int in_source = lander;
-    std::uint8_t in_lag = 0;
-    if (rank == lander) {
-      if (k == segment.origin) {
-        in_stage = Stage::kReceive;
-        in_source = atom.holders[segment.sender].worker;
-      } else {
-        in_stage = Stage::kExternalExchange;
-        in_source = lander_worker(plan.lander_parent(segment, k));
-        in_lag = plan.lander_depth(segment, k) > 1 ? 1 : 0;
+    const std::uint32_t tensor = correspondence.atoms[segment.atom].tensor;
+    switch (part.role) {
+      case Role::kSend: {
+        const std::int64_t local = send_cursor;
+        send_cursor += part.bytes;
+        work.pack.push_back({copy_at(correspondence, tensor, rank, copies[part.first_copy], segment.box), local, part.element_bytes});
+        write_all(work, part, local);
+        break;
       }
-    }
-    Cursor& in = cursor(in_cursor, in_source, in_stage, in_lag, rank, in_source);
-    const std::int64_t local = in.start + in.bytes;
-    in.bytes += bytes;
-    const auto [first, last] = std::equal_range(atom.needers.begin(), atom.needers.end(), AtomEndpoint{rank, 0},
-                                                [](const AtomEndpoint& a, const AtomEndpoint& b) { return a.worker < b.worker; });
-    for (auto it = first; it != last; ++it)
-      work.assemble.push_back({copy_at(correspondence, atom, *it, segment.box), local, element_bytes});
-    if (rank != lander) continue;
-    if (k != segment.origin) {
-      bool relays = false;
-      index.children_of(segment, k, [&](std::size_t) { relays = true; });
-      if (relays) landed.emplace(part.segment, local);
-    }
-    if (k == segment.origin)
-      index.children_of(segment, k, [&](std::size_t child) { write(work, lander_worker(child), Stage::kExternalExchange, 0, local, bytes); });
-    const plan_detail::NodeNeeders& here = index.routes.nodes_of(index.routes.atoms[segment.atom])[k];
-    const std::uint32_t* needers = index.routes.needers_of(here);
-    for (std::uint32_t i = 0; i < here.count; ++i) {
-      const int worker = atom.needers[needers[i]].worker;
-      if (worker != rank) write(work, worker, Stage::kInternalExchange, 0, local, bytes);
+      case Role::kReceive: {
+        Cursor& in = cursor(in_cursor, part.in_source, part.in_stage, part.in_lag, rank, part.in_source);
+        const std::int64_t local = in.start + in.bytes;
+        in.bytes += part.bytes;
+        for (std::uint32_t c = part.first_copy; c < part.first_copy + part.copy_count; ++c)
+          work.assemble.push_back({copy_at(correspondence, tensor, rank, copies[c], segment.box), local, part.element_bytes});
+        if (part.relays_later) landed.emplace(part.segment, local);
+        write_all(work, part, local);
+        break;
+      }
+      case Role::kRelay: {
+        const auto it = landed.find(part.segment);
+        if (it == landed.end())
+          throw Error(ErrorCode::kInternal, "round schedule: rank " + std::to_string(rank) + " relays a segment it never received");
+        write_all(work, part, it->second);
+        landed.erase(it);
+        break;
+      }
     }
   }
   std::vector<int> peers;
@@ -299,6 +356,38 @@ RoundSchedule RoundScheduleBuilder::build(int rank) const {
   peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
   schedule.peers = std::move(peers);
   return schedule;
+}
+
+std::vector<std::vector<std::byte>> serialize_round_schedules(const RoundScheduleBuilder& builder, int ranks, int threads,
+                                                              const std::function<void(const RoundSchedule&)>& inspect) {
+  std::vector<std::vector<std::byte>> serialized(static_cast<std::size_t>(std::max(0, ranks)));
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::min(16u, std::thread::hardware_concurrency())));
+  threads = std::max(1, std::min(threads, ranks / 8));  // a few ranks are not worth a thread
+  std::atomic<int> next{0};
+  std::mutex lock;
+  std::exception_ptr failure;
+  const auto work = [&] {
+    try {
+      for (int rank = next++; rank < ranks; rank = next++) {
+        const RoundSchedule schedule = builder.build(rank);
+        serialized[static_cast<std::size_t>(rank)] = serialize_round_schedule(schedule);
+        if (inspect) {
+          const std::lock_guard<std::mutex> guard(lock);
+          inspect(schedule);
+        }
+      }
+    } catch (...) {
+      const std::lock_guard<std::mutex> guard(lock);
+      if (!failure) failure = std::current_exception();
+      next = ranks;  // the others stop at their next rank
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (std::thread& thread : pool) thread.join();
+  if (failure) std::rethrow_exception(failure);
+  return serialized;
 }
 
 }  // namespace wb
