@@ -232,8 +232,8 @@ int run_scaling(int max_nodes, const Network& network, const std::string& json_p
   const std::vector<TensorInfo> tensors = model_tensors(model);
   std::printf("Figure 12: %s, trainer 1 node (tp=4,ep=8,dp=2), n one-node rollout replicas (tp=8,ep=8)\n",
               model.name.c_str());
-  std::printf("%6s %8s %8s %8s %8s  %-28s %7s %7s %8s %9s\n", "nodes", "T_min", "wb", "p2p", "bcast", "exchange (wb)",
-              "plan s", "cpu s", "RSS MiB", "sched MiB");
+  std::printf("%6s %8s %12s %8s %9s  %-28s %7s %7s %8s %9s\n", "nodes", "T_min", "weightbridge", "p2p", "broadcast",
+              "exchange", "plan s", "cpu s", "RSS MiB", "sched MiB");
   nlohmann::json rows = nlohmann::json::array();
   for (int n = 1; n <= max_nodes; ++n) {
     reset_peak_rss();
@@ -248,7 +248,7 @@ int run_scaling(int max_nodes, const Network& network, const std::string& json_p
     const double p2p = e.find("p2p").simulation.ewtt_seconds;
     const double bc = e.find("broadcast").simulation.ewtt_seconds;
     const std::int64_t rss = peak_rss_bytes();
-    std::printf("%6d %7.3fs %7.3fx %7.2fx %7.3fx  %-28s %7.2f %7.2f %8.0f %9.1f\n", n, t, wb / t, p2p / t, bc / t,
+    std::printf("%6d %7.3fs %11.3fx %7.2fx %8.3fx  %-28s %7.2f %7.2f %8.0f %9.1f\n", n, t, wb / t, p2p / t, bc / t,
                 e.plan.exchange.c_str(), e.plan_seconds, e.plan_cpu_seconds, static_cast<double>(rss) / (1 << 20),
                 static_cast<double>(e.schedule_bytes) / (1 << 20));
     std::fflush(stdout);
