@@ -15,6 +15,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <new>
 #include <string>
 
 #include <boost/program_options.hpp>
@@ -391,6 +392,12 @@ int run(int argc, char** argv) {
 int main(int argc, char** argv) {
   try {
     return run(argc, argv);
+  } catch (const std::bad_alloc&) {
+    // The planner refuses what its estimate says will not fit; this is what the estimate does not cover
+    // (the source maps, the correspondence, the baselines' simulation).
+    std::fprintf(stderr, "wb-plan: out of memory at a peak RSS of %.0f MiB (fewer engines, or larger --buffer-mib for "
+                 "fewer pieces and rounds)\n", static_cast<double>(peak_rss_bytes()) / (1 << 20));
+    return 1;
   } catch (const std::exception& error) {
     std::fprintf(stderr, "wb-plan: %s\n", error.what());
     return 1;

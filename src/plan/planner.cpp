@@ -85,14 +85,17 @@ TransferPlan plan_checked(const Correspondence& correspondence, const Topology& 
   };
   if (options.relay_fan_out != kRelayChoose) return build(assign_trees(pieces, landing, sets, options.relay_fan_out), base_rounds);
 
-  // Choose, on the topology's network model: every shape with twice the fewest rounds, then the fastest
-  // with more rounds while that helps, or with the fewest (relays pay a round of fill per hop, so deeper
-  // trees want smaller rounds; every round costs its writes' latency), and the runner-up moved the same
-  // way once, in case it gains more. Drafts are simulated; the winner is built in full.
+  // Choose, on the topology's network model: every shape with twice the fewest rounds (the fewest when
+  // those are many already: a round of fill is then small), then the fastest with more rounds while that
+  // helps, or with fewer (relays pay a round of fill per hop, so deeper trees want smaller rounds; every
+  // round costs its writes' latency), and the runner-up once with fewer if that helped the fastest, else
+  // with more, in case it gains more.
+  // Drafts are simulated; the winner is built in full.
+  const int first_multiple = base_rounds < 32 ? 2 : 1;
   struct Shape {
     Exchange exchange;
     double seconds = std::numeric_limits<double>::infinity();
-    int multiple = 2;
+    int multiple = 1;
   };
   std::vector<ExchangeCandidate> tried;
   const auto simulate_draft = [&](const Shape& shape, int multiple) {
@@ -111,16 +114,16 @@ TransferPlan plan_checked(const Correspondence& correspondence, const Topology& 
     return true;
   };
   std::vector<Shape> shapes;
-  for (int f : relay_fan_outs(sets)) shapes.push_back({assign_trees(pieces, landing, sets, f)});
+  for (int f : relay_fan_outs(sets)) shapes.push_back({assign_trees(pieces, landing, sets, f), std::numeric_limits<double>::infinity(), first_multiple});
   for (Shape& shape : shapes) shape.seconds = simulate_draft(shape, shape.multiple);
   std::vector<std::size_t> by_speed(shapes.size());
   for (std::size_t i = 0; i < shapes.size(); ++i) by_speed[i] = i;
   std::stable_sort(by_speed.begin(), by_speed.end(), [&](std::size_t a, std::size_t b) { return shapes[a].seconds < shapes[b].seconds; });
   Shape& fastest = shapes[by_speed[0]];
   bool more = false;
-  for (int multiple = 3; multiple <= 4 && improve(fastest, multiple); ++multiple) more = true;
-  if (!more) improve(fastest, 1);
-  if (by_speed.size() > 1) improve(shapes[by_speed[1]], more ? 3 : 1);
+  for (int multiple = first_multiple + 1; multiple <= first_multiple + 2 && improve(fastest, multiple); ++multiple) more = true;
+  const bool fewer = !more && first_multiple > 1 && improve(fastest, first_multiple - 1);
+  if (by_speed.size() > 1) improve(shapes[by_speed[1]], fewer ? first_multiple - 1 : first_multiple + 1);
   const Shape& best = *std::min_element(shapes.begin(), shapes.end(), [](const Shape& a, const Shape& b) { return a.seconds < b.seconds; });
   TransferPlan plan = build(best.exchange, base_rounds * best.multiple);
   for (ExchangeCandidate& c : tried) c.chosen = c.shape == plan.exchange && c.rounds == plan.rounds && c.simulated_seconds == best.seconds;

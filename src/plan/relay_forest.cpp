@@ -33,15 +33,25 @@ RelayForest relay_forest(int k, int fan_out) {
   // Child slots per position over all trees: with every tree carrying 1/T of the pieces, T slots is what a
   // position receives, so it never sends more than that.
   std::vector<int> slots(static_cast<std::size_t>(k), trees);
+  std::vector<bool> is_root(static_cast<std::size_t>(k), false);
+  for (int t = 0; t < trees; ++t) is_root[static_cast<std::size_t>(static_cast<long long>(t) * k / trees)] = true;
   std::deque<int> parents;
+  std::vector<int> order;
   for (int t = 0; t < trees; ++t) {
     RelayTree tree;
     tree.parent.assign(static_cast<std::size_t>(k), RelayTree::kRoot);
     tree.depth.assign(static_cast<std::size_t>(k), 0);
     const int start = static_cast<int>(static_cast<long long>(t) * k / trees);
+    // The other trees' roots come last, as leaves: a root that also relayed would forward out of the slot
+    // the trainer writes its next rounds into, and hold that up.
+    order.clear();
+    for (int pass = 0; pass < 2; ++pass)
+      for (int i = 1; i < k; ++i) {
+        const int position = (start + i) % k;
+        if (is_root[static_cast<std::size_t>(position)] == (pass == 1)) order.push_back(position);
+      }
     parents.assign(1, start);
-    for (int i = 1; i < k; ++i) {
-      const int position = (start + i) % k;
+    for (const int position : order) {
       while (!parents.empty() && slots[static_cast<std::size_t>(parents.front())] == 0) parents.pop_front();
       // Every tree needs k - 1 slots and k T are there: the positions after a tree's start, not yet used by
       // the trees before, always have enough.

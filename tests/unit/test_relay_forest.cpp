@@ -4,6 +4,7 @@
 // hears from at most one parent per tree; depth grows like log_F of the group; small groups are all-to-all.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "plan/relay_forest.hpp"
@@ -64,6 +65,25 @@ TEST(RelayForest, TreesSpanEveryPositionWithBoundedFanOutAndLogarithmicDepth) {
       }
     }
   }
+}
+
+TEST(RelayForest, NoRootRelaysInAnotherTree) {
+  // A root takes its tree's pieces from the trainer into the slot a relay would forward out of a round
+  // later: the trees keep roots as leaves of one another.
+  for (int fan_out = 2; fan_out <= 16; ++fan_out)
+    for (int k = fan_out + 2; k <= 200; ++k) {
+      const RelayForest forest = relay_forest(k, fan_out);
+      for (int t = 0; t < forest.tree_count(); ++t) {
+        const int root = forest.root(t);
+        for (int u = 0; u < forest.tree_count(); ++u) {
+          if (u == t) continue;
+          const RelayTree& tree = forest.trees[static_cast<std::size_t>(u)];
+          for (std::size_t p = 0; p < tree.parent.size(); ++p)
+            ASSERT_NE(tree.parent[p], root) << "k " << k << " fan-out " << fan_out << ": root of tree " << t
+                                            << " relays in tree " << u;
+        }
+      }
+    }
 }
 
 TEST(RelayForest, RootsOfDifferentTreesDiffer) {
