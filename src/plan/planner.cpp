@@ -120,10 +120,14 @@ TransferPlan plan_checked(const Correspondence& correspondence, const Topology& 
   for (std::size_t i = 0; i < shapes.size(); ++i) by_speed[i] = i;
   std::stable_sort(by_speed.begin(), by_speed.end(), [&](std::size_t a, std::size_t b) { return shapes[a].seconds < shapes[b].seconds; });
   Shape& fastest = shapes[by_speed[0]];
-  bool more = false;
-  for (int multiple = first_multiple + 1; multiple <= first_multiple + 2 && improve(fastest, multiple); ++multiple) more = true;
-  const bool fewer = !more && first_multiple > 1 && improve(fastest, first_multiple - 1);
-  if (by_speed.size() > 1) improve(shapes[by_speed[1]], fewer ? first_multiple - 1 : first_multiple + 1);
+  // With many rounds already (a buffer-bound plan), a round of fill is under 2 % and more rounds only add
+  // their writes' latency: the shapes' first drafts decide.
+  if (base_rounds < 64) {
+    bool more = false;
+    for (int multiple = first_multiple + 1; multiple <= first_multiple + 2 && improve(fastest, multiple); ++multiple) more = true;
+    const bool fewer = !more && first_multiple > 1 && improve(fastest, first_multiple - 1);
+    if (by_speed.size() > 1) improve(shapes[by_speed[1]], fewer ? first_multiple - 1 : first_multiple + 1);
+  }
   const Shape& best = *std::min_element(shapes.begin(), shapes.end(), [](const Shape& a, const Shape& b) { return a.seconds < b.seconds; });
   TransferPlan plan = build(best.exchange, base_rounds * best.multiple);
   for (ExchangeCandidate& c : tried) c.chosen = c.shape == plan.exchange && c.rounds == plan.rounds && c.simulated_seconds == best.seconds;
