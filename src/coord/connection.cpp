@@ -202,7 +202,8 @@ Connection establish_connection(const ConnectInput& input) {
       topology.node_bandwidth = network.node_bandwidth;
       topology.intra_node_bandwidth = network.intra_node_bandwidth;
       topology.message_latency = network.message_latency;
-      PlanOptions plan_options;
+      // Rank 0's planner settings (relay fan-out, memory limit); buffers and depth fit every worker's.
+      PlanOptions plan_options = plan_options_from_settings();
       plan_options.buffer_bytes_per_worker = INT64_MAX;
       plan_options.pipeline_depth = 64;
       for (const WorkerConfig& c : configs) {
@@ -216,7 +217,7 @@ Connection establish_connection(const ConnectInput& input) {
       const Correspondence correspondence = build_correspondence(tensors, std::move(maps), std::move(sides));
       const TransferPlan plan = plan_transfer(correspondence, topology, plan_options);
       const RoundScheduleBuilder builder(correspondence, plan);
-      for (int r = 0; r < size; ++r) serialized.push_back(serialize_round_schedule(builder.build(r)));
+      serialized = serialize_round_schedules(builder, size);  // on this node's cores
       summary.t_min = plan.bound.t_min_seconds;
       summary.simulated = simulate(traffic_of(correspondence, plan), plan.topology).ewtt_seconds;
       summary.workers = size;

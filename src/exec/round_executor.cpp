@@ -5,6 +5,9 @@
 //   rollout:  receive-stage arrivals complete -> post the external-exchange batches; those arrivals complete
 //             too -> post the internal-exchange batches; every arrival in -> assemble; assembled and its own
 //             forwards done -> release the slot: grant round g + depth to the peers that write then.
+//   relay:    a batch with lag 1 forwards what arrived in round g - 1, out of that round's slot: it goes out
+//             once round g - 1's arrivals are in, and round g - 1's slot is released only when these
+//             batches of round g are done too (the planner never puts them in a schedule's first round).
 //
 // Rounds are numbered globally across updates (g = update × rounds + r), so a slot released near the end of
 // one update is granted to the next update's early rounds and nothing waits at update boundaries. Writes
@@ -68,16 +71,18 @@ std::size_t writes_per_post(const Transport& transport) {
 constexpr int kEndpointTag = 0x5742;  // connect-time records
 constexpr int kGrantTag = 0x5743;     // "you may write round g into my slot"
 constexpr std::uint32_t kRoundBits = 24;
+constexpr std::uint64_t kRelayToken = std::uint64_t{1} << 63;  // completion token of a lag 1 post: round | this
 constexpr std::uint64_t kRoundMask = (std::uint64_t{1} << kRoundBits) - 1;
 
 std::uint32_t encode_immediate(std::uint64_t round, Stage stage) {
   return static_cast<std::uint32_t>(((round & kRoundMask) << 2) | static_cast<std::uint32_t>(stage));
 }
 
-// One batch: the writes of one round to one peer in one stage (offsets within the slots).
+// One batch: the writes of one round to one peer in one stage and lag (offsets within the slots).
 struct Batch {
   int peer = 0;
   Stage stage = Stage::kReceive;
+  std::uint8_t lag = 0;              // 1: relays out of the previous round's receive slot
   std::vector<WriteRequest> writes;  // local/remote offsets relative to the slots; memory ids filled in
   std::int64_t bytes = 0;
   std::size_t writes_per_post = 0;   // the transport takes this many at once: a longer batch goes out in
@@ -88,6 +93,7 @@ struct RoundWork {
   std::vector<Batch> batches;                 // in stage order
   std::array<int, kStageCount> arrivals{};    // regions expected per stage
   std::vector<int> writers;                   // distinct peers that write into this rank in this round
+  int relay_batches = 0;                      // batches with lag 1
   exec::CopyProgram pack, assemble;           // host parameters
 #if WB_HAVE_CUDA
   kernels::DeviceCopyProgram device_pack, device_assemble;  // CUDA parameters
@@ -110,6 +116,8 @@ struct RoundProgress {
   int posted = 0;                            // batches of this rank posted completely
   std::size_t next_write = 0;                // in the batch being posted: its first write not yet posted
   int posts = 0, done = 0;                   // posts made (one per batch unless it is split) and completed
+  int relay_posted = 0;                      // lag 1 batches posted completely
+  int relay_posts = 0, relay_done = 0;       // their posts, made and completed (also counted in posts, done)
   bool packed = false, assembled = false, released = false;
   bool pack_launched = false, assemble_launched = false;  // CUDA parameters: kernel enqueued, not yet seen done
 };
@@ -529,15 +537,16 @@ RoundExecutor::RoundExecutor(RoundSchedule schedule, ParameterMemory parameters,
 
   // Batches longer than a transport takes in one post are split; each post notifies the receiver, which
   // must then expect that many arrivals. Per peer: (round, stage, posts) of every split batch, sent with
-  // the connect record.
+  // the connect record (a relay's two batches to one peer in one stage, lag 0 and lag 1, are announced
+  // apart; the receiver adds up what each adds).
   std::map<int, std::vector<std::uint64_t>> split_batches;  // peer -> round, stage, posts, ...
   {
-    std::map<std::tuple<int, int, int>, std::size_t> writes;  // (peer, round, stage) -> writes
+    std::map<std::tuple<int, int, int, int>, std::size_t> writes;  // (peer, round, stage, lag) -> writes
     for (int r = 0; r < s.rounds; ++r)
       for (const Write& write : s.schedule.rounds[static_cast<std::size_t>(r)].writes)
-        ++writes[{write.peer, r, static_cast<int>(write.stage)}];
+        ++writes[{write.peer, r, static_cast<int>(write.stage), write.lag}];
     for (const auto& [key, count] : writes) {
-      const auto [peer, r, stage] = key;
+      const auto [peer, r, stage, lag] = key;
       const std::size_t per_post = writes_per_post(*s.peers.at(peer).transport);
       if (count <= per_post) continue;
       ++s.stats.split_batches;
@@ -601,8 +610,11 @@ RoundExecutor::RoundExecutor(RoundSchedule schedule, ParameterMemory parameters,
     const RoundPlan& plan = s.schedule.rounds[static_cast<std::size_t>(r)];
     RoundWork& work = s.work[static_cast<std::size_t>(r)];
     for (const Write& write : plan.writes) {
-      if (work.batches.empty() || work.batches.back().peer != write.peer || work.batches.back().stage != write.stage)
-        work.batches.push_back({write.peer, write.stage, {}, 0, writes_per_post(*s.peers.at(write.peer).transport)});
+      if (work.batches.empty() || work.batches.back().peer != write.peer || work.batches.back().stage != write.stage ||
+          work.batches.back().lag != write.lag) {
+        work.batches.push_back({write.peer, write.stage, write.lag, {}, 0, writes_per_post(*s.peers.at(write.peer).transport)});
+        if (write.lag != 0) ++work.relay_batches;
+      }
       Batch& batch = work.batches.back();
       const TransportKind kind = s.peers.at(write.peer).transport->kind();
       const auto [send_id, receive_id] = s.local_memory.at(kind);
@@ -668,7 +680,9 @@ Status RoundExecutor::run_update() {
     for (const Completion& c : s.completions) {
       progressed = true;
       if (c.kind == Completion::Kind::kWritesDone) {
-        ++s.progress(c.token).done;
+        RoundProgress& done = s.progress(c.token & ~kRelayToken);
+        ++done.done;
+        if (c.token & kRelayToken) ++done.relay_done;
         continue;
       }
       const std::uint64_t tag = c.immediate >> 2;
@@ -719,9 +733,16 @@ Status RoundExecutor::run_update() {
       const auto complete = [&](Stage stage) {
         return p.arrived[static_cast<std::size_t>(stage)] == work.arrivals[static_cast<std::size_t>(stage)];
       };
+      // A relay batch reads round g - 1's slot, which stays unreleased until it is done (below).
+      const auto previous_complete = [&] {
+        const RoundWork& before = s.work[static_cast<std::size_t>((g - 1) % static_cast<std::uint64_t>(s.rounds))];
+        const RoundProgress& q = s.progress(g - 1);
+        return q.arrived[0] == before.arrivals[0] && q.arrived[1] == before.arrivals[1];
+      };
       while (p.posted < static_cast<int>(work.batches.size())) {
         const Batch& batch = work.batches[static_cast<std::size_t>(p.posted)];
         const bool ready = batch.stage == Stage::kReceive ? (!work.packs || p.packed)
+                           : batch.lag != 0 ? g > first && previous_complete()
                            : batch.stage == Stage::kExternalExchange
                                ? complete(Stage::kReceive)
                                : complete(Stage::kReceive) && complete(Stage::kExternalExchange);
@@ -731,20 +752,23 @@ Status RoundExecutor::run_update() {
         const auto chunk = batch.writes.begin() + static_cast<std::ptrdiff_t>(p.next_write);
         s.scratch.assign(chunk, chunk + static_cast<std::ptrdiff_t>(count));
         const std::uint64_t local_base =
-            slot_of(g) * static_cast<std::uint64_t>(batch.stage == Stage::kReceive ? s.send_slot_stride : s.receive_slot_stride);
+            slot_of(g - batch.lag) * static_cast<std::uint64_t>(batch.stage == Stage::kReceive ? s.send_slot_stride : s.receive_slot_stride);
         const std::uint64_t remote_base = slot_of(g) * static_cast<std::uint64_t>(link.receive_slot_stride);
         for (WriteRequest& w : s.scratch) {
           w.local_offset += local_base;
           w.remote_offset += remote_base;
         }
-        Status status = link.transport->post_writes(batch.peer, s.scratch, encode_immediate(g, batch.stage), g);
+        Status status = link.transport->post_writes(batch.peer, s.scratch, encode_immediate(g, batch.stage),
+                                                    batch.lag != 0 ? g | kRelayToken : g);
         if (status.code() == ErrorCode::kRetryLater) break;
         if (!status) return status;
         for (const WriteRequest& w : s.scratch) s.stats.bytes_written += static_cast<std::int64_t>(w.bytes);
         ++p.posts;
+        if (batch.lag != 0) ++p.relay_posts;
         p.next_write += count;
         if (p.next_write == batch.writes.size()) {
           ++p.posted;
+          if (batch.lag != 0) ++p.relay_posted;
           p.next_write = 0;
         }
         progressed = true;
@@ -770,9 +794,16 @@ Status RoundExecutor::run_update() {
         if (p.assembled) s.stats.bytes_assembled += work.assembled_bytes;
       }
       // Slots are released in round order, so that a peer's grants arrive in order and the latest one
-      // stands for every round before it.
+      // stands for every round before it; a slot that round g + 1 relays out of, only once those relays
+      // are done (g + 1 < oldest + depth: depth >= 2 wherever a schedule relays).
+      const auto relays_done = [&] {
+        const RoundWork& next = s.work[static_cast<std::size_t>((g + 1) % static_cast<std::uint64_t>(s.rounds))];
+        if (next.relay_batches == 0 || g + 1 >= end) return true;
+        const RoundProgress& q = s.progress(g + 1);
+        return q.relay_posted == next.relay_batches && q.relay_done == q.relay_posts;
+      };
       if (!p.released && p.assembled && (!work.packs || p.packed) && p.posted == static_cast<int>(work.batches.size()) &&
-          p.done == p.posts && (g == oldest || s.progress(g - 1).released)) {
+          p.done == p.posts && (g == oldest || s.progress(g - 1).released) && relays_done()) {
         // The slot is free again: whoever writes into it depth rounds later may go ahead.
         const std::uint64_t next = g + depth;
         for (int writer : s.work[static_cast<std::size_t>(next % static_cast<std::uint64_t>(s.rounds))].writers) {
