@@ -4,6 +4,7 @@
 #include <chrono>
 #include <climits>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -20,8 +21,11 @@ namespace {
 
 constexpr int kSetupTag = 0x5762;  // P2P endpoint records and keys
 
-/// Waits for a non-blocking MPI operation without spinning a core away, failing past the deadline.
-void wait_for(MPI_Request& request, double timeout_seconds, const std::string& what) {
+/// Waits for a non-blocking MPI operation without spinning a core away, failing past the deadline. `progress`
+/// runs between tests: providers with manual progress (tcp;ofi_rxm) finish a peer's writes only while the
+/// target polls, so a rank that stops polling can hold its sender's completions back indefinitely.
+void wait_for(MPI_Request& request, double timeout_seconds, const std::string& what,
+              const std::function<void()>& progress = {}) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
   for (int spins = 0;; ++spins) {
     int done = 0;
@@ -29,6 +33,7 @@ void wait_for(MPI_Request& request, double timeout_seconds, const std::string& w
     if (done) return;
     if (std::chrono::steady_clock::now() > deadline)
       throw Error(ErrorCode::kTimeout, what + " did not finish within " + std::to_string(timeout_seconds) + " s");
+    if (progress) progress();
     if (spins < 64) std::this_thread::yield();
     else std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
@@ -484,7 +489,13 @@ BaselineUpdate Baselines::p2p() {
   }
   MPI_Request request;
   WB_CHECK_MPI(MPI_Ibarrier(s.world, &request));
-  wait_for(request, s.options.timeout_seconds, s.who() + ": the end of the P2P update");
+  // Keep every transport progressing: the head's last completions may need the receivers' progress.
+  wait_for(request, s.options.timeout_seconds, s.who() + ": the end of the P2P update", [&] {
+    for (auto& [kind, transport] : s.transports) {
+      completions.clear();
+      throw_if_error(transport->poll(completions));
+    }
+  });
   if (s.trainer) update.end = s.clock->now();
   return update;
 }
