@@ -144,9 +144,23 @@ TEST_F(Hdf5CorruptTest, Truncated) {
   }
 }
 
-TEST_F(Hdf5CorruptTest, MissingDtypeAttribute) {
+TEST_F(Hdf5CorruptTest, DtypeAttributeNeededOnlyForIntegerBits) {
+  // A float32 dataset says what it is: without the attribute it still reads as f32, bit for bit.
+  const std::vector<std::byte> data = random_data(tensors_, 3)[0];
   patch_file(path_, "dtype", "dtypx");
-  expect_error([&] { open_checkpoint(path_); }, ErrorCode::kCorruptData, {path_, "model.norm.weight", "no 'dtype' attribute"});
+  const auto reader = open_checkpoint(path_);
+  ASSERT_EQ(reader->tensors(), tensors_);
+  std::vector<std::byte> out(data.size());
+  reader->read("model.norm.weight", out.data());
+  EXPECT_EQ(out, data);
+
+  // 16-bit integers holding bf16 bits do not: without the attribute they are refused.
+  const std::string bits = dir_.file("bits.h5");
+  const std::vector<TensorInfo> bf16 = {{"model.embed_tokens.weight", DType::kBF16, {4, 2}}};
+  testing::write_checkpoint(bits, CheckpointFormat::kHdf5, bf16, random_data(bf16, 4));
+  patch_file(bits, "dtype", "dtypx");
+  expect_error([&] { open_checkpoint(bits); }, ErrorCode::kCorruptData,
+               {bits, "model.embed_tokens.weight", "16-bit unsigned integer", "no 'dtype' attribute", "bf16 or f16"});
 }
 
 TEST_F(Hdf5CorruptTest, StorageDoesNotMatchDtype) {
