@@ -92,6 +92,7 @@ struct Setup {
   ModelConfig model;
   Deployment deployment;
   std::unique_ptr<CheckpointReader> checkpoint;
+  std::vector<std::string> unused_tensors;  // in the checkpoint, not in the model
 };
 
 Setup make_setup(const Options& options) {
@@ -104,23 +105,10 @@ Setup make_setup(const Options& options) {
     setup.checkpoint = std::make_unique<SyntheticCheckpoint>(expected, options.seed);
   } else {
     setup.checkpoint = open_checkpoint(options.checkpoint);
-    // The layouts are built from the model config: the file must hold exactly that model.
-    const std::vector<TensorInfo>& actual = setup.checkpoint->tensors();
-    for (const TensorInfo& info : expected) {
-      const TensorInfo* found = setup.checkpoint->find(info.name);
-      if (found == nullptr)
-        throw Error(ErrorCode::kInvalidArgument, options.checkpoint + " has no tensor " + info.name + " that " +
-                                                     setup.model.name + " needs (wrong --model or --scale?)");
-      if (found->shape != info.shape || found->dtype != info.dtype)
-        throw Error(ErrorCode::kInvalidArgument,
-                    options.checkpoint + ": tensor " + info.name + " is " + std::string(dtype_name(found->dtype)) +
-                        shape_to_string(found->shape) + " but " + setup.model.name + " has " +
-                        std::string(dtype_name(info.dtype)) + shape_to_string(info.shape));
-    }
-    if (actual.size() != expected.size())
-      throw Error(ErrorCode::kInvalidArgument, options.checkpoint + " has " + std::to_string(actual.size()) +
-                                                   " tensors, " + setup.model.name + " has " +
-                                                   std::to_string(expected.size()));
+    // The layouts are built from the model config: the file must hold that model's tensors, each in the
+    // model's dtype and shape; what else it holds (a multi-token-prediction layer, say) no worker loads.
+    setup.unused_tensors = check_checkpoint_holds(expected, setup.model.name, *setup.checkpoint);
+    setup.checkpoint = restrict_checkpoint(std::move(setup.checkpoint), expected);
   }
   return setup;
 }
@@ -355,6 +343,11 @@ int run(int argc, char** argv) {
 
   const auto start = std::chrono::steady_clock::now();
   Setup setup = make_setup(options);
+  if (rank == 0 && !setup.unused_tensors.empty()) {
+    WB_LOG(kWarn) << "checkpoint " << setup.checkpoint->source() << " holds " << setup.unused_tensors.size()
+                  << " tensor(s) that " << setup.model.name << " does not use; no worker loads them: "
+                  << compact_names(setup.unused_tensors);
+  }
   const Deployment& deployment = setup.deployment;
   if (world != deployment.world_size())
     throw Error(ErrorCode::kInvalidArgument,
