@@ -11,6 +11,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev
   libibverbs-dev
+  # h5py writes the HDF5 files the checkpoint tests read (only /usr/bin/python3 sees Debian's modules).
+  python3-h5py python3-numpy
 )
 # Slurm and munge for the srun tests and the sbatch scripts in slurm/.
 if [[ "${WB_WITH_SLURM:-1}" == "1" ]]; then
