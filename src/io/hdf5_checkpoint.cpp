@@ -30,6 +30,7 @@
 #include <system_error>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "io/checkpoint_internal.hpp"
@@ -442,17 +443,21 @@ class Hdf5Reader final : public CheckpointReader {
     file_ = Handle(file, H5Fclose);
     hsize_t file_bytes = 0;
     WB_H5(kCorruptData, where, H5Fget_filesize(file_.get(), &file_bytes));
-    for (const std::string& name : dataset_names()) add_tensor(name, file_bytes);
+    std::unordered_set<std::string> seen;  // a corrupt link table can repeat a name
+    for (const std::string& name : dataset_names()) {
+      if (!seen.insert(name).second) throw_corrupt(Where{path_, name}, "the file's root group names it twice");
+      add_tensor(name, file_bytes);
+    }
   }
 
   /// libhdf5 (1.10 at least) trusts some metadata it decodes: a corrupt global heap behind a
   /// variable-length string attribute makes it read out of bounds and crash, corrupt its own heap so
   /// that the process aborts later ("free(): invalid size"), or loop forever. So the same walk of the
   /// metadata runs first in a forked child, which inherits this process's exact state and reports each
-  /// dataset it turns to; if it dies from a signal or stops making progress, the file is refused here,
-  /// naming the dataset. A child that fails with an error, or cannot be forked, changes nothing: the
-  /// walk below gives the error, or reads the file unchecked. Called under hdf5_mutex, so no other
-  /// thread of ours is inside HDF5 at the fork.
+  /// dataset it turns to; if it dies from a signal, exits other than normally, or stops making progress,
+  /// the file is refused here, naming the dataset. A child that fails with wb::Error, or cannot be
+  /// forked, changes nothing: the walk below gives the error, or reads the file unchecked. Called under
+  /// hdf5_mutex, so no other thread of ours is inside HDF5 at the fork.
   void check_in_child() const {
     const std::int64_t idle_seconds = check_idle_seconds();
     int pipe_fds[2];
@@ -472,7 +477,7 @@ class Hdf5Reader final : public CheckpointReader {
         const Hdf5Reader walk(path_, InChild{pipe_fds[1]});
         ::_exit(0);  // no destructors, no atexit handlers: the parent's HDF5 files stay untouched
       } catch (...) {
-        ::_exit(1);
+        ::_exit(kChildFoundError);
       }
     }
     ::close(pipe_fds[1]);
@@ -488,13 +493,18 @@ class Hdf5Reader final : public CheckpointReader {
       throw_corrupt(where, std::string("its metadata is corrupt: reading it crashed the HDF5 library (") +
                                ::strsignal(outcome.signal) +
                                ", in the child process that checks each file before this one opens it)");
+    if (outcome.exit_status != 0 && outcome.exit_status != kChildFoundError)  // exit() inside a library, a sanitizer
+      throw_corrupt(where, "its metadata is corrupt: reading it ended the child process that checks each file "
+                           "before this one opens it, with exit status " + std::to_string(outcome.exit_status));
   }
 
   struct ChildOutcome {
     std::string dataset;  // the last dataset the child turned to
     int signal = 0;       // that killed it
+    int exit_status = 0;  // when it exited
     bool stalled = false;
   };
+  static constexpr int kChildFoundError = 86;  // the walk threw wb::Error: the parent's own walk reports it
 
   /// Follows the child's progress lines until it exits; kills it after `idle_seconds` without one.
   static ChildOutcome watch_child(pid_t child, int progress_fd, std::int64_t idle_seconds) {
@@ -513,7 +523,7 @@ class Hdf5Reader final : public CheckpointReader {
         if (got > 0) {
           pending.append(buffer, static_cast<std::size_t>(got));
           for (std::size_t newline; (newline = pending.find('\n')) != std::string::npos; pending.erase(0, newline + 1))
-            outcome.dataset = pending.substr(0, newline);
+            if (newline > 0) outcome.dataset = pending.substr(0, newline);  // empty: still listing
           last_progress = std::chrono::steady_clock::now();
         } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
           open = false;  // the child exited (or closed its end)
@@ -522,7 +532,7 @@ class Hdf5Reader final : public CheckpointReader {
       if (open && std::chrono::steady_clock::now() - last_progress > idle_limit) {
         int status = 0;
         if (::waitpid(child, &status, WNOHANG) == child) {  // exited, but someone else holds the pipe
-          if (WIFSIGNALED(status)) outcome.signal = WTERMSIG(status);
+          record_status(status, outcome);
           return outcome;
         }
         ::kill(child, SIGKILL);
@@ -536,8 +546,13 @@ class Hdf5Reader final : public CheckpointReader {
     pid_t done = -1;
     while ((done = ::waitpid(child, &status, 0)) < 0 && errno == EINTR) {
     }
-    if (done == child && WIFSIGNALED(status)) outcome.signal = WTERMSIG(status);
+    if (done == child) record_status(status, outcome);
     return outcome;
+  }
+
+  static void record_status(int status, ChildOutcome& outcome) {
+    if (WIFSIGNALED(status)) outcome.signal = WTERMSIG(status);
+    if (WIFEXITED(status)) outcome.exit_status = WEXITSTATUS(status);
   }
 
   /// Links of the root group, in creation order when the file tracks it, else in name order.
@@ -548,14 +563,19 @@ class Hdf5Reader final : public CheckpointReader {
     unsigned order_flags = 0;
     WB_H5(kCorruptData, where, H5Pget_link_creation_order(gcpl.get(), &order_flags));
     const H5_index_t index = (order_flags & H5P_CRT_ORDER_TRACKED) != 0 ? H5_INDEX_CRT_ORDER : H5_INDEX_NAME;
-    std::vector<std::string> names;
+    struct Listing {
+      const Hdf5Reader* reader;
+      std::vector<std::string> names;
+    } listing{this, {}};
     const auto visit = [](hid_t, const char* name, const H5L_info_t* link, void* data) -> herr_t {
-      if (link->type == H5L_TYPE_HARD) static_cast<std::vector<std::string>*>(data)->emplace_back(name);
+      auto* out = static_cast<Listing*>(data);
+      if (link->type == H5L_TYPE_HARD) out->names.emplace_back(name);
+      if (out->names.size() % 1024 == 0) out->reader->report_progress({});  // a long listing is progress too
       return 0;
     };
     hsize_t position = 0;
-    WB_H5(kCorruptData, where, H5Literate(root.get(), index, H5_ITER_INC, &position, visit, &names));
-    return names;
+    WB_H5(kCorruptData, where, H5Literate(root.get(), index, H5_ITER_INC, &position, visit, &listing));
+    return std::move(listing.names);
   }
 
   void close() {
@@ -564,7 +584,7 @@ class Hdf5Reader final : public CheckpointReader {
   }
 
   /// In the checking child: tells the parent which dataset comes next (one line; a newline in a name
-  /// would split it, so it is replaced).
+  /// would split it, so it is replaced; an empty line says the listing goes on).
   void report_progress(std::string name) const {
     if (progress_fd_ < 0) return;
     for (char& c : name)

@@ -184,5 +184,25 @@ TEST(Hdf5CheckpointTest, Fp8AttributeWithWrongWidth) {
   expect_error([&] { open_checkpoint(path); }, ErrorCode::kCorruptData, {path, "w", "16-bit unsigned integer"});
 }
 
+// Files fuzz/fuzz_hdf5 found, on which libhdf5 1.10 itself faults (a global heap object read past its
+// buffer; the metadata accumulator copying past its own) or frees a pointer it never set (a corrupt link
+// message: "free(): invalid size" once another file has been through the heap). Each must be an error
+// here, with another HDF5 file open, and the process must go on reading that one.
+TEST(Hdf5CheckpointTest, FilesThatCrashLibhdf5AreErrors) {
+  TempDir dir;
+  const std::vector<TensorInfo> tensors = {{"model.norm.weight", DType::kBF16, {64}}};
+  const auto data = random_data(tensors, 5);
+  testing::write_checkpoint(dir.file("good.h5"), CheckpointFormat::kHdf5, tensors, data);
+  const auto good = open_checkpoint(dir.file("good.h5"));
+  for (const char* name : {"global_heap_segv.h5", "accumulator_segv.h5", "link_message_bad_free.h5"}) {
+    SCOPED_TRACE(name);
+    const std::string path = std::string(WB_TEST_IO_DIR) + "/corrupt_hdf5/" + name;
+    expect_error([&] { open_checkpoint(path); }, ErrorCode::kCorruptData, {path});
+  }
+  std::vector<std::byte> out(tensors[0].nbytes());
+  good->read("model.norm.weight", out.data());
+  EXPECT_EQ(out, data[0]);
+}
+
 }  // namespace
 }  // namespace wb
