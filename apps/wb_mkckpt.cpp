@@ -249,6 +249,12 @@ int run(int argc, char** argv) {
                                                   std::to_string(written->tensors().size()) + " tensors listed, " +
                                                   std::to_string(tensors.size()) + " written");
 
+  if (g_stop_signal != 0) {  // came too late to stop anything: the checkpoint is whole
+    std::cerr << "wb-mkckpt: " << ::strsignal(g_stop_signal) << " after " << output << " was complete; kept it"
+              << std::endl;
+    std::signal(g_stop_signal, SIG_DFL);
+    std::raise(g_stop_signal);
+  }
   nlohmann::ordered_json line;
   line["model"] = config.name;
   line["tensors"] = tensors.size();
