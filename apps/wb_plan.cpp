@@ -198,9 +198,6 @@ int run(int argc, char** argv) {
   add_deployment_options(options, choice);
   options.add_options()
       ("strategy", po::value(&strategy), "Strategy whose figures --json writes: weightbridge, broadcast or p2p (all are printed).")
-      ("node-gbps", po::value(&network.node_gbps), "Inter-node bandwidth per node, GB/s each direction (the paper: 400).")
-      ("intra-gbps", po::value(&network.intra_gbps), "Intra-node bandwidth per worker, GB/s each direction.")
-      ("message-us", po::value(&network.message_us), "Link time each one-sided write costs, microseconds.")
       ("scaling", po::value(&scaling), "Print the paper's Figure 12 table for 1..N rollout nodes instead.")
       ("json", po::value(&json_path), "Write the result as JSON to this file.");
   po::variables_map variables;
@@ -212,6 +209,11 @@ int run(int argc, char** argv) {
     const PlanOptions planned = plan_options_from_settings();
     network.buffer_mib = planned.buffer_bytes_per_worker >> 20;
     network.pipeline_depth = planned.pipeline_depth;
+    // --node-gbps, --intra-gbps, --message-us: the same settings connect plans with.
+    const NetworkSettings links = network_from_settings();
+    network.node_gbps = links.node_bandwidth / 1e9;
+    network.intra_gbps = links.intra_node_bandwidth / 1e9;
+    network.message_us = links.message_latency * 1e6;
   }
   if (scaling > 0) return run_scaling(scaling, network, json_path);
 

@@ -26,14 +26,18 @@
 
 #include "emu/backend.hpp"
 #include "emu/deployment_options.hpp"
+#include "emu/network_report.hpp"
 #include "emu/presets.hpp"
+#include "emu/run_setup.hpp"
 #include "emu/synthetic.hpp"
 #include "emu/verify.hpp"
 #include "emu/versioned_checkpoint.hpp"
 #include "weightbridge/adapter.hpp"
 #include "weightbridge/checks.hpp"
 #include "weightbridge/log.hpp"
+#include "weightbridge/plan.hpp"
 #include "weightbridge/settings.hpp"
+#include "weightbridge/transport.hpp"
 
 namespace po = boost::program_options;
 using namespace wb;
@@ -88,29 +92,10 @@ Mode parse_mode(const std::string& text) {
   throw Error(ErrorCode::kInvalidArgument, "--mode " + text + " is not sync, sender-staged, receiver-staged or async");
 }
 
-struct Setup {
-  ModelConfig model;
-  Deployment deployment;
-  std::unique_ptr<CheckpointReader> checkpoint;
-  std::vector<std::string> unused_tensors;  // in the checkpoint, not in the model
-};
+using Setup = RunSetup;
 
 Setup make_setup(const Options& options) {
-  Setup setup;
-  PresetInstance instance = resolve_deployment(options.deployment, options.variables);
-  setup.model = std::move(instance.model);
-  setup.deployment = instance.deployment;
-  const std::vector<TensorInfo> expected = model_tensors(setup.model);
-  if (options.checkpoint.empty()) {
-    setup.checkpoint = std::make_unique<SyntheticCheckpoint>(expected, options.seed);
-  } else {
-    setup.checkpoint = open_checkpoint(options.checkpoint);
-    // The layouts are built from the model config: the file must hold that model's tensors, each in the
-    // model's dtype and shape; what else it holds (a multi-token-prediction layer, say) no worker loads.
-    setup.unused_tensors = check_checkpoint_holds(expected, setup.model.name, *setup.checkpoint);
-    setup.checkpoint = restrict_checkpoint(std::move(setup.checkpoint), expected);
-  }
-  return setup;
+  return make_run_setup(options.deployment, options.variables, options.checkpoint, options.seed);
 }
 
 // Flattened (tensor index, offset..., extent...) records of the boxes a worker holds, for rank 0.
@@ -212,6 +197,7 @@ struct WorkerOutcome {
   std::int64_t steps = 0;              // rollouts: inference steps served (polls)
   std::int64_t bytes_written = 0;
   std::int64_t staging_bytes = 0;
+  std::vector<LinkTraffic> traffic;    // what this worker's writes carried, per transport and peer
   std::string failure;                 // first failure, empty when none
 };
 
@@ -249,6 +235,7 @@ WorkerOutcome run_trainer(const Setup& setup, EmulatedWorker& worker, const Para
   stalls = stats.stalls;
   outcome.bytes_written = stats.bytes_written;
   outcome.staging_bytes = stats.staging_bytes;
+  outcome.traffic = stats.traffic;
   return outcome;
 }
 
@@ -329,6 +316,7 @@ WorkerOutcome run_rollout(const Setup& setup, EmulatedWorker& worker, const Para
   stalls = stats.stalls;
   outcome.bytes_written = stats.bytes_written;
   outcome.staging_bytes = stats.staging_bytes;
+  outcome.traffic = stats.traffic;
   return outcome;
 }
 
@@ -343,11 +331,6 @@ int run(int argc, char** argv) {
 
   const auto start = std::chrono::steady_clock::now();
   Setup setup = make_setup(options);
-  if (rank == 0 && !setup.unused_tensors.empty()) {
-    WB_LOG(kWarn) << "checkpoint " << setup.checkpoint->source() << " holds " << setup.unused_tensors.size()
-                  << " tensor(s) that " << setup.model.name << " does not use; no worker loads them: "
-                  << compact_names(setup.unused_tensors);
-  }
   const Deployment& deployment = setup.deployment;
   if (world != deployment.world_size())
     throw Error(ErrorCode::kInvalidArgument,
@@ -355,6 +338,8 @@ int run(int argc, char** argv) {
                     std::to_string(deployment.trainer.world_size()) + " trainer + " +
                     std::to_string(deployment.rollout.world_size()) + " rollout) but mpirun started " +
                     std::to_string(world));
+
+  check_nodes_within_machines(deployment);
 
   const bool trainer = deployment.is_trainer(rank);
   const int engine = trainer ? -1 : (rank - deployment.trainer.world_size()) / deployment.rollout.tp;
@@ -380,6 +365,14 @@ int run(int argc, char** argv) {
   }
   const double transfer_seconds = seconds_since(transfer_start);
   WB_CHECK_MPI(MPI_Comm_free(&group));
+  // What crossed between machines, from the transports' counters, for the plan comparison on rank 0.
+  std::vector<std::string> machines;
+  std::vector<RankLink> links;
+  {
+    AdapterStats counted;
+    counted.traffic = outcome.traffic;
+    gather_traffic(counted, MPI_COMM_WORLD, 0, machines, links);
+  }
 
   // Rank 0 gathers every worker's outcome and stall intervals.
   const std::int64_t numbers[5] = {outcome.verified_versions, outcome.steps, outcome.bytes_written,
@@ -435,15 +428,26 @@ int run(int argc, char** argv) {
         failed.push_back({{"rank", r}, {"error", "verified " + std::to_string(n[0]) + " of " + std::to_string(options.steps) + " versions"}});
       }
     }
+    // Every version that went through: the counters add up over them.
+    std::int64_t updates = 0;
+    for (int k = 1; k <= options.steps; ++k) updates += span.count(static_cast<std::uint64_t>(k)) ? 1 : 0;
+    const NetworkReport network = network_report(summary, machines, links, updates);
+    if (layouts_ok && updates == options.steps)
+      for (const std::string& problem : network.failures) {
+        verified = false;
+        failed.push_back({{"rank", 0}, {"error", "network traffic: " + problem}});
+      }
     nlohmann::json steps = nlohmann::json::array();
-    std::printf("%-8s %12s %12s %14s\n", "version", "EWTT [ms]", "AGST [ms]", "bytes moved");
+    std::printf("%-8s %12s %12s %14s %10s\n", "version", "EWTT [ms]", "AGST [ms]", "bytes moved", "EWTT/Tmin");
     for (int k = 1; k <= options.steps; ++k) {
       const auto v = static_cast<std::uint64_t>(k);
       const double ewtt = span.count(v) ? span[v].second - span[v].first : 0;
       const double agst = total_stall[v] / world;
-      const std::int64_t moved = bytes_written / options.steps;  // every update moves the same bytes
-      steps.push_back({{"version", k}, {"ewtt_s", ewtt}, {"agst_s", agst}, {"bytes_moved", moved}});
-      std::printf("%-8d %12.3f %12.3f %14lld\n", k, ewtt * 1e3, agst * 1e3, static_cast<long long>(moved));
+      if (!span.count(v)) continue;  // never sent (an earlier failure)
+      const std::int64_t moved = bytes_written / std::max<std::int64_t>(updates, 1);  // every update moves the same bytes
+      const double ratio = summary.t_min_seconds > 0 ? ewtt / summary.t_min_seconds : 0;
+      steps.push_back({{"version", k}, {"ewtt_s", ewtt}, {"agst_s", agst}, {"bytes_moved", moved}, {"ewtt_over_t_min", ratio}});
+      std::printf("%-8d %12.3f %12.3f %14lld %10.3f\n", k, ewtt * 1e3, agst * 1e3, static_cast<long long>(moved), ratio);
     }
     exit_code = verified ? 0 : 1;
     {
@@ -452,10 +456,14 @@ int run(int argc, char** argv) {
         ewtt += step["ewtt_s"].get<double>();
         agst += step["agst_s"].get<double>();
       }
-      std::printf("wb-replay summary: mode %s, %s, %d versions, mean EWTT %.2f ms, mean AGST %.2f ms, %lld bytes moved "
-                  "per version\n",
-                  options.mode.c_str(), verified ? "verified" : "NOT VERIFIED", options.steps, 1e3 * ewtt / options.steps,
-                  1e3 * agst / options.steps, static_cast<long long>(bytes_written / options.steps));
+      const double sent = static_cast<double>(std::max<std::size_t>(steps.size(), 1));
+      for (const std::string& line : network.table) std::printf("%s\n", line.c_str());
+      for (const std::string& problem : network.failures) std::fprintf(stderr, "wb-replay: network traffic: %s\n", problem.c_str());
+      std::printf("wb-replay summary: mode %s, %s, %zu of %d versions, mean EWTT %.2f ms, mean AGST %.2f ms, T_min %.2f ms "
+                  "(at %.3g GB/s per node), %lld bytes moved per version\n",
+                  options.mode.c_str(), verified ? "verified" : "NOT VERIFIED", steps.size(), options.steps,
+                  1e3 * ewtt / sent, 1e3 * agst / sent, 1e3 * summary.t_min_seconds, network_from_settings().node_bandwidth / 1e9,
+                  static_cast<long long>(bytes_written / std::max<std::int64_t>(updates, 1)));
     }
     nlohmann::json result = {
         {"verified", verified},
@@ -468,6 +476,8 @@ int run(int argc, char** argv) {
         {"ranks", world},
         {"model_bytes", summary.model_bytes},
         {"t_min_s", summary.t_min_seconds},
+        {"node_gbps", network_from_settings().node_bandwidth / 1e9},
+        {"network", network.json},
         {"simulated_ewtt_s", summary.simulated_seconds},
         {"max_node_need_bytes", summary.max_node_need_bytes},
         {"planned_bytes_per_update", summary.bytes_per_update},

@@ -31,7 +31,7 @@
 //                                      # 2 rollout engines of tp=1, one rank per node (external exchange)
 //   mpirun -np 2 bench_executor --trainer tp=1 --rollout engines=1,tp=1
 //   options: --updates N --buffer-mib M --pipeline-depth D --piece-kib K --memcpy-mib M --json FILE
-//            --hidden H --experts E --moe-width W --vocab V (sizes of the tiny variant), plus --preset,
+//            --hidden H --experts E --expert-width W --vocab V (sizes of the tiny variant), plus --preset,
 //            --model, --scale, --layers, --trainer, --rollout, --gpus-per-node as wb-replay takes them
 #include <mpi.h>
 
@@ -81,7 +81,6 @@ struct Options {
   i64 memcpy_mib = 256;
   int memcpy_repeats = 5;
   // Sizes of the tiny variant: large enough that an update is memory-bound, not overhead-bound.
-  i64 hidden = 512, moe_width = 256, vocab = 8100, experts = 0;  // experts 0: the tiny default
   double timeout_seconds = 120;
   std::string json;
   po::variables_map variables;
@@ -95,6 +94,10 @@ bool given(const po::variables_map& variables, const char* name) {
 bool parse_options(int argc, char** argv, Options& o, int rank) {
   o.deployment.scale = "tiny";
   o.deployment.gpus_per_node = 1;
+  // The bench's own sizes of the tiny variant (209 MiB); --hidden, --expert-width, --experts, --vocab change them.
+  o.deployment.hidden = 512;
+  o.deployment.expert_width = 256;
+  o.deployment.vocab = 8100;
   po::options_description general("bench_executor options");
   general.add_options()("help,h", "Show this help.");
   add_deployment_options(general, o.deployment);
@@ -105,13 +108,15 @@ bool parse_options(int argc, char** argv, Options& o, int rank) {
       ("piece-kib", po::value(&o.piece_kib)->default_value(o.piece_kib), "Planner piece size (KiB); 0 chooses it.")
       ("memcpy-mib", po::value(&o.memcpy_mib)->default_value(o.memcpy_mib), "Buffer of the memcpy reference (MiB).")
       ("memcpy-repeats", po::value(&o.memcpy_repeats)->default_value(o.memcpy_repeats), "Copies per memcpy measurement (median).")
-      ("hidden", po::value(&o.hidden)->default_value(o.hidden), "Hidden size of the tiny variant.")
-      ("moe-width", po::value(&o.moe_width)->default_value(o.moe_width), "Expert width of the tiny variant (MoE models).")
-      ("experts", po::value(&o.experts)->default_value(o.experts), "Routed experts of the tiny variant; 0 keeps its default.")
-      ("vocab", po::value(&o.vocab)->default_value(o.vocab), "Vocabulary of the tiny variant.")
       ("timeout", po::value(&o.timeout_seconds)->default_value(o.timeout_seconds), "Executor timeout without progress (s).")
       ("json", po::value(&o.json), "Write the result as JSON to this file (rank 0).");
   if (!parse_command_line(argc, argv, general, o.variables, rank == 0)) return false;
+  if (o.deployment.scale != "tiny") {
+    // The bench's sizes apply to the tiny variant only; sizes given with another scale are refused.
+    if (!given(o.variables, "hidden")) o.deployment.hidden = 0;
+    if (!given(o.variables, "expert-width")) o.deployment.expert_width = 0;
+    if (!given(o.variables, "vocab")) o.deployment.vocab = 0;
+  }
   if (o.updates < 1) throw Error(ErrorCode::kInvalidArgument, "--updates must be at least 1");
   if (o.memcpy_mib < 1 || o.memcpy_repeats < 1)
     throw Error(ErrorCode::kInvalidArgument, "--memcpy-mib and --memcpy-repeats must be positive");
@@ -124,29 +129,8 @@ bool parse_options(int argc, char** argv, Options& o, int rank) {
   return true;
 }
 
-// The model and deployment; the tiny variant re-scaled with the bench's sizes.
-PresetInstance make_instance(const Options& o) {
-  PresetInstance instance = resolve_deployment(o.deployment, o.variables);
-  const bool tiny = parse_model_scale(o.deployment.scale) == ModelScale::kTiny;
-  if (!tiny) {
-    for (const char* name : {"hidden", "moe-width", "experts", "vocab"})
-      if (given(o.variables, name))
-        throw Error(ErrorCode::kInvalidArgument, std::string("--") + name + " sizes the tiny variant; drop it or use --scale tiny");
-    return instance;
-  }
-  const ModelConfig full = load_named_model_config(
-      o.deployment.preset.empty() ? o.deployment.model : find_preset(o.deployment.preset).model_config);
-  ScaleOptions scale;
-  scale.num_layers = instance.model.num_hidden_layers;  // as the preset or --layers chose
-  scale.hidden_size = o.hidden;
-  scale.vocab_size = o.vocab;
-  if (full.is_moe()) {
-    scale.moe_intermediate_size = o.moe_width;
-    if (o.experts > 0) scale.num_experts = o.experts;
-  }
-  instance.model = scale_model(full, scale);
-  return instance;
-}
+// The model and deployment: the tiny variant at the bench's sizes (or as the options widen it).
+PresetInstance make_instance(const Options& o) { return resolve_deployment(o.deployment, o.variables); }
 
 double median_of(std::vector<double> values) {
   if (values.empty()) return 0;

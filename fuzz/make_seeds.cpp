@@ -10,11 +10,14 @@
 #include <vector>
 
 #include "exec/connect_record.hpp"
-#include "transport/cma/mailbox.hpp"
-#include "transport/ibverbs/ibverbs_logic.hpp"
+#include "transport/ibverbs/ibverbs_wire.hpp"
+#include "transport/shm/mailbox.hpp"
 #include "weightbridge/checkpoint.hpp"
 #include "weightbridge/round_schedule.hpp"
 #include "weightbridge/source_map.hpp"
+#if WB_HAVE_LIBFABRIC
+#include "transport/libfabric/fabric_records.hpp"
+#endif
 
 namespace fs = std::filesystem;
 using namespace wb;
@@ -154,7 +157,7 @@ int main(int argc, char** argv) {
   exec::ConnectRecord record{static_cast<std::uint64_t>(TransportKind::kCma), 4096, text_bytes("endpoint"),
                              text_bytes("key"), {0, 0, 3, 2, 1, 2}};
   put("connect_records", "executor.bin", with_selector(0, exec::encode_connect_record(record)));
-  cma::ProcessAddress address;
+  shm::ProcessAddress address;
   address.rank = 0;
   address.pid = 4242;
   address.pid_namespace = 4026531836;
@@ -163,7 +166,7 @@ int main(int argc, char** argv) {
   address.nonce = 0x1234567890abcdef;
   address.ring_slots = 8;
   address.mailbox_ranks = 16;
-  std::vector<std::byte> endpoint = cma::encode_endpoint(TransportKind::kCma, 1, address);
+  std::vector<std::byte> endpoint = shm::encode_endpoint(TransportKind::kCma, 1, address);
   endpoint.resize(endpoint.size() - 8);  // the target appends the checksum
   put("connect_records", "cma_endpoint.bin", with_selector(1, endpoint));
   ibv::EndpointRecord ib;
@@ -184,5 +187,19 @@ int main(int argc, char** argv) {
   key.bytes = 1 << 20;
   key.rkeys = {0x100, 0x200};
   put("connect_records", "ibverbs_key.bin", with_selector(3, ibv::serialize_memory_key(key)));
+#if WB_HAVE_LIBFABRIC
+  fabric::EndpointRecord fabric_endpoint;
+  fabric_endpoint.rank = 0;
+  fabric_endpoint.provider = "tcp;ofi_rxm";
+  fabric_endpoint.address_format = 2;
+  fabric_endpoint.address = text_bytes("sockaddr_in bytes");
+  put("connect_records", "fabric_endpoint.bin", with_selector(4, fabric::encode_endpoint(fabric_endpoint)));
+  fabric::MemoryKey fabric_key;
+  fabric_key.rank = 0;
+  fabric_key.address = 0x7f0000000000;
+  fabric_key.bytes = 1 << 20;
+  fabric_key.key = 77;
+  put("connect_records", "fabric_key.bin", with_selector(5, fabric::encode_memory_key(fabric_key)));
+#endif
   return 0;
 }

@@ -15,6 +15,11 @@ struct DeploymentOptions {
   std::string model;
   std::string scale = "full";
   std::int64_t layers = 0;  // tiny variant only; 0 = its default
+  // Tiny variant only, 0 = its default: widen it (e.g. a model large enough to measure a network with).
+  std::int64_t hidden = 0;
+  std::int64_t experts = 0;
+  std::int64_t expert_width = 0;
+  std::int64_t vocab = 0;
   std::string trainer;
   std::string rollout;
   int gpus_per_node = 8;

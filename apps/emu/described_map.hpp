@@ -1,6 +1,6 @@
 // Described source maps: the slice copies an emulated worker's load_weights performs, derived from its
 // export_weights without touching any data, so that plans can be made for deployments far larger than
-// this machine. The library itself never uses these: it probes (DESIGN.md); tests compare the two.
+// this machine. The library itself never uses these: it probes (docs/architecture.md); tests compare the two.
 #pragma once
 
 #include <vector>

@@ -62,7 +62,8 @@ struct AdapterOptions {
   std::optional<std::int64_t> buffer_bytes;
   /// Rounds in flight per worker (WB_PIPELINE_DEPTH, 2).
   std::optional<int> pipeline_depth;
-  /// auto | cma | ibverbs | cuda_ipc, process-wide like WB_TRANSPORT (auto).
+  /// auto | cma | cuda_ipc | ibverbs | libfabric for every pair of this worker's ranks (WB_TRANSPORT,
+  /// auto: cma / cuda_ipc on one machine; ibverbs between machines, or libfabric without an RDMA device).
   std::optional<std::string> transport;
   /// Deadline of every wait: a peer that does not answer, a rollout that stops polling
   /// (WB_TIMEOUT_SECONDS, 120).
@@ -90,6 +91,19 @@ struct TransferSummary {
   double t_min_seconds = 0;                // the lower bound on the planned topology
   double simulated_seconds = 0;            // the plan on the network model (simulator.hpp)
   double connect_seconds = 0;              // probe, exchange, plan, scatter, register (world rank 0)
+  // Per planned node (trainers and rollouts of one machine are different nodes), per update:
+  std::vector<int> node_of_worker;               // by world rank
+  std::vector<std::int64_t> node_ingress_bytes;  // planned inter-node bytes in
+  std::vector<std::int64_t> node_egress_bytes;   // planned inter-node bytes out
+  std::vector<std::int64_t> node_need_bytes;     // M_v of rollout nodes (0 for trainer nodes)
+};
+
+/// What a worker's writes carried to one peer over one transport, from the transport's own counters.
+struct LinkTraffic {
+  std::string transport;     // "cma", "cuda_ipc", "ibverbs", "libfabric"
+  int peer = 0;              // world rank
+  std::int64_t bytes = 0;    // all updates
+  std::int64_t batches = 0;
 };
 
 struct AdapterStats {
@@ -100,6 +114,7 @@ struct AdapterStats {
   std::int64_t bytes_assembled = 0;        // into its parameters (or receiver staging), all updates
   std::int64_t registrations = 0;          // memory registrations: all made at connect
   std::int64_t staging_bytes = 0;          // host staging this worker holds
+  std::vector<LinkTraffic> traffic;        // per transport and peer, all updates
 };
 
 /// Trainer side. `params` are the trainer's parameters (host memory) as its load_weights fills them;

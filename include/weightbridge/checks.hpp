@@ -3,7 +3,7 @@
 // code); the WB_TRY_* forms return a wb::Status from the enclosing function (update path).
 //
 // The macros only expand to library calls where they are used, so this header needs neither CUDA nor
-// ibverbs headers: include those before using WB_CHECK_CUDA or WB_CHECK_IBV.
+// ibverbs nor libfabric headers: include those before using WB_CHECK_CUDA, WB_CHECK_IBV or WB_CHECK_FI.
 #pragma once
 
 #include <cerrno>
@@ -78,6 +78,18 @@ std::string hdf5_error_string();
     if (wb_ptr_ == nullptr)                                                                                \
       throw ::wb::Error(WB_STATUS_FROM_CALL_(::wb::ErrorCode::kIbverbs, #call, std::strerror(errno)));    \
     return wb_ptr_;                                                                                        \
+  }())
+
+/// libfabric calls return 0 (or a non-negative count) on success and a negative fabric errno otherwise;
+/// requires <rdma/fabric.h> (fi_strerror).
+#define WB_CHECK_FI(call)                                                                                  \
+  ([&]() {                                                                                                 \
+    const auto wb_rc_ = (call);                                                                            \
+    if (wb_rc_ < 0)                                                                                        \
+      throw ::wb::Error(WB_STATUS_FROM_CALL_(::wb::ErrorCode::kLibfabric, #call,                         \
+                                             std::string(fi_strerror(static_cast<int>(-wb_rc_))) + " (" + \
+                                                 std::to_string(wb_rc_) + ")"));                           \
+    return wb_rc_;                                                                                         \
   }())
 
 /// Operating-system calls returning -1 with errno.

@@ -1,4 +1,4 @@
-// The global transfer planner (DESIGN.md, component 2): the topology, the network's lower bound (M, M_v,
+// The global transfer planner (docs/architecture.md, component 2): the topology, the network's lower bound (M, M_v,
 // T_min) and the plan: who sends which box of which atom to whom, in which stage and round.
 #pragma once
 
@@ -102,6 +102,15 @@ struct TransferPlan {
 /// PlanOptions with buffer_bytes_per_worker and pipeline_depth from the settings buffer_mib and
 /// pipeline_depth (WB_BUFFER_MIB, --buffer-mib; WB_PIPELINE_DEPTH, --pipeline-depth). Throws on values out of range.
 PlanOptions plan_options_from_settings();
+
+/// The network the planner, T_min and the simulator assume, from the settings node_gbps, intra_gbps and
+/// message_us (WB_NODE_GBPS / --node-gbps, ...): bandwidths in bytes per second, latency in seconds.
+struct NetworkSettings {
+  double node_bandwidth = 400e9;
+  double intra_node_bandwidth = 900e9;
+  double message_latency = 5e-6;
+};
+NetworkSettings network_from_settings();
 
 /// Plans the transfer (trainer de-duplication, rollout de-duplication in three stages, balance, rounds).
 /// Throws wb::Error when a piece cannot fit the buffer budget, naming the tensor.

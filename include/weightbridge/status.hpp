@@ -27,6 +27,7 @@ enum class ErrorCode : int {
   kHdf5,             // an HDF5 call failed
   kCuda,             // a CUDA runtime call failed
   kIbverbs,          // an ibverbs call failed
+  kLibfabric,        // a libfabric call failed
   kSystem,           // an operating-system call failed (errno)
   kInternal,         // a broken invariant inside WeightBridge
 };

@@ -1,6 +1,7 @@
-// Transports: one-sided writes into registered memory of another rank (DESIGN.md, "Transports"). One
-// small interface, three implementations: ibverbs (between machines), cma (host memory on one machine,
-// process_vm_writev), cuda_ipc (GPU memory on one machine). MPI carries only the records that connect
+// Transports: one-sided writes into registered memory of another rank. One small interface, four
+// implementations: ibverbs (between machines over RDMA NICs), libfabric (between machines on EFA,
+// Slingshot or plain TCP), cma (host memory on one machine, process_vm_writev), cuda_ipc (GPU memory on
+// one machine). MPI carries only the records that connect
 // them (endpoints, memory keys); never the weight bytes.
 //
 // Errors: registering, connecting and importing are set-up and throw wb::Error; posting and polling are
@@ -21,9 +22,9 @@
 
 namespace wb {
 
-enum class TransportKind : std::uint8_t { kIbverbs, kCma, kCudaIpc };
-const char* transport_name(TransportKind kind);  // "ibverbs", "cma", "cuda_ipc"
-/// Parses "ibverbs", "cma", "cuda_ipc"; throws kInvalidArgument otherwise.
+enum class TransportKind : std::uint8_t { kIbverbs, kCma, kCudaIpc, kLibfabric };
+const char* transport_name(TransportKind kind);  // "ibverbs", "cma", "cuda_ipc", "libfabric"
+/// Parses "ibverbs", "cma", "cuda_ipc", "libfabric"; throws kInvalidArgument otherwise.
 TransportKind parse_transport_kind(std::string_view name);
 
 struct TransportCapabilities {
@@ -60,6 +61,13 @@ struct Completion {
   std::uint32_t immediate = 0;
 };
 
+/// What this rank's batches carried to one peer, from the transport's own counters.
+struct PeerTraffic {
+  int peer = 0;
+  std::uint64_t bytes = 0;    // payload of the writes
+  std::uint64_t batches = 0;  // batches (kWritesDone)
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -84,18 +92,28 @@ class Transport {
                              std::uint64_t token) = 0;
   /// Appends what has completed since the last call; never blocks.
   virtual Status poll(std::vector<Completion>& completions) = 0;
+
+  /// Bytes and batches this rank's posts carried to each peer since creation (a batch counts once
+  /// post_writes accepted it), by peer: what a run measures crossing a link, next to what its plan says.
+  virtual std::vector<PeerTraffic> traffic() const = 0;
 };
 
 /// This machine's identity (host name and boot id): ranks with equal ids can share memory (cma, cuda_ipc).
 std::string machine_id();
 
-/// The transport for this rank's writes to a peer: the WB_TRANSPORT setting when it names one; with
-/// "auto" (the default) cma for host memory and cuda_ipc for device memory on the same machine, ibverbs
-/// between machines. The first choice of each kind is logged once per rank.
-TransportKind choose_transport(bool same_machine, MemoryKind memory);
+/// The transport for this rank's writes to a peer: `forced` when it names one (an adapter's option), else
+/// the WB_TRANSPORT setting when it names one; with "auto" (the default) cma for host memory and cuda_ipc
+/// for device memory on the same machine, and between machines ibverbs where this machine has an RDMA
+/// device, else libfabric. The first choice of each kind is logged once per rank.
+TransportKind choose_transport(bool same_machine, MemoryKind memory, std::string_view forced = {});
+
+/// The transport between machines with "auto": ibverbs when an RDMA device is present, else libfabric
+/// (when built with it), else ibverbs (whose creation then says why it cannot run). Decided once a process.
+TransportKind network_transport_kind();
 
 /// Creates a transport of this kind for world rank `rank`. Throws wb::Error (kUnsupported) with the
-/// reason when it cannot run here (no RDMA device, no CUDA device, not built with CUDA).
+/// reason when it cannot run here (no RDMA device, no libfabric provider, no CUDA device, not built with
+/// CUDA or libfabric).
 std::unique_ptr<Transport> make_transport(TransportKind kind, int rank);
 
 }  // namespace wb

@@ -68,6 +68,9 @@ AdapterStats AdapterBase::stats() const {
     s.bytes_assembled = e.bytes_assembled;
     s.registrations = e.registrations;
     s.staging_bytes = connection->staging.bytes();
+    for (const auto& [kind, link] : e.traffic)
+      s.traffic.push_back({transport_name(kind), link.peer, static_cast<std::int64_t>(link.bytes),
+                           static_cast<std::int64_t>(link.batches)});
   }
   return s;
 }

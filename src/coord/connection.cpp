@@ -43,7 +43,7 @@ constexpr int kConfigFields = 7;
 struct SummaryRecord {
   double t_min = 0, simulated = 0;
   std::int64_t workers = 0, trainer_nodes = 0, rollout_nodes = 0, rounds = 0, model_bytes = 0, max_need = 0,
-               bytes_per_update = 0, inter_node = 0;
+               bytes_per_update = 0, inter_node = 0, nodes = 0;
 };
 
 void broadcast(void* data, int bytes, int root, MPI_Comm comm, double timeout, const std::string& what) {
@@ -84,9 +84,8 @@ ResolvedOptions resolve_options(const AdapterOptions& options) {
   if (!(resolved.timeout_seconds > 0))
     throw Error(ErrorCode::kInvalidArgument, "timeout_seconds must be positive");
   if (options.transport) {
-    SettingBase* transport = find_setting("transport");
-    if (transport == nullptr) throw Error(ErrorCode::kInternal, "the transport setting is not declared");
-    transport->override_from_text(*options.transport);
+    resolved.transport = *options.transport;
+    (void)choose_transport(true, MemoryKind::kHost, resolved.transport);  // refuses an unknown name now
   }
   return resolved;
 }
@@ -192,12 +191,17 @@ Connection establish_connection(const ConnectInput& input) {
   // 4. Rank 0: correspondence, plan, every rank's schedule.
   std::vector<std::vector<std::byte>> serialized;
   SummaryRecord summary;
+  std::vector<std::int64_t> node_figures;
   Status planned;
   if (rank == 0) {
     try {
       std::vector<Side> sides;
       Topology topology;
       std::map<std::pair<std::int64_t, std::int64_t>, int> nodes;  // (node key, trainer) -> node index
+      const NetworkSettings network = network_from_settings();
+      topology.node_bandwidth = network.node_bandwidth;
+      topology.intra_node_bandwidth = network.intra_node_bandwidth;
+      topology.message_latency = network.message_latency;
       PlanOptions plan_options;
       plan_options.buffer_bytes_per_worker = INT64_MAX;
       plan_options.pipeline_depth = 64;
@@ -224,12 +228,25 @@ Connection establish_connection(const ConnectInput& input) {
         summary.max_need = std::max(summary.max_need, node.need_bytes);
       for (std::int64_t bytes : plan.worker_send_bytes) summary.bytes_per_update += bytes;
       for (std::int64_t bytes : plan.node_ingress_bytes) summary.inter_node += bytes;
+      // Per node: the node of every worker, then planned inter-node bytes in, out and M_v.
+      const std::size_t node_count = plan.node_ingress_bytes.size();
+      summary.nodes = static_cast<std::int64_t>(node_count);
+      for (int node : topology.node_of_worker) node_figures.push_back(node);
+      node_figures.insert(node_figures.end(), plan.node_ingress_bytes.begin(), plan.node_ingress_bytes.end());
+      node_figures.insert(node_figures.end(), plan.node_egress_bytes.begin(), plan.node_egress_bytes.end());
+      std::vector<std::int64_t> need(node_count, 0);
+      for (const LowerBound::RolloutNode& node : plan.bound.rollout_nodes)
+        if (node.node >= 0 && static_cast<std::size_t>(node.node) < node_count) need[static_cast<std::size_t>(node.node)] = node.need_bytes;
+      node_figures.insert(node_figures.end(), need.begin(), need.end());
     } catch (const std::exception& error) {
       planned = Status(ErrorCode::kInvalidArgument, std::string("planning on world rank 0 failed: ") + error.what());
     }
   }
   throw_if_error(agree(planned, world, timeout, "connect: planning on world rank 0"));
   broadcast(&summary, sizeof summary, 0, world, timeout, "connect: the plan's summary");
+  node_figures.resize(static_cast<std::size_t>(size + 3 * summary.nodes));
+  broadcast(node_figures.data(), static_cast<int>(node_figures.size() * sizeof(std::int64_t)), 0, world, timeout,
+            "connect: the plan's per-node figures");
   RoundSchedule schedule = scatter_round_schedules(serialized, 0, world);
   serialized.clear();
 
@@ -246,6 +263,7 @@ Connection establish_connection(const ConnectInput& input) {
   // 6. Buffers, registrations and transport connections, once.
   ExecutorOptions executor_options;
   executor_options.timeout_seconds = timeout;
+  executor_options.transport = options.transport;
   connection.executor = std::make_unique<RoundExecutor>(std::move(schedule), connection.staging.memory(*input.params),
                                                         world, executor_options);
 
@@ -260,6 +278,16 @@ Connection establish_connection(const ConnectInput& input) {
   s.inter_node_bytes = summary.inter_node;
   s.t_min_seconds = summary.t_min;
   s.simulated_seconds = summary.simulated;
+  {
+    const auto at = [&](std::size_t i) { return node_figures[i]; };
+    const auto nodes = static_cast<std::size_t>(summary.nodes), workers = static_cast<std::size_t>(size);
+    for (std::size_t r = 0; r < workers; ++r) s.node_of_worker.push_back(static_cast<int>(at(r)));
+    for (std::size_t n = 0; n < nodes; ++n) {
+      s.node_ingress_bytes.push_back(at(workers + n));
+      s.node_egress_bytes.push_back(at(workers + nodes + n));
+      s.node_need_bytes.push_back(at(workers + 2 * nodes + n));
+    }
+  }
   s.connect_seconds = local_seconds() - started;
   broadcast(&s.connect_seconds, sizeof s.connect_seconds, 0, world, timeout, "connect: the final handshake");
   if (rank == 0) {

@@ -25,8 +25,9 @@ struct ResolvedOptions {
   int pipeline_depth = 2;
   double timeout_seconds = 120;
   int node = -1;
+  std::string transport;  // empty: WB_TRANSPORT
 };
-/// Applies `transport` to the process-wide setting when given. Throws on values out of range.
+/// Throws on values out of range.
 ResolvedOptions resolve_options(const AdapterOptions& options);
 
 /// "12.5 s"

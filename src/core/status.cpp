@@ -30,6 +30,7 @@ std::string_view error_code_name(ErrorCode code) {
     case ErrorCode::kHdf5: return "HDF5 error";
     case ErrorCode::kCuda: return "CUDA error";
     case ErrorCode::kIbverbs: return "ibverbs error";
+    case ErrorCode::kLibfabric: return "libfabric error";
     case ErrorCode::kSystem: return "system error";
     case ErrorCode::kInternal: return "internal error";
   }

@@ -50,6 +50,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+Setting<std::int64_t> idle_sleep_us_setting(
+    "idle_sleep_us", 100,
+    "Longest sleep of an update's progress loop once nothing has moved for a while, microseconds (0: only "
+    "yield). Idle ranks then leave the cores to those that work: the peers they wait for on an oversubscribed "
+    "machine, and the kernel's network stack with TCP providers.");
 Setting<std::int64_t> max_writes_per_post_setting(
     "max_writes_per_post", 0,
     "Writes the executor hands a transport in one post (0: the transport's own limit). A batch longer than "
@@ -296,6 +301,7 @@ struct RoundExecutor::State {
   ExecutorOptions options;
   ExecutorStats stats;
   int rank = 0, depth = 1, rounds = 0;
+  std::int64_t idle_sleep_us = 0;  // the setting, read once
 
   HostTransferMemory send_buffer, receive_buffer;  // depth slots each (host parameters)
   std::byte* send_base = nullptr;      // the buffers as registered with the transports
@@ -421,6 +427,10 @@ RoundExecutor::RoundExecutor(RoundSchedule schedule, ParameterMemory parameters,
   WB_CHECK_MPI(MPI_Comm_dup(comm, &s.comm));
   comm = s.comm;
   s.options = options;
+  s.idle_sleep_us = *idle_sleep_us_setting;
+  if (s.idle_sleep_us < 0 || s.idle_sleep_us > 100000)
+    throw Error(ErrorCode::kInvalidArgument, "idle_sleep_us " + std::to_string(s.idle_sleep_us) +
+                                                 " (WB_IDLE_SLEEP_US) is not in [0, 100000]");
   WB_CHECK_MPI(MPI_Comm_rank(comm, &s.rank));
   int size = 0;
   WB_CHECK_MPI(MPI_Comm_size(comm, &size));
@@ -458,7 +468,7 @@ RoundExecutor::RoundExecutor(RoundSchedule schedule, ParameterMemory parameters,
     if (peer < 0 || peer >= size || peer == s.rank)
       throw Error(ErrorCode::kInvalidArgument, "round schedule names peer " + std::to_string(peer));
     const bool same_machine = machine == std::string(&machines[static_cast<std::size_t>(peer) * kIdBytes]);
-    const TransportKind kind = choose_transport(same_machine, s.parameters.memory);
+    const TransportKind kind = choose_transport(same_machine, s.parameters.memory, options.transport);
     if (!s.transports.count(kind)) s.transports.emplace(kind, make_transport(kind, s.rank));
     s.peers[peer].transport = s.transports[kind].get();
   }
@@ -772,8 +782,16 @@ Status RoundExecutor::run_update() {
                                              " of update " + std::to_string(s.stats.updates) + ", waiting for " + waiting);
     }
     // Nothing moved: let the processes that have work run first (on one machine ranks often outnumber
-    // cores, and a spinning rank would take the core from the peer it waits for).
-    if (!progressed) std::this_thread::yield();
+    // cores, and a spinning rank would take the core from the peer it waits for). Yield at first; once idle
+    // for longer, sleep a little, growing to idle_sleep_us: a wait of milliseconds (a round on the wire)
+    // then costs no core, and a busy link is noticed within the sleep.
+    if (!progressed) {
+      const auto idle = std::chrono::duration_cast<std::chrono::microseconds>(now - last_progress).count();
+      if (idle < 50 || s.idle_sleep_us == 0)
+        std::this_thread::yield();
+      else
+        std::this_thread::sleep_for(std::chrono::microseconds(std::min<std::int64_t>(idle / 8 + 1, s.idle_sleep_us)));
+    }
   }
   // Grants still in flight complete in the background; reap the finished ones.
   for (MPI_Request& request : s.grant_requests) {
@@ -783,6 +801,9 @@ Status RoundExecutor::run_update() {
   s.next_round = end;
   ++s.stats.updates;
   s.stats.last_update_seconds = std::chrono::duration<double>(Clock::now() - started).count();
+  s.stats.traffic.clear();
+  for (const auto& [kind, transport] : s.transports)
+    for (const PeerTraffic& link : transport->traffic()) s.stats.traffic.emplace_back(kind, link);
   return Status::ok();
 }
 

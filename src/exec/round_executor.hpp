@@ -1,4 +1,4 @@
-// The round executor (DESIGN.md, component 3): replays a rank's round schedule every update over the
+// The round executor (docs/architecture.md, component 3): replays a rank's round schedule every update over the
 // transports. Per round: one pack, one batch of one-sided writes per peer and stage, forwarding straight
 // from the receive buffer, one assemble; rounds pipelined over `pipeline_depth` buffer slots, a slot reused
 // only after its receiver released it (credits over MPI, the control plane). Everything is allocated,
@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -39,6 +40,7 @@ struct ParameterMemory {
 
 struct ExecutorOptions {
   double timeout_seconds = 120;  // an update that makes no progress for this long fails, naming what it waits for
+  std::string transport;         // forces the transport of every pair (an adapter's option); empty: WB_TRANSPORT
 };
 
 struct ExecutorStats {
@@ -50,6 +52,9 @@ struct ExecutorStats {
   double last_update_seconds = 0;
   double pack_seconds = 0, assemble_seconds = 0;  // all updates (CUDA parameters: kernel time)
   MemoryKind buffer_memory = MemoryKind::kHost;    // where the transfer buffers are (choose_buffer_memory)
+  /// What this rank's writes carried per transport and peer, all updates (Transport::traffic), refreshed
+  /// at the end of every update on the executor's thread.
+  std::vector<std::pair<TransportKind, PeerTraffic>> traffic;
 };
 
 /// Where a rank's transfer buffers go, given its parameters' memory and the transports it uses: host

@@ -1,4 +1,4 @@
-// The second-difference codec of the layout probe (DESIGN.md, "The probe, sketched").
+// The second-difference codec of the layout probe (docs/architecture.md, component 1).
 //
 // After a probe pass every parameter element holds a raw code: an unsigned integer of the parameter's
 // element width whose value minus a per-dtype constant lo is a digit (code 0, "no source", gives -lo).

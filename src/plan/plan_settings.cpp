@@ -10,6 +10,20 @@ Setting<std::int64_t> buffer_mib_setting("buffer_mib", 1024,
                                          "Transfer-buffer memory per worker in MiB, all pipeline slots, send and "
                                          "receive; fewer bytes mean more rounds. connect fits the smallest any worker gives.");
 Setting<std::int64_t> pipeline_depth_setting("pipeline_depth", 2, "Transfer rounds in flight per worker (2: double buffering).");
+Setting<double> node_gbps_setting("node_gbps", 400,
+                                  "Inter-node network bandwidth per node, GB/s each direction, for planning and T_min "
+                                  "(the paper's testbed: 400; a 100 Gbit/s NIC: 12.5; 1 Gbit/s: 0.125).");
+Setting<double> intra_gbps_setting("intra_gbps", 900,
+                                   "Intra-node bandwidth per worker, GB/s each direction (NVLink; shared memory on a host).");
+Setting<double> message_us_setting("message_us", 5, "Link time each one-sided write costs, microseconds (simulator).");
+
+double positive(const Setting<double>& setting, double high) {
+  const double value = *setting;
+  if (!(value > 0) || !(value <= high))
+    throw Error(ErrorCode::kInvalidArgument, setting.name() + " " + std::to_string(value) + " (" +
+                                                 setting.environment_variable() + ") is not in (0, " + std::to_string(high) + "]");
+  return value;
+}
 
 }  // namespace
 
@@ -22,6 +36,17 @@ PlanOptions plan_options_from_settings() {
   if (options.pipeline_depth < 1 || options.pipeline_depth > 64)
     throw Error(ErrorCode::kInvalidArgument, "pipeline_depth " + std::to_string(options.pipeline_depth) + " is not in 1..64");
   return options;
+}
+
+NetworkSettings network_from_settings() {
+  NetworkSettings network;
+  network.node_bandwidth = positive(node_gbps_setting, 1e6) * 1e9;
+  network.intra_node_bandwidth = positive(intra_gbps_setting, 1e6) * 1e9;
+  const double message_us = *message_us_setting;
+  if (!(message_us >= 0) || !(message_us <= 1e6))
+    throw Error(ErrorCode::kInvalidArgument, "message_us " + std::to_string(message_us) + " is not in [0, 1e6]");
+  network.message_latency = message_us * 1e-6;
+  return network;
 }
 
 }  // namespace wb

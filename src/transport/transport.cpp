@@ -11,6 +11,9 @@
 
 #include "transport/cma/cma_transport.hpp"
 #include "transport/ibverbs/ibverbs_transport.hpp"
+#ifdef WB_HAVE_LIBFABRIC
+#include "transport/libfabric/libfabric_transport.hpp"
+#endif
 #include "weightbridge/log.hpp"
 #include "weightbridge/settings.hpp"
 #ifdef WB_HAVE_CUDA
@@ -23,7 +26,8 @@ namespace {
 Setting<std::string> transport_setting(
     "transport", "auto",
     "Transport of every pair of ranks: auto (cma for host memory and cuda_ipc for CUDA memory on one "
-    "machine, ibverbs between machines), ibverbs, cma or cuda_ipc.");
+    "machine; between machines ibverbs where an RDMA device is present, else libfabric), ibverbs, libfabric, "
+    "cma or cuda_ipc.");
 Setting<std::string> machine_id_setting(
     "machine_id", "",
     "This machine's identity: ranks with equal ids share memory (cma, cuda_ipc). Empty: the host name and "
@@ -53,15 +57,16 @@ const char* transport_name(TransportKind kind) {
     case TransportKind::kIbverbs: return "ibverbs";
     case TransportKind::kCma: return "cma";
     case TransportKind::kCudaIpc: return "cuda_ipc";
+    case TransportKind::kLibfabric: return "libfabric";
   }
   return "unknown";
 }
 
 TransportKind parse_transport_kind(std::string_view name) {
-  for (TransportKind kind : {TransportKind::kIbverbs, TransportKind::kCma, TransportKind::kCudaIpc})
+  for (TransportKind kind : {TransportKind::kIbverbs, TransportKind::kCma, TransportKind::kCudaIpc, TransportKind::kLibfabric})
     if (name == transport_name(kind)) return kind;
   throw Error(ErrorCode::kInvalidArgument,
-              "transport '" + std::string(name) + "' is not one of ibverbs, cma, cuda_ipc");
+              "transport '" + std::string(name) + "' is not one of ibverbs, libfabric, cma, cuda_ipc");
 }
 
 std::string machine_id() {
@@ -70,18 +75,32 @@ std::string machine_id() {
   return detected;
 }
 
-TransportKind choose_transport(bool same_machine, MemoryKind memory) {
-  const std::string& setting = *transport_setting;
+TransportKind network_transport_kind() {
+  static const TransportKind kind = [] {
+    std::string why;
+    if (rdma_device_present(why)) return TransportKind::kIbverbs;
+#ifdef WB_HAVE_LIBFABRIC
+    WB_LOG(kInfo) << "no RDMA device for ibverbs (" << why << "): libfabric carries the writes between machines";
+    return TransportKind::kLibfabric;
+#else
+    return TransportKind::kIbverbs;  // built without libfabric: creating ibverbs reports why it cannot run
+#endif
+  }();
+  return kind;
+}
+
+TransportKind choose_transport(bool same_machine, MemoryKind memory, std::string_view forced) {
+  const std::string setting = forced.empty() ? *transport_setting : std::string(forced);
+  const std::string source = forced.empty() ? "WB_TRANSPORT=" + setting : "the adapter's transport option " + setting;
   TransportKind kind;
   if (setting == "auto" || setting.empty()) {
-    kind = !same_machine ? TransportKind::kIbverbs
+    kind = !same_machine ? network_transport_kind()
                          : (memory == MemoryKind::kCuda ? TransportKind::kCudaIpc : TransportKind::kCma);
   } else {
     try {
       kind = parse_transport_kind(setting);
     } catch (const Error&) {
-      throw Error(ErrorCode::kInvalidArgument, "setting transport (WB_TRANSPORT / --transport): '" + setting +
-                                                   "' is not one of auto, ibverbs, cma, cuda_ipc");
+      throw Error(ErrorCode::kInvalidArgument, source + " is not one of auto, ibverbs, libfabric, cma, cuda_ipc");
     }
   }
   static std::atomic<unsigned> logged{0};
@@ -90,7 +109,7 @@ TransportKind choose_transport(bool same_machine, MemoryKind memory) {
     WB_LOG(kInfo) << "transport " << transport_name(kind) << " for "
                   << (memory == MemoryKind::kCuda ? "CUDA" : "host") << " memory "
                   << (same_machine ? "on this machine" : "on another machine") << " ("
-                  << (setting == "auto" || setting.empty() ? "chosen automatically" : "WB_TRANSPORT=" + setting) << ")";
+                  << (setting == "auto" || setting.empty() ? "chosen automatically" : source) << ")";
   }
   return kind;
 }
@@ -100,6 +119,13 @@ std::unique_ptr<Transport> make_transport(TransportKind kind, int rank) {
   switch (kind) {
     case TransportKind::kIbverbs: return make_ibverbs_transport(rank);
     case TransportKind::kCma: return make_cma_transport(rank);
+    case TransportKind::kLibfabric:
+#ifdef WB_HAVE_LIBFABRIC
+      return make_libfabric_transport(rank);
+#else
+      throw Error(ErrorCode::kUnsupported, "the libfabric transport is not available: built without libfabric "
+                                           "(install libfabric-dev and reconfigure)");
+#endif
     case TransportKind::kCudaIpc:
 #ifdef WB_HAVE_CUDA
       return make_cuda_ipc_transport(rank);

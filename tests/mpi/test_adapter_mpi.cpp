@@ -1,6 +1,6 @@
 // The coordinator's contract under MPI (4 ranks: 2 trainers, 2 single-worker rollout engines on two
 // logical nodes, so every stage runs): what send_weights and poll_requests promise in each of the four
-// synchronization modes (DESIGN.md), checked on stall intervals read on the job's common clock, plus the
+// synchronization modes (docs/architecture.md), checked on stall intervals read on the job's common clock, plus the
 // failure paths: a rollout that stops polling, a version that does not increase.
 #include <gtest/gtest.h>
 #include <mpi.h>

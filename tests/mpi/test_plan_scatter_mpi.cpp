@@ -6,7 +6,7 @@
 // must equal, bit for bit, what its own load_weights gives over the same fill. A planning failure on rank 0
 // must end with an error on every rank, never with a rank left waiting.
 //
-// The data plane here is TEST-ONLY. In production MPI never carries weight bytes (DESIGN.md: "MPI carries
+// The data plane here is TEST-ONLY. In production MPI never carries weight bytes (docs/architecture.md: "MPI carries
 // control only"); the one-sided transports (cma, ibverbs, cuda_ipc) do. MPI messages stand in for those
 // writes so that the schedules' semantics — who writes which bytes where, in which stage — are checked
 // across processes before the transports exist.

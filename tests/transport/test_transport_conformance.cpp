@@ -1,4 +1,4 @@
-// One conformance suite for every transport (DESIGN.md, "Transports"), run under mpiexec with 2-4 ranks.
+// One conformance suite for every transport (docs/architecture.md, "Transports"), run under mpiexec with 2-4 ranks.
 // Endpoints and memory keys travel over MPI; the bytes and the arrival notifications go through the
 // transport only. Each case runs for every TransportKind; a kind that make_transport cannot create here
 // (no RDMA device, no CUDA device, built without CUDA) skips on every rank with the reason of the first
@@ -614,7 +614,9 @@ TEST_P(TransportConformance, CorruptKeysAndEndpointsThrow) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllKinds, TransportConformance,
-                         ::testing::Values(TransportKind::kIbverbs, TransportKind::kCma, TransportKind::kCudaIpc), kind_name);
+                         ::testing::Values(TransportKind::kIbverbs, TransportKind::kCma, TransportKind::kCudaIpc,
+                                           TransportKind::kLibfabric),
+                         kind_name);
 
 // --- cma specifics -----------------------------------------------------------------------------------
 
@@ -910,7 +912,7 @@ TEST_F(CmaTransport, ThroughputNextToMemcpy) {
 // --- choosing a transport ---------------------------------------------------------------------------
 
 TEST(TransportChoice, AutoAndForcedAndNames) {
-  for (TransportKind kind : {TransportKind::kIbverbs, TransportKind::kCma, TransportKind::kCudaIpc})
+  for (TransportKind kind : {TransportKind::kIbverbs, TransportKind::kCma, TransportKind::kCudaIpc, TransportKind::kLibfabric})
     EXPECT_EQ(parse_transport_kind(transport_name(kind)), kind);
   EXPECT_THROW(parse_transport_kind("shm"), Error);
   SettingBase* setting = find_setting("transport");
@@ -918,10 +920,20 @@ TEST(TransportChoice, AutoAndForcedAndNames) {
   setting->override_from_text("auto");
   EXPECT_EQ(choose_transport(true, MemoryKind::kHost), TransportKind::kCma);
   EXPECT_EQ(choose_transport(true, MemoryKind::kCuda), TransportKind::kCudaIpc);
-  EXPECT_EQ(choose_transport(false, MemoryKind::kHost), TransportKind::kIbverbs);
-  EXPECT_EQ(choose_transport(false, MemoryKind::kCuda), TransportKind::kIbverbs);
+  // Between machines: ibverbs where an RDMA device is present, else libfabric (this machine has none).
+  const TransportKind network = network_transport_kind();
+  EXPECT_EQ(choose_transport(false, MemoryKind::kHost), network);
+  EXPECT_EQ(choose_transport(false, MemoryKind::kCuda), network);
+#ifdef WB_TEST_NO_RDMA_WITH_LIBFABRIC
+  EXPECT_EQ(network, TransportKind::kLibfabric);
+#endif
   setting->override_from_text("cma");
   EXPECT_EQ(choose_transport(false, MemoryKind::kCuda), TransportKind::kCma);
+  // An adapter's forced transport wins over the process-wide setting, without changing it.
+  EXPECT_EQ(choose_transport(false, MemoryKind::kHost, "libfabric"), TransportKind::kLibfabric);
+  EXPECT_EQ(choose_transport(true, MemoryKind::kHost, "auto"), TransportKind::kCma);
+  EXPECT_EQ(setting->value_text(), "cma");
+  EXPECT_THROW(choose_transport(true, MemoryKind::kHost, "rdma"), Error);
   setting->override_from_text("rdma");
   EXPECT_THROW(choose_transport(true, MemoryKind::kHost), Error);
   setting->override_from_text("auto");

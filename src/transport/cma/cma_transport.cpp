@@ -11,7 +11,9 @@
 #include <vector>
 
 #include "core/byte_codec.hpp"
-#include "transport/cma/mailbox.hpp"
+#include "transport/shm/mailbox.hpp"
+#include "transport/region_table.hpp"
+#include "transport/traffic_counter.hpp"
 #include "weightbridge/checks.hpp"
 
 namespace wb {
@@ -23,8 +25,7 @@ constexpr std::uint64_t kKeyVersion = 1;
 // the scratch arrays.
 constexpr std::size_t kMaxWritesPerBatch = std::size_t{1} << 20;
 
-using cma::hex;
-using cma::within;
+using shm::hex;
 
 /// Registered memory of a peer: where it is in which process.
 struct RemoteKey {
@@ -45,13 +46,13 @@ std::vector<std::byte> encode_key(const RemoteKey& key) {
   out.varint(key.address);
   out.varint(key.bytes);
   std::vector<std::byte> bytes = out.take();
-  cma::append_checksum(bytes);
+  shm::append_checksum(bytes);
   return bytes;
 }
 
 RemoteKey decode_key(int self, int peer, std::span<const std::byte> bytes) {
   const std::string what = "cma memory key from rank " + std::to_string(peer) + " (imported on rank " + std::to_string(self) + ")";
-  codec::ByteReader in(cma::checked_body(bytes, what), what);
+  codec::ByteReader in(shm::checked_body(bytes, what), what);
   if (in.varint() != kKeyMagic) in.fail("not a cma memory key");
   if (const std::uint64_t version = in.varint(); version != kKeyVersion)
     in.fail("version " + std::to_string(version) + ", this build reads " + std::to_string(kKeyVersion));
@@ -93,7 +94,7 @@ class CmaTransport final : public Transport {
     if (address == nullptr || bytes == 0)
       throw Error(ErrorCode::kInvalidArgument, "cma register_memory: empty region (" + std::to_string(bytes) + " bytes at " +
                                                    hex(reinterpret_cast<std::uint64_t>(address)) + ")");
-    const auto id = static_cast<std::uint32_t>(local_.size());
+    const std::uint32_t id = regions_.add_local(bytes);  // the same numbering as local_
     local_.push_back({static_cast<std::byte*>(address), bytes});
     RemoteKey key{rank_, mailbox_.address().pid, mailbox_.address().pid_namespace,
                   reinterpret_cast<std::uint64_t>(address), bytes};
@@ -101,21 +102,21 @@ class CmaTransport final : public Transport {
   }
 
   std::vector<std::byte> endpoint(int peer) override {
-    return cma::encode_endpoint(TransportKind::kCma, peer, mailbox_.address());
+    return shm::encode_endpoint(TransportKind::kCma, peer, mailbox_.address());
   }
 
   void connect(int peer, std::span<const std::byte> peer_endpoint) override {
     if (peers_.contains(peer))
       throw Error(ErrorCode::kInvalidArgument, "cma: rank " + std::to_string(rank_) + " is already connected to rank " +
                                                    std::to_string(peer));
-    const cma::ProcessAddress theirs =
-        cma::decode_endpoint(TransportKind::kCma, rank_, peer, peer_endpoint, mailbox_.address());
+    const shm::ProcessAddress theirs =
+        shm::decode_endpoint(TransportKind::kCma, rank_, peer, peer_endpoint, mailbox_.address());
     for (const Remote& region : remote_)
       if (region.peer == peer && region.pid != theirs.pid)
         throw Error(ErrorCode::kInvalidArgument, "cma: memory imported from rank " + std::to_string(peer) + " belongs to pid " +
                                                      std::to_string(region.pid) + ", but rank " + std::to_string(peer) +
                                                      " is pid " + std::to_string(theirs.pid));
-    auto ring = std::make_unique<cma::PeerRing>(rank_, peer, theirs);
+    auto ring = std::make_unique<shm::PeerRing>(rank_, peer, theirs);
     ring->verify();
     mailbox_.watch(peer);
     peers_.emplace(peer, Peer{theirs.pid, std::move(ring)});
@@ -132,7 +133,7 @@ class CmaTransport final : public Transport {
       throw Error(ErrorCode::kInvalidArgument, "cma memory key from rank " + std::to_string(peer) + " names pid " +
                                                    std::to_string(key.pid) + ", but rank " + std::to_string(peer) +
                                                    " is pid " + std::to_string(it->second.pid));
-    const auto id = static_cast<std::uint32_t>(remote_.size());
+    const std::uint32_t id = regions_.add_remote(peer, key.bytes);  // the same numbering as remote_
     remote_.push_back({peer, key.pid, key.address, key.bytes});
     return id;
   }
@@ -149,32 +150,14 @@ class CmaTransport final : public Transport {
                                                      std::to_string(writes.size()) + " writes, at most " +
                                                      std::to_string(kMaxWritesPerBatch) + " a batch");
     // Check every write before anything moves: an error posts nothing.
+    WB_RETURN_IF_ERROR(regions_.check(peer, writes));
     local_iov_.clear();
     remote_iov_.clear();
     write_of_segment_.clear();
     for (std::size_t i = 0; i < writes.size(); ++i) {
       const WriteRequest& w = writes[i];
-      if (w.local_memory >= local_.size())
-        return Status(ErrorCode::kInvalidArgument, "cma write " + std::to_string(i) + " to rank " + std::to_string(peer) +
-                                                       ": local memory " + std::to_string(w.local_memory) +
-                                                       " is not registered on rank " + std::to_string(rank_));
       const Local& source = local_[w.local_memory];
-      if (!within(w.local_offset, w.bytes, source.bytes))
-        return Status(ErrorCode::kInvalidArgument,
-                      "cma write " + std::to_string(i) + " to rank " + std::to_string(peer) + ": local offset " +
-                          std::to_string(w.local_offset) + " + " + std::to_string(w.bytes) + " bytes is outside local memory " +
-                          std::to_string(w.local_memory) + " (" + std::to_string(source.bytes) + " bytes)");
-      if (w.remote_memory >= remote_.size() || remote_[w.remote_memory].peer != peer)
-        return Status(ErrorCode::kInvalidArgument, "cma write " + std::to_string(i) + " to rank " + std::to_string(peer) +
-                                                       ": remote memory " + std::to_string(w.remote_memory) +
-                                                       " was not imported from rank " + std::to_string(peer));
       const Remote& target_region = remote_[w.remote_memory];
-      if (!within(w.remote_offset, w.bytes, target_region.bytes))
-        return Status(ErrorCode::kInvalidArgument,
-                      "cma write " + std::to_string(i) + " to rank " + std::to_string(peer) + ": remote offset " +
-                          std::to_string(w.remote_offset) + " + " + std::to_string(w.bytes) +
-                          " bytes is outside remote memory " + std::to_string(w.remote_memory) + " (" +
-                          std::to_string(target_region.bytes) + " bytes registered by rank " + std::to_string(peer) + ")");
       if (w.bytes == 0) continue;
       local_iov_.push_back({source.address + w.local_offset, w.bytes});
       remote_iov_.push_back({reinterpret_cast<void*>(target_region.address + w.remote_offset), w.bytes});
@@ -182,8 +165,8 @@ class CmaTransport final : public Transport {
     }
     WB_RETURN_IF_ERROR(target.ring->reserve());  // kRetryLater: nothing posted
 
-    cma::VmFailure failure;
-    if (!cma::vm_write(target.pid, local_iov_, remote_iov_, failure)) {
+    shm::VmFailure failure;
+    if (!shm::vm_write(target.pid, local_iov_, remote_iov_, failure)) {
       target.ring->unreserve();
       const std::size_t i = write_of_segment_[failure.segment];
       const WriteRequest& w = writes[i];
@@ -192,11 +175,12 @@ class CmaTransport final : public Transport {
                         std::to_string(target.pid) + ") failed at remote memory " + std::to_string(w.remote_memory) +
                         " offset " + std::to_string(w.remote_offset + failure.offset) + " (write of " +
                         std::to_string(w.bytes) + " bytes at offset " + std::to_string(w.remote_offset) +
-                        "): process_vm_writev: " + cma::describe_vm_error(failure.error));
+                        "): process_vm_writev: " + shm::describe_vm_error(failure.error));
     }
     WB_RETURN_IF_ERROR(target.ring->notify(immediate));
     // process_vm_writev returned: the bytes are in the peer's memory and the source may be reused.
     done_.push_back({Completion::Kind::kWritesDone, peer, token, 0});
+    traffic_.add(peer, batch_bytes(writes));
     return Status::ok();
   }
 
@@ -205,6 +189,8 @@ class CmaTransport final : public Transport {
     done_.clear();
     return mailbox_.poll(completions);
   }
+
+  std::vector<PeerTraffic> traffic() const override { return traffic_.snapshot(); }
 
  private:
   struct Local {
@@ -219,15 +205,17 @@ class CmaTransport final : public Transport {
   };
   struct Peer {
     pid_t pid = 0;
-    std::unique_ptr<cma::PeerRing> ring;
+    std::unique_ptr<shm::PeerRing> ring;
   };
 
   int rank_;
-  cma::Mailbox mailbox_;
+  shm::Mailbox mailbox_;
   std::vector<Local> local_;
   std::vector<Remote> remote_;
+  RegionTable regions_{"cma"};  // sizes and owners under the same ids: the batch check
   std::unordered_map<int, Peer> peers_;
   std::vector<Completion> done_;  // writes done, reported by the next poll
+  TrafficCounter traffic_;
   // Scratch of post_writes, kept to allocate nothing once warm.
   std::vector<iovec> local_iov_, remote_iov_;
   std::vector<std::size_t> write_of_segment_;

@@ -14,7 +14,9 @@
 #include <vector>
 
 #include "core/byte_codec.hpp"
-#include "transport/cma/mailbox.hpp"
+#include "transport/shm/mailbox.hpp"
+#include "transport/region_table.hpp"
+#include "transport/traffic_counter.hpp"
 #include "weightbridge/checks.hpp"
 #include "weightbridge/log.hpp"
 
@@ -26,8 +28,8 @@ constexpr std::uint64_t kKeyVersion = 1;
 // Every write is one cudaMemcpyAsync; the executor sends few large writes per batch.
 constexpr std::size_t kMaxWritesPerBatch = std::size_t{1} << 16;
 
-using cma::hex;
-using cma::within;
+using shm::hex;
+using shm::within;
 
 std::string cuda_error_text(cudaError_t rc) {
   return std::string(cudaGetErrorName(rc)) + ": " + cudaGetErrorString(rc);
@@ -104,14 +106,14 @@ std::vector<std::byte> encode_key(const RemoteKey& key) {
   out.varint(key.bytes);
   out.varint(key.address);
   std::vector<std::byte> bytes = out.take();
-  cma::append_checksum(bytes);
+  shm::append_checksum(bytes);
   return bytes;
 }
 
 RemoteKey decode_key(int self, int peer, std::span<const std::byte> bytes) {
   const std::string what =
       "cuda_ipc memory key from rank " + std::to_string(peer) + " (imported on rank " + std::to_string(self) + ")";
-  codec::ByteReader in(cma::checked_body(bytes, what), what);
+  codec::ByteReader in(shm::checked_body(bytes, what), what);
   if (in.varint() != kKeyMagic) in.fail("not a cuda_ipc memory key");
   if (const std::uint64_t version = in.varint(); version != kKeyVersion)
     in.fail("version " + std::to_string(version) + ", this build reads " + std::to_string(kKeyVersion));
@@ -193,22 +195,22 @@ class CudaIpcTransport final : public Transport {
     key.offset = offset;
     key.bytes = bytes;
     key.address = reinterpret_cast<std::uint64_t>(address);
-    const auto id = static_cast<std::uint32_t>(local_.size());
+    const std::uint32_t id = regions_.add_local(bytes);  // the same numbering as local_
     local_.push_back({static_cast<std::byte*>(address), bytes});
     return {id, encode_key(key)};
   }
 
   std::vector<std::byte> endpoint(int peer) override {
-    return cma::encode_endpoint(TransportKind::kCudaIpc, peer, mailbox_.address());
+    return shm::encode_endpoint(TransportKind::kCudaIpc, peer, mailbox_.address());
   }
 
   void connect(int peer, std::span<const std::byte> peer_endpoint) override {
     if (peers_.contains(peer))
       throw Error(ErrorCode::kInvalidArgument, "cuda_ipc: rank " + std::to_string(rank_) +
                                                    " is already connected to rank " + std::to_string(peer));
-    const cma::ProcessAddress theirs =
-        cma::decode_endpoint(TransportKind::kCudaIpc, rank_, peer, peer_endpoint, mailbox_.address());
-    auto ring = std::make_unique<cma::PeerRing>(rank_, peer, theirs);
+    const shm::ProcessAddress theirs =
+        shm::decode_endpoint(TransportKind::kCudaIpc, rank_, peer, peer_endpoint, mailbox_.address());
+    auto ring = std::make_unique<shm::PeerRing>(rank_, peer, theirs);
     ring->verify();
     mailbox_.watch(peer);
     DeviceScope scope(device_);
@@ -256,7 +258,7 @@ class CudaIpcTransport final : public Transport {
       }
       address = reinterpret_cast<std::uint64_t>(it->second.base) + key.offset;
     }
-    const auto id = static_cast<std::uint32_t>(remote_.size());
+    const std::uint32_t id = regions_.add_remote(peer, key.bytes);  // the same numbering as remote_
     remote_.push_back({peer, key.pid, address, key.bytes});
     return id;
   }
@@ -272,26 +274,7 @@ class CudaIpcTransport final : public Transport {
       return Status(ErrorCode::kInvalidArgument, "cuda_ipc post_writes to rank " + std::to_string(peer) + ": " +
                                                      std::to_string(writes.size()) + " writes, at most " +
                                                      std::to_string(kMaxWritesPerBatch) + " a batch");
-    for (std::size_t i = 0; i < writes.size(); ++i) {  // every check before anything is enqueued
-      const WriteRequest& w = writes[i];
-      if (w.local_memory >= local_.size() || !within(w.local_offset, w.bytes, local_[w.local_memory].bytes))
-        return Status(ErrorCode::kInvalidArgument,
-                      "cuda_ipc write " + std::to_string(i) + " to rank " + std::to_string(peer) + ": local memory " +
-                          std::to_string(w.local_memory) + " offset " + std::to_string(w.local_offset) + " + " +
-                          std::to_string(w.bytes) + " bytes is not inside memory registered on rank " + std::to_string(rank_));
-      if (w.remote_memory >= remote_.size() || remote_[w.remote_memory].peer != peer)
-        return Status(ErrorCode::kInvalidArgument, "cuda_ipc write " + std::to_string(i) + " to rank " +
-                                                       std::to_string(peer) + ": remote memory " +
-                                                       std::to_string(w.remote_memory) + " was not imported from rank " +
-                                                       std::to_string(peer));
-      if (!within(w.remote_offset, w.bytes, remote_[w.remote_memory].bytes))
-        return Status(ErrorCode::kInvalidArgument,
-                      "cuda_ipc write " + std::to_string(i) + " to rank " + std::to_string(peer) + ": remote offset " +
-                          std::to_string(w.remote_offset) + " + " + std::to_string(w.bytes) +
-                          " bytes is outside remote memory " + std::to_string(w.remote_memory) + " (" +
-                          std::to_string(remote_[w.remote_memory].bytes) + " bytes registered by rank " +
-                          std::to_string(peer) + ")");
-    }
+    WB_RETURN_IF_ERROR(regions_.check(peer, writes));  // every check before anything is enqueued
     // The copies go on this transport's device (a no-op unless the caller switched devices).
     int current = device_;
     WB_TRY_CUDA(cudaGetDevice(&current));
@@ -319,6 +302,8 @@ class CudaIpcTransport final : public Transport {
     }
     return mailbox_.poll(completions);
   }
+
+  std::vector<PeerTraffic> traffic() const override { return traffic_.snapshot(); }
 
  private:
   struct Link;
@@ -352,6 +337,7 @@ class CudaIpcTransport final : public Transport {
     link.pending[slot] = {token, immediate, event};
     ++link.count;
     ++link.posted;
+    traffic_.add(peer, batch_bytes(writes));
     return Status::ok();
   }
 
@@ -372,7 +358,7 @@ class CudaIpcTransport final : public Transport {
   };
   struct Link {
     pid_t pid = 0;
-    std::unique_ptr<cma::PeerRing> ring;
+    std::unique_ptr<shm::PeerRing> ring;
     cudaStream_t stream = nullptr;
     std::vector<cudaEvent_t> events;
     std::vector<Pending> pending;  // a FIFO of batches whose notification is not yet written
@@ -400,11 +386,13 @@ class CudaIpcTransport final : public Transport {
 
   int rank_;
   int device_ = 0;
-  cma::Mailbox mailbox_;
+  shm::Mailbox mailbox_;
   std::vector<Local> local_;
   std::vector<Remote> remote_;
+  RegionTable regions_{"cuda_ipc"};  // sizes and owners under the same ids: the batch check
   std::unordered_map<int, Link> peers_;
   std::map<std::string, Opened> opened_;  // IPC handle bytes -> base of the opened allocation
+  TrafficCounter traffic_;
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
-// ibverbs transport, connecting: endpoint(peer) creates one RC queue pair per NIC for that peer and
-// describes them in a versioned record; connect(peer) validates the peer's record and moves each queue
-// pair RESET -> INIT -> RTR -> RTS towards the peer's queue pair on the same rail.
+// ibverbs transport, connecting: endpoint(peer) creates WB_IB_QPS_PER_CONNECTION RC queue pairs per NIC for
+// that peer and describes them in a versioned record; connect(peer) validates the peer's record and moves
+// each rail's queue pair RESET -> INIT -> RTR -> RTS towards the peer's queue pair on the same rail, with
+// the route (GRH, DLID) the two ports' attributes call for.
 //
 // A peer may write once both sides have returned from connect (the caller synchronizes, e.g. with a
 // barrier); a write that arrives earlier is retransmitted by RC until the receiving side is ready (up to
@@ -47,31 +48,54 @@ void IbverbsTransport::create_queue_pairs(Peer& peer) {
   auto record = std::make_unique<EndpointRecord>();
   record->rank = rank_;
   record->peer = peer.rank;
+  record->qps_per_nic = config_.qps_per_connection;
+  record->batches_in_flight = config_.batches_in_flight;
+  // On failure nothing stays behind: a later endpoint(peer) starts over.
+  auto undo = [&] {
+    for (const QpPtr& qp : peer.qps)
+      for (Nic& nic : nics_)
+        if (nic.owners.erase(qp->qp_num) != 0) nic.credits.give(1);
+    peer.qps.clear();
+  };
+  try {
   for (std::size_t n = 0; n < nics_.size(); ++n) {
     Nic& nic = nics_[n];
     const Device& device = devices_[nic.device];
+    const std::string where = "ibverbs endpoint(" + std::to_string(peer.rank) + "): " + nic.address.label();
+    if (!nic.failure.is_ok()) throw Error(nic.failure.code(), where + " failed earlier: " + nic.failure.message());
     const auto max_wr = static_cast<std::uint32_t>(std::max(device.attr.max_qp_wr, 1));
-    if (config_.sq_depth > max_wr)
-      throw Error(ErrorCode::kInvalidArgument, "WB_IB_SQ_DEPTH=" + std::to_string(config_.sq_depth) + " exceeds the " +
+    if (config_.sq_depth + 1 > max_wr)
+      throw Error(ErrorCode::kInvalidArgument, "WB_IB_SQ_DEPTH=" + std::to_string(config_.sq_depth) + " and a drain marker exceed the " +
                                                    std::to_string(max_wr) + " work requests a queue pair of " +
                                                    nic.address.label() + " holds");
-    ibv_qp_init_attr attr{};
-    attr.send_cq = nic.cq.get();
-    attr.recv_cq = nic.cq.get();
-    attr.srq = nic.srq.get();  // receives come from the NIC's shared receive queue
-    attr.cap.max_send_wr = config_.sq_depth;
-    attr.cap.max_send_sge = 1;
-    attr.qp_type = IBV_QPT_RC;
-    attr.sq_sig_all = 0;  // selective signalling: only the last work request of a batch
-    try {
-      QpPtr qp(WB_CHECK_IBV_PTR(ibv_create_qp(device.pd.get(), &attr)));
-      nic.owners[qp->qp_num] = QpOwner{&peer, static_cast<int>(n)};
-      record->nics.push_back(nic.address);
-      record->qps.push_back(QueuePairAddress{qp->qp_num, random_psn()});
-      peer.qps.push_back(std::move(qp));
-    } catch (const Error& e) {
-      rethrow_in(e, "ibverbs endpoint(" + std::to_string(peer.rank) + "): creating the queue pair on " + nic.address.label());
+    record->nics.push_back(nic.address);
+    for (int j = 0; j < config_.qps_per_connection; ++j) {
+      // Each queue pair keeps one completion queue entry for the drain marker it gets if it fails.
+      if (!nic.credits.take(1))
+        throw Error(ErrorCode::kInvalidArgument, where + ": its completion queue has no entry left for another queue pair (" +
+                                                     std::to_string(nics_[n].owners.size()) + " exist); raise WB_IB_CQ_DEPTH");
+      ibv_qp_init_attr attr{};
+      attr.send_cq = nic.cq.get();
+      attr.recv_cq = nic.cq.get();
+      attr.srq = nic.srq.get();  // receives come from the NIC's shared receive queue
+      attr.cap.max_send_wr = config_.sq_depth + 1;  // + the drain marker
+      attr.cap.max_send_sge = 1;
+      attr.qp_type = IBV_QPT_RC;
+      attr.sq_sig_all = 0;  // selective signalling: only the last work request of a batch
+      try {
+        QpPtr qp(WB_IBV_CHECK_PTR("ibv_create_qp", lib_.create_qp(device.pd.get(), &attr)), QpDestroyer{&lib_});
+        nic.owners[qp->qp_num] = QpOwner{&peer, static_cast<int>(peer.qps.size())};
+        record->qps.push_back(QueuePairAddress{qp->qp_num, random_psn()});
+        peer.qps.push_back(std::move(qp));
+      } catch (const Error& e) {
+        nic.credits.give(1);
+        rethrow_in(e, where + ": creating queue pair " + std::to_string(j));
+      }
     }
+  }
+  } catch (...) {
+    undo();
+    throw;
   }
   peer.record = std::move(record);
 }
@@ -83,21 +107,29 @@ std::vector<std::byte> IbverbsTransport::endpoint(int peer) {
   return serialize_endpoint(*p.record);
 }
 
-void IbverbsTransport::bring_up(Peer& peer, int rail, const NicAddress& remote, const QueuePairAddress& remote_qp) {
-  const auto ri = static_cast<std::size_t>(rail);
-  const NicAddress& local = nics_[ri].address;
-  ibv_qp* qp = peer.qps[ri].get();
-  const std::string where = "ibverbs connect to peer " + std::to_string(peer.rank) + ", rail " + std::to_string(rail) +
-                            " (local " + local.label() + " QP " + std::to_string(qp->qp_num) + " -> peer's " +
+void IbverbsTransport::bring_up(Peer& peer, int rail, const EndpointRecord& remote_record) {
+  const Rail& r = peer.rail[static_cast<std::size_t>(rail)];
+  const auto ni = static_cast<std::size_t>(r.nic);
+  const Nic& nic = nics_[ni];
+  const NicAddress& local = nic.address;
+  const NicAddress& remote = remote_record.nics[ni];
+  const QueuePairAddress& remote_qp = remote_record.qps[static_cast<std::size_t>(r.position)];
+  ibv_qp* qp = r.qp;
+  const std::string where = "ibverbs connect to rank " + std::to_string(peer.rank) + ", rail " + std::to_string(rail) +
+                            " (local " + local.label() + " QP " + std::to_string(qp->qp_num) + " -> the peer's " +
                             remote.label() + " QP " + std::to_string(remote_qp.qpn) + ")";
-  const char* step = "RESET -> INIT";
+  const char* step = "route";
   try {
+    const Route route = choose_route(RoutePort{local.link_layer, local.lid, local.gid, nic.grh_required},
+                                     RoutePort{remote.link_layer, remote.lid, remote.gid, false},
+                                     config_.gid.requested >= 0, rank_text(peer.rank));
+    step = "RESET -> INIT";
     ibv_qp_attr init{};
     init.qp_state = IBV_QPS_INIT;
-    init.pkey_index = 0;
+    init.pkey_index = nic.pkey_index;
     init.port_num = local.port;
     init.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
-    WB_CHECK_IBV(ibv_modify_qp(qp, &init, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS));
+    WB_IBV_CHECK("ibv_modify_qp", lib_.modify_qp(qp, &init, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS));
 
     step = "INIT -> RTR";
     ibv_qp_attr rtr{};
@@ -107,15 +139,11 @@ void IbverbsTransport::bring_up(Peer& peer, int rail, const NicAddress& remote, 
     rtr.rq_psn = remote_qp.psn;
     rtr.max_dest_rd_atomic = 1;
     rtr.min_rnr_timer = 12;  // 0.64 ms before a sender retries a WRITE_WITH_IMM that found no receive
-    rtr.ah_attr.dlid = remote.lid;
+    rtr.ah_attr.dlid = route.dlid;
     rtr.ah_attr.sl = config_.service_level;
     rtr.ah_attr.src_path_bits = 0;
     rtr.ah_attr.port_num = local.port;
-    // RoCE always routes by GID; InfiniBand needs a GRH only between subnets (different GID prefixes)
-    // or when WB_IB_GID_INDEX asks for one.
-    const bool other_subnet = !gid_is_zero(remote.gid) && !gid_is_zero(local.gid) &&
-                              !std::equal(local.gid.begin(), local.gid.begin() + 8, remote.gid.begin());
-    if (local.link_layer == LinkLayer::kEthernet || other_subnet || config_.gid_index >= 0) {
+    if (route.global) {
       rtr.ah_attr.is_global = 1;
       std::copy(remote.gid.begin(), remote.gid.end(), rtr.ah_attr.grh.dgid.raw);
       rtr.ah_attr.grh.sgid_index = static_cast<std::uint8_t>(local.gid_index);
@@ -123,9 +151,9 @@ void IbverbsTransport::bring_up(Peer& peer, int rail, const NicAddress& remote, 
       rtr.ah_attr.grh.traffic_class = config_.traffic_class;
       rtr.ah_attr.grh.flow_label = 0;
     }
-    WB_CHECK_IBV(ibv_modify_qp(qp, &rtr,
-                               IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                                   IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER));
+    WB_IBV_CHECK("ibv_modify_qp", lib_.modify_qp(qp, &rtr,
+                                IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                                    IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER));
 
     step = "RTR -> RTS";
     ibv_qp_attr rts{};
@@ -133,17 +161,18 @@ void IbverbsTransport::bring_up(Peer& peer, int rail, const NicAddress& remote, 
     rts.timeout = config_.timeout;
     rts.retry_cnt = config_.retry_count;
     rts.rnr_retry = 7;  // retry without limit while the receiver replenishes its receives
-    rts.sq_psn = peer.record->qps[ri].psn;
+    rts.sq_psn = peer.record->qps[static_cast<std::size_t>(r.position)].psn;
     rts.max_rd_atomic = 1;
-    WB_CHECK_IBV(ibv_modify_qp(qp, &rts,
-                               IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                                   IBV_QP_MAX_QP_RD_ATOMIC));
+    WB_IBV_CHECK("ibv_modify_qp", lib_.modify_qp(qp, &rts,
+                                IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+                                    IBV_QP_MAX_QP_RD_ATOMIC));
+    WB_LOG(kDebug) << where << ": " << route.reason;
   } catch (const Error& e) {
     // Back to RESET so that a later connect can start over.
     for (const QpPtr& q : peer.qps) {
       ibv_qp_attr reset{};
       reset.qp_state = IBV_QPS_RESET;
-      (void)ibv_modify_qp(q.get(), &reset, IBV_QP_STATE);
+      (void)lib_.modify_qp(q.get(), &reset, IBV_QP_STATE);
     }
     rethrow_in(e, where + ", " + step);
   }
@@ -151,46 +180,74 @@ void IbverbsTransport::bring_up(Peer& peer, int rail, const NicAddress& remote, 
 
 void IbverbsTransport::connect(int peer, std::span<const std::byte> peer_endpoint) {
   Peer& p = peer_entry(peer);
+  const std::string who = rank_text(peer);
   if (p.record == nullptr)
-    throw Error(ErrorCode::kInvalidArgument, "ibverbs connect to peer " + std::to_string(peer) + " before endpoint(" +
-                                                 std::to_string(peer) + "): that record (sent to the peer) names the "
-                                                 "queue pairs the peer connects to");
-  if (p.connected) throw Error(ErrorCode::kInvalidArgument, "ibverbs: already connected to peer " + std::to_string(peer));
+    throw Error(ErrorCode::kInvalidArgument, "ibverbs connect to " + who + " before endpoint(" + std::to_string(peer) +
+                                                 "): that record (sent to the peer) names the queue pairs the peer connects to");
+  if (p.connected) throw Error(ErrorCode::kInvalidArgument, "ibverbs: already connected to " + who);
+  if (!p.failure.is_ok()) throw Error(p.failure.code(), "ibverbs connect to " + who + ": " + p.failure.message());
 
   const EndpointRecord remote = parse_endpoint(peer_endpoint, peer);
-  const int rails = check_connectable(*p.record, remote, peer);
-  for (const RemoteRegion& region : p.regions)
-    if (region.bytes != 0 && region.rkeys.size() != remote.nics.size())
-      throw Error(ErrorCode::kInvalidArgument, "ibverbs connect to peer " + std::to_string(peer) + ": a memory key imported "
-                                                   "from it has rkeys for " + std::to_string(region.rkeys.size()) +
+  const Connection connection = check_connectable(*p.record, remote, peer);
+  for (std::size_t id = 0; id < remote_.size(); ++id)
+    if (remote_[id].owner == peer && remote_[id].bytes != 0 && remote_[id].rkeys.size() != remote.nics.size())
+      throw Error(ErrorCode::kInvalidArgument, "ibverbs connect to " + who + ": memory key " + std::to_string(id) +
+                                                   " imported from it has rkeys for " + std::to_string(remote_[id].rkeys.size()) +
                                                    " NIC(s), its endpoint record lists " + std::to_string(remote.nics.size()));
+  for (int n = 0; n < connection.nic_pairs; ++n)
+    if (!nics_[static_cast<std::size_t>(n)].failure.is_ok())
+      throw Error(ErrorCode::kIbverbs, "ibverbs connect to " + who + ": " + nic_label(static_cast<std::size_t>(n)) +
+                                           " failed earlier: " + nics_[static_cast<std::size_t>(n)].failure.message());
 
+  const int rails = connection.rails();
+  const int k = connection.qps_per_nic;
+  p.rail.assign(static_cast<std::size_t>(rails), Rail{});
+  p.rail_of.assign(p.qps.size(), -1);
+  for (int r = 0; r < rails; ++r) {
+    Rail& rail = p.rail[static_cast<std::size_t>(r)];
+    rail.nic = rail_nic(r, connection.nic_pairs);
+    rail.position = rail.nic * k + rail_qp_on_nic(r, connection.nic_pairs);
+    rail.qp = p.qps[static_cast<std::size_t>(rail.position)].get();
+    p.rail_of[static_cast<std::size_t>(rail.position)] = r;
+  }
   std::uint64_t max_message = kMaxPiece;
   for (int r = 0; r < rails; ++r) {
-    const auto i = static_cast<std::size_t>(r);
-    bring_up(p, r, remote.nics[i], remote.qps[i]);
-    max_message = std::min({max_message, nics_[i].address.max_message, remote.nics[i].max_message});
+    bring_up(p, r, remote);
+    const auto ni = static_cast<std::size_t>(p.rail[static_cast<std::size_t>(r)].nic);
+    max_message = std::min({max_message, nics_[ni].address.max_message, remote.nics[ni].max_message});
   }
 
+  p.connection = connection;
   p.rails = rails;
   p.remote_nics = remote.nics.size();
   p.max_message = max_message;
+  // Adaptive routing where any of the connection's NICs wants it: the separate immediate is harmless elsewhere.
+  p.separate_immediate = std::any_of(p.rail.begin(), p.rail.end(),
+                                     [&](const Rail& rail) { return nics_[static_cast<std::size_t>(rail.nic)].adaptive_routing; });
   p.next_rail = peer % rails;  // spreads unstriped batches of different peers over the NICs
-  p.rail.assign(static_cast<std::size_t>(rails), Rail{});
-  for (int r = 0; r < rails; ++r) {
-    Rail& rail = p.rail[static_cast<std::size_t>(r)];
-    rail.qp = p.qps[static_cast<std::size_t>(r)].get();
+  for (Rail& rail : p.rail) {
     rail.sq.reset(config_.sq_depth);
-    rail.wrs.assign(config_.sq_depth, ibv_send_wr{});
-    rail.sges.assign(config_.sq_depth, ibv_sge{});
+    rail.wrs.assign(config_.sq_depth + 1, ibv_send_wr{});
+    rail.sges.assign(config_.sq_depth + 1, ibv_sge{});
   }
-  p.batches.reset(rails, config_.sq_depth);
+  p.batches.reset(rails, config_.batches_in_flight);
   p.arrivals.reset(rails);
   p.plan.assign(static_cast<std::size_t>(rails), {});
   for (auto& pieces : p.plan) pieces.reserve(config_.sq_depth);
+  p.needed.assign(nics_.size(), 0);
   p.connected = true;
-  WB_LOG(kDebug) << "ibverbs: connected to peer " << peer << " over " << rails << " rail(s), path MTU "
-                 << mtu_bytes(std::min(nics_[0].address.mtu, remote.nics[0].mtu)) << ", max message " << max_message;
+
+  // The receives this NIC must hold now that the peer may write here.
+  for (int n = 0; n < connection.nic_pairs; ++n) {
+    Nic& nic = nics_[static_cast<std::size_t>(n)];
+    if (!nic.receives.add_writer(remote.batches_in_flight, k) && !nic.warned_receives) {
+      nic.warned_receives = true;
+      WB_LOG(kWarn) << "ibverbs: " << nic.receives.shortfall(nic.address.label());
+    }
+  }
+  WB_LOG(kDebug) << "ibverbs: connected to " << who << " over " << rails << " rail(s) (" << connection.nic_pairs
+                 << " NIC pair(s) x " << k << "), path MTU " << mtu_bytes(std::min(nics_[0].address.mtu, remote.nics[0].mtu))
+                 << ", max message " << max_message << (p.separate_immediate ? ", adaptive routing" : "");
 }
 
 }  // namespace wb::ibv

@@ -1,72 +1,33 @@
-// ibverbs transport, set-up: settings, device discovery, NICs (protection domain, completion queue, shared
-// receive queue), capabilities and teardown.
+// ibverbs transport, set-up: loading libibverbs, device discovery (one bad device or port is skipped with a
+// warning), NIC choice (WB_IB_DEVICES, PCI locality), each NIC's completion queue and shared receive
+// queue, capabilities and teardown.
+#include <arpa/inet.h>
+#include <fcntl.h>
 #include <infiniband/verbs.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <memory>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "transport/ibverbs/ibverbs_cuda.hpp"
 #include "transport/ibverbs/ibverbs_internal.hpp"
+#include "transport/ibverbs/ibverbs_topology.hpp"
 #include "transport/ibverbs/ibverbs_transport.hpp"
 #include "weightbridge/checks.hpp"
 #include "weightbridge/log.hpp"
-#include "weightbridge/settings.hpp"
 
 namespace wb {
 namespace ibv {
 namespace {
 
-Setting<std::string> ib_devices_setting(
-    "ib_devices", "",
-    "RDMA NICs of the ibverbs transport: comma-separated device names, each with an optional :port "
-    "(mlx5_0,mlx5_1:1). Empty: every active port of every device. Several NICs: each batch is striped over them.");
-Setting<std::int64_t> ib_gid_index_setting(
-    "ib_gid_index", -1,
-    "GID index for RoCE (and for InfiniBand between subnets). -1: a RoCE v2 GID holding an IPv4 address "
-    "(else any RoCE v2, else RoCE v1); index 0 on InfiniBand.");
-Setting<std::int64_t> ib_sq_depth_setting(
-    "ib_sq_depth", 512,
-    "Send queue depth of each RC queue pair: work requests in flight per peer and NIC, and the most writes "
-    "one post_writes takes.");
-Setting<std::int64_t> ib_srq_depth_setting(
-    "ib_srq_depth", 1024, "Receives kept posted per NIC (shared receive queue) for the immediates of arriving batches.");
-Setting<std::int64_t> ib_cq_depth_setting(
-    "ib_cq_depth", 8192,
-    "Completion queue entries per NIC (at least ib_srq_depth + ib_sq_depth); bounds the batches in flight per NIC.");
-Setting<std::int64_t> ib_timeout_setting(
-    "ib_timeout", 20, "Local ACK timeout of the RC queue pairs: 4.096 us * 2^value (20: about 4 s), 1..31.");
-Setting<std::int64_t> ib_retry_count_setting("ib_retry_count", 7,
-                                             "Transport retries before a write fails with 'retry exceeded', 0..7.");
-Setting<std::int64_t> ib_service_level_setting("ib_service_level", 0, "InfiniBand service level of the queue pairs, 0..15.");
-Setting<std::int64_t> ib_traffic_class_setting("ib_traffic_class", 0,
-                                               "Traffic class of the GRH (RoCE), 0..255 (DSCP << 2).");
-Setting<std::int64_t> ib_stripe_min_bytes_setting(
-    "ib_stripe_min_bytes", std::int64_t{1} << 20,
-    "With several NICs, a batch is striped over them only when each NIC's share is at least this many bytes; "
-    "smaller batches go to one NIC (rotating).");
-Setting<bool> ib_relaxed_ordering_setting(
-    "ib_relaxed_ordering", false,
-    "Register memory with IBV_ACCESS_RELAXED_ORDERING (faster PCIe writes on some platforms; completions stay "
-    "ordered after the data).");
-
-std::int64_t in_range(const Setting<std::int64_t>& setting, std::int64_t low, std::int64_t high) {
-  const std::int64_t value = setting.get();
-  if (value < low || value > high)
-    throw Error(ErrorCode::kInvalidArgument, setting.environment_variable() + "=" + std::to_string(value) +
-                                                 " is out of range [" + std::to_string(low) + ", " +
-                                                 std::to_string(high) + "]");
-  return value;
-}
-
-struct DeviceListFree {
-  void operator()(ibv_device** list) const noexcept { ibv_free_device_list(list); }
-};
-
-const char* port_state_name(ibv_port_state state) {
+const char* port_state_name(int state) {
   switch (state) {
     case IBV_PORT_NOP: return "NOP";
     case IBV_PORT_DOWN: return "DOWN";
@@ -84,87 +45,178 @@ Gid gid_bytes(const ibv_gid& gid) {
   return out;
 }
 
-/// The valid GID entries of one port: ibv_query_gid_table, or entry by entry where that is unsupported.
-std::vector<GidEntry> query_gid_table(ibv_context* context, const ibv_device_attr& attr, std::uint8_t port,
+GidType gid_type_of(std::uint32_t type) {
+  return type == IBV_GID_TYPE_ROCE_V2 ? GidType::kRoceV2 : type == IBV_GID_TYPE_ROCE_V1 ? GidType::kRoceV1 : GidType::kIb;
+}
+
+/// The GID entries of one port: ibv_query_gid_table where the library has it, else entry by entry with
+/// the types from sysfs (rdma-core before v32).
+std::vector<GidEntry> query_gid_table(const VerbsLibrary& lib, const Device& device, std::uint8_t port,
                                       const ibv_port_attr& port_attr) {
   std::vector<GidEntry> table;
-  auto add = [&](const ibv_gid_entry& e) {
-    GidEntry entry;
-    entry.index = e.gid_index;
-    entry.type = e.gid_type == IBV_GID_TYPE_ROCE_V2   ? GidType::kRoceV2
-                 : e.gid_type == IBV_GID_TYPE_ROCE_V1 ? GidType::kRoceV1
-                                                      : GidType::kIb;
-    entry.gid = gid_bytes(e.gid);
-    if (!gid_is_zero(entry.gid)) table.push_back(entry);
-  };
-  const std::size_t capacity = static_cast<std::size_t>(std::max(port_attr.gid_tbl_len, 1)) *
-                               static_cast<std::size_t>(std::max<int>(attr.phys_port_cnt, 1));
-  std::vector<ibv_gid_entry> entries(capacity);
-  const ssize_t n = ibv_query_gid_table(context, entries.data(), entries.size(), 0);
-  if (n >= 0) {
-    for (ssize_t i = 0; i < n; ++i)
-      if (entries[static_cast<std::size_t>(i)].port_num == port) add(entries[static_cast<std::size_t>(i)]);
-    return table;
+  if (lib.query_gid_table != nullptr) {
+    const std::size_t capacity = static_cast<std::size_t>(std::max(port_attr.gid_tbl_len, 1)) *
+                                 static_cast<std::size_t>(std::max<int>(device.attr.phys_port_cnt, 1));
+    std::vector<ibv_gid_entry> entries(capacity);
+    const ssize_t n = lib.query_gid_table(device.context.get(), entries.data(), entries.size(), 0, sizeof(ibv_gid_entry));
+    if (n >= 0) {
+      for (ssize_t i = 0; i < n; ++i) {
+        const ibv_gid_entry& e = entries[static_cast<std::size_t>(i)];
+        if (e.port_num != port) continue;
+        GidEntry entry{e.gid_index, gid_type_of(e.gid_type), gid_bytes(e.gid)};
+        if (!gid_is_zero(entry.gid)) table.push_back(entry);
+      }
+      return table;
+    }
   }
+  const bool ethernet = port_attr.link_layer == IBV_LINK_LAYER_ETHERNET;
   for (int index = 0; index < port_attr.gid_tbl_len; ++index) {
-    ibv_gid_entry e{};
-    if (ibv_query_gid_ex(context, port, static_cast<std::uint32_t>(index), &e, 0) == 0) add(e);
+    ibv_gid gid{};
+    if (lib.query_gid(device.context.get(), port, index, &gid) != 0) continue;
+    GidEntry entry{static_cast<std::uint32_t>(index), GidType::kIb, gid_bytes(gid)};
+    if (gid_is_zero(entry.gid)) continue;
+    if (ethernet) {
+      // In a container a GID index outside the container's namespace reads as an error: skip it.
+      std::ifstream in(device.path + "/ports/" + std::to_string(port) + "/gid_attrs/types/" + std::to_string(index));
+      std::string text;
+      std::getline(in, text);
+      const std::optional<GidType> type = parse_gid_type_text(text);
+      if (!type) continue;
+      entry.type = *type;
+    }
+    table.push_back(entry);
+  }
+  return table;
+}
+
+std::vector<std::uint16_t> query_pkey_table(const VerbsLibrary& lib, ibv_context* context, std::uint8_t port, int length) {
+  std::vector<std::uint16_t> table;
+  for (int i = 0; i < length; ++i) {
+    __be16 pkey = 0;
+    if (lib.query_pkey(context, port, i, &pkey) != 0) break;
+    table.push_back(ntohs(pkey));
   }
   return table;
 }
 
 /// Opens the completion queue and shared receive queue of one NIC and posts its receives.
-void open_queues(Nic& nic, const Device& device, const Config& config) {
+void open_queues(const VerbsLibrary& lib, Nic& nic, const Device& device, const Config& config) {
   if (device.attr.max_srq == 0 || device.attr.max_srq_wr == 0)
     throw Error(ErrorCode::kUnsupported, nic.address.label() + " has no shared receive queue, which the ibverbs transport "
                                                                "uses for the immediates of arriving batches");
-  const std::uint32_t cq_depth = std::max(config.cq_depth, config.srq_depth + config.sq_depth);
-  const auto max_cqe = static_cast<std::uint32_t>(std::max(device.attr.max_cqe, 1));
-  if (cq_depth > max_cqe || config.srq_depth > static_cast<std::uint32_t>(device.attr.max_srq_wr))
-    throw Error(ErrorCode::kInvalidArgument,
-                nic.address.label() + " allows " + std::to_string(device.attr.max_cqe) + " completion queue entries and " +
-                    std::to_string(device.attr.max_srq_wr) + " shared receives; WB_IB_CQ_DEPTH / WB_IB_SRQ_DEPTH / "
-                    "WB_IB_SQ_DEPTH ask for " + std::to_string(cq_depth) + " and " + std::to_string(config.srq_depth));
-  nic.cq.reset(WB_CHECK_IBV_PTR(ibv_create_cq(device.context.get(), static_cast<int>(cq_depth), nullptr, nullptr, 0)));
-  const auto cqe = static_cast<std::uint32_t>(nic.cq->cqe);
-  nic.send_credits = cqe - config.srq_depth;
+  const QueueSizes sizes = choose_queue_sizes(config, static_cast<std::uint32_t>(device.attr.max_srq_wr),
+                                              static_cast<std::uint32_t>(std::max(device.attr.max_cqe, 1)), nic.address.label());
+  nic.cq = CqPtr(WB_IBV_CHECK_PTR("ibv_create_cq(" + nic.address.label() + ")",
+                                  lib.create_cq(device.context.get(), static_cast<int>(sizes.cq), nullptr, nullptr, 0)),
+                 CqDestroyer{&lib});
+  const auto cqe = static_cast<std::uint32_t>(std::max(nic.cq->cqe, 0));
+  if (cqe <= sizes.srq)
+    throw Error(ErrorCode::kIbverbs, nic.address.label() + ": ibv_create_cq gave " + std::to_string(cqe) +
+                                         " entries, not more than the " + std::to_string(sizes.srq) + " receives");
+  nic.credits.reset(cqe - sizes.srq);
 
   ibv_srq_init_attr srq_attr{};
-  srq_attr.attr.max_wr = config.srq_depth;
+  srq_attr.attr.max_wr = sizes.srq;
   srq_attr.attr.max_sge = 1;
-  nic.srq.reset(WB_CHECK_IBV_PTR(ibv_create_srq(device.pd.get(), &srq_attr)));
-  nic.srq_depth = config.srq_depth;
+  nic.srq = SrqPtr(WB_IBV_CHECK_PTR("ibv_create_srq(" + nic.address.label() + ")", lib.create_srq(device.pd.get(), &srq_attr)),
+                   SrqDestroyer{&lib});
+  nic.srq_depth = sizes.srq;
+  nic.receives = ReceiveBudget(sizes.srq);
 
   // Zero-length receives: a WRITE_WITH_IMM consumes one and places no data through it.
-  nic.recv_wrs.assign(config.srq_depth, ibv_recv_wr{});
+  nic.recv_wrs.assign(sizes.srq, ibv_recv_wr{});
   for (std::size_t i = 0; i < nic.recv_wrs.size(); ++i) {
     nic.recv_wrs[i].wr_id = kReceiveWrId;
     nic.recv_wrs[i].next = i + 1 < nic.recv_wrs.size() ? &nic.recv_wrs[i + 1] : nullptr;
   }
   ibv_recv_wr* bad = nullptr;
-  WB_CHECK_IBV(ibv_post_srq_recv(nic.srq.get(), nic.recv_wrs.data(), &bad));
+  WB_IBV_CHECK("ibv_post_srq_recv(" + nic.address.label() + ")", ibv_post_srq_recv(nic.srq.get(), nic.recv_wrs.data(), &bad));
+}
+
+/// A device opened for discovery: its context, protection domain and attributes.
+Device open_device(const VerbsLibrary& lib, ibv_device* handle, const std::string& name) {
+  Device device;
+  device.name = name;
+  device.path = handle->ibdev_path;
+  device.pci = read_pci_place(device.path + "/device");
+  device.context = ContextPtr(WB_IBV_CHECK_PTR("ibv_open_device(" + name + ")", lib.open_device(handle)), ContextCloser{&lib});
+  // Asynchronous events are read in poll, which never blocks.
+  const int flags = ::fcntl(device.context->async_fd, F_GETFL);
+  if (flags < 0 || ::fcntl(device.context->async_fd, F_SETFL, flags | O_NONBLOCK) < 0)
+    throw Error(make_call_error(ErrorCode::kSystem, "fcntl(async_fd, O_NONBLOCK)", std::strerror(errno), __FILE__, __LINE__));
+  WB_IBV_CHECK("ibv_query_device(" + name + ")", lib.query_device(device.context.get(), &device.attr));
+  device.pd = PdPtr(WB_IBV_CHECK_PTR("ibv_alloc_pd(" + name + ")", lib.alloc_pd(device.context.get())), PdDeallocator{&lib});
+  return device;
+}
+
+/// Describes one port as a NIC (no queues yet): nullopt with `inactive` set when the port is not active
+/// (no news: an unplugged port); throws what makes an active port unusable.
+std::optional<Nic> describe_port(const VerbsLibrary& lib, const Device& device, std::size_t device_index, int port,
+                                 const Config& config, std::string& inactive) {
+  const std::string label = device.name + ":" + std::to_string(port);
+  ibv_port_attr port_attr{};
+  WB_IBV_CHECK("ibv_query_port(" + label + ")", lib.query_port(device.context.get(), static_cast<std::uint8_t>(port), &port_attr));
+  if (port_attr.state != IBV_PORT_ACTIVE) {
+    inactive = std::string("is ") + port_state_name(port_attr.state);
+    return std::nullopt;
+  }
+  Nic nic;
+  nic.device = device_index;
+  NicAddress& a = nic.address;
+  a.device = device.name;
+  a.port = static_cast<std::uint8_t>(port);
+  a.link_layer = port_attr.link_layer == IBV_LINK_LAYER_ETHERNET ? LinkLayer::kEthernet : LinkLayer::kInfiniBand;
+  a.lid = port_attr.lid;
+  a.mtu = static_cast<std::uint8_t>(port_attr.active_mtu);
+  a.max_message = port_attr.max_msg_sz;
+  nic.grh_required = (port_attr.flags & IBV_QPF_GRH_REQUIRED) != 0;
+  if (a.link_layer == LinkLayer::kInfiniBand && a.lid == 0)
+    throw Error(ErrorCode::kUnsupported, label + " is an InfiniBand port without a LID (no subnet manager?)");
+  const std::vector<GidEntry> table = query_gid_table(lib, device, a.port, port_attr);
+  a.gid_index = choose_gid_index(table, a.link_layer, config.gid, label);
+  for (const GidEntry& e : table) {
+    if (e.index != a.gid_index) continue;
+    a.gid = e.gid;
+    a.gid_type = a.link_layer == LinkLayer::kInfiniBand ? GidType::kIb : e.type;
+  }
+  a.family = gid_family(a.gid);
+  if (config.pkey != 0)
+    nic.pkey_index = choose_pkey_index(query_pkey_table(lib, device.context.get(), a.port, port_attr.pkey_tbl_len),
+                                       config.pkey, label);
+  nic.adaptive_routing = adaptive_routing_on(config.adaptive_routing, a.link_layer);
+  return nic;
+}
+
+std::string describe_nic(const Nic& n) {
+  const NicAddress& a = n.address;
+  std::ostringstream text;
+  text << a.label() << " " << link_layer_name(a.link_layer) << " LID " << a.lid << " GID[" << a.gid_index << "] "
+       << format_gid(a.gid);
+  if (a.link_layer == LinkLayer::kEthernet) text << " (" << gid_type_name(a.gid_type) << ")";
+  text << " MTU " << mtu_bytes(a.mtu) << " max message " << a.max_message << " P_Key index " << n.pkey_index
+       << (n.grh_required ? " GRH required" : "") << (n.adaptive_routing ? " adaptive routing" : "") << " receives "
+       << n.srq_depth << " send credits " << n.credits.available();
+  return text.str();
+}
+
+/// Whether any port of `name` could pass the filter (so that the device is worth opening).
+bool may_pass(const DeviceFilter& filter, const std::string& name) {
+  if (!filter.exclude) return filter.entries.empty() || filter.names(name);
+  // Excluded whole only by an entry without a port.
+  return std::none_of(filter.entries.begin(), filter.entries.end(), [&](const DeviceSpec& e) {
+    const bool matches = e.prefix ? name.compare(0, e.name.size(), e.name) == 0 : name == e.name;
+    return matches && e.port == 0;
+  });
 }
 
 }  // namespace
 
-Config read_config() {
-  Config config;
-  config.devices = parse_device_list(ib_devices_setting.get());
-  config.gid_index = in_range(ib_gid_index_setting, -1, 0xffff);
-  config.sq_depth = static_cast<std::uint32_t>(in_range(ib_sq_depth_setting, 1, 1 << 16));
-  config.srq_depth = static_cast<std::uint32_t>(in_range(ib_srq_depth_setting, 1, 1 << 20));
-  config.cq_depth = static_cast<std::uint32_t>(in_range(ib_cq_depth_setting, 1, 1 << 22));
-  config.timeout = static_cast<std::uint8_t>(in_range(ib_timeout_setting, 1, 31));
-  config.retry_count = static_cast<std::uint8_t>(in_range(ib_retry_count_setting, 0, 7));
-  config.service_level = static_cast<std::uint8_t>(in_range(ib_service_level_setting, 0, 15));
-  config.traffic_class = static_cast<std::uint8_t>(in_range(ib_traffic_class_setting, 0, 255));
-  config.stripe_min_bytes = static_cast<std::uint64_t>(in_range(ib_stripe_min_bytes_setting, 0, std::int64_t{1} << 40));
-  config.relaxed_ordering = ib_relaxed_ordering_setting.get();
-  return config;
+IbverbsTransport::IbverbsTransport(const VerbsLibrary& lib, int rank, Config config, std::vector<Device> devices,
+                                   std::vector<Nic> nics)
+    : lib_(lib), rank_(rank), config_(std::move(config)), devices_(std::move(devices)), nics_(std::move(nics)) {
+  relaxed_ordering_ = config_.relaxed_ordering == Switch::kOn ||
+                      (config_.relaxed_ordering == Switch::kAuto && lib_.reg_mr_iova2 != nullptr);
 }
-
-IbverbsTransport::IbverbsTransport(int rank, Config config, std::vector<Device> devices, std::vector<Nic> nics)
-    : rank_(rank), config_(std::move(config)), devices_(std::move(devices)), nics_(std::move(nics)) {}
 
 IbverbsTransport::~IbverbsTransport() {
   // Queue pairs first (they reference the CQs and SRQs), then memory regions, then the queues, the
@@ -182,17 +234,54 @@ TransportCapabilities IbverbsTransport::capabilities() const {
   caps.cuda_memory = true;
 #endif
   caps.between_machines = true;
-  caps.max_writes_per_batch = config_.sq_depth;
+  // One send-queue slot stays for a separate zero-length immediate (adaptive routing).
+  caps.max_writes_per_batch = config_.sq_depth - 1;
   return caps;
 }
 
 }  // namespace ibv
 
-std::unique_ptr<Transport> make_ibverbs_transport(int rank) {
+bool rdma_device_present(std::string& why) {
   using namespace ibv;
+  const VerbsLibrary* lib = nullptr;
+  try {
+    const Config config = read_config();
+    lib = &load_verbs_library(config.library, config.fork_safe);
+  } catch (const Error& error) {
+    why = error.status().message();
+    return false;
+  }
   errno = 0;
   int count = 0;
-  const std::unique_ptr<ibv_device*, DeviceListFree> list(ibv_get_device_list(&count));
+  ibv_device** list = lib->get_device_list(&count);
+  if (list == nullptr) {
+    const int error = errno;
+    why = std::string("ibv_get_device_list failed: ") + (error != 0 ? std::strerror(error) : "unknown error");
+    return false;
+  }
+  lib->free_device_list(list);
+  if (count <= 0) {
+    why = "ibv_get_device_list returned no device";
+    return false;
+  }
+  return true;
+}
+
+std::unique_ptr<Transport> make_ibverbs_transport(int rank) {
+  using namespace ibv;
+  const Config config = read_config();
+  const VerbsLibrary& lib = load_verbs_library(config.library, config.fork_safe);
+  if (config.relaxed_ordering == Switch::kOn && lib.reg_mr_iova2 == nullptr)
+    throw Error(ErrorCode::kUnsupported, "WB_IB_RELAXED_ORDERING=on, but " + lib.path +
+                                             " has no ibv_reg_mr_iova2 (rdma-core < 28); set it to auto or off");
+
+  errno = 0;
+  int count = 0;
+  struct ListFree {
+    const VerbsLibrary* lib;
+    void operator()(ibv_device** list) const noexcept { lib->free_device_list(list); }
+  };
+  const std::unique_ptr<ibv_device*, ListFree> list(lib.get_device_list(&count), ListFree{&lib});
   if (list == nullptr) {
     const int error = errno;
     throw Error(ErrorCode::kUnsupported, std::string("no RDMA device: ibv_get_device_list failed: ") +
@@ -200,83 +289,97 @@ std::unique_ptr<Transport> make_ibverbs_transport(int rank) {
   }
   if (count <= 0) throw Error(ErrorCode::kUnsupported, "no RDMA device: ibv_get_device_list returned no device");
 
-  const Config config = read_config();
   std::vector<std::string> names;
-  for (int i = 0; i < count; ++i) names.emplace_back(ibv_get_device_name(list.get()[i]));
+  for (int i = 0; i < count; ++i) names.emplace_back(lib.get_device_name(list.get()[i]));
   auto all_names = [&] {
     std::string text;
     for (const std::string& n : names) text += (text.empty() ? "" : ", ") + n;
     return text;
   };
+  // An include list's exact names must exist: a typo would otherwise quietly use fewer NICs.
+  if (!config.devices.exclude)
+    for (const DeviceSpec& spec : config.devices.entries)
+      if (!spec.prefix && std::find(names.begin(), names.end(), spec.name) == names.end())
+        throw Error(ErrorCode::kInvalidArgument, "WB_IB_DEVICES names '" + spec.name +
+                                                     "', which is not an RDMA device here (devices: " + all_names() + ")");
 
-  // What to open: every device (all ports), or the WB_IB_DEVICES entries in their order.
-  std::vector<DeviceSpec> wanted = config.devices;
-  if (wanted.empty())
-    for (const std::string& n : names) wanted.push_back(DeviceSpec{n, 0});
-  for (const DeviceSpec& spec : wanted)
-    if (std::find(names.begin(), names.end(), spec.name) == names.end())
-      throw Error(ErrorCode::kInvalidArgument, "WB_IB_DEVICES names '" + spec.name +
-                                                   "', which is not an RDMA device here (devices: " + all_names() + ")");
-
+  // Discovery: every device and port WB_IB_DEVICES admits. One that fails is skipped with a warning.
   std::vector<Device> devices;
+  std::vector<Nic> candidates;
+  std::vector<std::string> skipped;  // why, one entry per device or port
+  bool setting_error = false;
+  auto skip = [&](const std::string& what, const Error& e) {
+    skipped.push_back(what + ": " + e.status().message());
+    setting_error = setting_error || e.code() == ErrorCode::kInvalidArgument;
+    WB_LOG(kWarn) << "ibverbs: skipping " << what << ": " << e.status().message();
+  };
+  for (int i = 0; i < count; ++i) {
+    const std::string& name = names[static_cast<std::size_t>(i)];
+    if (!may_pass(config.devices, name)) continue;
+    try {
+      devices.push_back(open_device(lib, list.get()[i], name));
+    } catch (const Error& e) {
+      skip(name, e);
+      continue;
+    }
+    const std::size_t d = devices.size() - 1;
+    for (int port = 1; port <= devices[d].attr.phys_port_cnt; ++port) {
+      if (!config.devices.admits(name, port)) continue;
+      const std::string label = name + ":" + std::to_string(port);
+      try {
+        std::string inactive;
+        if (std::optional<Nic> nic = describe_port(lib, devices[d], d, port, config, inactive)) {
+          candidates.push_back(std::move(*nic));
+        } else {
+          skipped.push_back(label + " " + inactive);
+          WB_LOG(kInfo) << "ibverbs: not using " << label << ": it " << inactive;
+        }
+      } catch (const Error& e) {
+        skip(label, e);
+      }
+    }
+  }
+
+  // Locality: of the admitted NICs, those nearest the GPU this rank works on.
+  if (config.locality == NicLocality::kAuto && candidates.size() > 1) {
+    const std::string bus_id = current_gpu_bus_id();
+    const PciPlace gpu = bus_id.empty() ? PciPlace{} : read_pci_place("/sys/bus/pci/devices/" + bus_id);
+    if (!gpu.path.empty()) {
+      std::vector<PciPlace> places;
+      for (const Nic& n : candidates) places.push_back(devices[n.device].pci);
+      const std::vector<std::size_t> near = nearest_nics(places, gpu);
+      std::vector<Nic> kept;
+      std::string dropped;
+      for (std::size_t i = 0; i < candidates.size(); ++i) {
+        if (std::find(near.begin(), near.end(), i) != near.end()) kept.push_back(std::move(candidates[i]));
+        else dropped += (dropped.empty() ? "" : ", ") + candidates[i].address.label();
+      }
+      if (!dropped.empty()) {
+        WB_LOG(kInfo) << "ibverbs: GPU " << bus_id << " is nearest to " << near.size() << " NIC(s); not using " << dropped
+                      << " (WB_IB_NIC_LOCALITY=all uses every NIC)";
+      }
+      candidates = std::move(kept);
+    }
+  }
+
   std::vector<Nic> nics;
-  std::vector<std::string> unusable;
-  for (const DeviceSpec& spec : wanted) {
-    // One Device per name, even when several entries name ports of it.
-    auto found = std::find_if(devices.begin(), devices.end(), [&](const Device& d) { return d.name == spec.name; });
-    std::size_t device_index = static_cast<std::size_t>(found - devices.begin());
-    if (found == devices.end()) {
-      ibv_device* dev = list.get()[std::find(names.begin(), names.end(), spec.name) - names.begin()];
-      Device device;
-      device.name = spec.name;
-      device.context.reset(WB_CHECK_IBV_PTR(ibv_open_device(dev)));
-      WB_CHECK_IBV(ibv_query_device(device.context.get(), &device.attr));
-      device.pd.reset(WB_CHECK_IBV_PTR(ibv_alloc_pd(device.context.get())));
-      devices.push_back(std::move(device));
-      device_index = devices.size() - 1;
-    }
-    Device& device = devices[device_index];
-    if (spec.port > device.attr.phys_port_cnt)
-      throw Error(ErrorCode::kInvalidArgument, "WB_IB_DEVICES names port " + std::to_string(spec.port) + " of " + spec.name +
-                                                   ", which has " + std::to_string(device.attr.phys_port_cnt) + " port(s)");
-    const int first_port = spec.port > 0 ? spec.port : 1;
-    const int last_port = spec.port > 0 ? spec.port : device.attr.phys_port_cnt;
-    for (int port = first_port; port <= last_port; ++port) {
-      const std::string label = spec.name + ":" + std::to_string(port);
-      if (std::any_of(nics.begin(), nics.end(), [&](const Nic& n) { return n.address.label() == label; })) continue;
-      ibv_port_attr port_attr{};
-      WB_CHECK_IBV(ibv_query_port(device.context.get(), static_cast<std::uint8_t>(port), &port_attr));
-      if (port_attr.state != IBV_PORT_ACTIVE) {
-        unusable.push_back(label + " is " + port_state_name(port_attr.state));
-        continue;
-      }
-      Nic nic;
-      nic.device = device_index;
-      NicAddress& a = nic.address;
-      a.device = spec.name;
-      a.port = static_cast<std::uint8_t>(port);
-      a.link_layer = port_attr.link_layer == IBV_LINK_LAYER_ETHERNET ? LinkLayer::kEthernet : LinkLayer::kInfiniBand;
-      a.lid = port_attr.lid;
-      a.mtu = static_cast<std::uint8_t>(port_attr.active_mtu);
-      a.max_message = port_attr.max_msg_sz;
-      if (a.link_layer == LinkLayer::kInfiniBand && a.lid == 0) {
-        unusable.push_back(label + " is an InfiniBand port without a LID (no subnet manager?)");
-        continue;
-      }
-      const std::vector<GidEntry> table = query_gid_table(device.context.get(), device.attr, a.port, port_attr);
-      a.gid_index = choose_gid_index(table, a.link_layer, config.gid_index, label);
-      for (const GidEntry& e : table)
-        if (e.index == a.gid_index) a.gid = e.gid;
-      open_queues(nic, device, config);
+  for (Nic& nic : candidates) {
+    try {
+      open_queues(lib, nic, devices[nic.device], config);
       nics.push_back(std::move(nic));
-      if (nics.size() > kMaxNics)
-        throw Error(ErrorCode::kInvalidArgument, "more than " + std::to_string(kMaxNics) + " RDMA ports; choose with WB_IB_DEVICES");
+    } catch (const Error& e) {
+      skip(nic.address.label(), e);
     }
+    if (nics.size() > kMaxNics)
+      throw Error(ErrorCode::kInvalidArgument, "more than " + std::to_string(kMaxNics) + " RDMA ports; choose with WB_IB_DEVICES");
   }
   if (nics.empty()) {
     std::string why;
-    for (const std::string& u : unusable) why += (why.empty() ? "" : "; ") + u;
-    throw Error(ErrorCode::kUnsupported, "no RDMA device: no active port (" + (why.empty() ? all_names() : why) + ")");
+    for (const std::string& u : skipped) why += (why.empty() ? "" : "; ") + u;
+    if (setting_error) throw Error(ErrorCode::kInvalidArgument, "ibverbs: no usable RDMA port: " + why);
+    throw Error(ErrorCode::kUnsupported, "no RDMA device: no usable active port (" +
+                                             (why.empty() ? "devices " + all_names() + ", none admitted by WB_IB_DEVICES" : why) +
+                                             ")");
   }
   // Close the devices without a usable port, renumbering the NICs' device indices.
   std::vector<Device> used;
@@ -287,18 +390,14 @@ std::unique_ptr<Transport> make_ibverbs_transport(int rank) {
       if (n.device == d) n.device = used.size();
     used.push_back(std::move(devices[d]));
   }
-  for (const std::string& u : unusable) WB_LOG(kInfo) << "ibverbs: not using " << u;
+  auto transport = std::make_unique<IbverbsTransport>(lib, rank, config, std::move(used), std::move(nics));
   if (log_level() >= LogLevel::kInfo) {
     std::string text;
-    for (const Nic& n : nics) {
-      const NicAddress& a = n.address;
-      text += (text.empty() ? "" : "; ") + a.label() + " " + link_layer_name(a.link_layer) + " LID " + std::to_string(a.lid) +
-              " GID[" + std::to_string(a.gid_index) + "] " + format_gid(a.gid) + " MTU " + std::to_string(mtu_bytes(a.mtu)) +
-              " max message " + std::to_string(a.max_message);
-    }
-    WB_LOG(kInfo) << "ibverbs: " << nics.size() << " NIC(s): " << text;
+    for (std::size_t i = 0; i < transport->nic_count(); ++i) text += (text.empty() ? "" : "; ") + describe_nic(transport->nic(i));
+    WB_LOG(kInfo) << "ibverbs: " << transport->nic_count() << " NIC(s): " << text << "; relaxed ordering "
+                  << (transport->relaxed_ordering() ? "on" : "off") << "; " << fork_protection();
   }
-  return std::make_unique<IbverbsTransport>(rank, config, std::move(used), std::move(nics));
+  return transport;
 }
 
 }  // namespace wb

@@ -1,4 +1,4 @@
-#include "transport/cma/mailbox.hpp"
+#include "transport/shm/mailbox.hpp"
 
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -22,7 +22,7 @@
 #define IOV_MAX 1024
 #endif
 
-namespace wb::cma {
+namespace wb::shm {
 namespace {
 
 Setting<std::int64_t> mailbox_slots_setting(
@@ -238,7 +238,7 @@ ProcessAddress decode_endpoint(TransportKind kind, int self, int peer, std::span
     throw Error(ErrorCode::kInvalidArgument,
                 "rank " + std::to_string(peer) + " is on machine '" + theirs.machine + "' and rank " +
                     std::to_string(self) + " on machine '" + mine.machine + "': the " + transport_name(kind) +
-                    " transport connects ranks on one machine only (ibverbs connects machines)");
+                    " transport connects ranks on one machine only (ibverbs or libfabric connect machines)");
   if (theirs.pid_namespace != 0 && mine.pid_namespace != 0 && theirs.pid_namespace != mine.pid_namespace)
     throw Error(ErrorCode::kUnsupported,
                 "rank " + std::to_string(peer) + " runs in another PID namespace (" +
@@ -409,4 +409,4 @@ std::string hex(std::uint64_t value) {
   return out.str();
 }
 
-}  // namespace wb::cma
+}  // namespace wb::shm

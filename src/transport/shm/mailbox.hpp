@@ -43,7 +43,7 @@
 #include "weightbridge/status.hpp"
 #include "weightbridge/transport.hpp"
 
-namespace wb::cma {
+namespace wb::shm {
 
 /// True when [offset, offset + bytes) lies inside [0, size), without overflow.
 inline bool within(std::uint64_t offset, std::uint64_t bytes, std::uint64_t size) {
@@ -181,4 +181,4 @@ class PeerRing {
   std::uint64_t consumed_ = 0;  // lower bound of the receiver's consumed count
 };
 
-}  // namespace wb::cma
+}  // namespace wb::shm
