@@ -10,6 +10,7 @@
 #include "emu/verify.hpp"
 #include "emu/versioned_checkpoint.hpp"
 #include "weightbridge/checks.hpp"
+#include "weightbridge/log.hpp"
 #include "weightbridge/transport.hpp"
 
 namespace wb::emu {
@@ -26,22 +27,16 @@ RunSetup make_run_setup(const DeploymentOptions& options, const boost::program_o
     return setup;
   }
   setup.checkpoint = open_checkpoint(checkpoint_path);
-  // The layouts are built from the model config: the file must hold exactly that model.
-  const std::vector<TensorInfo>& actual = setup.checkpoint->tensors();
-  for (const TensorInfo& info : expected) {
-    const TensorInfo* found = setup.checkpoint->find(info.name);
-    if (found == nullptr)
-      throw Error(ErrorCode::kInvalidArgument, checkpoint_path + " has no tensor " + info.name + " that " + setup.model.name +
-                                                   " needs (wrong --model or --scale?)");
-    if (found->shape != info.shape || found->dtype != info.dtype)
-      throw Error(ErrorCode::kInvalidArgument,
-                  checkpoint_path + ": tensor " + info.name + " is " + std::string(dtype_name(found->dtype)) +
-                      shape_to_string(found->shape) + " but " + setup.model.name + " has " +
-                      std::string(dtype_name(info.dtype)) + shape_to_string(info.shape));
+  // The layouts are built from the model config: the file must hold that model's tensors, each in the
+  // model's dtype and shape; what else it holds (a multi-token-prediction layer, say) no worker loads,
+  // and the restricted reader hides it from the probe, the planner and the coverage checks.
+  setup.unused_tensors = check_checkpoint_holds(expected, setup.model.name, *setup.checkpoint);
+  if (!setup.unused_tensors.empty() && process_rank() <= 0) {
+    WB_LOG(kWarn) << "checkpoint " << setup.checkpoint->source() << " holds " << setup.unused_tensors.size()
+                  << " tensor(s) that " << setup.model.name << " does not use; no worker loads them: "
+                  << compact_names(setup.unused_tensors);
   }
-  if (actual.size() != expected.size())
-    throw Error(ErrorCode::kInvalidArgument, checkpoint_path + " has " + std::to_string(actual.size()) + " tensors, " +
-                                                 setup.model.name + " has " + std::to_string(expected.size()));
+  setup.checkpoint = restrict_checkpoint(std::move(setup.checkpoint), expected);
   return setup;
 }
 

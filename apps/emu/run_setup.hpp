@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "emu/backend.hpp"
 #include "emu/deployment_options.hpp"
@@ -18,11 +19,13 @@ namespace wb::emu {
 struct RunSetup {
   ModelConfig model;
   Deployment deployment;
-  std::unique_ptr<CheckpointReader> checkpoint;
+  std::unique_ptr<CheckpointReader> checkpoint;  // lists exactly the model's tensors
+  std::vector<std::string> unused_tensors;       // in the file, not in the model
 };
 
 /// The deployment the options name and its checkpoint: the file `checkpoint_path` (which must hold every
-/// tensor of the model, with its shape and dtype) or, when empty, a synthetic one from `seed`.
+/// tensor of the model, with its shape and dtype; tensors the model does not use are named in one
+/// warning, on world rank 0, and hidden) or, when empty, a synthetic one from `seed`.
 RunSetup make_run_setup(const DeploymentOptions& options, const boost::program_options::variables_map& variables,
                         const std::string& checkpoint_path, std::uint64_t seed);
 

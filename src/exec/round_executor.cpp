@@ -35,6 +35,7 @@
 #include <thread>
 #include <tuple>
 
+#include "exec/connect_record.hpp"
 #include "exec/pack.hpp"
 #include "weightbridge/checks.hpp"
 #include "weightbridge/log.hpp"
@@ -400,19 +401,6 @@ std::vector<std::byte> swap_record(int peer, const std::vector<std::byte>& bytes
   return received;
 }
 
-void append_u64(std::vector<std::byte>& out, std::uint64_t value) {
-  const auto* p = reinterpret_cast<const std::byte*>(&value);
-  out.insert(out.end(), p, p + sizeof value);
-}
-
-std::uint64_t read_u64(std::span<const std::byte> in, std::size_t& at) {
-  if (at + 8 > in.size()) throw Error(ErrorCode::kCorruptData, "executor connect record truncated");
-  std::uint64_t value = 0;
-  std::memcpy(&value, in.data() + at, 8);
-  at += 8;
-  return value;
-}
-
 }  // namespace
 
 MemoryKind choose_buffer_memory(MemoryKind parameters,
@@ -561,39 +549,19 @@ RoundExecutor::RoundExecutor(RoundSchedule schedule, ParameterMemory parameters,
   // deadlock.
   for (auto& [peer, link] : s.peers) {
     const TransportKind kind = link.transport->kind();
-    std::vector<std::byte> record;
-    append_u64(record, static_cast<std::uint64_t>(kind));
-    append_u64(record, static_cast<std::uint64_t>(s.receive_slot_stride));
-    const std::vector<std::byte> endpoint = link.transport->endpoint(peer);
-    const std::vector<std::byte>& key = s.receive_keys[kind];
-    append_u64(record, endpoint.size());
-    record.insert(record.end(), endpoint.begin(), endpoint.end());
-    append_u64(record, key.size());
-    record.insert(record.end(), key.begin(), key.end());
-    const std::vector<std::uint64_t>& splits = split_batches[peer];
-    append_u64(record, splits.size());
-    for (std::uint64_t value : splits) append_u64(record, value);
-    const std::vector<std::byte> theirs = swap_record(peer, record, comm);
-    std::size_t at = 0;
-    const auto their_kind = static_cast<TransportKind>(read_u64(theirs, at));
+    exec::ConnectRecord mine{static_cast<std::uint64_t>(kind), static_cast<std::uint64_t>(s.receive_slot_stride),
+                             link.transport->endpoint(peer), s.receive_keys[kind], split_batches[peer]};
+    const exec::ConnectRecord theirs = exec::decode_connect_record(swap_record(peer, exec::encode_connect_record(mine), comm), peer);
+    const auto their_kind = static_cast<TransportKind>(theirs.transport);
     if (their_kind != kind)
       throw Error(ErrorCode::kInvalidArgument, "rank " + std::to_string(s.rank) + " would reach rank " +
                                                    std::to_string(peer) + " over " + transport_name(kind) +
                                                    ", the peer over " + transport_name(their_kind));
-    link.receive_slot_stride = static_cast<std::int64_t>(read_u64(theirs, at));
-    const std::uint64_t endpoint_size = read_u64(theirs, at);
-    if (at + endpoint_size > theirs.size()) throw Error(ErrorCode::kCorruptData, "executor connect record truncated");
-    link.transport->connect(peer, std::span(theirs).subspan(at, endpoint_size));
-    at += endpoint_size;
-    const std::uint64_t key_size = read_u64(theirs, at);
-    if (at + key_size > theirs.size()) throw Error(ErrorCode::kCorruptData, "executor connect record malformed");
-    link.receive_memory = link.transport->import_memory(peer, std::span(theirs).subspan(at, key_size));
-    at += key_size;
-    const std::uint64_t split_values = read_u64(theirs, at);
-    if (split_values % 3 != 0 || at + 8 * split_values != theirs.size())
-      throw Error(ErrorCode::kCorruptData, "executor connect record malformed");
-    for (std::uint64_t i = 0; i < split_values; i += 3) {
-      const std::uint64_t r = read_u64(theirs, at), stage = read_u64(theirs, at), posts = read_u64(theirs, at);
+    link.receive_slot_stride = static_cast<std::int64_t>(theirs.receive_slot_stride);
+    link.transport->connect(peer, theirs.endpoint);
+    link.receive_memory = link.transport->import_memory(peer, theirs.memory_key);
+    for (std::size_t i = 0; i < theirs.split_batches.size(); i += 3) {
+      const std::uint64_t r = theirs.split_batches[i], stage = theirs.split_batches[i + 1], posts = theirs.split_batches[i + 2];
       if (r >= static_cast<std::uint64_t>(s.rounds) || stage >= kStageCount || posts < 2 || posts > (1u << 30))
         throw Error(ErrorCode::kCorruptData, "rank " + std::to_string(peer) + " announced a split batch for round " +
                                                  std::to_string(r) + " stage " + std::to_string(stage) + " in " +
