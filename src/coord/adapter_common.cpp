@@ -59,17 +59,23 @@ AdapterBase::~AdapterBase() {
 Waiter AdapterBase::waiter() const {
   Waiter w;
   w.timeout = options.timeout_seconds;
-  FaultChannel* channel = faults.get();
-  w.service = [channel](bool interruptible) {
-    Status status = channel->poll();
-    return interruptible ? status : Status::ok();
-  };
+  AdapterBase* self = const_cast<AdapterBase*>(this);
+  w.service = [self](bool interruptible) { return self->service(interruptible); };
   return w;
 }
 
 Status AdapterBase::service(bool interruptible) {
-  Status status = faults->poll();
+  // While a transfer runs on the background thread, it answers queries (it can say what it waits for).
+  const bool transferring = thread.active() && !thread.finished();
+  Status status = faults->poll(nullptr, !transferring);
   return interruptible ? status : Status::ok();
+}
+
+Status AdapterBase::give_up(Status status, const std::string& context) {
+  if (status) return status;
+  Status known = faults->poll();
+  if (!known) return fail(known);
+  return fail(context.empty() ? status : Status(status.code(), context + status.message()));
 }
 
 Status AdapterBase::fail(Status status) {
@@ -113,7 +119,11 @@ void AdapterBase::start_background(std::uint64_t v) {
 
 Status AdapterBase::claim_background(const std::string& what) {
   if (!thread.active()) return Status::ok();
-  const Status status = thread.wait(waiter(), what);
+  // No deadline of its own: the transfer ends within the timeout of its last progress (the executor's
+  // deadline), and this wait ends at once on a peer's failure.
+  Waiter w = waiter();
+  w.timeout = kNoDeadline;
+  const Status status = thread.wait(w, what);
   if (thread.active()) {
     // Still running: its figures cannot be read now; the update counts as failed.
     history.push_back({background_version, 0, false});

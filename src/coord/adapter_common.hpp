@@ -47,6 +47,12 @@ struct AdapterBase {
   Waiter waiter() const;
   /// Answers queries and takes notices; the first failure a peer announced, when `interruptible`.
   Status service(bool interruptible);
+  /// A failure this rank met in its own work (a transfer, a hook, a wait): it gives up. When a peer's
+  /// failure is already known, that one is the cause and is recorded instead (a peer that gave up makes
+  /// local operations fail too: timeouts, writes into memory it released); otherwise `context` ("version
+  /// 3: ") prefixes this rank's message. A rank that gives up takes no further step of its group: fail()
+  /// announces the first step it did not complete, which ends that step on the others at once.
+  Status give_up(Status status, const std::string& context);
   /// Records the failure (the first one wins), tells the neighbours, and returns it.
   Status fail(Status status);
   /// When this adapter goes away without the orderly end (an exception unwinds past it, or a rollout

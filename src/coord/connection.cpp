@@ -514,7 +514,17 @@ Connection establish_connection(const ConnectInput& input) {
   executor_options.transport = options.transport;
   executor_options.verify = options.verify;
   FaultChannel* faults = input.faults;
-  executor_options.interrupt = [faults] { return faults->poll(); };
+  executor_options.interrupt = [faults](const std::function<WaitState()>& waiting) {
+    if (!waiting) return faults->poll();
+    const FaultChannel::WaitProbe probe = [&waiting] { return waiting(); };
+    return faults->poll(&probe);
+  };
+  // At a timeout, the peers waited on are asked what they wait on, to name the rank that holds it all up.
+  const double trace_seconds = std::min(1.0, 0.5 * options.timeout_seconds);
+  executor_options.explain = [faults, trace_seconds](const std::vector<int>& peers) {
+    faults->set_waits(peers);  // a peer tracing the same hold-up through this rank is sent on to them
+    return faults->trace(peers, trace_seconds);
+  };
   executor_options.describe_rank = [&roles](int r) { return describe_worker(roles, r); };
   const ParameterSet* params = input.params;
   executor_options.describe_element = [params](std::uint32_t p, std::int64_t element) {

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -234,21 +235,30 @@ double measure_clock_offset(MPI_Comm world, const Roles& roles, double timeout) 
 
 // --- status codec --------------------------------------------------------------------------------------
 
-std::vector<std::byte> encode_status(const Status& status, std::int64_t a, std::int64_t b) {
-  const std::int64_t head[3] = {static_cast<std::int64_t>(status.code()), a, b};
-  std::vector<std::byte> bytes(sizeof head + status.message().size());
+std::vector<std::byte> encode_status(const Status& status, std::int64_t a, std::int64_t b, const std::vector<int>& ranks) {
+  const std::int64_t head[4] = {static_cast<std::int64_t>(status.code()), a, b, static_cast<std::int64_t>(ranks.size())};
+  std::vector<std::byte> bytes(sizeof head + ranks.size() * sizeof(int) + status.message().size());
   std::memcpy(bytes.data(), head, sizeof head);
-  std::memcpy(bytes.data() + sizeof head, status.message().data(), status.message().size());
+  if (!ranks.empty()) std::memcpy(bytes.data() + sizeof head, ranks.data(), ranks.size() * sizeof(int));
+  std::memcpy(bytes.data() + sizeof head + ranks.size() * sizeof(int), status.message().data(), status.message().size());
   return bytes;
 }
 
-Status decode_status(std::span<const std::byte> bytes, std::int64_t* a, std::int64_t* b) {
-  std::int64_t head[3] = {static_cast<std::int64_t>(ErrorCode::kInternal), 0, 0};
+Status decode_status(std::span<const std::byte> bytes, std::int64_t* a, std::int64_t* b, std::vector<int>* ranks) {
+  std::int64_t head[4] = {static_cast<std::int64_t>(ErrorCode::kInternal), 0, 0, 0};
   if (bytes.size() < sizeof head) return Status(ErrorCode::kCorruptData, "a control message of " + std::to_string(bytes.size()) + " bytes");
   std::memcpy(head, bytes.data(), sizeof head);
+  if (head[3] < 0 || static_cast<std::size_t>(head[3]) > (bytes.size() - sizeof head) / sizeof(int))
+    return Status(ErrorCode::kCorruptData, "a control message with " + std::to_string(head[3]) + " ranks in " +
+                                               std::to_string(bytes.size()) + " bytes");
   if (a != nullptr) *a = head[1];
   if (b != nullptr) *b = head[2];
-  std::string message(reinterpret_cast<const char*>(bytes.data()) + sizeof head, bytes.size() - sizeof head);
+  const std::size_t listed = static_cast<std::size_t>(head[3]) * sizeof(int);
+  if (ranks != nullptr) {
+    ranks->resize(static_cast<std::size_t>(head[3]));
+    if (listed > 0) std::memcpy(ranks->data(), bytes.data() + sizeof head, listed);
+  }
+  std::string message(reinterpret_cast<const char*>(bytes.data()) + sizeof head + listed, bytes.size() - sizeof head - listed);
   if (head[0] < 0 || head[0] > static_cast<std::int64_t>(ErrorCode::kInternal))
     return Status(ErrorCode::kCorruptData, "a control message with error code " + std::to_string(head[0]));
   if (head[0] == 0) return Status(ErrorCode::kOk, std::move(message));
@@ -340,27 +350,34 @@ void FaultChannel::take_notices_locked() {
   }
 }
 
-void FaultChannel::answer_queries_locked() {
+void FaultChannel::answer_queries_locked(const WaitProbe* probe) {
   for (;;) {
     int found = 0;
     MPI_Message message = MPI_MESSAGE_NULL;
-    MPI_Status probe;
-    if (MPI_Improbe(MPI_ANY_SOURCE, kQueryTag, world_, &found, &message, &probe) != MPI_SUCCESS || !found) return;
+    MPI_Status status;
+    if (MPI_Improbe(MPI_ANY_SOURCE, kQueryTag, world_, &found, &message, &status) != MPI_SUCCESS || !found) return;
     std::vector<std::byte> bytes;
-    if (!receive_matched(message, probe, bytes)) return;
+    if (!receive_matched(message, status, bytes)) return;
     std::int64_t serial = 0;
     (void)decode_status(bytes, &serial);
-    sends_.push_back(send_bytes(encode_status(Status(ErrorCode::kOk, activity_), serial, static_cast<std::int64_t>(activity_step_)),
-                                probe.MPI_SOURCE, kAnswerTag, world_));
+    std::string what = activity_;
+    std::vector<int> waits = activity_waits_;
+    if (probe != nullptr && *probe) {
+      auto [text, ranks] = (*probe)();
+      what += ": waiting for " + text;
+      waits = std::move(ranks);
+    }
+    sends_.push_back(send_bytes(encode_status(Status(ErrorCode::kOk, what), serial, static_cast<std::int64_t>(activity_step_), waits),
+                                status.MPI_SOURCE, kAnswerTag, world_));
   }
 }
 
-Status FaultChannel::poll() {
+Status FaultChannel::poll(const WaitProbe* probe, bool answer) {
   Status relay;
   {
     std::lock_guard lock(mutex_);
     take_notices_locked();
-    answer_queries_locked();
+    if (answer) answer_queries_locked(probe);
     std::erase_if(sends_, [](OperationPtr& op) {
       int done = 1;
       if (op->request != MPI_REQUEST_NULL && MPI_Test(&op->request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) done = 1;
@@ -380,65 +397,89 @@ bool FaultChannel::voids(std::uint64_t step) {
   return group_gave_up_at_ <= step;
 }
 
-void FaultChannel::set_activity(std::uint64_t step, std::string what) {
+void FaultChannel::set_activity(std::uint64_t step, std::string what, std::vector<int> waits) {
   std::lock_guard lock(mutex_);
   activity_step_ = step;
   activity_ = std::move(what);
+  activity_waits_ = std::move(waits);
 }
 
-std::string FaultChannel::find_missing(std::uint64_t step, double seconds) {
-  std::uint64_t serial = 0;
-  std::vector<int> members;
-  {
-    std::lock_guard lock(mutex_);
-    serial = ++query_serial_;
-    for (int r : roles_.group())
-      if (r != roles_.world_rank) members.push_back(r);
-    for (int r : members)
-      sends_.push_back(send_bytes(encode_status(Status::ok(), static_cast<std::int64_t>(serial), static_cast<std::int64_t>(step)),
-                                  r, kQueryTag, world_));
-  }
-  std::vector<std::string> answers(members.size());
-  std::vector<bool> answered(members.size(), false);
-  std::size_t pending = members.size();
-  const double start = local_seconds();
-  while (pending > 0 && local_seconds() - start < seconds) {
-    bool any = false;
+void FaultChannel::set_waits(std::vector<int> waits) {
+  std::lock_guard lock(mutex_);
+  activity_waits_ = std::move(waits);
+}
+
+std::string FaultChannel::trace(const std::vector<int>& ranks, double seconds) {
+  struct Seen {
+    bool answered = false;
+    std::string activity;
+    std::vector<int> waits;
+  };
+  std::map<int, Seen> seen;
+  std::vector<int> frontier;
+  for (int r : ranks)
+    if (r != roles_.world_rank && seen.emplace(r, Seen{}).second) frontier.push_back(r);
+  const double deadline = local_seconds() + seconds;
+  // Breadth first, a few hops: each hop asks the ranks the previous answers named.
+  for (int hop = 0; hop < 4 && !frontier.empty() && local_seconds() < deadline; ++hop) {
+    std::uint64_t serial = 0;
     {
       std::lock_guard lock(mutex_);
-      answer_queries_locked();  // two ranks may be asking each other
-      int found = 0;
-      MPI_Message message = MPI_MESSAGE_NULL;
-      MPI_Status probe;
-      if (MPI_Improbe(MPI_ANY_SOURCE, kAnswerTag, world_, &found, &message, &probe) == MPI_SUCCESS && found) {
-        any = true;
-        std::vector<std::byte> bytes;
-        if (receive_matched(message, probe, bytes)) {
-          std::int64_t their_serial = 0, their_step = 0;
-          const Status activity = decode_status(bytes, &their_serial, &their_step);
-          const auto it = std::find(members.begin(), members.end(), probe.MPI_SOURCE);
-          const auto i = static_cast<std::size_t>(it - members.begin());
-          if (their_serial == static_cast<std::int64_t>(serial) && it != members.end() && !answered[i]) {
-            answered[i] = true;
-            --pending;
-            if (static_cast<std::uint64_t>(their_step) < step)
-              answers[i] = describe_worker(roles_, members[i]) + " is behind, at step " + std::to_string(their_step) + ": " +
-                           activity.message();
+      serial = ++query_serial_;
+      for (int r : frontier)
+        sends_.push_back(send_bytes(encode_status(Status::ok(), static_cast<std::int64_t>(serial)), r, kQueryTag, world_));
+    }
+    std::size_t pending = frontier.size();
+    while (pending > 0 && local_seconds() < deadline) {
+      bool any = false;
+      {
+        std::lock_guard lock(mutex_);
+        answer_queries_locked(nullptr);  // two ranks may be asking each other
+        int found = 0;
+        MPI_Message message = MPI_MESSAGE_NULL;
+        MPI_Status status;
+        if (MPI_Improbe(MPI_ANY_SOURCE, kAnswerTag, world_, &found, &message, &status) == MPI_SUCCESS && found) {
+          any = true;
+          std::vector<std::byte> bytes;
+          if (receive_matched(message, status, bytes)) {
+            std::int64_t their_serial = 0, their_step = 0;
+            std::vector<int> waits;
+            const Status activity = decode_status(bytes, &their_serial, &their_step, &waits);
+            const auto it = seen.find(status.MPI_SOURCE);
+            if (their_serial == static_cast<std::int64_t>(serial) && it != seen.end() && !it->second.answered) {
+              it->second = {true, activity.message(), std::move(waits)};
+              --pending;
+            }
           }
         }
       }
+      if (!any) std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
-    if (!any) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    std::vector<int> next;
+    for (int r : frontier) {
+      const Seen& one = seen[r];
+      if (!one.answered) continue;
+      for (int w : one.waits)
+        if (w != roles_.world_rank && w >= 0 && w < roles_.world_size && seen.emplace(w, Seen{}).second) next.push_back(w);
+    }
+    frontier = std::move(next);
   }
-  std::string missing;
-  for (std::size_t i = 0; i < members.size(); ++i) {
-    std::string what = answered[i] ? answers[i]
-                                   : describe_worker(roles_, members[i]) +
-                                         " did not answer (it is not inside a WeightBridge call: busy in its own code, "
-                                         "stopped, or dead)";
-    if (!what.empty()) missing += (missing.empty() ? "" : "; ") + what;
+  // The silent ranks hold everything up; the ranks that wait on them show the way there.
+  std::string silent, chain;
+  for (const auto& [r, one] : seen) {
+    if (one.answered) continue;
+    silent += (silent.empty() ? "" : ", ") + describe_worker(roles_, r);
   }
-  return missing;
+  if (silent.empty()) return "";
+  for (const auto& [r, one] : seen)
+    if (one.answered && !one.waits.empty())
+      for (int w : one.waits)
+        if (seen.count(w) && !seen[w].answered) {
+          chain += "; " + one.activity;
+          break;
+        }
+  return "; it comes down to " + silent +
+         ", which does not answer (it is not inside a WeightBridge call: busy in its own code, stopped, or dead)" + chain;
 }
 
 // --- group steps ---------------------------------------------------------------------------------------
@@ -466,7 +507,13 @@ Status Group::step(const Status& mine, std::span<std::int64_t, kValues> values, 
                    const std::string& what, bool commit, bool* completed) {
   if (completed != nullptr) *completed = false;
   const std::uint64_t seq = next_++;
-  faults.set_activity(seq, what);
+  {
+    std::vector<int> others;  // a world step (connect) waits on everyone: not traced
+    if (own_group_)
+      for (int r : roles_.group())
+        if (r != roles_.world_rank) others.push_back(r);
+    faults.set_activity(seq, what + " (step " + std::to_string(seq) + " of " + name_ + ")", std::move(others));
+  }
   const auto entered = static_cast<std::int64_t>((local_seconds() + clock_offset_) * 1e6);
   std::int64_t record[kRecord] = {};
   record[kSeq] = static_cast<std::int64_t>(seq);
@@ -484,17 +531,21 @@ Status Group::step(const Status& mine, std::span<std::int64_t, kValues> values, 
   // This rank's part is given, so it waits for the outcome every other rank sees: only a rank of the group
   // that gave up before completing this step ends the wait early (the step can never complete then).
   Waiter patient = waiter;
+  bool voided = false;
   patient.service = [&](bool) {
     if (waiter.service) (void)waiter.service(false);
     if (!own_group_ || !faults.voids(seq)) return Status::ok();
+    voided = true;
     const Status cause = faults.poll();
     return Status(cause.code(), what + ": another rank of " + name_ + " gave up before this step: " + cause.message());
   };
   Status status = wait_for(op, patient, true, what);
   if (!status) {
-    if (status.code() == ErrorCode::kTimeout) {
-      const std::string missing = faults.find_missing(seq, std::min(1.0, 0.5 * waiter.timeout));
-      if (!missing.empty()) status = Status(ErrorCode::kTimeout, status.message() + ": " + missing);
+    if (status.code() == ErrorCode::kTimeout && own_group_ && !voided) {
+      std::vector<int> others;
+      for (int r : roles_.group())
+        if (r != roles_.world_rank) others.push_back(r);
+      status = Status(ErrorCode::kTimeout, status.message() + faults.trace(others, std::min(1.0, 0.5 * waiter.timeout)));
     }
     return status;
   }

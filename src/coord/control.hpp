@@ -117,22 +117,31 @@ class FaultChannel {
   /// This rank gave up: poll() returns `status` from now on (so a transfer on another thread stops too),
   /// unless a peer's failure came first.
   void raise(const Status& status);
-  /// Takes the notices and queries that arrived. Returns the first failure a peer announced (its status as
-  /// that peer gave it), ok while none did.
-  Status poll();
+  /// What a rank is waiting for right now, asked only when a peer's query arrives: a sentence and the
+  /// world ranks it waits on.
+  using WaitProbe = std::function<std::pair<std::string, std::vector<int>>()>;
+  /// Takes the notices and queries that arrived (answered with the activity, and `probe` when given).
+  /// Returns the first failure a peer announced (its status as that peer gave it), ok while none did.
+  /// `answer` false leaves the queries to the thread that can say more (a transfer on the background
+  /// thread answers with its probe).
+  Status poll(const WaitProbe* probe = nullptr, bool answer = true);
   /// True when a rank of this rank's own group announced giving up at step `step` or earlier: that step
   /// did not complete there, so it is void here too.
   bool voids(std::uint64_t step);
-  /// What this rank is doing, for the answers to queries.
-  void set_activity(std::uint64_t step, std::string what);
-  /// After a step of this rank's group timed out: asks the group's other ranks where they are and waits up
-  /// to `seconds` for answers. Returns "engine 1 worker 1 (world rank 5) did not answer (...)" for the
-  /// ranks that did not answer or are behind `step`, "" when every rank is at the step.
-  std::string find_missing(std::uint64_t step, double seconds);
+  /// What this rank is doing and whom it waits on (while in a group step: the rest of its group), for
+  /// the answers to queries.
+  void set_activity(std::uint64_t step, std::string what, std::vector<int> waits = {});
+  /// The ranks this rank was left waiting on when its own wait timed out (answers name them from then on).
+  void set_waits(std::vector<int> waits);
+  /// After a wait on `ranks` timed out: asks them what they are doing and whom they wait on, follows those
+  /// answers a few hops (up to `seconds` in all), and names the ranks at the end of the chain that do not
+  /// answer: "; it waits on engine 1 worker 0 (world rank 4), which does not answer (...)". "" when every
+  /// rank answered and waits on no one silent.
+  std::string trace(const std::vector<int>& ranks, double seconds);
 
  private:
   void take_notices_locked();
-  void answer_queries_locked();
+  void answer_queries_locked(const WaitProbe* probe);
 
   std::mutex mutex_;
   MPI_Comm world_;
@@ -143,6 +152,7 @@ class FaultChannel {
   std::uint64_t group_gave_up_at_ = std::numeric_limits<std::uint64_t>::max();  // lowest step, own group
   std::uint64_t activity_step_ = 0;
   std::string activity_ = "constructing the adapter";
+  std::vector<int> activity_waits_;
   std::uint64_t query_serial_ = 0;
   std::vector<OperationPtr> sends_;  // notices and answers in flight
 };
@@ -160,7 +170,7 @@ class Group {
   /// (its message whole) or ok, and the element-wise maximum of `values` in `values`. A step that another
   /// rank of the group gave up on (FaultChannel::voids) fails with that rank's reason. A `commit` step also
   /// fails on every rank when its ranks entered it further apart than the timeout allows (see the file
-  /// comment). A timeout names the ranks that did not take part (FaultChannel::find_missing).
+  /// comment). A timeout names the ranks that did not take part (FaultChannel::trace).
   /// `completed` (optional) tells whether the step itself completed, i.e. whether a failure returned is a
   /// rank's own status rather than the step's (a timeout, a void).
   Status step(const Status& mine, std::span<std::int64_t, kValues> values, const Waiter& waiter, FaultChannel& faults,
@@ -201,8 +211,11 @@ double measure_clock_offset(MPI_Comm world, const Roles& roles, double timeout);
 /// instead of aborting the job.
 MPI_Comm duplicate(MPI_Comm comm);
 
-/// Messages of any length as bytes (the codec of notices, acknowledgements and failures).
-std::vector<std::byte> encode_status(const Status& status, std::int64_t a = 0, std::int64_t b = 0);
-Status decode_status(std::span<const std::byte> bytes, std::int64_t* a = nullptr, std::int64_t* b = nullptr);
+/// Messages of any length as bytes (the codec of notices, acknowledgements, answers and failures): a
+/// status, two numbers and a list of ranks.
+std::vector<std::byte> encode_status(const Status& status, std::int64_t a = 0, std::int64_t b = 0,
+                                     const std::vector<int>& ranks = {});
+Status decode_status(std::span<const std::byte> bytes, std::int64_t* a = nullptr, std::int64_t* b = nullptr,
+                     std::vector<int>* ranks = nullptr);
 
 }  // namespace wb::coord

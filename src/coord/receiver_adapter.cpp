@@ -68,18 +68,17 @@ struct ReceiverAdapter::State : AdapterBase {
     } catch (...) {
       status = Status(ErrorCode::kInvalidArgument, who() + ": before_update_hook(" + std::to_string(v) + ") threw");
     }
-    if (!status) faults->warn(status);  // the peers' transfers stop at once instead of timing out
+    const bool hook_failed = !status;
     if (status && transfer) {
       faults->set_activity(group->first_incomplete(), what + " (receiving)");
       const std::int64_t assembled = connection->executor->stats().bytes_assembled;
       status = run_transfer(v);
-      if (!status) {
-        intact = connection->executor->stats().bytes_assembled == assembled;
-        faults->warn(status);
-      }
+      if (!status) intact = connection->executor->stats().bytes_assembled == assembled;
     }
-    // Staged, this step decides the install: all ranks copy the version in, or none does.
-    status = group->step(status, waiter(), *faults, what, !transfer);
+    // Staged, this step decides the install: all ranks copy the version in, or none does. A rank that gave
+    // up does not take it (its announcement ends it on the others).
+    if (status) status = group->step(Status::ok(), waiter(), *faults, what, !transfer);
+    else status = give_up(status, hook_failed ? "" : "version " + std::to_string(v) + ": ");
     if (status && !transfer) connection->staging.copy_to(params);
     const Status acknowledged = acknowledge(v, status);
     stalls.push_back({v, began, now()});
@@ -124,24 +123,24 @@ struct ReceiverAdapter::State : AdapterBase {
 
     // Rank 0 looks for a request; every rank reports its staged transfer.
     std::int64_t values[Group::kValues] = {0, 0, 0, 0};  // request kind, request version, still arriving
-    Status mine;
     if (receiving != 0 && !staged_done && thread.finished()) {
       staged_status = claim_background(who() + ": receiving version " + std::to_string(receiving));
       staged_done = true;
-      if (!staged_status) faults->warn(staged_status);
+      if (!staged_status) {
+        const Status gave_up = give_up(staged_status, "version " + std::to_string(receiving) + ": ");
+        (void)acknowledge(receiving, gave_up);
+        return failed(gave_up);
+      }
     }
-    if (receiving != 0) {
-      values[2] = staged_done ? 0 : 1;
-      if (staged_done) mine = staged_status;
-    }
+    if (receiving != 0) values[2] = staged_done ? 0 : 1;
     if (roles.leader) {
       std::int64_t request[2] = {0, 0};
       const Status taken = take_request(request);
-      if (!taken) mine = taken;
+      if (!taken) return failed(give_up(taken, ""));
       values[0] = request[0];
       values[1] = request[1];
     }
-    Status status = group->step(mine, std::span<std::int64_t, Group::kValues>(values), waiter(), *faults,
+    Status status = group->step(Status::ok(), std::span<std::int64_t, Group::kValues>(values), waiter(), *faults,
                                 who() + ": the engine's poll_requests step");
     if (!status) {
       if (receiving != 0) (void)acknowledge(receiving, status);

@@ -63,24 +63,18 @@ struct SenderAdapter::State : AdapterBase {
     return Status::ok();
   }
 
-  // Every trainer, after a failed update: trainer rank 0 names the engines that never took it (a rollout
-  // that stopped polling shows up as a peer that stopped granting), and that diagnosis reaches all.
+  // Trainer rank 0, when an update failed on its side: names the engines that never took it (a rollout
+  // that stopped polling shows up as a peer that stopped granting).
   Status diagnose(std::uint64_t v, const Status& cause) {
-    Status diagnosis = cause;
-    if (roles.leader) {
-      const Status notes = take_started_notes();
-      std::string silent;
-      for (std::size_t e = 0; notes && e < roles.engine_leaders.size(); ++e)
-        if (started[e] < v) silent += (silent.empty() ? "" : ", ") + engine_name(e);
-      if (!silent.empty())
-        diagnosis = Status(cause.code(), about(v) + " failed: " + silent + " never took it (no poll_requests in the " +
-                                             seconds_text(local_seconds() - requested_at) +
-                                             " since the request); the first error was: " + cause.message());
-    }
-    bool completed = false;
-    const Status agreed = group->step(diagnosis, waiter(), *faults, about(v) + ": the diagnosis", false, &completed);
-    // A diagnosis that could not be agreed (a trainer is gone) leaves the cause as it was.
-    return completed ? agreed : cause;
+    if (!roles.leader || cause.is_ok()) return cause;
+    if (!take_started_notes()) return cause;
+    std::string silent;
+    for (std::size_t e = 0; e < roles.engine_leaders.size(); ++e)
+      if (started[e] < v) silent += (silent.empty() ? "" : ", ") + engine_name(e);
+    if (silent.empty()) return cause;
+    return Status(cause.code(), silent + " never took it (no poll_requests in the " +
+                                    seconds_text(local_seconds() - requested_at) + " since the request); the first error was: " +
+                                    cause.message());
   }
 
   // "engine 1 (world rank 3)", "engine 0 (world ranks 4, 5)"
@@ -122,11 +116,17 @@ struct SenderAdapter::State : AdapterBase {
       if (polls % 16 == 0) WB_RETURN_IF_ERROR(service(true));
       if (local_seconds() - start > options.timeout_seconds) {
         std::string missing;
+        std::vector<int> ranks;
         for (std::size_t e = 0; e < engines; ++e)
-          if (!acknowledged[e]) missing += (missing.empty() ? "" : ", ") + engine_name(e);
+          if (!acknowledged[e]) {
+            missing += (missing.empty() ? "" : ", ") + engine_name(e);
+            ranks.insert(ranks.end(), roles.engines[e].begin(), roles.engines[e].end());
+          }
+        faults->set_waits(ranks);
         return Status(ErrorCode::kTimeout, about(v) + ": " + missing + " did not install it within " +
                                                seconds_text(options.timeout_seconds) +
-                                               " (it stopped calling poll_requests, or its transfer is stuck)");
+                                               " (it stopped calling poll_requests, or its transfer is stuck)" +
+                                               faults->trace(ranks, std::min(1.0, 0.5 * options.timeout_seconds)));
       }
       std::this_thread::sleep_for(std::chrono::microseconds(polls < 1000 ? 20 : 500));
     }
@@ -139,14 +139,15 @@ struct SenderAdapter::State : AdapterBase {
     if (!in_flight) return Status::ok();
     in_flight = false;
     Status local = claim_background(about(version) + ": the background transfer");
-    if (local && roles.leader) local = collect_acknowledgements(version);
-    if (!local) faults->warn(local);
+    if (!local) return give_up(diagnose(version, local), "version " + std::to_string(version) + ": ");
+    if (roles.leader) local = collect_acknowledgements(version);
+    if (!local) return give_up(diagnose(version, local), "");
     // Trainer rank 0 may wait up to a whole timeout for the acknowledgements before it takes this step;
     // the others wait for it as long, and a margin more.
     Waiter longer = waiter();
     longer.timeout = 1.5 * options.timeout_seconds;
-    const Status agreed = group->step(local, longer, *faults, about(version) + ": the trainers' outcome");
-    if (!agreed) return fail(diagnose(version, agreed));
+    const Status agreed = group->step(Status::ok(), longer, *faults, about(version) + ": the trainers' outcome");
+    if (!agreed) return fail(agreed);
     return Status::ok();
   }
 };
@@ -215,11 +216,11 @@ Status SenderAdapter::send_weights(std::uint64_t version) {
   } else {
     // Every trainer takes part in the same steps whatever happened, so a failure on one reaches all.
     status = s.run_transfer(version);
-    if (!status) s.faults->warn(status);
-    status = s.group->step(status, s.waiter(), *s.faults, s.about(version) + ": the trainers' writes");
+    if (status) status = s.group->step(Status::ok(), s.waiter(), *s.faults, s.about(version) + ": the trainers' writes");
+    else status = s.give_up(s.diagnose(version, status), "version " + std::to_string(version) + ": ");
     if (!status) {
       s.in_flight = false;
-      status = s.fail(s.diagnose(version, status));
+      status = s.fail(status);
     } else if (!s.connection->rollouts_stage) {
       status = s.finish_in_flight();  // synchronous: wait for the installs
     }

@@ -325,6 +325,38 @@ struct RoundExecutor::State {
     return options.describe_rank ? options.describe_rank(peer) : "rank " + std::to_string(peer);
   }
 
+  // What round `g` waits for: a sentence, and the peers it waits on.
+  WaitState wait_state(std::uint64_t g) {
+    const RoundWork& work = this->work[static_cast<std::size_t>(g % static_cast<std::uint64_t>(rounds))];
+    RoundProgress& p = progress(g);
+    WaitState state;
+    std::string& waiting = state.first;
+    for (std::size_t st = 0; st < kStageCount; ++st) {
+      if (p.arrived[st] == work.arrivals[st]) continue;
+      std::string from;
+      for (std::size_t w = 0; w < work.writers.size(); ++w)
+        if (p.arrived_from[w][st] < work.expected_from[w][st]) {
+          from += (from.empty() ? "" : ", ") + name(work.writers[w]);
+          state.second.push_back(work.writers[w]);
+        }
+      waiting += std::string(waiting.empty() ? "" : "; ") + stage_name(static_cast<Stage>(st)) + " stage writes from " + from;
+    }
+    if (p.posted < static_cast<int>(work.batches.size())) {
+      const Batch& batch = work.batches[static_cast<std::size_t>(p.posted)];
+      const bool granted = !(peers.at(batch.peer).granted <= g && g >= static_cast<std::uint64_t>(depth));
+      waiting += std::string(waiting.empty() ? "" : "; ") + "its " + stage_name(batch.stage) + " stage write to " +
+                 name(batch.peer) + (granted ? "" : ", which has not granted that buffer slot yet");
+      if (!granted) state.second.push_back(batch.peer);
+    }
+    if (p.done < p.posts) waiting += std::string(waiting.empty() ? "" : "; ") + std::to_string(p.posts - p.done) + " posts to complete";
+    if (p.pack_launched && !p.packed) waiting += std::string(waiting.empty() ? "" : "; ") + "the pack kernel to finish";
+    if (p.assemble_launched && !p.assembled) waiting += std::string(waiting.empty() ? "" : "; ") + "the assemble kernel to finish";
+    if (waiting.empty()) waiting = "its own work";
+    std::sort(state.second.begin(), state.second.end());
+    state.second.erase(std::unique(state.second.begin(), state.second.end()), state.second.end());
+    return state;
+  }
+
   // Sends "write round `round` into my slot" to `peer` without blocking.
   Status send_grant(int peer, std::uint64_t round) {
     std::size_t slot = grant_requests.size();
@@ -679,7 +711,7 @@ Status RoundExecutor::run_update() {
   std::uint64_t oldest = first;  // the oldest round of this update this rank has not finished
   const auto slot_of = [&](std::uint64_t g) { return static_cast<std::size_t>(g % depth); };
   // A peer that gave up before this update began: nothing is written or assembled.
-  if (s.options.interrupt) WB_RETURN_IF_ERROR(s.options.interrupt());
+  if (s.options.interrupt) WB_RETURN_IF_ERROR(s.options.interrupt(nullptr));
   if (s.verifier) s.verifier->begin_update();
   auto last_interrupt_check = started;
 
@@ -820,37 +852,19 @@ Status RoundExecutor::run_update() {
     if (progressed) {
       last_progress = now;
     } else if (s.options.interrupt && now - last_interrupt_check > std::chrono::milliseconds(1)) {
-      // Idle: a peer that gave up ends this update at once rather than at the deadline.
+      // Idle: a peer that gave up ends this update at once rather than at the deadline; a peer that asks
+      // what this rank waits for is told.
       last_interrupt_check = now;
-      WB_RETURN_IF_ERROR(s.options.interrupt());
+      WB_RETURN_IF_ERROR(s.options.interrupt([&s, oldest] { return s.wait_state(oldest); }));
     }
     if (!progressed && std::chrono::duration<double>(now - last_progress).count() > s.options.timeout_seconds) {
-      const auto r = static_cast<std::size_t>(oldest % static_cast<std::uint64_t>(s.rounds));
-      const RoundWork& work = s.work[r];
-      const RoundProgress& p = s.progress(oldest);
-      std::string waiting;
-      for (std::size_t st = 0; st < kStageCount; ++st) {
-        if (p.arrived[st] == work.arrivals[st]) continue;
-        std::string from;
-        for (std::size_t w = 0; w < work.writers.size(); ++w)
-          if (p.arrived_from[w][st] < work.expected_from[w][st]) from += (from.empty() ? "" : ", ") + s.name(work.writers[w]);
-        waiting += std::string(waiting.empty() ? "" : "; ") + stage_name(static_cast<Stage>(st)) + "-stage writes from " + from;
-      }
-      if (p.posted < static_cast<int>(work.batches.size())) {
-        const Batch& batch = work.batches[static_cast<std::size_t>(p.posted)];
-        waiting += std::string(waiting.empty() ? "" : "; ") + "its " + stage_name(batch.stage) + "-stage write to " +
-                   s.name(batch.peer) +
-                   (s.peers.at(batch.peer).granted <= oldest && oldest >= depth ? ", which has not granted that buffer slot yet" : "");
-      }
-      if (p.done < p.posts) waiting += std::string(waiting.empty() ? "" : "; ") + std::to_string(p.posts - p.done) + " posts to complete";
-      if (p.pack_launched && !p.packed) waiting += std::string(waiting.empty() ? "" : "; ") + "the pack kernel to finish";
-      if (p.assemble_launched && !p.assembled)
-        waiting += std::string(waiting.empty() ? "" : "; ") + "the assemble kernel to finish";
+      const WaitState state = s.wait_state(oldest);
       std::ostringstream timeout;
       timeout << s.options.timeout_seconds;
       return Status(ErrorCode::kTimeout, s.name(s.rank) + ": no progress for " + timeout.str() + " s in round " +
-                                             std::to_string(r + 1) + " of " + std::to_string(s.rounds) + ", waiting for " +
-                                             waiting);
+                                             std::to_string(oldest % static_cast<std::uint64_t>(s.rounds) + 1) + " of " +
+                                             std::to_string(s.rounds) + ", waiting for " + state.first +
+                                             (s.options.explain ? s.options.explain(state.second) : std::string()));
     }
     // Nothing moved: let the processes that have work run first (on one machine ranks often outnumber
     // cores, and a spinning rank would take the core from the peer it waits for).
@@ -866,7 +880,8 @@ Status RoundExecutor::run_update() {
         s.options.describe_element ? s.options.describe_element : [](std::uint32_t parameter, std::int64_t e) {
           return "parameter " + std::to_string(parameter) + " element " + std::to_string(e);
         };
-    WB_RETURN_IF_ERROR(s.verifier->exchange(s.options.timeout_seconds, s.options.interrupt,
+    const std::function<Status()> poll = [&s]() { return s.options.interrupt ? s.options.interrupt(nullptr) : Status::ok(); };
+    WB_RETURN_IF_ERROR(s.verifier->exchange(s.options.timeout_seconds, poll,
                                             [&s](int peer) { return s.name(peer); }, element));
   }
   s.next_round = end;
