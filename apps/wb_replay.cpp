@@ -360,6 +360,7 @@ struct WorkerOutcome {
   std::int64_t steps = 0;              // rollouts: inference steps served (polls)
   AdapterStats stats;
   std::string failure;                 // first failure, empty when none
+  double failed_at = 0;                // wall clock when it was met
   std::string parameters;              // rollouts: what the parameters hold at the end ("version 2", ...)
   bool mixed = false;                  // rollouts: they hold no single version
   bool reported_intact = true;         // rollouts: what the adapter said of them
@@ -390,6 +391,7 @@ WorkerOutcome run_trainer(const Setup& setup, EmulatedWorker& worker, const Para
     const Status status = sender.send_weights(v);
     if (!status) {
       outcome.failure = status.to_string();
+      outcome.failed_at = wall_seconds();
       break;
     }
     // Staged: the trainer moves on at once; what it does to its parameters must not reach version k.
@@ -407,7 +409,10 @@ WorkerOutcome run_rollout(const Setup& setup, EmulatedWorker& worker, const Para
                           double timeout, TransferSummary& summary) {
   WorkerOutcome outcome;
   const auto note = [&outcome](const std::string& failure) {
-    if (outcome.failure.empty()) outcome.failure = failure;
+    if (outcome.failure.empty()) {
+      outcome.failure = failure;
+      outcome.failed_at = wall_seconds();
+    }
     WB_LOG(kError) << failure;
   };
   // The version the parameters must hold: this worker's own load_weights of it (never the source maps).
@@ -613,11 +618,11 @@ int run(int argc, char** argv, bool& finalize) {
 
   const bool trainer = deployment.is_trainer(rank);
   const int engine = trainer ? -1 : (rank - deployment.trainer.world_size()) / deployment.rollout.tp;
-  const std::string who = "world rank " + std::to_string(rank) + " (" +
-                          (trainer ? "trainer " + std::to_string(rank)
+  // Named as the library names workers in its messages.
+  const std::string who = (trainer ? "trainer " + std::to_string(rank)
                                    : "engine " + std::to_string(engine) + " worker " +
                                          std::to_string((rank - deployment.trainer.world_size()) % deployment.rollout.tp)) +
-                          ")";
+                          " (world rank " + std::to_string(rank) + ")";
   std::unique_ptr<EmulatedWorker> worker =
       trainer ? make_trainer_worker(setup.model, deployment.trainer, rank)
               : make_rollout_worker(setup.model, deployment.rollout, rank - deployment.trainer.world_size());
@@ -639,6 +644,7 @@ int run(int argc, char** argv, bool& finalize) {
                         : run_rollout(setup, *worker, params.parameters(), group, options, mode, fault, who, timeout, summary);
     } catch (const std::exception& error) {
       outcome.failure = std::string("wb-replay: ") + error.what();
+      outcome.failed_at = wall_seconds();
     }
   } else {
     outcome.failure = "the layouts did not verify (see above)";
@@ -769,7 +775,8 @@ int run(int argc, char** argv, bool& finalize) {
   finalize = all_done;
   if (code != 0 || !outcome.failure.empty()) {
     // One line per rank that does not succeed, for whoever reads the job's output (and the fault tests).
-    std::fprintf(stderr, "wb-replay: exit: %s exits with %d at t=%.3f: %s%s\n", who.c_str(), code != 0 ? code : 1, wall_seconds(),
+    std::fprintf(stderr, "wb-replay: exit: %s exits with %d at t=%.3f (failed at t=%.3f): %s%s\n", who.c_str(),
+                 code != 0 ? code : 1, wall_seconds(), outcome.failed_at,
                  outcome.failure.empty() ? "another rank failed" : outcome.failure.c_str(),
                  outcome.parameters.empty() ? ""
                                             : ("; parameters: " + outcome.parameters +

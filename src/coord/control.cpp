@@ -35,6 +35,7 @@ const char* request_name(RequestKind kind) {
     case RequestKind::kConnect: return "connect";
     case RequestKind::kUpdate: return "update";
     case RequestKind::kShutdown: return "shutdown";
+    case RequestKind::kAbort: return "abort";
   }
   return "unknown";
 }
@@ -313,6 +314,7 @@ FaultChannel::FaultChannel(MPI_Comm world, const Roles& roles) : world_(world), 
   out.erase(std::unique(out.begin(), out.end()), out.end());
   std::erase(out, roles.world_rank);
   neighbours_ = std::move(out);
+  gave_up_.assign(static_cast<std::size_t>(roles.world_size), false);
 }
 
 void FaultChannel::announce(const Status& status, std::uint64_t next_step) {
@@ -344,6 +346,8 @@ void FaultChannel::take_notices_locked() {
     std::int64_t group = 0, gave_up_at = 0;
     Status status = decode_status(bytes, &group, &gave_up_at);
     if (status.is_ok()) status = Status(ErrorCode::kInternal, describe_worker(roles_, probe.MPI_SOURCE) + " gave up without a reason");
+    if (probe.MPI_SOURCE >= 0 && static_cast<std::size_t>(probe.MPI_SOURCE) < gave_up_.size())
+      gave_up_[static_cast<std::size_t>(probe.MPI_SOURCE)] = true;
     const bool own_group = roles_.trainer ? group == -1 : group == roles_.engine;
     if (own_group && gave_up_at >= 0) group_gave_up_at_ = std::min(group_gave_up_at_, static_cast<std::uint64_t>(gave_up_at));
     if (first_.is_ok()) first_ = std::move(status);
@@ -465,21 +469,27 @@ std::string FaultChannel::trace(const std::vector<int>& ranks, double seconds) {
     frontier = std::move(next);
   }
   // The silent ranks hold everything up; the ranks that wait on them show the way there.
-  std::string silent, chain;
-  for (const auto& [r, one] : seen) {
-    if (one.answered) continue;
-    silent += (silent.empty() ? "" : ", ") + describe_worker(roles_, r);
+  // A rank that announced giving up has left the library: it is not silent, only gone.
+  std::vector<bool> left;
+  {
+    std::lock_guard lock(mutex_);
+    take_notices_locked();
+    left = gave_up_;
   }
+  const auto silent_rank = [&](int r) { return !seen[r].answered && !left[static_cast<std::size_t>(r)]; };
+  std::string silent, chain;
+  for (const auto& [r, one] : seen)
+    if (silent_rank(r)) silent += (silent.empty() ? "" : ", ") + describe_worker(roles_, r);
   if (silent.empty()) return "";
   for (const auto& [r, one] : seen)
     if (one.answered && !one.waits.empty())
       for (int w : one.waits)
-        if (seen.count(w) && !seen[w].answered) {
+        if (seen.count(w) && silent_rank(w)) {
           chain += "; " + one.activity;
           break;
         }
   return "; it comes down to " + silent +
-         ", which does not answer (it is not inside a WeightBridge call: busy in its own code, stopped, or dead)" + chain;
+         ", which does not answer (not inside a WeightBridge call: busy in its own code, stopped, or dead)" + chain;
 }
 
 // --- group steps ---------------------------------------------------------------------------------------

@@ -50,7 +50,8 @@ std::string seconds_text(double seconds);
 /// Seconds on this process's steady clock.
 double local_seconds();
 
-enum class RequestKind : std::int64_t { kNone = 0, kConnect = 1, kUpdate = 2, kShutdown = 3 };
+// kAbort: the trainers shut down after a failure (the engines fail too, with the reason their notices carry).
+enum class RequestKind : std::int64_t { kNone = 0, kConnect = 1, kUpdate = 2, kShutdown = 3, kAbort = 4 };
 const char* request_name(RequestKind kind);
 
 /// A non-blocking MPI operation and the buffers it reads and writes, owned together. When a wait on it is
@@ -153,6 +154,7 @@ class FaultChannel {
   std::uint64_t activity_step_ = 0;
   std::string activity_ = "constructing the adapter";
   std::vector<int> activity_waits_;
+  std::vector<bool> gave_up_;  // per world rank: a notice came from it (it left; not "silent" in a trace)
   std::uint64_t query_serial_ = 0;
   std::vector<OperationPtr> sends_;  // notices and answers in flight
 };

@@ -1,8 +1,10 @@
 // The rollout side of the coordinator. Every poll_requests is one step of the engine (a small all-reduce):
 // rank 0 contributes the request it found (if any), every rank whether its staged transfer has finished,
 // so that all ranks of the engine take the same decision at the same step.
+#include <chrono>
 #include <cstring>
 #include <exception>
+#include <thread>
 
 #include "coord/adapter_common.hpp"
 #include "weightbridge/adapter.hpp"
@@ -51,7 +53,9 @@ struct ReceiverAdapter::State : AdapterBase {
     op->out = encode_status(outcome, static_cast<std::int64_t>(v));
     WB_TRY_MPI(MPI_Isend(op->out.data(), static_cast<int>(op->out.size()), MPI_BYTE, roles.trainer_leader, kAckTag, world,
                          &op->request));
-    return wait_for(op, waiter(), false, who() + ": the acknowledgement of version " + std::to_string(v));
+    // Not waited for: trainer rank 0 waits for it (with its deadline), or is gone and never will.
+    abandon(std::move(op));
+    return Status::ok();
   }
 
   // Hook, install, acknowledge, agreed over the engine. `transfer`: receive straight into the parameters
@@ -112,7 +116,8 @@ struct ReceiverAdapter::State : AdapterBase {
     OperationPtr note = make_operation(sizeof(std::int64_t));
     std::memcpy(note->out.data(), &values[1], sizeof(std::int64_t));
     WB_TRY_MPI(MPI_Isend(note->out.data(), 1, MPI_INT64_T, roles.trainer_leader, kStartedTag, world, &note->request));
-    return wait_for(note, waiter(), false, who() + ": the note that it took an update");
+    abandon(std::move(note));
+    return Status::ok();
   }
 
   PollResult poll() {
@@ -195,6 +200,15 @@ struct ReceiverAdapter::State : AdapterBase {
       case RequestKind::kShutdown:
         shut_down = true;
         return {PollResult::Event::kShutdown, version, Status::ok()};
+      case RequestKind::kAbort: {
+        // The trainers announced why before they sent this; the notice may still be on its way here.
+        Status why;
+        for (const double until = local_seconds() + std::min(1.0, 0.5 * options.timeout_seconds);
+             (why = faults->poll()).is_ok() && local_seconds() < until;)
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        if (why) why = Status(ErrorCode::kInternal, who() + ": the trainers shut down after a failure");
+        return failed(why);
+      }
     }
     return failed(Status(ErrorCode::kCorruptData, who() + ": unknown request kind " + std::to_string(values[0])));
   }

@@ -29,21 +29,17 @@ struct SenderAdapter::State : AdapterBase {
 
   std::string about(std::uint64_t v) const { return who() + ": version " + std::to_string(v); }
 
-  // Trainer rank 0: one request to every engine's rank 0. Small messages, sent eagerly.
+  // Trainer rank 0: one request to every engine's rank 0. Small messages, not waited for: an engine that
+  // does not take a request fails the update by its deadline, and one that is gone must not hold this one.
   Status send_request(RequestKind kind, std::uint64_t v) {
     if (!roles.leader) return Status::ok();
-    std::vector<OperationPtr> sends;
     for (int leader : roles.engine_leaders) {
       OperationPtr op = make_operation(2 * sizeof(std::int64_t));
       const std::int64_t message[2] = {static_cast<std::int64_t>(kind), static_cast<std::int64_t>(v)};
       std::memcpy(op->out.data(), message, sizeof message);
       WB_TRY_MPI(MPI_Isend(op->out.data(), 2, MPI_INT64_T, leader, kRequestTag, world, &op->request));
-      sends.push_back(std::move(op));
+      abandon(std::move(op));
     }
-    for (std::size_t e = 0; e < sends.size(); ++e)
-      WB_RETURN_IF_ERROR(wait_for(sends[e], waiter(), true,
-                                  who() + ": the " + request_name(kind) + " request to " +
-                                      describe_worker(roles, roles.engine_leaders[e])));
     return Status::ok();
   }
 
@@ -245,7 +241,7 @@ Status SenderAdapter::shutdown() {
   else status = s.fail(status);
   // Sent after a failure too, so that the engines stop polling; the connection itself stays until the
   // adapter is destroyed (its statistics remain readable).
-  const Status sent = s.send_request(RequestKind::kShutdown, s.version);
+  const Status sent = s.send_request(status ? RequestKind::kShutdown : RequestKind::kAbort, s.version);
   s.shut_down = true;
   return status ? sent : status;
 }

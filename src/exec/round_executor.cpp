@@ -801,7 +801,9 @@ Status RoundExecutor::run_update() {
         }
         Status status = link.transport->post_writes(batch.peer, s.scratch, encode_immediate(g, batch.stage), g);
         if (status.code() == ErrorCode::kRetryLater) break;
-        if (!status) return status;
+        if (!status)
+          return Status(status.code(), s.name(s.rank) + ": its " + stage_name(batch.stage) + " stage write to " +
+                                           s.name(batch.peer) + " failed: " + status.message());
         for (const WriteRequest& w : s.scratch) s.stats.bytes_written += static_cast<std::int64_t>(w.bytes);
         ++p.posts;
         p.next_write += count;
