@@ -1,5 +1,9 @@
 #include "coord/adapter_common.hpp"
 
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
 #include "weightbridge/checks.hpp"
 #include "weightbridge/log.hpp"
 
@@ -73,7 +77,13 @@ Status AdapterBase::service(bool interruptible) {
 
 Status AdapterBase::give_up(Status status, const std::string& context) {
   if (status) return status;
+  // A peer that left makes this rank's operations fail too (a write into memory it released, a timeout);
+  // its notice, the cause, may be a moment behind: it gets that moment.
   Status known = faults->poll();
+  for (const double until = local_seconds() + std::min(0.2, 0.1 * options.timeout_seconds); known && local_seconds() < until;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    known = faults->poll();
+  }
   if (!known) return fail(known);
   return fail(context.empty() ? status : Status(status.code(), context + status.message()));
 }
@@ -95,6 +105,12 @@ void AdapterBase::announce_departure(const std::string& why) {
   // The notices are eager sends; a moment of progress lets them leave before the process may exit.
   const double until = local_seconds() + 0.05;
   while (local_seconds() < until) (void)faults->poll();
+}
+
+void AdapterBase::connected(Connection established) {
+  connection.emplace(std::move(established));
+  faults->add_neighbours(connection->executor->schedule().peers);
+  refresh_stats();
 }
 
 void AdapterBase::refresh_stats() {

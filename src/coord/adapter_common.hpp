@@ -65,6 +65,8 @@ struct AdapterBase {
   /// Waits for the background transfer and records it; returns early with the failure a peer announced or
   /// a timeout (the transfer, watching the same notices and deadline, then ends on its own).
   Status claim_background(const std::string& what);
+  /// Keeps what connect established; its transfer peers hear of this rank's failure first.
+  void connected(Connection established);
   /// The executor's figures, refreshed when no transfer runs.
   void refresh_stats();
   AdapterStats stats() const;

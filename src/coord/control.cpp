@@ -317,6 +317,14 @@ FaultChannel::FaultChannel(MPI_Comm world, const Roles& roles) : world_(world), 
   gave_up_.assign(static_cast<std::size_t>(roles.world_size), false);
 }
 
+void FaultChannel::add_neighbours(const std::vector<int>& ranks) {
+  std::lock_guard lock(mutex_);
+  for (int r : ranks)
+    if (r != roles_.world_rank && r >= 0 && r < roles_.world_size) neighbours_.push_back(r);
+  std::sort(neighbours_.begin(), neighbours_.end());
+  neighbours_.erase(std::unique(neighbours_.begin(), neighbours_.end()), neighbours_.end());
+}
+
 void FaultChannel::announce(const Status& status, std::uint64_t next_step) {
   std::lock_guard lock(mutex_);
   // A relay (next_step = max) goes out once; a rank's own give-up once more after it, since only the

@@ -109,6 +109,9 @@ class FaultChannel {
  public:
   FaultChannel(MPI_Comm world, const Roles& roles);
 
+  /// Adds ranks to tell: after connect, the peers this rank's transfers write to or receive from (the
+  /// first to run into a peer that left, so they should hear of it first).
+  void add_neighbours(const std::vector<int>& ranks);
   /// Tells this rank's neighbours (the first call only) that it gave up with `status`, having completed
   /// the steps of its group before `next_step`.
   void announce(const Status& status, std::uint64_t next_step);

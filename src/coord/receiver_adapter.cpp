@@ -176,11 +176,10 @@ struct ReceiverAdapter::State : AdapterBase {
         input.load_weights = &load_weights;
         input.options = options;
         try {
-          connection.emplace(establish_connection(input));
+          connected(establish_connection(input));
         } catch (const Error& error) {
           return failed(error.status());
         }
-        refresh_stats();
         return {PollResult::Event::kConnected, version, Status::ok()};
       }
       case RequestKind::kUpdate: {

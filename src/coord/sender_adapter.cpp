@@ -181,8 +181,7 @@ void SenderAdapter::connect() {
   input.load_weights = &s.load_weights;
   input.checkpoint_tensors = &s.checkpoint_tensors;
   input.options = s.options;
-  s.connection.emplace(establish_connection(input));
-  s.refresh_stats();
+  s.connected(establish_connection(input));
 }
 
 Status SenderAdapter::send_weights(std::uint64_t version) {
