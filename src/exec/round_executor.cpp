@@ -695,7 +695,8 @@ RoundExecutor::RoundExecutor(RoundSchedule schedule, ParameterMemory parameters,
   if (options.verify) {
     if (cuda_parameters)
       throw Error(ErrorCode::kUnsupported, "verify checks host transfer buffers; these parameters are in CUDA memory");
-    s.verifier = std::make_unique<exec::Verifier>(s.schedule, comm, kDigestTag);
+    s.verifier = std::make_unique<exec::Verifier>(s.schedule, comm, kDigestTag, parameter_bytes, s.schedule.send_slot_bytes,
+                                                  s.schedule.receive_slot_bytes);
   }
   s.completions.reserve(1024);
   s.grant_requests.reserve(256);
@@ -771,8 +772,8 @@ Status RoundExecutor::run_update() {
         {
           const auto t0 = Clock::now();
           std::byte* slot = s.send_base + slot_of(g) * static_cast<std::size_t>(s.send_slot_stride);
-          work.pack.execute(s.parameters.data, slot);
-          if (s.verifier) s.verifier->packed(static_cast<int>(r), slot);
+          if (s.verifier) s.verifier->pack(static_cast<int>(r), s.parameters.data, slot);  // packs and digests
+          else work.pack.execute(s.parameters.data, slot);
           s.stats.pack_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
           p.packed = true;
           progressed = true;
@@ -826,8 +827,8 @@ Status RoundExecutor::run_update() {
         {
           const auto t0 = Clock::now();
           std::byte* slot = s.receive_base + slot_of(g) * static_cast<std::size_t>(s.receive_slot_stride);
-          if (s.verifier) s.verifier->arrived(static_cast<int>(r), slot);
-          work.assemble.execute(s.parameters.data, slot);
+          if (s.verifier) s.verifier->assemble(static_cast<int>(r), s.parameters.data, slot);  // digests and assembles
+          else work.assemble.execute(s.parameters.data, slot);
           s.stats.assemble_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
           p.assembled = true;
           progressed = true;

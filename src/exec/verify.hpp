@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -25,24 +26,45 @@
 
 namespace wb::exec {
 
-/// A 64-bit digest of a byte stream: four multiply-rotate lanes over 8-byte words, then the length. Not
-/// cryptographic: it catches corruption (a lost, stale, shifted or flipped range), not an attacker.
+/// A 64-bit digest of a byte stream, computed in pieces: per 8-byte word of four lanes a running sum and a
+/// sum of running sums (so that a word's place counts, as in Fletcher's checksum), mixed with the length at
+/// the end. Two adds per word: it runs at the speed the bytes come from cache. Not cryptographic: it
+/// catches corruption (a lost, stale, shifted or flipped range), not an attacker.
+class Digest {
+ public:
+  void update(const std::byte* data, std::size_t bytes);
+  std::uint64_t finish() const;
+
+ private:
+  void block(const std::byte* data);
+  std::uint64_t sum_[4] = {}, sums_[4] = {};
+  std::byte tail_[32] = {};
+  std::size_t tail_bytes_ = 0;
+  std::uint64_t length_ = 0;
+};
 std::uint64_t digest_bytes(const std::byte* data, std::size_t bytes);
 
 class Verifier {
  public:
   /// Everything sized from the schedule here; an update allocates nothing. Throws kUnsupported when a
   /// write of the schedule does not cover whole segments (then segments cannot be matched across ranks).
-  Verifier(const RoundSchedule& schedule, MPI_Comm comm, int tag);
+  /// `parameter_bytes`, `send_slot_bytes`, `receive_slot_bytes`: as the executor compiles its programs with.
+  Verifier(const RoundSchedule& schedule, MPI_Comm comm, int tag, std::span<const std::int64_t> parameter_bytes = {},
+           std::int64_t send_slot_bytes = 0, std::int64_t receive_slot_bytes = 0);
   ~Verifier();
   Verifier(const Verifier&) = delete;
   Verifier& operator=(const Verifier&) = delete;
 
   /// At the start of every update.
   void begin_update();
-  /// After the pack of `round` into the send slot at `send_slot`.
+  /// The executor's pack and assemble of `round` when verifying: in chunks of about kChunkBytes of the
+  /// buffer, each digested while it is in cache (a pack chunk right after it is written, an assemble chunk
+  /// right before it is read), so that verifying costs little more than the digests' arithmetic.
+  static constexpr std::int64_t kChunkBytes = 128 << 10;
+  void pack(int round, std::span<std::byte* const> parameters, std::byte* send_slot);
+  void assemble(int round, std::span<std::byte* const> parameters, std::byte* receive_slot);
+  /// The digests alone (tests): of what `round` packed into `send_slot`, of what arrived in `receive_slot`.
   void packed(int round, const std::byte* send_slot);
-  /// Before the assemble of `round` from the receive slot at `receive_slot`.
   void arrived(int round, const std::byte* receive_slot);
 
   /// Once per update, when every round is done: takes every writer's expected digests, sends this rank's
