@@ -37,6 +37,7 @@
 
 #include "exec/connect_record.hpp"
 #include "exec/pack.hpp"
+#include "exec/verify.hpp"
 #include "weightbridge/checks.hpp"
 #include "weightbridge/log.hpp"
 #include "weightbridge/settings.hpp"
@@ -71,6 +72,7 @@ std::size_t writes_per_post(const Transport& transport) {
 
 constexpr int kEndpointTag = 0x5742;  // connect-time records
 constexpr int kGrantTag = 0x5743;     // "you may write round g into my slot"
+constexpr int kDigestTag = 0x5744;    // verify: the segment digests of an update
 constexpr std::uint32_t kRoundBits = 24;
 constexpr std::uint64_t kRelayToken = std::uint64_t{1} << 63;  // completion token of a lag 1 post: round | this
 constexpr std::uint64_t kRoundMask = (std::uint64_t{1} << kRoundBits) - 1;
@@ -95,6 +97,7 @@ struct RoundWork {
   std::array<int, kStageCount> arrivals{};    // regions expected per stage
   std::vector<int> writers;                   // distinct peers that write into this rank in this round
   int relay_batches = 0;                      // batches with lag 1
+  std::vector<std::array<int, kStageCount>> expected_from;  // per writer: arrivals per stage (names the missing)
   exec::CopyProgram pack, assemble;           // host parameters
 #if WB_HAVE_CUDA
   kernels::DeviceCopyProgram device_pack, device_assemble;  // CUDA parameters
@@ -121,6 +124,7 @@ struct RoundProgress {
   int relay_posts = 0, relay_done = 0;       // their posts, made and completed (also counted in posts, done)
   bool packed = false, assembled = false, released = false;
   bool pack_launched = false, assemble_launched = false;  // CUDA parameters: kernel enqueued, not yet seen done
+  std::vector<std::array<int, kStageCount>> arrived_from;  // per writer of the round (sized once, at construction)
 };
 
 // Host transfer buffers in a mapping of their own. At destruction the range is not unmapped but replaced by
@@ -330,13 +334,50 @@ struct RoundExecutor::State {
   std::vector<WriteRequest> scratch;
   std::vector<MPI_Request> grant_requests;
   std::deque<std::uint64_t> grant_buffers;  // one per grant request; a deque, so buffers in flight never move
+  std::unique_ptr<exec::Verifier> verifier;  // options.verify
+
+  std::string name(int peer) const {
+    return options.describe_rank ? options.describe_rank(peer) : "rank " + std::to_string(peer);
+  }
+
+  // What round `g` waits for: a sentence, and the peers it waits on.
+  WaitState wait_state(std::uint64_t g) {
+    const RoundWork& work = this->work[static_cast<std::size_t>(g % static_cast<std::uint64_t>(rounds))];
+    RoundProgress& p = progress(g);
+    WaitState state;
+    std::string& waiting = state.first;
+    for (std::size_t st = 0; st < kStageCount; ++st) {
+      if (p.arrived[st] == work.arrivals[st]) continue;
+      std::string from;
+      for (std::size_t w = 0; w < work.writers.size(); ++w)
+        if (p.arrived_from[w][st] < work.expected_from[w][st]) {
+          from += (from.empty() ? "" : ", ") + name(work.writers[w]);
+          state.second.push_back(work.writers[w]);
+        }
+      waiting += std::string(waiting.empty() ? "" : "; ") + stage_name(static_cast<Stage>(st)) + " stage writes from " + from;
+    }
+    if (p.posted < static_cast<int>(work.batches.size())) {
+      const Batch& batch = work.batches[static_cast<std::size_t>(p.posted)];
+      const bool granted = !(peers.at(batch.peer).granted <= g && g >= static_cast<std::uint64_t>(depth));
+      waiting += std::string(waiting.empty() ? "" : "; ") + "its " + stage_name(batch.stage) + " stage write to " +
+                 name(batch.peer) + (granted ? "" : ", which has not granted that buffer slot yet");
+      if (!granted) state.second.push_back(batch.peer);
+    }
+    if (p.done < p.posts) waiting += std::string(waiting.empty() ? "" : "; ") + std::to_string(p.posts - p.done) + " posts to complete";
+    if (p.pack_launched && !p.packed) waiting += std::string(waiting.empty() ? "" : "; ") + "the pack kernel to finish";
+    if (p.assemble_launched && !p.assembled) waiting += std::string(waiting.empty() ? "" : "; ") + "the assemble kernel to finish";
+    if (waiting.empty()) waiting = "its own work";
+    std::sort(state.second.begin(), state.second.end());
+    state.second.erase(std::unique(state.second.begin(), state.second.end()), state.second.end());
+    return state;
+  }
 
   // Sends "write round `round` into my slot" to `peer` without blocking.
   Status send_grant(int peer, std::uint64_t round) {
     std::size_t slot = grant_requests.size();
     for (std::size_t i = 0; i < grant_requests.size(); ++i) {
       int done = 1;
-      if (grant_requests[i] != MPI_REQUEST_NULL) MPI_Test(&grant_requests[i], &done, MPI_STATUS_IGNORE);
+      if (grant_requests[i] != MPI_REQUEST_NULL) WB_TRY_MPI(MPI_Test(&grant_requests[i], &done, MPI_STATUS_IGNORE));
       if (done) {
         slot = i;
         break;
@@ -347,9 +388,10 @@ struct RoundExecutor::State {
       grant_buffers.push_back(0);
     }
     grant_buffers[slot] = round;
-    if (MPI_Isend(&grant_buffers[slot], 1, MPI_UINT64_T, peer, kGrantTag, comm, &grant_requests[slot]) != MPI_SUCCESS)
-      return Status(ErrorCode::kMpi, "MPI_Isend of a grant from rank " + std::to_string(rank) + " to rank " +
-                                         std::to_string(peer) + " failed");
+    const int rc = MPI_Isend(&grant_buffers[slot], 1, MPI_UINT64_T, peer, kGrantTag, comm, &grant_requests[slot]);
+    if (rc != MPI_SUCCESS)
+      return make_call_error(ErrorCode::kMpi, "MPI_Isend", "a grant to " + name(peer) + ": " + detail::mpi_error_string(rc),
+                             __FILE__, __LINE__);
     return Status::ok();
   }
 
@@ -381,8 +423,12 @@ struct RoundExecutor::State {
   RoundProgress& progress(std::uint64_t g) {
     RoundProgress& p = ring[g % ring.size()];
     if (p.round != g) {
+      // Reset without giving back the per-writer counters' memory: an update allocates nothing.
+      std::vector<std::array<int, kStageCount>> from = std::move(p.arrived_from);
+      std::fill(from.begin(), from.end(), std::array<int, kStageCount>{});
       p = RoundProgress{};
       p.round = g;
+      p.arrived_from = std::move(from);
     }
     return p;
   }
@@ -431,8 +477,9 @@ RoundExecutor::RoundExecutor(RoundSchedule schedule, ParameterMemory parameters,
   s.schedule = std::move(schedule);
   s.parameters = std::move(parameters);
   // A communicator of its own: grants left over from this executor's last update can never be taken
-  // for another executor's.
+  // for another executor's. Errors return (to the checks) even where the job's handler aborts.
   WB_CHECK_MPI(MPI_Comm_dup(comm, &s.comm));
+  WB_CHECK_MPI(MPI_Comm_set_errhandler(s.comm, MPI_ERRORS_RETURN));
   comm = s.comm;
   s.options = options;
   s.idle_sleep_us = *idle_sleep_us_setting;
@@ -543,6 +590,7 @@ RoundExecutor::RoundExecutor(RoundSchedule schedule, ParameterMemory parameters,
     }
   }
   std::vector<std::array<int, kStageCount>> extra_arrivals(static_cast<std::size_t>(s.rounds), std::array<int, kStageCount>{});
+  std::vector<std::vector<std::tuple<int, std::size_t, int>>> extra_from(static_cast<std::size_t>(s.rounds));  // peer, stage, posts - 1
 
   // Connect every pair: both sides send their endpoint for the other, their receive buffer's key and slot
   // size, and their split batches; peers in ascending order on both sides, so the pairwise exchanges cannot
@@ -567,6 +615,7 @@ RoundExecutor::RoundExecutor(RoundSchedule schedule, ParameterMemory parameters,
                                                  std::to_string(r) + " stage " + std::to_string(stage) + " in " +
                                                  std::to_string(posts) + " posts");
       extra_arrivals[r][stage] += static_cast<int>(posts) - 1;
+      extra_from[r].emplace_back(peer, static_cast<std::size_t>(stage), static_cast<int>(posts) - 1);
     }
   }
 
@@ -599,6 +648,12 @@ RoundExecutor::RoundExecutor(RoundSchedule schedule, ParameterMemory parameters,
       work.arrivals[stage] += extra_arrivals[static_cast<std::size_t>(r)][stage];
     std::sort(work.writers.begin(), work.writers.end());
     work.writers.erase(std::unique(work.writers.begin(), work.writers.end()), work.writers.end());
+    work.expected_from.assign(work.writers.size(), std::array<int, kStageCount>{});
+    const auto writer_index = [&work](int peer) {
+      return static_cast<std::size_t>(std::lower_bound(work.writers.begin(), work.writers.end(), peer) - work.writers.begin());
+    };
+    for (const Arrival& arrival : plan.arrivals) ++work.expected_from[writer_index(arrival.peer)][static_cast<std::size_t>(arrival.stage)];
+    for (const auto& [peer, stage, extra] : extra_from[static_cast<std::size_t>(r)]) work.expected_from[writer_index(peer)][stage] += extra;
     work.packs = !plan.pack.empty();
     if (!cuda_parameters) {
       work.pack = exec::CopyProgram(exec::CopyDirection::kPack, plan.pack, parameter_bytes, s.schedule.send_slot_bytes);
@@ -624,6 +679,15 @@ RoundExecutor::RoundExecutor(RoundSchedule schedule, ParameterMemory parameters,
     s.scratch.reserve(std::max(s.scratch.capacity(), most));
   }
   s.ring.assign(static_cast<std::size_t>(4 * s.depth + 4), RoundProgress{});
+  std::size_t most_writers = 0;
+  for (const RoundWork& work : s.work) most_writers = std::max(most_writers, work.writers.size());
+  for (RoundProgress& p : s.ring) p.arrived_from.assign(most_writers, std::array<int, kStageCount>{});
+  if (options.verify) {
+    if (cuda_parameters)
+      throw Error(ErrorCode::kUnsupported, "verify checks host transfer buffers; these parameters are in CUDA memory");
+    s.verifier = std::make_unique<exec::Verifier>(s.schedule, comm, kDigestTag, parameter_bytes, s.schedule.send_slot_bytes,
+                                                  s.schedule.receive_slot_bytes);
+  }
   s.completions.reserve(1024);
   s.grant_requests.reserve(256);
   WB_CHECK_MPI(MPI_Barrier(comm));  // every pair connected before anyone writes
@@ -637,6 +701,10 @@ Status RoundExecutor::run_update() {
   const std::uint64_t first = s.next_round, end = first + static_cast<std::uint64_t>(s.rounds);
   std::uint64_t oldest = first;  // the oldest round of this update this rank has not finished
   const auto slot_of = [&](std::uint64_t g) { return static_cast<std::size_t>(g % depth); };
+  // A peer that gave up before this update began: nothing is written or assembled.
+  if (s.options.interrupt) WB_RETURN_IF_ERROR(s.options.interrupt(nullptr));
+  if (s.verifier) s.verifier->begin_update();
+  auto last_interrupt_check = started;
 
   while (oldest < end) {
     bool progressed = false;
@@ -657,21 +725,24 @@ Status RoundExecutor::run_update() {
       const std::uint64_t g = oldest + ((tag - oldest) & kRoundMask);
       const auto stage = static_cast<std::size_t>(c.immediate & 3u);
       if (stage >= kStageCount || g >= oldest + 2 * depth + 1)
-        return Status(ErrorCode::kCorruptData, "rank " + std::to_string(s.rank) + " got a write notification for round " +
-                                                   std::to_string(g) + " stage " + std::to_string(stage) + " from rank " +
-                                                   std::to_string(c.peer) + " while at round " + std::to_string(oldest));
-      ++s.progress(g).arrived[stage];
+        return Status(ErrorCode::kCorruptData, s.name(s.rank) + " got a write notification for round " + std::to_string(g) +
+                                                   " stage " + std::to_string(stage) + " from " + s.name(c.peer) +
+                                                   " while at round " + std::to_string(oldest));
+      RoundProgress& arrived = s.progress(g);
+      ++arrived.arrived[stage];
+      const std::vector<int>& writers = s.work[static_cast<std::size_t>(g % static_cast<std::uint64_t>(s.rounds))].writers;
+      const auto writer = std::lower_bound(writers.begin(), writers.end(), c.peer);
+      if (writer != writers.end() && *writer == c.peer)
+        ++arrived.arrived_from[static_cast<std::size_t>(writer - writers.begin())][stage];
     }
     // Grants: MPI delivers one peer's messages in order, so the latest is the largest.
     for (;;) {
       int flag = 0;
       MPI_Status status;
-      if (MPI_Iprobe(MPI_ANY_SOURCE, kGrantTag, s.comm, &flag, &status) != MPI_SUCCESS)
-        return Status(ErrorCode::kMpi, "MPI_Iprobe failed on rank " + std::to_string(s.rank));
+      WB_TRY_MPI(MPI_Iprobe(MPI_ANY_SOURCE, kGrantTag, s.comm, &flag, &status));
       if (!flag) break;
       std::uint64_t granted = 0;
-      if (MPI_Recv(&granted, 1, MPI_UINT64_T, status.MPI_SOURCE, kGrantTag, s.comm, MPI_STATUS_IGNORE) != MPI_SUCCESS)
-        return Status(ErrorCode::kMpi, "MPI_Recv of a grant failed on rank " + std::to_string(s.rank));
+      WB_TRY_MPI(MPI_Recv(&granted, 1, MPI_UINT64_T, status.MPI_SOURCE, kGrantTag, s.comm, MPI_STATUS_IGNORE));
       auto it = s.peers.find(status.MPI_SOURCE);
       if (it != s.peers.end()) it->second.granted = std::max(it->second.granted, granted + 1);
       progressed = true;
@@ -692,7 +763,9 @@ Status RoundExecutor::run_update() {
 #endif
         {
           const auto t0 = Clock::now();
-          work.pack.execute(s.parameters.data, s.send_base + slot_of(g) * static_cast<std::size_t>(s.send_slot_stride));
+          std::byte* slot = s.send_base + slot_of(g) * static_cast<std::size_t>(s.send_slot_stride);
+          if (s.verifier) s.verifier->pack(static_cast<int>(r), s.parameters.data, slot);  // packs and digests
+          else work.pack.execute(s.parameters.data, slot);
           s.stats.pack_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
           p.packed = true;
           progressed = true;
@@ -729,7 +802,9 @@ Status RoundExecutor::run_update() {
         Status status = link.transport->post_writes(batch.peer, s.scratch, encode_immediate(g, batch.stage),
                                                     batch.lag != 0 ? g | kRelayToken : g);
         if (status.code() == ErrorCode::kRetryLater) break;
-        if (!status) return status;
+        if (!status)
+          return Status(status.code(), s.name(s.rank) + ": its " + stage_name(batch.stage) + " stage write to " +
+                                           s.name(batch.peer) + " failed: " + status.message());
         for (const WriteRequest& w : s.scratch) s.stats.bytes_written += static_cast<std::int64_t>(w.bytes);
         ++p.posts;
         if (batch.lag != 0) ++p.relay_posts;
@@ -753,8 +828,9 @@ Status RoundExecutor::run_update() {
 #endif
         {
           const auto t0 = Clock::now();
-          work.assemble.execute(s.parameters.data,
-                                s.receive_base + slot_of(g) * static_cast<std::size_t>(s.receive_slot_stride));
+          std::byte* slot = s.receive_base + slot_of(g) * static_cast<std::size_t>(s.receive_slot_stride);
+          if (s.verifier) s.verifier->assemble(static_cast<int>(r), s.parameters.data, slot);  // digests and assembles
+          else work.assemble.execute(s.parameters.data, slot);
           s.stats.assemble_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
           p.assembled = true;
           progressed = true;
@@ -787,30 +863,20 @@ Status RoundExecutor::run_update() {
     const auto now = Clock::now();
     if (progressed) {
       last_progress = now;
-    } else if (std::chrono::duration<double>(now - last_progress).count() > s.options.timeout_seconds) {
-      const auto r = static_cast<std::size_t>(oldest % static_cast<std::uint64_t>(s.rounds));
-      const RoundWork& work = s.work[r];
-      const RoundProgress& p = s.progress(oldest);
-      std::string waiting;
-      for (std::size_t st = 0; st < kStageCount; ++st)
-        if (p.arrived[st] != work.arrivals[st])
-          waiting += std::string(waiting.empty() ? "" : "; ") + std::to_string(work.arrivals[st] - p.arrived[st]) +
-                     " " + stage_name(static_cast<Stage>(st)) + " arrivals";
-      if (p.posted < static_cast<int>(work.batches.size())) {
-        const Batch& batch = work.batches[static_cast<std::size_t>(p.posted)];
-        waiting += std::string(waiting.empty() ? "" : "; ") + "its write to rank " + std::to_string(batch.peer) + " (" +
-                   stage_name(batch.stage) + ")" +
-                   (s.peers.at(batch.peer).granted <= oldest && oldest >= depth ? ", not granted yet" : "");
-      }
-      if (p.done < p.posts) waiting += std::string(waiting.empty() ? "" : "; ") + std::to_string(p.posts - p.done) + " posts to complete";
-      if (p.pack_launched && !p.packed) waiting += std::string(waiting.empty() ? "" : "; ") + "the pack kernel to finish";
-      if (p.assemble_launched && !p.assembled)
-        waiting += std::string(waiting.empty() ? "" : "; ") + "the assemble kernel to finish";
+    } else if (s.options.interrupt && now - last_interrupt_check > std::chrono::milliseconds(1)) {
+      // Idle: a peer that gave up ends this update at once rather than at the deadline; a peer that asks
+      // what this rank waits for is told.
+      last_interrupt_check = now;
+      WB_RETURN_IF_ERROR(s.options.interrupt([&s, oldest] { return s.wait_state(oldest); }));
+    }
+    if (!progressed && std::chrono::duration<double>(now - last_progress).count() > s.options.timeout_seconds) {
+      const WaitState state = s.wait_state(oldest);
       std::ostringstream timeout;
       timeout << s.options.timeout_seconds;
-      return Status(ErrorCode::kTimeout, "rank " + std::to_string(s.rank) + ": no progress for " +
-                                             timeout.str() + " s in round " + std::to_string(r) +
-                                             " of update " + std::to_string(s.stats.updates) + ", waiting for " + waiting);
+      return Status(ErrorCode::kTimeout, s.name(s.rank) + ": no progress for " + timeout.str() + " s in round " +
+                                             std::to_string(oldest % static_cast<std::uint64_t>(s.rounds) + 1) + " of " +
+                                             std::to_string(s.rounds) + ", waiting for " + state.first +
+                                             (s.options.explain ? s.options.explain(state.second) : std::string()));
     }
     // Nothing moved: let the processes that have work run first (on one machine ranks often outnumber
     // cores, and a spinning rank would take the core from the peer it waits for). Yield at first; once idle
@@ -827,7 +893,16 @@ Status RoundExecutor::run_update() {
   // Grants still in flight complete in the background; reap the finished ones.
   for (MPI_Request& request : s.grant_requests) {
     int done = 0;
-    if (request != MPI_REQUEST_NULL) MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+    if (request != MPI_REQUEST_NULL) WB_TRY_MPI(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+  }
+  if (s.verifier) {
+    const std::function<std::string(std::uint32_t, std::int64_t)> element =
+        s.options.describe_element ? s.options.describe_element : [](std::uint32_t parameter, std::int64_t e) {
+          return "parameter " + std::to_string(parameter) + " element " + std::to_string(e);
+        };
+    const std::function<Status()> poll = [&s]() { return s.options.interrupt ? s.options.interrupt(nullptr) : Status::ok(); };
+    WB_RETURN_IF_ERROR(s.verifier->exchange(s.options.timeout_seconds, poll,
+                                            [&s](int peer) { return s.name(peer); }, element));
   }
   s.next_round = end;
   ++s.stats.updates;
