@@ -247,7 +247,9 @@ struct Verifier::State {
       // Writes are in (stage, peer, remote offset) order: per peer, the order its arrival regions have.
       for (const Write& w : round.writes) {
         const bool from_send = w.stage == Stage::kReceive;
-        cover(from_send ? send : receive, from_send, r, w.local_offset, w.bytes, link(outgoing, out_index, w.peer, w.stage).entries, "write");
+        // A relay (lag 1) forwards bytes out of the previous round's receive slot: that round's segments.
+        cover(from_send ? send : receive, from_send, r - static_cast<int>(w.lag), w.local_offset, w.bytes,
+              link(outgoing, out_index, w.peer, w.stage).entries, "write");
       }
       for (const Arrival& a : round.arrivals) cover(receive, false, r, a.offset, a.bytes, link(incoming, in_index, a.peer, a.stage).entries, "region");
     }
