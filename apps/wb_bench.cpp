@@ -30,6 +30,7 @@
 #include "emu/backend.hpp"
 #include "emu/deployment_options.hpp"
 #include "emu/run_setup.hpp"
+#include "emu/trace_file.hpp"
 #include "emu/versioned_checkpoint.hpp"
 #include "weightbridge/adapter.hpp"
 #include "weightbridge/checks.hpp"
@@ -54,7 +55,7 @@ struct Options {
   int reps = 5;
   int warmup = 1;
   std::int64_t bucket_mib = 512;
-  std::string json, csv;
+  std::string json, csv, trace;
   po::variables_map variables;
 };
 
@@ -92,7 +93,8 @@ bool parse_options(int argc, char** argv, Options& o, int rank) {
       ("bucket-mib", po::value(&o.bucket_mib)->default_value(o.bucket_mib), "Baselines: whole tensors per gather and broadcast step, MiB.")
       ("seed", po::value(&o.seed), "Seed of the synthetic checkpoint.")
       ("json", po::value(&o.json), "Write the result as JSON (rank 0).")
-      ("csv", po::value(&o.csv), "Write one line per method as CSV (rank 0).");
+      ("csv", po::value(&o.csv), "Write one line per method as CSV (rank 0).")
+      ("trace", po::value(&o.trace), "Write every rank's timeline as Chrome trace-event JSON (rank 0; open it in Perfetto): WeightBridge's per-round pack, write, credit wait, forward and assemble spans, and every method's update interval per rank.");
   if (!parse_command_line(argc, argv, general, o.variables, rank == 0)) return false;
   if (o.reps < 1 || o.warmup < 0) throw Error(ErrorCode::kInvalidArgument, "--reps must be at least 1 and --warmup not negative");
   if (o.bucket_mib < 1 || o.bucket_mib > 1024) throw Error(ErrorCode::kInvalidArgument, "--bucket-mib must be in 1..1024");
@@ -118,6 +120,28 @@ std::int64_t traffic_total(const std::vector<LinkTraffic>& links, const std::vec
   for (const LinkTraffic& link : links)
     if ((machines[static_cast<std::size_t>(rank)] != machines[static_cast<std::size_t>(link.peer)]) == between) total += link.bytes;
   return total;
+}
+
+// Every rank's `text` on world rank 0 (empty elsewhere).
+std::vector<std::string> gather_strings(const std::string& text) {
+  int rank = 0, world = 0;
+  WB_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  WB_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &world));
+  const int bytes = static_cast<int>(text.size());
+  std::vector<int> counts(static_cast<std::size_t>(world)), displs(static_cast<std::size_t>(world));
+  WB_CHECK_MPI(MPI_Gather(&bytes, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, MPI_COMM_WORLD));
+  int total = 0;
+  for (int r = 0; r < world; ++r) {
+    displs[static_cast<std::size_t>(r)] = total;
+    total += counts[static_cast<std::size_t>(r)];
+  }
+  std::string all(rank == 0 ? static_cast<std::size_t>(total) : 0, '\0');
+  WB_CHECK_MPI(MPI_Gatherv(text.data(), bytes, MPI_CHAR, all.data(), counts.data(), displs.data(), MPI_CHAR, 0, MPI_COMM_WORLD));
+  std::vector<std::string> out;
+  if (rank == 0)
+    for (int r = 0; r < world; ++r)
+      out.push_back(all.substr(static_cast<std::size_t>(displs[static_cast<std::size_t>(r)]), static_cast<std::size_t>(counts[static_cast<std::size_t>(r)])));
+  return out;
 }
 
 double median(std::vector<double> values) {
@@ -184,6 +208,7 @@ int run(int argc, char** argv) {
       adapter.sender_staging = mode.sender_staging;
       adapter.receiver_staging = mode.receiver_staging;
       adapter.node = deployment.node_of(rank);
+      if (!o.trace.empty()) adapter.trace = true;
       if (trainer) {
         senders.push_back(std::make_unique<SenderAdapter>(MPI_COMM_WORLD, group, params.parameters(), setup.checkpoint->tensors(),
                                                           load, adapter));
@@ -214,6 +239,7 @@ int run(int argc, char** argv) {
   std::uint64_t version = 0;
   std::map<std::string, std::vector<std::vector<Sample>>> measured;  // method -> per update, per rank (rank 0)
   std::string first_failure;
+  nlohmann::json timeline_stalls = nlohmann::json::array();  // --trace: every method's update interval here
   for (int round = 0; round < o.warmup + o.reps; ++round) {
     for (const Method& method : methods) {
       ++version;
@@ -255,6 +281,7 @@ int run(int argc, char** argv) {
         sample.between = u.between_machines;
         sample.within = u.within_machine;
       }
+      timeline_stalls.push_back({version, sample.begin, sample.end, method.name});
       if (!trainer) {
         const std::string difference = reference.difference(params.parameters(), version);
         if (!difference.empty()) {
@@ -289,6 +316,25 @@ int run(int argc, char** argv) {
       if (r.event == PollResult::Event::kFailed) break;
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
+
+  if (!o.trace.empty()) {
+    nlohmann::json spans = nlohmann::json::array();
+    for (const auto& sender : senders)
+      for (const nlohmann::json& s : timeline_json(sender->stats())) spans.push_back(s);
+    for (const auto& receiver : receivers)
+      for (const nlohmann::json& s : timeline_json(receiver->stats())) spans.push_back(s);
+    const std::vector<std::string> reports =
+        gather_strings(nlohmann::json{{"who", worker->describe()}, {"trace", spans}, {"stalls", timeline_stalls}}.dump());
+    if (rank == 0) {
+      std::vector<RankTimeline> timelines;
+      for (int r = 0; r < world; ++r) {
+        const nlohmann::json report = nlohmann::json::parse(reports[static_cast<std::size_t>(r)]);
+        timelines.push_back(timeline_from_json(r, report.at("who").get<std::string>(), report));
+      }
+      write_chrome_trace(o.trace, timelines);
+      WB_LOG(kInfo) << "trace of " << world << " ranks written to " << o.trace;
+    }
+  }
 
   // Any rank's failure fails the run.
   int ok = first_failure.empty() ? 1 : 0, all_ok = 0;

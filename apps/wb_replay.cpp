@@ -42,6 +42,7 @@
 #include "emu/presets.hpp"
 #include "emu/run_setup.hpp"
 #include "emu/synthetic.hpp"
+#include "emu/trace_file.hpp"
 #include "emu/verify.hpp"
 #include "emu/versioned_checkpoint.hpp"
 #include "weightbridge/adapter.hpp"
@@ -62,6 +63,7 @@ struct Options {
   DeploymentOptions deployment;
   std::uint64_t seed = 0;
   std::string json;
+  std::string trace;
   std::string mode = "sync";
   std::string fault;
   int steps = 3;
@@ -85,6 +87,7 @@ bool parse_options(int argc, char** argv, Options& options, int rank) {
       ("step-ms", po::value(&options.step_ms)->default_value(options.step_ms), "Emulated compute per training step and per inference step, in milliseconds.")
       ("seed", po::value(&options.seed), "Seed of the synthetic checkpoint when no --checkpoint is given.")
       ("json", po::value(&options.json), "Write the result as JSON to this file (rank 0).")
+      ("trace", po::value(&options.trace), "Write every rank's timeline as Chrome trace-event JSON to this file (rank 0; open it in Perfetto): per round pack, write, credit wait, forward and assemble spans, and the rollouts' stalls.")
       ("fault", po::value(&options.fault), "For fault-injection tests: KIND,rank=R,version=K[,seconds=S] makes world rank R stop for S seconds (KIND stop), kill itself (kill) or throw (throw) at version K: a trainer in its training step, a rollout in before_update_hook.");
   po::variables_map variables;
   if (!parse_command_line(argc, argv, general, variables, rank == 0)) return false;
@@ -321,6 +324,7 @@ WorkerOutcome run_trainer(const Setup& setup, EmulatedWorker& worker, const Para
   AdapterOptions adapter;
   adapter.sender_staging = mode.sender_staging;
   adapter.node = setup.deployment.node_of(process_rank());
+  if (!options.trace.empty()) adapter.trace = true;
   const auto load = [&worker](const CheckpointReader& c, const ParameterSet& p) { worker.load_weights(c, p); };
   SenderAdapter sender(MPI_COMM_WORLD, trainers, params, setup.checkpoint->tensors(), load, adapter);
   sender.connect();
@@ -385,6 +389,7 @@ WorkerOutcome run_rollout(const Setup& setup, EmulatedWorker& worker, const Para
   AdapterOptions adapter;
   adapter.receiver_staging = mode.receiver_staging;
   adapter.node = setup.deployment.node_of(process_rank());
+  if (!options.trace.empty()) adapter.trace = true;
   const auto load = [&worker](const CheckpointReader& c, const ParameterSet& p) { worker.load_weights(c, p); };
   ReceiverAdapter receiver(MPI_COMM_WORLD, engine, params, load, adapter, hook);
   for (;;) {
@@ -470,7 +475,8 @@ nlohmann::json outcome_json(const WorkerOutcome& o, const std::string& who, cons
           {"staging_bytes", o.stats.staging_bytes}, {"stalls", stalls},
           {"history", history}, {"traffic", traffic},
           {"machine", machine_id()}, {"failure", error},
-          {"parameters", o.parameters}, {"mixed", o.mixed}};
+          {"parameters", o.parameters}, {"mixed", o.mixed},
+          {"trace", timeline_json(o.stats)}};
 }
 
 // Rank 0 gathers every worker's report, point to point and within `timeout` of starting to: a rank that
@@ -710,6 +716,15 @@ int run(int argc, char** argv, bool& finalize) {
         {"seconds", seconds_since(start)},
     };
     std::cout << result.dump() << std::endl;
+    if (!options.trace.empty()) {
+      std::vector<RankTimeline> timelines;
+      for (int r = 0; r < world; ++r) {
+        const nlohmann::json& report = reports[static_cast<std::size_t>(r)];
+        if (!report.is_null()) timelines.push_back(timeline_from_json(r, report.value("who", std::string()), report));
+      }
+      write_chrome_trace(options.trace, timelines);
+      WB_LOG(kInfo) << "trace of " << timelines.size() << " ranks written to " << options.trace;
+    }
     if (!options.json.empty()) {
       std::ofstream out(options.json);
       out << result.dump(2) << '\n';

@@ -77,6 +77,8 @@ struct AdapterOptions {
   /// The node this worker is on, for the planner (WB_NODE, -1: this machine). Workers of one node share
   /// fast links; the trainers and the rollouts of one machine always count as different nodes.
   std::optional<int> node;
+  /// Record this worker's timeline of every update into AdapterStats::trace (WB_TIMELINE, false).
+  std::optional<bool> trace;
 };
 
 /// A span during which a worker did not compute because of a transfer, on the job's common clock
@@ -85,6 +87,17 @@ struct StallInterval {
   std::uint64_t version = 0;
   double begin_seconds = 0;
   double end_seconds = 0;
+};
+
+/// One interval of a worker's timeline (AdapterOptions::trace), on the job's common clock. Per round of
+/// the schedule: "pack" (its send slot), "write" (its receive-stage writes, first post to last
+/// completion), "credit wait" (a batch ready while the receiver's slot was still taken), "forward" (writes
+/// of received bytes on to other rollouts) and "assemble" (into the parameters).
+struct TraceSpan {
+  const char* kind = "";
+  std::uint64_t version = 0;  // the update's version
+  int round = 0;
+  double begin_seconds = 0, end_seconds = 0;
 };
 
 /// What connect planned; the same on every rank.
@@ -130,6 +143,7 @@ struct AdapterStats {
   std::int64_t staging_bytes = 0;          // host staging: the bytes the plan reads (sender) or writes
                                            // (receiver) here, not whole parameters
   std::vector<LinkTraffic> traffic;        // per transport and peer, all updates
+  std::vector<TraceSpan> trace;            // AdapterOptions::trace: all updates, in the order they ended
 };
 
 /// Trainer side. `params` are the trainer's parameters (host memory) as its load_weights fills them;

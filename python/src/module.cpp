@@ -64,7 +64,7 @@ std::string options_repr(const AdapterOptions& o) {
          ", receiver_staging=" + optional_text(o.receiver_staging) + ", buffer_bytes=" + optional_text(o.buffer_bytes) +
          ", pipeline_depth=" + optional_text(o.pipeline_depth) + ", transport=" + optional_text(o.transport) +
          ", timeout_seconds=" + optional_text(o.timeout_seconds) + ", verify=" + optional_text(o.verify) +
-         ", node=" + optional_text(o.node) + ")";
+         ", node=" + optional_text(o.node) + ", trace=" + optional_text(o.trace) + ")";
 }
 
 py::tuple shape_tuple(const Shape& shape) {
@@ -158,20 +158,21 @@ void bind_values(py::module_& m) {
                              "transport (WB_TRANSPORT, 'auto'): 'auto', 'cma', 'cuda_ipc', 'ibverbs' or 'libfabric'.\n"
                              "timeout_seconds (WB_TIMEOUT_SECONDS, 120): deadline of every wait.\n"
                              "verify (WB_VERIFY, False): digest every update's bytes on both sides and fail on a mismatch.\n"
+                             "trace (WB_TIMELINE, False): record this worker's timeline in AdapterStats.trace.\n"
                              "node (WB_NODE, -1): the node this worker is on, for the planner (-1: this machine).\n\n"
                              "The staged modes run a background thread: MPI must be initialized with\n"
                              "MPI_THREAD_MULTIPLE (mpi4py's default thread level, mpi4py.rc.thread_level).")
       .def(py::init([](std::optional<bool> sender_staging, std::optional<bool> receiver_staging,
                        std::optional<std::int64_t> buffer_bytes, std::optional<int> pipeline_depth,
                        std::optional<std::string> transport, std::optional<double> timeout_seconds,
-                       std::optional<bool> verify, std::optional<int> node) {
+                       std::optional<bool> verify, std::optional<int> node, std::optional<bool> trace) {
              return AdapterOptions{sender_staging, receiver_staging, buffer_bytes, pipeline_depth,
-                                   std::move(transport), timeout_seconds, verify, node};
+                                   std::move(transport), timeout_seconds, verify, node, trace};
            }),
            py::kw_only(), py::arg("sender_staging") = py::none(), py::arg("receiver_staging") = py::none(),
            py::arg("buffer_bytes") = py::none(), py::arg("pipeline_depth") = py::none(),
            py::arg("transport") = py::none(), py::arg("timeout_seconds") = py::none(), py::arg("verify") = py::none(),
-           py::arg("node") = py::none())
+           py::arg("node") = py::none(), py::arg("trace") = py::none())
       .def_readwrite("sender_staging", &AdapterOptions::sender_staging)
       .def_readwrite("receiver_staging", &AdapterOptions::receiver_staging)
       .def_readwrite("buffer_bytes", &AdapterOptions::buffer_bytes)
@@ -179,6 +180,7 @@ void bind_values(py::module_& m) {
       .def_readwrite("transport", &AdapterOptions::transport)
       .def_readwrite("timeout_seconds", &AdapterOptions::timeout_seconds)
       .def_readwrite("verify", &AdapterOptions::verify)
+      .def_readwrite("trace", &AdapterOptions::trace)
       .def_readwrite("node", &AdapterOptions::node)
       .def("__repr__", &options_repr);
 
@@ -221,6 +223,15 @@ void bind_values(py::module_& m) {
                ", connect_seconds=" + std::to_string(s.connect_seconds) + ")";
       });
 
+  py::class_<TraceSpan>(m, "TraceSpan",
+                        "One interval of this worker's timeline, in seconds on the job's common clock: `kind` is\n"
+                        "'pack', 'write', 'credit wait', 'forward' or 'assemble', of `round` of `version`'s update.")
+      .def_property_readonly("kind", [](const TraceSpan& s) { return std::string(s.kind); })
+      .def_readonly("version", &TraceSpan::version)
+      .def_readonly("round", &TraceSpan::round)
+      .def_readonly("begin_seconds", &TraceSpan::begin_seconds)
+      .def_readonly("end_seconds", &TraceSpan::end_seconds);
+
   py::class_<AdapterStats>(m, "AdapterStats", "This worker's counters, all updates so far.")
       .def_readonly("version", &AdapterStats::version, "sender: last sent; receiver: installed")
       .def_readonly("stalls", &AdapterStats::stalls, "one StallInterval per update this worker stalled for")
@@ -229,7 +240,8 @@ void bind_values(py::module_& m) {
       .def_readonly("bytes_assembled", &AdapterStats::bytes_assembled)
       .def_readonly("registrations", &AdapterStats::registrations, "memory registrations, all made at connect")
       .def_readonly("staging_bytes", &AdapterStats::staging_bytes)
-      .def_readonly("traffic", &AdapterStats::traffic, "LinkTraffic per transport and peer");
+      .def_readonly("traffic", &AdapterStats::traffic, "LinkTraffic per transport and peer")
+      .def_readonly("trace", &AdapterStats::trace, "TraceSpan per round step, all updates (AdapterOptions.trace)");
 
   py::class_<PollResult> poll(m, "PollResult",
                               "What ReceiverAdapter.poll_requests did: `event` and the `version` now in the parameters.\n"

@@ -66,6 +66,7 @@ class AdapterOptions:
     timeout_seconds: Optional[float]
     verify: Optional[bool]
     node: Optional[int]
+    trace: Optional[bool]
     def __init__(
         self,
         *,
@@ -77,6 +78,7 @@ class AdapterOptions:
         timeout_seconds: Optional[float] = None,
         verify: Optional[bool] = None,
         node: Optional[int] = None,
+        trace: Optional[bool] = None,
     ) -> None: ...
 
 class StallInterval:
@@ -146,6 +148,20 @@ class AdapterStats:
     def staging_bytes(self) -> int: ...
     @property
     def traffic(self) -> list[LinkTraffic]: ...
+    @property
+    def trace(self) -> list[TraceSpan]: ...
+
+class TraceSpan:
+    @property
+    def kind(self) -> str: ...
+    @property
+    def version(self) -> int: ...
+    @property
+    def round(self) -> int: ...
+    @property
+    def begin_seconds(self) -> float: ...
+    @property
+    def end_seconds(self) -> float: ...
 
 class PollResult:
     class Event(_Enum):

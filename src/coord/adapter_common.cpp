@@ -113,8 +113,29 @@ void AdapterBase::connected(Connection established) {
   refresh_stats();
 }
 
+namespace {
+const char* span_kind_name(ExecutorSpan::Kind kind) {
+  switch (kind) {
+    case ExecutorSpan::kPack: return "pack";
+    case ExecutorSpan::kWrite: return "write";
+    case ExecutorSpan::kCreditWait: return "credit wait";
+    case ExecutorSpan::kForward: return "forward";
+    case ExecutorSpan::kAssemble: return "assemble";
+  }
+  return "?";
+}
+}  // namespace
+
 void AdapterBase::refresh_stats() {
-  if (connection && !thread.active()) executor_stats = connection->executor->stats();
+  if (!connection || thread.active()) return;
+  executor_stats = connection->executor->stats();
+  // Spans since the last refresh belong to the transfer that just ended (history's last entry).
+  const std::vector<ExecutorSpan>& spans = executor_stats.trace;
+  const std::uint64_t v = history.empty() ? version : history.back().version;
+  for (; traced_spans < spans.size(); ++traced_spans) {
+    const ExecutorSpan& e = spans[traced_spans];
+    trace.push_back({span_kind_name(e.kind), v, e.round, e.begin + clock_offset, e.end + clock_offset});
+  }
 }
 
 Status AdapterBase::run_transfer(std::uint64_t v) {
@@ -155,6 +176,7 @@ AdapterStats AdapterBase::stats() const {
   s.version = version;
   s.stalls = stalls;
   s.history = history;
+  s.trace = trace;
   if (connection) {
     const ExecutorStats& e = executor_stats;
     s.updates = e.updates;

@@ -32,6 +32,8 @@ struct AdapterBase {
   std::vector<UpdateRecord> history;
   std::uint64_t version = 0;
   ExecutorStats executor_stats;  // copied from the executor whenever no transfer runs (stats() reads it)
+  std::vector<TraceSpan> trace;  // options.trace: the executor's spans on the common clock, with versions
+  std::size_t traced_spans = 0;  // of executor_stats.trace, those in `trace`
   std::uint64_t background_version = 0;   // the transfer on the background thread
   std::int64_t background_bytes_before = 0;
   TransferThread thread;

@@ -35,6 +35,9 @@ Setting<double> timeout_setting("timeout_seconds", 120.0,
 Setting<bool> verify_setting("verify", false,
                              "Check every update end to end: digests of what each writer sends, per planned segment, "
                              "against what each receiver installs; a mismatch fails the update naming the parameter.");
+Setting<bool> timeline_setting("timeline", false,
+                            "Record every update's timeline per worker (pack, write, credit wait, forward, assemble "
+                            "per round) into AdapterStats::trace; wb-replay and wb-bench write it with --trace.");
 Setting<std::int64_t> node_setting("node", -1,
                                    "This worker's node for the planner; -1: its machine (trainers and rollouts "
                                    "of one machine count as different nodes).");
@@ -160,6 +163,7 @@ ResolvedOptions resolve_options(const AdapterOptions& options) {
   resolved.sender_staging = options.sender_staging.value_or(*sender_staging_setting);
   resolved.receiver_staging = options.receiver_staging.value_or(*receiver_staging_setting);
   resolved.verify = options.verify.value_or(*verify_setting);
+  resolved.trace = options.trace.value_or(*timeline_setting);
   const PlanOptions planned = plan_options_from_settings();
   resolved.buffer_bytes = options.buffer_bytes.value_or(planned.buffer_bytes_per_worker);
   resolved.pipeline_depth = options.pipeline_depth.value_or(planned.pipeline_depth);
@@ -514,6 +518,7 @@ Connection establish_connection(const ConnectInput& input) {
   executor_options.timeout_seconds = options.timeout_seconds;
   executor_options.transport = options.transport;
   executor_options.verify = options.verify;
+  executor_options.trace = options.trace;
   FaultChannel* faults = input.faults;
   executor_options.interrupt = [faults](const std::function<WaitState()>& waiting) {
     if (!waiting) return faults->poll();

@@ -23,6 +23,7 @@ struct ResolvedOptions {
   bool sender_staging = false;
   bool receiver_staging = false;
   bool verify = false;
+  bool trace = false;
   std::int64_t buffer_bytes = 0;
   int pipeline_depth = 2;
   double timeout_seconds = 120;  // kNoDeadline for none

@@ -54,6 +54,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The trace's time base: the steady clock in seconds, as the coordinator's local_seconds().
+double seconds_of(Clock::time_point t) { return std::chrono::duration<double>(t.time_since_epoch()).count(); }
+double local_seconds_now() { return seconds_of(Clock::now()); }
+constexpr std::size_t kMaxTraceSpans = std::size_t{1} << 20;  // about 40 MB of spans per rank
+
 Setting<std::int64_t> idle_sleep_us_setting(
     "idle_sleep_us", 100,
     "Longest sleep of an update's progress loop once nothing has moved for a while, microseconds (0: only "
@@ -124,6 +129,10 @@ struct RoundProgress {
   int relay_posts = 0, relay_done = 0;       // their posts, made and completed (also counted in posts, done)
   bool packed = false, assembled = false, released = false;
   bool pack_launched = false, assemble_launched = false;  // CUDA parameters: kernel enqueued, not yet seen done
+  // options.trace: when the round's first write / forward was posted and since when its next batch has
+  // waited for the receiver's credit (0: not yet, not waiting), local_seconds().
+  double write_begin = 0, forward_begin = 0, credit_wait_begin = 0;
+  int write_posts = 0, write_done = 0;  // posts of the receive stage (the rest forward received bytes)
   std::vector<std::array<int, kStageCount>> arrived_from;  // per writer of the round (sized once, at construction)
 };
 
@@ -419,6 +428,16 @@ struct RoundExecutor::State {
                                      std::to_string(round % work.size()) + ": " + status.message());
   }
 #endif
+
+  // options.trace: one span on this rank's timeline (local_seconds), while under the cap.
+  void trace(ExecutorSpan::Kind kind, std::uint64_t g, double begin, double end) {
+    if (!options.trace) return;
+    if (stats.trace.size() >= kMaxTraceSpans) {
+      ++stats.trace_dropped;
+      return;
+    }
+    stats.trace.push_back({kind, stats.updates, static_cast<int>(g % static_cast<std::uint64_t>(rounds)), begin, end});
+  }
 
   RoundProgress& progress(std::uint64_t g) {
     RoundProgress& p = ring[g % ring.size()];
@@ -716,9 +735,18 @@ Status RoundExecutor::run_update() {
     for (const Completion& c : s.completions) {
       progressed = true;
       if (c.kind == Completion::Kind::kWritesDone) {
-        RoundProgress& done = s.progress(c.token & ~kRelayToken);
+        const std::uint64_t g = c.token & ~kRelayToken;
+        RoundProgress& done = s.progress(g);
         ++done.done;
         if (c.token & kRelayToken) ++done.relay_done;
+        if (s.options.trace && done.done == done.posts && done.posted == static_cast<int>(s.work[static_cast<std::size_t>(
+                                                                              g % static_cast<std::uint64_t>(s.rounds))].batches.size())) {
+          // Transports complete a peer's posts in order but not across peers: one span per round and kind,
+          // from its first post to the last completion.
+          const double now = local_seconds_now();
+          if (done.write_begin > 0) s.trace(ExecutorSpan::kWrite, g, done.write_begin, now);
+          if (done.forward_begin > 0) s.trace(ExecutorSpan::kForward, g, done.forward_begin, now);
+        }
         continue;
       }
       const std::uint64_t tag = c.immediate >> 2;
@@ -766,7 +794,9 @@ Status RoundExecutor::run_update() {
           std::byte* slot = s.send_base + slot_of(g) * static_cast<std::size_t>(s.send_slot_stride);
           if (s.verifier) s.verifier->pack(static_cast<int>(r), s.parameters.data, slot);  // packs and digests
           else work.pack.execute(s.parameters.data, slot);
-          s.stats.pack_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+          const auto t1 = Clock::now();
+          s.stats.pack_seconds += std::chrono::duration<double>(t1 - t0).count();
+          s.trace(ExecutorSpan::kPack, g, seconds_of(t0), seconds_of(t1));
           p.packed = true;
           progressed = true;
         }
@@ -788,7 +818,15 @@ Status RoundExecutor::run_update() {
                                ? complete(Stage::kReceive)
                                : complete(Stage::kReceive) && complete(Stage::kExternalExchange);
         PeerLink& link = s.peers.at(batch.peer);
-        if (!ready || (g >= depth && link.granted <= g)) break;
+        if (!ready) break;
+        if (g >= depth && link.granted <= g) {  // ready, but the receiver's slot is not free yet
+          if (s.options.trace && p.credit_wait_begin == 0) p.credit_wait_begin = local_seconds_now();
+          break;
+        }
+        if (p.credit_wait_begin > 0) {
+          s.trace(ExecutorSpan::kCreditWait, g, p.credit_wait_begin, local_seconds_now());
+          p.credit_wait_begin = 0;
+        }
         const std::size_t count = std::min(batch.writes_per_post, batch.writes.size() - p.next_write);
         const auto chunk = batch.writes.begin() + static_cast<std::ptrdiff_t>(p.next_write);
         s.scratch.assign(chunk, chunk + static_cast<std::ptrdiff_t>(count));
@@ -806,6 +844,10 @@ Status RoundExecutor::run_update() {
           return Status(status.code(), s.name(s.rank) + ": its " + stage_name(batch.stage) + " stage write to " +
                                            s.name(batch.peer) + " failed: " + status.message());
         for (const WriteRequest& w : s.scratch) s.stats.bytes_written += static_cast<std::int64_t>(w.bytes);
+        if (s.options.trace) {
+          double& begin = batch.stage == Stage::kReceive ? p.write_begin : p.forward_begin;
+          if (begin == 0) begin = local_seconds_now();
+        }
         ++p.posts;
         if (batch.lag != 0) ++p.relay_posts;
         p.next_write += count;
@@ -831,7 +873,9 @@ Status RoundExecutor::run_update() {
           std::byte* slot = s.receive_base + slot_of(g) * static_cast<std::size_t>(s.receive_slot_stride);
           if (s.verifier) s.verifier->assemble(static_cast<int>(r), s.parameters.data, slot);  // digests and assembles
           else work.assemble.execute(s.parameters.data, slot);
-          s.stats.assemble_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+          const auto t1 = Clock::now();
+          s.stats.assemble_seconds += std::chrono::duration<double>(t1 - t0).count();
+          if (work.assembled_bytes > 0) s.trace(ExecutorSpan::kAssemble, g, seconds_of(t0), seconds_of(t1));
           p.assembled = true;
           progressed = true;
         }

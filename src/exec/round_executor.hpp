@@ -60,6 +60,23 @@ struct ExecutorOptions {
   std::function<std::string(int)> describe_rank;
   /// Names an element of a parameter in messages ("model.norm.weight[12]"); "parameter P element E" if empty.
   std::function<std::string(std::uint32_t parameter, std::int64_t element)> describe_element;
+  /// Record ExecutorStats::trace: pack, write, credit-wait, forward and assemble spans per round.
+  bool trace = false;
+};
+
+/// One interval of a rank's timeline (ExecutorOptions::trace), in seconds of the steady clock.
+struct ExecutorSpan {
+  enum Kind : std::uint8_t {
+    kPack,        // packing the round's send slot
+    kWrite,       // the round's receive-stage writes: first post to last completion
+    kCreditWait,  // a batch ready to post while the receiver's slot was not free yet
+    kForward,     // writes of received bytes to other rollouts (exchange stages, relays)
+    kAssemble,    // copying the round's receive slot into the parameters
+  };
+  Kind kind = kPack;
+  std::int64_t update = 0;  // the executor's update count when it happened
+  int round = 0;            // in the schedule
+  double begin = 0, end = 0;
 };
 
 struct ExecutorStats {
@@ -74,6 +91,8 @@ struct ExecutorStats {
   /// What this rank's writes carried per transport and peer, all updates (Transport::traffic), refreshed
   /// at the end of every update on the executor's thread.
   std::vector<std::pair<TransportKind, PeerTraffic>> traffic;
+  std::vector<ExecutorSpan> trace;  // options.trace, all updates, up to 2^20 spans
+  std::int64_t trace_dropped = 0;   // spans past that cap
 };
 
 /// Where a rank's transfer buffers go, given its parameters' memory and the transports it uses: host

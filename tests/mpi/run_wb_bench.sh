@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # wb-bench on one machine (6 ranks): every method verified, the JSON complete, and plotted.
-#   run_wb_bench.sh WB_BENCH PLOT_SCRIPT OUT MPIEXEC NP_FLAG RANKS
+#   run_wb_bench.sh WB_BENCH PLOT_SCRIPT OUT MPIEXEC NP_FLAG RANKS CHECK_TRACE
 set -euo pipefail
-bench=$1 plot=$2 out=$3 mpiexec=$4 np=$5 ranks=$6
+bench=$1 plot=$2 out=$3 mpiexec=$4 np=$5 ranks=$6 check_trace=$7
 rm -rf "$out" && mkdir -p "$out"
 "$mpiexec" "$np" "$ranks" "$bench" --model qwen3-30b-a3b --scale tiny --trainer tp=1,ep=2,dp=2 \
   --rollout engines=2,tp=2,ep=2 --gpus-per-node 2 --modes sync,async --reps 2 --warmup 1 \
-  --json "$out/bench.json" --csv "$out/bench.csv"
+  --json "$out/bench.json" --csv "$out/bench.csv" --trace "$out/trace.json"
 /usr/bin/env python3 - "$out/bench.json" "$out/bench.csv" <<'PY'
 import csv, json, sys
 r = json.load(open(sys.argv[1]))
@@ -24,6 +24,8 @@ rows = list(csv.DictReader(open(sys.argv[2])))
 assert [row["method"] for row in rows] == names, rows
 print("run_wb_bench: OK,", ", ".join("%s %.3f s" % (m["method"], m["ewtt_median_s"]) for m in r["methods"]))
 PY
+# 3 updates per method (warm-up included), each method's interval on every rank.
+python3 "$check_trace" "$out/trace.json" "$ranks" 3 --methods weightbridge-sync,weightbridge-async,broadcast,p2p
 if /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
   /usr/bin/python3 "$plot" --bench "$out/bench.json" --out "$out"
   head -c 8 "$out/bench_bench.png" | od -An -c | grep -q "P   N   G" || { echo "run_wb_bench: $out/bench_bench.png is not a PNG"; exit 1; }
