@@ -58,7 +58,9 @@
 #include "weightbridge/plan.hpp"
 #include "weightbridge/probe.hpp"
 #include "weightbridge/round_schedule.hpp"
+#include "weightbridge/round_schedule_scatter.hpp"
 #include "weightbridge/source_map.hpp"
+#include "weightbridge/source_map_exchange.hpp"
 #include "weightbridge/status.hpp"
 
 namespace po = boost::program_options;
