@@ -52,7 +52,7 @@
 #include "emu/deployment_options.hpp"
 #include "emu/presets.hpp"
 #include "emu/synthetic.hpp"
-#include "src/exec/round_executor.hpp"  // private: the bench drives the executor directly
+#include "exec/round_executor.hpp"  // private (wb_private_headers): the bench drives the executor directly
 #include "weightbridge/checks.hpp"
 #include "weightbridge/correspondence.hpp"
 #include "weightbridge/plan.hpp"

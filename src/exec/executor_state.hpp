@@ -1,0 +1,87 @@
+// What a RoundExecutor holds, shared by the files of its lifecycle phases (round_executor.hpp lists them).
+// Private to src/exec.
+#pragma once
+
+#include <mpi.h>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "exec/copy_engine.hpp"
+#include "exec/round_executor.hpp"
+#include "exec/round_work.hpp"
+#include "exec/transfer_memory.hpp"
+#include "weightbridge/round_schedule.hpp"
+#include "weightbridge/transport.hpp"
+
+namespace wb {
+
+namespace exec {
+/// The idle_sleep_us setting (progress_loop.cpp), validated: set-up, throws wb::Error (kInvalidArgument).
+std::int64_t idle_sleep_setting();
+}  // namespace exec
+
+// A peer this rank writes to or hears from.
+struct PeerLink {
+  Transport* transport = nullptr;
+  std::uint32_t receive_memory = 0;      // the peer's receive buffer, imported
+  std::int64_t receive_slot_stride = 0;  // the peer's: bytes from one slot to the next
+  std::uint64_t granted = 0;             // rounds < granted may be written (first depth rounds are free)
+};
+
+// Per global round in flight (a ring of these, indexed g % ring size).
+struct RoundProgress {
+  std::uint64_t round = UINT64_MAX;
+  std::array<int, kStageCount> arrived{};
+  int posted = 0;              // batches of this rank posted completely
+  std::size_t next_write = 0;  // in the batch being posted: its first write not yet posted
+  int posts = 0, done = 0;     // posts made (one per batch unless it is split) and completed
+  bool packed = false, assembled = false, released = false;
+  bool pack_started = false, assemble_started = false;  // CUDA parameters: kernel enqueued, maybe not done
+};
+
+struct RoundExecutor::State {
+  RoundSchedule schedule;
+  ParameterMemory parameters;
+  MPI_Comm comm = MPI_COMM_NULL;
+  ExecutorOptions options;
+  ExecutorStats stats;
+  int rank = 0, depth = 1, rounds = 0;
+  std::int64_t idle_sleep_us = 0;   // the setting, read once
+  bool collective_teardown = false;  // some rank of the plan has CUDA parameters (round_executor.hpp)
+  bool failed = false;               // an update returned an error
+
+  // Members are destroyed in reverse order: the transports (which registered the buffers and imported the
+  // peers' memory) go first, then the engine (its stream and programs), then the buffers.
+  exec::TransferBuffers buffers;
+  std::unique_ptr<exec::CopyEngine> engine;
+  std::map<TransportKind, std::unique_ptr<Transport>> transports;
+  std::map<TransportKind, std::pair<std::uint32_t, std::uint32_t>> local_memory;  // send, receive ids
+  std::map<TransportKind, std::vector<std::byte>> receive_keys;                    // what peers import
+  std::map<int, PeerLink> peers;
+  std::vector<exec::RoundWork> work;  // per schedule round
+
+  std::uint64_t next_round = 0;  // global number of the next update's first round
+  std::vector<RoundProgress> ring;
+  std::vector<Completion> completions;
+  std::vector<WriteRequest> scratch;
+  std::vector<MPI_Request> grant_requests;
+  std::deque<std::uint64_t> grant_buffers;  // one per grant request; a deque, so buffers in flight never move
+
+  RoundProgress& progress(std::uint64_t g) {
+    RoundProgress& p = ring[g % ring.size()];
+    if (p.round != g) {
+      p = RoundProgress{};
+      p.round = g;
+    }
+    return p;
+  }
+};
+
+}  // namespace wb

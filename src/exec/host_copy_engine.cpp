@@ -1,0 +1,78 @@
+// Pack and assemble of host parameters (copy_engine.hpp): the CPU copy programs, run at once on the
+// executor's thread.
+#include <chrono>
+#include <vector>
+
+#include "exec/copy_engine.hpp"
+#include "exec/pack.hpp"
+
+namespace wb::exec {
+namespace {
+
+class HostCopyEngine final : public CopyEngine {
+ public:
+  HostCopyEngine(const ParameterMemory& parameters, const TransferBuffers& buffers, const RoundSchedule& schedule)
+      : parameters_(parameters.data),
+        parameter_bytes_(parameters.bytes.begin(), parameters.bytes.end()),
+        send_(buffers.send->for_copies()),
+        receive_(buffers.receive->for_copies()),
+        send_stride_(static_cast<std::size_t>(buffers.send_slot_stride)),
+        receive_stride_(static_cast<std::size_t>(buffers.receive_slot_stride)),
+        send_slot_bytes_(schedule.send_slot_bytes),
+        receive_slot_bytes_(schedule.receive_slot_bytes) {}
+
+  void add_round(const RoundPlan& plan) override {
+    rounds_.push_back({CopyProgram(CopyDirection::kPack, plan.pack, parameter_bytes_, send_slot_bytes_),
+                       CopyProgram(CopyDirection::kAssemble, plan.assemble, parameter_bytes_, receive_slot_bytes_)});
+  }
+  std::int64_t assembled_bytes(std::size_t round) const override { return rounds_[round].assemble.bytes(); }
+
+  Status begin_update(const DeviceOrdering& after) override {
+    if (after.wait_event != nullptr || after.wait_stream != nullptr)
+      return Status(ErrorCode::kInvalidArgument, "an update of host parameters cannot wait on a CUDA event or stream");
+    return Status::ok();
+  }
+
+  Status advance(CopyStep step, std::size_t round, std::size_t slot, bool& started, bool& done, double& seconds) override {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (step == CopyStep::kPack)
+      rounds_[round].pack.execute(parameters_, send_ + slot * send_stride_);
+    else
+      rounds_[round].assemble.execute(parameters_, receive_ + slot * receive_stride_);
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    started = done = true;
+    return Status::ok();
+  }
+
+  Status end_update() override { return Status::ok(); }
+  Status explain(Status status) override { return status; }
+  void* completion_event() const override { return nullptr; }
+  void synchronize() noexcept override {}
+
+ private:
+  struct Round {
+    CopyProgram pack, assemble;
+  };
+  std::vector<std::byte*> parameters_;
+  std::vector<std::int64_t> parameter_bytes_;
+  std::byte* send_;
+  std::byte* receive_;
+  std::size_t send_stride_, receive_stride_;
+  std::int64_t send_slot_bytes_, receive_slot_bytes_;
+  std::vector<Round> rounds_;
+};
+
+}  // namespace
+
+std::unique_ptr<CopyEngine> make_host_copy_engine(const ParameterMemory& parameters, const TransferBuffers& buffers,
+                                                  const RoundSchedule& schedule) {
+  return std::make_unique<HostCopyEngine>(parameters, buffers, schedule);
+}
+
+std::unique_ptr<CopyEngine> make_copy_engine(int rank, const ParameterMemory& parameters, const TransferBuffers& buffers,
+                                             const RoundSchedule& schedule) {
+  if (parameters.memory == MemoryKind::kCuda) return make_device_copy_engine(rank, parameters, buffers, schedule);
+  return make_host_copy_engine(parameters, buffers, schedule);
+}
+
+}  // namespace wb::exec

@@ -1,0 +1,266 @@
+// The round executor's progress loop. One loop per update drives every round in flight through its steps:
+//
+//   trainer:  slot free (its writes of round g - depth done) -> pack -> post one batch per peer (receive
+//             stage) as soon as that peer granted round g;
+//   rollout:  receive-stage arrivals complete -> post the external-exchange batches; those arrivals complete
+//             too -> post the internal-exchange batches; every arrival in -> assemble; assembled and its own
+//             forwards done -> release the slot: grant round g + depth to the peers that write then.
+//
+// Rounds are numbered globally across updates (g = update × rounds + r), so a slot released near the end of
+// one update is granted to the next update's early rounds and nothing waits at update boundaries. Writes
+// carry (g, stage) in their immediate; grants travel as small MPI messages (control only).
+//
+// Pack and assemble go through the copy engine (copy_engine.hpp): a step is started, then polled until
+// done (at once for host parameters; for CUDA parameters when the kernel's event is), and only then are
+// its writes posted, or its slot released.
+#include <algorithm>
+#include <chrono>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "exec/executor_state.hpp"
+#include "weightbridge/checks.hpp"
+#include "weightbridge/settings.hpp"
+
+namespace wb {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+Setting<std::int64_t> idle_sleep_us_setting(
+    "idle_sleep_us", 100,
+    "Longest sleep of an update's progress loop once nothing has moved for a while, microseconds (0: only "
+    "yield). Idle ranks then leave the cores to those that work: the peers they wait for on an oversubscribed "
+    "machine, and the kernel's network stack with TCP providers.");
+
+constexpr int kGrantTag = 0x5743;  // "you may write round g into my slot"
+constexpr std::uint32_t kRoundBits = 24;
+constexpr std::uint64_t kRoundMask = (std::uint64_t{1} << kRoundBits) - 1;
+
+std::uint32_t encode_immediate(std::uint64_t round, Stage stage) {
+  return static_cast<std::uint32_t>(((round & kRoundMask) << 2) | static_cast<std::uint32_t>(stage));
+}
+
+// Sends "write round `round` into my slot" to `peer` without blocking.
+Status send_grant(RoundExecutor::State& s, int peer, std::uint64_t round) {
+  std::size_t slot = s.grant_requests.size();
+  for (std::size_t i = 0; i < s.grant_requests.size(); ++i) {
+    int done = 1;
+    if (s.grant_requests[i] != MPI_REQUEST_NULL) MPI_Test(&s.grant_requests[i], &done, MPI_STATUS_IGNORE);
+    if (done) {
+      slot = i;
+      break;
+    }
+  }
+  if (slot == s.grant_requests.size()) {
+    s.grant_requests.push_back(MPI_REQUEST_NULL);
+    s.grant_buffers.push_back(0);
+  }
+  s.grant_buffers[slot] = round;
+  if (MPI_Isend(&s.grant_buffers[slot], 1, MPI_UINT64_T, peer, kGrantTag, s.comm, &s.grant_requests[slot]) != MPI_SUCCESS)
+    return Status(ErrorCode::kMpi, "MPI_Isend of a grant from rank " + std::to_string(s.rank) + " to rank " +
+                                       std::to_string(peer) + " failed");
+  return Status::ok();
+}
+
+// Names a failed pack or assemble.
+Status step_failed(const RoundExecutor::State& s, const Status& status, const char* step, std::uint64_t round) {
+  return Status(status.code(), "rank " + std::to_string(s.rank) + ", " + step + " of round " +
+                                   std::to_string(round % s.work.size()) + ": " + status.message());
+}
+
+// What the oldest round waits for, when an update makes no progress.
+Status timed_out(const RoundExecutor::State& s, std::uint64_t oldest) {
+  const auto depth = static_cast<std::uint64_t>(s.depth);
+  const auto r = static_cast<std::size_t>(oldest % static_cast<std::uint64_t>(s.rounds));
+  const exec::RoundWork& work = s.work[r];
+  const RoundProgress& p = s.ring[oldest % s.ring.size()];
+  std::string waiting;
+  for (std::size_t st = 0; st < kStageCount; ++st)
+    if (p.arrived[st] != work.arrivals[st])
+      waiting += std::string(waiting.empty() ? "" : "; ") + std::to_string(work.arrivals[st] - p.arrived[st]) + " " +
+                 stage_name(static_cast<Stage>(st)) + " arrivals";
+  if (p.posted < static_cast<int>(work.batches.size())) {
+    const exec::Batch& batch = work.batches[static_cast<std::size_t>(p.posted)];
+    waiting += std::string(waiting.empty() ? "" : "; ") + "its write to rank " + std::to_string(batch.peer) + " (" +
+               stage_name(batch.stage) + ")" +
+               (s.peers.at(batch.peer).granted <= oldest && oldest >= depth ? ", not granted yet" : "");
+  }
+  if (p.done < p.posts) waiting += std::string(waiting.empty() ? "" : "; ") + std::to_string(p.posts - p.done) + " posts to complete";
+  if (p.pack_started && !p.packed) waiting += std::string(waiting.empty() ? "" : "; ") + "the pack kernel to finish";
+  if (p.assemble_started && !p.assembled) waiting += std::string(waiting.empty() ? "" : "; ") + "the assemble kernel to finish";
+  std::ostringstream timeout;
+  timeout << s.options.timeout_seconds;
+  return Status(ErrorCode::kTimeout, "rank " + std::to_string(s.rank) + ": no progress for " + timeout.str() +
+                                         " s in round " + std::to_string(r) + " of update " + std::to_string(s.stats.updates) +
+                                         ", waiting for " + waiting);
+}
+
+// Every round of one update.
+Status run_rounds(RoundExecutor::State& s) {
+  const auto started = Clock::now();
+  auto last_progress = started;
+  const auto depth = static_cast<std::uint64_t>(s.depth);
+  const std::uint64_t first = s.next_round, end = first + static_cast<std::uint64_t>(s.rounds);
+  std::uint64_t oldest = first;  // the oldest round of this update this rank has not finished
+  const auto slot_of = [&](std::uint64_t g) { return static_cast<std::size_t>(g % depth); };
+
+  while (oldest < end) {
+    bool progressed = false;
+    s.completions.clear();
+    for (auto& [kind, transport] : s.transports) WB_RETURN_IF_ERROR(transport->poll(s.completions));
+    for (const Completion& c : s.completions) {
+      progressed = true;
+      if (c.kind == Completion::Kind::kWritesDone) {
+        ++s.progress(c.token).done;
+        continue;
+      }
+      const std::uint64_t tag = c.immediate >> 2;
+      const std::uint64_t g = oldest + ((tag - oldest) & kRoundMask);
+      const auto stage = static_cast<std::size_t>(c.immediate & 3u);
+      if (stage >= kStageCount || g >= oldest + 2 * depth + 1)
+        return Status(ErrorCode::kCorruptData, "rank " + std::to_string(s.rank) + " got a write notification for round " +
+                                                   std::to_string(g) + " stage " + std::to_string(stage) + " from rank " +
+                                                   std::to_string(c.peer) + " while at round " + std::to_string(oldest));
+      ++s.progress(g).arrived[stage];
+    }
+    // Grants: MPI delivers one peer's messages in order, so the latest is the largest.
+    for (;;) {
+      int flag = 0;
+      MPI_Status status;
+      if (MPI_Iprobe(MPI_ANY_SOURCE, kGrantTag, s.comm, &flag, &status) != MPI_SUCCESS)
+        return Status(ErrorCode::kMpi, "MPI_Iprobe failed on rank " + std::to_string(s.rank));
+      if (!flag) break;
+      std::uint64_t granted = 0;
+      if (MPI_Recv(&granted, 1, MPI_UINT64_T, status.MPI_SOURCE, kGrantTag, s.comm, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+        return Status(ErrorCode::kMpi, "MPI_Recv of a grant failed on rank " + std::to_string(s.rank));
+      auto it = s.peers.find(status.MPI_SOURCE);
+      if (it != s.peers.end()) it->second.granted = std::max(it->second.granted, granted + 1);
+      progressed = true;
+    }
+
+    for (std::uint64_t g = oldest; g < end && g < oldest + depth; ++g) {
+      const auto r = static_cast<std::size_t>(g % static_cast<std::uint64_t>(s.rounds));
+      exec::RoundWork& work = s.work[r];
+      RoundProgress& p = s.progress(g);
+      if (work.packs && !p.packed) {
+        const bool was_started = p.pack_started;
+        const Status status = s.engine->advance(exec::CopyStep::kPack, r, slot_of(g), p.pack_started, p.packed, s.stats.pack_seconds);
+        if (!status) return step_failed(s, status, "pack", g);
+        progressed = progressed || p.packed || p.pack_started != was_started;
+      }
+      const auto complete = [&](Stage stage) {
+        return p.arrived[static_cast<std::size_t>(stage)] == work.arrivals[static_cast<std::size_t>(stage)];
+      };
+      while (p.posted < static_cast<int>(work.batches.size())) {
+        const exec::Batch& batch = work.batches[static_cast<std::size_t>(p.posted)];
+        const bool ready = batch.stage == Stage::kReceive ? (!work.packs || p.packed)
+                           : batch.stage == Stage::kExternalExchange
+                               ? complete(Stage::kReceive)
+                               : complete(Stage::kReceive) && complete(Stage::kExternalExchange);
+        PeerLink& link = s.peers.at(batch.peer);
+        if (!ready || (g >= depth && link.granted <= g)) break;
+        const std::size_t count = std::min(batch.writes_per_post, batch.writes.size() - p.next_write);
+        const auto chunk = batch.writes.begin() + static_cast<std::ptrdiff_t>(p.next_write);
+        s.scratch.assign(chunk, chunk + static_cast<std::ptrdiff_t>(count));
+        const std::uint64_t local_base =
+            slot_of(g) * static_cast<std::uint64_t>(batch.stage == Stage::kReceive ? s.buffers.send_slot_stride
+                                                                                   : s.buffers.receive_slot_stride);
+        const std::uint64_t remote_base = slot_of(g) * static_cast<std::uint64_t>(link.receive_slot_stride);
+        for (WriteRequest& w : s.scratch) {
+          w.local_offset += local_base;
+          w.remote_offset += remote_base;
+        }
+        Status status = link.transport->post_writes(batch.peer, s.scratch, encode_immediate(g, batch.stage), g);
+        if (status.code() == ErrorCode::kRetryLater) break;
+        if (!status) return status;
+        for (const WriteRequest& w : s.scratch) s.stats.bytes_written += static_cast<std::int64_t>(w.bytes);
+        ++p.posts;
+        p.next_write += count;
+        if (p.next_write == batch.writes.size()) {
+          ++p.posted;
+          p.next_write = 0;
+        }
+        progressed = true;
+      }
+      if (!p.assembled && complete(Stage::kReceive) && complete(Stage::kExternalExchange) &&
+          complete(Stage::kInternalExchange)) {
+        const bool was_started = p.assemble_started;
+        const Status status =
+            s.engine->advance(exec::CopyStep::kAssemble, r, slot_of(g), p.assemble_started, p.assembled, s.stats.assemble_seconds);
+        if (!status) return step_failed(s, status, "assemble", g);
+        progressed = progressed || p.assembled || p.assemble_started != was_started;
+        if (p.assembled) s.stats.bytes_assembled += work.assembled_bytes;
+      }
+      // Slots are released in round order, so that a peer's grants arrive in order and the latest one
+      // stands for every round before it.
+      if (!p.released && p.assembled && (!work.packs || p.packed) && p.posted == static_cast<int>(work.batches.size()) &&
+          p.done == p.posts && (g == oldest || s.progress(g - 1).released)) {
+        // The slot is free again: whoever writes into it depth rounds later may go ahead.
+        const std::uint64_t next = g + depth;
+        for (int writer : s.work[static_cast<std::size_t>(next % static_cast<std::uint64_t>(s.rounds))].writers)
+          WB_RETURN_IF_ERROR(send_grant(s, writer, next));
+        p.released = true;
+        progressed = true;
+      }
+    }
+    while (oldest < end && s.progress(oldest).released) ++oldest;
+
+    const auto now = Clock::now();
+    if (progressed) {
+      last_progress = now;
+    } else if (std::chrono::duration<double>(now - last_progress).count() > s.options.timeout_seconds) {
+      return timed_out(s, oldest);
+    }
+    // Nothing moved: let the processes that have work run first (on one machine ranks often outnumber
+    // cores, and a spinning rank would take the core from the peer it waits for). Yield at first; once idle
+    // for longer, sleep a little, growing to idle_sleep_us: a wait of milliseconds (a round on the wire)
+    // then costs no core, and a busy link is noticed within the sleep.
+    if (!progressed) {
+      const auto idle = std::chrono::duration_cast<std::chrono::microseconds>(now - last_progress).count();
+      if (idle < 50 || s.idle_sleep_us == 0)
+        std::this_thread::yield();
+      else
+        std::this_thread::sleep_for(std::chrono::microseconds(std::min<std::int64_t>(idle / 8 + 1, s.idle_sleep_us)));
+    }
+  }
+  s.stats.last_update_seconds = std::chrono::duration<double>(Clock::now() - started).count();
+  return Status::ok();
+}
+
+}  // namespace
+
+namespace exec {
+std::int64_t idle_sleep_setting() {
+  const std::int64_t value = *idle_sleep_us_setting;
+  if (value < 0 || value > 100000)
+    throw Error(ErrorCode::kInvalidArgument, "idle_sleep_us " + std::to_string(value) +
+                                                 " (WB_IDLE_SLEEP_US) is not in [0, 100000]");
+  return value;
+}
+}  // namespace exec
+
+Status RoundExecutor::run_update(const DeviceOrdering& after) {
+  State& s = *state_;
+  Status status = s.engine->begin_update(after);
+  if (status) status = run_rounds(s);
+  if (status) status = s.engine->end_update();
+  if (!status) {
+    s.failed = true;
+    return s.engine->explain(std::move(status));
+  }
+  // Grants still in flight complete in the background; reap the finished ones.
+  for (MPI_Request& request : s.grant_requests) {
+    int done = 0;
+    if (request != MPI_REQUEST_NULL) MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+  }
+  s.next_round += static_cast<std::uint64_t>(s.rounds);
+  ++s.stats.updates;
+  s.stats.traffic.clear();
+  for (const auto& [kind, transport] : s.transports)
+    for (const PeerTraffic& link : transport->traffic()) s.stats.traffic.emplace_back(kind, link);
+  return Status::ok();
+}
+
+}  // namespace wb
