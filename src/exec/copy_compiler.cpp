@@ -15,7 +15,7 @@ namespace {
 
 using i64 = std::int64_t;
 
-// Pairs of copies the exact pairwise tests may compare per compilation, and bytes intervals the listing
+// Pairs of copies the exact pairwise tests may compare per compilation, and byte intervals the listing
 // test may hold at once (24 bytes each), before the destinations count as undecided.
 constexpr i64 kMaxPairTests = i64{1} << 22;
 constexpr i64 kMaxListedIntervals = i64{1} << 24;
