@@ -4,13 +4,17 @@
 
 #include <cctype>
 #include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
+#include <memory>
 #include <exception>
 #include <filesystem>
 #include <iostream>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -70,11 +74,57 @@ std::string human_bytes(std::uint64_t bytes) {
   return text;
 }
 
+bool ends_with_ci(const std::string& text, std::string_view suffix) {
+  if (text.size() < suffix.size()) return false;
+  for (std::size_t i = 0; i < suffix.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(text[text.size() - suffix.size() + i])) != suffix[i]) return false;
+  return true;
+}
+
 wb::CheckpointFormat format_from_path(const std::string& path) {
-  if (path.ends_with(".h5") || path.ends_with(".hdf5")) return wb::CheckpointFormat::kHdf5;
-  if (path.ends_with(".safetensors") || path.ends_with(".json")) return wb::CheckpointFormat::kSafetensors;
+  if (ends_with_ci(path, ".h5") || ends_with_ci(path, ".hdf5")) return wb::CheckpointFormat::kHdf5;
+  if (ends_with_ci(path, ".safetensors") || ends_with_ci(path, ".json")) return wb::CheckpointFormat::kSafetensors;
   usage_error("cannot tell the format from --output " + path +
               " (name it *.h5, *.safetensors or *.safetensors.index.json, or pass --format)");
+}
+
+// Readers pick the format from the name (open_checkpoint): refuse a name under which what we write could
+// not be read back, before writing anything.
+void check_output_name(const std::string& path, wb::CheckpointFormat format, bool sharded) {
+  const std::string what = "--output " + path + ": ";
+  if (format == wb::CheckpointFormat::kHdf5) {
+    if (!ends_with_ci(path, ".h5") && !ends_with_ci(path, ".hdf5"))
+      usage_error(what + "an HDF5 checkpoint must be named *.h5 or *.hdf5, or readers cannot tell its format");
+    return;
+  }
+  if (sharded && !ends_with_ci(path, ".json"))
+    usage_error(what + "with --max-shard-mib the output is an index file beside its shards; name it "
+                       "model.safetensors.index.json (any *.json), or drop --max-shard-mib for one file");
+  if (!sharded && !ends_with_ci(path, ".safetensors"))
+    usage_error(what + "a single safetensors file must be named *.safetensors (a *.json name is read as an index; "
+                       "give --max-shard-mib to write one)");
+}
+
+// SIGINT, SIGTERM and SIGHUP stop the write between tensors, so that the writer removes its partial files
+// (several GB for a full-size model) as it unwinds; the signal is then raised again to end the process
+// as it would have. SA_RESETHAND: a second signal ends it at once.
+volatile std::sig_atomic_t g_stop_signal = 0;
+extern "C" void on_stop_signal(int signal) { g_stop_signal = signal; }
+
+struct Interrupted {
+  int signal;
+};
+
+void install_stop_handlers() {
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESETHAND;
+  for (const int signal : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(signal, &action, nullptr);
+}
+
+void stop_if_signalled() {
+  if (g_stop_signal != 0) throw Interrupted{static_cast<int>(g_stop_signal)};
 }
 
 // --layers and --experts on a full-size model: the real widths, fewer layers or experts.
@@ -149,7 +199,9 @@ int run(int argc, char** argv) {
     if (vm.count("hidden") || vm.count("vocab")) usage_error("--hidden and --vocab apply to --scale tiny only");
     config = trim_full_model(config, optional_arg("layers", layers), optional_arg("experts", experts));
   }
-  const std::vector<wb::TensorInfo> tensors = wb::emu::model_tensors(config);
+  // What a file of this model holds: the model's tensors and, where the config has them, the
+  // multi-token-prediction layers (which no worker loads).
+  const std::vector<wb::TensorInfo> tensors = wb::emu::checkpoint_tensors(config);
 
   std::int64_t params = 0;
   std::uint64_t bytes = 0;
@@ -168,6 +220,7 @@ int run(int argc, char** argv) {
       format_text.empty() ? format_from_path(output) : wb::parse_checkpoint_format(format_text);
   if (max_shard_mib > 0 && format != wb::CheckpointFormat::kSafetensors)
     usage_error("--max-shard-mib applies to safetensors only");
+  check_output_name(output, format, max_shard_mib > 0);
   const std::uint64_t max_bytes = parse_size(max_bytes_text, "max-bytes");
   if (bytes > max_bytes)
     usage_error(config.name + " would take " + human_bytes(bytes) + " (" + std::to_string(bytes) +
@@ -186,9 +239,22 @@ int run(int argc, char** argv) {
   wb::CheckpointWriterOptions writer_options;
   writer_options.max_shard_bytes = static_cast<std::size_t>(max_shard_mib) << 20;
   const auto start = std::chrono::steady_clock::now();
-  wb::emu::write_synthetic_checkpoint(output, format, tensors, seed, writer_options);
+  install_stop_handlers();
+  wb::emu::write_synthetic_checkpoint(output, format, tensors, seed, writer_options, stop_if_signalled);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  // Read back what a reader finds under this name: the tensor list, from the headers.
+  const std::unique_ptr<wb::CheckpointReader> written = wb::open_checkpoint(output);
+  if (written->tensors() != tensors)
+    throw wb::Error(wb::ErrorCode::kInternal, output + " does not read back as written: " +
+                                                  std::to_string(written->tensors().size()) + " tensors listed, " +
+                                                  std::to_string(tensors.size()) + " written");
 
+  if (g_stop_signal != 0) {  // came too late to stop anything: the checkpoint is whole
+    std::cerr << "wb-mkckpt: " << ::strsignal(g_stop_signal) << " after " << output << " was complete; kept it"
+              << std::endl;
+    std::signal(g_stop_signal, SIG_DFL);
+    std::raise(g_stop_signal);
+  }
   nlohmann::ordered_json line;
   line["model"] = config.name;
   line["tensors"] = tensors.size();
@@ -205,6 +271,12 @@ int run(int argc, char** argv) {
 int main(int argc, char** argv) {
   try {
     return run(argc, argv);
+  } catch (const Interrupted& interrupted) {
+    std::cerr << "wb-mkckpt: stopped by " << ::strsignal(interrupted.signal) << "; removed the partial checkpoint"
+              << std::endl;
+    std::signal(interrupted.signal, SIG_DFL);
+    std::raise(interrupted.signal);
+    return 128 + interrupted.signal;
   } catch (const wb::Error& e) {
     std::cerr << "wb-mkckpt: " << e.what() << '\n';
   } catch (const std::exception& e) {

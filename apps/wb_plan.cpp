@@ -7,7 +7,16 @@
 //   wb-plan --model CONFIG.json --trainer SPEC --rollout SPEC [--gpus-per-node 8] [--strategy weightbridge]
 //           [--node-gbps 400] [--intra-gbps 900] [--buffer-mib 1024] [--json FILE]
 //   wb-plan --scaling 16      # the paper's Figure 12: 1 trainer node, 1..16 rollout replicas of Qwen3-30B-A3B
+//
+// The planner chooses the external exchange (all-to-all or relay trees) by simulating candidates; the
+// result names the shape it chose and what it tried. Planning time is reported as wall and CPU time (the
+// latter is what a loaded machine does not inflate), with the peak RSS and the planner's own estimate of
+// its memory, which it checks before planning against plan_memory_mib (or the memory available).
 #include <sys/resource.h>
+
+#include <algorithm>
+#include <new>
+#include <string>
 
 #include <boost/program_options.hpp>
 #include <chrono>
@@ -41,17 +50,43 @@ std::string gib(double bytes) {
   return text;
 }
 
+// The process's peak resident set since start or since the last reset_peak_rss (Linux: VmHWM).
 std::int64_t peak_rss_bytes() {
+  std::ifstream status("/proc/self/status");
+  std::string key;
+  while (status >> key) {
+    if (key == "VmHWM:") {
+      std::int64_t kib = 0;
+      status >> kib;
+      return kib * 1024;
+    }
+    status.ignore(1 << 20, '\n');
+  }
   struct rusage usage {};
   getrusage(RUSAGE_SELF, &usage);
   return static_cast<std::int64_t>(usage.ru_maxrss) * 1024;
 }
 
+// Starts a new peak-RSS measurement (Linux: writing 5 to clear_refs resets VmHWM), so that each row of
+// --scaling reports its own; where that is not possible the peak stays the process's.
+void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
+
+// User and system CPU seconds of this process so far.
+double cpu_seconds() {
+  struct rusage usage {};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+         static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) * 1e-6;
+}
+
 struct Network {
   double node_gbps = 400, intra_gbps = 900, message_us = 5;
-  std::int64_t buffer_mib = 1024;
-  int pipeline_depth = 2;
+  PlanOptions plan;  // from the planner's settings (--buffer-mib, --pipeline-depth, --relay-fan-out, ...)
 };
+
+// Every row of --scaling plans a deployment of its own; this many rollout nodes at most keeps a run to
+// minutes and its memory to what one machine has.
+constexpr int kMaxScalingNodes = 256;
 
 Topology make_topology(const Deployment& deployment, const Network& network) {
   Topology topology = Topology::uniform(deployment.world_size(), deployment.gpus_per_node, network.node_gbps * 1e9,
@@ -70,7 +105,11 @@ struct Evaluation {
   LowerBound bound;
   TransferPlan plan;
   std::size_t atoms = 0, schedule_bytes = 0, largest_schedule_bytes = 0, schedule_entries = 0;
+  std::size_t most_writes_per_round = 0;   // one-sided writes of one rank in one round, the most of any
+  std::size_t most_peers_per_round = 0;    // distinct peers one rank writes to in one round, the most of any
   double correspondence_seconds = 0, routing_seconds = 0, plan_seconds = 0, simulate_seconds = 0;
+  double plan_cpu_seconds = 0;
+  std::int64_t memory_estimate = 0;
   std::vector<StrategyResult> strategies;  // weightbridge, broadcast, p2p
 
   const StrategyResult& find(const std::string& name) const {
@@ -84,27 +123,38 @@ Evaluation evaluate(const std::vector<TensorInfo>& tensors, DescribedDeployment 
                     const Network& network) {
   Evaluation result;
   const auto start = Clock::now();
+  const double cpu_start = cpu_seconds();
   const std::vector<int> engines = maps.engine_of_worker;
   const Correspondence correspondence = build_correspondence(tensors, std::move(maps.maps), std::move(maps.sides));
   result.correspondence_seconds = seconds_since(start);
   result.atoms = correspondence.atoms.size();
-  PlanOptions options;
-  options.buffer_bytes_per_worker = network.buffer_mib << 20;
-  options.pipeline_depth = network.pipeline_depth;
-  result.plan = plan_transfer(correspondence, topology, options);
+  const PlanOptions& options = network.plan;
+  result.memory_estimate = estimate_plan_memory(correspondence, topology, options);
+  result.plan = plan_transfer(correspondence, topology, options);  // refuses what the estimate says will not fit
   result.bound = result.plan.bound;
   result.routing_seconds = seconds_since(start) - result.correspondence_seconds;
-  // What rank 0 would scatter: every rank's schedule, serialized (built one at a time).
+  // What rank 0 would scatter: every rank's schedule, serialized (built on the machine's cores, one
+  // schedule per thread at a time), as connect does.
   const RoundScheduleBuilder builder(correspondence, result.plan);
-  for (int rank = 0; rank < static_cast<int>(correspondence.sides.size()); ++rank) {
-    const RoundSchedule schedule = builder.build(rank);
-    for (const RoundPlan& round : schedule.rounds)
-      result.schedule_entries += round.pack.size() + round.assemble.size() + round.writes.size() + round.arrivals.size();
-    const std::size_t bytes = serialize_round_schedule(schedule).size();
-    result.schedule_bytes += bytes;
-    result.largest_schedule_bytes = std::max(result.largest_schedule_bytes, bytes);
+  std::vector<int> peers;
+  const std::vector<std::vector<std::byte>> serialized = serialize_round_schedules(
+      builder, static_cast<int>(correspondence.sides.size()), 0, [&](const RoundSchedule& schedule) {
+        for (const RoundPlan& round : schedule.rounds) {
+          result.schedule_entries += round.pack.size() + round.assemble.size() + round.writes.size() + round.arrivals.size();
+          result.most_writes_per_round = std::max(result.most_writes_per_round, round.writes.size());
+          peers.clear();
+          for (const Write& w : round.writes) peers.push_back(w.peer);
+          std::sort(peers.begin(), peers.end());
+          result.most_peers_per_round =
+              std::max(result.most_peers_per_round, static_cast<std::size_t>(std::unique(peers.begin(), peers.end()) - peers.begin()));
+        }
+      });
+  for (const std::vector<std::byte>& bytes : serialized) {
+    result.schedule_bytes += bytes.size();
+    result.largest_schedule_bytes = std::max(result.largest_schedule_bytes, bytes.size());
   }
   result.plan_seconds = seconds_since(start);
+  result.plan_cpu_seconds = cpu_seconds() - cpu_start;
 
   const auto simulate_start = Clock::now();
   StrategyResult weightbridge{"weightbridge", simulate(traffic_of(correspondence, result.plan), topology), result.plan.rounds};
@@ -119,6 +169,18 @@ Evaluation evaluate(const std::vector<TensorInfo>& tensors, DescribedDeployment 
   result.strategies.push_back({"p2p", simulate(p2p, topology), static_cast<int>(p2p.rounds.size())});
   result.simulate_seconds = seconds_since(simulate_start);
   return result;
+}
+
+// What the planner chose for the external exchange, and what it simulated to choose it.
+nlohmann::json exchange_json(const Evaluation& e) {
+  nlohmann::json candidates = nlohmann::json::array();
+  for (const ExchangeCandidate& c : e.plan.candidates)
+    candidates.push_back({{"shape", c.shape}, {"fan_out", c.fan_out}, {"height", c.height}, {"rounds", c.rounds},
+                          {"sim_ewtt_s", c.simulated_seconds}, {"chosen", c.chosen}});
+  return {{"shape", e.plan.exchange},
+          {"most_writes_per_rank_round", e.most_writes_per_round},
+          {"most_peers_per_rank_round", e.most_peers_per_round},
+          {"candidates", candidates}};
 }
 
 void print_strategy(const StrategyResult& s, double t_min) {
@@ -160,15 +222,22 @@ void write_json(const std::string& path, const nlohmann::json& result) {
 }
 
 // The paper's Figure 12: one trainer node, 1..max rollout nodes each holding one Qwen3-30B-A3B replica.
+// Per row also the exchange the planner chose, its planning time (wall and CPU), the row's peak RSS and
+// the serialized schedules' size.
 int run_scaling(int max_nodes, const Network& network, const std::string& json_path) {
+  if (max_nodes > kMaxScalingNodes)
+    throw Error(ErrorCode::kInvalidArgument, "--scaling " + std::to_string(max_nodes) + ": at most " +
+                                                 std::to_string(kMaxScalingNodes) + " rollout nodes (each row plans a "
+                                                 "deployment of its own; plan one size with --rollout engines=N)");
   const ModelConfig model = load_named_model_config("qwen3-30b-a3b");
   const std::vector<TensorInfo> tensors = model_tensors(model);
   std::printf("Figure 12: %s, trainer 1 node (tp=4,ep=8,dp=2), n one-node rollout replicas (tp=8,ep=8)\n",
               model.name.c_str());
-  std::printf("%6s %9s %12s %9s %12s %9s %12s %9s\n", "nodes", "T_min", "weightbridge", "/T_min", "p2p", "/T_min",
-              "broadcast", "/T_min");
+  std::printf("%6s %8s %12s %8s %9s  %-28s %7s %7s %8s %9s\n", "nodes", "T_min", "weightbridge", "p2p", "broadcast",
+              "exchange", "plan s", "cpu s", "RSS MiB", "sched MiB");
   nlohmann::json rows = nlohmann::json::array();
   for (int n = 1; n <= max_nodes; ++n) {
+    reset_peak_rss();
     Deployment deployment;
     deployment.trainer = TrainerSpec::parse("tp=4,ep=8,dp=2");
     deployment.rollout = RolloutSpec::parse("engines=" + std::to_string(n) + ",tp=8,ep=8");
@@ -179,10 +248,17 @@ int run_scaling(int max_nodes, const Network& network, const std::string& json_p
     const double wb = e.find("weightbridge").simulation.ewtt_seconds;
     const double p2p = e.find("p2p").simulation.ewtt_seconds;
     const double bc = e.find("broadcast").simulation.ewtt_seconds;
-    std::printf("%6d %8.3fs %11.3fs %8.2fx %11.3fs %8.2fx %11.3fs %8.2fx\n", n, t, wb, wb / t, p2p, p2p / t, bc, bc / t);
+    const std::int64_t rss = peak_rss_bytes();
+    std::printf("%6d %7.3fs %11.3fx %7.2fx %8.3fx  %-28s %7.2f %7.2f %8.0f %9.1f\n", n, t, wb / t, p2p / t, bc / t,
+                e.plan.exchange.c_str(), e.plan_seconds, e.plan_cpu_seconds, static_cast<double>(rss) / (1 << 20),
+                static_cast<double>(e.schedule_bytes) / (1 << 20));
     std::fflush(stdout);
-    rows.push_back({{"rollout_nodes", n}, {"t_min_s", t}, {"weightbridge_sim_ewtt_s", wb}, {"p2p_sim_ewtt_s", p2p},
-                    {"broadcast_sim_ewtt_s", bc}});
+    rows.push_back({{"rollout_nodes", n}, {"workers", deployment.world_size()}, {"t_min_s", t},
+                    {"weightbridge_sim_ewtt_s", wb}, {"p2p_sim_ewtt_s", p2p}, {"broadcast_sim_ewtt_s", bc},
+                    {"rounds", e.plan.rounds}, {"exchange", exchange_json(e)}, {"plan_seconds", e.plan_seconds},
+                    {"plan_cpu_seconds", e.plan_cpu_seconds}, {"peak_rss_bytes", rss},
+                    {"memory_estimate_bytes", e.memory_estimate}, {"schedule_bytes", e.schedule_bytes},
+                    {"schedule_entries", e.schedule_entries}});
   }
   write_json(json_path, {{"figure", 12}, {"model", model.name}, {"rows", rows}});
   return 0;
@@ -204,17 +280,17 @@ int run(int argc, char** argv) {
   if (!parse_command_line(argc, argv, options, variables)) return 0;
   if (strategy != "weightbridge" && strategy != "broadcast" && strategy != "p2p")
     throw Error(ErrorCode::kInvalidArgument, "--strategy must be weightbridge, broadcast or p2p, not '" + strategy + "'");
+  // The planner's own settings (--buffer-mib, --pipeline-depth, --relay-fan-out, --plan-memory-mib, WB_*
+  // variables), as connect reads them, and the network it plans for (--node-gbps, --intra-gbps,
+  // --message-us: the same settings connect plans with).
+  network.plan = plan_options_from_settings();
   {
-    // The planner's own settings (--buffer-mib, --pipeline-depth, WB_* variables), as connect reads them.
-    const PlanOptions planned = plan_options_from_settings();
-    network.buffer_mib = planned.buffer_bytes_per_worker >> 20;
-    network.pipeline_depth = planned.pipeline_depth;
-    // --node-gbps, --intra-gbps, --message-us: the same settings connect plans with.
     const NetworkSettings links = network_from_settings();
     network.node_gbps = links.node_bandwidth / 1e9;
     network.intra_gbps = links.intra_node_bandwidth / 1e9;
     network.message_us = links.message_latency * 1e6;
   }
+  if (variables.count("scaling") && scaling < 1) throw Error(ErrorCode::kInvalidArgument, "--scaling must be at least 1");
   if (scaling > 0) return run_scaling(scaling, network, json_path);
 
   const auto start = Clock::now();
@@ -266,15 +342,25 @@ int run(int argc, char** argv) {
                 gib(static_cast<double>(plan.node_egress_bytes[v])).c_str(),
                 static_cast<double>(node.need_bytes) / topology.node_bandwidth);
   }
-  std::printf("  round schedules: %zu entries, %.1f MiB serialized (largest rank %.1f MiB)\n", e.schedule_entries,
-              static_cast<double>(e.schedule_bytes) / (1 << 20), static_cast<double>(e.largest_schedule_bytes) / (1 << 20));
-  std::printf("  T_min = %.3f s\n", t_min);
+  std::printf("  round schedules: %zu entries, %.1f MiB serialized (largest rank %.1f MiB); at most %zu writes to %zu peers "
+              "per rank and round\n", e.schedule_entries, static_cast<double>(e.schedule_bytes) / (1 << 20),
+              static_cast<double>(e.largest_schedule_bytes) / (1 << 20), e.most_writes_per_round, e.most_peers_per_round);
+  std::printf("  external exchange: %s", plan.exchange.c_str());
+  if (!plan.candidates.empty()) {
+    std::printf(", the fastest simulated of");
+    for (const ExchangeCandidate& c : plan.candidates)
+      std::printf("%s %s/%d rounds %.3fx", &c == &plan.candidates.front() ? "" : ",", c.shape.c_str(), c.rounds,
+                  c.simulated_seconds / t_min);
+  }
+  std::printf("\n  T_min = %.3f s\n", t_min);
   for (const StrategyResult& s : e.strategies) print_strategy(s, t_min);
   const std::int64_t rss = peak_rss_bytes();
-  std::printf("  planning %.1f s (correspondence %.1f s, routing and rounds %.1f s, schedules %.1f s), simulation %.1f s, "
-              "peak RSS %.0f MiB\n", e.plan_seconds, e.correspondence_seconds, e.routing_seconds,
+  std::printf("  planning %.1f s, %.1f s CPU (correspondence %.1f s, routing and rounds %.1f s, schedules %.1f s), "
+              "simulation %.1f s, peak RSS %.0f MiB (planner's estimate of its own: %.0f MiB, limit %.0f MiB)\n",
+              e.plan_seconds, e.plan_cpu_seconds, e.correspondence_seconds, e.routing_seconds,
               e.plan_seconds - e.correspondence_seconds - e.routing_seconds, e.simulate_seconds,
-              static_cast<double>(rss) / (1 << 20));
+              static_cast<double>(rss) / (1 << 20), static_cast<double>(e.memory_estimate) / (1 << 20),
+              static_cast<double>(network.plan.memory_limit_bytes) / (1 << 20));
 
   nlohmann::json result = strategy_json(e, e.find(strategy));
   result.update({{"model", model.name},
@@ -288,7 +374,11 @@ int run(int argc, char** argv) {
                  {"segments", plan.segments.size()},
                  {"schedule_bytes", e.schedule_bytes},
                  {"schedule_entries", e.schedule_entries},
-                 {"buffer_bytes_per_worker", network.buffer_mib << 20},
+                 {"buffer_bytes_per_worker", network.plan.buffer_bytes_per_worker},
+                 {"exchange", exchange_json(e)},
+                 {"plan_cpu_seconds", e.plan_cpu_seconds},
+                 {"memory_estimate_bytes", e.memory_estimate},
+                 {"memory_limit_bytes", network.plan.memory_limit_bytes},
                  {"describe_seconds", describe_seconds},
                  {"correspondence_seconds", e.correspondence_seconds},
                  {"plan_seconds", e.plan_seconds},
@@ -306,6 +396,12 @@ int run(int argc, char** argv) {
 int main(int argc, char** argv) {
   try {
     return run(argc, argv);
+  } catch (const std::bad_alloc&) {
+    // The planner refuses what its estimate says will not fit; this is what the estimate does not cover
+    // (the source maps, the correspondence, the baselines' simulation).
+    std::fprintf(stderr, "wb-plan: out of memory at a peak RSS of %.0f MiB (fewer engines, or larger --buffer-mib for "
+                 "fewer pieces and rounds)\n", static_cast<double>(peak_rss_bytes()) / (1 << 20));
+    return 1;
   } catch (const std::exception& error) {
     std::fprintf(stderr, "wb-plan: %s\n", error.what());
     return 1;

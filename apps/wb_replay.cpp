@@ -12,12 +12,24 @@
 // every step that its parameters are one complete version and that its engine agrees on which. Exit 0
 // only when every rollout worker verified every version. Rank 0 prints EWTT and AGST per step (the paper's
 // definitions, from every worker's stall intervals on a common clock) and writes the JSON.
+//
+// After a failure every rank exits non-zero within a bounded time whether or not the launcher tears the job
+// down: the adapters fail within about one timeout (WB_TIMEOUT_SECONDS), wb-replay's own waits after them
+// are bounded by the same timeout, the reports reach rank 0 point to point, and a rank that cannot be sure
+// every other rank is done exits without MPI_Finalize (which would wait for a stopped rank).
 #include <mpi.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <boost/program_options.hpp>
 #include <chrono>
+#include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <limits>
+#include <memory>
+#include <sstream>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -28,6 +40,7 @@
 #include "emu/deployment_options.hpp"
 #include "emu/network_report.hpp"
 #include "emu/presets.hpp"
+#include "emu/run_setup.hpp"
 #include "emu/synthetic.hpp"
 #include "emu/verify.hpp"
 #include "emu/versioned_checkpoint.hpp"
@@ -50,6 +63,7 @@ struct Options {
   std::uint64_t seed = 0;
   std::string json;
   std::string mode = "sync";
+  std::string fault;
   int steps = 3;
   double step_ms = 2;
   po::variables_map variables;
@@ -70,7 +84,8 @@ bool parse_options(int argc, char** argv, Options& options, int rank) {
       ("steps", po::value(&options.steps)->default_value(options.steps), "Versions to send (1..K); version 0 is the checkpoint itself.")
       ("step-ms", po::value(&options.step_ms)->default_value(options.step_ms), "Emulated compute per training step and per inference step, in milliseconds.")
       ("seed", po::value(&options.seed), "Seed of the synthetic checkpoint when no --checkpoint is given.")
-      ("json", po::value(&options.json), "Write the result as JSON to this file (rank 0).");
+      ("json", po::value(&options.json), "Write the result as JSON to this file (rank 0).")
+      ("fault", po::value(&options.fault), "For fault-injection tests: KIND,rank=R,version=K[,seconds=S] makes world rank R stop for S seconds (KIND stop), kill itself (kill) or throw (throw) at version K: a trainer in its training step, a rollout in before_update_hook.");
   po::variables_map variables;
   if (!parse_command_line(argc, argv, general, variables, rank == 0)) return false;
   options.variables = std::move(variables);
@@ -91,41 +106,10 @@ Mode parse_mode(const std::string& text) {
   throw Error(ErrorCode::kInvalidArgument, "--mode " + text + " is not sync, sender-staged, receiver-staged or async");
 }
 
-struct Setup {
-  ModelConfig model;
-  Deployment deployment;
-  std::unique_ptr<CheckpointReader> checkpoint;
-};
+using Setup = RunSetup;
 
 Setup make_setup(const Options& options) {
-  Setup setup;
-  PresetInstance instance = resolve_deployment(options.deployment, options.variables);
-  setup.model = std::move(instance.model);
-  setup.deployment = instance.deployment;
-  const std::vector<TensorInfo> expected = model_tensors(setup.model);
-  if (options.checkpoint.empty()) {
-    setup.checkpoint = std::make_unique<SyntheticCheckpoint>(expected, options.seed);
-  } else {
-    setup.checkpoint = open_checkpoint(options.checkpoint);
-    // The layouts are built from the model config: the file must hold exactly that model.
-    const std::vector<TensorInfo>& actual = setup.checkpoint->tensors();
-    for (const TensorInfo& info : expected) {
-      const TensorInfo* found = setup.checkpoint->find(info.name);
-      if (found == nullptr)
-        throw Error(ErrorCode::kInvalidArgument, options.checkpoint + " has no tensor " + info.name + " that " +
-                                                     setup.model.name + " needs (wrong --model or --scale?)");
-      if (found->shape != info.shape || found->dtype != info.dtype)
-        throw Error(ErrorCode::kInvalidArgument,
-                    options.checkpoint + ": tensor " + info.name + " is " + std::string(dtype_name(found->dtype)) +
-                        shape_to_string(found->shape) + " but " + setup.model.name + " has " +
-                        std::string(dtype_name(info.dtype)) + shape_to_string(info.shape));
-    }
-    if (actual.size() != expected.size())
-      throw Error(ErrorCode::kInvalidArgument, options.checkpoint + " has " + std::to_string(actual.size()) +
-                                                   " tensors, " + setup.model.name + " has " +
-                                                   std::to_string(expected.size()));
-  }
-  return setup;
+  return make_run_setup(options.deployment, options.variables, options.checkpoint, options.seed);
 }
 
 // Flattened (tensor index, offset..., extent...) records of the boxes a worker holds, for rank 0.
@@ -221,39 +205,110 @@ bool preflight(const Setup& setup, const EmulatedWorker& worker, const Parameter
   return ok != 0;
 }
 
-// The planner takes a node's workers to share fast links: a node of --gpus-per-node ranks that spans two
-// machines would be planned wrongly, so it is refused (several nodes on one machine are fine: tests split
-// one host that way).
-void check_nodes_within_machines(const Deployment& deployment) {
-  int rank = 0, world = 0;
-  WB_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-  WB_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &world));
-  constexpr int kIdBytes = 256;
-  char mine[kIdBytes] = {};
-  std::strncpy(mine, machine_id().c_str(), kIdBytes - 1);
-  std::vector<char> all(static_cast<std::size_t>(world) * kIdBytes);
-  WB_CHECK_MPI(MPI_Allgather(mine, kIdBytes, MPI_CHAR, all.data(), kIdBytes, MPI_CHAR, MPI_COMM_WORLD));
-  std::map<int, int> first_rank_of_node;
-  for (int r = 0; r < world; ++r) {
-    const int node = deployment.node_of(r);
-    const auto [it, fresh] = first_rank_of_node.emplace(node, r);
-    const std::string a(&all[static_cast<std::size_t>(it->second) * kIdBytes]), b(&all[static_cast<std::size_t>(r) * kIdBytes]);
-    if (!fresh && a != b)
-      throw Error(ErrorCode::kInvalidArgument,
-                  "ranks " + std::to_string(it->second) + " and " + std::to_string(r) + " are one node of --gpus-per-node " +
-                      std::to_string(deployment.gpus_per_node) + " but run on different machines (" + a.substr(0, a.find(':')) +
-                      ", " + b.substr(0, b.find(':')) + "): give --gpus-per-node the number of ranks per machine");
+// What a worker reports to rank 0 after the transfers.
+// --- faults, for the fault-injection tests ----------------------------------------------------------------
+
+// --fault KIND,rank=R,version=K[,seconds=S]: world rank R, at version K, stops for S seconds (SIGSTOP, then
+// a child process sends SIGCONT), kills itself (SIGKILL) or throws. A trainer does it in its training step
+// for K (after loading K, before send_weights(K)); a rollout inside before_update_hook(K).
+struct Fault {
+  std::string kind;  // "" (none), stop, kill, throw
+  int rank = -1;
+  std::uint64_t version = 0;
+  double seconds = 0;
+
+  static Fault parse(const std::string& text) {
+    Fault fault;
+    if (text.empty()) return fault;
+    std::stringstream in(text);
+    std::string item;
+    std::getline(in, fault.kind, ',');
+    if (fault.kind != "stop" && fault.kind != "kill" && fault.kind != "throw")
+      throw Error(ErrorCode::kInvalidArgument, "--fault " + text + ": the kind is stop, kill or throw");
+    while (std::getline(in, item, ',')) {
+      const auto eq = item.find('=');
+      const std::string key = item.substr(0, eq), value = eq == std::string::npos ? "" : item.substr(eq + 1);
+      if (key == "rank") fault.rank = std::stoi(value);
+      else if (key == "version") fault.version = std::stoull(value);
+      else if (key == "seconds") fault.seconds = std::stod(value);
+      else throw Error(ErrorCode::kInvalidArgument, "--fault " + text + ": unknown key " + key);
+    }
+    if (fault.rank < 0 || fault.version == 0 || (fault.kind == "stop" && !(fault.seconds > 0)))
+      throw Error(ErrorCode::kInvalidArgument, "--fault " + text + ": needs rank=R,version=K (and seconds=S for stop)");
+    return fault;
+  }
+  bool due(int rank_now, std::uint64_t v) const { return !kind.empty() && rank_now == rank && v == version; }
+};
+
+double wall_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+void inject(const Fault& fault, const std::string& who) {
+  std::fprintf(stderr, "wb-replay: fault: %s: %s at version %llu, at t=%.3f\n", who.c_str(), fault.kind.c_str(),
+               static_cast<unsigned long long>(fault.version), wall_seconds());
+  std::fflush(stderr);
+  if (fault.kind == "kill") ::raise(SIGKILL);
+  if (fault.kind == "throw") throw std::runtime_error("injected fault: " + who + " threw at version " + std::to_string(fault.version));
+  // stop: a child wakes this process up again; it touches nothing but the clock and one signal.
+  const pid_t parent = ::getpid();
+  const pid_t child = ::fork();
+  if (child == 0) {
+    timespec pause{static_cast<time_t>(fault.seconds), static_cast<long>((fault.seconds - std::floor(fault.seconds)) * 1e9)};
+    while (::nanosleep(&pause, &pause) != 0) {}
+    ::kill(parent, SIGCONT);
+    ::_exit(0);
+  }
+  if (child > 0) {
+    ::raise(SIGSTOP);
+    ::waitpid(child, nullptr, 0);
+  }
+  std::fprintf(stderr, "wb-replay: fault: %s resumed at t=%.3f\n", who.c_str(), wall_seconds());
+  std::fflush(stderr);
+}
+
+// The adapters' timeout (WB_TIMEOUT_SECONDS or --timeout-seconds): wb-replay's own waits end within it too.
+double replay_timeout() {
+  const SettingBase* setting = find_setting("timeout_seconds");
+  const double seconds = setting != nullptr ? std::strtod(setting->value_text().c_str(), nullptr) : 120.0;
+  return seconds > 0 && seconds < 1e9 ? seconds : std::numeric_limits<double>::infinity();
+}
+
+// A non-blocking MPI operation with its buffers; given up on, it is kept (never freed under MPI).
+struct Pending {
+  MPI_Request request = MPI_REQUEST_NULL;
+  std::vector<std::byte> out, in;
+};
+std::vector<std::shared_ptr<Pending>>& kept() {
+  static auto* list = new std::vector<std::shared_ptr<Pending>>;
+  return *list;
+}
+bool finish(const std::shared_ptr<Pending>& op, double timeout) {
+  const double start = wall_seconds();
+  for (int polls = 0;; ++polls) {
+    int done = 0;
+    if (MPI_Test(&op->request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) done = 0;
+    if (done) return true;
+    if (wall_seconds() - start > timeout) {
+      kept().push_back(op);
+      return false;
+    }
+    if (polls > 100) std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
 }
+
+// --- the transfers -----------------------------------------------------------------------------------------
 
 // What a worker reports to rank 0 after the transfers.
 struct WorkerOutcome {
   std::int64_t verified_versions = 0;  // rollouts: versions installed and equal to their own load_weights
   std::int64_t steps = 0;              // rollouts: inference steps served (polls)
-  std::int64_t bytes_written = 0;
-  std::int64_t staging_bytes = 0;
-  std::vector<LinkTraffic> traffic;    // what this worker's writes carried, per transport and peer
+  AdapterStats stats;
   std::string failure;                 // first failure, empty when none
+  double failed_at = 0;                // wall clock when it was met
+  std::string parameters;              // rollouts: what the parameters hold at the end ("version 2", ...)
+  bool mixed = false;                  // rollouts: they hold no single version
+  bool reported_intact = true;         // rollouts: what the adapter said of them
 };
 
 void sleep_ms(double ms) {
@@ -261,7 +316,7 @@ void sleep_ms(double ms) {
 }
 
 WorkerOutcome run_trainer(const Setup& setup, EmulatedWorker& worker, const ParameterSet& params, MPI_Comm trainers,
-                          const Options& options, const Mode& mode, std::vector<StallInterval>& stalls,
+                          const Options& options, const Mode& mode, const Fault& fault, const std::string& who,
                           TransferSummary& summary) {
   AdapterOptions adapter;
   adapter.sender_staging = mode.sender_staging;
@@ -273,11 +328,15 @@ WorkerOutcome run_trainer(const Setup& setup, EmulatedWorker& worker, const Para
   WorkerOutcome outcome;
   for (int k = 1; k <= options.steps; ++k) {
     // The training step: this trainer's parameters become version k.
-    worker.load_weights(VersionedCheckpoint(*setup.checkpoint, static_cast<std::uint64_t>(k)), params);
+    const auto v = static_cast<std::uint64_t>(k);
+    if (fault.due(process_rank(), v) && fault.kind == "throw") inject(fault, who);
+    worker.load_weights(VersionedCheckpoint(*setup.checkpoint, v), params);
+    if (fault.due(process_rank(), v)) inject(fault, who);
     sleep_ms(options.step_ms);
-    const Status status = sender.send_weights(static_cast<std::uint64_t>(k));
+    const Status status = sender.send_weights(v);
     if (!status) {
       outcome.failure = status.to_string();
+      outcome.failed_at = wall_seconds();
       break;
     }
     // Staged: the trainer moves on at once; what it does to its parameters must not reach version k.
@@ -286,20 +345,19 @@ WorkerOutcome run_trainer(const Setup& setup, EmulatedWorker& worker, const Para
   }
   const Status closed = sender.shutdown();
   if (!closed && outcome.failure.empty()) outcome.failure = closed.to_string();
-  const AdapterStats stats = sender.stats();
-  stalls = stats.stalls;
-  outcome.bytes_written = stats.bytes_written;
-  outcome.staging_bytes = stats.staging_bytes;
-  outcome.traffic = stats.traffic;
+  outcome.stats = sender.stats();
   return outcome;
 }
 
 WorkerOutcome run_rollout(const Setup& setup, EmulatedWorker& worker, const ParameterSet& params, MPI_Comm engine,
-                          const Options& options, const Mode& mode, std::vector<StallInterval>& stalls,
-                          TransferSummary& summary) {
+                          const Options& options, const Mode& mode, const Fault& fault, const std::string& who,
+                          double timeout, TransferSummary& summary) {
   WorkerOutcome outcome;
   const auto note = [&outcome](const std::string& failure) {
-    if (outcome.failure.empty()) outcome.failure = failure;
+    if (outcome.failure.empty()) {
+      outcome.failure = failure;
+      outcome.failed_at = wall_seconds();
+    }
     WB_LOG(kError) << failure;
   };
   // The version the parameters must hold: this worker's own load_weights of it (never the source maps).
@@ -313,9 +371,10 @@ WorkerOutcome run_rollout(const Setup& setup, EmulatedWorker& worker, const Para
     expected_version = v;
   };
   std::map<std::uint64_t, int> hook_calls;
-  std::uint64_t installed = 0;
+  std::uint64_t installed = 0, aborted = 0;
   const auto hook = [&](std::uint64_t v) {
     ++hook_calls[v];
+    if (fault.due(process_rank(), v)) inject(fault, who);
     // Still the previous version, complete: nothing of v has reached the parameters yet.
     expect(installed);
     const std::string difference = first_difference(params, expected.parameters());
@@ -331,8 +390,10 @@ WorkerOutcome run_rollout(const Setup& setup, EmulatedWorker& worker, const Para
   for (;;) {
     const PollResult result = receiver.poll_requests();
     ++outcome.steps;
-    if (result.event == PollResult::Event::kFailed) {
+    if (result.event == PollResult::Event::kFailed || result.event == PollResult::Event::kAborted) {
       note(result.status.to_string());
+      outcome.reported_intact = result.parameters_intact;
+      if (result.event == PollResult::Event::kAborted) aborted = result.aborted_version;
       break;
     }
     if (result.event == PollResult::Event::kShutdown) break;
@@ -359,29 +420,133 @@ WorkerOutcome run_rollout(const Setup& setup, EmulatedWorker& worker, const Para
         note(worker.describe() + ": step " + std::to_string(outcome.steps) + ": parameters are not version " +
              std::to_string(installed) + ": " + difference);
     }
+    // Within the adapters' timeout: a rank of the engine that stopped must not hold this one here for good.
+    auto check = std::make_shared<Pending>();
+    check->out.resize(16);
+    check->in.resize(16);
     const std::int64_t mine[2] = {static_cast<std::int64_t>(installed), -static_cast<std::int64_t>(installed)};
-    std::int64_t range[2] = {0, 0};
-    WB_CHECK_MPI(MPI_Allreduce(mine, range, 2, MPI_INT64_T, MPI_MAX, engine));
+    std::memcpy(check->out.data(), mine, sizeof mine);
+    WB_CHECK_MPI(MPI_Iallreduce(check->out.data(), check->in.data(), 2, MPI_INT64_T, MPI_MAX, engine, &check->request));
+    if (!finish(check, timeout)) {
+      note(worker.describe() + ": step " + std::to_string(outcome.steps) + ": the engine's version check did not complete within " +
+           std::to_string(timeout) + " s (a rank of the engine stopped serving)");
+      break;
+    }
+    std::int64_t range[2];
+    std::memcpy(range, check->in.data(), sizeof range);
     if (range[0] != -range[1])
       note(worker.describe() + ": step " + std::to_string(outcome.steps) + ": the engine holds versions " +
            std::to_string(-range[1]) + " to " + std::to_string(range[0]) + " at once");
     sleep_ms(options.step_ms);  // the inference step
   }
-  const AdapterStats stats = receiver.stats();
-  stalls = stats.stalls;
-  outcome.bytes_written = stats.bytes_written;
-  outcome.staging_bytes = stats.staging_bytes;
-  outcome.traffic = stats.traffic;
+  // What the parameters hold now, compared byte for byte: one whole version, or a mix.
+  expect(installed);
+  if (first_difference(params, expected.parameters()).empty()) {
+    outcome.parameters = "version " + std::to_string(installed);
+  } else if (aborted != 0 && (expect(aborted), first_difference(params, expected.parameters()).empty())) {
+    outcome.parameters = "version " + std::to_string(aborted);
+  } else {
+    outcome.mixed = true;
+    outcome.parameters = "a mix of versions " + std::to_string(installed) + (aborted ? " and " + std::to_string(aborted) : "");
+  }
+  if (outcome.mixed && outcome.reported_intact)
+    note(worker.describe() + ": the adapter says the parameters hold version " + std::to_string(installed) +
+         ", but they hold " + outcome.parameters);
+  outcome.stats = receiver.stats();
   return outcome;
 }
 
-int run(int argc, char** argv) {
+// --- the report ------------------------------------------------------------------------------------------
+
+constexpr int kReportTag = 0x7e01, kVerdictTag = 0x7e02;
+
+nlohmann::json outcome_json(const WorkerOutcome& o, const std::string& who, const std::string& error) {
+  nlohmann::json stalls = nlohmann::json::array(), history = nlohmann::json::array(), traffic = nlohmann::json::array();
+  for (const StallInterval& s : o.stats.stalls) stalls.push_back({s.version, s.begin_seconds, s.end_seconds});
+  for (const UpdateRecord& u : o.stats.history) history.push_back({u.version, u.bytes_written, u.completed});
+  for (const LinkTraffic& l : o.stats.traffic) traffic.push_back({l.transport, l.peer, l.bytes});
+  return {{"who", who},        {"verified_versions", o.verified_versions},
+          {"steps", o.steps},  {"bytes_written", o.stats.bytes_written},
+          {"staging_bytes", o.stats.staging_bytes}, {"stalls", stalls},
+          {"history", history}, {"traffic", traffic},
+          {"machine", machine_id()}, {"failure", error},
+          {"parameters", o.parameters}, {"mixed", o.mixed}};
+}
+
+// Rank 0 gathers every worker's report, point to point and within `timeout` of starting to: a rank that
+// stopped or died must not hold the others (a collective would).
+std::vector<nlohmann::json> gather_reports(const nlohmann::json& mine, int world, double timeout) {
+  int rank = 0;
+  WB_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  std::vector<nlohmann::json> reports(static_cast<std::size_t>(world));
+  if (rank != 0) {
+    // Not waited for here: a report larger than an eager message completes only when rank 0 takes it, and
+    // rank 0 may be gone; the verdict (exchange_verdict) is what a rank waits for.
+    auto op = std::make_shared<Pending>();
+    const std::string text = mine.dump();
+    op->out.assign(reinterpret_cast<const std::byte*>(text.data()), reinterpret_cast<const std::byte*>(text.data()) + text.size());
+    WB_CHECK_MPI(MPI_Isend(op->out.data(), static_cast<int>(op->out.size()), MPI_BYTE, 0, kReportTag, MPI_COMM_WORLD, &op->request));
+    kept().push_back(op);
+    return reports;
+  }
+  reports[0] = mine;
+  int missing = world - 1;
+  const double start = wall_seconds();
+  while (missing > 0 && wall_seconds() - start <= timeout) {
+    int found = 0;
+    MPI_Message message = MPI_MESSAGE_NULL;
+    MPI_Status probe;
+    WB_CHECK_MPI(MPI_Improbe(MPI_ANY_SOURCE, kReportTag, MPI_COMM_WORLD, &found, &message, &probe));
+    if (!found) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      continue;
+    }
+    int count = 0;
+    WB_CHECK_MPI(MPI_Get_count(&probe, MPI_BYTE, &count));
+    std::string text(static_cast<std::size_t>(count), '\0');
+    WB_CHECK_MPI(MPI_Mrecv(text.data(), count, MPI_BYTE, &message, MPI_STATUS_IGNORE));
+    reports[static_cast<std::size_t>(probe.MPI_SOURCE)] = nlohmann::json::parse(text);
+    --missing;
+  }
+  return reports;
+}
+
+// Rank 0's verdict to every rank: the exit code, and whether every rank reported (then MPI_Finalize is safe).
+std::pair<int, bool> exchange_verdict(int exit_code, bool everyone, int world, double timeout) {
+  int rank = 0;
+  WB_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  if (rank == 0) {
+    std::vector<std::shared_ptr<Pending>> sends;
+    for (int r = 1; r < world; ++r) {
+      auto op = std::make_shared<Pending>();
+      const int verdict[2] = {exit_code, everyone ? 1 : 0};
+      op->out.resize(sizeof verdict);
+      std::memcpy(op->out.data(), verdict, sizeof verdict);
+      WB_CHECK_MPI(MPI_Isend(op->out.data(), 2, MPI_INT, r, kVerdictTag, MPI_COMM_WORLD, &op->request));
+      sends.push_back(op);
+    }
+    for (const auto& op : sends) (void)finish(op, everyone ? timeout : 0.1);
+    return {exit_code, everyone};
+  }
+  auto op = std::make_shared<Pending>();
+  op->in.resize(2 * sizeof(int));
+  WB_CHECK_MPI(MPI_Irecv(op->in.data(), 2, MPI_INT, 0, kVerdictTag, MPI_COMM_WORLD, &op->request));
+  if (!finish(op, timeout)) return {1, false};
+  int verdict[2];
+  std::memcpy(verdict, op->in.data(), sizeof verdict);
+  return {exit_code != 0 ? exit_code : verdict[0], verdict[1] != 0};
+}
+
+// Returns the exit code; `finalize` says whether MPI_Finalize is safe (every rank alive and done).
+int run(int argc, char** argv, bool& finalize) {
   int rank = 0, world = 0;
   WB_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   WB_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &world));
   Options options;
   if (!parse_options(argc, argv, options, rank)) return 0;
   const Mode mode = parse_mode(options.mode);
+  const Fault fault = Fault::parse(options.fault);
+  const double timeout = replay_timeout();
   log_effective_settings();
 
   const auto start = std::chrono::steady_clock::now();
@@ -398,6 +563,11 @@ int run(int argc, char** argv) {
 
   const bool trainer = deployment.is_trainer(rank);
   const int engine = trainer ? -1 : (rank - deployment.trainer.world_size()) / deployment.rollout.tp;
+  // Named as the library names workers in its messages.
+  const std::string who = (trainer ? "trainer " + std::to_string(rank)
+                                   : "engine " + std::to_string(engine) + " worker " +
+                                         std::to_string((rank - deployment.trainer.world_size()) % deployment.rollout.tp)) +
+                          " (world rank " + std::to_string(rank) + ")";
   std::unique_ptr<EmulatedWorker> worker =
       trainer ? make_trainer_worker(setup.model, deployment.trainer, rank)
               : make_rollout_worker(setup.model, deployment.rollout, rank - deployment.trainer.world_size());
@@ -408,117 +578,112 @@ int run(int argc, char** argv) {
   // One communicator for the trainers, one per engine.
   MPI_Comm group = MPI_COMM_NULL;
   WB_CHECK_MPI(MPI_Comm_split(MPI_COMM_WORLD, trainer ? 0 : 1 + engine, rank, &group));
-  std::vector<StallInterval> stalls;
   TransferSummary summary;
   WorkerOutcome outcome;
   const auto transfer_start = std::chrono::steady_clock::now();
   if (layouts_ok) {
-    outcome = trainer ? run_trainer(setup, *worker, params.parameters(), group, options, mode, stalls, summary)
-                      : run_rollout(setup, *worker, params.parameters(), group, options, mode, stalls, summary);
+    // From here on every wait is bounded: an exception (a trainer's own step failed) ends this rank's part
+    // (its adapter tells the peers), and the report below waits for the others only within the timeout.
+    try {
+      outcome = trainer ? run_trainer(setup, *worker, params.parameters(), group, options, mode, fault, who, summary)
+                        : run_rollout(setup, *worker, params.parameters(), group, options, mode, fault, who, timeout, summary);
+    } catch (const std::exception& error) {
+      outcome.failure = std::string("wb-replay: ") + error.what();
+      outcome.failed_at = wall_seconds();
+    }
   } else {
     outcome.failure = "the layouts did not verify (see above)";
   }
   const double transfer_seconds = seconds_since(transfer_start);
-  WB_CHECK_MPI(MPI_Comm_free(&group));
-  // What crossed between machines, from the transports' counters, for the plan comparison on rank 0.
-  std::vector<std::string> machines;
-  std::vector<RankLink> links;
-  {
-    AdapterStats counted;
-    counted.traffic = outcome.traffic;
-    gather_traffic(counted, MPI_COMM_WORLD, 0, machines, links);
-  }
 
-  // Rank 0 gathers every worker's outcome and stall intervals.
-  const std::int64_t numbers[5] = {outcome.verified_versions, outcome.steps, outcome.bytes_written,
-                                   outcome.staging_bytes, static_cast<std::int64_t>(stalls.size())};
-  std::vector<std::int64_t> all_numbers(static_cast<std::size_t>(world) * 5);
-  WB_CHECK_MPI(MPI_Gather(numbers, 5, MPI_INT64_T, all_numbers.data(), 5, MPI_INT64_T, 0, MPI_COMM_WORLD));
-  std::vector<double> flat;
-  for (const StallInterval& s : stalls) flat.insert(flat.end(), {static_cast<double>(s.version), s.begin_seconds, s.end_seconds});
-  const int flat_count = static_cast<int>(flat.size());
-  std::vector<int> counts(static_cast<std::size_t>(world)), displs(static_cast<std::size_t>(world));
-  WB_CHECK_MPI(MPI_Gather(&flat_count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, MPI_COMM_WORLD));
-  std::vector<double> all_flat;
+  // Rank 0 gathers every worker's outcome, stall intervals, transfers and traffic.
+  const std::vector<nlohmann::json> reports = gather_reports(outcome_json(outcome, who, outcome.failure), world, timeout);
+  int exit_code = outcome.failure.empty() ? 0 : 1;
+  bool everyone = true;
   if (rank == 0) {
-    int total = 0;
-    for (int r = 0; r < world; ++r) {
-      displs[static_cast<std::size_t>(r)] = total;
-      total += counts[static_cast<std::size_t>(r)];
-    }
-    all_flat.resize(static_cast<std::size_t>(total));
-  }
-  WB_CHECK_MPI(MPI_Gatherv(flat.data(), flat_count, MPI_DOUBLE, all_flat.data(), counts.data(), displs.data(),
-                           MPI_DOUBLE, 0, MPI_COMM_WORLD));
-  // Failures: each rank's first, gathered as fixed-size text.
-  char failure[256] = {};
-  std::strncpy(failure, outcome.failure.c_str(), sizeof failure - 1);
-  std::vector<char> failures(rank == 0 ? static_cast<std::size_t>(world) * sizeof failure : 0);
-  WB_CHECK_MPI(MPI_Gather(failure, sizeof failure, MPI_CHAR, failures.data(), sizeof failure, MPI_CHAR, 0, MPI_COMM_WORLD));
-
-  int exit_code = 1;
-  if (rank == 0) {
-    // Per version: EWTT = last end - first begin over every worker's stall; AGST = total stall / workers.
-    std::map<std::uint64_t, std::pair<double, double>> span;
+    std::map<std::uint64_t, std::pair<double, double>> span;    // per version: first begin, last end
     std::map<std::uint64_t, double> total_stall;
-    for (std::size_t i = 0; i + 2 < all_flat.size(); i += 3) {
-      const auto v = static_cast<std::uint64_t>(all_flat[i]);
-      const double begin = all_flat[i + 1], end = all_flat[i + 2];
-      auto [it, fresh] = span.emplace(v, std::make_pair(begin, end));
-      if (!fresh) it->second = {std::min(it->second.first, begin), std::max(it->second.second, end)};
-      total_stall[v] += end - begin;
-    }
-    std::int64_t bytes_written = 0;
+    std::map<std::uint64_t, std::int64_t> moved;                // per version: bytes all writes carried
+    std::map<std::uint64_t, bool> completed;                    // per version: every worker's part finished
     bool verified = layouts_ok;
     nlohmann::json failed = nlohmann::json::array();
+    std::vector<std::string> machines(static_cast<std::size_t>(world));
+    std::vector<RankLink> links;
     for (int r = 0; r < world; ++r) {
-      const std::int64_t* n = &all_numbers[static_cast<std::size_t>(r) * 5];
-      bytes_written += n[2];
-      const std::string text(&failures[static_cast<std::size_t>(r) * sizeof failure]);
-      if (!text.empty()) {
+      const nlohmann::json& report = reports[static_cast<std::size_t>(r)];
+      if (report.is_null()) {
+        everyone = verified = false;
+        failed.push_back({{"rank", r}, {"error", "did not report within " + std::to_string(timeout) + " s (stopped or dead)"}});
+        continue;
+      }
+      for (const auto& s : report["stalls"]) {
+        const auto v = s[0].get<std::uint64_t>();
+        const double begin = s[1].get<double>(), end = s[2].get<double>();
+        auto [it, fresh] = span.emplace(v, std::make_pair(begin, end));
+        if (!fresh) it->second = {std::min(it->second.first, begin), std::max(it->second.second, end)};
+        total_stall[v] += end - begin;
+      }
+      for (const auto& h : report["history"]) {
+        const auto v = h[0].get<std::uint64_t>();
+        moved[v] += h[1].get<std::int64_t>();
+        auto [it, fresh] = completed.emplace(v, h[2].get<bool>());
+        if (!fresh) it->second = it->second && h[2].get<bool>();
+      }
+      machines[static_cast<std::size_t>(r)] = report["machine"].get<std::string>();
+      for (const auto& l : report["traffic"]) links.push_back({r, l[1].get<int>(), l[0].get<std::string>(), l[2].get<std::int64_t>()});
+      const std::string error = report["failure"].get<std::string>();
+      if (!error.empty()) {
         verified = false;
-        failed.push_back({{"rank", r}, {"error", text}});
-      } else if (!deployment.is_trainer(r) && n[0] != options.steps) {
+        failed.push_back({{"rank", r}, {"error", error}, {"parameters", report["parameters"]}});
+      } else if (!deployment.is_trainer(r) && report["verified_versions"].get<std::int64_t>() != options.steps) {
         verified = false;
-        failed.push_back({{"rank", r}, {"error", "verified " + std::to_string(n[0]) + " of " + std::to_string(options.steps) + " versions"}});
+        failed.push_back({{"rank", r},
+                          {"error", "verified " + std::to_string(report["verified_versions"].get<std::int64_t>()) + " of " +
+                                        std::to_string(options.steps) + " versions"}});
       }
     }
-    // Every version that went through: the counters add up over them.
+    // Versions every worker finished: the network counters add up over them.
     std::int64_t updates = 0;
-    for (int k = 1; k <= options.steps; ++k) updates += span.count(static_cast<std::uint64_t>(k)) ? 1 : 0;
+    for (int k = 1; k <= options.steps; ++k) updates += completed.count(static_cast<std::uint64_t>(k)) && completed[static_cast<std::uint64_t>(k)] ? 1 : 0;
     const NetworkReport network = network_report(summary, machines, links, updates);
-    if (layouts_ok && updates == options.steps)
+    if (layouts_ok && everyone && updates == options.steps)
       for (const std::string& problem : network.failures) {
         verified = false;
         failed.push_back({{"rank", 0}, {"error", "network traffic: " + problem}});
       }
     nlohmann::json steps = nlohmann::json::array();
     std::printf("%-8s %12s %12s %14s %10s\n", "version", "EWTT [ms]", "AGST [ms]", "bytes moved", "EWTT/Tmin");
+    double ewtt_sum = 0, agst_sum = 0;
+    std::int64_t moved_sum = 0;
+    std::size_t whole = 0;
     for (int k = 1; k <= options.steps; ++k) {
       const auto v = static_cast<std::uint64_t>(k);
+      if (!span.count(v) && !moved.count(v)) continue;  // never sent (an earlier failure)
+      const bool done = completed.count(v) && completed[v];
       const double ewtt = span.count(v) ? span[v].second - span[v].first : 0;
       const double agst = total_stall[v] / world;
-      if (!span.count(v)) continue;  // never sent (an earlier failure)
-      const std::int64_t moved = bytes_written / std::max<std::int64_t>(updates, 1);  // every update moves the same bytes
       const double ratio = summary.t_min_seconds > 0 ? ewtt / summary.t_min_seconds : 0;
-      steps.push_back({{"version", k}, {"ewtt_s", ewtt}, {"agst_s", agst}, {"bytes_moved", moved}, {"ewtt_over_t_min", ratio}});
-      std::printf("%-8d %12.3f %12.3f %14lld %10.3f\n", k, ewtt * 1e3, agst * 1e3, static_cast<long long>(moved), ratio);
+      steps.push_back({{"version", k}, {"ewtt_s", ewtt}, {"agst_s", agst}, {"bytes_moved", moved[v]}, {"completed", done},
+                       {"ewtt_over_t_min", ratio}});
+      std::printf("%-8d %12.3f %12.3f %14lld %10.3f%s\n", k, ewtt * 1e3, agst * 1e3, static_cast<long long>(moved[v]), ratio,
+                  done ? "" : "  (failed)");
+      if (done) {
+        ewtt_sum += ewtt;
+        agst_sum += agst;
+        moved_sum += moved[v];
+        ++whole;
+      }
     }
     exit_code = verified ? 0 : 1;
     {
-      double ewtt = 0, agst = 0;
-      for (const auto& step : steps) {
-        ewtt += step["ewtt_s"].get<double>();
-        agst += step["agst_s"].get<double>();
-      }
-      const double sent = static_cast<double>(std::max<std::size_t>(steps.size(), 1));
+      const double sent = static_cast<double>(std::max<std::size_t>(whole, 1));
       for (const std::string& line : network.table) std::printf("%s\n", line.c_str());
       for (const std::string& problem : network.failures) std::fprintf(stderr, "wb-replay: network traffic: %s\n", problem.c_str());
       std::printf("wb-replay summary: mode %s, %s, %zu of %d versions, mean EWTT %.2f ms, mean AGST %.2f ms, T_min %.2f ms "
                   "(at %.3g GB/s per node), %lld bytes moved per version\n",
-                  options.mode.c_str(), verified ? "verified" : "NOT VERIFIED", steps.size(), options.steps,
-                  1e3 * ewtt / sent, 1e3 * agst / sent, 1e3 * summary.t_min_seconds, network_from_settings().node_bandwidth / 1e9,
-                  static_cast<long long>(bytes_written / std::max<std::int64_t>(updates, 1)));
+                  options.mode.c_str(), verified ? "verified" : "NOT VERIFIED", whole, options.steps, 1e3 * ewtt_sum / sent,
+                  1e3 * agst_sum / sent, 1e3 * summary.t_min_seconds, network_from_settings().node_bandwidth / 1e9,
+                  static_cast<long long>(moved_sum / std::max<std::int64_t>(static_cast<std::int64_t>(whole), 1)));
     }
     nlohmann::json result = {
         {"verified", verified},
@@ -551,8 +716,20 @@ int run(int argc, char** argv) {
       if (!out) throw Error(ErrorCode::kSystem, "cannot write " + options.json);
     }
   }
-  WB_CHECK_MPI(MPI_Bcast(&exit_code, 1, MPI_INT, 0, MPI_COMM_WORLD));
-  return exit_code;
+  const auto [code, all_done] = exchange_verdict(exit_code, everyone, world, timeout);
+  finalize = all_done;
+  if (code != 0 || !outcome.failure.empty()) {
+    // One line per rank that does not succeed, for whoever reads the job's output (and the fault tests).
+    std::fprintf(stderr, "wb-replay: exit: %s exits with %d at t=%.3f (failed at t=%.3f): %s%s\n", who.c_str(),
+                 code != 0 ? code : 1, wall_seconds(), outcome.failed_at,
+                 outcome.failure.empty() ? "another rank failed" : outcome.failure.c_str(),
+                 outcome.parameters.empty() ? ""
+                                            : ("; parameters: " + outcome.parameters +
+                                               (outcome.reported_intact ? " (reported intact)" : " (reported not intact)"))
+                                                  .c_str());
+    std::fflush(stderr);
+  }
+  return code != 0 ? code : (outcome.failure.empty() ? 0 : 1);
 }
 
 }  // namespace
@@ -564,13 +741,21 @@ int main(int argc, char** argv) {
   // Failing MPI calls return to the check macros, which name the call and the rank.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   int exit_code = 1;
+  bool finalize = true;
   try {
-    exit_code = run(argc, argv);
+    exit_code = run(argc, argv, finalize);
   } catch (const std::exception& error) {
-    // One clear line, then take the whole job down: a rank that gave up must not leave others waiting.
+    // Set-up (before the adapters): one clear line, then take the whole job down, since the other ranks
+    // may wait in a collective for this one.
     std::fprintf(stderr, "wb-replay: %s\n", error.what());
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  if (!finalize) {
+    // Some rank is stopped, dead or late: MPI_Finalize would wait for it (it synchronizes every process).
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(exit_code != 0 ? exit_code : 1);
   }
   MPI_Finalize();
   return exit_code;

@@ -31,6 +31,7 @@
 //                                      # 2 rollout engines of tp=1, one rank per node (external exchange)
 //   mpirun -np 2 bench_executor --trainer tp=1 --rollout engines=1,tp=1
 //   options: --updates N --buffer-mib M --pipeline-depth D --piece-kib K --memcpy-mib M --json FILE
+//            --verify-cost P (P interleaved pairs of updates without and with end-to-end verification)
 //            --hidden H --experts E --expert-width W --vocab V (sizes of the tiny variant), plus --preset,
 //            --model, --scale, --layers, --trainer, --rollout, --gpus-per-node as wb-replay takes them
 #include <mpi.h>
@@ -84,6 +85,7 @@ struct Options {
   int memcpy_repeats = 5;
   // Sizes of the tiny variant: large enough that an update is memory-bound, not overhead-bound.
   double timeout_seconds = 120;
+  int verify_pairs = 0;  // --verify-cost: interleaved updates without and with end-to-end verification
   std::string json;
   po::variables_map variables;
 };
@@ -111,6 +113,7 @@ bool parse_options(int argc, char** argv, Options& o, int rank) {
       ("memcpy-mib", po::value(&o.memcpy_mib)->default_value(o.memcpy_mib), "Buffer of the memcpy reference (MiB).")
       ("memcpy-repeats", po::value(&o.memcpy_repeats)->default_value(o.memcpy_repeats), "Copies per memcpy measurement (median).")
       ("timeout", po::value(&o.timeout_seconds)->default_value(o.timeout_seconds), "Executor timeout without progress (s).")
+      ("verify-cost", po::value(&o.verify_pairs)->default_value(o.verify_pairs), "Also run this many pairs of updates, one without and one with end-to-end verification (ExecutorOptions::verify), interleaved on two executors of the same schedule, and report the cost of verifying (median of the pairs' ratios).")
       ("json", po::value(&o.json), "Write the result as JSON to this file (rank 0).");
   if (!parse_command_line(argc, argv, general, o.variables, rank == 0)) return false;
   if (o.deployment.scale != "tiny") {
@@ -285,6 +288,12 @@ int run(int argc, char** argv) {
   }
   ExecutorOptions executor_options;
   executor_options.timeout_seconds = o.timeout_seconds;
+  std::unique_ptr<RoundExecutor> verified;  // --verify-cost: the same schedule, verified
+  if (o.verify_pairs > 0) {
+    ExecutorOptions verify_options = executor_options;
+    verify_options.verify = true;
+    verified = std::make_unique<RoundExecutor>(schedule, memory, MPI_COMM_WORLD, verify_options);
+  }
   RoundExecutor executor(std::move(schedule), memory, MPI_COMM_WORLD, executor_options);
   const double connect_seconds = seconds_since(connect_start);
 
@@ -330,6 +339,28 @@ int run(int argc, char** argv) {
                           static_cast<int>(mine_per_update.size()), MPI_DOUBLE, 0, MPI_COMM_WORLD));
   double connect_max = 0;
   WB_CHECK_MPI(MPI_Reduce(&connect_seconds, &connect_max, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD));
+  // The cost of verification: pairs of updates, plain then verified, in the same run and conditions. An
+  // update lasts until its last rank finishes (the maximum over ranks of run_update).
+  // Per update also the slowest rank's pack and assemble time (where verifying adds its work).
+  std::vector<double> verify_ratios, plain_seconds, verified_seconds, plain_pack, verified_pack, plain_assemble,
+      verified_assemble;
+  for (int pair = 0; pair < o.verify_pairs; ++pair)
+    for (RoundExecutor* one : {&executor, verified.get()}) {
+      WB_CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
+      const ExecutorStats before = one->stats();
+      const auto start = Clock::now();
+      const Status status = one->run_update();
+      if (!status) throw Error(status);
+      const double mine[3] = {seconds_since(start), one->stats().pack_seconds - before.pack_seconds,
+                              one->stats().assemble_seconds - before.assemble_seconds};
+      double slowest[3] = {0, 0, 0};
+      WB_CHECK_MPI(MPI_Allreduce(mine, slowest, 3, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+      const bool plain = one == &executor;
+      (plain ? plain_seconds : verified_seconds).push_back(slowest[0]);
+      (plain ? plain_pack : verified_pack).push_back(slowest[1]);
+      (plain ? plain_assemble : verified_assemble).push_back(slowest[2]);
+      if (!plain) verify_ratios.push_back(slowest[0] / plain_seconds.back());
+    }
   // After the updates, all ranks at once: the load is that of an update.
   const MemcpyRates memcpy_rates = measure_memcpy(o, rank, world);
   if (rank != 0) return 0;
@@ -381,7 +412,29 @@ int run(int argc, char** argv) {
   std::printf("cma bytes written %.1f MiB over %d updates; rollouts verified bit-exact\n",
               static_cast<double>(cma_bytes) / (1 << 20), o.updates);
 
+  nlohmann::json verify_cost = nullptr;
+  if (!verify_ratios.empty()) {
+    const auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
+    const double ratio = median(verify_ratios);
+    std::printf("verify: median update %.4f s plain, %.4f s verified; median ratio of %zu interleaved pairs %.3f "
+                "(cost %+.1f %%); slowest pack %.4f / %.4f s, assemble %.4f / %.4f s\n",
+                median(plain_seconds), median(verified_seconds), verify_ratios.size(), ratio, 100 * (ratio - 1),
+                median(plain_pack), median(verified_pack), median(plain_assemble), median(verified_assemble));
+    verify_cost = {{"pairs", verify_ratios.size()},
+                   {"plain_update_seconds", plain_seconds},
+                   {"verified_update_seconds", verified_seconds},
+                   {"plain_pack_seconds", plain_pack},
+                   {"verified_pack_seconds", verified_pack},
+                   {"plain_assemble_seconds", plain_assemble},
+                   {"verified_assemble_seconds", verified_assemble},
+                   {"median_ratio", ratio},
+                   {"cost_percent", 100 * (ratio - 1)}};
+  }
   const nlohmann::json result = {
+      {"verify_cost", verify_cost},
       {"model", model.name},
       {"trainer", d.trainer.to_string()},
       {"rollout", d.rollout.to_string()},

@@ -1,15 +1,18 @@
-// The global planner on the paper's deployments at full scale, from described source maps as wb-plan builds
-// them (no parameter memory). Per preset: plan_transfer alone; building and serializing every rank's round
-// schedule (what rank 0 scatters at connect); and simulating the plan's traffic on the network model. The
-// maps, the correspondence and one validated plan are built once per preset, outside the timed loops; only
-// the preset being measured is kept in memory. Counters: segments, rounds, serialized schedule bytes,
-// simulated EWTT and T_min.
+// The global planner on the paper's deployments at full scale, from described source maps as wb-plan
+// builds them (no parameter memory), and on the Figure 12 replica sweep (one trainer node of
+// Qwen3-30B-A3B, n one-node engines: "replicas-N"). Per deployment: plan_transfer alone (with its choice
+// among exchange shapes); building and serializing every rank's round schedule on one thread (what rank 0
+// scatters at connect); and simulating the plan's traffic on the network model. The maps, the
+// correspondence and one validated plan are built once per deployment, outside the timed loops; only the
+// one being measured is kept in memory. Counters: segments, rounds, relay depth, serialized schedule
+// bytes, simulated EWTT and T_min.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "emu/backend.hpp"
 #include "emu/described_map.hpp"
@@ -65,7 +68,15 @@ const PresetPlan& preset_plan(const std::string& name) {
   auto p = std::make_unique<PresetPlan>();
   p->name = name;
   try {
-    const PresetInstance instance = instantiate_preset(find_preset(name), ModelScale::kFull);
+    PresetInstance instance;
+    if (name.rfind("replicas-", 0) == 0) {
+      instance.model = load_named_model_config("qwen3-30b-a3b");
+      instance.deployment.trainer = TrainerSpec::parse("tp=4,ep=8,dp=2");
+      instance.deployment.rollout = RolloutSpec::parse("engines=" + name.substr(9) + ",tp=8,ep=8");
+      instance.deployment.gpus_per_node = 8;
+    } else {
+      instance = instantiate_preset(find_preset(name), ModelScale::kFull);
+    }
     p->correspondence = describe(instance);
     p->topology = Topology::uniform(instance.deployment.world_size(), instance.deployment.gpus_per_node, 400e9, 900e9);
     p->plan = plan_transfer(p->correspondence, p->topology, p->options);
@@ -82,6 +93,9 @@ void plan_counters(benchmark::State& state, const PresetPlan& p) {
   state.counters["atoms"] = static_cast<double>(p.correspondence.atoms.size());
   state.counters["segments"] = static_cast<double>(p.plan.segments.size());
   state.counters["rounds"] = p.plan.rounds;
+  int height = 1;
+  for (const RelayTree& tree : p.plan.relay_trees) height = std::max(height, tree.height);
+  state.counters["relay_height"] = height;
   state.counters["model_GiB"] = static_cast<double>(p.plan.bound.model_bytes) / (1 << 30);
 }
 
@@ -140,9 +154,11 @@ void BM_SimulatePlan(benchmark::State& state, const std::string& name) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Preset by preset, so that only one preset's correspondence is in memory at a time.
-  for (const Preset& preset : presets()) {
-    const std::string name = preset.name;
+  // Deployment by deployment, so that only one correspondence is in memory at a time.
+  std::vector<std::string> names;
+  for (const Preset& preset : presets()) names.push_back(preset.name);
+  for (const char* replicas : {"replicas-8", "replicas-32", "replicas-64"}) names.emplace_back(replicas);
+  for (const std::string& name : names) {
     for (auto [label, fn] : {std::pair{"BM_PlanTransfer/", &BM_PlanTransfer},
                              std::pair{"BM_BuildAndSerializeSchedules/", &BM_BuildAndSerializeSchedules},
                              std::pair{"BM_SimulatePlan/", &BM_SimulatePlan}}) {

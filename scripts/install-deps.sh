@@ -13,7 +13,15 @@ packages=(
   libibverbs-dev
   libfabric-dev libfabric-bin
   iproute2 util-linux
+  python3-matplotlib
+  # h5py writes the HDF5 files the checkpoint tests read (only /usr/bin/python3 sees Debian's modules).
+  python3-h5py python3-numpy
 )
+# The Python package (python/) and its tests: pybind11 and the headers to build it, Debian's torch (CPU),
+# mpi4py and numpy to run it. They import only with Debian's /usr/bin/python3, which the build picks.
+if [[ "${WB_WITH_PYTHON:-1}" == "1" ]]; then
+  packages+=(python3-dev pybind11-dev python3-numpy python3-mpi4py python3-torch)
+fi
 # Slurm and munge for the srun tests and the sbatch scripts in slurm/.
 if [[ "${WB_WITH_SLURM:-1}" == "1" ]]; then
   packages+=(slurm-wlm munge)

@@ -1,6 +1,7 @@
 #include "emu/deployment_options.hpp"
 
 #include <iostream>
+#include <string>
 
 #include "weightbridge/settings.hpp"
 #include "weightbridge/status.hpp"
@@ -72,6 +73,10 @@ PresetInstance resolve_deployment(const DeploymentOptions& options, const po::va
   }
   if (options.preset.empty() || (variables.count("gpus-per-node") && !variables["gpus-per-node"].defaulted()))
     instance.deployment.gpus_per_node = options.gpus_per_node;
+  // Ranks are mapped to nodes by dividing by it: 0 would divide by zero, a negative count means nothing.
+  if (instance.deployment.gpus_per_node <= 0)
+    throw Error(ErrorCode::kInvalidArgument, "--gpus-per-node must be a positive number of ranks per node, not " +
+                                                 std::to_string(instance.deployment.gpus_per_node));
   return instance;
 }
 

@@ -78,7 +78,8 @@ class MegatronTrainerWorker final : public EmulatedWorker {
   i64 experts_per_rank() const { return model_.num_experts / spec_.ep; }
 
   // Parameter declaration (constructor).
-  void declare(std::string name, Shape shape);
+  void declare(std::string name, Shape shape) { declare(std::move(name), std::move(shape), model_.dtype); }
+  void declare(std::string name, Shape shape, DType dtype);
   void declare_layer(i64 local);
 
   // HF → Megatron.
@@ -194,8 +195,8 @@ void MegatronTrainerWorker::validate() const {
   }
 }
 
-void MegatronTrainerWorker::declare(std::string name, Shape shape) {
-  parameters_.push_back(TensorInfo{std::move(name), model_.dtype, std::move(shape)});
+void MegatronTrainerWorker::declare(std::string name, Shape shape, DType dtype) {
+  parameters_.push_back(TensorInfo{std::move(name), dtype, std::move(shape)});
 }
 
 void MegatronTrainerWorker::declare_layer(i64 local) {
@@ -238,7 +239,8 @@ void MegatronTrainerWorker::declare_layer(i64 local) {
   const i64 E = model_.num_experts, Im = model_.moe_intermediate_size;
   declare(p + "pre_mlp_layernorm.weight", {H});
   declare(mlp + "router.weight", {E, H});
-  if (deepseek_family()) declare(mlp + "router.expert_bias", {E});
+  // In the checkpoint's dtype (float32 in DeepSeek-V3-family files), as Megatron keeps it.
+  if (deepseek_family()) declare(mlp + "router.expert_bias", {E}, model_.dtype_of("mlp.gate.e_score_correction_bias"));
   for (i64 i = 0; i < experts_per_rank(); ++i) declare(mlp + "experts.linear_fc1.weight" + str(i), {2 * Im, H});
   for (i64 i = 0; i < experts_per_rank(); ++i) declare(mlp + "experts.linear_fc2.weight" + str(i), {H, Im});
   if (has_shared_experts()) {

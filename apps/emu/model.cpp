@@ -4,8 +4,12 @@
 #include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <map>
 #include <sstream>
 #include <string>
+#include <string_view>
+#include <unordered_set>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -39,12 +43,8 @@ std::int64_t get_int_or(const Json& j, const char* key, std::int64_t fallback, c
   return has_value(j, key) ? get_int(j, key, origin) : fallback;
 }
 
-DType parse_torch_dtype(const Json& j, const std::string& origin) {
-  // Newer transformers write "dtype", older ones "torch_dtype".
-  const char* key = j.contains("torch_dtype") ? "torch_dtype" : (j.contains("dtype") ? "dtype" : nullptr);
-  if (key == nullptr) return DType::kBF16;
-  const Json& v = j.at(key);
-  if (!v.is_string()) fail(origin, std::string("key '") + key + "' is not a string: " + v.dump());
+DType parse_dtype_value(const Json& v, const std::string& key, const std::string& origin) {
+  if (!v.is_string()) fail(origin, "key '" + key + "' is not a string: " + v.dump());
   std::string text = v.get<std::string>();
   if (text.rfind("torch.", 0) == 0) text = text.substr(6);
   if (text == "bfloat16") return DType::kBF16;
@@ -52,7 +52,27 @@ DType parse_torch_dtype(const Json& j, const std::string& origin) {
   if (text == "float32" || text == "float") return DType::kF32;
   if (text == "float64" || text == "double") return DType::kF64;
   if (auto parsed = parse_dtype(text)) return *parsed;
-  fail(origin, std::string("key '") + key + "' has unknown dtype \"" + text + "\"");
+  fail(origin, "key '" + key + "' has unknown dtype \"" + text + "\"");
+}
+
+DType parse_torch_dtype(const Json& j, const std::string& origin) {
+  // Newer transformers write "dtype", older ones "torch_dtype".
+  const char* key = j.contains("torch_dtype") ? "torch_dtype" : (j.contains("dtype") ? "dtype" : nullptr);
+  if (key == nullptr) return DType::kBF16;
+  return parse_dtype_value(j.at(key), key, origin);
+}
+
+std::vector<std::pair<std::string, DType>> parse_tensor_dtypes(const Json& j, const std::string& origin) {
+  std::vector<std::pair<std::string, DType>> out;
+  if (!has_value(j, "tensor_dtypes")) return out;
+  const Json& map = j.at("tensor_dtypes");
+  if (!map.is_object()) fail(origin, "key 'tensor_dtypes' is not an object of name suffix -> dtype");
+  for (const auto& [suffix, dtype] : map.items()) {
+    if (suffix.empty() || suffix.front() == '.' || suffix.back() == '.')
+      fail(origin, "key 'tensor_dtypes' has the name suffix \"" + suffix + "\" (empty, or starting or ending with '.')");
+    out.emplace_back(suffix, parse_dtype_value(dtype, "tensor_dtypes." + suffix, origin));
+  }
+  return out;
 }
 
 void require_positive(const ModelConfig& c, const char* key, std::int64_t value) {
@@ -84,6 +104,7 @@ void validate(const ModelConfig& c) {
   }
   if (c.n_shared_experts < 0) fail(c.name, "n_shared_experts must not be negative");
   if (c.first_k_dense_replace < 0) fail(c.name, "first_k_dense_replace must not be negative");
+  if (c.num_nextn_predict_layers < 0) fail(c.name, "num_nextn_predict_layers must not be negative");
   if (has_dense_layer(c)) require_positive(c, "intermediate_size", c.intermediate_size);
   if (c.is_mla()) {
     if (c.q_lora_rank) require_positive(c, "q_lora_rank", *c.q_lora_rank);
@@ -111,15 +132,18 @@ std::string lower(std::string s) {
   return s;
 }
 
-// Appends tensors with a common prefix, in call order.
+// Appends tensors in call order, each in its own dtype.
 class TensorList {
  public:
-  explicit TensorList(DType dtype) : dtype_(dtype) {}
-  void add(std::string name, Shape shape) { tensors_.push_back({std::move(name), dtype_, std::move(shape)}); }
+  explicit TensorList(const ModelConfig& config) : config_(config) {}
+  void add(std::string name, Shape shape) {
+    const DType dtype = config_.dtype_of(name);
+    tensors_.push_back({std::move(name), dtype, std::move(shape)});
+  }
   std::vector<TensorInfo> take() { return std::move(tensors_); }
 
  private:
-  DType dtype_;
+  const ModelConfig& config_;
   std::vector<TensorInfo> tensors_;
 };
 
@@ -166,7 +190,30 @@ void add_moe(TensorList& out, const ModelConfig& c, const std::string& p) {
     add_gated_mlp(out, p + "mlp.shared_experts.", h, c.n_shared_experts * c.moe_intermediate_size);
 }
 
+void add_decoder_layer(TensorList& out, const ModelConfig& c, std::int64_t layer) {
+  const std::string p = "model.layers." + std::to_string(layer) + ".";
+  const std::int64_t h = c.hidden_size;
+  if (c.is_mla())
+    add_mla_attention(out, c, p);
+  else
+    add_qwen3_attention(out, c, p);
+  out.add(p + "input_layernorm.weight", {h});
+  out.add(p + "post_attention_layernorm.weight", {h});
+  if (c.is_moe_layer(layer))
+    add_moe(out, c, p);
+  else
+    add_gated_mlp(out, p + "mlp.", h, c.intermediate_size);
+}
+
 }  // namespace
+
+DType ModelConfig::dtype_of(std::string_view name) const {
+  for (const auto& [suffix, tensor_dtype] : tensor_dtypes) {
+    if (name.size() < suffix.size() || name.substr(name.size() - suffix.size()) != suffix) continue;
+    if (name.size() == suffix.size() || name[name.size() - suffix.size() - 1] == '.') return tensor_dtype;
+  }
+  return dtype;
+}
 
 bool ModelConfig::is_moe_layer(std::int64_t layer) const {
   if (num_experts <= 0) return false;
@@ -198,6 +245,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     fail(where, "unknown model_type \"" + c.model_type + "\" (known: qwen3, qwen3_moe, deepseek_v3, kimi_k2)");
 
   c.dtype = parse_torch_dtype(j, where);
+  c.tensor_dtypes = parse_tensor_dtypes(j, where);
   c.hidden_size = get_int(j, "hidden_size", where);
   c.num_hidden_layers = get_int(j, "num_hidden_layers", where);
   c.num_attention_heads = get_int(j, "num_attention_heads", where);
@@ -239,7 +287,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     c.qk_nope_head_dim = get_int(j, "qk_nope_head_dim", where);
     c.qk_rope_head_dim = get_int(j, "qk_rope_head_dim", where);
     c.v_head_dim = get_int(j, "v_head_dim", where);
-    // num_nextn_predict_layers (multi-token prediction) is not part of the transformers model: ignored.
+    c.num_nextn_predict_layers = get_int_or(j, "num_nextn_predict_layers", 0, where);
   }
 
   if (has_value(j, "expected_total_params")) c.expected_total_params = get_int(j, "expected_total_params", where);
@@ -257,25 +305,147 @@ ModelConfig load_model_config(const std::string& path) { return parse_model_conf
 
 std::vector<TensorInfo> model_tensors(const ModelConfig& c) {
   validate(c);
-  TensorList out(c.dtype);
+  TensorList out(c);
   const std::int64_t h = c.hidden_size;
   out.add("model.embed_tokens.weight", {c.vocab_size, h});
-  for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    const std::string p = "model.layers." + std::to_string(i) + ".";
-    if (c.is_mla())
-      add_mla_attention(out, c, p);
-    else
-      add_qwen3_attention(out, c, p);
-    out.add(p + "input_layernorm.weight", {h});
-    out.add(p + "post_attention_layernorm.weight", {h});
-    if (c.is_moe_layer(i))
-      add_moe(out, c, p);
-    else
-      add_gated_mlp(out, p + "mlp.", h, c.intermediate_size);
-  }
+  for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) add_decoder_layer(out, c, i);
   out.add("model.norm.weight", {h});
   if (!c.tie_word_embeddings) out.add("lm_head.weight", {c.vocab_size, h});
   return out.take();
+}
+
+std::vector<TensorInfo> checkpoint_tensors(const ModelConfig& c) {
+  std::vector<TensorInfo> tensors = model_tensors(c);
+  TensorList out(c);
+  const std::int64_t h = c.hidden_size;
+  // DeepSeek-V3's layout of a prediction layer: its own embedding and head, two norms and the projection
+  // of [embedding, hidden] (2H wide) before a full decoder layer.
+  for (std::int64_t k = 0; k < c.num_nextn_predict_layers; ++k) {
+    const std::int64_t layer = c.num_hidden_layers + k;
+    const std::string p = "model.layers." + std::to_string(layer) + ".";
+    out.add(p + "embed_tokens.weight", {c.vocab_size, h});
+    out.add(p + "enorm.weight", {h});
+    out.add(p + "hnorm.weight", {h});
+    out.add(p + "eh_proj.weight", {h, 2 * h});
+    add_decoder_layer(out, c, layer);
+    out.add(p + "shared_head.norm.weight", {h});
+    out.add(p + "shared_head.head.weight", {c.vocab_size, h});
+  }
+  std::vector<TensorInfo> extra = out.take();
+  tensors.insert(tensors.end(), std::make_move_iterator(extra.begin()), std::make_move_iterator(extra.end()));
+  return tensors;
+}
+
+std::vector<std::string> check_checkpoint_holds(const std::vector<TensorInfo>& needed, const std::string& model_name,
+                                                const CheckpointReader& checkpoint) {
+  for (const TensorInfo& info : needed) {
+    const TensorInfo* found = checkpoint.find(info.name);
+    if (found == nullptr)
+      throw Error(ErrorCode::kInvalidArgument, "checkpoint " + checkpoint.source() + " has no tensor " + info.name +
+                                                   " that " + model_name + " needs (wrong --model or --scale?)");
+    if (found->shape != info.shape || found->dtype != info.dtype)
+      throw Error(ErrorCode::kInvalidArgument,
+                  "checkpoint " + checkpoint.source() + ": tensor " + info.name + " is " +
+                      std::string(dtype_name(found->dtype)) + shape_to_string(found->shape) + " but " + model_name +
+                      " has " + std::string(dtype_name(info.dtype)) + shape_to_string(info.shape));
+  }
+  std::unordered_set<std::string_view> wanted;
+  for (const TensorInfo& info : needed) wanted.insert(info.name);
+  std::vector<std::string> extra;
+  for (const TensorInfo& info : checkpoint.tensors())
+    if (!wanted.contains(info.name)) extra.push_back(info.name);
+  return extra;
+}
+
+namespace {
+class RestrictedCheckpoint final : public CheckpointReader {
+ public:
+  RestrictedCheckpoint(std::unique_ptr<CheckpointReader> checkpoint, std::vector<TensorInfo> tensors)
+      : checkpoint_(std::move(checkpoint)), tensors_(std::move(tensors)) {}
+  const std::vector<TensorInfo>& tensors() const override { return tensors_; }
+  void read_box(std::string_view name, const Box& box, void* destination) const override {
+    if (find(name) == nullptr)
+      throw Error(ErrorCode::kNotFound, "checkpoint " + source() + ": tensor " + std::string(name) + " is not one the model uses");
+    checkpoint_->read_box(name, box, destination);
+  }
+  std::string source() const override { return checkpoint_->source(); }
+
+ private:
+  std::unique_ptr<CheckpointReader> checkpoint_;
+  std::vector<TensorInfo> tensors_;
+};
+}  // namespace
+
+std::unique_ptr<CheckpointReader> restrict_checkpoint(std::unique_ptr<CheckpointReader> checkpoint,
+                                                      std::vector<TensorInfo> tensors) {
+  return std::make_unique<RestrictedCheckpoint>(std::move(checkpoint), std::move(tensors));
+}
+
+std::string compact_names(const std::vector<std::string>& names) {
+  // Key: the name with its last number cut out; the numbers seen at that place, in order of appearance.
+  struct Group {
+    std::string before, after;
+    std::vector<std::int64_t> numbers;
+  };
+  std::vector<Group> groups;
+  std::map<std::pair<std::string, std::string>, std::size_t> index;
+  std::vector<std::string> plain;  // names with no number, listed as they are
+  std::vector<std::pair<bool, std::size_t>> order;  // (is group, position) in first-appearance order
+  for (const std::string& name : names) {
+    // The last '.'-separated component that is a number (of at most 15 digits: it must fit).
+    std::size_t begin = std::string::npos, end = 0;
+    for (std::size_t stop = name.size();;) {
+      const std::size_t dot = stop == 0 ? std::string::npos : name.rfind('.', stop - 1);
+      const std::size_t start = dot == std::string::npos ? 0 : dot + 1;
+      const std::string_view part = std::string_view(name).substr(start, stop - start);
+      if (!part.empty() && part.size() <= 15 && (part.size() == 1 || part[0] != '0') &&
+          std::all_of(part.begin(), part.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; })) {
+        begin = start;
+        end = stop;
+        break;
+      }
+      if (dot == std::string::npos) break;
+      stop = dot;
+    }
+    if (begin == std::string::npos) {
+      order.emplace_back(false, plain.size());
+      plain.push_back(name);
+      continue;
+    }
+    const std::pair<std::string, std::string> key{name.substr(0, begin), name.substr(end)};
+    auto [it, added] = index.emplace(key, groups.size());
+    if (added) {
+      groups.push_back({key.first, key.second, {}});
+      order.emplace_back(true, it->second);
+    }
+    groups[it->second].numbers.push_back(std::stoll(name.substr(begin, end - begin)));
+  }
+  std::string out;
+  for (const auto& [is_group, at] : order) {
+    if (!out.empty()) out += ", ";
+    if (!is_group) {
+      out += plain[at];
+      continue;
+    }
+    Group& g = groups[at];
+    if (g.numbers.size() == 1) {
+      out += g.before + std::to_string(g.numbers[0]) + g.after;
+      continue;
+    }
+    std::sort(g.numbers.begin(), g.numbers.end());
+    g.numbers.erase(std::unique(g.numbers.begin(), g.numbers.end()), g.numbers.end());
+    std::string set;
+    for (std::size_t i = 0; i < g.numbers.size();) {
+      std::size_t j = i;
+      while (j + 1 < g.numbers.size() && g.numbers[j + 1] == g.numbers[j] + 1) ++j;
+      if (!set.empty()) set += ",";
+      set += std::to_string(g.numbers[i]);
+      if (j > i) set += (j == i + 1 ? "," : "..") + std::to_string(g.numbers[j]);
+      i = j + 1;
+    }
+    out += g.before + "{" + set + "}" + g.after;
+  }
+  return out;
 }
 
 ModelConfig scale_model(const ModelConfig& config, const ScaleOptions& options) {

@@ -3,8 +3,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "weightbridge/checkpoint.hpp"
@@ -16,7 +19,15 @@ namespace wb::emu {
 struct ModelConfig {
   std::string name;        // "Qwen3-30B-A3B" (the config's "name", else its model_type)
   std::string model_type;  // qwen3 | qwen3_moe | deepseek_v3 | kimi_k2
-  DType dtype = DType::kBF16;  // torch_dtype
+  DType dtype = DType::kBF16;  // torch_dtype: every tensor's, except those tensor_dtypes names
+
+  /// Tensors kept in another dtype than torch_dtype, as real checkpoints keep them (DeepSeek-V3's
+  /// router correction bias is float32): a name suffix ("mlp.gate.e_score_correction_bias") and its
+  /// dtype. Config key "tensor_dtypes": {"suffix": "float32", ...}. A suffix matches a whole name or
+  /// the part after a '.'.
+  std::vector<std::pair<std::string, DType>> tensor_dtypes;
+  /// The dtype of the checkpoint tensor (or of a parameter named like one) `name`.
+  DType dtype_of(std::string_view name) const;
 
   std::int64_t hidden_size = 0;
   std::int64_t num_hidden_layers = 0;
@@ -42,6 +53,9 @@ struct ModelConfig {
   std::int64_t qk_nope_head_dim = 0;
   std::int64_t qk_rope_head_dim = 0;
   std::int64_t v_head_dim = 0;
+  /// Multi-token-prediction layers (deepseek_v3): their tensors sit in real checkpoint files after the
+  /// last decoder layer, but the transformers model (and so every worker here) does not load them.
+  std::int64_t num_nextn_predict_layers = 0;
 
   // What the generated tensor list must reproduce, when the config says so.
   std::optional<std::int64_t> expected_total_params;
@@ -60,6 +74,26 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
 /// Every weight tensor of the checkpoint, Hugging Face names and shapes, in the checkpoint's natural
 /// order (embedding, layers in order, final norm, head).
 std::vector<TensorInfo> model_tensors(const ModelConfig& config);
+
+/// The tensors a checkpoint file of this model holds: model_tensors, then the multi-token-prediction
+/// layers (num_nextn_predict_layers), as the released DeepSeek-V3 files hold them.
+std::vector<TensorInfo> checkpoint_tensors(const ModelConfig& config);
+
+/// Checks that `checkpoint` holds every tensor in `needed` (the model's) with the same dtype and shape;
+/// throws kInvalidArgument naming the file, the tensor and both dtypes and shapes otherwise. Returns
+/// the names of the checkpoint's tensors that are not needed, in file order: loading ignores them.
+std::vector<std::string> check_checkpoint_holds(const std::vector<TensorInfo>& needed, const std::string& model_name,
+                                                const CheckpointReader& checkpoint);
+
+/// A reader that lists only `tensors` (the model's, in the model's order) and reads them from
+/// `checkpoint`, which must hold them (check_checkpoint_holds): every consumer (the probe, the planner,
+/// coverage checks) then sees exactly the model, whatever else the file holds.
+std::unique_ptr<CheckpointReader> restrict_checkpoint(std::unique_ptr<CheckpointReader> checkpoint,
+                                                      std::vector<TensorInfo> tensors);
+
+/// `names` joined with ", ", names that differ only in their last number merged into one entry:
+/// "model.layers.3.mlp.experts.{0..255}.up_proj.weight" (runs as a..b, others listed: {1,4..6}).
+std::string compact_names(const std::vector<std::string>& names);
 
 /// Sizes for a scaled-down variant of the same architecture: the same families, naming and structure
 /// (head counts, GQA ratio, MLA ranks, shared experts, dense first layers), smaller numbers. Unset

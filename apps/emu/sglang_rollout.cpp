@@ -51,7 +51,11 @@ class SGLangRolloutWorker final : public EmulatedWorker {
  private:
   void check_layout() const;
   void require(bool ok, const std::string& what) const;
-  void declare(std::string name, Shape shape) { parameters_.push_back({std::move(name), model_.dtype, std::move(shape)}); }
+  // Each parameter in its checkpoint tensor's dtype where the names agree (the router's correction bias).
+  void declare(std::string name, Shape shape) {
+    const DType dtype = model_.dtype_of(name);
+    parameters_.push_back({std::move(name), dtype, std::move(shape)});
+  }
   void declare_parameters();
 
   void load_vocab(const CheckpointReader& ckpt, const std::string& tensor, const TensorView& param) const;

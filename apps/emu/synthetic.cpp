@@ -188,7 +188,7 @@ std::string SyntheticCheckpoint::source() const { return "synthetic checkpoint (
 
 void write_synthetic_checkpoint(const std::string& path, CheckpointFormat format,
                                 const std::vector<TensorInfo>& tensors, std::uint64_t seed,
-                                const CheckpointWriterOptions& options) {
+                                const CheckpointWriterOptions& options, const std::function<void()>& between_tensors) {
   std::unordered_set<std::string_view> seen;
   std::size_t largest = 0;
   for (const TensorInfo& t : tensors) {
@@ -200,9 +200,11 @@ void write_synthetic_checkpoint(const std::string& path, CheckpointFormat format
   // One buffer for all tensors, left uninitialised: every byte is overwritten before it is written.
   std::unique_ptr<std::byte[]> buffer(new std::byte[std::max<std::size_t>(largest, 1)]);
   for (const TensorInfo& t : tensors) {
+    if (between_tensors) between_tensors();
     fill_parallel(t, seed, buffer.get());
     writer->write(t.name, buffer.get());
   }
+  if (between_tensors) between_tensors();
   writer->finish();
 }
 

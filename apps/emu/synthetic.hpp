@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -31,9 +32,11 @@ class SyntheticCheckpoint final : public CheckpointReader {
   std::uint64_t seed_;
 };
 
-/// Writes the synthetic checkpoint of `tensors` to `path` one tensor at a time.
+/// Writes the synthetic checkpoint of `tensors` to `path` one tensor at a time. `between_tensors`, when
+/// given, runs before each tensor; what it throws abandons the checkpoint (the writer removes its files).
 void write_synthetic_checkpoint(const std::string& path, CheckpointFormat format,
                                 const std::vector<TensorInfo>& tensors, std::uint64_t seed,
-                                const CheckpointWriterOptions& options = {});
+                                const CheckpointWriterOptions& options = {},
+                                const std::function<void()>& between_tensors = {});
 
 }  // namespace wb::emu

@@ -29,7 +29,9 @@
 //
 // Error convention (status.hpp): constructors and connect throw wb::Error; send_weights, wait and
 // poll_requests return a Status. After a failed update an adapter stays failed: every later call returns
-// the same error.
+// the same error. A failure anywhere reaches every adapter of the job within about one timeout (twice at
+// worst): the rank that gives up tells its peers at once, and messages name the rank (trainer r, engine e
+// worker w, world rank), what it was doing, and the cause.
 #pragma once
 
 #include <mpi.h>
@@ -66,8 +68,12 @@ struct AdapterOptions {
   /// auto: cma / cuda_ipc on one machine; ibverbs between machines, or libfabric without an RDMA device).
   std::optional<std::string> transport;
   /// Deadline of every wait: a peer that does not answer, a rollout that stops polling
-  /// (WB_TIMEOUT_SECONDS, 120).
+  /// (WB_TIMEOUT_SECONDS, 120). 0 or inf: no deadline.
   std::optional<double> timeout_seconds;
+  /// Check every update end to end (WB_VERIFY, false): each writer digests the bytes it sends, per planned
+  /// segment, and each receiver digests what it installs; a mismatch fails the update naming the parameter
+  /// and elements. Costs one extra read of the bytes on both sides and a few control messages per update.
+  std::optional<bool> verify;
   /// The node this worker is on, for the planner (WB_NODE, -1: this machine). Workers of one node share
   /// fast links; the trainers and the rollouts of one machine always count as different nodes.
   std::optional<int> node;
@@ -106,14 +112,23 @@ struct LinkTraffic {
   std::int64_t batches = 0;
 };
 
+/// One transfer this worker took part in.
+struct UpdateRecord {
+  std::uint64_t version = 0;
+  std::int64_t bytes_written = 0;  // by this worker's one-sided writes for this version (also when it failed)
+  bool completed = false;          // its part of the transfer finished (false: the update failed)
+};
+
 struct AdapterStats {
   std::uint64_t version = 0;               // sender: last sent; receiver: installed
   std::vector<StallInterval> stalls;       // one per update this worker stalled for, in order
+  std::vector<UpdateRecord> history;       // one per transfer this worker took part in, in order
   std::int64_t updates = 0;                // transfers this worker took part in
   std::int64_t bytes_written = 0;          // by its one-sided writes, all updates
   std::int64_t bytes_assembled = 0;        // into its parameters (or receiver staging), all updates
   std::int64_t registrations = 0;          // memory registrations: all made at connect
-  std::int64_t staging_bytes = 0;          // host staging this worker holds
+  std::int64_t staging_bytes = 0;          // host staging: the bytes the plan reads (sender) or writes
+                                           // (receiver) here, not whole parameters
   std::vector<LinkTraffic> traffic;        // per transport and peer, all updates
 };
 
@@ -124,7 +139,9 @@ class SenderAdapter {
  public:
   SenderAdapter(MPI_Comm world, MPI_Comm trainer_comm, ParameterSet params, std::vector<TensorInfo> checkpoint_tensors,
                 LoadWeightsFn load_weights, AdapterOptions options = {});
-  ~SenderAdapter();  // shuts down when connected and healthy
+  /// Shuts down when connected and healthy. Destroyed by an exception unwinding past it, it tells every
+  /// peer that this trainer left, so they fail at once (naming it) instead of after a timeout.
+  ~SenderAdapter();
   SenderAdapter(const SenderAdapter&) = delete;
   SenderAdapter& operator=(const SenderAdapter&) = delete;
 
@@ -163,16 +180,27 @@ struct PollResult {
     kInstalled,  // `version` is now in the parameters
     kShutdown,   // the trainers closed the connection; stop polling
     kFailed,     // `status` says why; the adapter stays failed
+    kAborted,    // the update to `aborted_version` failed after before_update_hook(aborted_version) ran:
+                 // undo what the hook did (e.g. resume the scheduler); `status` says why. Returned once;
+                 // the adapter stays failed (later calls return kFailed).
   };
   Event event = Event::kNone;
   std::uint64_t version = 0;  // the version installed in the parameters after this call
   Status status;
+  /// kAborted: the version given up.
+  std::uint64_t aborted_version = 0;
+  /// kFailed and kAborted: the parameters still hold `version`, complete, and may serve. False only
+  /// without receiver staging, when the failed update had already written part of the aborted version
+  /// into the parameters: they must be reloaded (e.g. with load_weights from a checkpoint) before use.
+  bool parameters_intact = true;
 };
 
 const char* poll_event_name(PollResult::Event event);
 
 /// Called on every rollout worker once per version, before that version is installed, with the
-/// parameters still holding the previous version (e.g. to flush a KV cache or pause a scheduler).
+/// parameters still holding the previous version (e.g. to flush a KV cache or pause a scheduler). When the
+/// update fails after it ran, poll_requests returns kAborted for that version. An exception it throws
+/// fails the update on every worker of every engine, naming this worker.
 using BeforeUpdateHook = std::function<void(std::uint64_t version)>;
 
 /// Rollout side. `engine_comm` holds the ranks of one engine (one model replica); every rank of the
@@ -181,6 +209,8 @@ class ReceiverAdapter {
  public:
   ReceiverAdapter(MPI_Comm world, MPI_Comm engine_comm, ParameterSet params, LoadWeightsFn load_weights,
                   AdapterOptions options = {}, BeforeUpdateHook before_update_hook = {});
+  /// Destroyed while connected and before the trainers shut down (an exception, or an engine that stops
+  /// serving), it tells every peer that this worker left, so they fail at once naming it.
   ~ReceiverAdapter();
   ReceiverAdapter(const ReceiverAdapter&) = delete;
   ReceiverAdapter& operator=(const ReceiverAdapter&) = delete;

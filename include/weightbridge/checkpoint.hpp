@@ -1,9 +1,11 @@
 // Checkpoints: the canonical full model, named tensors in Hugging Face naming and shapes.
 //
 // Readers give the tensor list and read one tensor, or one box of it, without loading the rest.
-// Formats: HDF5 (one dataset per tensor; bf16, f16 and fp8 stored as unsigned integers of the same width
-// with a `dtype` attribute) and safetensors (single file, or the multi-file form with
-// model.safetensors.index.json), read through mmap.
+// Formats (README, "Checkpoint files"): HDF5 (one dataset per tensor at the root; the dtype from the
+// dataset's own type, and for bf16, f16 and fp8 bits in integers of the same width a string attribute
+// `dtype` naming the format) and safetensors (single file, or the multi-file form with
+// model.safetensors.index.json, shards inside its directory), read through mmap. Tensors may differ in
+// dtype one by one. Only regular files are opened; names defined twice are refused.
 #pragma once
 
 #include <cstdint>

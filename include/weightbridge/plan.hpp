@@ -49,29 +49,65 @@ enum class Stage : std::uint8_t {
 inline constexpr int kStageCount = 3;
 const char* stage_name(Stage stage);  // "receive", "external exchange", "internal exchange"
 
+/// How the external exchange reaches the nodes that need an atom (PlanOptions::relay_fan_out).
+inline constexpr int kRelayChoose = 0;     // simulate fan-outs 16, 8 and 4 (all-to-all in groups they reach in one
+                                           // hop, relay trees beyond), keep the fastest
+inline constexpr int kRelayAllToAll = -1;  // every lander takes the piece straight from the origin
+
 struct PlanOptions {
   /// Transfer-buffer memory per worker, all pipeline slots together (send and receive buffers).
   std::int64_t buffer_bytes_per_worker = std::int64_t{1} << 30;
   int pipeline_depth = 2;                         // round buffers in flight per worker (double buffering)
   int min_rounds = 8;                             // at least this many rounds, so the stages overlap
   /// Atoms are cut into pieces of about this size, the unit of balancing; 0 chooses it from the model
-  /// size and worker count (between 512 B and 4 MiB).
+  /// size and the number of distinct roles (between 512 B and 16 MiB), not from the replica count.
   std::int64_t piece_bytes = 0;
+  /// External exchange: kRelayChoose, kRelayAllToAll (whatever the group size), or F >= 1: relay trees in
+  /// which a node forwards to at most F others per round, wherever more than F + 1 nodes need an atom (fewer
+  /// take it all-to-all).
+  int relay_fan_out = kRelayChoose;
+  /// Memory the planner may take (its own structures and the schedules it builds, as estimated before
+  /// planning); 0: no limit. A plan that would need more is refused with the estimate and the limit.
+  std::int64_t memory_limit_bytes = 0;
+};
+
+/// A relay tree over the nodes that need an atom, by position in a segment's landers (ascending node
+/// order): the root takes the piece from the trainer; every other position takes it from its parent. A
+/// position at depth d > 1 takes it d - 1 rounds after the segment's round, from a parent that forwards in
+/// that round what it received in the round before (a relay write, lag 1).
+struct RelayTree {
+  static constexpr std::uint16_t kRoot = UINT16_MAX;
+  std::vector<std::uint16_t> parent;  // per position; kRoot for the root
+  std::vector<std::uint8_t> depth;    // per position: hops from the root
+  int height = 0;                     // the largest depth
 };
 
 /// One piece of an atom on its way to every worker that needs it. It leaves one trainer worker (the
 /// sender) once, lands on one rollout worker of every node that needs it (the landers, one per node, in
-/// ascending node order), of which the origin lander receives it from the trainer and forwards it to the
-/// other landers (external exchange); every lander hands it to the other workers of its node that need it
-/// (internal exchange).
+/// ascending node order), of which the origin lander receives it from the trainer; the external exchange
+/// brings it to the other landers, straight from the origin (all-to-all) or along a relay tree; every
+/// lander hands it to the other workers of its node that need it (internal exchange) in the round it
+/// lands.
 struct Segment {
+  static constexpr std::uint32_t kAllToAll = UINT32_MAX;
   std::uint32_t atom = 0;          // index into Correspondence::atoms
   Box box;                         // inside the atom's box, checkpoint coordinates
-  std::uint32_t round = 0;
+  std::uint32_t round = 0;         // the round the trainer sends it in
   std::uint32_t sender = 0;        // index into the atom's holders
   std::uint32_t first_lander = 0;  // into TransferPlan::landers: indices into the atom's needers
   std::uint16_t lander_count = 0;  // nodes that need the atom
   std::uint16_t origin = 0;        // which of the landers receives from the trainer (0 .. lander_count-1)
+  std::uint32_t relay = kAllToAll; // kAllToAll, or an index into TransferPlan::relay_trees (rooted at origin)
+};
+
+/// One way of running the external exchange that the planner simulated (kRelayChoose), with its result.
+struct ExchangeCandidate {
+  std::string shape;          // "all-to-all" or "relay trees, fan-out F"
+  int fan_out = 0;            // largest number of nodes one node forwards a piece to
+  int height = 1;             // hops of the deepest relay tree (1: all-to-all)
+  int rounds = 0;
+  double simulated_seconds = 0;
+  bool chosen = false;
 };
 
 struct TransferPlan {
@@ -79,8 +115,11 @@ struct TransferPlan {
   int pipeline_depth = 2;
   std::vector<Segment> segments;        // sorted by round, then by route
   std::vector<std::uint32_t> landers;   // see Segment
+  std::vector<RelayTree> relay_trees;   // see Segment::relay
   Topology topology;                    // as planned for
   LowerBound bound;
+  std::string exchange = "all-to-all";  // the external exchange's shape, as ExchangeCandidate::shape
+  std::vector<ExchangeCandidate> candidates;  // what the planner simulated to choose it (may be empty)
 
   // Traffic tallies (bytes), filled by the planner. Inter-node traffic counts the receive and external
   // exchange stages; intra-node the internal exchange.
@@ -97,10 +136,24 @@ struct TransferPlan {
   std::span<const std::uint32_t> landers_of(const Segment& segment) const {
     return {landers.data() + segment.first_lander, segment.lander_count};
   }
+  /// Hops from the origin to lander position k of `segment` (0 for the origin itself).
+  int lander_depth(const Segment& segment, std::size_t k) const {
+    if (k == segment.origin) return 0;
+    return segment.relay == Segment::kAllToAll ? 1 : relay_trees[segment.relay].depth[k];
+  }
+  /// The lander position that forwards `segment` to position k (k must not be the origin).
+  std::size_t lander_parent(const Segment& segment, std::size_t k) const {
+    return segment.relay == Segment::kAllToAll ? segment.origin : relay_trees[segment.relay].parent[k];
+  }
+  /// The round in which lander position k receives `segment` (and hands it on inside its node).
+  std::uint32_t landing_round(const Segment& segment, std::size_t k) const {
+    const int depth = lander_depth(segment, k);
+    return segment.round + static_cast<std::uint32_t>(depth > 1 ? depth - 1 : 0);
+  }
 };
 
-/// PlanOptions with buffer_bytes_per_worker and pipeline_depth from the settings buffer_mib and
-/// pipeline_depth (WB_BUFFER_MIB, --buffer-mib; WB_PIPELINE_DEPTH, --pipeline-depth). Throws on values out of range.
+/// PlanOptions from the settings buffer_mib, pipeline_depth, relay_fan_out and plan_memory_mib (WB_* variables,
+/// --buffer-mib etc.). Throws on values out of range.
 PlanOptions plan_options_from_settings();
 
 /// The network the planner, T_min and the simulator assume, from the settings node_gbps, intra_gbps and
@@ -112,8 +165,15 @@ struct NetworkSettings {
 };
 NetworkSettings network_from_settings();
 
-/// Plans the transfer (trainer de-duplication, rollout de-duplication in three stages, balance, rounds).
-/// Throws wb::Error when a piece cannot fit the buffer budget, naming the tensor.
+/// What planning `correspondence` on `topology` would take in memory, estimated from the pieces and the
+/// round count it implies, before anything is allocated: the planner's own structures and every rank's
+/// round schedule (built one at a time, serialized kept).
+std::int64_t estimate_plan_memory(const Correspondence& correspondence, const Topology& topology, const PlanOptions& options);
+
+/// Plans the transfer (trainer de-duplication, rollout de-duplication in three stages, relays, balance,
+/// rounds). Throws wb::Error when a piece cannot fit the buffer budget, naming the tensor, and
+/// (kUnsupported) when the estimated memory exceeds options.memory_limit_bytes or an allocation fails,
+/// with the estimate and the limit.
 TransferPlan plan_transfer(const Correspondence& correspondence, const Topology& topology, const PlanOptions& options);
 
 }  // namespace wb

@@ -12,19 +12,28 @@
 
 namespace wb {
 
-/// `bytes` written by worker `from` to worker `to` as `messages` one-sided writes.
+/// `bytes` written by worker `from` to worker `to` as `messages` one-sided writes. A relay transfer (lag 1)
+/// forwards what `from` received in the round before.
 struct Transfer {
   int from = 0;
   int to = 0;
   std::int64_t bytes = 0;
   std::int32_t messages = 1;
+  std::uint8_t lag = 0;
 };
 
-/// Rounds × stages of transfers. Stage s of round r starts when stage s-1 of round r and stage s of round
-/// r-1 are done; round r starts when round r - pipeline_depth is done (its buffers are free again).
+/// Rounds × stages of transfers. Stage s of round r starts when stage s-1 of round r (or the stages of
+/// round r that stage_after names) and stage s of round r-1 are done; round r starts when round r -
+/// pipeline_depth is done (its buffers are free again). Relays add two conditions: a relay transfer of
+/// round r waits for every stage of round r - 1 in which its sender received from another node (it
+/// forwards only what has fully arrived over the network), and a stage of round r that writes into a
+/// worker which relays in round r - depth + 1 waits for those relays (they read the slot round r reuses).
 struct TrafficSchedule {
   std::string strategy;                                   // "weightbridge", "broadcast", "p2p"
   std::vector<std::string> stage_names;
+  /// Per stage, the stages of the same round it starts after, as bits (at most 8 stages); empty: each
+  /// stage after the one before it.
+  std::vector<std::uint8_t> stage_after;
   int pipeline_depth = 2;
   std::vector<std::vector<std::vector<Transfer>>> rounds;  // [round][stage] -> transfers
 };
@@ -50,17 +59,23 @@ struct SimulationResult {
 /// bytes / bandwidth + messages × message_latency seconds of work; concurrently active tasks share a link
 /// fairly (processor sharing), and a task is done when its work on every link is. Throws wb::Error
 /// (kInvalidArgument) on a worker outside topology.node_of_worker, a round with more stages than names,
-/// pipeline_depth < 1, or non-positive bandwidths.
+/// pipeline_depth < 1, non-positive bandwidths, a lag other than 0 or 1, a relay transfer in round 0, with
+/// a pipeline depth of 1, or in a schedule of more than 8 stages, or a stage_after that does not fit the
+/// stages or makes a cycle.
 /// StageSummary::bytes sums the stage's transfers between distinct workers (each counted once, not once per
 /// link); busiest_link_bytes is that link's bytes in the stage over all rounds.
 SimulationResult simulate(const TrafficSchedule& schedule, const Topology& topology);
 
 /// The WeightBridge plan as traffic: per round and stage, the bytes between every pair of workers, one
 /// message per pair (the executor coalesces a round's bytes for one peer). Receive: sender -> origin
-/// lander; external exchange: origin lander -> every other lander; internal exchange: every lander -> each
-/// other distinct needer worker on its node, the node taken from plan.topology. A plan whose topology is
-/// empty is accepted only when every needer is a lander (no internal exchange). Throws wb::Error
-/// (kInvalidArgument) on an index out of range, naming the segment.
+/// lander; external exchange: to every other lander at depth 1 from the origin; relay (a fourth stage,
+/// only in plans that relay): to a lander at depth d > 1 from its relay tree parent, d - 1 rounds later,
+/// after nothing else in its round (the executor posts relays once the round before has arrived);
+/// internal exchange (after the external exchange and the relays): every lander -> each other distinct
+/// needer worker on its node, in the round it landed, the node taken from plan.topology. A
+/// plan whose topology is empty is accepted only when every needer is a lander (no internal exchange).
+/// Throws wb::Error (kInvalidArgument) on an index out of range or a relay tree that does not fit its
+/// segment, naming the segment.
 TrafficSchedule traffic_of(const Correspondence& correspondence, const TransferPlan& plan);
 
 struct BaselineOptions {

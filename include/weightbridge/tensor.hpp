@@ -63,6 +63,9 @@ struct TensorView {
 
   /// The elements [start, start + length) along `axis`; throws when out of range.
   TensorView narrow(int axis, std::int64_t start, std::int64_t length) const;
+  /// The slice at `index` along `axis`, that axis dropped (one expert of a stacked [experts, rows, cols]
+  /// tensor is select(0, e)); throws when out of range.
+  TensorView select(int axis, std::int64_t index) const;
   /// The elements inside `box`; throws when it does not fit.
   TensorView box(const Box& box) const;
   /// Axis i of the result is axis order[i] of this view (order is a permutation).

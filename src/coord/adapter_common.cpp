@@ -1,6 +1,11 @@
 #include "coord/adapter_common.hpp"
 
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
 #include "weightbridge/checks.hpp"
+#include "weightbridge/log.hpp"
 
 namespace wb::coord {
 namespace {
@@ -17,31 +22,34 @@ const char* thread_level_name(int level) {
 
 }  // namespace
 
-AdapterBase::AdapterBase(MPI_Comm world_comm, MPI_Comm group_comm, bool trainer, ParameterSet parameters,
+AdapterBase::AdapterBase(MPI_Comm world_comm, MPI_Comm group_comm_in, bool trainer, ParameterSet parameters,
                          LoadWeightsFn load, const AdapterOptions& adapter_options)
     : params(std::move(parameters)), load_weights(std::move(load)) {
   options = resolve_options(adapter_options);
   const bool stages = trainer ? options.sender_staging : options.receiver_staging;
   int level = MPI_THREAD_SINGLE;
   WB_CHECK_MPI(MPI_Query_thread(&level));
-  WB_CHECK_MPI(MPI_Comm_dup(world_comm, &world));
-  WB_CHECK_MPI(MPI_Comm_dup(group_comm, &group));
-  roles = exchange_roles(world, group, trainer);
+  world = duplicate(world_comm);
+  group_comm = duplicate(group_comm_in);
+  roles = exchange_roles(world, group_comm, trainer, options.timeout_seconds);
+  faults = std::make_unique<FaultChannel>(world, roles);
+  group = std::make_unique<Group>(group_comm, roles, trainer ? "the trainers" : "engine " + std::to_string(roles.engine));
   // Agreed, so that every rank fails alike instead of some waiting for the others.
   Status usable;
-  const std::string who = describe_worker(roles, roles.world_rank) + ": ";
   for (const Parameter& p : params)
     if (usable && (p.view.memory != MemoryKind::kHost || !p.view.is_contiguous()))
-      usable = Status(ErrorCode::kUnsupported, who + "parameter " + p.name +
+      usable = Status(ErrorCode::kUnsupported, who() + ": parameter " + p.name +
                                                    " is not contiguous host memory, which the adapters need so far");
-  if (usable && !load_weights) usable = Status(ErrorCode::kInvalidArgument, who + "load_weights is empty");
+  if (usable && !load_weights) usable = Status(ErrorCode::kInvalidArgument, who() + ": load_weights is empty");
   if (usable && stages && level < MPI_THREAD_MULTIPLE)
     usable = Status(ErrorCode::kUnsupported,
-                    who + (trainer ? "sender" : "receiver") +
+                    who() + ": " + (trainer ? "sender" : "receiver") +
                         " staging runs the transfer on a background thread and needs MPI_THREAD_MULTIPLE, but MPI "
                         "was initialized with " + thread_level_name(level) + " (use MPI_Init_thread)");
-  throw_if_error(agree(usable, world, options.timeout_seconds, "adapter construction"));
-  clock_offset = measure_clock_offset(world, options.timeout_seconds);
+  Group job(world, roles, "the job", false);
+  throw_if_error(job.step(usable, waiter(), *faults, "constructing the adapters"));
+  clock_offset = measure_clock_offset(world, roles, options.timeout_seconds);
+  group->set_clock_offset(clock_offset);
 }
 
 AdapterBase::~AdapterBase() {
@@ -52,17 +60,103 @@ AdapterBase::~AdapterBase() {
   // acknowledgement nobody waits for) would then be delivered to that communicator's receives.
 }
 
+Waiter AdapterBase::waiter() const {
+  Waiter w;
+  w.timeout = options.timeout_seconds;
+  AdapterBase* self = const_cast<AdapterBase*>(this);
+  w.service = [self](bool interruptible) { return self->service(interruptible); };
+  return w;
+}
+
+Status AdapterBase::service(bool interruptible) {
+  // While a transfer runs on the background thread, it answers queries (it can say what it waits for).
+  const bool transferring = thread.active() && !thread.finished();
+  Status status = faults->poll(nullptr, !transferring);
+  return interruptible ? status : Status::ok();
+}
+
+Status AdapterBase::give_up(Status status, const std::string& context) {
+  if (status) return status;
+  // A peer that left makes this rank's operations fail too (a write into memory it released, a timeout);
+  // its notice, the cause, may be a moment behind: it gets that moment.
+  Status known = faults->poll();
+  for (const double until = local_seconds() + std::min(0.2, 0.1 * options.timeout_seconds); known && local_seconds() < until;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    known = faults->poll();
+  }
+  if (!known) return fail(known);
+  return fail(context.empty() ? status : Status(status.code(), context + status.message()));
+}
+
 Status AdapterBase::fail(Status status) {
-  if (failure.is_ok()) failure = std::move(status);
+  if (failure.is_ok()) {
+    failure = std::move(status);
+    faults->announce(failure, group->first_incomplete());
+    faults->raise(failure);  // a transfer still running on the background thread stops too
+  }
   return failure;
+}
+
+void AdapterBase::announce_departure(const std::string& why) {
+  if (!failure.is_ok() || shut_down || !connection) return;
+  const Status gone(ErrorCode::kInternal, who() + " left: " + why);
+  faults->announce(gone, group->first_incomplete());
+  faults->raise(gone);  // its own background transfer stops too
+  // The notices are eager sends; a moment of progress lets them leave before the process may exit.
+  const double until = local_seconds() + 0.05;
+  while (local_seconds() < until) (void)faults->poll();
+}
+
+void AdapterBase::connected(Connection established) {
+  connection.emplace(std::move(established));
+  faults->add_neighbours(connection->executor->schedule().peers);
+  refresh_stats();
+}
+
+void AdapterBase::refresh_stats() {
+  if (connection && !thread.active()) executor_stats = connection->executor->stats();
+}
+
+Status AdapterBase::run_transfer(std::uint64_t v) {
+  RoundExecutor& executor = *connection->executor;
+  const std::int64_t before = executor.stats().bytes_written;
+  const Status status = executor.run_update();
+  history.push_back({v, executor.stats().bytes_written - before, status.is_ok()});
+  refresh_stats();
+  return status;
+}
+
+void AdapterBase::start_background(std::uint64_t v) {
+  RoundExecutor& executor = *connection->executor;
+  background_version = v;
+  background_bytes_before = executor.stats().bytes_written;  // read while no transfer runs
+  thread.start([&executor] { return executor.run_update(); });
+}
+
+Status AdapterBase::claim_background(const std::string& what) {
+  if (!thread.active()) return Status::ok();
+  // No deadline of its own: the transfer ends within the timeout of its last progress (the executor's
+  // deadline), and this wait ends at once on a peer's failure.
+  Waiter w = waiter();
+  w.timeout = kNoDeadline;
+  const Status status = thread.wait(w, what);
+  if (thread.active()) {
+    // Still running: its figures cannot be read now; the update counts as failed.
+    history.push_back({background_version, 0, false});
+    return status;
+  }
+  history.push_back({background_version, connection->executor->stats().bytes_written - background_bytes_before, status.is_ok()});
+  refresh_stats();
+  return status;
 }
 
 AdapterStats AdapterBase::stats() const {
   AdapterStats s;
   s.version = version;
   s.stalls = stalls;
+  s.history = history;
   if (connection) {
-    const ExecutorStats& e = connection->executor->stats();
+    const ExecutorStats& e = executor_stats;
     s.updates = e.updates;
     s.bytes_written = e.bytes_written;
     s.bytes_assembled = e.bytes_assembled;

@@ -1,8 +1,10 @@
-// What the two adapters share: their communicators, roles, clock and the checks at construction.
+// What the two adapters share: their communicators, roles, clock, failure notices, group steps and the
+// checks at construction.
 #pragma once
 
 #include <mpi.h>
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -14,28 +16,59 @@
 namespace wb::coord {
 
 struct AdapterBase {
-  MPI_Comm world = MPI_COMM_NULL;  // duplicates: the adapters' messages never meet the application's
-  MPI_Comm group = MPI_COMM_NULL;
+  MPI_Comm world = MPI_COMM_NULL;       // duplicates: the adapters' messages never meet the application's
+  MPI_Comm group_comm = MPI_COMM_NULL;
   Roles roles;
   ResolvedOptions options;
   ParameterSet params;
   LoadWeightsFn load_weights;
   double clock_offset = 0;
+  std::unique_ptr<FaultChannel> faults;
+  std::unique_ptr<Group> group;          // the trainers, or this rank's engine
   std::optional<Connection> connection;
   Status failure;  // once set, every call returns it
   bool shut_down = false;
   std::vector<StallInterval> stalls;
+  std::vector<UpdateRecord> history;
   std::uint64_t version = 0;
+  ExecutorStats executor_stats;  // copied from the executor whenever no transfer runs (stats() reads it)
+  std::uint64_t background_version = 0;   // the transfer on the background thread
+  std::int64_t background_bytes_before = 0;
   TransferThread thread;
 
-  /// Collective over world. `stages` says whether this side runs transfers on the background thread.
+  /// Collective over world.
   AdapterBase(MPI_Comm world, MPI_Comm group, bool trainer, ParameterSet params, LoadWeightsFn load_weights,
               const AdapterOptions& options);
   ~AdapterBase();
 
   double now() const { return local_seconds() + clock_offset; }
-  /// Records the failure (the first one wins) and returns it.
+  std::string who() const { return describe_worker(roles, roles.world_rank); }
+  /// Every wait of this adapter: the timeout, and the fault channel served while waiting.
+  Waiter waiter() const;
+  /// Answers queries and takes notices; the first failure a peer announced, when `interruptible`.
+  Status service(bool interruptible);
+  /// A failure this rank met in its own work (a transfer, a hook, a wait): it gives up. When a peer's
+  /// failure is already known, that one is the cause and is recorded instead (a peer that gave up makes
+  /// local operations fail too: timeouts, writes into memory it released); otherwise `context` ("version
+  /// 3: ") prefixes this rank's message. A rank that gives up takes no further step of its group: fail()
+  /// announces the first step it did not complete, which ends that step on the others at once.
+  Status give_up(Status status, const std::string& context);
+  /// Records the failure (the first one wins), tells the neighbours, and returns it.
   Status fail(Status status);
+  /// When this adapter goes away without the orderly end (an exception unwinds past it, or a rollout
+  /// stops serving before the trainers shut down), its peers learn it at once instead of after a timeout.
+  void announce_departure(const std::string& why);
+  /// Runs one transfer on this thread and records it (history, statistics).
+  Status run_transfer(std::uint64_t v);
+  /// Starts one transfer on the background thread (staged sides).
+  void start_background(std::uint64_t v);
+  /// Waits for the background transfer and records it; returns early with the failure a peer announced or
+  /// a timeout (the transfer, watching the same notices and deadline, then ends on its own).
+  Status claim_background(const std::string& what);
+  /// Keeps what connect established; its transfer peers hear of this rank's failure first.
+  void connected(Connection established);
+  /// The executor's figures, refreshed when no transfer runs.
+  void refresh_stats();
   AdapterStats stats() const;
 };
 

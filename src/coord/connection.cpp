@@ -1,11 +1,14 @@
 #include "coord/connection.hpp"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
-#include <cstdlib>
+#include <cerrno>
+#include <climits>
 #include <cstring>
 #include <functional>
 #include <map>
-#include <sstream>
 
 #include "weightbridge/checks.hpp"
 #include "weightbridge/correspondence.hpp"
@@ -29,7 +32,11 @@ Setting<bool> sender_staging_setting("sender_staging", false,
 Setting<bool> receiver_staging_setting("receiver_staging", false,
                                        "Rollouts: receive into host staging while generating, install at one step.");
 Setting<double> timeout_setting("timeout_seconds", 120.0,
-                                "Deadline of every wait of the coordinator and the executor, in seconds.");
+                                "Deadline of every wait of the coordinator and the executor, in seconds (0 or inf: "
+                                "none).");
+Setting<bool> verify_setting("verify", false,
+                             "Check every update end to end: digests of what each writer sends, per planned segment, "
+                             "against what each receiver installs; a mismatch fails the update naming the parameter.");
 Setting<std::int64_t> node_setting("node", -1,
                                    "This worker's node for the planner; -1: its machine (trainers and rollouts "
                                    "of one machine count as different nodes).");
@@ -37,9 +44,8 @@ Setting<std::int64_t> node_setting("node", -1,
 // What each worker tells rank 0 about itself, besides its source map.
 struct WorkerConfig {
   std::int64_t trainer = 0, engine = -1, node_key = 0, sender_staging = 0, receiver_staging = 0, buffer_bytes = 0,
-               pipeline_depth = 0;
+               pipeline_depth = 0, verify = 0;
 };
-constexpr int kConfigFields = 7;
 
 // The plan's figures, broadcast from rank 0.
 struct SummaryRecord {
@@ -48,43 +54,123 @@ struct SummaryRecord {
                bytes_per_update = 0, inter_node = 0, nodes = 0;
 };
 
-void broadcast(void* data, int bytes, int root, MPI_Comm comm, double timeout, const std::string& what) {
-  MPI_Request request = MPI_REQUEST_NULL;
-  WB_CHECK_MPI(MPI_Ibcast(data, bytes, MPI_BYTE, root, comm, &request));
-  throw_if_error(wait_for(request, timeout, what));
+// Connect's collectives: non-blocking with the adapters' deadline, so that a rank that never arrives
+// fails the others instead of holding them.
+void broadcast(void* data, std::size_t bytes, int root, const ConnectInput& in, const std::string& what) {
+  if (bytes > static_cast<std::size_t>(INT_MAX))
+    throw Error(ErrorCode::kUnsupported, "connect: " + what + " takes " + std::to_string(bytes) + " bytes, more than an MPI count");
+  OperationPtr op = make_operation(bytes);
+  std::memcpy(op->out.data(), data, bytes);
+  WB_CHECK_MPI(MPI_Ibcast(op->out.data(), static_cast<int>(bytes), MPI_BYTE, root, in.world, &op->request));
+  throw_if_error(wait_for(op, in.waiter, false, "connect: " + what));
+  std::memcpy(data, op->out.data(), bytes);
 }
 
-std::string worker_prefix(const Roles& roles) { return describe_worker(roles, roles.world_rank) + ": "; }
+// Every rank's bytes on every rank.
+std::vector<std::vector<std::byte>> allgather(const std::vector<std::byte>& mine, const ConnectInput& in, const std::string& what) {
+  const int size = in.roles->world_size;
+  if (mine.size() > static_cast<std::size_t>(INT_MAX))
+    throw Error(ErrorCode::kUnsupported, "connect: " + what + " of " + std::to_string(mine.size()) + " bytes exceeds an MPI count");
+  std::vector<int> counts(static_cast<std::size_t>(size));
+  {
+    const int count = static_cast<int>(mine.size());
+    OperationPtr op = make_operation(sizeof count, sizeof(int) * counts.size());
+    std::memcpy(op->out.data(), &count, sizeof count);
+    WB_CHECK_MPI(MPI_Iallgather(op->out.data(), 1, MPI_INT, op->in.data(), 1, MPI_INT, in.world, &op->request));
+    throw_if_error(wait_for(op, in.waiter, false, "connect: " + what + " (sizes)"));
+    std::memcpy(counts.data(), op->in.data(), op->in.size());
+  }
+  std::vector<int> displacements(counts.size());
+  long long total = 0;
+  for (std::size_t r = 0; r < counts.size(); ++r) {
+    displacements[r] = static_cast<int>(total);
+    total += counts[r];
+  }
+  if (total > INT_MAX)
+    throw Error(ErrorCode::kUnsupported, "connect: " + what + " of all ranks take " + std::to_string(total) +
+                                             " bytes, more than one MPI_Iallgatherv carries");
+  OperationPtr op = make_operation(mine.size(), static_cast<std::size_t>(total));
+  std::copy(mine.begin(), mine.end(), op->out.begin());
+  // The counts and displacements must outlive the operation too: they travel in its input buffer's shadow.
+  auto shape = std::make_shared<std::pair<std::vector<int>, std::vector<int>>>(counts, displacements);
+  WB_CHECK_MPI(MPI_Iallgatherv(op->out.data(), static_cast<int>(mine.size()), MPI_BYTE, op->in.data(), shape->first.data(),
+                               shape->second.data(), MPI_BYTE, in.world, &op->request));
+  const Status status = wait_for(op, in.waiter, false, "connect: " + what);
+  if (!status) {
+    // Abandoned with its operation: the counts stay with it (never freed while MPI may read them).
+    static std::vector<std::shared_ptr<void>>* kept = new std::vector<std::shared_ptr<void>>;
+    kept->push_back(shape);
+    throw Error(status);
+  }
+  std::vector<std::vector<std::byte>> all(counts.size());
+  for (std::size_t r = 0; r < counts.size(); ++r)
+    all[r].assign(op->in.begin() + displacements[r], op->in.begin() + displacements[r] + counts[r]);
+  return all;
+}
+
+// The checkpoint a probe pass offers, with one more check: a name the trainers' tensor list lacks is
+// reported in those words (the probe checkpoint itself only knows the list it was given).
+class TrainersTensors final : public CheckpointReader {
+ public:
+  explicit TrainersTensors(const CheckpointReader& probe) : probe_(probe) {}
+  const std::vector<TensorInfo>& tensors() const override { return probe_.tensors(); }
+  void read_box(std::string_view name, const Box& box, void* destination) const override {
+    if (probe_.find(name) == nullptr)
+      throw Error(ErrorCode::kNotFound, "load_weights reads tensor '" + std::string(name) +
+                                            "', which the trainers' tensor list (checkpoint_tensors, " +
+                                            std::to_string(probe_.tensors().size()) +
+                                            " tensors, given to SenderAdapter) does not have");
+    probe_.read_box(name, box, destination);
+  }
+  std::string source() const override { return "the trainers' checkpoint_tensors (" + probe_.source() + ")"; }
+
+ private:
+  const CheckpointReader& probe_;
+};
+
+// World rank 0, once: the parameters load_weights never writes (a rotary cache, say) keep their own
+// contents at every update; said once, so nobody wonders, with the names at debug level.
+void report_untouched(const std::vector<SourceMap>& maps, const Roles& roles) {
+  std::size_t count = 0, workers = 0;
+  for (std::size_t r = 0; r < maps.size(); ++r) {
+    std::vector<bool> written(maps[r].parameters.size(), false);
+    for (const SliceCopy& copy : maps[r].copies)
+      if (copy.parameter < written.size()) written[copy.parameter] = true;
+    std::string names;
+    std::size_t here = 0;
+    for (std::size_t p = 0; p < written.size(); ++p)
+      if (!written[p]) {
+        ++here;
+        names += (names.empty() ? "" : ", ") + maps[r].parameters[p].name;
+      }
+    if (here == 0) continue;
+    count += here;
+    ++workers;
+    WB_LOG(kDebug) << describe_worker(roles, static_cast<int>(r)) << ": load_weights never writes " << names;
+  }
+  if (count > 0) {
+    WB_LOG(kInfo) << "connect: " << count << " parameters on " << workers
+                  << " workers are never written by their load_weights (e.g. rotary caches); the transfers leave them "
+                     "alone (WB_LOG_LEVEL=debug names them)";
+  }
+}
 
 }  // namespace
-
-std::string seconds_text(double seconds) {
-  std::ostringstream out;
-  out << seconds << " s";
-  return out.str();
-}
-
-std::string describe_worker(const Roles& roles, int world_rank) {
-  const int engine = roles.engine_of_rank.empty() ? -1 : roles.engine_of_rank[static_cast<std::size_t>(world_rank)];
-  if (engine < 0) return "trainer (world rank " + std::to_string(world_rank) + ")";
-  return "rollout engine " + std::to_string(engine) + " (world rank " + std::to_string(world_rank) + ")";
-}
 
 ResolvedOptions resolve_options(const AdapterOptions& options) {
   ResolvedOptions resolved;
   resolved.sender_staging = options.sender_staging.value_or(*sender_staging_setting);
   resolved.receiver_staging = options.receiver_staging.value_or(*receiver_staging_setting);
+  resolved.verify = options.verify.value_or(*verify_setting);
   const PlanOptions planned = plan_options_from_settings();
   resolved.buffer_bytes = options.buffer_bytes.value_or(planned.buffer_bytes_per_worker);
   resolved.pipeline_depth = options.pipeline_depth.value_or(planned.pipeline_depth);
-  resolved.timeout_seconds = options.timeout_seconds.value_or(*timeout_setting);
+  resolved.timeout_seconds = normalize_timeout(options.timeout_seconds.value_or(*timeout_setting));
   resolved.node = options.node.value_or(static_cast<int>(*node_setting));
   if (resolved.buffer_bytes < 4096)
     throw Error(ErrorCode::kInvalidArgument, "buffer_bytes " + std::to_string(resolved.buffer_bytes) + " is below 4 KiB");
   if (resolved.pipeline_depth < 1 || resolved.pipeline_depth > 64)
     throw Error(ErrorCode::kInvalidArgument, "pipeline_depth " + std::to_string(resolved.pipeline_depth) + " is not in 1..64");
-  if (!(resolved.timeout_seconds > 0))
-    throw Error(ErrorCode::kInvalidArgument, "timeout_seconds must be positive");
   if (options.transport) {
     resolved.transport = *options.transport;
     (void)choose_transport(true, MemoryKind::kHost, resolved.transport);  // refuses an unknown name now
@@ -92,36 +178,125 @@ ResolvedOptions resolve_options(const AdapterOptions& options) {
   return resolved;
 }
 
-void Staging::Free::operator()(std::byte* p) const { std::free(p); }
-
-Staging::Staging(const ParameterSet& params, const std::vector<bool>& used) {
-  copies_.resize(params.size());
-  for (std::size_t p = 0; p < params.size(); ++p) {
-    if (!used[p]) continue;
-    const std::size_t bytes = params[p].view.nbytes();
-    const std::size_t rounded = std::max<std::size_t>(64, (bytes + 63) / 64 * 64);
-    copies_[p].reset(static_cast<std::byte*>(std::aligned_alloc(64, rounded)));
-    if (!copies_[p]) throw Error(ErrorCode::kSystem, "cannot allocate " + std::to_string(bytes) + " bytes of staging");
-    std::memcpy(copies_[p].get(), params[p].view.data, bytes);
-    bytes_ += static_cast<std::int64_t>(bytes);
+std::vector<ByteRanges> touched_ranges(const std::vector<BufferCopy>& copies, std::size_t parameters) {
+  std::vector<ByteRanges> ranges(parameters);
+  struct Axis {
+    std::int64_t extent, stride;
+  };
+  std::vector<Axis> axes;
+  for (const BufferCopy& c : copies) {
+    if (c.copy.parameter >= parameters || c.copy.box.numel() == 0) continue;
+    // The elements a copy touches do not depend on the order of its axes: outermost (largest stride)
+    // first, merged where one axis continues the next, leaves contiguous runs along the innermost.
+    axes.clear();
+    for (std::size_t a = 0; a < c.copy.box.extent.size(); ++a)
+      if (c.copy.box.extent[a] > 1) axes.push_back({c.copy.box.extent[a], c.copy.strides[a]});
+    std::sort(axes.begin(), axes.end(), [](const Axis& x, const Axis& y) { return x.stride > y.stride; });
+    for (std::size_t a = axes.size(); a-- > 1;)
+      if (axes[a - 1].stride == axes[a].stride * axes[a].extent) {
+        axes[a - 1] = {axes[a - 1].extent * axes[a].extent, axes[a].stride};
+        axes.erase(axes.begin() + static_cast<std::ptrdiff_t>(a));
+      }
+    std::int64_t run = 1;
+    if (!axes.empty() && axes.back().stride == 1) {
+      run = axes.back().extent;
+      axes.pop_back();
+    }
+    const std::int64_t element = c.element_bytes;
+    ByteRanges& out = ranges[c.copy.parameter];
+    std::vector<std::int64_t> index(axes.size(), 0);
+    for (;;) {
+      std::int64_t at = c.copy.offset;
+      for (std::size_t a = 0; a < axes.size(); ++a) at += index[a] * axes[a].stride;
+      out.emplace_back(at * element, (at + run) * element);
+      std::size_t a = axes.size();
+      for (; a-- > 0;) {
+        if (++index[a] < axes[a].extent) break;
+        index[a] = 0;
+      }
+      if (a == static_cast<std::size_t>(-1)) break;
+    }
   }
+  for (ByteRanges& list : ranges) {
+    std::sort(list.begin(), list.end());
+    std::size_t kept = 0;
+    for (const auto& range : list) {
+      if (kept > 0 && range.first <= list[kept - 1].second)
+        list[kept - 1].second = std::max(list[kept - 1].second, range.second);
+      else
+        list[kept++] = range;
+    }
+    list.resize(kept);
+  }
+  return ranges;
+}
+
+Staging::Staging(const ParameterSet& params, std::vector<ByteRanges> ranges) {
+  copies_.resize(params.size());
+  const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  try {
+    for (std::size_t p = 0; p < params.size() && p < ranges.size(); ++p) {
+      if (ranges[p].empty()) continue;
+      Copy& copy = copies_[p];
+      copy.mapped = (params[p].view.nbytes() + page - 1) / page * page;
+      void* memory = ::mmap(nullptr, copy.mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (memory == MAP_FAILED)
+        throw Error(ErrorCode::kSystem, "cannot reserve " + std::to_string(copy.mapped) + " bytes of staging for parameter " +
+                                            params[p].name + ": " + std::strerror(errno));
+      copy.data = static_cast<std::byte*>(memory);
+      copy.ranges = std::move(ranges[p]);
+      for (const auto& [first, last] : copy.ranges) bytes_ += last - first;
+    }
+  } catch (...) {
+    release();
+    throw;
+  }
+}
+
+Staging::~Staging() { release(); }
+
+Staging::Staging(Staging&& other) noexcept : copies_(std::move(other.copies_)), bytes_(other.bytes_) {
+  other.copies_.clear();
+  other.bytes_ = 0;
+}
+
+Staging& Staging::operator=(Staging&& other) noexcept {
+  if (this != &other) {
+    release();
+    copies_ = std::move(other.copies_);
+    bytes_ = other.bytes_;
+    other.copies_.clear();
+    other.bytes_ = 0;
+  }
+  return *this;
+}
+
+void Staging::release() {
+  for (Copy& copy : copies_)
+    if (copy.data != nullptr) ::munmap(copy.data, copy.mapped);
+  copies_.clear();
+  bytes_ = 0;
 }
 
 void Staging::copy_from(const ParameterSet& params) const {
   for (std::size_t p = 0; p < copies_.size(); ++p)
-    if (copies_[p]) std::memcpy(copies_[p].get(), params[p].view.data, params[p].view.nbytes());
+    for (const auto& [first, last] : copies_[p].ranges)
+      std::memcpy(copies_[p].data + first, static_cast<const std::byte*>(params[p].view.data) + first,
+                  static_cast<std::size_t>(last - first));
 }
 
 void Staging::copy_to(const ParameterSet& params) const {
   for (std::size_t p = 0; p < copies_.size(); ++p)
-    if (copies_[p]) std::memcpy(params[p].view.data, copies_[p].get(), params[p].view.nbytes());
+    for (const auto& [first, last] : copies_[p].ranges)
+      std::memcpy(static_cast<std::byte*>(params[p].view.data) + first, copies_[p].data + first,
+                  static_cast<std::size_t>(last - first));
 }
 
 ParameterMemory Staging::memory(const ParameterSet& params) const {
   ParameterMemory memory;
   for (std::size_t p = 0; p < params.size(); ++p) {
-    const bool staged = p < copies_.size() && copies_[p];
-    memory.data.push_back(staged ? copies_[p].get() : static_cast<std::byte*>(params[p].view.data));
+    const bool staged = p < copies_.size() && copies_[p].data != nullptr;
+    memory.data.push_back(staged ? copies_[p].data : static_cast<std::byte*>(params[p].view.data));
     memory.bytes.push_back(params[p].view.nbytes());
   }
   return memory;
@@ -130,10 +305,13 @@ ParameterMemory Staging::memory(const ParameterSet& params) const {
 Connection establish_connection(const ConnectInput& input) {
   const Roles& roles = *input.roles;
   const ResolvedOptions& options = input.options;
-  const double timeout = options.timeout_seconds;
   const double started = local_seconds();
-  MPI_Comm world = input.world;
   const int rank = roles.world_rank, size = roles.world_size;
+  Group world(input.world, roles, "the job", false);
+  const auto agree = [&](const Status& mine, const std::string& what) {
+    throw_if_error(world.step(mine, input.waiter, *input.faults, "connect: " + what));
+  };
+  const std::string who = describe_worker(roles, rank) + ": ";
 
   // 1. The checkpoint's tensor list, from the trainer leader (a source map with no copies carries it).
   std::vector<TensorInfo> tensors;
@@ -141,10 +319,9 @@ Connection establish_connection(const ConnectInput& input) {
     std::vector<std::byte> bytes;
     if (rank == roles.trainer_leader) bytes = serialize_source_map(SourceMap{*input.checkpoint_tensors, {}});
     std::uint64_t count = bytes.size();
-    broadcast(&count, sizeof count, roles.trainer_leader, world, timeout, "connect: the checkpoint's tensor list");
+    broadcast(&count, sizeof count, roles.trainer_leader, input, "the checkpoint's tensor list");
     bytes.resize(count);
-    broadcast(bytes.data(), static_cast<int>(count), roles.trainer_leader, world, timeout,
-              "connect: the checkpoint's tensor list");
+    broadcast(bytes.data(), count, roles.trainer_leader, input, "the checkpoint's tensor list");
     tensors = deserialize_source_map(bytes).parameters;
   }
 
@@ -152,14 +329,31 @@ Connection establish_connection(const ConnectInput& input) {
   SourceMap map;
   Status probed;
   try {
-    map = probe_source_map(tensors, *input.params, *input.load_weights);
+    const LoadWeightsFn& load = *input.load_weights;
+    map = probe_source_map(tensors, *input.params, [&load](const CheckpointReader& probe, const ParameterSet& p) {
+      load(TrainersTensors(probe), p);
+    });
+  } catch (const Error& error) {
+    probed = Status(error.code() == ErrorCode::kNotFound ? ErrorCode::kNotFound : ErrorCode::kInvalidArgument,
+                    who + "probing load_weights failed: " + error.status().message());
   } catch (const std::exception& error) {
-    probed = Status(ErrorCode::kInvalidArgument, worker_prefix(roles) + "probing load_weights failed: " + error.what());
+    probed = Status(ErrorCode::kInvalidArgument, who + "load_weights threw while probed: " + error.what());
   }
-  throw_if_error(agree(probed, world, timeout, "connect: probing load_weights"));
+  agree(probed, "probing load_weights");
 
   // 3. Source maps and worker configurations to everyone (rank 0 plans; the others check agreement).
-  std::vector<SourceMap> maps = allgather_source_maps(map, world);
+  std::vector<SourceMap> maps;
+  {
+    const std::vector<std::vector<std::byte>> all = allgather(serialize_source_map(map), input, "the source maps");
+    for (std::size_t r = 0; r < all.size(); ++r) {
+      try {
+        maps.push_back(deserialize_source_map(all[r]));
+      } catch (const Error& e) {
+        throw Error(e.code(), "source map received from " + describe_worker(roles, static_cast<int>(r)) + ": " + e.status().message());
+      }
+    }
+  }
+  if (rank == 0) report_untouched(maps, roles);
   WorkerConfig mine;
   mine.trainer = roles.trainer ? 1 : 0;
   mine.engine = roles.engine;
@@ -168,24 +362,37 @@ Connection establish_connection(const ConnectInput& input) {
   mine.receiver_staging = options.receiver_staging;
   mine.buffer_bytes = options.buffer_bytes;
   mine.pipeline_depth = options.pipeline_depth;
+  mine.verify = options.verify;
   std::vector<WorkerConfig> configs(static_cast<std::size_t>(size));
-  WB_CHECK_MPI(MPI_Allgather(&mine, kConfigFields, MPI_INT64_T, configs.data(), kConfigFields, MPI_INT64_T, world));
+  {
+    std::vector<std::byte> bytes(sizeof mine);
+    std::memcpy(bytes.data(), &mine, sizeof mine);
+    const std::vector<std::vector<std::byte>> all = allgather(bytes, input, "the workers' configurations");
+    for (std::size_t r = 0; r < all.size(); ++r) {
+      if (all[r].size() != sizeof(WorkerConfig)) throw Error(ErrorCode::kCorruptData, "connect: a worker configuration of " + std::to_string(all[r].size()) + " bytes");
+      std::memcpy(&configs[r], all[r].data(), sizeof(WorkerConfig));
+    }
+  }
   Connection connection;
   {
-    // One mode for the job: every trainer stages or none does, likewise every rollout.
+    // One mode for the job: every trainer stages or none does, likewise every rollout; verify everywhere or nowhere.
     const WorkerConfig& first_trainer = configs[static_cast<std::size_t>(roles.trainer_leader)];
     const WorkerConfig& first_rollout = configs[static_cast<std::size_t>(roles.engine_leaders.front())];
+    const auto on_off = [](std::int64_t v) { return v ? "on" : "off"; };
     for (int r = 0; r < size; ++r) {
       const WorkerConfig& c = configs[static_cast<std::size_t>(r)];
       if (c.trainer && c.sender_staging != first_trainer.sender_staging)
-        throw Error(ErrorCode::kInvalidArgument, describe_worker(roles, r) + " has sender_staging " +
-                                                     (c.sender_staging ? "on" : "off") + " but trainer rank 0 has it " +
-                                                     (first_trainer.sender_staging ? "on" : "off"));
+        throw Error(ErrorCode::kInvalidArgument, describe_worker(roles, r) + " has sender_staging " + on_off(c.sender_staging) +
+                                                     " but " + describe_worker(roles, roles.trainer_leader) + " has it " +
+                                                     on_off(first_trainer.sender_staging));
       if (!c.trainer && c.receiver_staging != first_rollout.receiver_staging)
-        throw Error(ErrorCode::kInvalidArgument, describe_worker(roles, r) + " has receiver_staging " +
-                                                     (c.receiver_staging ? "on" : "off") + " but " +
-                                                     describe_worker(roles, roles.engine_leaders.front()) + " has it " +
-                                                     (first_rollout.receiver_staging ? "on" : "off"));
+        throw Error(ErrorCode::kInvalidArgument, describe_worker(roles, r) + " has receiver_staging " + on_off(c.receiver_staging) +
+                                                     " but " + describe_worker(roles, roles.engine_leaders.front()) + " has it " +
+                                                     on_off(first_rollout.receiver_staging));
+      if (c.verify != first_trainer.verify)
+        throw Error(ErrorCode::kInvalidArgument, describe_worker(roles, r) + " has verify " + on_off(c.verify) + " but " +
+                                                     describe_worker(roles, roles.trainer_leader) + " has it " +
+                                                     on_off(first_trainer.verify));
     }
     connection.rollouts_stage = first_rollout.receiver_staging != 0;
   }
@@ -204,7 +411,8 @@ Connection establish_connection(const ConnectInput& input) {
       topology.node_bandwidth = network.node_bandwidth;
       topology.intra_node_bandwidth = network.intra_node_bandwidth;
       topology.message_latency = network.message_latency;
-      PlanOptions plan_options;
+      // Rank 0's planner settings (relay fan-out, memory limit); buffers and depth fit every worker's.
+      PlanOptions plan_options = plan_options_from_settings();
       plan_options.buffer_bytes_per_worker = INT64_MAX;
       plan_options.pipeline_depth = 64;
       for (const WorkerConfig& c : configs) {
@@ -218,7 +426,7 @@ Connection establish_connection(const ConnectInput& input) {
       const Correspondence correspondence = build_correspondence(tensors, std::move(maps), std::move(sides));
       const TransferPlan plan = plan_transfer(correspondence, topology, plan_options);
       const RoundScheduleBuilder builder(correspondence, plan);
-      for (int r = 0; r < size; ++r) serialized.push_back(serialize_round_schedule(builder.build(r)));
+      serialized = serialize_round_schedules(builder, size);  // on this node's cores
       summary.t_min = plan.bound.t_min_seconds;
       summary.simulated = simulate(traffic_of(correspondence, plan), plan.topology).ewtt_seconds;
       summary.workers = size;
@@ -240,34 +448,100 @@ Connection establish_connection(const ConnectInput& input) {
       for (const LowerBound::RolloutNode& node : plan.bound.rollout_nodes)
         if (node.node >= 0 && static_cast<std::size_t>(node.node) < node_count) need[static_cast<std::size_t>(node.node)] = node.need_bytes;
       node_figures.insert(node_figures.end(), need.begin(), need.end());
+    } catch (const Error& error) {
+      planned = Status(error.code(), "planning on world rank 0 failed: " + error.status().message());
     } catch (const std::exception& error) {
-      planned = Status(ErrorCode::kInvalidArgument, std::string("planning on world rank 0 failed: ") + error.what());
+      planned = Status(ErrorCode::kInternal, std::string("planning on world rank 0 failed: ") + error.what());
     }
   }
-  throw_if_error(agree(planned, world, timeout, "connect: planning on world rank 0"));
-  broadcast(&summary, sizeof summary, 0, world, timeout, "connect: the plan's summary");
+  agree(planned, "planning on world rank 0");
+  broadcast(&summary, sizeof summary, 0, input, "the plan's summary");
   node_figures.resize(static_cast<std::size_t>(size + 3 * summary.nodes));
-  broadcast(node_figures.data(), static_cast<int>(node_figures.size() * sizeof(std::int64_t)), 0, world, timeout,
-            "connect: the plan's per-node figures");
-  RoundSchedule schedule = scatter_round_schedules(serialized, 0, world);
-  serialized.clear();
+  broadcast(node_figures.data(), node_figures.size() * sizeof(std::int64_t), 0, input, "the plan's per-node figures");
+  RoundSchedule schedule;
+  {
+    // The schedules from rank 0, each rank its own: the sizes, then the bytes.
+    std::vector<int> counts(static_cast<std::size_t>(size), 0), displacements(static_cast<std::size_t>(size), 0);
+    std::vector<std::byte> all;
+    if (rank == 0) {
+      for (int r = 0; r < size; ++r) {
+        const auto& one = serialized[static_cast<std::size_t>(r)];
+        if (all.size() + one.size() > static_cast<std::size_t>(INT_MAX))
+          throw Error(ErrorCode::kUnsupported, "connect: the round schedules take more than one MPI_Scatterv addresses");
+        counts[static_cast<std::size_t>(r)] = static_cast<int>(one.size());
+        displacements[static_cast<std::size_t>(r)] = static_cast<int>(all.size());
+        all.insert(all.end(), one.begin(), one.end());
+      }
+    }
+    serialized.clear();
+    int count = 0;
+    {
+      OperationPtr op = make_operation(sizeof(int) * counts.size(), sizeof count);
+      std::memcpy(op->out.data(), counts.data(), op->out.size());
+      WB_CHECK_MPI(MPI_Iscatter(op->out.data(), 1, MPI_INT, op->in.data(), 1, MPI_INT, 0, input.world, &op->request));
+      throw_if_error(wait_for(op, input.waiter, false, "connect: the round schedules' sizes"));
+      std::memcpy(&count, op->in.data(), sizeof count);
+    }
+    OperationPtr op = make_operation(all.size(), static_cast<std::size_t>(count));
+    std::copy(all.begin(), all.end(), op->out.begin());
+    auto shape = std::make_shared<std::pair<std::vector<int>, std::vector<int>>>(counts, displacements);
+    WB_CHECK_MPI(MPI_Iscatterv(op->out.data(), shape->first.data(), shape->second.data(), MPI_BYTE, op->in.data(), count,
+                               MPI_BYTE, 0, input.world, &op->request));
+    const Status status = wait_for(op, input.waiter, false, "connect: the round schedules");
+    if (!status) {
+      static std::vector<std::shared_ptr<void>>* kept = new std::vector<std::shared_ptr<void>>;
+      kept->push_back(shape);  // MPI may still read them: kept with the abandoned operation
+      throw Error(status);
+    }
+    try {
+      schedule = deserialize_round_schedule(op->in);
+    } catch (const Error& e) {
+      throw Error(e.code(), "round schedule received by " + describe_worker(roles, rank) + ": " + e.status().message());
+    }
+  }
 
-  // 5. Staging for the side that stages: the parameters this rank's schedule packs or assembles.
+  // 5. Staging for the side that stages: the bytes of the parameters this rank's schedule packs from or
+  //    assembles into, nothing else.
   const bool stages = roles.trainer ? options.sender_staging : options.receiver_staging;
   if (stages) {
-    std::vector<bool> used(input.params->size(), false);
+    std::vector<BufferCopy> copies;
     for (const RoundPlan& round : schedule.rounds)
-      for (const BufferCopy& copy : roles.trainer ? round.pack : round.assemble)
-        if (copy.copy.parameter < used.size()) used[copy.copy.parameter] = true;
-    connection.staging = Staging(*input.params, used);
+      for (const BufferCopy& copy : roles.trainer ? round.pack : round.assemble) copies.push_back(copy);
+    connection.staging = Staging(*input.params, touched_ranges(copies, input.params->size()));
+    if (roles.trainer) connection.staging.copy_from(*input.params);
   }
 
   // 6. Buffers, registrations and transport connections, once.
   ExecutorOptions executor_options;
-  executor_options.timeout_seconds = timeout;
+  executor_options.timeout_seconds = options.timeout_seconds;
   executor_options.transport = options.transport;
+  executor_options.verify = options.verify;
+  FaultChannel* faults = input.faults;
+  executor_options.interrupt = [faults](const std::function<WaitState()>& waiting) {
+    if (!waiting) return faults->poll();
+    const FaultChannel::WaitProbe probe = [&waiting] { return waiting(); };
+    return faults->poll(&probe);
+  };
+  // At a timeout, the peers waited on are asked what they wait on, to name the rank that holds it all up.
+  const double trace_seconds = std::min(1.0, 0.5 * options.timeout_seconds);
+  executor_options.explain = [faults, trace_seconds](const std::vector<int>& peers) {
+    faults->set_waits(peers);  // a peer tracing the same hold-up through this rank is sent on to them
+    return faults->trace(peers, trace_seconds);
+  };
+  executor_options.describe_rank = [&roles](int r) { return describe_worker(roles, r); };
+  const ParameterSet* params = input.params;
+  executor_options.describe_element = [params](std::uint32_t p, std::int64_t element) {
+    if (p >= params->size()) return "parameter " + std::to_string(p) + " element " + std::to_string(element);
+    const Shape& shape = (*params)[p].view.shape;
+    Shape index(shape.size(), 0);
+    for (std::size_t a = shape.size(); a-- > 0 && shape[a] > 0;) {
+      index[a] = element % shape[a];
+      element /= shape[a];
+    }
+    return (*params)[p].name + shape_to_string(index);
+  };
   connection.executor = std::make_unique<RoundExecutor>(std::move(schedule), connection.staging.memory(*input.params),
-                                                        world, executor_options);
+                                                        input.world, executor_options);
 
   TransferSummary& s = connection.summary;
   s.workers = static_cast<int>(summary.workers);
@@ -291,7 +565,7 @@ Connection establish_connection(const ConnectInput& input) {
     }
   }
   s.connect_seconds = local_seconds() - started;
-  broadcast(&s.connect_seconds, sizeof s.connect_seconds, 0, world, timeout, "connect: the final handshake");
+  broadcast(&s.connect_seconds, sizeof s.connect_seconds, 0, input, "the final handshake");
   if (rank == 0) {
     WB_LOG(kInfo) << "connected " << size << " workers: M = " << s.model_bytes << " bytes, " << s.rounds
                   << " rounds, T_min " << s.t_min_seconds << " s on the planned topology, connect "

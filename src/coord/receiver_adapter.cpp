@@ -1,7 +1,10 @@
-// The rollout side of the coordinator. Every poll_requests is one small all-reduce over the engine: rank 0
-// contributes the request it found (if any), every rank whether its staged transfer has finished or
-// failed, so that all ranks of the engine take the same decision at the same step.
+// The rollout side of the coordinator. Every poll_requests is one step of the engine (a small all-reduce):
+// rank 0 contributes the request it found (if any), every rank whether its staged transfer has finished,
+// so that all ranks of the engine take the same decision at the same step.
+#include <chrono>
 #include <cstring>
+#include <exception>
+#include <thread>
 
 #include "coord/adapter_common.hpp"
 #include "weightbridge/adapter.hpp"
@@ -20,6 +23,7 @@ const char* poll_event_name(PollResult::Event event) {
     case PollResult::Event::kInstalled: return "installed";
     case PollResult::Event::kShutdown: return "shutdown";
     case PollResult::Event::kFailed: return "failed";
+    case PollResult::Event::kAborted: return "aborted";
   }
   return "unknown";
 }
@@ -29,129 +33,152 @@ struct ReceiverAdapter::State : AdapterBase {
   std::uint64_t receiving = 0;  // version arriving in staging, 0 when none
   bool staged_done = false;     // this rank's part of it has finished, with staged_status
   Status staged_status;
+  bool intact = true;           // the parameters hold `version`, complete
 
   State(MPI_Comm world, MPI_Comm engine, ParameterSet params, LoadWeightsFn load, const AdapterOptions& options,
         BeforeUpdateHook before_update_hook)
       : AdapterBase(world, engine, false, std::move(params), std::move(load), options),
         hook(std::move(before_update_hook)) {}
 
-  std::string who() const { return describe_worker(roles, roles.world_rank); }
+  PollResult failed(const Status& status) {
+    PollResult result{PollResult::Event::kFailed, version, fail(status)};
+    result.parameters_intact = intact;
+    return result;
+  }
 
   // Engine rank 0 tells trainer rank 0 that version v is installed on the whole engine, or why not.
   Status acknowledge(std::uint64_t v, const Status& outcome) {
     if (!roles.leader) return Status::ok();
-    Acknowledgement ack;
-    ack.version = static_cast<std::int64_t>(v);
-    ack.code = static_cast<std::int32_t>(outcome.code());
-    std::strncpy(ack.message, outcome.message().c_str(), sizeof ack.message - 1);
-    MPI_Request request = MPI_REQUEST_NULL;
-    if (MPI_Isend(&ack, sizeof ack, MPI_BYTE, roles.trainer_leader, kAckTag, world, &request) != MPI_SUCCESS)
-      return Status(ErrorCode::kMpi, who() + ": MPI_Isend of the acknowledgement failed");
-    return wait_for(request, options.timeout_seconds, who() + ": the acknowledgement of version " + std::to_string(v));
+    OperationPtr op = make_operation();
+    op->out = encode_status(outcome, static_cast<std::int64_t>(v));
+    WB_TRY_MPI(MPI_Isend(op->out.data(), static_cast<int>(op->out.size()), MPI_BYTE, roles.trainer_leader, kAckTag, world,
+                         &op->request));
+    // Not waited for: trainer rank 0 waits for it (with its deadline), or is gone and never will.
+    abandon(std::move(op));
+    return Status::ok();
   }
 
-  // Hook, install, acknowledge, agreed over the engine. `transfer` writes straight into the parameters
-  // (no staging) or is null (staging: copy the staged version in).
-  PollResult install(std::uint64_t v, RoundExecutor* transfer) {
+  // Hook, install, acknowledge, agreed over the engine. `transfer`: receive straight into the parameters
+  // (no staging); otherwise the staged version is copied in, once every rank of the engine is ready.
+  PollResult install(std::uint64_t v, bool transfer) {
     const double began = now();
+    const std::string what = who() + ": installing version " + std::to_string(v);
+    faults->set_activity(group->first_incomplete(), what + " (before_update_hook)");
     Status status;
     try {
       if (hook) hook(v);
     } catch (const std::exception& error) {
       status = Status(ErrorCode::kInvalidArgument, who() + ": before_update_hook(" + std::to_string(v) + ") threw: " + error.what());
+    } catch (...) {
+      status = Status(ErrorCode::kInvalidArgument, who() + ": before_update_hook(" + std::to_string(v) + ") threw");
     }
-    if (status) {
-      if (transfer != nullptr)
-        status = transfer->run_update();
-      else
-        connection->staging.copy_to(params);
+    const bool hook_failed = !status;
+    if (status && transfer) {
+      faults->set_activity(group->first_incomplete(), what + " (receiving)");
+      const std::int64_t assembled = connection->executor->stats().bytes_assembled;
+      status = run_transfer(v);
+      if (!status) intact = connection->executor->stats().bytes_assembled == assembled;
     }
-    status = agree(status, group, options.timeout_seconds, who() + ": installing version " + std::to_string(v));
+    // Staged, this step decides the install: all ranks copy the version in, or none does. A rank that gave
+    // up does not take it (its announcement ends it on the others).
+    if (status) status = group->step(Status::ok(), waiter(), *faults, what, !transfer);
+    else status = give_up(status, hook_failed ? "" : "version " + std::to_string(v) + ": ");
+    if (status && !transfer) connection->staging.copy_to(params);
     const Status acknowledged = acknowledge(v, status);
     stalls.push_back({v, began, now()});
     if (status && !acknowledged) status = acknowledged;
-    if (!status) return {PollResult::Event::kFailed, version, fail(status)};
+    if (!status) {
+      PollResult result = failed(status);
+      result.event = PollResult::Event::kAborted;
+      result.aborted_version = v;
+      return result;
+    }
     version = v;
     return {PollResult::Event::kInstalled, version, Status::ok()};
   }
 
+  // Engine rank 0: the request that arrived, if any (an update followed by a shutdown is skipped).
+  Status take_request(std::int64_t values[2]) {
+    int found = 0;
+    MPI_Message message = MPI_MESSAGE_NULL;
+    WB_TRY_MPI(MPI_Improbe(roles.trainer_leader, kRequestTag, world, &found, &message, MPI_STATUS_IGNORE));
+    if (!found) return Status::ok();
+    WB_TRY_MPI(MPI_Mrecv(values, 2, MPI_INT64_T, &message, MPI_STATUS_IGNORE));
+    if (static_cast<RequestKind>(values[0]) != RequestKind::kUpdate) return Status::ok();
+    // An update followed by a shutdown was given up by the trainers (they shut down only after every
+    // install, or after a failure): taking it would write into peers that may be gone.
+    WB_TRY_MPI(MPI_Improbe(roles.trainer_leader, kRequestTag, world, &found, &message, MPI_STATUS_IGNORE));
+    if (found) {
+      WB_TRY_MPI(MPI_Mrecv(values, 2, MPI_INT64_T, &message, MPI_STATUS_IGNORE));
+      return Status::ok();
+    }
+    // Tell trainer rank 0 that this engine took the update (names silent engines when one fails).
+    OperationPtr note = make_operation(sizeof(std::int64_t));
+    std::memcpy(note->out.data(), &values[1], sizeof(std::int64_t));
+    WB_TRY_MPI(MPI_Isend(note->out.data(), 1, MPI_INT64_T, roles.trainer_leader, kStartedTag, world, &note->request));
+    abandon(std::move(note));
+    return Status::ok();
+  }
+
   PollResult poll() {
     if (shut_down) return {PollResult::Event::kShutdown, version, Status::ok()};
-    if (!failure.is_ok()) return {PollResult::Event::kFailed, version, failure};
+    if (!failure.is_ok()) return failed(failure);
+    // A peer that gave up: this rank stops here (its engine's next step then ends at once on the others).
+    if (Status noticed = service(true); !noticed) return failed(noticed);
 
     // Rank 0 looks for a request; every rank reports its staged transfer.
-    std::int64_t values[4] = {0, 0, 0, 0};  // request kind, request version, still arriving, failed
+    std::int64_t values[Group::kValues] = {0, 0, 0, 0};  // request kind, request version, still arriving
     if (receiving != 0 && !staged_done && thread.finished()) {
-      staged_status = thread.wait(options.timeout_seconds, who() + ": the staged transfer");
+      staged_status = claim_background(who() + ": receiving version " + std::to_string(receiving));
       staged_done = true;
-    }
-    if (receiving != 0) {
-      values[2] = staged_done ? 0 : 1;
-      values[3] = staged_done && !staged_status ? 1 : 0;
-    }
-    if (roles.leader) {
-      int found = 0;
-      MPI_Status probe;
-      if (MPI_Iprobe(roles.trainer_leader, kRequestTag, world, &found, &probe) != MPI_SUCCESS)
-        return {PollResult::Event::kFailed, version, fail(Status(ErrorCode::kMpi, who() + ": MPI_Iprobe failed"))};
-      if (found && MPI_Recv(values, 2, MPI_INT64_T, roles.trainer_leader, kRequestTag, world, MPI_STATUS_IGNORE) != MPI_SUCCESS)
-        return {PollResult::Event::kFailed, version, fail(Status(ErrorCode::kMpi, who() + ": MPI_Recv of a request failed"))};
-      if (found && static_cast<RequestKind>(values[0]) == RequestKind::kUpdate) {
-        // An update followed by a shutdown was given up by the trainers (they shut down only after every
-        // install, or after a failure): taking it would write into peers that may be gone.
-        std::int64_t next[2] = {0, 0};
-        if (MPI_Iprobe(roles.trainer_leader, kRequestTag, world, &found, &probe) == MPI_SUCCESS && found &&
-            MPI_Recv(next, 2, MPI_INT64_T, roles.trainer_leader, kRequestTag, world, MPI_STATUS_IGNORE) == MPI_SUCCESS) {
-          values[0] = next[0];
-          values[1] = next[1];
-        } else {
-          // Tell trainer rank 0 that this engine took the update (names silent engines when one fails).
-          const std::int64_t taken = values[1];
-          MPI_Request note = MPI_REQUEST_NULL;
-          if (MPI_Isend(&taken, 1, MPI_INT64_T, roles.trainer_leader, kStartedTag, world, &note) == MPI_SUCCESS)
-            (void)wait_for(note, options.timeout_seconds, who() + ": the note that it took an update");
-        }
+      if (!staged_status) {
+        const Status gave_up = give_up(staged_status, "version " + std::to_string(receiving) + ": ");
+        (void)acknowledge(receiving, gave_up);
+        return failed(gave_up);
       }
     }
-    std::int64_t agreed[4] = {0, 0, 0, 0};
-    MPI_Request request = MPI_REQUEST_NULL;
-    if (MPI_Iallreduce(values, agreed, 4, MPI_INT64_T, MPI_MAX, group, &request) != MPI_SUCCESS)
-      return {PollResult::Event::kFailed, version, fail(Status(ErrorCode::kMpi, who() + ": MPI_Iallreduce failed"))};
-    Status status = wait_for(request, options.timeout_seconds, who() + ": the engine's poll_requests step (a rank of the engine stopped polling)");
-    if (!status) return {PollResult::Event::kFailed, version, fail(status)};
+    if (receiving != 0) values[2] = staged_done ? 0 : 1;
+    if (roles.leader) {
+      std::int64_t request[2] = {0, 0};
+      const Status taken = take_request(request);
+      if (!taken) return failed(give_up(taken, ""));
+      values[0] = request[0];
+      values[1] = request[1];
+    }
+    Status status = group->step(Status::ok(), std::span<std::int64_t, Group::kValues>(values), waiter(), *faults,
+                                who() + ": the engine's poll_requests step");
+    if (!status) {
+      if (receiving != 0) (void)acknowledge(receiving, status);
+      return failed(status);
+    }
 
-    // A staged version that every rank has complete (or that failed somewhere) is settled first.
-    if (receiving != 0 && agreed[2] == 0) {
+    // A staged version that every rank has complete is installed first.
+    if (receiving != 0 && values[2] == 0) {
       const std::uint64_t v = receiving;
       receiving = 0;
       staged_done = false;
-      if (agreed[3] != 0) {
-        // Every rank learns the failing rank's reason; rank 0 passes it to the trainers.
-        status = agree(staged_status, group, options.timeout_seconds, who() + ": receiving version " + std::to_string(v));
-        if (status) status = Status(ErrorCode::kInternal, who() + ": a staged transfer failed without a reason");
-        (void)acknowledge(v, status);
-        return {PollResult::Event::kFailed, version, fail(status)};
-      }
-      return install(v, nullptr);
+      return install(v, false);
     }
 
-    const auto kind = static_cast<RequestKind>(agreed[0]);
-    const auto v = static_cast<std::uint64_t>(agreed[1]);
+    const auto kind = static_cast<RequestKind>(values[0]);
+    const auto v = static_cast<std::uint64_t>(values[1]);
     switch (kind) {
       case RequestKind::kNone:
         return {receiving != 0 ? PollResult::Event::kReceiving : PollResult::Event::kNone, version, Status::ok()};
       case RequestKind::kConnect: {
-        if (connection) return {PollResult::Event::kFailed, version, fail(Status(ErrorCode::kInvalidArgument, who() + ": a second connect request"))};
+        if (connection) return failed(Status(ErrorCode::kInvalidArgument, who() + ": a second connect request"));
         ConnectInput input;
         input.world = world;
         input.roles = &roles;
+        input.faults = faults.get();
+        input.waiter = waiter();
         input.params = &params;
         input.load_weights = &load_weights;
         input.options = options;
         try {
-          connection.emplace(establish_connection(input));
+          connected(establish_connection(input));
         } catch (const Error& error) {
-          return {PollResult::Event::kFailed, version, fail(error.status())};
+          return failed(error.status());
         }
         return {PollResult::Event::kConnected, version, Status::ok()};
       }
@@ -160,21 +187,29 @@ struct ReceiverAdapter::State : AdapterBase {
           status = Status(ErrorCode::kInternal, who() + ": update request for version " + std::to_string(v) +
                                                     (connection ? " while at version " + std::to_string(version) : " before connect"));
           (void)acknowledge(v, status);
-          return {PollResult::Event::kFailed, version, fail(status)};
+          return failed(status);
         }
-        RoundExecutor& executor = *connection->executor;
-        if (!options.receiver_staging) return install(v, &executor);
+        if (!options.receiver_staging) return install(v, true);
         receiving = v;
         staged_done = false;
-        thread.start([&executor] { return executor.run_update(); });
+        faults->set_activity(group->first_incomplete(), who() + ": receiving version " + std::to_string(v) + " (staged)");
+        start_background(v);
         return {PollResult::Event::kReceiving, version, Status::ok()};
       }
       case RequestKind::kShutdown:
         shut_down = true;
         return {PollResult::Event::kShutdown, version, Status::ok()};
+      case RequestKind::kAbort: {
+        // The trainers announced why before they sent this; the notice may still be on its way here.
+        Status why;
+        for (const double until = local_seconds() + std::min(1.0, 0.5 * options.timeout_seconds);
+             (why = faults->poll()).is_ok() && local_seconds() < until;)
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        if (why) why = Status(ErrorCode::kInternal, who() + ": the trainers shut down after a failure");
+        return failed(why);
+      }
     }
-    return {PollResult::Event::kFailed, version,
-            fail(Status(ErrorCode::kCorruptData, who() + ": unknown request kind " + std::to_string(agreed[0])))};
+    return failed(Status(ErrorCode::kCorruptData, who() + ": unknown request kind " + std::to_string(values[0])));
   }
 };
 
@@ -183,7 +218,12 @@ ReceiverAdapter::ReceiverAdapter(MPI_Comm world, MPI_Comm engine_comm, Parameter
     : state_(std::make_unique<State>(world, engine_comm, std::move(params), std::move(load_weights), options,
                                      std::move(before_update_hook))) {}
 
-ReceiverAdapter::~ReceiverAdapter() = default;
+ReceiverAdapter::~ReceiverAdapter() {
+  if (state_)
+    state_->announce_departure(std::uncaught_exceptions() > 0
+                                   ? "its ReceiverAdapter was destroyed by an exception"
+                                   : "its ReceiverAdapter was destroyed before the trainers shut down");
+}
 
 PollResult ReceiverAdapter::poll_requests() { return state_->poll(); }
 std::uint64_t ReceiverAdapter::installed_version() const { return state_->version; }

@@ -1,7 +1,11 @@
 // The trainer side of the coordinator. Trainer rank 0 speaks for the trainers: it sends the requests to
 // every engine's rank 0 and collects their acknowledgements; the other trainers learn the outcome through
-// an agreement over trainer_comm, so every trainer returns the same status.
+// a step of the trainer group, so every trainer returns the same status.
+#include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <exception>
+#include <thread>
 
 #include "coord/adapter_common.hpp"
 #include "weightbridge/adapter.hpp"
@@ -14,7 +18,7 @@ using namespace coord;
 
 struct SenderAdapter::State : AdapterBase {
   std::vector<TensorInfo> checkpoint_tensors;
-  bool in_flight = false;           // `version` was sent and not yet acknowledged by every engine
+  bool in_flight = false;              // `version` was sent and not yet acknowledged by every engine
   std::vector<std::uint64_t> started;  // trainer rank 0: last update each engine said it took
   double requested_at = 0;             // when the version in flight was requested
 
@@ -23,94 +27,106 @@ struct SenderAdapter::State : AdapterBase {
       : AdapterBase(world, trainers, true, std::move(params), std::move(load), options),
         checkpoint_tensors(std::move(tensors)) {}
 
-  // Trainer rank 0: one request to every engine's rank 0. Small messages, sent eagerly.
+  std::string about(std::uint64_t v) const { return who() + ": version " + std::to_string(v); }
+
+  // Trainer rank 0: one request to every engine's rank 0. Small messages, not waited for: an engine that
+  // does not take a request fails the update by its deadline, and one that is gone must not hold this one.
   Status send_request(RequestKind kind, std::uint64_t v) {
     if (!roles.leader) return Status::ok();
-    const std::int64_t message[2] = {static_cast<std::int64_t>(kind), static_cast<std::int64_t>(v)};
-    std::vector<MPI_Request> requests(roles.engine_leaders.size(), MPI_REQUEST_NULL);
-    for (std::size_t e = 0; e < requests.size(); ++e)
-      if (MPI_Isend(message, 2, MPI_INT64_T, roles.engine_leaders[e], kRequestTag, world, &requests[e]) != MPI_SUCCESS)
-        return Status(ErrorCode::kMpi, std::string("MPI_Isend of the ") + request_name(kind) + " request to " +
-                                           describe_worker(roles, roles.engine_leaders[e]) + " failed");
-    for (std::size_t e = 0; e < requests.size(); ++e) {
-      Status status = wait_for(requests[e], options.timeout_seconds,
-                               std::string("the ") + request_name(kind) + " request to " +
-                                   describe_worker(roles, roles.engine_leaders[e]));
-      if (!status) return status;
+    for (int leader : roles.engine_leaders) {
+      OperationPtr op = make_operation(2 * sizeof(std::int64_t));
+      const std::int64_t message[2] = {static_cast<std::int64_t>(kind), static_cast<std::int64_t>(v)};
+      std::memcpy(op->out.data(), message, sizeof message);
+      WB_TRY_MPI(MPI_Isend(op->out.data(), 2, MPI_INT64_T, leader, kRequestTag, world, &op->request));
+      abandon(std::move(op));
     }
     return Status::ok();
   }
 
   // Trainer rank 0: the "took update v" notes that have arrived.
-  void take_started_notes() {
+  Status take_started_notes() {
     started.resize(roles.engine_leaders.size(), 0);
     for (std::size_t e = 0; e < roles.engine_leaders.size(); ++e)
       for (;;) {
         int found = 0;
+        MPI_Message message = MPI_MESSAGE_NULL;
+        WB_TRY_MPI(MPI_Improbe(roles.engine_leaders[e], kStartedTag, world, &found, &message, MPI_STATUS_IGNORE));
+        if (!found) break;
         std::int64_t v = 0;
-        if (MPI_Iprobe(roles.engine_leaders[e], kStartedTag, world, &found, MPI_STATUS_IGNORE) != MPI_SUCCESS || !found) break;
-        if (MPI_Recv(&v, 1, MPI_INT64_T, roles.engine_leaders[e], kStartedTag, world, MPI_STATUS_IGNORE) != MPI_SUCCESS) break;
+        WB_TRY_MPI(MPI_Mrecv(&v, 1, MPI_INT64_T, &message, MPI_STATUS_IGNORE));
         started[e] = std::max(started[e], static_cast<std::uint64_t>(v));
       }
+    return Status::ok();
   }
 
-  // Every trainer, after a failed update: trainer rank 0 names the engines that never took it (a rollout
-  // that stopped polling shows up as a peer that stopped granting), and that diagnosis reaches all.
+  // Trainer rank 0, when an update failed on its side: names the engines that never took it (a rollout
+  // that stopped polling shows up as a peer that stopped granting).
   Status diagnose(std::uint64_t v, const Status& cause) {
-    Status diagnosis = cause;
-    if (roles.leader) {
-      take_started_notes();
-      std::string silent;
-      for (std::size_t e = 0; e < roles.engine_leaders.size(); ++e)
-        if (started[e] < v) silent += (silent.empty() ? "" : ", ") + describe_worker(roles, roles.engine_leaders[e]);
-      if (!silent.empty())
-        diagnosis = Status(cause.code(), "trainer: version " + std::to_string(v) + " failed: " + silent +
-                                             " never took it (no poll_requests in the " +
-                                             seconds_text(local_seconds() - requested_at) +
-                                             " since the request); the first error was: " + cause.message());
-    }
-    return agree(diagnosis, group, 2 * options.timeout_seconds + 10, "the diagnosis of version " + std::to_string(v));
+    if (!roles.leader || cause.is_ok()) return cause;
+    if (!take_started_notes()) return cause;
+    std::string silent;
+    for (std::size_t e = 0; e < roles.engine_leaders.size(); ++e)
+      if (started[e] < v) silent += (silent.empty() ? "" : ", ") + engine_name(e);
+    if (silent.empty()) return cause;
+    return Status(cause.code(), silent + " never took it (no poll_requests in the " +
+                                    seconds_text(local_seconds() - requested_at) + " since the request); the first error was: " +
+                                    cause.message());
   }
 
-  // Trainer rank 0: every engine's acknowledgement of version v, each within the timeout.
+  // "engine 1 (world rank 3)", "engine 0 (world ranks 4, 5)"
+  std::string engine_name(std::size_t e) const {
+    const std::vector<int>& ranks = roles.engines[e];
+    std::string text = "engine " + std::to_string(e) + (ranks.size() == 1 ? " (world rank " : " (world ranks ");
+    for (std::size_t i = 0; i < ranks.size(); ++i) text += (i ? ", " : "") + std::to_string(ranks[i]);
+    return text + ")";
+  }
+
+  // Trainer rank 0: every engine's acknowledgement of version v, all within the timeout.
   Status collect_acknowledgements(std::uint64_t v) {
     const std::size_t engines = roles.engine_leaders.size();
-    std::vector<Acknowledgement> acks(engines);
-    std::vector<MPI_Request> requests(engines, MPI_REQUEST_NULL);
-    for (std::size_t e = 0; e < engines; ++e)
-      if (MPI_Irecv(&acks[e], sizeof(Acknowledgement), MPI_BYTE, roles.engine_leaders[e], kAckTag, world, &requests[e]) !=
-          MPI_SUCCESS)
-        return Status(ErrorCode::kMpi, "MPI_Irecv of an acknowledgement failed");
-    const double deadline = local_seconds() + options.timeout_seconds;
-    Status result;
-    for (std::size_t e = 0; e < engines; ++e) {
-      if (!result) break;
-      Status status = wait_for(requests[e], std::max(0.0, deadline - local_seconds()),
-                               describe_worker(roles, roles.engine_leaders[e]) + "'s acknowledgement of version " +
-                                   std::to_string(v));
-      if (!status) {
-        result = Status(ErrorCode::kTimeout,
-                        "trainer: " + describe_worker(roles, roles.engine_leaders[e]) + " did not install version " +
-                            std::to_string(v) + " within " + seconds_text(options.timeout_seconds) +
-                            " (it stopped calling poll_requests, or its transfer is stuck)");
-        break;
+    std::vector<bool> acknowledged(engines, false);
+    std::size_t pending = engines;
+    const double start = local_seconds();
+    for (int polls = 0; pending > 0; ++polls) {
+      for (std::size_t e = 0; e < engines; ++e) {
+        if (acknowledged[e]) continue;
+        int found = 0;
+        MPI_Message message = MPI_MESSAGE_NULL;
+        MPI_Status probe;
+        WB_TRY_MPI(MPI_Improbe(roles.engine_leaders[e], kAckTag, world, &found, &message, &probe));
+        if (!found) continue;
+        int count = 0;
+        WB_TRY_MPI(MPI_Get_count(&probe, MPI_BYTE, &count));
+        std::vector<std::byte> bytes(static_cast<std::size_t>(std::max(count, 0)));
+        WB_TRY_MPI(MPI_Mrecv(bytes.data(), count, MPI_BYTE, &message, MPI_STATUS_IGNORE));
+        std::int64_t acked = 0;
+        Status status = decode_status(bytes, &acked);
+        if (!status) return status;
+        if (acked != static_cast<std::int64_t>(v))
+          return Status(ErrorCode::kInternal, describe_worker(roles, roles.engine_leaders[e]) + " acknowledged version " +
+                                                  std::to_string(acked) + " while " + std::to_string(v) + " was in flight");
+        acknowledged[e] = true;
+        --pending;
       }
-      if (acks[e].code != 0)
-        result = Status(static_cast<ErrorCode>(acks[e].code),
-                        std::string(acks[e].message, strnlen(acks[e].message, sizeof acks[e].message)));
-      else if (acks[e].version != static_cast<std::int64_t>(v))
-        result = Status(ErrorCode::kInternal, describe_worker(roles, roles.engine_leaders[e]) + " acknowledged version " +
-                                                  std::to_string(acks[e].version) + " while " + std::to_string(v) +
-                                                  " was in flight");
+      if (pending == 0) break;
+      if (polls % 16 == 0) WB_RETURN_IF_ERROR(service(true));
+      if (local_seconds() - start > options.timeout_seconds) {
+        std::string missing;
+        std::vector<int> ranks;
+        for (std::size_t e = 0; e < engines; ++e)
+          if (!acknowledged[e]) {
+            missing += (missing.empty() ? "" : ", ") + engine_name(e);
+            ranks.insert(ranks.end(), roles.engines[e].begin(), roles.engines[e].end());
+          }
+        faults->set_waits(ranks);
+        return Status(ErrorCode::kTimeout, about(v) + ": " + missing + " did not install it within " +
+                                               seconds_text(options.timeout_seconds) +
+                                               " (it stopped calling poll_requests, or its transfer is stuck)" +
+                                               faults->trace(ranks, std::min(1.0, 0.5 * options.timeout_seconds)));
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(polls < 1000 ? 20 : 500));
     }
-    // Receives still pending after a failure are cancelled: nothing will match them any more.
-    for (MPI_Request& request : requests)
-      if (request != MPI_REQUEST_NULL) {
-        MPI_Cancel(&request);
-        MPI_Wait(&request, MPI_STATUS_IGNORE);
-      }
-    take_started_notes();
-    return result;
+    return take_started_notes();
   }
 
   // Ends the version in flight: the background transfer (sender staging) and every engine's
@@ -118,12 +134,17 @@ struct SenderAdapter::State : AdapterBase {
   Status finish_in_flight() {
     if (!in_flight) return Status::ok();
     in_flight = false;
-    Status local = thread.wait(options.timeout_seconds, "trainer: the background transfer of version " + std::to_string(version));
-    if (local && roles.leader) local = collect_acknowledgements(version);
-    // Trainer rank 0 may wait up to a whole timeout for the acknowledgements before it agrees.
-    Status agreed = agree(local, group, 2 * options.timeout_seconds + 10, "the trainers' outcome of version " + std::to_string(version));
-    if (!agreed) return fail(diagnose(version, agreed));
-    return agreed;
+    Status local = claim_background(about(version) + ": the background transfer");
+    if (!local) return give_up(diagnose(version, local), "version " + std::to_string(version) + ": ");
+    if (roles.leader) local = collect_acknowledgements(version);
+    if (!local) return give_up(diagnose(version, local), "");
+    // Trainer rank 0 may wait up to a whole timeout for the acknowledgements before it takes this step;
+    // the others wait for it as long, and a margin more.
+    Waiter longer = waiter();
+    longer.timeout = 1.5 * options.timeout_seconds;
+    const Status agreed = group->step(Status::ok(), longer, *faults, about(version) + ": the trainers' outcome");
+    if (!agreed) return fail(agreed);
+    return Status::ok();
   }
 };
 
@@ -134,11 +155,16 @@ SenderAdapter::SenderAdapter(MPI_Comm world, MPI_Comm trainer_comm, ParameterSet
                                      std::move(load_weights), options)) {}
 
 SenderAdapter::~SenderAdapter() {
-  if (state_ && state_->connection && !state_->shut_down) {
-    const Status status = shutdown();
-    if (!status) {
-      WB_LOG(kWarn) << "SenderAdapter shutdown: " << status.to_string();
-    }
+  if (!state_ || !state_->connection || state_->shut_down) return;
+  if (std::uncaught_exceptions() > 0) {
+    // Collective calls are out of the question while unwinding: the peers are told instead.
+    state_->announce_departure("its SenderAdapter was destroyed by an exception after version " +
+                               std::to_string(state_->version));
+    return;
+  }
+  const Status status = shutdown();
+  if (!status) {
+    WB_LOG(kWarn) << "SenderAdapter shutdown: " << status.to_string();
   }
 }
 
@@ -149,11 +175,13 @@ void SenderAdapter::connect() {
   ConnectInput input;
   input.world = s.world;
   input.roles = &s.roles;
+  input.faults = s.faults.get();
+  input.waiter = s.waiter();
   input.params = &s.params;
   input.load_weights = &s.load_weights;
   input.checkpoint_tensors = &s.checkpoint_tensors;
   input.options = s.options;
-  s.connection.emplace(establish_connection(input));
+  s.connected(establish_connection(input));
 }
 
 Status SenderAdapter::send_weights(std::uint64_t version) {
@@ -166,25 +194,28 @@ Status SenderAdapter::send_weights(std::uint64_t version) {
                                                    "): versions must increase, the last one sent was " +
                                                    std::to_string(s.version));
   const double began = s.now();
+  // A peer that gave up since the last call (this trainer's group steps then end at once too).
+  if (Status noticed = s.service(true); !noticed) return s.fail(noticed);
   Status status = s.finish_in_flight();
   if (!status) return status;
   s.requested_at = local_seconds();
+  s.faults->set_activity(s.group->first_incomplete(), s.about(version) + ": sending");
   status = s.send_request(RequestKind::kUpdate, version);
   if (!status) return s.fail(status);
   s.version = version;
   s.in_flight = true;
-  RoundExecutor& executor = *s.connection->executor;
   if (s.options.sender_staging) {
     // The staged copy is what the transfer reads: the trainer may change its parameters from here on.
     s.connection->staging.copy_from(s.params);
-    s.thread.start([&executor] { return executor.run_update(); });
+    s.start_background(version);
   } else {
-    // Every trainer takes part in the same agreements whatever happened, so a failure on one reaches all.
-    status = agree(executor.run_update(), s.group, 2 * s.options.timeout_seconds + 10,
-                   "the trainers' writes of version " + std::to_string(version));
+    // Every trainer takes part in the same steps whatever happened, so a failure on one reaches all.
+    status = s.run_transfer(version);
+    if (status) status = s.group->step(Status::ok(), s.waiter(), *s.faults, s.about(version) + ": the trainers' writes");
+    else status = s.give_up(s.diagnose(version, status), "version " + std::to_string(version) + ": ");
     if (!status) {
       s.in_flight = false;
-      status = s.fail(s.diagnose(version, status));
+      status = s.fail(status);
     } else if (!s.connection->rollouts_stage) {
       status = s.finish_in_flight();  // synchronous: wait for the installs
     }
@@ -196,16 +227,20 @@ Status SenderAdapter::send_weights(std::uint64_t version) {
 Status SenderAdapter::wait() {
   State& s = *state_;
   if (!s.failure.is_ok()) return s.failure;
+  if (Status noticed = s.service(true); !noticed) return s.fail(noticed);
   return s.finish_in_flight();
 }
 
 Status SenderAdapter::shutdown() {
   State& s = *state_;
   if (!s.connection || s.shut_down) return s.failure;
-  Status status = s.failure.is_ok() ? s.finish_in_flight() : s.failure;
+  Status status = s.failure;
+  if (status) status = s.service(true);
+  if (status) status = s.finish_in_flight();
+  else status = s.fail(status);
   // Sent after a failure too, so that the engines stop polling; the connection itself stays until the
   // adapter is destroyed (its statistics remain readable).
-  const Status sent = s.send_request(RequestKind::kShutdown, s.version);
+  const Status sent = s.send_request(status ? RequestKind::kShutdown : RequestKind::kAbort, s.version);
   s.shut_down = true;
   return status ? sent : status;
 }

@@ -3,8 +3,6 @@
 #include <chrono>
 #include <exception>
 
-#include "coord/connection.hpp"
-
 namespace wb::coord {
 
 TransferThread::TransferThread() : thread_([this] { loop(); }) {}
@@ -40,11 +38,22 @@ bool TransferThread::finished() const {
   return active_ && !running_;
 }
 
-Status TransferThread::wait(double timeout_seconds, const std::string& what) {
+Status TransferThread::wait(const Waiter& waiter, const std::string& what) {
+  const double start = local_seconds();
   std::unique_lock lock(mutex_);
   if (!active_) return Status::ok();
-  if (!changed_.wait_for(lock, std::chrono::duration<double>(timeout_seconds), [this] { return !running_; }))
-    return Status(ErrorCode::kTimeout, what + " did not finish within " + seconds_text(timeout_seconds));
+  while (running_) {
+    // Short waits, so that queries are answered and notices taken meanwhile (never a clock duration
+    // built from the timeout, which may be infinite).
+    changed_.wait_for(lock, std::chrono::milliseconds(2), [this] { return !running_; });
+    if (!running_) break;
+    lock.unlock();
+    Status status = waiter.service ? waiter.service(true) : Status::ok();
+    if (status && local_seconds() - start > waiter.timeout)
+      status = Status(ErrorCode::kTimeout, what + " did not finish within " + seconds_text(waiter.timeout));
+    lock.lock();
+    if (!status && running_) return status;
+  }
   active_ = false;
   return result_;
 }

@@ -8,6 +8,7 @@
 #include <string>
 #include <thread>
 
+#include "coord/control.hpp"
 #include "weightbridge/status.hpp"
 
 namespace wb::coord {
@@ -27,9 +28,10 @@ class TransferThread {
   bool active() const;
   /// The started job has finished (its result is ready for wait()).
   bool finished() const;
-  /// Waits for the job and returns its status (ok when none was started); kTimeout naming `what` when
-  /// it runs past the deadline (the job keeps running, the caller is failed from then on).
-  Status wait(double timeout_seconds, const std::string& what);
+  /// Waits for the job and returns its status (ok when none was started). Returns early, the job still
+  /// running and unclaimed, with kTimeout naming `what` when it runs past the waiter's timeout, or with the
+  /// failure a peer announced (the job, which watches the same notices, ends soon after).
+  Status wait(const Waiter& waiter, const std::string& what);
 
  private:
   void loop();

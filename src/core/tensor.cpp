@@ -131,6 +131,16 @@ TensorView TensorView::narrow(int axis, std::int64_t start, std::int64_t length)
   return view;
 }
 
+TensorView TensorView::select(int axis, std::int64_t index) const {
+  if (axis < 0 || axis >= ndim() || index < 0 || index >= shape[static_cast<std::size_t>(axis)])
+    throw Error(ErrorCode::kInvalidArgument, "select(axis " + std::to_string(axis) + ", index " + std::to_string(index) +
+                                                 ") outside a tensor of shape " + shape_to_string(shape));
+  TensorView view = narrow(axis, index, 1);
+  view.shape.erase(view.shape.begin() + axis);
+  view.strides.erase(view.strides.begin() + axis);
+  return view;
+}
+
 TensorView TensorView::box(const Box& b) const {
   if (!b.fits_in(shape))
     throw Error(ErrorCode::kInvalidArgument, "box " + b.to_string() + " outside a tensor of shape " + shape_to_string(shape));

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "exec/round_work.hpp"
+#include "exec/connect_record.hpp"
 #include "weightbridge/transport.hpp"
 
 namespace wb {
@@ -21,23 +21,6 @@ struct ExecutorStats;
 }
 
 namespace wb::exec {
-
-/// What one rank tells one peer at connect.
-struct ConnectRecord {
-  TransportKind transport = TransportKind::kCma;
-  std::int64_t receive_slot_stride = 0;
-  std::vector<std::byte> endpoint;     // Transport::endpoint for the peer
-  std::vector<std::byte> receive_key;  // the receive buffer's MemoryRegistration::remote_key
-  std::vector<SplitBatch> splits;      // batches to the peer sent in several posts
-  bool operator==(const ConnectRecord&) const = default;
-};
-
-/// The record's bytes (byte codec: varints, a magic and a version first).
-std::vector<std::byte> encode_connect_record(const ConnectRecord& record);
-/// Throws wb::Error (kCorruptData) naming `peer` for a record that is truncated or malformed, or that
-/// announces a split batch outside `rounds` rounds and the stages, or in fewer than 2 or more than 2^30
-/// posts.
-ConnectRecord decode_connect_record(std::span<const std::byte> bytes, int peer, int rounds);
 
 /// Sends `bytes` to `peer` over `comm` and returns the peer's (both directions at once). Throws wb::Error
 /// (kMpi).

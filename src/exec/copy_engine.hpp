@@ -46,15 +46,18 @@ class CopyEngine {
   virtual void synchronize() noexcept = 0;
 };
 
+class Verifier;
+
 /// The engine for `parameters`' memory over `buffers`. Set-up: throws wb::Error (kUnsupported for CUDA
-/// parameters in a build without CUDA).
+/// parameters in a build without CUDA). `verifier` (host parameters only; may be null): packs and
+/// assembles instead of the round's programs, digesting as it goes (exec/verify.hpp).
 std::unique_ptr<CopyEngine> make_copy_engine(int rank, const ParameterMemory& parameters, const TransferBuffers& buffers,
-                                             const RoundSchedule& schedule);
+                                             const RoundSchedule& schedule, Verifier* verifier = nullptr);
 
 /// The CPU engine (exec/host_copy_engine.cpp) and the CUDA one (exec/cuda_copy_engine.cpp, or a refusal in
 /// builds without CUDA: exec/no_cuda.cpp).
 std::unique_ptr<CopyEngine> make_host_copy_engine(const ParameterMemory& parameters, const TransferBuffers& buffers,
-                                                  const RoundSchedule& schedule);
+                                                  const RoundSchedule& schedule, Verifier* verifier = nullptr);
 std::unique_ptr<CopyEngine> make_device_copy_engine(int rank, const ParameterMemory& parameters,
                                                     const TransferBuffers& buffers, const RoundSchedule& schedule);
 

@@ -4,12 +4,14 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -17,12 +19,16 @@
 #include "exec/round_executor.hpp"
 #include "exec/round_work.hpp"
 #include "exec/transfer_memory.hpp"
+#include "exec/verify.hpp"
 #include "weightbridge/round_schedule.hpp"
 #include "weightbridge/transport.hpp"
 
 namespace wb {
 
 namespace exec {
+/// MPI tags on the executor's communicator: connect-time records 0x5742 (connect_handshake.cpp), grants
+/// 0x5743 (progress_loop.cpp), and the verify digests of an update:
+inline constexpr int kDigestTag = 0x5744;
 /// The idle_sleep_us setting (progress_loop.cpp), validated: set-up, throws wb::Error (kInvalidArgument).
 std::int64_t idle_sleep_setting();
 }  // namespace exec
@@ -42,8 +48,11 @@ struct RoundProgress {
   int posted = 0;              // batches of this rank posted completely
   std::size_t next_write = 0;  // in the batch being posted: its first write not yet posted
   int posts = 0, done = 0;     // posts made (one per batch unless it is split) and completed
+  int relay_posted = 0;        // lag 1 batches posted completely
+  int relay_posts = 0, relay_done = 0;  // their posts, made and completed (also counted in posts, done)
   bool packed = false, assembled = false, released = false;
   bool pack_started = false, assemble_started = false;  // CUDA parameters: kernel enqueued, maybe not done
+  std::vector<std::array<int, kStageCount>> arrived_from;  // per writer of the round (sized once, at construction)
 };
 
 struct RoundExecutor::State {
@@ -73,15 +82,28 @@ struct RoundExecutor::State {
   std::vector<WriteRequest> scratch;
   std::vector<MPI_Request> grant_requests;
   std::deque<std::uint64_t> grant_buffers;  // one per grant request; a deque, so buffers in flight never move
+  std::unique_ptr<exec::Verifier> verifier;  // options.verify
 
   RoundProgress& progress(std::uint64_t g) {
     RoundProgress& p = ring[g % ring.size()];
     if (p.round != g) {
+      // Reset without giving back the per-writer counters' memory: an update allocates nothing.
+      std::vector<std::array<int, kStageCount>> from = std::move(p.arrived_from);
+      std::fill(from.begin(), from.end(), std::array<int, kStageCount>{});
       p = RoundProgress{};
       p.round = g;
+      p.arrived_from = std::move(from);
     }
     return p;
   }
+
+  /// A rank of the communicator in messages (ExecutorOptions::describe_rank).
+  std::string name(int peer) const {
+    return options.describe_rank ? options.describe_rank(peer) : "rank " + std::to_string(peer);
+  }
+
+  /// What round `g` waits for: a sentence, and the peers it waits on (progress_loop.cpp).
+  WaitState wait_state(std::uint64_t g);
 };
 
 }  // namespace wb

@@ -45,8 +45,9 @@ RoundExecutor::RoundExecutor(RoundSchedule schedule, ParameterMemory parameters,
   s.schedule = std::move(schedule);
   s.parameters = std::move(parameters);
   // A communicator of its own: grants left over from this executor's last update can never be taken
-  // for another executor's.
+  // for another executor's. Errors return (to the checks) even where the job's handler aborts.
   WB_CHECK_MPI(MPI_Comm_dup(comm, &s.comm));
+  WB_CHECK_MPI(MPI_Comm_set_errhandler(s.comm, MPI_ERRORS_RETURN));
   comm = s.comm;
   s.options = options;
   s.idle_sleep_us = exec::idle_sleep_setting();
@@ -117,7 +118,7 @@ RoundExecutor::RoundExecutor(RoundSchedule schedule, ParameterMemory parameters,
   // Connect every pair (connect_handshake.hpp), peers in ascending order.
   const auto splits = exec::split_batches(s.schedule, [&](int peer) { return exec::writes_per_post(*s.peers.at(peer).transport); });
   for (const auto& [peer, list] : splits) s.stats.split_batches += static_cast<std::int64_t>(list.size());
-  std::vector<std::array<int, kStageCount>> extra_arrivals(static_cast<std::size_t>(s.rounds), std::array<int, kStageCount>{});
+  std::vector<exec::ExtraArrivals> extra_arrivals(static_cast<std::size_t>(s.rounds));  // per round
   for (auto& [peer, link] : s.peers) {
     exec::ConnectRecord mine;
     mine.transport = link.transport->kind();
@@ -135,14 +136,21 @@ RoundExecutor::RoundExecutor(RoundSchedule schedule, ParameterMemory parameters,
     link.transport->connect(peer, theirs.endpoint);
     link.receive_memory = link.transport->import_memory(peer, theirs.receive_key);
     for (const exec::SplitBatch& split : theirs.splits)
-      extra_arrivals[split.round][split.stage] += static_cast<int>(split.posts) - 1;
+      extra_arrivals[split.round][peer][split.stage] += static_cast<int>(split.posts) - 1;
   }
 
   // Per round: the batches, the arrivals expected, the writers to grant; the compiled pack and assemble.
   exec::BatchTargets targets;
   for (const auto& [peer, link] : s.peers) targets.peers[peer] = {link.transport, link.receive_memory};
   targets.local_memory = s.local_memory;
-  s.engine = exec::make_copy_engine(s.rank, s.parameters, s.buffers, s.schedule);
+  if (options.verify) {
+    if (cuda_parameters)
+      throw Error(ErrorCode::kUnsupported, "verify checks host transfer buffers; these parameters are in CUDA memory");
+    const std::vector<std::int64_t> parameter_bytes(s.parameters.bytes.begin(), s.parameters.bytes.end());
+    s.verifier = std::make_unique<exec::Verifier>(s.schedule, comm, exec::kDigestTag, parameter_bytes,
+                                                  s.schedule.send_slot_bytes, s.schedule.receive_slot_bytes);
+  }
+  s.engine = exec::make_copy_engine(s.rank, s.parameters, s.buffers, s.schedule, s.verifier.get());
   s.work.reserve(static_cast<std::size_t>(s.rounds));
   std::size_t most = 0;
   for (int r = 0; r < s.rounds; ++r) {
@@ -154,6 +162,9 @@ RoundExecutor::RoundExecutor(RoundSchedule schedule, ParameterMemory parameters,
   }
   s.scratch.reserve(most);
   s.ring.assign(static_cast<std::size_t>(4 * s.depth + 4), RoundProgress{});
+  std::size_t most_writers = 0;
+  for (const exec::RoundWork& work : s.work) most_writers = std::max(most_writers, work.writers.size());
+  for (RoundProgress& p : s.ring) p.arrived_from.assign(most_writers, std::array<int, kStageCount>{});
   s.completions.reserve(1024);
   s.grant_requests.reserve(256);
   WB_CHECK_MPI(MPI_Barrier(comm));  // every pair connected before anyone writes

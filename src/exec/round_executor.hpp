@@ -20,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -52,9 +53,27 @@ struct DeviceOrdering {
   void* wait_stream = nullptr;  // a cudaStream_t of the parameters' device
 };
 
+/// What an update waits for: a sentence ("external-exchange writes from rank 4") and those peers' ranks.
+using WaitState = std::pair<std::string, std::vector<int>>;
+
 struct ExecutorOptions {
   double timeout_seconds = 120;  // an update that makes no progress for this long fails, naming what it waits for
+                                 // (infinite: no deadline)
   std::string transport;         // forces the transport of every pair (an adapter's option); empty: WB_TRANSPORT
+  /// Check every update end to end (exec/verify.hpp): digests of the segments each writer sent, compared
+  /// with what each receiver assembles. Host buffers only.
+  bool verify = false;
+  /// Called at the start of an update and about every millisecond while it waits; a non-ok status ends the
+  /// update with it (the coordinator's way to stop at once when a peer gave up). `waiting`, when given,
+  /// says what the update waits for (for a peer that asks).
+  std::function<Status(const std::function<WaitState()>& waiting)> interrupt;
+  /// At a timeout, with the peers the update waits on: a text to append (the coordinator asks them in turn
+  /// what they wait for, to name the rank that holds everything up).
+  std::function<std::string(const std::vector<int>& peers)> explain;
+  /// Names a rank of the communicator in messages ("engine 1 worker 0 (world rank 4)"); "rank N" if empty.
+  std::function<std::string(int)> describe_rank;
+  /// Names an element of a parameter in messages ("model.norm.weight[12]"); "parameter P element E" if empty.
+  std::function<std::string(std::uint32_t parameter, std::int64_t element)> describe_element;
 };
 
 struct ExecutorStats {

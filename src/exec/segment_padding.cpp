@@ -163,28 +163,29 @@ RoundSchedule apply_layouts(const RoundSchedule& schedule, const SlotLayout& sen
       a.offset = first;
       a.bytes = last + 1 - first;
     }
-    // Writes, split where a piece ends on either side.
+    // Writes, split where a piece ends on either side. A relay (lag 1) reads the slot of the round before.
     std::vector<Write> writes;
     writes.reserve(plan.writes.size());
     for (const Write& w : plan.writes) {
       const SlotLayout& local = w.stage == Stage::kReceive ? send : receive;
+      const std::size_t local_round = r - std::min<std::size_t>(r, w.lag);
       const auto found = peers.find(w.peer);
       const SlotLayout& remote = found == peers.end() ? kIdentity : found->second;
       for (i64 done = 0; done < w.bytes;) {
         i64 local_available = 0, remote_available = 0;
-        const i64 from = map_offset(local, r, w.local_offset + done, local_available, "a write");
+        const i64 from = map_offset(local, local_round, w.local_offset + done, local_available, "a write");
         const i64 to = map_offset(remote, r, w.remote_offset + done, remote_available, "a write to a peer");
         const i64 bytes = std::min({local_available, remote_available, w.bytes - done});
         if (!writes.empty()) {
           Write& last = writes.back();
-          if (last.peer == w.peer && last.stage == w.stage && last.local_offset + last.bytes == from &&
+          if (last.peer == w.peer && last.stage == w.stage && last.lag == w.lag && last.local_offset + last.bytes == from &&
               last.remote_offset + last.bytes == to) {
             last.bytes += bytes;
             done += bytes;
             continue;
           }
         }
-        writes.push_back({w.peer, w.stage, from, to, bytes});
+        writes.push_back({w.peer, w.stage, from, to, bytes, w.lag});
         done += bytes;
       }
       if (w.bytes == 0) writes.push_back(w);

@@ -1,5 +1,9 @@
 // CheckpointReader's shared methods, format dispatch and the helpers both formats use.
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <algorithm>
 #include <atomic>
@@ -75,6 +79,7 @@ std::unique_ptr<CheckpointReader> open_checkpoint(const std::string& path) {
   const fs::file_status status = fs::status(path, ec);
   if (ec || !fs::exists(status))
     throw Error(ErrorCode::kNotFound, "checkpoint " + path + ": no such file or directory");
+  if (!fs::is_directory(status)) io::require_regular_file("checkpoint", path);
 
   if (fs::is_directory(status)) {
     const fs::path index = fs::path(path) / "model.safetensors.index.json";
@@ -130,11 +135,27 @@ std::unique_ptr<CheckpointWriter> create_checkpoint(const std::string& path, Che
 
 namespace io {
 
+std::string printable(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte >= 0x20 && byte != 0x7f) {
+      out.push_back(c);
+      continue;
+    }
+    const char* hex = "0123456789abcdef";
+    out.append("\\x").push_back(hex[byte >> 4]);
+    out.push_back(hex[byte & 0xF]);
+  }
+  return out;
+}
+
 std::string tensor_context(std::string_view what, std::string_view source, std::string_view tensor) {
   std::string out;
   out.reserve(what.size() + source.size() + tensor.size() + 16);
-  out.append(what).append(" ").append(source);
-  if (!tensor.empty()) out.append(": tensor ").append(tensor);
+  out.append(what).append(" ").append(printable(source));
+  if (!tensor.empty()) out.append(": tensor ").append(printable(tensor));
   return out;
 }
 
@@ -176,6 +197,31 @@ std::string temporary_path_for(const std::string& path) {
   // pid and a counter keep concurrent writers (threads or processes) of the same path apart.
   static std::atomic<unsigned> counter{0};
   return path + ".partial-" + std::to_string(::getpid()) + "-" + std::to_string(counter.fetch_add(1));
+}
+
+std::string_view file_kind(unsigned mode) {
+  switch (mode & S_IFMT) {
+    case S_IFREG: return "a regular file";
+    case S_IFDIR: return "a directory";
+    case S_IFIFO: return "a FIFO (named pipe)";
+    case S_IFCHR: return "a character device";
+    case S_IFBLK: return "a block device";
+    case S_IFSOCK: return "a socket";
+    case S_IFLNK: return "a symbolic link";
+    default: return "not a regular file";
+  }
+}
+
+void require_regular_file(std::string_view what, const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    const int error = errno;
+    throw Error(error == ENOENT || error == ENOTDIR ? ErrorCode::kNotFound : ErrorCode::kSystem,
+                std::string(what) + " " + path + ": " + (error == ENOENT ? "no such file" : std::strerror(error)));
+  }
+  if (!S_ISREG(st.st_mode))
+    throw Error(ErrorCode::kInvalidArgument, std::string(what) + " " + path + ": is " +
+                                                 std::string(file_kind(st.st_mode)) + ", not a regular file");
 }
 
 }  // namespace io

@@ -19,6 +19,10 @@ std::unique_ptr<CheckpointWriter> create_safetensors_writer(const std::string& p
                                                             std::vector<TensorInfo> tensors,
                                                             const CheckpointWriterOptions& options);
 
+/// `text` with control characters written as \xNN: names from untrusted files go into messages, and a
+/// NUL or an escape sequence there would cut or garble them.
+std::string printable(std::string_view text);
+
 /// "<what> <source>: tensor <name>: <cause>" — every checkpoint message names the file and the tensor.
 std::string tensor_context(std::string_view what, std::string_view source, std::string_view tensor);
 
@@ -34,5 +38,13 @@ void check_writer_tensors(std::string_view path, const std::vector<TensorInfo>& 
 
 /// A name beside `path` for writing before the final rename: the checkpoint appears whole or not at all.
 std::string temporary_path_for(const std::string& path);
+
+/// What kind of file system object `mode` (st_mode) is, for messages: "a FIFO", "a directory", ...
+std::string_view file_kind(unsigned mode);
+
+/// Throws unless `path` names a regular file (after following symbolic links): kNotFound when nothing is
+/// there, kInvalidArgument naming the kind otherwise. Opening a FIFO or a device would block or read
+/// without end, so readers check before they open.
+void require_regular_file(std::string_view what, const std::string& path);
 
 }  // namespace wb::io

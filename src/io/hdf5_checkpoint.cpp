@@ -1,15 +1,26 @@
-// HDF5 checkpoints: one dataset per tensor at the file root, named as in Hugging Face, each with a string
-// attribute `dtype` (wb::dtype_name). bf16/f16 are stored as uint16 and fp8 as uint8, the other dtypes as
-// their native HDF5 types. Box reads are hyperslab selections, so nothing outside the box is read.
+// HDF5 checkpoints: one dataset per tensor at the file root, named as in Hugging Face. A dataset's dtype
+// is what its own HDF5 type says where that type says it (IEEE float16/32/64, 8/32/64-bit integers, and
+// bf16 or fp8 declared as HDF5 float types); 16- and 8-bit integer datasets holding bf16, f16 or fp8 bit
+// patterns carry a string attribute `dtype` saying which (any string encoding: fixed or variable length,
+// ASCII or UTF-8, as h5py and other tools write it). Our writer stores bf16/f16 as uint16 and fp8 as
+// uint8, each with the attribute. Box reads are hyperslab selections, so nothing outside the box is read.
 //
 // Only the serial API with default drivers is used, so the same code works against serial HDF5 and the
 // parallel (MPI) build. HDF5 is not thread-safe in the parallel build, so every call into it holds one
 // process-wide mutex, as h5py does.
+#include <fcntl.h>
 #include <hdf5.h>
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <mutex>
@@ -17,13 +28,16 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "io/checkpoint_internal.hpp"
 #include "weightbridge/checkpoint.hpp"
 #include "weightbridge/checks.hpp"
 #include "weightbridge/log.hpp"
+#include "weightbridge/settings.hpp"
 #include "weightbridge/status.hpp"
 
 // H5Pset_file_locking arrived in 1.10.7 and 1.12.1 (not 1.12.0).
@@ -73,6 +87,24 @@ namespace io {
 namespace {
 
 constexpr std::string_view kWhat = "HDF5 checkpoint";
+
+Setting<bool> check_in_child_setting(
+    "hdf5_check_in_child", true,
+    "Walk an HDF5 checkpoint's metadata in a forked child before opening it, so that a corrupt file that "
+    "crashes libhdf5 is refused with an error instead of crashing this process.");
+// A dataset's metadata takes milliseconds to walk, even on a slow parallel file system.
+Setting<std::int64_t> check_idle_setting(
+    "hdf5_check_seconds", 60,
+    "How long the child that checks an HDF5 checkpoint may take over one dataset's metadata before the "
+    "file is refused as one that makes libhdf5 loop (at least 1).");
+
+std::int64_t check_idle_seconds() {
+  const std::int64_t seconds = check_idle_setting.get();
+  if (seconds < 1)
+    throw Error(ErrorCode::kInvalidArgument, "hdf5_check_seconds (WB_HDF5_CHECK_SECONDS) must be at least 1, not " +
+                                                 std::to_string(seconds));
+  return seconds;
+}
 
 std::mutex& hdf5_mutex() {
   static std::mutex mutex;
@@ -141,13 +173,10 @@ T checked(T rc, ErrorCode code, const Where& where, const char* call, const char
   throw Error(ErrorCode::kCorruptData, tensor_context(kWhat, where.file, where.tensor) + ": " + cause);
 }
 
-/// How a dtype is stored: class, width and sign of the file type, and the matching memory type.
+/// How our writer stores a dtype: the file type and the matching memory type.
 struct Storage {
-  H5T_class_t type_class;
-  std::size_t size;
-  H5T_sign_t sign;
   hid_t file_type;    // little-endian standard type, the same on every machine
-  hid_t memory_type;  // native type of the same width: HDF5 swaps bytes if the file is big-endian
+  hid_t memory_type;  // native type of the same width
   const char* description;
 };
 
@@ -155,21 +184,21 @@ Storage storage_of(DType dtype) {
   switch (dtype) {
     case DType::kBF16:
     case DType::kF16:
-      return {H5T_INTEGER, 2, H5T_SGN_NONE, H5T_STD_U16LE, H5T_NATIVE_UINT16, "16-bit unsigned integer"};
+      return {H5T_STD_U16LE, H5T_NATIVE_UINT16, "16-bit unsigned integer"};
     case DType::kF8E4M3:
     case DType::kF8E5M2:
     case DType::kU8:
-      return {H5T_INTEGER, 1, H5T_SGN_NONE, H5T_STD_U8LE, H5T_NATIVE_UINT8, "8-bit unsigned integer"};
+      return {H5T_STD_U8LE, H5T_NATIVE_UINT8, "8-bit unsigned integer"};
     case DType::kI8:
-      return {H5T_INTEGER, 1, H5T_SGN_2, H5T_STD_I8LE, H5T_NATIVE_INT8, "8-bit signed integer"};
+      return {H5T_STD_I8LE, H5T_NATIVE_INT8, "8-bit signed integer"};
     case DType::kI32:
-      return {H5T_INTEGER, 4, H5T_SGN_2, H5T_STD_I32LE, H5T_NATIVE_INT32, "32-bit signed integer"};
+      return {H5T_STD_I32LE, H5T_NATIVE_INT32, "32-bit signed integer"};
     case DType::kI64:
-      return {H5T_INTEGER, 8, H5T_SGN_2, H5T_STD_I64LE, H5T_NATIVE_INT64, "64-bit signed integer"};
+      return {H5T_STD_I64LE, H5T_NATIVE_INT64, "64-bit signed integer"};
     case DType::kF32:
-      return {H5T_FLOAT, 4, H5T_SGN_ERROR, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, "32-bit float"};
+      return {H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, "32-bit float"};
     case DType::kF64:
-      return {H5T_FLOAT, 8, H5T_SGN_ERROR, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, "64-bit float"};
+      return {H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, "64-bit float"};
   }
   throw Error(ErrorCode::kInternal, "HDF5 checkpoint: unhandled dtype");
 }
@@ -187,9 +216,74 @@ std::string describe_type(hid_t type) {
       return "string";
     case H5T_COMPOUND:
       return "compound type";
+    case H5T_OPAQUE:
+      return std::to_string(bits) + "-bit opaque type";
+    case H5T_ENUM:
+      return "enum type";
+    case H5T_ARRAY:
+      return "array type";
     default:
       return "HDF5 type class " + std::to_string(static_cast<int>(type_class));
   }
+}
+
+/// Bit layout of a floating-point format as HDF5 describes it (H5Tget_fields, H5Tget_ebias).
+struct FloatLayout {
+  std::size_t size;
+  std::size_t sign_bit, exponent_bit, exponent_bits, mantissa_bits;
+  std::size_t bias;
+  DType dtype;
+};
+
+// mantissa at bit 0, exponent above it, sign on top: IEEE 754 and the formats built like it.
+constexpr FloatLayout kFloatLayouts[] = {
+    {8, 63, 52, 11, 52, 1023, DType::kF64}, {4, 31, 23, 8, 23, 127, DType::kF32},
+    {2, 15, 10, 5, 10, 15, DType::kF16},    {2, 15, 7, 8, 7, 127, DType::kBF16},
+    {1, 7, 3, 4, 3, 7, DType::kF8E4M3},     {1, 7, 2, 5, 2, 15, DType::kF8E5M2},
+};
+
+/// The dtype a dataset's own type states, or nullopt when it states none (16-bit integers: bf16 or f16
+/// bits; any other width or layout we have no dtype for).
+std::optional<DType> dtype_of_type(hid_t type) {
+  const H5T_class_t type_class = H5Tget_class(type);
+  const std::size_t size = H5Tget_size(type);
+  // Padding bits or an offset would make the raw bytes differ from the element's value.
+  if (size == 0 || H5Tget_precision(type) != size * 8 || H5Tget_offset(type) != 0) return std::nullopt;
+  if (type_class == H5T_INTEGER) {
+    const H5T_sign_t sign = H5Tget_sign(type);
+    if (sign == H5T_SGN_ERROR) return std::nullopt;
+    const bool is_signed = sign == H5T_SGN_2;
+    if (size == 1) return is_signed ? DType::kI8 : DType::kU8;
+    if (size == 4 && is_signed) return DType::kI32;
+    if (size == 8 && is_signed) return DType::kI64;
+    return std::nullopt;
+  }
+  if (type_class == H5T_FLOAT) {
+    std::size_t sign_bit = 0, exponent_bit = 0, exponent_bits = 0, mantissa_bit = 0, mantissa_bits = 0;
+    if (H5Tget_fields(type, &sign_bit, &exponent_bit, &exponent_bits, &mantissa_bit, &mantissa_bits) < 0)
+      return std::nullopt;
+    if (mantissa_bit != 0 || H5Tget_norm(type) != H5T_NORM_IMPLIED) return std::nullopt;
+    const std::size_t bias = H5Tget_ebias(type);
+    for (const FloatLayout& layout : kFloatLayouts)
+      if (layout.size == size && layout.sign_bit == sign_bit && layout.exponent_bit == exponent_bit &&
+          layout.exponent_bits == exponent_bits && layout.mantissa_bits == mantissa_bits && layout.bias == bias)
+        return layout.dtype;
+  }
+  return std::nullopt;
+}
+
+/// bf16, f16 and fp8 have no HDF5 integer type of their own: their bit patterns may sit in any integer
+/// dataset of their width, the attribute saying which format they are.
+bool stored_as_integer_bits(DType dtype) {
+  return dtype == DType::kBF16 || dtype == DType::kF16 || dtype == DType::kF8E4M3 || dtype == DType::kF8E5M2;
+}
+
+/// The attribute's text as a dtype: our names, the safetensors names, and torch/numpy spellings
+/// ("bfloat16", "torch.bfloat16", "float8_e4m3fn").
+std::optional<DType> parse_dtype_attribute(std::string_view text) {
+  for (const std::string_view prefix : {"torch.", "numpy.", "np."})
+    if (text.size() > prefix.size() && text.substr(0, prefix.size()) == prefix) text.remove_prefix(prefix.size());
+  return parse_dtype(text);
 }
 
 /// A file access property list: file locking off for readers (several MPI ranks open one file at once,
@@ -205,29 +299,51 @@ Handle file_access(bool for_writing, const Where& where) {
   return fapl;
 }
 
-/// Reads a string attribute, fixed- or variable-length (h5py writes the latter).
+/// Reads a string attribute holding one string: fixed or variable length, ASCII or UTF-8, scalar or a
+/// one-element array (h5py writes a variable-length UTF-8 scalar for a Python str, a fixed-length ASCII
+/// scalar for numpy bytes).
 std::string read_string_attribute(hid_t object, const char* name, const Where& where) {
+  // Strings longer than this are no dtype name; the bound keeps a corrupt size from allocating much.
+  constexpr std::size_t kMaxLength = 256;
   Handle attribute(WB_H5(kCorruptData, where, H5Aopen(object, name, H5P_DEFAULT)), H5Aclose);
   Handle type(WB_H5(kCorruptData, where, H5Aget_type(attribute.get())), H5Tclose);
   if (H5Tget_class(type.get()) != H5T_STRING)
     throw_corrupt(where, std::string("attribute '") + name + "' is a " + describe_type(type.get()) +
                              ", not a string");
+  // Reading writes one element per point of the dataspace: anything but one would overrun the buffer.
+  Handle space(WB_H5(kCorruptData, where, H5Aget_space(attribute.get())), H5Sclose);
+  const hssize_t points = WB_H5(kCorruptData, where, H5Sget_simple_extent_npoints(space.get()));
+  if (points != 1)
+    throw_corrupt(where, std::string("attribute '") + name + "' holds " + std::to_string(points) +
+                             " strings, expected one");
+  const H5T_cset_t charset = H5Tget_cset(type.get());
+  if (charset != H5T_CSET_ASCII && charset != H5T_CSET_UTF8)
+    throw_corrupt(where, std::string("attribute '") + name + "' has an unknown character set");
   std::string value;
   if (WB_H5(kCorruptData, where, H5Tis_variable_str(type.get())) > 0) {
+    // The memory type takes the file's character set: HDF5 converts no strings between ASCII and UTF-8.
     Handle memory_type(WB_H5(kHdf5, where, H5Tcopy(H5T_C_S1)), H5Tclose);
     WB_H5(kHdf5, where, H5Tset_size(memory_type.get(), H5T_VARIABLE));
+    WB_H5(kHdf5, where, H5Tset_cset(memory_type.get(), charset));
     char* text = nullptr;
     WB_H5(kCorruptData, where, H5Aread(attribute.get(), memory_type.get(), &text));
     if (text != nullptr) {
-      value = text;
+      value.assign(text, strnlen(text, kMaxLength + 1));
       H5free_memory(text);
     }
   } else {
     const std::size_t size = H5Tget_size(type.get());
+    if (size == 0 || size > kMaxLength)
+      throw_corrupt(where, std::string("attribute '") + name + "' is a string of " + std::to_string(size) +
+                               " bytes, not a dtype name");
+    // Read as it is stored (same type, so no conversion); the extra byte keeps it NUL-terminated.
     std::vector<char> buffer(size + 1, '\0');
     WB_H5(kCorruptData, where, H5Aread(attribute.get(), type.get(), buffer.data()));
     value.assign(buffer.data());  // stops at the first NUL of NULLTERM/NULLPAD strings
   }
+  if (value.size() > kMaxLength)
+    throw_corrupt(where, std::string("attribute '") + name + "' is longer than " + std::to_string(kMaxLength) +
+                             " bytes, not a dtype name");
   while (!value.empty() && (value.back() == ' ' || value.back() == '\0')) value.pop_back();  // SPACEPAD
   return value;
 }
@@ -255,32 +371,21 @@ Handle make_space(const Shape& shape, const Where& where) {
 class Hdf5Reader final : public CheckpointReader {
  public:
   explicit Hdf5Reader(std::string path) : path_(std::move(path)) {
+    require_regular_file(kWhat, path_);  // HDF5 would block opening a FIFO
     std::lock_guard<std::mutex> lock(hdf5_mutex());
     silence_hdf5();
-    const Where where{path_, {}};
-    std::error_code ec;
-    if (!std::filesystem::is_regular_file(path_, ec))
-      throw Error(ErrorCode::kNotFound, std::string(kWhat) + " " + path_ + ": no such file");
+    if (check_in_child_setting.get()) check_in_child();
     try {
-      Handle fapl = file_access(false, where);
-      const hid_t file = H5Fopen(path_.c_str(), H5F_ACC_RDONLY, fapl.get());
-      if (file < 0) {
-        const detail::Hdf5Failure failure = detail::innermost_hdf5_failure();
-        if (failure.minor == H5E_NOTHDF5 || failure.minor == H5E_TRUNCATED || failure.minor == H5E_BADFILE)
-          throw_corrupt(where, "not an HDF5 file, or truncated or corrupt: " + failure.text);
-        throw Error(ErrorCode::kHdf5, std::string(kWhat) + " " + path_ + ": cannot open: " + failure.text);
-      }
-      file_ = Handle(file, H5Fclose);
-      for (const std::string& name : dataset_names()) add_tensor(name);
+      open_file();
     } catch (...) {
-      file_.reset();  // under the lock, not later when the members are destroyed
+      close();  // under the lock, not later when the members are destroyed
       throw;
     }
   }
 
   ~Hdf5Reader() override {
     std::lock_guard<std::mutex> lock(hdf5_mutex());
-    file_.reset();
+    close();
   }
 
   const std::vector<TensorInfo>& tensors() const override { return tensors_; }
@@ -293,7 +398,7 @@ class Hdf5Reader final : public CheckpointReader {
     check_box(path_, *info, box);
     if (box.numel() == 0) return;
     const Where where{path_, info->name};
-    const hid_t memory_type = memory_types_[static_cast<std::size_t>(info - tensors_.data())];
+    const hid_t memory_type = memory_types_[static_cast<std::size_t>(info - tensors_.data())].get();
 
     std::lock_guard<std::mutex> lock(hdf5_mutex());
     silence_hdf5();
@@ -314,6 +419,142 @@ class Hdf5Reader final : public CheckpointReader {
   }
 
  private:
+  /// The forked checker's reader: the parent holds hdf5_mutex for it (the child, a copy of the parent's
+  /// locking thread, must not lock it again); it logs nothing and writes the name of each dataset it
+  /// turns to, one per line, to `progress_fd`.
+  struct InChild {
+    int progress_fd;
+  };
+  Hdf5Reader(std::string path, InChild child) : path_(std::move(path)), progress_fd_(child.progress_fd) {
+    silence_hdf5();
+    open_file();
+  }
+
+  void open_file() {
+    const Where where{path_, {}};
+    Handle fapl = file_access(false, where);
+    const hid_t file = H5Fopen(path_.c_str(), H5F_ACC_RDONLY, fapl.get());
+    if (file < 0) {
+      const detail::Hdf5Failure failure = detail::innermost_hdf5_failure();
+      if (failure.minor == H5E_NOTHDF5 || failure.minor == H5E_TRUNCATED || failure.minor == H5E_BADFILE)
+        throw_corrupt(where, "not an HDF5 file, or truncated or corrupt: " + failure.text);
+      throw Error(ErrorCode::kHdf5, std::string(kWhat) + " " + path_ + ": cannot open: " + failure.text);
+    }
+    file_ = Handle(file, H5Fclose);
+    hsize_t file_bytes = 0;
+    WB_H5(kCorruptData, where, H5Fget_filesize(file_.get(), &file_bytes));
+    std::unordered_set<std::string> seen;  // a corrupt link table can repeat a name
+    for (const std::string& name : dataset_names()) {
+      if (!seen.insert(name).second) throw_corrupt(Where{path_, name}, "the file's root group names it twice");
+      add_tensor(name, file_bytes);
+    }
+  }
+
+  /// libhdf5 (1.10 at least) trusts some metadata it decodes: a corrupt global heap behind a
+  /// variable-length string attribute makes it read out of bounds and crash, corrupt its own heap so
+  /// that the process aborts later ("free(): invalid size"), or loop forever. So the same walk of the
+  /// metadata runs first in a forked child, which inherits this process's exact state and reports each
+  /// dataset it turns to; if it dies from a signal, exits other than normally, or stops making progress,
+  /// the file is refused here, naming the dataset. A child that fails with wb::Error, or cannot be
+  /// forked, changes nothing: the walk below gives the error, or reads the file unchecked. Called under
+  /// hdf5_mutex, so no other thread of ours is inside HDF5 at the fork.
+  void check_in_child() const {
+    const std::int64_t idle_seconds = check_idle_seconds();
+    int pipe_fds[2];
+    if (::pipe2(pipe_fds, O_CLOEXEC) != 0) return;
+    const pid_t child = ::fork();
+    if (child < 0) {
+      ::close(pipe_fds[0]);
+      ::close(pipe_fds[1]);
+      return;
+    }
+    if (child == 0) {
+      ::close(pipe_fds[0]);
+      for (const int signal : {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL}) ::signal(signal, SIG_DFL);
+      const int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);  // glibc's "free(): invalid size" and the like
+      if (null >= 0) ::dup2(null, STDERR_FILENO);
+      try {
+        const Hdf5Reader walk(path_, InChild{pipe_fds[1]});
+        ::_exit(0);  // no destructors, no atexit handlers: the parent's HDF5 files stay untouched
+      } catch (...) {
+        ::_exit(kChildFoundError);
+      }
+    }
+    ::close(pipe_fds[1]);
+    const ChildOutcome outcome = watch_child(child, pipe_fds[0], idle_seconds);
+    ::close(pipe_fds[0]);
+    const Where where{path_, outcome.dataset};
+    if (outcome.stalled)
+      throw_corrupt(where, "its metadata is corrupt: reading it made no progress for " +
+                               std::to_string(idle_seconds) +
+                               " s (libhdf5 loops on some corrupt files; seen in the child process that checks "
+                               "each file before this one opens it)");
+    if (outcome.signal != 0)
+      throw_corrupt(where, std::string("its metadata is corrupt: reading it crashed the HDF5 library (") +
+                               ::strsignal(outcome.signal) +
+                               ", in the child process that checks each file before this one opens it)");
+    if (outcome.exit_status != 0 && outcome.exit_status != kChildFoundError)  // exit() inside a library, a sanitizer
+      throw_corrupt(where, "its metadata is corrupt: reading it ended the child process that checks each file "
+                           "before this one opens it, with exit status " + std::to_string(outcome.exit_status));
+  }
+
+  struct ChildOutcome {
+    std::string dataset;  // the last dataset the child turned to
+    int signal = 0;       // that killed it
+    int exit_status = 0;  // when it exited
+    bool stalled = false;
+  };
+  static constexpr int kChildFoundError = 86;  // the walk threw wb::Error: the parent's own walk reports it
+
+  /// Follows the child's progress lines until it exits; kills it after `idle_seconds` without one.
+  static ChildOutcome watch_child(pid_t child, int progress_fd, std::int64_t idle_seconds) {
+    ChildOutcome outcome;
+    std::string pending;
+    auto last_progress = std::chrono::steady_clock::now();
+    const auto idle_limit = std::chrono::seconds(idle_seconds);
+    bool open = true;
+    while (open) {
+      pollfd ready{progress_fd, POLLIN, 0};
+      const int polled = ::poll(&ready, 1, 200);
+      if (polled < 0 && errno != EINTR) break;
+      if (polled > 0) {
+        char buffer[4096];
+        const ssize_t got = ::read(progress_fd, buffer, sizeof buffer);
+        if (got > 0) {
+          pending.append(buffer, static_cast<std::size_t>(got));
+          for (std::size_t newline; (newline = pending.find('\n')) != std::string::npos; pending.erase(0, newline + 1))
+            if (newline > 0) outcome.dataset = pending.substr(0, newline);  // empty: still listing
+          last_progress = std::chrono::steady_clock::now();
+        } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
+          open = false;  // the child exited (or closed its end)
+        }
+      }
+      if (open && std::chrono::steady_clock::now() - last_progress > idle_limit) {
+        int status = 0;
+        if (::waitpid(child, &status, WNOHANG) == child) {  // exited, but someone else holds the pipe
+          record_status(status, outcome);
+          return outcome;
+        }
+        ::kill(child, SIGKILL);
+        while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+        }
+        outcome.stalled = true;
+        return outcome;
+      }
+    }
+    int status = 0;
+    pid_t done = -1;
+    while ((done = ::waitpid(child, &status, 0)) < 0 && errno == EINTR) {
+    }
+    if (done == child) record_status(status, outcome);
+    return outcome;
+  }
+
+  static void record_status(int status, ChildOutcome& outcome) {
+    if (WIFSIGNALED(status)) outcome.signal = WTERMSIG(status);
+    if (WIFEXITED(status)) outcome.exit_status = WEXITSTATUS(status);
+  }
+
   /// Links of the root group, in creation order when the file tracks it, else in name order.
   std::vector<std::string> dataset_names() const {
     const Where where{path_, {}};
@@ -322,39 +563,84 @@ class Hdf5Reader final : public CheckpointReader {
     unsigned order_flags = 0;
     WB_H5(kCorruptData, where, H5Pget_link_creation_order(gcpl.get(), &order_flags));
     const H5_index_t index = (order_flags & H5P_CRT_ORDER_TRACKED) != 0 ? H5_INDEX_CRT_ORDER : H5_INDEX_NAME;
-    std::vector<std::string> names;
+    struct Listing {
+      const Hdf5Reader* reader;
+      std::vector<std::string> names;
+    } listing{this, {}};
     const auto visit = [](hid_t, const char* name, const H5L_info_t* link, void* data) -> herr_t {
-      if (link->type == H5L_TYPE_HARD) static_cast<std::vector<std::string>*>(data)->emplace_back(name);
+      auto* out = static_cast<Listing*>(data);
+      if (link->type == H5L_TYPE_HARD) out->names.emplace_back(name);
+      if (out->names.size() % 1024 == 0) out->reader->report_progress({});  // a long listing is progress too
       return 0;
     };
     hsize_t position = 0;
-    WB_H5(kCorruptData, where, H5Literate(root.get(), index, H5_ITER_INC, &position, visit, &names));
-    return names;
+    WB_H5(kCorruptData, where, H5Literate(root.get(), index, H5_ITER_INC, &position, visit, &listing));
+    return std::move(listing.names);
   }
 
-  void add_tensor(const std::string& name) {
+  void close() {
+    memory_types_.clear();
+    file_.reset();
+  }
+
+  /// In the checking child: tells the parent which dataset comes next (one line; a newline in a name
+  /// would split it, so it is replaced; an empty line says the listing goes on).
+  void report_progress(std::string name) const {
+    if (progress_fd_ < 0) return;
+    for (char& c : name)
+      if (c == '\n') c = ' ';
+    name.push_back('\n');
+    for (std::size_t done = 0; done < name.size();) {
+      const ssize_t wrote = ::write(progress_fd_, name.data() + done, name.size() - done);
+      if (wrote < 0 && errno == EINTR) continue;
+      if (wrote <= 0) return;
+      done += static_cast<std::size_t>(wrote);
+    }
+  }
+
+  /// The dtype of a dataset: its own type's where that says one, the `dtype` attribute where the type
+  /// holds bit patterns of a format HDF5 has no type for; both, when present, must agree.
+  DType dataset_dtype(hid_t dataset, hid_t type, const Where& where) const {
+    const std::optional<DType> own = dtype_of_type(type);
+    const H5T_class_t type_class = H5Tget_class(type);
+    if (WB_H5(kCorruptData, where, H5Aexists(dataset, "dtype")) == 0) {
+      if (own) return *own;
+      if (type_class == H5T_INTEGER && H5Tget_size(type) == 2)  // 8-bit integers are i8/u8 without one
+        throw_corrupt(where, "stored as " + describe_type(type) +
+                                 " with no 'dtype' attribute saying which format its bits hold (bf16 or f16)");
+      throw_corrupt(where, "stored as " + describe_type(type) +
+                               ", which is no WeightBridge dtype (bf16, f16, f32, f64, i8, u8, i32, i64, f8e4m3, "
+                               "f8e5m2)");
+    }
+    const std::string text = read_string_attribute(dataset, "dtype", where);
+    const std::optional<DType> named = parse_dtype_attribute(text);
+    if (!named) throw_corrupt(where, "unknown dtype attribute '" + text + "'");
+    if (own == named) return *named;
+    // Integer storage of bf16/f16/fp8 bits: any sign, the same width, no padding bits.
+    if (type_class == H5T_INTEGER && stored_as_integer_bits(*named) && H5Tget_size(type) == dtype_size(*named) &&
+        H5Tget_precision(type) == H5Tget_size(type) * 8 && H5Tget_offset(type) == 0)
+      return *named;
+    const std::string expected = stored_as_integer_bits(*named)
+                                     ? std::to_string(8 * dtype_size(*named)) + "-bit integers" +
+                                           (*named == DType::kF16 ? " or IEEE float16" : "")
+                                     : storage_of(*named).description;
+    throw_corrupt(where, "stored as " + describe_type(type) + " but its dtype attribute says " + text +
+                             ", which is stored as " + expected);
+  }
+
+  void add_tensor(const std::string& name, hsize_t file_bytes) {
     const Where where{path_, name};
     Handle object(WB_H5(kCorruptData, where, H5Oopen(file_.get(), name.c_str(), H5P_DEFAULT)), H5Oclose);
     if (H5Iget_type(object.get()) != H5I_DATASET) {
-      WB_LOG(kDebug) << kWhat << " " << path_ << ": skipping '" << name << "', not a dataset";
+      if (progress_fd_ < 0) {
+        WB_LOG(kDebug) << kWhat << " " << path_ << ": skipping '" << name << "', not a dataset";
+      }
       return;
     }
     const hid_t dataset = object.get();
-    if (WB_H5(kCorruptData, where, H5Aexists(dataset, "dtype")) == 0)
-      throw_corrupt(where, "dataset has no 'dtype' attribute (expected one of bf16, f16, f32, f64, i8, u8, i32, "
-                           "i64, f8e4m3, f8e5m2)");
-    const std::string dtype_text = read_string_attribute(dataset, "dtype", where);
-    const std::optional<DType> dtype = parse_dtype(dtype_text);
-    if (!dtype) throw_corrupt(where, "unknown dtype attribute '" + dtype_text + "'");
-
-    const Storage expected = storage_of(*dtype);
+    report_progress(name);
     Handle type(WB_H5(kCorruptData, where, H5Dget_type(dataset)), H5Tclose);
-    const H5T_class_t type_class = H5Tget_class(type.get());
-    const bool matches = type_class == expected.type_class && H5Tget_size(type.get()) == expected.size &&
-                         (type_class != H5T_INTEGER || H5Tget_sign(type.get()) == expected.sign);
-    if (!matches)
-      throw_corrupt(where, "stored as " + describe_type(type.get()) + " but its dtype attribute says " +
-                               dtype_text + ", which is stored as " + expected.description);
+    const DType dtype = dataset_dtype(dataset, type.get(), where);
 
     Handle space(WB_H5(kCorruptData, where, H5Dget_space(dataset)), H5Sclose);
     const H5S_class_t space_class = H5Sget_simple_extent_type(space.get());
@@ -363,20 +649,49 @@ class Hdf5Reader final : public CheckpointReader {
       const int ndim = WB_H5(kCorruptData, where, H5Sget_simple_extent_ndims(space.get()));
       std::vector<hsize_t> dims(static_cast<std::size_t>(ndim));
       WB_H5(kCorruptData, where, H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr));
-      shape.assign(dims.begin(), dims.end());
+      for (const hsize_t extent : dims) {
+        if (extent > static_cast<hsize_t>(INT64_MAX)) throw_corrupt(where, "dataset extent " + std::to_string(extent) + " is too large");
+        shape.push_back(static_cast<std::int64_t>(extent));
+      }
     } else if (space_class != H5S_SCALAR) {
       throw_corrupt(where, "dataset has a null or unknown dataspace");
     }
-    if (checked_nbytes(shape, dtype_size(*dtype)) < 0)
-      throw_corrupt(where, "shape " + shape_to_string(shape) + " is too large");
-    tensors_.push_back(TensorInfo{name, *dtype, std::move(shape)});
-    memory_types_.push_back(expected.memory_type);
+    const std::int64_t nbytes = checked_nbytes(shape, dtype_size(dtype));
+    if (nbytes < 0) throw_corrupt(where, "shape " + shape_to_string(shape) + " is too large");
+    check_storage(dataset, static_cast<hsize_t>(nbytes), file_bytes, where);
+
+    // The memory type is the file type in this machine's byte order: HDF5 swaps bytes where the file's
+    // order differs and otherwise copies them, never converting a value.
+    Handle memory_type(WB_H5(kHdf5, where, H5Tcopy(type.get())), H5Tclose);
+    if (H5Tget_order(memory_type.get()) != H5T_ORDER_NONE)
+      WB_H5(kCorruptData, where, H5Tset_order(memory_type.get(), H5Tget_order(H5T_NATIVE_INT)));
+    tensors_.push_back(TensorInfo{name, dtype, std::move(shape)});
+    memory_types_.push_back(std::move(memory_type));
+  }
+
+  /// Refuses data kept outside this file (external files, virtual datasets: the checkpoint would reach
+  /// files nobody named) and a contiguous dataset whose bytes would end past the end of the file (a
+  /// corrupt dataspace claiming a huge shape).
+  void check_storage(hid_t dataset, hsize_t nbytes, hsize_t file_bytes, const Where& where) const {
+    Handle dcpl(WB_H5(kCorruptData, where, H5Dget_create_plist(dataset)), H5Pclose);
+    const H5D_layout_t layout = H5Pget_layout(dcpl.get());
+    if (layout == H5D_VIRTUAL || WB_H5(kCorruptData, where, H5Pget_external_count(dcpl.get())) > 0)
+      throw_corrupt(where, "dataset keeps its data in other files (external storage or a virtual dataset), "
+                           "which a checkpoint may not do");
+    if (layout != H5D_CONTIGUOUS) return;  // chunked (perhaps compressed) or compact: no such bound
+    const haddr_t offset = H5Dget_offset(dataset);
+    if (offset == HADDR_UNDEF) return;  // never written: reads give the fill value
+    if (offset > file_bytes || nbytes > file_bytes - offset)
+      throw_corrupt(where, "dataset of " + std::to_string(nbytes) + " bytes at offset " + std::to_string(offset) +
+                               " ends past the end of the file (" + std::to_string(file_bytes) +
+                               " bytes): truncated or corrupt");
   }
 
   std::string path_;
   Handle file_;
   std::vector<TensorInfo> tensors_;
-  std::vector<hid_t> memory_types_;  // parallel to tensors_
+  std::vector<Handle> memory_types_;  // parallel to tensors_
+  int progress_fd_ = -1;  // >= 0 only in the checking child
 };
 
 // --- writer ----------------------------------------------------------------------------------------

@@ -23,7 +23,6 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -65,12 +64,17 @@ std::string byte_range(std::uint64_t begin, std::uint64_t end) {
 class MappedFile {
  public:
   explicit MappedFile(std::string path) : path_(std::move(path)) {
-    const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: opening a FIFO must not wait for a writer; the type is checked on the open descriptor.
+    const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) throw_errno(path_, "open");
     struct stat st {};
     if (::fstat(fd, &st) != 0) {
       ::close(fd);
       throw_errno(path_, "fstat");
+    }
+    if (!S_ISREG(st.st_mode)) {
+      ::close(fd);
+      throw_at(ErrorCode::kInvalidArgument, path_, {}, "is " + std::string(file_kind(st.st_mode)) + ", not a regular file");
     }
     size_ = static_cast<std::size_t>(st.st_size);
     if (size_ > 0) {  // mmap refuses length 0; an empty file is reported as too short by the parser
@@ -98,6 +102,46 @@ class MappedFile {
   const std::byte* data_ = nullptr;
   std::size_t size_ = 0;
 };
+
+/// A key that occurs twice in one JSON object, and the key of that object in its parent ("" at the top).
+struct DuplicateKey {
+  std::string key;
+  std::string parent;
+};
+
+/// Parses JSON, noting the first key repeated inside one object: nlohmann keeps the last definition
+/// silently, and a header naming a tensor twice must not load whichever came last.
+json parse_json_noting_duplicates(const char* begin, const char* end, std::optional<DuplicateKey>& duplicate) {
+  struct Object {
+    std::string name;
+    std::set<std::string, std::less<>> keys;
+  };
+  std::vector<Object> open;
+  std::string last_key;
+  const json::parser_callback_t callback = [&](int, json::parse_event_t event, json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start:
+        open.push_back({std::move(last_key), {}});
+        last_key.clear();
+        break;
+      case json::parse_event_t::key:
+        last_key = parsed.get<std::string>();
+        if (!duplicate && !open.empty() && !open.back().keys.insert(last_key).second)
+          duplicate = DuplicateKey{last_key, open.back().name};
+        break;
+      case json::parse_event_t::object_end:
+        if (!open.empty()) open.pop_back();
+        break;
+      case json::parse_event_t::array_start:
+      case json::parse_event_t::array_end:
+      case json::parse_event_t::value:
+        last_key.clear();
+        break;
+    }
+    return true;
+  };
+  return json::parse(begin, end, callback);
+}
 
 /// One tensor of one file: where its bytes start in the mapping.
 struct Entry {
@@ -178,12 +222,19 @@ std::vector<Entry> parse_file(const MappedFile& file) {
                  std::to_string(file.size() - kLengthBytes) + " bytes)");
   const char* header = reinterpret_cast<const char*>(file.data() + kLengthBytes);
   json document;
+  std::optional<DuplicateKey> duplicate;
   try {
-    document = json::parse(header, header + header_bytes);
+    document = parse_json_noting_duplicates(header, header + header_bytes, duplicate);
   } catch (const json::exception& e) {
     throw_at(ErrorCode::kCorruptData, path, {}, std::string("header is not valid JSON: ") + e.what());
   }
   if (!document.is_object()) throw_at(ErrorCode::kCorruptData, path, {}, "header is not a JSON object");
+  if (duplicate) {
+    if (duplicate->parent.empty())
+      throw_at(ErrorCode::kCorruptData, path, duplicate->key, "the header defines it twice");
+    throw_at(ErrorCode::kCorruptData, path, duplicate->parent,
+             "its header entry has the key \"" + duplicate->key + "\" twice");
+  }
 
   const std::uint64_t data_start = kLengthBytes + header_bytes;
   std::vector<Entry> entries;
@@ -267,33 +318,36 @@ class SafetensorsReader final : public CheckpointReader {
     const fs::path directory = fs::path(index_path).parent_path();
     // tensor → shard, and the shards in the order of their names (model-00001-of-... first).
     std::map<std::string, std::string> shard_of;
-    std::set<std::string> shards;
+    std::map<std::string, std::string> first_tensor_of;  // shard → a tensor it holds, for messages
     for (const auto& [name, shard] : document["weight_map"].items()) {
       if (!shard.is_string())
         throw_at(ErrorCode::kCorruptData, source_, name, "weight_map entry is not a file name string");
-      shard_of.emplace(name, shard.get<std::string>());
-      shards.insert(shard.get<std::string>());
+      const std::string& file = shard.get_ref<const std::string&>();
+      check_shard_name(name, file, directory);
+      shard_of.emplace(name, file);
+      first_tensor_of.emplace(file, name);
     }
-    for (const std::string& shard : shards) {
+    for (const auto& [shard, listed_tensor] : first_tensor_of) {
       const std::string shard_path = (directory / shard).string();
       std::error_code ec;
-      if (!fs::is_regular_file(shard_path, ec)) {
-        const auto listed = std::find_if(shard_of.begin(), shard_of.end(), [&](const auto& kv) { return kv.second == shard; });
-        throw_at(ErrorCode::kNotFound, source_, listed->first, "its shard " + shard_path + " is missing");
-      }
+      if (!fs::exists(shard_path, ec))
+        throw_at(ErrorCode::kNotFound, source_, listed_tensor, "its shard " + shard_path + " is missing");
       files_.push_back(std::make_unique<MappedFile>(shard_path));
-      std::size_t unlisted = 0;
+      std::vector<std::string> unlisted;
       for (Entry& entry : parse_file(*files_.back())) {
         const auto listed = shard_of.find(entry.info.name);
         if (listed == shard_of.end() || listed->second != shard) {
-          ++unlisted;  // the index is the checkpoint: stray tensors in a shard are not part of it
+          unlisted.push_back(entry.info.name);  // the index is the checkpoint: stray tensors are not part of it
           continue;
         }
         add(std::move(entry), files_.size() - 1);
       }
-      if (unlisted > 0) {
-        WB_LOG(kWarn) << kWhat << " " << source_ << ": shard " << shard << " holds " << unlisted
-                      << " tensor(s) the weight_map does not assign to it; ignored";
+      if (!unlisted.empty()) {
+        std::string names;
+        for (std::size_t i = 0; i < unlisted.size() && i < 8; ++i) names += (i == 0 ? "" : ", ") + unlisted[i];
+        if (unlisted.size() > 8) names += ", and " + std::to_string(unlisted.size() - 8) + " more";
+        WB_LOG(kWarn) << kWhat << " " << source_ << ": shard " << shard << " holds " << unlisted.size()
+                      << " tensor(s) the weight_map does not assign to it, ignored: " << names;
       }
     }
     if (tensors_.size() != shard_of.size()) {
@@ -326,19 +380,36 @@ class SafetensorsReader final : public CheckpointReader {
   };
 
   json read_index() const {
-    std::ifstream in(source_, std::ios::binary);
-    if (!in) throw_errno(source_, "open");
-    std::ostringstream text;
-    text << in.rdbuf();
+    const MappedFile file(source_);  // refuses a FIFO or device without blocking on it
+    const char* text = reinterpret_cast<const char*>(file.data());
     json document;
+    std::optional<DuplicateKey> duplicate;
     try {
-      document = json::parse(text.str());
+      document = parse_json_noting_duplicates(text, text + file.size(), duplicate);
     } catch (const json::exception& e) {
       throw_at(ErrorCode::kCorruptData, source_, {}, std::string("index is not valid JSON: ") + e.what());
     }
     if (!document.is_object() || !document.contains("weight_map") || !document["weight_map"].is_object())
       throw_at(ErrorCode::kCorruptData, source_, {}, "index has no \"weight_map\" object");
+    if (duplicate && duplicate->parent == "weight_map")
+      throw_at(ErrorCode::kCorruptData, source_, duplicate->key, "the index's weight_map names it twice");
     return document;
+  }
+
+  /// Shards must lie inside the index's directory: a relative path without "..". The check is on the
+  /// name, not on where symbolic links lead: the Hugging Face cache links every shard to a blob elsewhere.
+  void check_shard_name(const std::string& tensor, const std::string& shard, const fs::path& directory) const {
+    const auto refuse = [&](const std::string& why) {
+      throw_at(ErrorCode::kInvalidArgument, source_, tensor,
+               "its shard \"" + printable(shard) + "\" " + why + "; shards must be files in the index's directory " +
+                   (directory.empty() ? std::string(".") : directory.string()) + " or below it");
+    };
+    if (shard.empty()) refuse("is an empty name");
+    if (shard.find('\0') != std::string::npos) refuse("holds a NUL character");
+    const fs::path path(shard);
+    if (path.is_absolute() || path.has_root_name() || path.has_root_directory()) refuse("is an absolute path");
+    for (const fs::path& part : path)
+      if (part == "..") refuse("leads out of it through \"..\"");
   }
 
   void add(Entry entry, std::size_t file) {

@@ -27,9 +27,15 @@ std::string index_text(const Shape& shape, std::int64_t flat) {
   return shape_to_string(index);
 }
 
-[[noreturn]] void not_a_copy(const Parameter& param, std::int64_t flat, const std::string& why) {
-  throw Error(ErrorCode::kInvalidArgument, "load_weights is not a pure copy: parameter " + param.name + " at " +
-                                               index_text(param.view.shape, flat) + ": " + why);
+// What the user reads: which element, and that load_weights computed its value instead of copying it; the
+// probe's own finding follows in parentheses, for whoever debugs the loader.
+constexpr const char* kComputed =
+    "the value load_weights wrote there is not a checkpoint value: it was computed (scaled, converted, combined "
+    "or made up), not copied";
+
+[[noreturn]] void not_a_copy(const Parameter& param, std::int64_t flat, const std::string& what, const std::string& detail) {
+  throw Error(ErrorCode::kInvalidArgument, "load_weights is not a pure copy: parameter " + param.name + ", element " +
+                                               index_text(param.view.shape, flat) + ": " + what + " (probe: " + detail + ")");
 }
 
 // Saves the parameters' contents and puts them back however the probe ends.
@@ -167,7 +173,7 @@ class ParameterDecoder {
       if (p == 0) unsourced = d == sentinel;
       if (unsourced != (d == sentinel) ||
           (!unsourced && (d < 0 || static_cast<std::uint64_t>(d) >= space.size)))
-        not_a_copy(param_, flat_of(c.corner), "holds bits that are no probe code in pass " + std::to_string(p));
+        not_a_copy(param_, flat_of(c.corner), kComputed, "bits that are no probe code in pass " + std::to_string(p));
       digits[p] = unsourced ? 0 : static_cast<std::uint64_t>(d);
       for (std::size_t a = 0; a < ndim; ++a) {
         if (c.extent[a] < 2) continue;
@@ -179,7 +185,7 @@ class ParameterDecoder {
     for (std::size_t a = 0; a < ndim; ++a)
       for (std::size_t p = 0; p < passes; ++p)
         if (unsourced && steps[a][p] != 0)
-          not_a_copy(param_, flat_of(c.corner), "a region no checkpoint element reaches is not uniform");
+          not_a_copy(param_, flat_of(c.corner), kComputed, "a region no checkpoint element reaches is not uniform");
     if (unsourced) {
       c.tensor = -1;
       return c;
@@ -247,7 +253,7 @@ class ParameterDecoder {
         if (c.extent[a] > 1) split = a;
     }
     if (++splits_ > std::max<std::int64_t>(4096, param_.view.numel() / 8))
-      not_a_copy(param_, flat_of(c.corner), "the values are not piecewise affine in the parameter's index");
+      not_a_copy(param_, flat_of(c.corner), kComputed, "the values are not piecewise affine in the parameter's index");
     for (std::int64_t i = 0; i < c.extent[split]; ++i) {
       Cell piece = c;
       piece.corner[split] += i;
@@ -261,17 +267,19 @@ class ParameterDecoder {
   // The cell's tensor exists, has the parameter's dtype, and the coordinates of axes it lacks stay 0.
   void check_tensor(const Cell& c) const {
     if (c.tensor < 0 || static_cast<std::size_t>(c.tensor) >= tensors_.size())
-      not_a_copy(param_, flat_of(c.corner), "decodes to tensor index " + std::to_string(c.tensor) + " of " +
-                                                std::to_string(tensors_.size()));
+      not_a_copy(param_, flat_of(c.corner), kComputed,
+                 "decodes to tensor index " + std::to_string(c.tensor) + " of " + std::to_string(tensors_.size()));
     const TensorInfo& tensor = tensors_[static_cast<std::size_t>(c.tensor)];
     if (tensor.dtype != param_.view.dtype)
-      not_a_copy(param_, flat_of(c.corner), "holds elements of " + tensor.name + " (" +
-                                                std::string(dtype_name(tensor.dtype)) + ") in a " +
-                                                std::string(dtype_name(param_.view.dtype)) + " parameter");
+      not_a_copy(param_, flat_of(c.corner),
+                 "it holds elements of " + tensor.name + " (" + std::string(dtype_name(tensor.dtype)) + ") in a " +
+                     std::string(dtype_name(param_.view.dtype)) + " parameter: load_weights converts dtypes, which a "
+                     "transfer of the checkpoint's bytes cannot reproduce",
+                 "dtype mismatch");
     for (std::size_t axis = tensor.shape.size(); axis < c.base.size(); ++axis) {
       bool varies = c.base[axis] != 0;
       for (std::size_t a = 0; a < c.extent.size(); ++a) varies = varies || (c.extent[a] > 1 && c.slope[axis][a] != 0);
-      if (varies) not_a_copy(param_, flat_of(c.corner), "coordinate of an axis " + tensor.name + " lacks is not zero");
+      if (varies) not_a_copy(param_, flat_of(c.corner), kComputed, "coordinate of an axis " + tensor.name + " lacks is not zero");
     }
   }
 
@@ -291,8 +299,8 @@ class ParameterDecoder {
     }
     copy.offset = flat_of(c.corner);
     if (!copy.box.fits_in(tensor.shape))
-      not_a_copy(param_, copy.offset, "decodes to " + tensor.name + copy.box.to_string() + ", outside its shape " +
-                                          shape_to_string(tensor.shape));
+      not_a_copy(param_, copy.offset, kComputed,
+                 "decodes to " + tensor.name + copy.box.to_string() + ", outside its shape " + shape_to_string(tensor.shape));
     out.push_back(std::move(copy));
   }
 
@@ -353,8 +361,10 @@ void verify_against_load(const SourceMap& map, const ProbeCheckpoint& probe, con
             index[a] = 0;
           }
         }
-        not_a_copy(param, flat, "it differs from a copy of " + tensor.name + " (decoded from " + part.to_string() +
-                                    ") when the values are not coordinates");
+        not_a_copy(param, flat,
+                   "it equals a checkpoint element only for some values: load_weights computes it (from " + tensor.name +
+                       part.to_string() + ")",
+                   "the decoded copy does not reproduce load_weights when the values are not coordinates");
       }
       // Cleared elements let the final scan find anything load_weights wrote that no copy explains.
       std::vector<std::byte> zeros(expected.size(), std::byte{0});
@@ -366,8 +376,8 @@ void verify_against_load(const SourceMap& map, const ProbeCheckpoint& probe, con
     const std::size_t n = param.view.nbytes();
     for (std::size_t b = 0; b < n; ++b)
       if (bytes[b] != std::byte{0})
-        not_a_copy(param, static_cast<std::int64_t>(b / param.view.element_size()),
-                   "load_weights wrote a value that no decoded copy explains");
+        not_a_copy(param, static_cast<std::int64_t>(b / param.view.element_size()), kComputed,
+                   "a value that no decoded copy explains");
   }
 }
 
@@ -405,7 +415,7 @@ SourceMap probe_source_map(const std::vector<TensorInfo>& checkpoint_tensors, co
       fields.push_back(layout::second_differences(param.view.data, static_cast<int>(param.view.element_size()),
                                                   param.view.shape, space.lo));
       if (!fields.back().complete)
-        not_a_copy(param, fields.back().covered, "the values are not piecewise affine (too many breaks to be copies)");
+        not_a_copy(param, fields.back().covered, kComputed, "the values are not piecewise affine (too many breaks to be copies)");
       sparse_bytes += fields.back().flat_positions.size() * 16;
     }
     decode_seconds += seconds_since(decode_start);

@@ -150,7 +150,11 @@ SourceMap deserialize_source_map(std::span<const std::byte> bytes) {
     p.name = in.text();
     p.dtype = static_cast<DType>(in.bounded(kNumDTypes - 1, "dtype"));
     p.shape.resize(in.bounded(kMaxDims, "rank"));
-    for (std::int64_t& e : p.shape) e = static_cast<std::int64_t>(in.bounded(std::uint64_t{1} << 48, "extent"));
+    std::int64_t elements = 1;  // numel() must not overflow later
+    for (std::int64_t& e : p.shape) {
+      e = static_cast<std::int64_t>(in.bounded(std::uint64_t{1} << 48, "extent"));
+      if (__builtin_mul_overflow(elements, e, &elements)) in.fail("parameter " + p.name + " has too many elements");
+    }
   }
   const std::uint64_t copies = in.count(4, "copy count");
   map.copies.resize(copies);
@@ -196,10 +200,14 @@ void validate_source_map(const SourceMap& map, const std::vector<TensorInfo>& ch
     if (tensor.dtype != param.dtype)
       fail("dtype " + std::string(dtype_name(tensor.dtype)) + " into " + std::string(dtype_name(param.dtype)));
     if (c.numel() == 0) continue;
+    // The first and last elements written; strides come from another rank, so overflow is checked.
     std::int64_t lowest = c.offset, highest = c.offset;
     for (std::size_t a = 0; a < c.strides.size(); ++a) {
-      const std::int64_t span = (c.box.extent[a] - 1) * c.strides[a];
-      (span < 0 ? lowest : highest) += span;
+      std::int64_t span = 0;
+      if (__builtin_mul_overflow(c.box.extent[a] - 1, c.strides[a], &span) ||
+          __builtin_add_overflow(span < 0 ? lowest : highest, span, span < 0 ? &lowest : &highest))
+        fail("stride " + std::to_string(c.strides[a]) + " of axis " + std::to_string(a) +
+             " reaches past any parameter");
     }
     if (lowest < 0 || highest >= param.numel())
       fail("writes elements [" + std::to_string(lowest) + ", " + std::to_string(highest) +

@@ -1,5 +1,6 @@
-// What the planner and the schedule builder both need to know about an atom: its size, the axis it is
-// cut along, and its needers grouped by node (distinct workers; a worker may need an atom at two places).
+// What the planner, the schedule builder and the traffic model all need to know about an atom: its size,
+// the axis it is cut along, and its needers grouped by node (distinct workers; a worker may need an atom
+// at two places); and the hops a segment makes through the three stages.
 #pragma once
 
 #include <cstdint>
@@ -43,31 +44,42 @@ AtomRoutes atom_routes(const Correspondence& correspondence, const Topology& top
 /// Box of `atom_box` restricted to slices [begin, end) along `axis` (box-relative).
 Box slice_box(const Box& atom_box, int axis, std::int64_t begin, std::int64_t end);
 
-}  // namespace wb::plan_detail
+/// One hop of a segment: `from` writes it to `to` in `round` (a relay write, lag 1, reads the slot of the
+/// round before).
+struct Hop {
+  Stage stage = Stage::kReceive;
+  int from = 0;
+  int to = 0;
+  std::uint32_t round = 0;
+  std::uint8_t lag = 0;
+};
 
-namespace wb::plan_detail {
-
-/// Calls fn(stage, from_worker, to_worker) for every hop of `segment`: receive (sender -> origin lander),
-/// external exchange (origin lander -> every other lander), internal exchange (each lander -> every other
-/// distinct worker of its node that needs the atom).
+/// Calls fn(const Hop&) for every hop of `segment`: receive (sender -> origin lander, in the segment's
+/// round), external exchange (each other lander from its parent: the origin for all-to-all, its relay tree
+/// parent otherwise, in the round it lands), internal exchange (each lander -> every other distinct worker
+/// of its node that needs the atom, in the round the lander has it).
 template <class Fn>
 void for_each_hop(const Correspondence& correspondence, const AtomRoutes& routes, const TransferPlan& plan,
                   const Segment& segment, Fn&& fn) {
   const Atom& atom = correspondence.atoms[segment.atom];
   const AtomRoute& route = routes.atoms[segment.atom];
   const auto landers = plan.landers_of(segment);
-  const int sender = atom.holders[segment.sender].worker;
-  const int origin = atom.needers[landers[segment.origin]].worker;
-  fn(Stage::kReceive, sender, origin);
+  const auto lander = [&](std::size_t k) { return atom.needers[landers[k]].worker; };
+  fn(Hop{Stage::kReceive, atom.holders[segment.sender].worker, lander(segment.origin), segment.round, 0});
   for (std::size_t k = 0; k < landers.size(); ++k)
-    if (k != segment.origin) fn(Stage::kExternalExchange, origin, atom.needers[landers[k]].worker);
+    if (k != segment.origin) {
+      const int depth = plan.lander_depth(segment, k);
+      fn(Hop{Stage::kExternalExchange, lander(plan.lander_parent(segment, k)), lander(k), plan.landing_round(segment, k),
+             static_cast<std::uint8_t>(depth > 1 ? 1 : 0)});
+    }
   const NodeNeeders* nodes = routes.nodes_of(route);
   for (std::size_t k = 0; k < landers.size(); ++k) {
-    const int lander = atom.needers[landers[k]].worker;
+    const int from = lander(k);
+    const std::uint32_t round = plan.landing_round(segment, k);
     const std::uint32_t* needers = routes.needers_of(nodes[k]);
     for (std::uint32_t i = 0; i < nodes[k].count; ++i) {
       const int worker = atom.needers[needers[i]].worker;
-      if (worker != lander) fn(Stage::kInternalExchange, lander, worker);
+      if (worker != from) fn(Hop{Stage::kInternalExchange, from, worker, round, 0});
     }
   }
 }

@@ -1,4 +1,9 @@
 // The planner's settings: declared once, read by connect (coordinator) and by wb-plan alike.
+#include <unistd.h>
+
+#include <fstream>
+#include <string>
+
 #include "weightbridge/plan.hpp"
 #include "weightbridge/settings.hpp"
 #include "weightbridge/status.hpp"
@@ -25,6 +30,28 @@ double positive(const Setting<double>& setting, double high) {
   return value;
 }
 
+Setting<std::int64_t> relay_fan_out_setting(
+    "relay_fan_out", 0,
+    "External exchange between rollout nodes: 0 simulates fan-outs 16, 8 and 4 (all-to-all in groups of nodes they "
+    "reach in one hop, relay trees beyond) and keeps the fastest; -1 all-to-all at any size; F >= 1 relay trees in "
+    "which a node forwards to at most F others per round.");
+Setting<std::int64_t> plan_memory_mib_setting(
+    "plan_memory_mib", 0,
+    "Memory the planning rank may spend on the plan and the schedules, MiB; 0: what the machine has available. "
+    "A deployment whose estimate is larger is refused before planning.");
+
+// MemAvailable of /proc/meminfo, else the free physical pages; 0 when neither is known.
+std::int64_t available_memory_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  std::int64_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+  const long pages = ::sysconf(_SC_AVPHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<std::int64_t>(pages) * page : 0;
+}
+
 }  // namespace
 
 PlanOptions plan_options_from_settings() {
@@ -35,6 +62,12 @@ PlanOptions plan_options_from_settings() {
     throw Error(ErrorCode::kInvalidArgument, "buffer_mib " + std::to_string(*buffer_mib_setting) + " is not in 1..2^30");
   if (options.pipeline_depth < 1 || options.pipeline_depth > 64)
     throw Error(ErrorCode::kInvalidArgument, "pipeline_depth " + std::to_string(options.pipeline_depth) + " is not in 1..64");
+  if (*relay_fan_out_setting < -1 || *relay_fan_out_setting > 1024)
+    throw Error(ErrorCode::kInvalidArgument, "relay_fan_out " + std::to_string(*relay_fan_out_setting) + " is not in -1..1024");
+  options.relay_fan_out = static_cast<int>(*relay_fan_out_setting);
+  if (*plan_memory_mib_setting < 0 || *plan_memory_mib_setting > (std::int64_t{1} << 40))
+    throw Error(ErrorCode::kInvalidArgument, "plan_memory_mib " + std::to_string(*plan_memory_mib_setting) + " is not in 0..2^40");
+  options.memory_limit_bytes = *plan_memory_mib_setting > 0 ? *plan_memory_mib_setting << 20 : available_memory_bytes();
   return options;
 }
 

@@ -20,9 +20,9 @@
 //                                    Σ Δbox_offset·stride): 0 when both are pieces of one slice copy
 //              kBufferGap            buffer_offset minus the previous entry's end (else it is that end).
 //            A box that continues the previous one takes 1 flags byte + one byte or two per axis.
-//   Write    head (stage in bits 0-1, bit 2: local offset does not continue the previous write's),
-//            index of the peer in the peer list, [local offset − previous end, signed], remote offset,
-//            bytes
+//   Write    head (stage in bits 0-1, bit 2: local offset does not continue the previous write's, bit 3:
+//            a relay, lag 1), index of the peer in the peer list, [local offset − previous end, signed],
+//            remote offset, bytes
 //   Arrival  head (stage in bits 0-1, bit 2: offset does not continue the previous arrival's), peer
 //            index, [offset − previous end, signed], bytes
 //
@@ -53,8 +53,8 @@ constexpr std::uint64_t kHasPack = 1, kHasWrites = 2, kHasArrivals = 4, kHasAsse
 // BufferCopy flags.
 constexpr std::uint64_t kTensor = 1, kParameter = 2, kShape = 4, kStrides = 8, kElementBytes = 16, kOffset = 32,
                         kBufferGap = 64, kAllCopyFlags = 127;
-// Write / Arrival head: stage in bits 0-1, then:
-constexpr std::uint64_t kStageMask = 3, kGap = 4, kAllHeadBits = 7;
+// Write / Arrival head: stage in bits 0-1, then (kLag: writes only):
+constexpr std::uint64_t kStageMask = 3, kGap = 4, kAllHeadBits = 7, kLag = 8, kAllWriteHeadBits = 15;
 
 // Minimum encoded size of one entry, to bound counts by the bytes left.
 constexpr std::size_t kMinCopyBytes = 1, kMinWriteBytes = 4, kMinArrivalBytes = 3;
@@ -107,8 +107,15 @@ std::string problem_of_stage(Stage stage, Stage previous) {
   return {};
 }
 
-std::string problem_of_write(const Write& w, Stage previous, const RoundSchedule& s) {
+std::string problem_of_write(const Write& w, Stage previous, const RoundSchedule& s, std::size_t round) {
   std::string problem = problem_of_stage(w.stage, previous);
+  if (problem.empty() && w.lag > 1) problem = "lag " + std::to_string(w.lag) + " out of range (0 or 1)";
+  if (problem.empty() && w.lag == 1) {
+    // A relay reads the slot of the round before: there must be one, distinct from this round's.
+    if (w.stage != Stage::kExternalExchange) problem = "a relay (lag 1) in the " + stage_text(w.stage) + " stage";
+    else if (round == 0) problem = "a relay (lag 1) in the first round";
+    else if (s.pipeline_depth < 2) problem = "a relay (lag 1) with a pipeline depth of 1";
+  }
   if (problem.empty()) {
     const bool packs = w.stage == Stage::kReceive;
     problem = problem_of_range("local", w.local_offset, w.bytes, packs ? s.send_slot_bytes : s.receive_slot_bytes,
@@ -266,10 +273,10 @@ class ScheduleWriter {
     std::int64_t end = 0;
     for (where_.entry = 0; where_.entry < list.size(); ++where_.entry) {
       const Write& w = list[where_.entry];
-      check(problem_of_write(w, stage, s_));
+      check(problem_of_write(w, stage, s_, where_.round));
       const std::uint64_t index = peer(w.peer);
       const bool gap = w.local_offset != end;
-      out_.varint(static_cast<std::uint64_t>(w.stage) | (gap ? kGap : 0));
+      out_.varint(static_cast<std::uint64_t>(w.stage) | (gap ? kGap : 0) | (w.lag != 0 ? kLag : 0));
       out_.varint(index);
       if (gap) out_.signed_varint(w.local_offset - end);
       out_.varint(static_cast<std::uint64_t>(w.remote_offset));
@@ -406,9 +413,10 @@ class ScheduleReader {
     return s_.peers[in_.bounded(s_.peers.size() - 1, "peer index")];
   }
 
-  Stage head(bool& gap) {
-    const std::uint64_t value = in_.bounded(kAllHeadBits, "entry head");
+  Stage head(bool& gap, std::uint64_t all_bits = kAllHeadBits, bool* lag = nullptr) {
+    const std::uint64_t value = in_.bounded(all_bits, "entry head");
     gap = (value & kGap) != 0;
+    if (lag != nullptr) *lag = (value & kLag) != 0;
     return static_cast<Stage>(value & kStageMask);  // 3 is caught with the other stage checks
   }
 
@@ -420,14 +428,15 @@ class ScheduleReader {
     std::int64_t end = 0;
     for (where_.entry = 0; where_.entry < list.size(); ++where_.entry) {
       Write& w = list[where_.entry];
-      bool gap = false;
-      w.stage = head(gap);
+      bool gap = false, lag = false;
+      w.stage = head(gap, kAllWriteHeadBits, &lag);
+      w.lag = lag ? 1 : 0;
       check(problem_of_stage(w.stage, stage));
       w.peer = peer();
       w.local_offset = gap ? end + in_.bounded_signed(-kMaxValue, kMaxValue, "local offset delta") : end;
       w.remote_offset = static_cast<std::int64_t>(in_.bounded(kMaxValue, "remote offset"));
       w.bytes = static_cast<std::int64_t>(in_.bounded(kMaxValue, "write size"));
-      check(problem_of_write(w, stage, s_));
+      check(problem_of_write(w, stage, s_, where_.round));
       stage = w.stage;
       end = w.local_offset + w.bytes;
     }

@@ -1,9 +1,17 @@
 // Round schedules from a transfer plan. A receiver's buffer of one round is laid out as regions, one per
-// (stage, source peer) in that order, and a region holds its segments back to back in plan order. A
+// (stage, lag, source peer) in that order, and a region holds its segments back to back in plan order. A
 // sender's buffer holds its segments in plan order, which groups them by destination. Sender and receiver
 // derive the same offsets from the same order, so nothing but the plan is shared.
+//
+// A lander at depth d > 1 of a relay tree receives a segment d - 1 rounds after the segment's round; it
+// forwards it to its own children one round later still, from where it landed (a relay write, lag 1).
 #include <algorithm>
+#include <atomic>
+#include <exception>
+#include <mutex>
+#include <thread>
 #include <tuple>
+#include <unordered_map>
 
 #include "plan/atom_routes.hpp"
 #include "weightbridge/round_schedule.hpp"
@@ -16,17 +24,18 @@ namespace {
 struct Region {
   std::uint32_t round = 0;
   Stage stage = Stage::kReceive;
+  std::uint8_t lag = 0;
   int source = 0;
   std::int64_t start = 0;
   std::int64_t bytes = 0;
-  auto key() const { return std::make_tuple(round, stage, source); }
+  auto key() const { return std::make_tuple(round, stage, lag, source); }
 };
 
-// Where the box of `segment` sits in the parameter of an endpoint's copy.
-SliceCopy copy_at(const Correspondence& correspondence, const Atom& atom, const AtomEndpoint& endpoint, const Box& box) {
-  const SliceCopy& copy = correspondence.maps[static_cast<std::size_t>(endpoint.worker)].copies[endpoint.copy];
+// Where the box of `segment` sits in the parameter of copy `copy_index` of `worker`'s source map.
+SliceCopy copy_at(const Correspondence& correspondence, std::uint32_t tensor, int worker, std::uint32_t copy_index, const Box& box) {
+  const SliceCopy& copy = correspondence.maps[static_cast<std::size_t>(worker)].copies[copy_index];
   SliceCopy result;
-  result.tensor = atom.tensor;
+  result.tensor = tensor;
   result.parameter = copy.parameter;
   result.box = box;
   result.offset = copy.offset;
@@ -35,43 +44,184 @@ SliceCopy copy_at(const Correspondence& correspondence, const Atom& atom, const 
   return result;
 }
 
+// The children of every position of every relay tree (compressed rows).
+struct TreeChildren {
+  std::vector<std::vector<std::uint32_t>> first;     // per tree: per position, one extra at the end
+  std::vector<std::vector<std::uint16_t>> children;  // per tree
+
+  explicit TreeChildren(const std::vector<RelayTree>& trees) {
+    for (const RelayTree& tree : trees) {
+      const std::size_t k = tree.parent.size();
+      std::vector<std::uint32_t> offsets(k + 1, 0);
+      for (std::uint16_t parent : tree.parent)
+        if (parent != RelayTree::kRoot) ++offsets[parent + 1u];
+      for (std::size_t p = 0; p < k; ++p) offsets[p + 1] += offsets[p];
+      std::vector<std::uint16_t> list(offsets[k]);
+      std::vector<std::uint32_t> next(offsets.begin(), offsets.end() - 1);
+      for (std::size_t p = 0; p < k; ++p)
+        if (tree.parent[p] != RelayTree::kRoot) list[next[tree.parent[p]]++] = static_cast<std::uint16_t>(p);
+      first.push_back(std::move(offsets));
+      children.push_back(std::move(list));
+    }
+  }
+};
+
 }  // namespace
 
 struct RoundScheduleBuilder::Index {
-  plan_detail::AtomRoutes routes;
-  std::vector<std::vector<Region>> regions;          // per receiving worker, sorted by (round, stage, source)
-  std::vector<std::vector<std::uint32_t>> segments;  // per worker: segments it sends or receives, in plan order
+  // A worker's part in one segment, in the round it plays it, with what it needs to play it at hand (so that
+  // building a schedule walks its own list instead of the plan): as its sender, as the one who receives it
+  // at its node (a lander or an internal needer), or as a relay forwarding it one round after it landed.
+  enum class Role : std::uint8_t { kSend, kReceive, kRelay };
+  struct Part {
+    std::uint32_t round = 0;
+    std::uint32_t segment = 0;
+    Role role = Role::kSend;
+    Stage in_stage = Stage::kReceive;  // kReceive: the region it lands in
+    std::uint8_t in_lag = 0;
+    bool relays_later = false;         // kReceive: the worker forwards it again a round later
+    std::uint8_t element_bytes = 0;
+    int in_source = 0;
+    std::int64_t bytes = 0;
+    std::uint32_t first_target = 0;    // into Index::targets of the worker: the writes it makes
+    std::uint32_t target_count = 0;
+    std::uint32_t first_copy = 0;      // into Index::copies of the worker: its source map copies it packs or
+    std::uint32_t copy_count = 0;      // assembles (a worker may need an atom at several places)
+    auto key() const { return std::make_tuple(round, segment, role); }
+  };
+  struct Target {
+    int peer = 0;
+    Stage stage = Stage::kReceive;
+    std::uint8_t lag = 0;
+  };
 
-  std::int64_t region_start(int worker, std::uint32_t round, Stage stage, int source) const {
+  plan_detail::AtomRoutes routes;
+  std::vector<std::vector<Region>> regions;   // per receiving worker, sorted by (round, stage, lag, source)
+  std::vector<std::vector<Part>> parts;       // per worker, by round, then plan order
+  std::vector<std::vector<Target>> targets;   // per worker
+  std::vector<std::vector<std::uint32_t>> copies;  // per worker: indices into its source map's copies
+  TreeChildren children;
+
+  explicit Index(const std::vector<RelayTree>& trees) : children(trees) {}
+
+  std::int64_t region_start(int worker, std::uint32_t round, Stage stage, std::uint8_t lag, int source) const {
     const auto& list = regions[static_cast<std::size_t>(worker)];
-    const auto key = std::make_tuple(round, stage, source);
+    const auto key = std::make_tuple(round, stage, lag, source);
     const auto it = std::lower_bound(list.begin(), list.end(), key, [](const Region& r, const auto& k) { return r.key() < k; });
     if (it == list.end() || it->key() != key)
       throw Error(ErrorCode::kInternal, "round schedule: no region for worker " + std::to_string(worker));
     return it->start;
   }
+
+  // Calls fn(k) for every child position of lander position k of `segment`.
+  template <class Fn>
+  void children_of(const Segment& segment, std::size_t k, Fn&& fn) const {
+    if (segment.relay == Segment::kAllToAll) {
+      if (k == segment.origin)
+        for (std::size_t j = 0; j < segment.lander_count; ++j)
+          if (j != k) fn(j);
+      return;
+    }
+    const auto& first = children.first[segment.relay];
+    const auto& list = children.children[segment.relay];
+    for (std::uint32_t c = first[k]; c < first[k + 1]; ++c) fn(static_cast<std::size_t>(list[c]));
+  }
 };
 
 RoundScheduleBuilder::RoundScheduleBuilder(const Correspondence& correspondence, const TransferPlan& plan)
-    : correspondence_(correspondence), plan_(plan), index_(new Index) {
+    : correspondence_(correspondence), plan_(plan), index_(new Index(plan.relay_trees)) {
+  using Part = Index::Part;
+  using Role = Index::Role;
   Index& index = *index_;
   const std::size_t workers = correspondence.sides.size();
   index.routes = plan_detail::atom_routes(correspondence, plan.topology);
   index.regions.assign(workers, {});
-  index.segments.assign(workers, {});
-  const auto note = [&](int worker, std::uint32_t segment) {
-    auto& list = index.segments[static_cast<std::size_t>(worker)];
-    if (list.empty() || list.back() != segment) list.push_back(segment);
+  index.parts.assign(workers, {});
+  index.targets.assign(workers, {});
+  index.copies.assign(workers, {});
+  const auto begin_part = [&](int worker, Part part) -> Part& {
+    part.first_target = static_cast<std::uint32_t>(index.targets[static_cast<std::size_t>(worker)].size());
+    part.first_copy = static_cast<std::uint32_t>(index.copies[static_cast<std::size_t>(worker)].size());
+    return index.parts[static_cast<std::size_t>(worker)].emplace_back(part);
+  };
+  const auto add_copy = [&](int worker, Part& part, std::uint32_t copy) {
+    index.copies[static_cast<std::size_t>(worker)].push_back(copy);
+    ++part.copy_count;
+  };
+  const auto add_target = [&](int worker, Part& part, int peer, Stage stage, std::uint8_t lag) {
+    index.targets[static_cast<std::size_t>(worker)].push_back({peer, stage, lag});
+    ++part.target_count;
   };
   for (std::uint32_t i = 0; i < plan.segments.size(); ++i) {
     const Segment& segment = plan.segments[i];
     const std::int64_t bytes = plan_detail::segment_bytes(index.routes, segment);
-    plan_detail::for_each_hop(correspondence, index.routes, plan, segment, [&](Stage stage, int from, int to) {
-      index.regions[static_cast<std::size_t>(to)].push_back({segment.round, stage, from, 0, bytes});
-      note(from, i);
-      note(to, i);
+    const auto element_bytes = static_cast<std::uint8_t>(index.routes.atoms[segment.atom].element_bytes);
+    plan_detail::for_each_hop(correspondence, index.routes, plan, segment, [&](const plan_detail::Hop& hop) {
+      index.regions[static_cast<std::size_t>(hop.to)].push_back({hop.round, hop.stage, hop.lag, hop.from, 0, bytes});
     });
+    // Every worker's part: the sender; per node position its lander and the other needers there; relays.
+    const Atom& atom = correspondence.atoms[segment.atom];
+    const auto landers = plan.landers_of(segment);
+    const auto lander_worker = [&](std::size_t k) { return atom.needers[landers[k]].worker; };
+    const int sender = atom.holders[segment.sender].worker;
+    Part& send = begin_part(sender, {segment.round, i, Role::kSend});
+    send.bytes = bytes;
+    send.element_bytes = element_bytes;
+    add_copy(sender, send, atom.holders[segment.sender].copy);
+    add_target(sender, send, lander_worker(segment.origin), Stage::kReceive, 0);
+    const plan_detail::NodeNeeders* nodes = index.routes.nodes_of(index.routes.atoms[segment.atom]);
+    for (std::size_t k = 0; k < landers.size(); ++k) {
+      const std::uint32_t round = plan.landing_round(segment, k);
+      const int lander = lander_worker(k);
+      bool relays = false;
+      if (k != segment.origin) index.children_of(segment, k, [&](std::size_t) { relays = true; });
+      const std::uint32_t* needers = index.routes.needers_of(nodes[k]);
+      for (std::uint32_t n = 0; n < nodes[k].count; ++n) {
+        const std::uint32_t first = needers[n];  // the worker's first copy: its copies follow in atom.needers
+        const int worker = atom.needers[first].worker;
+        Part& receive = begin_part(worker, {round, i, Role::kReceive});
+        receive.bytes = bytes;
+        receive.element_bytes = element_bytes;
+        for (std::uint32_t c = first; c < atom.needers.size() && atom.needers[c].worker == worker; ++c)
+          add_copy(worker, receive, atom.needers[c].copy);
+        if (worker != lander) {
+          receive.in_stage = Stage::kInternalExchange;
+          receive.in_source = lander;
+          continue;
+        }
+        if (k == segment.origin) {
+          receive.in_stage = Stage::kReceive;
+          receive.in_source = sender;
+          index.children_of(segment, k, [&](std::size_t child) {
+            add_target(worker, receive, lander_worker(child), Stage::kExternalExchange, 0);
+          });
+        } else {
+          receive.in_stage = Stage::kExternalExchange;
+          receive.in_source = lander_worker(plan.lander_parent(segment, k));
+          receive.in_lag = plan.lander_depth(segment, k) > 1 ? 1 : 0;
+          receive.relays_later = relays;
+        }
+        for (std::uint32_t m = 0; m < nodes[k].count; ++m) {
+          const int other = atom.needers[needers[m]].worker;
+          if (other != worker) add_target(worker, receive, other, Stage::kInternalExchange, 0);
+        }
+      }
+      if (relays) {
+        // Depth >= 1 relay: its children sit at depth >= 2 and take the segment one round after it landed.
+        Part& relay = begin_part(lander, {round + 1, i, Role::kRelay});
+        relay.bytes = bytes;
+        index.children_of(segment, k, [&](std::size_t child) {
+          add_target(lander, relay, lander_worker(child), Stage::kExternalExchange, 1);
+        });
+      }
+    }
   }
+  for (auto& list : index.parts) {
+    std::sort(list.begin(), list.end(), [](const Part& a, const Part& b) { return a.key() < b.key(); });
+    list.shrink_to_fit();
+  }
+  for (auto& list : index.targets) list.shrink_to_fit();
+  for (auto& list : index.copies) list.shrink_to_fit();
   for (auto& list : index.regions) {
     std::stable_sort(list.begin(), list.end(), [](const Region& a, const Region& b) { return a.key() < b.key(); });
     std::size_t out = 0;
@@ -83,6 +233,7 @@ RoundScheduleBuilder::RoundScheduleBuilder(const Correspondence& correspondence,
       list[out++] = list[i];
     }
     list.resize(out);
+    list.shrink_to_fit();
     std::int64_t at = 0;
     for (std::size_t i = 0; i < list.size(); ++i) {
       if (i > 0 && list[i].round != list[i - 1].round) at = 0;
@@ -95,6 +246,7 @@ RoundScheduleBuilder::RoundScheduleBuilder(const Correspondence& correspondence,
 RoundScheduleBuilder::~RoundScheduleBuilder() { delete index_; }
 
 RoundSchedule RoundScheduleBuilder::build(int rank) const {
+  using Role = Index::Role;
   const Index& index = *index_;
   const Correspondence& correspondence = correspondence_;
   const TransferPlan& plan = plan_;
@@ -111,109 +263,91 @@ RoundSchedule RoundScheduleBuilder::build(int rank) const {
   for (const Region& region : index.regions[r_index])
     schedule.rounds[region.round].arrivals.push_back({region.source, region.stage, region.start, region.bytes});
 
+  // This rank's parts, by round, then plan order, so that every region fills in the order its receiver
+  // laid it out.
+  const auto& parts = index.parts[r_index];
+  const auto& targets = index.targets[r_index];
+  const auto& copies = index.copies[r_index];
+  // Where each segment it relays landed in this rank's receive slot, for its relay part a round later.
+  std::unordered_map<std::uint32_t, std::int64_t> landed;
+
   std::uint32_t round = UINT32_MAX;
   std::int64_t send_cursor = 0;
-  // Per (peer, stage), valid when stamped with the current round: bytes this rank has received from the
-  // peer so far, bytes it has written to it so far, and its last write to it (to coalesce with).
+  // Per (peer, stage, lag), valid when stamped with the current round: where its region starts (in the
+  // receiver's slot, or in this rank's), bytes this rank has received from the peer so far or written to it,
+  // and its last write to it (to coalesce with).
   struct Cursor {
     std::uint32_t round = UINT32_MAX;
+    std::int64_t start = 0;
     std::int64_t bytes = 0;
     std::size_t last_write = SIZE_MAX;
   };
   const std::size_t workers = correspondence.sides.size();
-  std::vector<Cursor> in_cursor(workers * kStageCount), out_cursor(workers * kStageCount);
-  const auto cursor = [&](std::vector<Cursor>& cursors, int peer, Stage stage) -> Cursor& {
-    Cursor& c = cursors[static_cast<std::size_t>(peer) * kStageCount + static_cast<std::size_t>(stage)];
-    if (c.round != round) c = Cursor{round, 0, SIZE_MAX};
+  std::vector<Cursor> in_cursor(workers * kStageCount * 2), out_cursor(workers * kStageCount * 2);
+  const auto cursor = [&](std::vector<Cursor>& cursors, int peer, Stage stage, std::uint8_t lag, int receiver, int source) -> Cursor& {
+    Cursor& c = cursors[(static_cast<std::size_t>(peer) * kStageCount + static_cast<std::size_t>(stage)) * 2 + lag];
+    if (c.round != round) c = Cursor{round, index.region_start(receiver, round, stage, lag, source), 0, SIZE_MAX};
     return c;
   };
-  struct Hop {
-    Stage stage;
-    int peer;
-  };
-  std::vector<Hop> outgoing;
-  for (std::uint32_t s : index.segments[r_index]) {
-    const Segment& segment = plan.segments[s];
-    if (segment.round != round) {
-      round = segment.round;
-      send_cursor = 0;
-    }
-    RoundPlan& work = schedule.rounds[round];
-    const Atom& atom = correspondence.atoms[segment.atom];
-    const std::int64_t bytes = plan_detail::segment_bytes(index.routes, segment);
-    const auto element_bytes = static_cast<std::uint8_t>(index.routes.atoms[segment.atom].element_bytes);
-    // This rank's part in the segment's hops, found without walking all of them (a segment of a
-    // replicated atom has hundreds).
-    bool receives = false;
-    Stage in_stage = Stage::kReceive;
-    int in_source = 0;
-    outgoing.clear();
-    const auto landers = plan.landers_of(segment);
-    const int origin = atom.needers[landers[segment.origin]].worker;
-    const plan_detail::AtomRoute& route = index.routes.atoms[segment.atom];
-    const plan_detail::NodeNeeders* nodes = index.routes.nodes_of(route);
-    if (atom.holders[segment.sender].worker == rank) {
-      outgoing.push_back({Stage::kReceive, origin});
-    } else if (schedule.side == Side::kRollout) {
-      const int node = plan.topology.node_of_worker[r_index];
-      const auto k = static_cast<std::size_t>(
-          std::lower_bound(nodes, nodes + route.node_count, node,
-                           [](const plan_detail::NodeNeeders& n, int v) { return n.node < v; }) - nodes);
-      const int lander = atom.needers[landers[k]].worker;
-      receives = true;
-      if (rank == origin) {
-        in_stage = Stage::kReceive;
-        in_source = atom.holders[segment.sender].worker;
-        for (std::size_t j = 0; j < landers.size(); ++j)
-          if (j != segment.origin) outgoing.push_back({Stage::kExternalExchange, atom.needers[landers[j]].worker});
-      } else if (rank == lander) {
-        in_stage = Stage::kExternalExchange;
-        in_source = origin;
-      } else {
-        in_stage = Stage::kInternalExchange;
-        in_source = lander;
-      }
-      if (rank == lander) {
-        const std::uint32_t* needers = index.routes.needers_of(nodes[k]);
-        for (std::uint32_t i = 0; i < nodes[k].count; ++i) {
-          const int worker = atom.needers[needers[i]].worker;
-          if (worker != rank) outgoing.push_back({Stage::kInternalExchange, worker});
-        }
-      }
-    }
-    std::int64_t local = 0;
-    if (atom.holders[segment.sender].worker == rank) {
-      local = send_cursor;
-      send_cursor += bytes;
-      work.pack.push_back({copy_at(correspondence, atom, atom.holders[segment.sender], segment.box), local, element_bytes});
-    } else if (receives) {
-      Cursor& in = cursor(in_cursor, in_source, in_stage);
-      local = index.region_start(rank, round, in_stage, in_source) + in.bytes;
-      in.bytes += bytes;
-      const auto [first, last] = std::equal_range(atom.needers.begin(), atom.needers.end(), AtomEndpoint{rank, 0},
-                                                  [](const AtomEndpoint& a, const AtomEndpoint& b) { return a.worker < b.worker; });
-      for (auto it = first; it != last; ++it)
-        work.assemble.push_back({copy_at(correspondence, atom, *it, segment.box), local, element_bytes});
-    }
-    for (const Hop& hop : outgoing) {
-      Cursor& out = cursor(out_cursor, hop.peer, hop.stage);
-      const std::int64_t remote = index.region_start(hop.peer, round, hop.stage, rank) + out.bytes;
-      out.bytes += bytes;
+  const auto write_all = [&](RoundPlan& work, const Index::Part& part, std::int64_t local) {
+    for (std::uint32_t t = part.first_target; t < part.first_target + part.target_count; ++t) {
+      const Index::Target& target = targets[t];
+      Cursor& out = cursor(out_cursor, target.peer, target.stage, target.lag, target.peer, rank);
+      const std::int64_t remote = out.start + out.bytes;
+      out.bytes += part.bytes;
       if (out.last_write != SIZE_MAX) {
         Write& last = work.writes[out.last_write];
         if (last.local_offset + last.bytes == local && last.remote_offset + last.bytes == remote) {
-          last.bytes += bytes;
+          last.bytes += part.bytes;
           continue;
         }
       }
       out.last_write = work.writes.size();
-      work.writes.push_back({hop.peer, hop.stage, local, remote, bytes});
+      work.writes.push_back({target.peer, target.stage, local, remote, part.bytes, target.lag});
+    }
+  };
+
+  for (const Index::Part& part : parts) {
+    if (part.round != round) {
+      round = part.round;
+      send_cursor = 0;
+    }
+    RoundPlan& work = schedule.rounds[round];
+    const Segment& segment = plan.segments[part.segment];
+    const std::uint32_t tensor = correspondence.atoms[segment.atom].tensor;
+    switch (part.role) {
+      case Role::kSend: {
+        const std::int64_t local = send_cursor;
+        send_cursor += part.bytes;
+        work.pack.push_back({copy_at(correspondence, tensor, rank, copies[part.first_copy], segment.box), local, part.element_bytes});
+        write_all(work, part, local);
+        break;
+      }
+      case Role::kReceive: {
+        Cursor& in = cursor(in_cursor, part.in_source, part.in_stage, part.in_lag, rank, part.in_source);
+        const std::int64_t local = in.start + in.bytes;
+        in.bytes += part.bytes;
+        for (std::uint32_t c = part.first_copy; c < part.first_copy + part.copy_count; ++c)
+          work.assemble.push_back({copy_at(correspondence, tensor, rank, copies[c], segment.box), local, part.element_bytes});
+        if (part.relays_later) landed.emplace(part.segment, local);
+        write_all(work, part, local);
+        break;
+      }
+      case Role::kRelay: {
+        const auto it = landed.find(part.segment);
+        if (it == landed.end())
+          throw Error(ErrorCode::kInternal, "round schedule: rank " + std::to_string(rank) + " relays a segment it never received");
+        write_all(work, part, it->second);
+        landed.erase(it);
+        break;
+      }
     }
   }
   std::vector<int> peers;
   for (RoundPlan& work : schedule.rounds) {
+    // Relays first within their stage: they wait only for the round before, so they can go out first.
     std::stable_sort(work.writes.begin(), work.writes.end(), [](const Write& a, const Write& b) {
-      return std::tie(a.stage, a.peer, a.remote_offset) < std::tie(b.stage, b.peer, b.remote_offset);
+      return std::make_tuple(a.stage, -a.lag, a.peer, a.remote_offset) < std::make_tuple(b.stage, -b.lag, b.peer, b.remote_offset);
     });
     for (const Write& w : work.writes) peers.push_back(w.peer);
     for (const Arrival& a : work.arrivals) peers.push_back(a.peer);
@@ -222,6 +356,38 @@ RoundSchedule RoundScheduleBuilder::build(int rank) const {
   peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
   schedule.peers = std::move(peers);
   return schedule;
+}
+
+std::vector<std::vector<std::byte>> serialize_round_schedules(const RoundScheduleBuilder& builder, int ranks, int threads,
+                                                              const std::function<void(const RoundSchedule&)>& inspect) {
+  std::vector<std::vector<std::byte>> serialized(static_cast<std::size_t>(std::max(0, ranks)));
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::min(16u, std::thread::hardware_concurrency())));
+  threads = std::max(1, std::min(threads, ranks / 8));  // a few ranks are not worth a thread
+  std::atomic<int> next{0};
+  std::mutex lock;
+  std::exception_ptr failure;
+  const auto work = [&] {
+    try {
+      for (int rank = next++; rank < ranks; rank = next++) {
+        const RoundSchedule schedule = builder.build(rank);
+        serialized[static_cast<std::size_t>(rank)] = serialize_round_schedule(schedule);
+        if (inspect) {
+          const std::lock_guard<std::mutex> guard(lock);
+          inspect(schedule);
+        }
+      }
+    } catch (...) {
+      const std::lock_guard<std::mutex> guard(lock);
+      if (!failure) failure = std::current_exception();
+      next = ranks;  // the others stop at their next rank
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (std::thread& thread : pool) thread.join();
+  if (failure) std::rethrow_exception(failure);
+  return serialized;
 }
 
 }  // namespace wb

@@ -19,7 +19,10 @@
 // links' next events (stale entries skipped by a version number) makes the whole simulation
 // O(E log E) in E = Σ over tasks of the links each task uses, independent of the number of transfers.
 //
-// Order. Task (r, s) starts when (r, s-1) and (r-1, s) are done and round r - depth is done entirely.
+// Order. Task (r, s) starts when the stages of round r it follows are done (s - 1, or those the schedule
+// names), (r-1, s) is done, and round r - depth is done entirely. Relays (lag 1 transfers) add, per task,
+// stages of round r - 1 (where a relay of round r received what it forwards) and of round r - depth + 1
+// (where a destination of the task relays out of the slot the task writes into) that must be done first.
 // Tasks without work end the moment they start.
 #include <algorithm>
 #include <cmath>
@@ -61,6 +64,8 @@ struct Load {
 
 struct Task {
   std::vector<Load> loads;
+  std::uint8_t after_previous = 0;  // stages of round r - 1 that must be done first (relays), as bits
+  std::uint8_t after_slot = 0;      // stages of round r - depth + 1 that must be done first (relays), as bits
   int left = 0;  // loads not yet drained
   enum class State : std::uint8_t { kWaiting, kActive, kDone } state = State::kWaiting;
   double start = 0;
@@ -85,12 +90,13 @@ struct Event {
 
 class FluidSimulation {
  public:
-  FluidSimulation(std::vector<Task>& tasks, int rounds, int stages, int depth, int links)
-      : tasks_(tasks), rounds_(rounds), stages_(stages), depth_(depth), links_(static_cast<std::size_t>(links)) {}
+  FluidSimulation(std::vector<Task>& tasks, int rounds, int stages, int depth, int links, bool relays, std::vector<std::uint8_t> after)
+      : tasks_(tasks), rounds_(rounds), stages_(stages), depth_(depth), relays_(relays), links_(static_cast<std::size_t>(links)),
+        after_(std::move(after)), round_done_(static_cast<std::size_t>(rounds), 0) {}
 
   void run() {
     if (rounds_ == 0 || stages_ == 0) return;
-    try_start(0, 0);
+    for (int s = 0; s < stages_; ++s) try_start(0, s);
     while (!events_.empty()) {
       const Event event = events_.top();
       events_.pop();
@@ -114,10 +120,16 @@ class FluidSimulation {
   bool done(int round, int stage) { return task(round, stage).state == Task::State::kDone; }
 
   bool ready(int round, int stage) {
-    if (round >= rounds_ || stage >= stages_ || task(round, stage).state != Task::State::kWaiting) return false;
-    if (stage > 0 && !done(round, stage - 1)) return false;
+    if (round < 0 || round >= rounds_ || stage >= stages_ || task(round, stage).state != Task::State::kWaiting) return false;
+    for (int s = 0; s < stages_; ++s)
+      if ((after_[static_cast<std::size_t>(stage)] >> s & 1) && !done(round, s)) return false;
     if (round > 0 && !done(round - 1, stage)) return false;
-    if (round >= depth_ && !done(round - depth_, stages_ - 1)) return false;  // its last stage ends a round
+    if (round >= depth_ && round_done_[static_cast<std::size_t>(round - depth_)] < stages_) return false;
+    const Task& t = task(round, stage);
+    for (int s = 0; s < stages_; ++s) {
+      if ((t.after_previous >> s & 1) && !done(round - 1, s)) return false;
+      if ((t.after_slot >> s & 1) && !done(round - depth_ + 1, s)) return false;
+    }
     return true;
   }
 
@@ -152,8 +164,16 @@ class FluidSimulation {
     Task& t = task(round, stage);
     t.state = Task::State::kDone;
     t.finish = now_;
-    for (auto [r, s] : {std::pair{round, stage + 1}, std::pair{round + 1, stage}, std::pair{round + depth_, 0}})
-      if (ready(r, s)) ready_.emplace_back(r, s);
+    ++round_done_[static_cast<std::size_t>(round)];
+    for (int s = 0; s < stages_; ++s)
+      if (ready(round, s)) ready_.emplace_back(round, s);
+    if (ready(round + 1, stage)) ready_.emplace_back(round + 1, stage);
+    for (int s = 0; s < stages_; ++s)
+      if (ready(round + depth_, s)) ready_.emplace_back(round + depth_, s);
+    if (relays_)  // tasks that wait for this one through a relay
+      for (int r : {round + 1, round + depth_ - 1})
+        for (int s = 0; s < stages_; ++s)
+          if (ready(r, s)) ready_.emplace_back(r, s);
   }
 
   void advance(LinkState& link) const {
@@ -189,11 +209,95 @@ class FluidSimulation {
   int rounds_;
   int stages_;
   int depth_;
+  bool relays_;
   std::vector<LinkState> links_;
+  std::vector<std::uint8_t> after_;  // per stage: the stages of its round it follows, as bits
+  std::vector<int> round_done_;      // per round: stages done
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
   std::vector<std::pair<int, int>> ready_;
   double now_ = 0;
 };
+
+// Per stage, the stages of the same round it follows, as bits: TrafficSchedule::stage_after, or the one
+// before it. Throws on a stage that follows itself or one that does not exist, and on a cycle.
+std::vector<std::uint8_t> stage_order(const TrafficSchedule& schedule) {
+  const int stages = static_cast<int>(schedule.stage_names.size());
+  std::vector<std::uint8_t> after(static_cast<std::size_t>(stages), 0);
+  if (schedule.stage_after.empty()) {
+    for (int s = 1; s < stages; ++s) after[static_cast<std::size_t>(s)] = static_cast<std::uint8_t>(1u << (s - 1));
+    return after;
+  }
+  if (static_cast<int>(schedule.stage_after.size()) != stages || stages > 8)
+    throw Error(ErrorCode::kInvalidArgument, "simulate: stage_after names " + std::to_string(schedule.stage_after.size()) +
+                                                 " stages of " + std::to_string(stages) + " (at most 8)");
+  for (int s = 0; s < stages; ++s) {
+    const unsigned mask = schedule.stage_after[static_cast<std::size_t>(s)];
+    if ((mask >> s & 1) || (mask >> stages) != 0)
+      throw Error(ErrorCode::kInvalidArgument, "simulate: stage " + schedule.stage_names[static_cast<std::size_t>(s)] +
+                                                   " follows itself or a stage that does not exist");
+    after[static_cast<std::size_t>(s)] = static_cast<std::uint8_t>(mask);
+  }
+  // A cycle would leave its stages waiting for ever: take away stages whose predecessors are gone.
+  unsigned left = (1u << stages) - 1;
+  for (bool removed = true; removed && left != 0;) {
+    removed = false;
+    for (int s = 0; s < stages; ++s)
+      if ((left >> s & 1) && (after[static_cast<std::size_t>(s)] & left) == 0) {
+        left &= ~(1u << s);
+        removed = true;
+      }
+  }
+  if (left != 0) throw Error(ErrorCode::kInvalidArgument, "simulate: stage_after has a cycle");
+  return after;
+}
+
+// Fills Task::after_previous and after_slot from the schedule's relay transfers; false when there are none.
+// A relay forwards what came to its worker over the inter-node network, so it waits for the stages of the
+// round before that brought that worker transfers from other nodes.
+bool add_relay_dependencies(const TrafficSchedule& schedule, const Topology& topology, std::vector<Task>& tasks,
+                            std::size_t workers) {
+  const int rounds = static_cast<int>(schedule.rounds.size());
+  const int stages = static_cast<int>(schedule.stage_names.size());
+  const int depth = schedule.pipeline_depth;
+  bool any = false;
+  for (int r = 0; r < rounds; ++r)
+    for (const auto& stage : schedule.rounds[static_cast<std::size_t>(r)])
+      for (const Transfer& t : stage) {
+        if (t.lag > 1) throw Error(ErrorCode::kInvalidArgument, "simulate: lag " + std::to_string(t.lag) + " (0 or 1)");
+        if (t.lag == 1 && (r == 0 || depth < 2 || stages > 8))
+          throw Error(ErrorCode::kInvalidArgument, "simulate: a relay transfer " + std::to_string(t.from) + " -> " +
+                                                       std::to_string(t.to) + " in round " + std::to_string(r) +
+                                                       " (relays need a round before, a pipeline depth of 2 and at most 8 stages)");
+        any = any || t.lag == 1;
+      }
+  if (!any) return false;
+  // Per round and worker, as bits: the stages in which it receives, and those in which it relays.
+  std::vector<std::uint8_t> receives(static_cast<std::size_t>(rounds) * workers, 0), relays(receives.size(), 0);
+  for (int r = 0; r < rounds; ++r) {
+    const auto& round = schedule.rounds[static_cast<std::size_t>(r)];
+    for (std::size_t s = 0; s < round.size(); ++s)
+      for (const Transfer& t : round[s]) {
+        if (t.from == t.to) continue;
+        if (topology.node_of_worker[static_cast<std::size_t>(t.from)] != topology.node_of_worker[static_cast<std::size_t>(t.to)])
+          receives[static_cast<std::size_t>(r) * workers + static_cast<std::size_t>(t.to)] |= static_cast<std::uint8_t>(1u << s);
+        if (t.lag == 1) relays[static_cast<std::size_t>(r) * workers + static_cast<std::size_t>(t.from)] |= static_cast<std::uint8_t>(1u << s);
+      }
+  }
+  for (int r = 0; r < rounds; ++r) {
+    const auto& round = schedule.rounds[static_cast<std::size_t>(r)];
+    const int slot_round = r - depth + 1;  // the round whose relays read the slot this round reuses
+    for (std::size_t s = 0; s < round.size(); ++s) {
+      Task& task = tasks[static_cast<std::size_t>(r * stages) + s];
+      for (const Transfer& t : round[s]) {
+        if (t.from == t.to) continue;
+        if (t.lag == 1) task.after_previous |= receives[static_cast<std::size_t>(r - 1) * workers + static_cast<std::size_t>(t.from)];
+        if (slot_round >= 0 && slot_round < r)
+          task.after_slot |= relays[static_cast<std::size_t>(slot_round) * workers + static_cast<std::size_t>(t.to)];
+      }
+    }
+  }
+  return true;
+}
 
 }  // namespace
 
@@ -284,7 +388,8 @@ SimulationResult simulate(const TrafficSchedule& schedule, const Topology& topol
     }
   }
 
-  FluidSimulation(tasks, rounds, stages, schedule.pipeline_depth, link_count).run();
+  const bool relays = add_relay_dependencies(schedule, topology, tasks, static_cast<std::size_t>(workers));
+  FluidSimulation(tasks, rounds, stages, schedule.pipeline_depth, link_count, relays, stage_order(schedule)).run();
 
   for (int s = 0; s < stages; ++s) {
     SimulationResult::StageSummary& summary = result.stages[static_cast<std::size_t>(s)];

@@ -5,12 +5,14 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <memory>
 #include <regex>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "emu/model.hpp"
+#include "weightbridge/checkpoint.hpp"
 #include "weightbridge/status.hpp"
 
 namespace wb::emu {
@@ -70,7 +72,16 @@ TEST(ModelConfig, ShippedConfigsReproduceExpectedCounts) {
     EXPECT_EQ(total_params(tensors), *config.expected_total_params);
     EXPECT_EQ(static_cast<std::int64_t>(tensors.size()), *config.expected_weight_tensors);
     EXPECT_EQ(shapes_of(tensors).size(), tensors.size());
-    for (const TensorInfo& t : tensors) EXPECT_EQ(t.dtype, DType::kBF16) << t.name;
+    // bf16 throughout, but for the router's correction bias of the DeepSeek-V3 family, float32 as the
+    // released files keep it: one per MoE layer.
+    std::int64_t float32 = 0, moe_layers = 0;
+    for (std::int64_t layer = 0; layer < config.num_hidden_layers; ++layer) moe_layers += config.is_moe_layer(layer) && config.is_mla();
+    for (const TensorInfo& t : tensors) {
+      const bool bias = t.name.ends_with(".mlp.gate.e_score_correction_bias");
+      EXPECT_EQ(t.dtype, bias ? DType::kF32 : DType::kBF16) << t.name;
+      float32 += t.dtype == DType::kF32;
+    }
+    EXPECT_EQ(float32, moe_layers);
     // Natural order: embedding first, final norm and head last.
     EXPECT_EQ(tensors.front().name, "model.embed_tokens.weight");
     EXPECT_EQ(tensors[tensors.size() - 2].name, "model.norm.weight");
@@ -201,6 +212,117 @@ TEST(ModelConfig, LayerOrderIsFixed) {
     EXPECT_TRUE(layer == last_layer || layer == last_layer + 1) << t.name;
     last_layer = layer;
   }
+}
+
+TEST(ModelConfig, TensorDtypesBySuffix) {
+  const char* text = R"({"model_type":"deepseek_v3","hidden_size":16,"num_hidden_layers":3,"num_attention_heads":2,
+    "intermediate_size":24,"moe_intermediate_size":8,"n_routed_experts":4,"n_shared_experts":1,"first_k_dense_replace":1,
+    "vocab_size":50,"q_lora_rank":null,"kv_lora_rank":8,"qk_nope_head_dim":4,"qk_rope_head_dim":2,"v_head_dim":4,
+    "torch_dtype":"bfloat16","tensor_dtypes":{"mlp.gate.e_score_correction_bias":"float32","model.norm.weight":"torch.float16"}})";
+  const ModelConfig config = parse_model_config(text, "inline");
+  EXPECT_EQ(config.dtype_of("model.layers.2.mlp.gate.e_score_correction_bias"), DType::kF32);
+  EXPECT_EQ(config.dtype_of("mlp.gate.e_score_correction_bias"), DType::kF32);  // the whole name
+  EXPECT_EQ(config.dtype_of("model.layers.2.mlp.xgate.e_score_correction_bias"), DType::kBF16);  // not at a '.'
+  EXPECT_EQ(config.dtype_of("model.norm.weight"), DType::kF16);
+  EXPECT_EQ(config.dtype_of("model.layers.0.input_layernorm.weight"), DType::kBF16);
+  std::size_t float32 = 0;
+  for (const TensorInfo& t : model_tensors(config)) {
+    if (t.name.ends_with("e_score_correction_bias")) {
+      EXPECT_EQ(t.dtype, DType::kF32) << t.name;
+    }
+    float32 += t.dtype == DType::kF32;
+  }
+  EXPECT_EQ(float32, 2u);  // layers 1 and 2
+  EXPECT_EQ(scale_model(config).dtype_of("model.layers.1.mlp.gate.e_score_correction_bias"), DType::kF32);
+
+  for (const char* bad : {R"("tensor_dtypes":{"x.bias":"complex64"})", R"("tensor_dtypes":{".bias":"float32"})",
+                          R"("tensor_dtypes":["float32"])", R"("tensor_dtypes":{"bias":3})"}) {
+    SCOPED_TRACE(bad);
+    const std::string message = expect_error([&] {
+      parse_model_config(std::string(R"({"model_type":"qwen3","hidden_size":8,"num_hidden_layers":1,"num_attention_heads":2,)"
+                                     R"("intermediate_size":8,"vocab_size":10,)") + bad + "}", "cfg.json");
+    });
+    EXPECT_NE(message.find("cfg.json"), std::string::npos) << message;
+    EXPECT_NE(message.find("tensor_dtypes"), std::string::npos) << message;
+  }
+}
+
+TEST(ModelConfig, CheckpointFilesHoldMultiTokenPredictionLayers) {
+  ModelConfig config = scale_model(load_named_model_config("moonlight-16b-a3b"));
+  EXPECT_EQ(checkpoint_tensors(config), model_tensors(config));  // none in the shipped config
+  config.num_nextn_predict_layers = 1;
+  const std::vector<TensorInfo> model = model_tensors(config);
+  const std::vector<TensorInfo> file = checkpoint_tensors(config);
+  ASSERT_GT(file.size(), model.size());
+  EXPECT_TRUE(std::equal(model.begin(), model.end(), file.begin()));  // the model's first, unchanged
+  const std::int64_t mtp = config.num_hidden_layers, h = config.hidden_size;
+  const std::string p = "model.layers." + std::to_string(mtp) + ".";
+  const auto shapes = shapes_of(file);
+  EXPECT_EQ(shapes.at(p + "embed_tokens.weight"), (Shape{config.vocab_size, h}));
+  EXPECT_EQ(shapes.at(p + "eh_proj.weight"), (Shape{h, 2 * h}));
+  EXPECT_EQ(shapes.at(p + "enorm.weight"), (Shape{h}));
+  EXPECT_EQ(shapes.at(p + "shared_head.head.weight"), (Shape{config.vocab_size, h}));
+  EXPECT_EQ(shapes.at(p + "mlp.experts.0.up_proj.weight"), (Shape{config.moe_intermediate_size, h}));
+  // The prediction layer is a whole decoder layer (MoE here) plus six tensors of its own.
+  const std::size_t decoder_layer = layer_structure(model, 1).size() - 3 + 3 * static_cast<std::size_t>(config.num_experts);
+  EXPECT_EQ(file.size() - model.size(), decoder_layer + 6);
+  for (std::size_t i = model.size(); i < file.size(); ++i) EXPECT_TRUE(file[i].name.starts_with(p)) << file[i].name;
+}
+
+/// A checkpoint over a fixed tensor list (values are never read here).
+class ListedCheckpoint final : public CheckpointReader {
+ public:
+  explicit ListedCheckpoint(std::vector<TensorInfo> tensors) : tensors_(std::move(tensors)) {}
+  const std::vector<TensorInfo>& tensors() const override { return tensors_; }
+  void read_box(std::string_view name, const Box&, void* destination) const override {
+    *static_cast<char*>(destination) = name.front();
+  }
+  std::string source() const override { return "listed.safetensors"; }
+
+ private:
+  std::vector<TensorInfo> tensors_;
+};
+
+TEST(ModelConfig, CheckpointMustHoldTheModelAndMayHoldMore) {
+  const std::vector<TensorInfo> model = {{"a.weight", DType::kBF16, {4, 2}}, {"a.bias", DType::kF32, {4}}};
+  // More than the model, in another order: fine; the rest is listed.
+  const ListedCheckpoint more({{"extra.0.w", DType::kBF16, {1}}, {"a.bias", DType::kF32, {4}},
+                               {"a.weight", DType::kBF16, {4, 2}}, {"extra.1.w", DType::kBF16, {1}}});
+  EXPECT_EQ(check_checkpoint_holds(model, "Tiny", more), (std::vector<std::string>{"extra.0.w", "extra.1.w"}));
+
+  std::string message = expect_error([&] {
+    check_checkpoint_holds(model, "Tiny", ListedCheckpoint({{"a.weight", DType::kBF16, {4, 2}}}));
+  });
+  EXPECT_NE(message.find("listed.safetensors has no tensor a.bias that Tiny needs"), std::string::npos) << message;
+  message = expect_error([&] {
+    check_checkpoint_holds(model, "Tiny", ListedCheckpoint({{"a.weight", DType::kBF16, {4, 2}}, {"a.bias", DType::kBF16, {4}}}));
+  });
+  EXPECT_NE(message.find("listed.safetensors: tensor a.bias is bf16[4] but Tiny has f32[4]"), std::string::npos) << message;
+
+  // Restricted to the model, the extra tensors vanish from the list and cannot be read.
+  const auto restricted = restrict_checkpoint(std::make_unique<ListedCheckpoint>(more.tensors()), model);
+  EXPECT_EQ(restricted->tensors(), model);
+  EXPECT_EQ(restricted->source(), "listed.safetensors");
+  char value = 0;
+  restricted->read_box("a.bias", Box::whole(Shape{4}), &value);
+  EXPECT_EQ(value, 'a');
+  message = expect_error([&] { restricted->read_box("extra.0.w", Box::whole(Shape{1}), &value); });
+  EXPECT_NE(message.find("extra.0.w"), std::string::npos) << message;
+}
+
+TEST(ModelConfig, CompactNamesMergeRunsOfTheLastNumber) {
+  std::vector<std::string> names;
+  for (int e = 0; e < 4; ++e) names.push_back("model.layers.61.mlp.experts." + std::to_string(e) + ".up_proj.weight");
+  names.push_back("model.layers.61.enorm.weight");
+  names.push_back("model.layers.62.enorm.weight");
+  names.push_back("lm_head.weight");
+  for (const int e : {9, 7, 3, 8}) names.push_back("x." + std::to_string(e) + ".w");
+  names.push_back("v.007.w");  // leading zeros: not merged, so nothing is lost
+  EXPECT_EQ(compact_names(names),
+            "model.layers.61.mlp.experts.{0..3}.up_proj.weight, model.layers.{61,62}.enorm.weight, lm_head.weight, "
+            "x.{3,7..9}.w, v.007.w");
+  EXPECT_EQ(compact_names({}), "");
+  EXPECT_EQ(compact_names({"only.5.one"}), "only.5.one");
 }
 
 const char* kSmallQwenMoe = R"({"name":"SmallMoe","model_type":"qwen3_moe","hidden_size":32,"num_hidden_layers":6,

@@ -1,8 +1,15 @@
 // Format-independent checkpoint behaviour: dispatch, lookups, and box reads checked against an
 // element-by-element reference, run against both formats.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <chrono>
+#include <cstring>
 #include <filesystem>
+#include <future>
 #include <random>
 #include <string>
 #include <thread>
@@ -99,6 +106,52 @@ TEST_F(CheckpointDispatchTest, DirectoryErrors) {
   expect_error([&] { open_checkpoint(dir_.file("missing.h5")); }, ErrorCode::kNotFound, {"missing.h5"});
   testing::write_file(dir_.file("weights.bin"), "x");
   expect_error([&] { open_checkpoint(dir_.file("weights.bin")); }, ErrorCode::kInvalidArgument, {"weights.bin"});
+}
+
+/// Opens `path` on another thread and expects the error within a few seconds: opening a FIFO for
+/// reading blocks until a writer comes, so a reader that does not check would hang here. Should it hang,
+/// the FIFO is opened for writing to release it, and the test fails.
+void expect_refused_promptly(const std::string& path, const std::string& fifo, std::initializer_list<std::string> parts) {
+  SCOPED_TRACE(path);
+  auto opening = std::async(std::launch::async, [&] { expect_error([&] { open_checkpoint(path); }, ErrorCode::kInvalidArgument, parts); });
+  if (opening.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    ADD_FAILURE() << "opening " << path << " blocked";
+    const int writer = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+    if (writer >= 0) ::close(writer);
+  }
+  opening.get();
+}
+
+TEST_F(CheckpointDispatchTest, FifosAndDevicesAreRefusedWithoutBlocking) {
+  for (const char* name : {"pipe.h5", "pipe.safetensors", "model.safetensors.index.json"}) {
+    const std::string fifo = dir_.file(name);
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+    expect_refused_promptly(fifo, fifo, {fifo, "FIFO", "not a regular file"});
+    if (std::string(name) == "model.safetensors.index.json")
+      expect_refused_promptly(dir_.path().string(), fifo, {fifo, "FIFO"});  // the directory's index
+    std::filesystem::remove(fifo);
+  }
+  // The direct entry points check too, and an index's shard may be a FIFO.
+  const std::string fifo = dir_.file("model-00001-of-00001.safetensors");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  testing::write_file(dir_.file("model.safetensors.index.json"), R"({"weight_map": {"w": "model-00001-of-00001.safetensors"}})");
+  expect_refused_promptly(dir_.file("model.safetensors.index.json"), fifo, {fifo, "FIFO"});
+  auto hdf5 = std::async(std::launch::async, [&] {
+    expect_error([&] { open_hdf5_checkpoint(fifo); }, ErrorCode::kInvalidArgument, {fifo, "FIFO"});
+    expect_error([&] { open_safetensors_checkpoint(fifo); }, ErrorCode::kInvalidArgument, {fifo, "FIFO"});
+  });
+  ASSERT_EQ(hdf5.wait_for(std::chrono::seconds(10)), std::future_status::ready) << "blocked on " << fifo;
+  hdf5.get();
+
+  // A character device behind a checkpoint name (reading /dev/zero never ends).
+  std::filesystem::create_symlink("/dev/zero", dir_.path() / "zero.safetensors");
+  std::filesystem::create_symlink("/dev/zero", dir_.path() / "zero.h5");
+  for (const char* name : {"zero.safetensors", "zero.h5"})
+    expect_error([&] { open_checkpoint(dir_.file(name)); }, ErrorCode::kInvalidArgument,
+                 {dir_.file(name), "character device"});
+  // A directory with a checkpoint's name.
+  std::filesystem::create_directory(dir_.path() / "dir.h5");
+  expect_error([&] { open_hdf5_checkpoint(dir_.file("dir.h5")); }, ErrorCode::kInvalidArgument, {"dir.h5", "a directory"});
 }
 
 // --- lookups and box reads, both formats ---------------------------------------------------------------

@@ -261,6 +261,20 @@ TEST_F(SafetensorsCorruptTest, DataOffsets) {
                     ErrorCode::kCorruptData, {"overlap"});
 }
 
+TEST_F(SafetensorsCorruptTest, TensorDefinedTwice) {
+  // JSON parsers keep the last definition of a key; a header that names a tensor twice is refused, not
+  // loaded with whichever definition came last.
+  const std::string data(16, '\x07');
+  expect_open_error(raw_file("{" + entry("t.w", R"("dtype":"F32","shape":[2],"data_offsets":[0,8])") + "," +
+                                 entry("t.w", R"("dtype":"F32","shape":[2],"data_offsets":[8,16])") + "}",
+                             data),
+                    ErrorCode::kCorruptData, {"tensor t.w", "defines it twice"});
+  // A field given twice inside one entry is as ambiguous.
+  expect_open_error(raw_file("{" + entry("t.w", R"("dtype":"F32","dtype":"I32","shape":[2],"data_offsets":[0,8])") + "}",
+                             data),
+                    ErrorCode::kCorruptData, {"tensor t.w", "\"dtype\" twice"});
+}
+
 TEST_F(SafetensorsCorruptTest, TruncatedFile) {
   const std::vector<TensorInfo> tensors = {{"first", DType::kF32, {64}}, {"last.weight", DType::kBF16, {64}}};
   const std::string path = dir_.file("t.safetensors");
@@ -304,9 +318,38 @@ TEST_F(SafetensorsCorruptTest, IndexProblems) {
   expect_error([&] { open_checkpoint(broken); }, ErrorCode::kCorruptData, {broken, "tensor a"});
   expect_error([&] { open_checkpoint(dir_.file("nothing.index.json")); }, ErrorCode::kNotFound, {"nothing.index.json"});
 
+  // A tensor named twice in the weight_map, the two naming different shards.
+  const std::string twice = dir_.file("twice.index.json");
+  testing::write_file(twice, R"({"weight_map": {"a": "model-00001-of-00003.safetensors", "b": "model-00002-of-00003.safetensors",)"
+                             R"( "a": "model-00002-of-00003.safetensors"}})");
+  expect_error([&] { open_checkpoint(twice); }, ErrorCode::kCorruptData, {twice, "tensor a", "names it twice"});
+
   // A corrupt shard is reported with the shard's own name.
   testing::write_file(dir_.file("model-00002-of-00003.safetensors"), "short");
   expect_error([&] { open_checkpoint(index_path); }, ErrorCode::kCorruptData, {"model-00002-of-00003.safetensors"});
+}
+
+TEST_F(SafetensorsCorruptTest, ShardPathsOutsideTheIndexDirectory) {
+  // A real shard outside the checkpoint's directory, which the index must not be able to reach.
+  const std::filesystem::path inner = dir_.path() / "ckpt";
+  std::filesystem::create_directories(inner);
+  const std::vector<TensorInfo> tensors = {{"a", DType::kF32, {4}}};
+  testing::write_checkpoint(dir_.file("outside.safetensors"), CheckpointFormat::kSafetensors, tensors,
+                            random_data(tensors, 8));
+  const std::string index = (inner / "model.safetensors.index.json").string();
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"../outside.safetensors", "leads out of it"},
+      {"sub/../../outside.safetensors", "leads out of it"},
+      {dir_.file("outside.safetensors"), "absolute path"},
+      {"", "empty name"},
+      {std::string("a\0b.safetensors", 15), "\"a\\x00b.safetensors\" holds a NUL"},
+  };
+  for (const auto& [shard, cause] : cases) {
+    SCOPED_TRACE(cause);
+    testing::write_file(index, json{{"weight_map", {{"a", shard}}}}.dump());
+    expect_error([&] { open_checkpoint(index); }, ErrorCode::kInvalidArgument,
+                 {index, "tensor a", cause, "shards must be files in the index's directory " + inner.string()});
+  }
 }
 
 }  // namespace

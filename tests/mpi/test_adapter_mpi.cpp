@@ -1,14 +1,18 @@
 // The coordinator's contract under MPI (4 ranks: 2 trainers, 2 single-worker rollout engines on two
 // logical nodes, so every stage runs): what send_weights and poll_requests promise in each of the four
-// synchronization modes (docs/architecture.md), checked on stall intervals read on the job's common clock, plus the
-// failure paths: a rollout that stops polling, a version that does not increase.
+// synchronization modes (docs/architecture.md), checked on stall intervals read on the job's common clock, with and without
+// verify; the failure paths (a rollout that stops polling, a hook that throws, a version that does not
+// increase, a loader that computes or reads a tensor the trainers lack); staging only what is sent; roles
+// anywhere in the world; parameters load_weights never writes; timeouts of none.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
+#include <stdexcept>
 #include <thread>
 
 #include "emu/backend.hpp"
@@ -25,6 +29,7 @@ constexpr int kVersions = 3;
 struct World {
   int rank = 0, size = 0;
   bool trainer = false;
+  int side_rank = 0;  // among the trainers, or among the rollout workers
   ModelConfig model;
   std::vector<TensorInfo> tensors;
   std::unique_ptr<SyntheticCheckpoint> checkpoint;
@@ -32,20 +37,22 @@ struct World {
   std::unique_ptr<HostParameters> params;
   MPI_Comm group = MPI_COMM_NULL;
 
-  World() {
+  // `trainers_last`: the rollouts take world ranks 0 and 1, the trainers 2 and 3.
+  explicit World(const char* trainer_spec = "tp=2,ep=2", bool trainers_last = false) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    trainer = rank < kTrainers;
+    trainer = trainers_last ? rank >= size - kTrainers : rank < kTrainers;
+    side_rank = trainer ? (trainers_last ? rank - (size - kTrainers) : rank) : (trainers_last ? rank : rank - kTrainers);
     ScaleOptions scale;
     scale.num_layers = 2;
     model = scale_model(load_named_model_config("qwen3-30b-a3b"), scale);
     tensors = model_tensors(model);
     checkpoint = std::make_unique<SyntheticCheckpoint>(tensors, 7);
-    worker = trainer ? make_trainer_worker(model, TrainerSpec::parse("tp=2,ep=2"), rank)
-                     : make_rollout_worker(model, RolloutSpec::parse("engines=2,tp=1"), rank - kTrainers);
+    worker = trainer ? make_trainer_worker(model, TrainerSpec::parse(trainer_spec), side_rank)
+                     : make_rollout_worker(model, RolloutSpec::parse("engines=2,tp=1"), side_rank);
     params = std::make_unique<HostParameters>(worker->parameter_infos());
     worker->load_weights(*checkpoint, params->parameters());
-    MPI_Comm_split(MPI_COMM_WORLD, trainer ? 0 : rank, rank, &group);
+    MPI_Comm_split(MPI_COMM_WORLD, trainer ? 0 : 1 + side_rank, rank, &group);
   }
   ~World() { MPI_Comm_free(&group); }
 
@@ -57,7 +64,7 @@ struct World {
     o.sender_staging = sender_staging;
     o.receiver_staging = receiver_staging;
     o.timeout_seconds = timeout;
-    o.node = trainer ? 0 : rank;  // two rollout nodes: external exchange runs too
+    o.node = trainer ? 0 : 1 + side_rank;  // two rollout nodes: external exchange runs too
     o.buffer_bytes = 96 << 10;    // several rounds
     return o;
   }
@@ -97,6 +104,7 @@ std::vector<std::vector<std::pair<double, double>>> gather_stalls(const std::vec
 struct Mode {
   const char* name;
   bool sender_staging, receiver_staging;
+  bool verify = false;
 };
 
 class AdapterModes : public ::testing::TestWithParam<Mode> {};
@@ -105,7 +113,8 @@ TEST_P(AdapterModes, EveryVersionArrivesWholeAndTheModesContractHolds) {
   World w;
   ASSERT_EQ(w.size, 4) << "run with 4 ranks";
   const Mode mode = GetParam();
-  const AdapterOptions options = w.options(mode.sender_staging, mode.receiver_staging, 30);
+  AdapterOptions options = w.options(mode.sender_staging, mode.receiver_staging, 30);
+  options.verify = mode.verify;
   std::vector<StallInterval> stalls;
   if (w.trainer) {
     SenderAdapter sender(MPI_COMM_WORLD, w.group, w.params->parameters(), w.tensors, w.load(), options);
@@ -192,7 +201,8 @@ TEST_P(AdapterModes, EveryVersionArrivesWholeAndTheModesContractHolds) {
 
 INSTANTIATE_TEST_SUITE_P(Modes, AdapterModes,
                          ::testing::Values(Mode{"sync", false, false}, Mode{"sender_staged", true, false},
-                                           Mode{"receiver_staged", false, true}, Mode{"async", true, true}),
+                                           Mode{"receiver_staged", false, true}, Mode{"async", true, true},
+                                           Mode{"sync_verified", false, false, true}, Mode{"async_verified", true, true, true}),
                          [](const ::testing::TestParamInfo<Mode>& info) { return std::string(info.param.name); });
 
 TEST(AdapterFailures, VersionsMustIncrease) {
@@ -278,6 +288,193 @@ TEST(AdapterFailures, RolloutThatStopsPollingFailsSendWeightsNamingIt) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     EXPECT_TRUE(receiver.closed()) << "rank " << w.rank << " is still waiting";
+  }
+}
+
+
+// Rollouts first in the world (world ranks 0 and 1), trainers after them: roles come from the adapters, not
+// from positions.
+TEST(AdapterRoles, TrainersAndRolloutsMaySitAnywhereInTheWorld) {
+  World w("tp=2,ep=2", true);
+  const AdapterOptions options = w.options(false, false, 30);
+  if (w.trainer) {
+    SenderAdapter sender(MPI_COMM_WORLD, w.group, w.params->parameters(), w.tensors, w.load(), options);
+    sender.connect();
+    for (std::uint64_t v = 1; v <= 2; ++v) {
+      w.worker->load_weights(VersionedCheckpoint(*w.checkpoint, v), w.params->parameters());
+      const Status status = sender.send_weights(v);
+      ASSERT_TRUE(status.is_ok()) << status.to_string();
+    }
+    ASSERT_TRUE(sender.shutdown().is_ok());
+  } else {
+    ReceiverAdapter receiver(MPI_COMM_WORLD, w.group, w.params->parameters(), w.load(), options);
+    while (!receiver.closed()) {
+      const PollResult result = receiver.poll_requests();
+      ASSERT_NE(result.event, PollResult::Event::kFailed) << result.status.to_string();
+    }
+    EXPECT_EQ(receiver.installed_version(), 2u);
+    EXPECT_TRUE(equal(w.params->parameters(), w.expected(2)->parameters())) << "world rank " << w.rank;
+  }
+}
+
+// With DP=2 each trainer sends half of what it holds: it stages that half, not all of it.
+TEST(AdapterStaging, SenderStagingHoldsOnlyWhatThePlanReads) {
+  World w("dp=2");
+  const AdapterOptions options = w.options(true, false, 30);
+  if (w.trainer) {
+    SenderAdapter sender(MPI_COMM_WORLD, w.group, w.params->parameters(), w.tensors, w.load(), options);
+    sender.connect();
+    w.worker->load_weights(VersionedCheckpoint(*w.checkpoint, 1), w.params->parameters());
+    ASSERT_TRUE(sender.send_weights(1).is_ok());
+    ASSERT_TRUE(sender.shutdown().is_ok());
+    const AdapterStats stats = sender.stats();
+    const auto held = static_cast<std::int64_t>(w.params->parameters().total_bytes());
+    std::printf("[ trainer %d ] staged %lld of %lld parameter bytes, wrote %lld per update\n", w.rank,
+                static_cast<long long>(stats.staging_bytes), static_cast<long long>(held),
+                static_cast<long long>(stats.bytes_written));
+    // Each replica sends its own half of the model (within the planner's balance), and stages no byte it
+    // does not send: at most what it wrote (elements needed by both rollout nodes are written twice).
+    EXPECT_GT(stats.staging_bytes, held / 4);
+    EXPECT_LT(stats.staging_bytes, 3 * held / 4);
+    EXPECT_LE(stats.staging_bytes, stats.bytes_written);
+  } else {
+    ReceiverAdapter receiver(MPI_COMM_WORLD, w.group, w.params->parameters(), w.load(), options);
+    while (!receiver.closed()) ASSERT_NE(receiver.poll_requests().event, PollResult::Event::kFailed);
+    EXPECT_TRUE(equal(w.params->parameters(), w.expected(1)->parameters())) << "world rank " << w.rank;
+    EXPECT_EQ(receiver.stats().staging_bytes, 0);
+  }
+}
+
+// A before_update_hook that throws on one worker: every rollout is told the update was aborted after its
+// hook ran (kAborted, naming the version), and its parameters still hold the previous one, byte for byte.
+class AdapterAbort : public ::testing::TestWithParam<Mode> {};
+
+TEST_P(AdapterAbort, AHookThatThrowsAbortsTheVersionOnEveryRollout) {
+  World w;
+  const Mode mode = GetParam();
+  const AdapterOptions options = w.options(mode.sender_staging, mode.receiver_staging, 20);
+  constexpr int kCulprit = 3;
+  if (w.trainer) {
+    SenderAdapter sender(MPI_COMM_WORLD, w.group, w.params->parameters(), w.tensors, w.load(), options);
+    sender.connect();
+    w.worker->load_weights(VersionedCheckpoint(*w.checkpoint, 1), w.params->parameters());
+    ASSERT_TRUE(sender.send_weights(1).is_ok());
+    w.worker->load_weights(VersionedCheckpoint(*w.checkpoint, 2), w.params->parameters());
+    Status status = sender.send_weights(2);
+    if (status) status = sender.wait();  // staged: the outcome comes with the next call
+    EXPECT_FALSE(status.is_ok());
+    EXPECT_NE(status.message().find("world rank " + std::to_string(kCulprit) + "): before_update_hook(2) threw: no"),
+              std::string::npos)
+        << status.message();
+  } else {
+    const auto hook = [&w](std::uint64_t v) {
+      if (w.rank == kCulprit && v == 2) throw std::runtime_error("no");
+    };
+    ReceiverAdapter receiver(MPI_COMM_WORLD, w.group, w.params->parameters(), w.load(), options, hook);
+    PollResult result;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (result.event != PollResult::Event::kAborted && result.event != PollResult::Event::kFailed &&
+           std::chrono::steady_clock::now() < deadline)
+      result = receiver.poll_requests();
+    // The culprit's engine ran its hook for version 2: aborted. The other engine may not have begun
+    // installing it when it learnt of the failure (kFailed), or may even have installed it (engines are
+    // independent replicas); either way its parameters hold the version it reports.
+    if (w.rank == kCulprit) {
+      ASSERT_EQ(result.event, PollResult::Event::kAborted) << result.status.to_string();
+      EXPECT_EQ(result.version, 1u);
+    }
+    ASSERT_NE(result.event, PollResult::Event::kNone) << "world rank " << w.rank << " never learnt of the failure";
+    if (result.event == PollResult::Event::kAborted) {
+      EXPECT_EQ(result.aborted_version, 2u);
+    }
+    // With receiver staging nothing of version 2 reaches the parameters before the install; without it, a
+    // transfer interrupted midway may have written part of it, and then says so.
+    if (mode.receiver_staging) {
+      EXPECT_TRUE(result.parameters_intact);
+    }
+    EXPECT_NE(result.status.message().find("before_update_hook(2) threw: no"), std::string::npos) << result.status.message();
+    if (result.parameters_intact) {
+      EXPECT_TRUE(equal(w.params->parameters(), w.expected(result.version)->parameters()))
+          << "world rank " << w.rank << " says its parameters hold version " << result.version << ", but they do not";
+    }
+    // Said once: later calls say failed, with the same reason.
+    const PollResult again = receiver.poll_requests();
+    EXPECT_EQ(again.event, PollResult::Event::kFailed);
+    EXPECT_EQ(again.status.message(), result.status.message());
+    EXPECT_EQ(again.parameters_intact, result.parameters_intact);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, AdapterAbort,
+                         ::testing::Values(Mode{"sync", false, false}, Mode{"receiver_staged", false, true}),
+                         [](const ::testing::TestParamInfo<Mode>& info) { return std::string(info.param.name); });
+
+// A rollout's load_weights that reads a tensor the trainers' list lacks: connect fails on every rank, in
+// those words.
+TEST(AdapterFailures, ATensorTheTrainersDoNotListIsNamedAsSuch) {
+  World w;
+  const AdapterOptions options = w.options(false, false, 30);
+  const LoadWeightsFn load = [&w](const CheckpointReader& c, const ParameterSet& p) {
+    w.worker->load_weights(c, p);
+    if (!w.trainer) {
+      float scratch[1];
+      c.read_box("lm_head.extra_bias", Box{{0}, {1}}, scratch);
+    }
+  };
+  std::string message;
+  if (w.trainer) {
+    SenderAdapter sender(MPI_COMM_WORLD, w.group, w.params->parameters(), w.tensors, load, options);
+    try {
+      sender.connect();
+    } catch (const Error& error) {
+      message = error.status().message();
+    }
+  } else {
+    ReceiverAdapter receiver(MPI_COMM_WORLD, w.group, w.params->parameters(), load, options);
+    PollResult result;
+    while (result.event != PollResult::Event::kFailed && result.event != PollResult::Event::kConnected)
+      result = receiver.poll_requests();
+    message = result.status.message();
+  }
+  EXPECT_NE(message.find("reads tensor 'lm_head.extra_bias', which the trainers' tensor list (checkpoint_tensors"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("engine 0 worker 0 (world rank 2)"), std::string::npos) << message;
+}
+
+// A parameter that load_weights never writes (a rotary cache) is left alone by every update, and a
+// timeout of 0 (none) and one of infinity are accepted.
+TEST(AdapterOptionsTest, UnwrittenParametersAreLeftAloneAndTimeoutsOfNoneWork) {
+  for (const double timeout : {0.0, std::numeric_limits<double>::infinity(), 1e10}) {
+    World w;
+    AdapterOptions options = w.options(false, true, 30);
+    options.timeout_seconds = timeout;
+    // One more parameter, never written by load_weights.
+    std::vector<TensorInfo> infos = w.worker->parameter_infos();
+    infos.push_back({"rotary.inv_freq", DType::kF32, {16}});
+    HostParameters params(infos);
+    w.worker->load_weights(*w.checkpoint, params.parameters());
+    const Parameter& cache = params.parameters()[infos.size() - 1];
+    std::vector<float> pattern(16);
+    for (std::size_t i = 0; i < pattern.size(); ++i) pattern[i] = 1.5f + static_cast<float>(i);
+    std::memcpy(cache.view.data, pattern.data(), sizeof(float) * pattern.size());
+    if (w.trainer) {
+      SenderAdapter sender(MPI_COMM_WORLD, w.group, params.parameters(), w.tensors, w.load(), options);
+      sender.connect();
+      w.worker->load_weights(VersionedCheckpoint(*w.checkpoint, 1), params.parameters());
+      const Status status = sender.send_weights(1);
+      ASSERT_TRUE(status.is_ok()) << "timeout " << timeout << ": " << status.to_string();
+      ASSERT_TRUE(sender.shutdown().is_ok());
+    } else {
+      ReceiverAdapter receiver(MPI_COMM_WORLD, w.group, params.parameters(), w.load(), options);
+      while (!receiver.closed()) {
+        const PollResult result = receiver.poll_requests();
+        ASSERT_NE(result.event, PollResult::Event::kFailed) << "timeout " << timeout << ": " << result.status.to_string();
+      }
+      EXPECT_EQ(receiver.installed_version(), 1u);
+      EXPECT_EQ(std::memcmp(cache.view.data, pattern.data(), sizeof(float) * pattern.size()), 0)
+          << "an update wrote into a parameter load_weights never writes";
+    }
   }
 }
 

@@ -77,6 +77,34 @@ TEST(TensorView, NarrowBoxPermuteUnflattenAddressTheRightElements) {
   EXPECT_THROW(t.unflatten(1, 4), Error);
 }
 
+TEST(TensorView, SelectDropsTheAxisAtTheIndex) {
+  // A stacked MoE weight [experts 3, rows 4, cols 5], value = 1 + 20*e + 5*r + c: one expert of it.
+  auto data = iota_u16(3 * 4 * 5);
+  TensorView stacked = TensorView::contiguous(data.data(), DType::kBF16, {3, 4, 5});
+  for (std::int64_t e = 0; e < 3; ++e) {
+    const TensorView expert = stacked.select(0, e);
+    EXPECT_EQ(expert.shape, (Shape{4, 5}));
+    EXPECT_TRUE(expert.is_contiguous());
+    std::vector<std::uint16_t> copy(20);
+    copy_tensor(TensorView::contiguous(copy.data(), DType::kBF16, {4, 5}), expert);
+    for (std::int64_t i = 0; i < 20; ++i) EXPECT_EQ(copy[static_cast<std::size_t>(i)], 1 + 20 * e + i);
+  }
+  // A middle axis: rows r of every expert, [3, 5], strided.
+  const TensorView row = stacked.select(1, 2);
+  EXPECT_EQ(row.shape, (Shape{3, 5}));
+  EXPECT_EQ(row.strides, (Shape{20, 1}));
+  std::int64_t at[2] = {1, 4};
+  EXPECT_EQ(*reinterpret_cast<std::uint16_t*>(row.element(at)), 1 + 20 * 1 + 5 * 2 + 4);
+  // The last axis of a transposed view, down to a vector.
+  const TensorView column = stacked.select(0, 2).transpose(0, 1).select(0, 3);  // expert 2, column 3
+  EXPECT_EQ(column.shape, (Shape{4}));
+  std::int64_t r[1] = {2};
+  EXPECT_EQ(*reinterpret_cast<std::uint16_t*>(column.element(r)), 1 + 20 * 2 + 5 * 2 + 3);
+  EXPECT_THROW(stacked.select(0, 3), Error);
+  EXPECT_THROW(stacked.select(3, 0), Error);
+  EXPECT_THROW(stacked.select(-1, 0), Error);
+}
+
 TEST(CopyTensor, StridedAndTransposedCopiesMatchAnElementwiseReference) {
   for (DType dtype : {DType::kU8, DType::kBF16, DType::kF32, DType::kF64}) {
     const std::size_t es = dtype_size(dtype);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/byte_codec.hpp"
 #include "exec/connect_handshake.hpp"
 #include "exec/parameter_check.hpp"
 #include "weightbridge/status.hpp"
@@ -61,6 +62,14 @@ TEST(ExecutorConnect, MalformedRecordsNameThePeer) {
   exec::ConnectRecord one_post = sample_record();
   one_post.splits = {{1, 1, 1}};
   EXPECT_THAT(decode_error(exec::encode_connect_record(one_post), 8), HasSubstr("in 1 posts"));
+  // A length near 2^64 (position + length would wrap around): one error, no read past the end.
+  codec::ByteWriter huge;
+  huge.varint(0x57425843);  // the magic, version 1, cma, a stride of 64
+  huge.varint(1);
+  huge.varint(0);
+  huge.varint(64);
+  huge.varint(~std::uint64_t{0} - 7);
+  EXPECT_THAT(decode_error(huge.take(), 8), HasSubstr("from rank 3"));
 }
 
 // A runtime that knows two allocations of cuda:1 (0x10000, 4 KiB, and 0x20000, 64 KiB), pinned host memory

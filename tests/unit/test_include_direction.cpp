@@ -44,7 +44,8 @@ const std::map<std::string, std::string> kPublicHeaders = {
     {"adapter.hpp", "coord"},        {"checkpoint.hpp", "io"},
     {"checks.hpp", "core"},          {"correspondence.hpp", "layout"},
     {"device.hpp", "core"},          {"dtype.hpp", "core"},
-    {"log.hpp", "core"},             {"plan.hpp", "plan"},
+    {"job_clock.hpp", "coord"},      {"log.hpp", "core"},
+    {"plan.hpp", "plan"},
     {"probe.hpp", "layout"},         {"round_schedule.hpp", "plan"},
     {"round_schedule_scatter.hpp", "plan"}, {"settings.hpp", "core"},
     {"simulator.hpp", "plan"},       {"source_map.hpp", "layout"},
@@ -53,7 +54,8 @@ const std::map<std::string, std::string> kPublicHeaders = {
 };
 
 // Installed headers that exist to exchange things over MPI: the only ones that may include <mpi.h>.
-const std::set<std::string> kMpiPublicHeaders = {"adapter.hpp", "round_schedule_scatter.hpp", "source_map_exchange.hpp"};
+const std::set<std::string> kMpiPublicHeaders = {"adapter.hpp", "job_clock.hpp", "round_schedule_scatter.hpp",
+                                                  "source_map_exchange.hpp"};
 
 struct Include {
   std::string target;  // as written
@@ -109,7 +111,7 @@ fs::path resolve(const SourceFile& from, const std::string& target) {
   const std::string first = name.begin()->string();
   if (first == "weightbridge") return fs::path("include") / name;
   if (kBuildsOn.contains(first) && first != "apps" && first != "kernels") return fs::path("src") / name;
-  if (first == "emu") return fs::path("apps") / name;
+  if (first == "emu" || first == "baselines") return fs::path("apps") / name;  // apps/ is on their include path
   return from.path.parent_path() / name;
 }
 

@@ -1,19 +1,24 @@
-// The planner's invariants on random layouts: exact coverage (every rollout parameter equals what its own
-// source map gives, padding untouched, every region filled once), one copy out, one copy in per node,
-// balance against a lower bound of the best possible, and the buffer budget.
+// The planner's invariants on random layouts, all-to-all and relayed: exact coverage (every rollout
+// parameter equals what its own source map gives, padding untouched, every region filled once, relays
+// forwarding only what arrived the round before), one copy out, one copy in per node, no node sending more
+// than it receives beyond rounding, balance against a lower bound of the best possible, the buffer budget;
+// for relays, bounded fan-out per node and round and schedules that do not grow with the replica count.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <random>
 #include <set>
+#include <tuple>
 
 #include "../support/plan_checks.hpp"
 #include "../support/schedule_replay.hpp"
 #include "weightbridge/correspondence.hpp"
 #include "weightbridge/plan.hpp"
 #include "weightbridge/round_schedule.hpp"
+#include "weightbridge/simulator.hpp"
 #include "weightbridge/status.hpp"
 
 namespace wb {
@@ -30,13 +35,14 @@ struct Layout {
 
 // Each side shards every tensor along a random axis into a random number of pieces; trainer workers
 // hold shard w % shards (replicas for the rest), rollout engines do the same inside each engine. Rollout
-// parameters are sometimes transposed and sometimes padded with a leading row.
-Layout random_layout(unsigned seed) {
+// parameters are sometimes transposed and sometimes padded with a leading row. Up to `max_rollout_nodes`
+// rollout nodes (many engines: many replicas).
+Layout random_layout(unsigned seed, int max_rollout_nodes = 3) {
   std::mt19937 rng(seed);
   const auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
-  const int per_node = std::vector<int>{1, 2, 4}[static_cast<std::size_t>(pick(0, 2))];
+  const int per_node = std::vector<int>{1, 2, 4}[static_cast<std::size_t>(pick(0, max_rollout_nodes > 3 ? 1 : 2))];
   const int trainers = per_node * pick(1, 3);
-  const int rollouts = per_node * pick(1, 3);
+  const int rollouts = per_node * pick(1, max_rollout_nodes);
   Layout layout;
   const int tensor_count = pick(2, 6);
   for (int t = 0; t < tensor_count; ++t) {
@@ -87,8 +93,39 @@ Layout random_layout(unsigned seed) {
   return layout;
 }
 
-void check_plan(const Layout& layout, const PlanOptions& options, const std::string& context) {
+// How far rounding pieces to relay trees (or all-to-all origins) can push a node's egress past its ingress:
+// in every group of nodes that need the same atoms and include `node`, two pieces per child it has there
+// (fan_out in a relay tree; every other node of the group as an all-to-all origin): one for rounding, one
+// for keeping a piece on its predecessor's route.
+std::int64_t rounding_slack(const Correspondence& correspondence, const Topology& topology, int node, int fan_out,
+                            std::int64_t piece) {
+  std::set<std::set<int>> groups;
+  for (const Atom& atom : correspondence.atoms) {
+    std::set<int> nodes;
+    for (const AtomEndpoint& n : atom.needers) nodes.insert(topology.node_of_worker[static_cast<std::size_t>(n.worker)]);
+    if (nodes.size() > 1 && nodes.count(node)) groups.insert(nodes);
+  }
+  std::int64_t slack = 0;
+  for (const auto& group : groups) {
+    const auto others = static_cast<std::int64_t>(group.size()) - 1;
+    slack += (fan_out >= 1 ? std::min<std::int64_t>(fan_out, others) : others) * 2 * piece;
+  }
+  return slack;
+}
+
+// What check_plan measured of a plan, for the tests that compare plans.
+struct PlanStats {
+  std::int64_t relay_bytes = 0;           // forwarded by relays (lag 1 writes)
+  std::size_t most_entries = 0;           // schedule entries of the busiest rollout worker
+  int most_destination_nodes = 0;         // other rollout nodes one node writes to in one round
+  int most_source_nodes = 0;              // other rollout nodes one node hears from in one round
+  std::size_t most_batches = 0;           // (peer, stage, lag) batches one rank posts in one round
+  int height = 1;                         // deepest relay tree used
+};
+
+PlanStats check_plan(const Layout& layout, const PlanOptions& options, const std::string& context) {
   SCOPED_TRACE(context);
+  PlanStats stats;
   const Correspondence correspondence = build_correspondence(layout.tensors, layout.maps, layout.sides);
   const TransferPlan plan = plan_transfer(correspondence, layout.topology, options);
   const std::size_t workers = layout.sides.size();
@@ -105,8 +142,19 @@ void check_plan(const Layout& layout, const PlanOptions& options, const std::str
   for (const auto& node : plan.bound.rollout_nodes)
     EXPECT_EQ(plan.node_ingress_bytes[static_cast<std::size_t>(node.node)], node.need_bytes) << "node " << node.node;
   for (int node : plan.bound.trainer_nodes) EXPECT_EQ(plan.node_ingress_bytes[static_cast<std::size_t>(node)], 0);
-  // Balance: within 5 % of the best possible, give or take one piece of the largest atom.
+  // A node forwards what it received, not more: every relay tree carries an equal share, and a node has at
+  // most as many children over a group's trees as there are trees (all-to-all: an origin's share is 1/k of
+  // the group's, sent to k - 1 others); rounding pieces to trees leaves at most two pieces per child.
   const std::int64_t largest_piece = balancing_unit_bytes(correspondence, options);
+  for (const auto& node : plan.bound.rollout_nodes) {
+    const auto v = static_cast<std::size_t>(node.node);
+    EXPECT_LE(plan.node_egress_bytes[v],
+              plan.node_ingress_bytes[v] + rounding_slack(correspondence, layout.topology, node.node, options.relay_fan_out, largest_piece))
+        << "node " << node.node;
+  }
+  for (const Segment& segment : plan.segments)
+    if (segment.relay != Segment::kAllToAll) stats.height = std::max(stats.height, plan.relay_trees[segment.relay].height);
+  // Balance: within 5 % of the best possible, give or take one piece of the largest atom.
   EXPECT_LE(static_cast<double>(largest_trainer),
             1.05 * static_cast<double>(trainer_balance_bound(correspondence)) + static_cast<double>(largest_piece));
   // Budget.
@@ -126,22 +174,68 @@ void check_plan(const Layout& layout, const PlanOptions& options, const std::str
   std::vector<RoundSchedule> schedules;
   for (std::size_t w = 0; w < workers; ++w) {
     schedules.push_back(builder.build(static_cast<int>(w)));
-    ASSERT_EQ(deserialize_round_schedule(serialize_round_schedule(schedules.back())), schedules.back());
+    EXPECT_EQ(deserialize_round_schedule(serialize_round_schedule(schedules.back())), schedules.back());
   }
-  for (const RoundSchedule& s : schedules)
-    for (const RoundPlan& round : s.rounds) {
+  const auto node_of = [&](int worker) { return layout.topology.node_of_worker[static_cast<std::size_t>(worker)]; };
+  for (std::size_t r = 0; r < static_cast<std::size_t>(plan.rounds); ++r) {
+    // Per rollout node: the other nodes it writes to and hears from in the external exchange.
+    std::map<int, std::set<int>> destinations, sources;
+    for (const RoundSchedule& s : schedules) {
+      const RoundPlan& round = s.rounds[r];
       std::int64_t packed = 0, arriving = 0;
       for (const BufferCopy& p : round.pack) packed += p.bytes();
       for (const Arrival& a : round.arrivals) arriving += a.bytes;
       EXPECT_LE(packed, s.send_slot_bytes);
       EXPECT_LE(arriving, s.receive_slot_bytes);
+      std::set<std::tuple<int, Stage, int>> batches;
+      for (const Write& w : round.writes) {
+        batches.emplace(w.peer, w.stage, w.lag);
+        if (w.stage == Stage::kExternalExchange) destinations[node_of(s.rank)].insert(node_of(w.peer));
+      }
+      for (const Arrival& a : round.arrivals)
+        if (a.stage == Stage::kExternalExchange) sources[node_of(s.rank)].insert(node_of(a.peer));
+      stats.most_batches = std::max(stats.most_batches, batches.size());
     }
-  replay_schedules(schedules, params);
+    for (const auto& [node, set] : destinations) stats.most_destination_nodes = std::max(stats.most_destination_nodes, static_cast<int>(set.size()));
+    for (const auto& [node, set] : sources) stats.most_source_nodes = std::max(stats.most_source_nodes, static_cast<int>(set.size()));
+  }
+  for (const RoundSchedule& s : schedules) {
+    if (s.side != Side::kRollout) continue;
+    std::size_t entries = 0;
+    for (const RoundPlan& round : s.rounds) entries += round.pack.size() + round.writes.size() + round.arrivals.size() + round.assemble.size();
+    stats.most_entries = std::max(stats.most_entries, entries);
+  }
+  stats.relay_bytes = replay_schedules(schedules, params).relay_bytes;
+  if (::testing::Test::HasFatalFailure()) return stats;
   for (std::size_t w = 0; w < workers; ++w) {
     if (layout.sides[w] != Side::kRollout) continue;
     for (std::size_t p = 0; p < params[w].size(); ++p)
-      ASSERT_TRUE(params[w][p] == expected[w][p]) << "rollout worker " << w << " parameter " << p << " differs";
+      EXPECT_TRUE(params[w][p] == expected[w][p]) << "rollout worker " << w << " parameter " << p << " differs";
   }
+  return stats;
+}
+
+TEST(Planner, RandomManyReplicaLayoutsAreExactWithEveryExchangeShape) {
+  // Up to 10 rollout nodes; relay trees of fan-out 1 (chains: the deepest lags), 2 and 3, all-to-all, and
+  // the planner's own choice. Depth 2 and 3: a relay's slot must survive until it has forwarded.
+  std::int64_t relayed = 0;
+  for (unsigned seed = 1; seed <= 60; ++seed) {
+    for (int fan_out : {1, 2, 3, kRelayAllToAll, kRelayChoose}) {
+      PlanOptions options;
+      options.piece_bytes = 16;
+      options.min_rounds = 1 + static_cast<int>(seed % 4);
+      options.pipeline_depth = 2 + static_cast<int>(seed % 2);
+      options.buffer_bytes_per_worker = std::int64_t{1} << (13 + seed % 6);
+      options.relay_fan_out = fan_out;
+      const PlanStats stats = check_plan(random_layout(seed, 10), options, "seed " + std::to_string(seed) + " fan-out " + std::to_string(fan_out));
+      if (::testing::Test::HasFatalFailure()) return;
+      if (fan_out == kRelayAllToAll) {
+        EXPECT_EQ(stats.relay_bytes, 0);
+      }
+      if (fan_out >= 1) relayed += stats.relay_bytes;
+    }
+  }
+  EXPECT_GT(relayed, 0);  // the layouts do exercise relays
 }
 
 TEST(Planner, RandomLayoutsAreExactOneCopyOutOneCopyInBalancedAndWithinBudget) {
@@ -204,6 +298,128 @@ TEST(Planner, APieceLargerThanTheBudgetIsAClearError) {
     EXPECT_THAT(e.what(), ::testing::HasSubstr("big.weight"));
     EXPECT_THAT(e.what(), ::testing::HasSubstr("buffer budget"));
   }
+}
+
+// One trainer node and n one-node engines that each need the whole model, sharded over the node's workers
+// (the paper's Figure 12, small): every tensor split in `per_node` along rows on both sides.
+Layout replica_sweep(int replicas, int per_node) {
+  Layout layout;
+  for (int t = 0; t < 6; ++t) layout.tensors.push_back({"t" + std::to_string(t), DType::kBF16, {64 + 8 * t, 32}});
+  for (int w = 0; w < per_node * (replicas + 1); ++w) {
+    SourceMap map;
+    const int shard = w % per_node;
+    for (std::size_t t = 0; t < layout.tensors.size(); ++t) {
+      const Shape& shape = layout.tensors[t].shape;
+      const std::int64_t rows = shape[0] / per_node;
+      map.parameters.push_back({"p" + std::to_string(t), DType::kBF16, {rows, shape[1]}});
+      map.copies.push_back({static_cast<std::uint32_t>(t), static_cast<std::uint32_t>(t), Box{{rows * shard, 0}, {rows, shape[1]}}, 0,
+                            {shape[1], 1}});
+    }
+    layout.maps.push_back(std::move(map));
+    layout.sides.push_back(w < per_node ? Side::kTrainer : Side::kRollout);
+  }
+  layout.topology = Topology::uniform(per_node * (replicas + 1), per_node, 100.0, 400.0);
+  return layout;
+}
+
+TEST(Planner, RelaysKeepFanOutAndSchedulesBoundedWhateverTheReplicaCount) {
+  for (int fan_out : {2, 3}) {
+    std::size_t entries_at_smallest = 0;
+    for (int replicas : {8, 16, 32}) {
+      PlanOptions options;
+      options.piece_bytes = 512;
+      options.relay_fan_out = fan_out;
+      const std::string context = std::to_string(replicas) + " replicas, fan-out " + std::to_string(fan_out);
+      const PlanStats stats = check_plan(replica_sweep(replicas, 2), options, context);
+      if (::testing::Test::HasFatalFailure()) return;
+      SCOPED_TRACE(context);
+      EXPECT_GT(stats.relay_bytes, 0);
+      // One group of nodes: per round a node writes to at most fan_out others and hears from at most one
+      // parent per tree.
+      EXPECT_LE(stats.most_destination_nodes, fan_out);
+      EXPECT_LE(stats.most_source_nodes, fan_out);
+      // Batches per rank and round: its relay children (at most fan_out, lag 0 and 1), its node's other
+      // worker, and nothing that grows with the replicas.
+      EXPECT_LE(stats.most_batches, static_cast<std::size_t>(2 * fan_out + 1));
+      // Depth about log_F(n), not n.
+      EXPECT_LE(stats.height, static_cast<int>(std::ceil(std::log(replicas) / std::log(fan_out))) + 2);
+      // A rollout worker's schedule does not grow with the replicas (it forwards to a bounded set, and
+      // the rounds do not multiply).
+      if (entries_at_smallest == 0) entries_at_smallest = stats.most_entries;
+      EXPECT_LE(stats.most_entries, entries_at_smallest * 5 / 4 + 64) << "entries of the busiest rollout worker";
+    }
+  }
+}
+
+TEST(Planner, AllToAllWritesToEveryOtherReplicaEachRound) {
+  // The contrast the relays remove: all-to-all fan-out is the replica count.
+  PlanOptions options;
+  options.piece_bytes = 512;
+  options.relay_fan_out = kRelayAllToAll;
+  const PlanStats stats = check_plan(replica_sweep(8, 2), options, "all-to-all");
+  EXPECT_EQ(stats.relay_bytes, 0);
+  EXPECT_EQ(stats.most_destination_nodes, 7);
+}
+
+TEST(Planner, ChoosingSimulatesTheShapesAndKeepsTheFastest) {
+  const Layout layout = replica_sweep(12, 2);
+  const Correspondence correspondence = build_correspondence(layout.tensors, layout.maps, layout.sides);
+  PlanOptions options;
+  options.piece_bytes = 512;
+  const TransferPlan plan = plan_transfer(correspondence, layout.topology, options);
+  ASSERT_FALSE(plan.candidates.empty());
+  bool all_to_all = false, relays = false;
+  int chosen = 0;
+  double fastest = 1e300;
+  for (const ExchangeCandidate& c : plan.candidates) {
+    all_to_all = all_to_all || c.shape == "all-to-all";
+    relays = relays || c.shape != "all-to-all";
+    chosen += c.chosen ? 1 : 0;
+    fastest = std::min(fastest, c.simulated_seconds);
+  }
+  EXPECT_TRUE(all_to_all);
+  EXPECT_TRUE(relays);
+  EXPECT_EQ(chosen, 1);
+  // The plan returned is the fastest candidate, and simulating it again gives its time.
+  for (const ExchangeCandidate& c : plan.candidates)
+    if (c.chosen) {
+      EXPECT_EQ(c.simulated_seconds, fastest);
+      EXPECT_EQ(c.shape, plan.exchange);
+      EXPECT_EQ(c.rounds, plan.rounds);
+    }
+  EXPECT_DOUBLE_EQ(simulate(traffic_of(correspondence, plan), layout.topology).ewtt_seconds, fastest);
+}
+
+TEST(Planner, ADeploymentThatWouldNotFitIsRefusedBeforePlanning) {
+  const Layout layout = replica_sweep(16, 2);
+  const Correspondence correspondence = build_correspondence(layout.tensors, layout.maps, layout.sides);
+  PlanOptions options;
+  options.piece_bytes = 512;
+  const std::int64_t estimate = estimate_plan_memory(correspondence, layout.topology, options);
+  EXPECT_GT(estimate, 0);
+  options.memory_limit_bytes = estimate / 2;
+  try {
+    plan_transfer(correspondence, layout.topology, options);
+    FAIL() << "expected a refusal";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("would take about " + std::to_string((estimate + (1 << 20) - 1) >> 20) + " MiB"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("limit of " + std::to_string((estimate / 2 + (1 << 20) - 1) >> 20) + " MiB"));
+  }
+  options.memory_limit_bytes = estimate;
+  EXPECT_NO_THROW(plan_transfer(correspondence, layout.topology, options));
+}
+
+TEST(Planner, MemoryEstimateGrowsAboutLinearlyWithReplicas) {
+  // Pieces do not shrink as replicas are added, so the planner's structures grow with the workers, not
+  // with their square.
+  PlanOptions options;
+  const auto estimate = [&](int replicas) {
+    const Layout layout = replica_sweep(replicas, 2);
+    return estimate_plan_memory(build_correspondence(layout.tensors, layout.maps, layout.sides), layout.topology, options);
+  };
+  const std::int64_t at16 = estimate(16), at64 = estimate(64);
+  EXPECT_LE(at64, 5 * at16);
 }
 
 }  // namespace

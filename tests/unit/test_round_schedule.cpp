@@ -120,6 +120,9 @@ RoundSchedule random_schedule(unsigned seed) {
       w.remote_offset = r.in(0, std::int64_t{1} << 34);
     }
     std::sort(round.writes.begin(), round.writes.end(), [](const Write& a, const Write& b) { return a.stage < b.stage; });
+    const bool relays = &round != &s.rounds.front() && s.pipeline_depth >= 2;
+    for (Write& w : round.writes)  // relays: forwards out of the previous round's slot
+      if (relays && w.stage == Stage::kExternalExchange && r.chance(0.5)) w.lag = 1;
     for (std::size_t i = 1; i < round.writes.size(); ++i)  // most writes continue the previous one locally
       if (r.chance(0.5)) round.writes[i].local_offset = round.writes[i - 1].local_offset + round.writes[i - 1].bytes;
     for (const Write& w : round.writes)
@@ -510,6 +513,60 @@ TEST(RoundSchedule, ErrorsNameTheRoundListAndEntry) {
   EXPECT_EQ(code_of_decoding(bytes, &message), ErrorCode::kCorruptData);
   EXPECT_THAT(message, HasSubstr("stage value 3 out of range"));
   EXPECT_THAT(message, HasSubstr("(round 2, write entry 1)"));
+}
+
+TEST(RoundSchedule, RelayWritesRoundTripAndAreRefusedWhereNoPreviousSlotHoldsTheirBytes) {
+  RoundSchedule s;
+  s.rank = 2;
+  s.side = Side::kRollout;
+  s.peers = {1, 3};
+  s.send_slot_bytes = 0;
+  s.receive_slot_bytes = 64;
+  s.rounds.resize(3);
+  s.rounds[1].writes = {{3, Stage::kExternalExchange, 0, 0, 16, 1}, {3, Stage::kExternalExchange, 16, 16, 16, 0},
+                        {1, Stage::kInternalExchange, 0, 0, 32, 0}};
+  s.rounds[2].writes = {{1, Stage::kExternalExchange, 8, 0, 8, 1}};
+  const std::vector<std::byte> bytes = serialize_round_schedule(s);
+  EXPECT_EQ(deserialize_round_schedule(bytes), s);
+
+  const auto refuses = [](RoundSchedule bad, const std::string& expected) {
+    try {
+      (void)serialize_round_schedule(bad);
+      ADD_FAILURE() << "serialized a schedule with: " << expected;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_THAT(e.what(), HasSubstr(expected));
+    }
+  };
+  RoundSchedule first = s;
+  first.rounds[0].writes = {{3, Stage::kExternalExchange, 0, 0, 8, 1}};
+  refuses(first, "(round 0, write entry 0): a relay (lag 1) in the first round");
+  RoundSchedule internal = s;
+  internal.rounds[1].writes[2].lag = 1;
+  refuses(internal, "a relay (lag 1) in the internal exchange stage");
+  RoundSchedule single = s;
+  single.pipeline_depth = 1;
+  refuses(single, "a relay (lag 1) with a pipeline depth of 1");
+  RoundSchedule two = s;
+  two.rounds[2].writes[0].lag = 2;
+  refuses(two, "lag 2 out of range");
+
+  // Decoding checks the same: the relay bit on an internal-exchange write, or on an arrival.
+  codec::ByteWriter out = header(1);
+  out.varint(2);       // writes
+  out.varint(1);
+  out.varint(2 | 8);   // internal exchange, relay
+  out.varint(0);       // peer 2
+  out.varint(0);       // remote offset
+  out.varint(4);       // bytes
+  expect_corrupt(std::move(out), "a relay (lag 1) in the internal exchange stage");
+  codec::ByteWriter arrival = header(1);
+  arrival.varint(4);   // arrivals
+  arrival.varint(1);
+  arrival.varint(8);   // no relay bit on arrivals
+  arrival.varint(0);   // peer 2
+  arrival.varint(4);   // bytes
+  expect_corrupt(std::move(arrival), "entry head 8 out of range");
 }
 
 TEST(RoundSchedule, SerializationRefusesSchedulesThatWouldNotDecode) {

@@ -483,5 +483,127 @@ TEST(Traffic, PlannerOutputCarriesOneCopyPerNode) {
   EXPECT_GE(result.ewtt_seconds, plan.bound.t_min_seconds * (1 - 1e-9));
 }
 
+// Relays: stages "early" and "late"; worker 0 feeds relay 1, which forwards to worker 2.
+TrafficSchedule relay_schedule(int rounds, int depth) {
+  TrafficSchedule schedule;
+  schedule.stage_names = {"early", "late"};
+  schedule.pipeline_depth = depth;
+  schedule.rounds.assign(static_cast<std::size_t>(rounds), std::vector<std::vector<Transfer>>(2));
+  return schedule;
+}
+
+TEST(Simulator, ARelayForwardsOnlyWhatHasFullyArrived) {
+  // Round 0 brings 1000 B to worker 1 in the late stage (10 s); in round 1 it forwards them (lag 1) in the
+  // early stage, which the pipeline order alone would let start at once.
+  TrafficSchedule schedule = relay_schedule(2, 2);
+  schedule.rounds[0][1] = {{0, 1, 1000, 1}};
+  schedule.rounds[1][0] = {{1, 2, 100, 1, 1}};
+  EXPECT_NEAR(simulate(schedule, nodes_of_one(3)).ewtt_seconds, 11.0, 1e-9);
+  schedule.rounds[1][0][0].lag = 0;  // the same bytes without the relay's constraint
+  EXPECT_NEAR(simulate(schedule, nodes_of_one(3)).ewtt_seconds, 10.0, 1e-9);
+}
+
+TEST(Simulator, ARoundThatReusesARelaysSlotWaitsForItsForwards) {
+  // Depth 2: worker 1 relays in round 1 (10 s) out of its slot of round 0, which round 2 reuses: round 2's
+  // 2000 B into worker 1 (from worker 3, on links of their own) must wait for the relay.
+  TrafficSchedule schedule = relay_schedule(3, 2);
+  schedule.rounds[0][0] = {{0, 1, 100, 1}};
+  schedule.rounds[1][1] = {{1, 2, 1000, 1, 1}};
+  schedule.rounds[2][0] = {{3, 1, 2000, 1}};
+  EXPECT_NEAR(simulate(schedule, nodes_of_one(4)).ewtt_seconds, 1.0 + 10.0 + 20.0, 1e-9);
+  // With a third slot, round 2 does not reuse it and goes ahead.
+  schedule.pipeline_depth = 3;
+  EXPECT_NEAR(simulate(schedule, nodes_of_one(4)).ewtt_seconds, 21.0, 1e-9);
+}
+
+TEST(Simulator, StagesCanFollowStagesOtherThanThePreviousOne) {
+  // Two stages on disjoint links: one after the other by default, side by side when the second follows
+  // nothing; a cycle is refused.
+  TrafficSchedule schedule = two_stages(1, 2, {0, 1, 1000, 1}, {2, 3, 1000, 1});
+  EXPECT_NEAR(simulate(schedule, nodes_of_one(4)).ewtt_seconds, 20.0, 1e-9);
+  schedule.stage_after = {0, 0};
+  EXPECT_NEAR(simulate(schedule, nodes_of_one(4)).ewtt_seconds, 10.0, 1e-9);
+  schedule.stage_after = {2, 1};
+  EXPECT_THAT([&] { simulate(schedule, nodes_of_one(4)); }, ::testing::ThrowsMessage<Error>(HasSubstr("cycle")));
+  schedule.stage_after = {1};
+  EXPECT_THAT([&] { simulate(schedule, nodes_of_one(4)); }, ::testing::ThrowsMessage<Error>(HasSubstr("stage_after")));
+}
+
+TEST(Simulator, ARelayThatHeardOnlyFromItsOwnNodeNeedNotWait) {
+  // The relay rule looks at what came over the network: worker 1's intra-node arrival in round 0 (from its
+  // neighbour 3 on node 1) does not hold up its relay in round 1.
+  Topology topology = Topology::uniform(4, 1, 100.0, 1000.0);
+  topology.message_latency = 0;
+  topology.node_of_worker = {0, 1, 2, 1};
+  TrafficSchedule schedule = relay_schedule(2, 2);
+  schedule.rounds[0][1] = {{3, 1, 10000, 1}};  // 10 s inside node 1
+  schedule.rounds[1][0] = {{1, 2, 100, 1, 1}};
+  EXPECT_NEAR(simulate(schedule, topology).ewtt_seconds, 10.0, 1e-9);
+}
+
+TEST(Simulator, RelaysOutsideWhatTheExecutorRunsAreRefused) {
+  TrafficSchedule schedule = relay_schedule(2, 2);
+  schedule.rounds[0][0] = {{0, 1, 100, 1, 1}};
+  EXPECT_THAT([&] { simulate(schedule, nodes_of_one(3)); }, ::testing::ThrowsMessage<Error>(HasSubstr("in round 0")));
+  schedule.rounds[0][0][0].lag = 0;
+  schedule.rounds[1][0] = {{1, 2, 100, 1, 2}};
+  EXPECT_THAT([&] { simulate(schedule, nodes_of_one(3)); }, ::testing::ThrowsMessage<Error>(HasSubstr("lag 2")));
+  schedule.rounds[1][0][0].lag = 1;
+  schedule.pipeline_depth = 1;
+  EXPECT_THAT([&] { simulate(schedule, nodes_of_one(3)); }, ::testing::ThrowsMessage<Error>(HasSubstr("pipeline depth of 2")));
+}
+
+TEST(Traffic, RelayTreesForwardARoundLaterPerHop) {
+  // One trainer (node 0) and four one-worker rollout nodes that all need w; a chain 1 -> 2 -> 3 -> 4 from
+  // the origin at position 0: position 1 lands in the segment's round, 2 one round later (lag 1), 3 two.
+  const std::vector<TensorInfo> tensors = {{"w", DType::kBF16, {8, 4}}};
+  const Correspondence c = build_correspondence(
+      tensors, {holds_rows(0, 8, 4, false), holds_rows(0, 8, 4, false), holds_rows(0, 8, 4, false), holds_rows(0, 8, 4, false),
+                holds_rows(0, 8, 4, false)},
+      {Side::kTrainer, Side::kRollout, Side::kRollout, Side::kRollout, Side::kRollout});
+  ASSERT_EQ(c.atoms.size(), 1u);
+  TransferPlan plan;
+  plan.rounds = 4;
+  plan.pipeline_depth = 2;
+  plan.topology.node_of_worker = {0, 1, 2, 3, 4};
+  plan.landers = {0, 1, 2, 3};  // needers in worker order: workers 1..4
+  RelayTree chain;
+  chain.parent = {RelayTree::kRoot, 0, 1, 2};
+  chain.depth = {0, 1, 2, 3};
+  chain.height = 3;
+  plan.relay_trees = {chain};
+  Segment segment{0, Box{{0, 0}, {8, 4}}, 1, 0, 0, 4, 0, 0};
+  plan.segments = {segment};
+  const TrafficSchedule schedule = traffic_of(c, plan);
+  const auto flat = [](const std::vector<Transfer>& transfers) {
+    std::vector<std::tuple<int, int, int>> out;
+    for (const Transfer& t : transfers) out.emplace_back(t.from, t.to, t.lag);
+    return out;
+  };
+  using T = std::tuple<int, int, int>;
+  // Relays are a fourth stage that follows nothing in its round; the internal exchange follows them.
+  EXPECT_THAT(schedule.stage_names, ElementsAre("receive", "external exchange", "internal exchange", "relay"));
+  EXPECT_THAT(schedule.stage_after, ElementsAre(0, 1, 2 | 8, 0));
+  ASSERT_EQ(schedule.rounds.size(), 4u);
+  EXPECT_TRUE(schedule.rounds[0][0].empty() && schedule.rounds[0][1].empty());
+  EXPECT_THAT(flat(schedule.rounds[1][0]), ElementsAre(T{0, 1, 0}));
+  EXPECT_THAT(flat(schedule.rounds[1][1]), ElementsAre(T{1, 2, 0}));
+  EXPECT_TRUE(schedule.rounds[2][1].empty());
+  EXPECT_THAT(flat(schedule.rounds[2][3]), ElementsAre(T{2, 3, 1}));
+  EXPECT_THAT(flat(schedule.rounds[3][3]), ElementsAre(T{3, 4, 1}));
+  const SimulationResult result = simulate(schedule, Topology::uniform(5, 1, 100.0, 1000.0));
+  EXPECT_THAT(result.node_ingress_bytes, ElementsAre(0, 64, 64, 64, 64));
+  EXPECT_THAT(result.node_egress_bytes, ElementsAre(64, 64, 64, 64, 0));
+
+  // A tree that does not fit its segment, or whose last hop falls past the last round, is refused.
+  TransferPlan late = plan;
+  late.rounds = 3;
+  late.segments[0].round = 1;
+  EXPECT_THAT([&] { traffic_of(c, late); }, ::testing::ThrowsMessage<Error>(HasSubstr("after the last round")));
+  TransferPlan wrong_root = plan;
+  wrong_root.segments[0].origin = 1;
+  EXPECT_THAT([&] { traffic_of(c, wrong_root); }, ::testing::ThrowsMessage<Error>(HasSubstr("does not span")));
+}
+
 }  // namespace
 }  // namespace wb

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <climits>
 #include <cstdint>
 #include <numeric>
 
@@ -98,6 +99,33 @@ TEST(SourceMap, ValidationNamesTheCopy) {
   map = fused_map(false);
   map.copies[0].box.extent[0] = 5;
   EXPECT_THROW(validate_source_map(map, kTensors), Error);
+}
+
+TEST(SourceMap, StridesThatOverflowAreRefusedNotWrapped) {
+  // Found by fuzz/fuzz_source_map: (extent - 1) * stride past 2^63 was signed overflow, so a wrapped
+  // product could make a copy that writes anywhere look inside its parameter.
+  SourceMap map = fused_map(false);
+  map.copies[2].strides = {std::int64_t{1} << 62, 1};
+  try {
+    validate_source_map(map, kTensors);
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("parameter down_t"));
+    EXPECT_THAT(e.what(), HasSubstr("stride 4611686018427387904 of axis 0 reaches past any parameter"));
+  }
+  map = fused_map(false);
+  map.copies[2].strides = {INT64_MIN / 2, -(INT64_MIN / 2)};  // each in range, their sum not
+  EXPECT_THROW(validate_source_map(map, kTensors), Error);
+  // A decoded parameter whose element count overflows is corrupt.
+  SourceMap huge;
+  huge.parameters = {{"p", DType::kBF16, {std::int64_t{1} << 40, std::int64_t{1} << 40}}};
+  try {
+    deserialize_source_map(serialize_source_map(huge));
+    FAIL() << "decoded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kCorruptData);
+    EXPECT_THAT(e.what(), HasSubstr("parameter p has too many elements"));
+  }
 }
 
 TEST(SourceMap, ApplyPerformsTheCopies) {

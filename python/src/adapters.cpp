@@ -1,0 +1,484 @@
+// SenderAdapter and ReceiverAdapter for Python.
+//
+// The GIL: every call that may wait (construction, connect, send_weights, wait, shutdown, poll_requests)
+// releases it, and the C++ side takes it back only to call Python: load_weights while connect probes, the
+// before_update_hook while a version is installed. Both run on the calling thread; the staged modes'
+// background threads run the transfer only and never touch Python.
+//
+// Lifetimes: the C++ adapter keeps raw pointers into the parameters, so each Python adapter holds the
+// tensors (and their DLPack capsules) until it is destroyed; the callbacks hold the Python callables
+// through a struct the Python adapter owns, so no Python reference is copied or dropped without the GIL.
+#include <mpi4py/mpi4py.h>
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <utility>
+
+#include "bindings.hpp"
+#include "weightbridge/settings.hpp"
+
+namespace wb::python {
+namespace {
+
+// ---- communicators ----------------------------------------------------------------------------------
+
+MPI_Comm comm_from_python(py::handle comm, const std::string& what) {
+  static bool imported = false;
+  if (!imported) {
+    if (import_mpi4py() < 0) throw py::error_already_set();
+    imported = true;
+  }
+  MPI_Comm* handle = PyMPIComm_Get(comm.ptr());
+  if (handle == nullptr) {
+    PyErr_Clear();
+    throw InputError(what + " is a " + std::string(py::str(py::type::handle_of(comm).attr("__qualname__"))) +
+                     ", not an mpi4py.MPI.Comm");
+  }
+  if (*handle == MPI_COMM_NULL) throw InputError(what + " is MPI.COMM_NULL");
+  return *handle;
+}
+
+int world_rank(MPI_Comm world) {
+  int rank = -1;
+  MPI_Comm_rank(world, &rank);
+  return rank;
+}
+
+// ---- agreeing on the Python-side input ---------------------------------------------------------------
+
+double default_timeout_seconds() {
+  const SettingBase* setting = find_setting("timeout_seconds");
+  return setting != nullptr ? std::stod(setting->value_text()) : 120.0;
+}
+
+// Every rank of `world` learns whether any rank's Python input was bad, and the first such rank's message,
+// before the collective C++ constructor starts: a rank that raised on its own would leave the others
+// waiting there. Called with the GIL held; waits without it.
+void agree_on_input(MPI_Comm world, const Status& mine, double timeout_seconds, const std::string& what) {
+  struct Record {
+    std::int32_t code = 0;
+    char message[1020] = {};
+  };
+  int size = 0;
+  MPI_Comm_size(world, &size);
+  Record record;
+  record.code = static_cast<std::int32_t>(mine.code());
+  std::strncpy(record.message, mine.message().c_str(), sizeof record.message - 1);
+  std::vector<Record> all(static_cast<std::size_t>(size));
+  Status status;
+  {
+    py::gil_scoped_release release;
+    MPI_Request request = MPI_REQUEST_NULL;
+    if (MPI_Iallgather(&record, sizeof record, MPI_BYTE, all.data(), sizeof record, MPI_BYTE, world, &request) !=
+        MPI_SUCCESS) {
+      status = Status(ErrorCode::kMpi, what + ": MPI_Iallgather of the input checks failed");
+    } else {
+      const auto start = std::chrono::steady_clock::now();
+      for (int done = 0; !done;) {
+        if (MPI_Test(&request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+          status = Status(ErrorCode::kMpi, what + ": MPI_Test failed while agreeing on the input checks");
+          break;
+        }
+        if (done) break;
+        if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > timeout_seconds) {
+          status = Status(ErrorCode::kTimeout, what + ": not every rank of the world constructed an adapter within " +
+                                                   std::to_string(timeout_seconds) + " s");
+          break;
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+    }
+  }
+  if (status)
+    for (const Record& r : all)
+      if (r.code != 0) {
+        status = Status(static_cast<ErrorCode>(r.code), std::string(r.message, strnlen(r.message, sizeof r.message)));
+        break;
+      }
+  if (!status) raise_error(status);
+}
+
+// ---- callbacks ----------------------------------------------------------------------------------------
+
+struct Callbacks {
+  py::object load_weights;
+  py::object hook;
+  py::object error;  // what a callback raised last: the __cause__ of the weightbridge.Error it leads to
+
+  py::object take_error() { return std::exchange(error, py::object()); }
+};
+
+// The checkpoint that C++ hands load_weights, readable only during that call.
+struct ReaderSlot {
+  const CheckpointReader* reader = nullptr;
+};
+
+class CheckpointView {
+ public:
+  explicit CheckpointView(std::shared_ptr<ReaderSlot> slot) : slot_(std::move(slot)) {}
+
+  const CheckpointReader& reader() const {
+    if (slot_->reader == nullptr)
+      throw Error(ErrorCode::kInvalidArgument,
+                  "the checkpoint given to load_weights is readable only during that call (its (name, tensor) pairs "
+                  "were iterated after load_weights returned)");
+    return *slot_->reader;
+  }
+
+  py::list tensors() const {
+    py::list out;
+    for (const TensorInfo& t : reader().tensors()) {
+      py::tuple shape(t.shape.size());
+      for (std::size_t i = 0; i < t.shape.size(); ++i) shape[i] = py::int_(t.shape[i]);
+      out.append(py::make_tuple(t.name, std::string(dtype_name(t.dtype)), shape));
+    }
+    return out;
+  }
+
+  // Reads tensor `name` straight into `destination` (contiguous host memory of its dtype and shape).
+  void read_into(const std::string& name, const py::object& destination) const {
+    const CheckpointReader& checkpoint = reader();
+    const TensorInfo& info = checkpoint.info(name);
+    py::list keep_alive;
+    const TensorView view = view_of(destination, "the destination of " + name, keep_alive);
+    if (view.memory != MemoryKind::kHost || !view.is_contiguous() || view.dtype != info.dtype || view.shape != info.shape)
+      throw InputError("read_into(" + name + "): the destination must be contiguous host memory of " +
+                       std::string(dtype_name(info.dtype)) + " " + shape_to_string(info.shape) + ", not " +
+                       std::string(dtype_name(view.dtype)) + " " + shape_to_string(view.shape) +
+                       (view.is_contiguous() ? "" : " (strided)"));
+    py::gil_scoped_release release;
+    checkpoint.read(name, view.data);
+  }
+
+  std::string source() const { return reader().source(); }
+
+ private:
+  std::shared_ptr<ReaderSlot> slot_;
+};
+
+// load_weights(checkpoint, params) for C++: the Python callable gets the checkpoint's (name, tensor) pairs
+// through weightbridge._loader. Its own parameters are the ones the adapter holds, so `params` is unused.
+LoadWeightsFn make_load_weights(Callbacks* callbacks) {
+  return [callbacks](const CheckpointReader& checkpoint, const ParameterSet&) {
+    py::gil_scoped_acquire gil;
+    auto slot = std::make_shared<ReaderSlot>();
+    slot->reader = &checkpoint;
+    struct Close {
+      ReaderSlot& slot;
+      ~Close() { slot.reader = nullptr; }
+    } close{*slot};
+    try {
+      py::module_::import("weightbridge._loader").attr("call_load_weights")(callbacks->load_weights, CheckpointView(slot));
+    } catch (py::error_already_set& error) {
+      callbacks->error = error.value();
+      // Not a wb::Error: the probe adds the rank and the cause; this is only what Python said.
+      throw std::runtime_error("load_weights raised " + describe_python_error(error));
+    }
+  };
+}
+
+BeforeUpdateHook make_hook(Callbacks* callbacks) {
+  if (callbacks->hook.is_none()) return {};
+  return [callbacks](std::uint64_t version) {
+    py::gil_scoped_acquire gil;
+    try {
+      callbacks->hook(version);
+    } catch (py::error_already_set& error) {
+      callbacks->error = error.value();
+      throw std::runtime_error(describe_python_error(error));
+    }
+  };
+}
+
+// ---- construction ---------------------------------------------------------------------------------------
+
+// What both constructors convert, checked on every rank and agreed before the collective C++ constructor.
+struct Input {
+  MPI_Comm world = MPI_COMM_NULL;
+  MPI_Comm group = MPI_COMM_NULL;
+  ParameterSet params;
+  std::vector<TensorInfo> checkpoint_tensors;
+  AdapterOptions options;
+};
+
+template <class Convert>
+Input convert_input(py::handle world, bool trainer, py::handle options, const py::kwargs& overrides, Convert convert) {
+  Input in;
+  in.world = comm_from_python(world, "world");  // without a world there is nobody to agree with
+  const std::string who = std::string(trainer ? "trainer" : "rollout") + " (world rank " +
+                          std::to_string(world_rank(in.world)) + "): ";
+  Status status;
+  try {
+    in.options = options_from_python(options, overrides);
+    convert(in);
+  } catch (const InputError& error) {
+    status = Status(ErrorCode::kInvalidArgument, who + error.what());
+  } catch (py::error_already_set& error) {
+    status = Status(ErrorCode::kInvalidArgument, who + describe_python_error(error));
+  } catch (const py::cast_error& error) {
+    status = Status(ErrorCode::kInvalidArgument, who + error.what());
+  }
+  agree_on_input(in.world, status, in.options.timeout_seconds.value_or(default_timeout_seconds()),
+                 trainer ? "SenderAdapter construction" : "ReceiverAdapter construction");
+  return in;
+}
+
+void require_callable(py::handle f, const std::string& what) {
+  if (!PyCallable_Check(f.ptr()))
+    throw InputError(what + " is a " + std::string(py::str(py::type::handle_of(f).attr("__qualname__"))) +
+                     ", not callable");
+}
+
+// Destroys an adapter without the GIL (its destructor may wait for peers), or leaks it when MPI is
+// already finalized (mpi4py finalizes at exit) and no MPI call may be made any more.
+template <class Adapter>
+void destroy(std::unique_ptr<Adapter>& adapter) {
+  if (!adapter) return;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) {
+    (void)adapter.release();
+    return;
+  }
+#if PY_VERSION_HEX >= 0x030D0000
+  const bool finalizing = Py_IsFinalizing();
+#else
+  const bool finalizing = _Py_IsFinalizing();
+#endif
+  if (finalizing) {
+    adapter.reset();  // never waits for Python: holding the GIL is harmless
+    return;
+  }
+  py::gil_scoped_release release;
+  adapter.reset();
+}
+
+// ---- the adapters -------------------------------------------------------------------------------------
+
+class PySenderAdapter {
+ public:
+  PySenderAdapter(const py::object& world, const py::object& trainer_comm, const py::object& params,
+                  const py::object& checkpoint_tensors, const py::object& load_weights, const py::object& options,
+                  const py::kwargs& overrides) {
+    Input in = convert_input(world, true, options, overrides, [&](Input& i) {
+      i.group = comm_from_python(trainer_comm, "trainer_comm");
+      i.params = parameters_from_python(params, keep_alive_);
+      i.checkpoint_tensors = tensor_infos_from_python(checkpoint_tensors);
+      require_callable(load_weights, "load_weights");
+    });
+    callbacks_->load_weights = py::reinterpret_borrow<py::object>(load_weights);
+    py::gil_scoped_release release;
+    adapter_ = std::make_unique<SenderAdapter>(in.world, in.group, std::move(in.params), std::move(in.checkpoint_tensors),
+                                               make_load_weights(callbacks_.get()), in.options);
+  }
+  ~PySenderAdapter() { destroy(adapter_); }
+  PySenderAdapter(const PySenderAdapter&) = delete;
+  PySenderAdapter& operator=(const PySenderAdapter&) = delete;
+
+  void connect() {
+    Status failed;
+    {
+      py::gil_scoped_release release;
+      try {
+        adapter_->connect();
+      } catch (const Error& error) {
+        failed = error.status();
+      }
+    }
+    if (!failed) raise_error(failed, callbacks_->take_error());
+  }
+
+  void send_weights(std::uint64_t version) { check(call([&] { return adapter_->send_weights(version); })); }
+  void wait() { check(call([&] { return adapter_->wait(); })); }
+  void shutdown() { check(call([&] { return adapter_->shutdown(); })); }
+  bool connected() const { return adapter_->connected(); }
+  TransferSummary summary() const { return adapter_->summary(); }
+  AdapterStats stats() const { return adapter_->stats(); }
+
+ private:
+  template <class F>
+  static Status call(F&& f) {
+    py::gil_scoped_release release;
+    return f();
+  }
+  void check(const Status& status) {
+    if (!status) raise_error(status, callbacks_->take_error());
+  }
+
+  std::unique_ptr<Callbacks> callbacks_ = std::make_unique<Callbacks>();
+  py::list keep_alive_;
+  std::unique_ptr<SenderAdapter> adapter_;
+};
+
+class PyReceiverAdapter {
+ public:
+  PyReceiverAdapter(const py::object& world, const py::object& engine_comm, const py::object& params,
+                    const py::object& load_weights, const py::object& options, const py::object& before_update_hook,
+                    const py::kwargs& overrides) {
+    Input in = convert_input(world, false, options, overrides, [&](Input& i) {
+      i.group = comm_from_python(engine_comm, "engine_comm");
+      i.params = parameters_from_python(params, keep_alive_);
+      require_callable(load_weights, "load_weights");
+      if (!before_update_hook.is_none()) require_callable(before_update_hook, "before_update_hook");
+    });
+    callbacks_->load_weights = py::reinterpret_borrow<py::object>(load_weights);
+    callbacks_->hook = py::reinterpret_borrow<py::object>(before_update_hook);
+    BeforeUpdateHook hook = make_hook(callbacks_.get());
+    py::gil_scoped_release release;
+    adapter_ = std::make_unique<ReceiverAdapter>(in.world, in.group, std::move(in.params),
+                                                 make_load_weights(callbacks_.get()), in.options, std::move(hook));
+  }
+  ~PyReceiverAdapter() { destroy(adapter_); }
+  PyReceiverAdapter(const PyReceiverAdapter&) = delete;
+  PyReceiverAdapter& operator=(const PyReceiverAdapter&) = delete;
+
+  PollResult poll_requests() {
+    PollResult result;
+    {
+      py::gil_scoped_release release;
+      result = adapter_->poll_requests();
+    }
+    if (result.event == PollResult::Event::kFailed) raise_error(result.status, callbacks_->take_error());
+    return result;
+  }
+
+  std::uint64_t installed_version() const { return adapter_->installed_version(); }
+  bool connected() const { return adapter_->connected(); }
+  bool closed() const { return adapter_->closed(); }
+  TransferSummary summary() const { return adapter_->summary(); }
+  AdapterStats stats() const { return adapter_->stats(); }
+
+ private:
+  std::unique_ptr<Callbacks> callbacks_ = std::make_unique<Callbacks>();
+  py::list keep_alive_;
+  std::unique_ptr<ReceiverAdapter> adapter_;
+};
+
+constexpr const char* kOptionNames[] = {"sender_staging", "receiver_staging", "buffer_bytes", "pipeline_depth",
+                                        "transport",      "timeout_seconds",  "node"};
+
+}  // namespace
+
+AdapterOptions options_from_python(py::handle options, const py::kwargs& overrides) {
+  py::object merged = py::cast(AdapterOptions{});
+  auto set = [&](py::handle key, py::handle value) {
+    const std::string name = py::str(key);
+    bool known = false;
+    for (const char* option : kOptionNames) known = known || name == option;
+    if (!known) {
+      std::string list;
+      for (const char* option : kOptionNames) list += (list.empty() ? "" : ", ") + std::string(option);
+      throw InputError("unknown option '" + name + "' (AdapterOptions has " + list + ")");
+    }
+    merged.attr(key) = value;
+  };
+  if (py::isinstance<AdapterOptions>(options)) {
+    merged = py::cast(options.cast<AdapterOptions>());
+  } else if (py::isinstance<py::dict>(options)) {
+    for (auto [key, value] : py::reinterpret_borrow<py::dict>(options)) set(key, value);
+  } else if (!options.is_none()) {
+    throw InputError("options is a " + std::string(py::str(py::type::handle_of(options).attr("__qualname__"))) +
+                     ", neither weightbridge.AdapterOptions nor a dict");
+  }
+  for (auto [key, value] : overrides) set(key, value);
+  return merged.cast<AdapterOptions>();
+}
+
+void bind_adapters(py::module_& m) {
+  py::class_<CheckpointView>(m, "_CheckpointView",
+                             "The checkpoint C++ gives load_weights (internal: weightbridge._loader turns it into\n"
+                             "(name, tensor) pairs). Readable only during that load_weights call.")
+      .def("tensors", &CheckpointView::tensors, "[(name, dtype name, shape)] in the checkpoint's order")
+      .def("read_into", &CheckpointView::read_into, py::arg("name"), py::arg("destination"),
+           "Reads tensor `name` into `destination` (contiguous host tensor of its dtype and shape).")
+      .def_property_readonly("source", &CheckpointView::source);
+
+  py::class_<PySenderAdapter>(
+      m, "SenderAdapter",
+      "The trainer side of WeightBridge: one per trainer rank.\n\n"
+      "    sender = SenderAdapter(world, trainer_comm, params, checkpoint_tensors, load_weights,\n"
+      "                           sender_staging=False)\n"
+      "    sender.connect()                      # once, at start-up\n"
+      "    for step in range(1, steps + 1):\n"
+      "        train_step()\n"
+      "        sender.send_weights(step)         # after each optimizer step; versions increase\n"
+      "    sender.shutdown()\n\n"
+      "Failures raise weightbridge.Error; after a failed update every later call raises the same error.")
+      .def(py::init<py::object, py::object, py::object, py::object, py::object, py::object, py::kwargs>(),
+           py::arg("world"), py::arg("trainer_comm"), py::arg("params"), py::arg("checkpoint_tensors"),
+           py::arg("load_weights"), py::arg("options") = py::none(),
+           "Collective over `world` (every trainer and rollout rank constructs its adapter).\n\n"
+           "world: mpi4py communicator of all trainers and rollouts.\n"
+           "trainer_comm: mpi4py communicator of the trainers (the same on every trainer).\n"
+           "params: this rank's parameters, name -> tensor (dict, state_dict or named_parameters()):\n"
+           "    torch.Tensor or any object with __dlpack__, contiguous host memory for now, bf16 included.\n"
+           "    The adapter keeps them alive and reads them in place at every send_weights.\n"
+           "checkpoint_tensors: the canonical checkpoint's tensor list: TensorInfo objects, (name, dtype,\n"
+           "    shape) tuples, or a mapping name -> tensor (meta tensors will do); see read_tensor_list.\n"
+           "load_weights: this rank's loader, load_weights(weights) with `weights` an iterable of\n"
+           "    (name, torch.Tensor) pairs in checkpoint naming, as in SGLang and vLLM. It must fill `params`\n"
+           "    by copying (narrow, chunk, copy_): connect calls it on a probe checkpoint to learn the layout.\n"
+           "options: an AdapterOptions or a dict; keyword arguments (sender_staging=True, ...) override it.")
+      .def("connect", &PySenderAdapter::connect,
+           "Once, collective over the trainers; the rollouts join at their next poll_requests. Calls every\n"
+           "worker's load_weights on a probe checkpoint, plans the transfer, registers the buffers and connects\n"
+           "the transports. Raises weightbridge.Error on every rank when any of it fails (a load_weights that\n"
+           "computes instead of copying is named with its parameter; one that raises gives its exception as\n"
+           "the error's __cause__ on its own rank). The parameters' contents are restored afterwards.")
+      .def("send_weights", &PySenderAdapter::send_weights, py::arg("version"),
+           "Sends the parameters as `version` (greater than the last). Collective over the trainers. Waits\n"
+           "for the previous version to be installed everywhere first. Returns when the parameters may be\n"
+           "changed: without staging after every rollout installed it (or, when the rollouts stage, after this\n"
+           "trainer's writes); with sender staging once they are copied to host staging. The GIL is released\n"
+           "meanwhile.")
+      .def("wait", &PySenderAdapter::wait,
+           "Waits until the version in flight is installed on every rollout (collective over the trainers).")
+      .def("shutdown", &PySenderAdapter::shutdown,
+           "Waits for the version in flight, then tells every engine to close (their poll_requests return\n"
+           "Event.SHUTDOWN). Collective over the trainers. Also done when the adapter is destroyed.")
+      .def_property_readonly("connected", &PySenderAdapter::connected)
+      .def("summary", &PySenderAdapter::summary, "What connect planned (TransferSummary); the same on every rank.")
+      .def("stats", &PySenderAdapter::stats, "This worker's counters and stall intervals (AdapterStats).");
+
+  py::class_<PyReceiverAdapter>(
+      m, "ReceiverAdapter",
+      "The rollout side of WeightBridge: one per rank of every inference engine.\n\n"
+      "    receiver = ReceiverAdapter(world, engine_comm, params, model.load_weights,\n"
+      "                               before_update_hook=lambda v: flush_cache())\n"
+      "    while True:\n"
+      "        result = receiver.poll_requests()     # between two inference steps\n"
+      "        if result.event == weightbridge.Event.SHUTDOWN:\n"
+      "            break\n"
+      "        generate_step()                        # result.version is in the parameters\n\n"
+      "Failures raise weightbridge.Error; after one every later poll_requests raises the same error.")
+      .def(py::init<py::object, py::object, py::object, py::object, py::object, py::object, py::kwargs>(),
+           py::arg("world"), py::arg("engine_comm"), py::arg("params"), py::arg("load_weights"),
+           py::arg("options") = py::none(), py::arg("before_update_hook") = py::none(),
+           "Collective over `world` (every trainer and rollout rank constructs its adapter).\n\n"
+           "world: mpi4py communicator of all trainers and rollouts.\n"
+           "engine_comm: mpi4py communicator of this engine's ranks (one model replica, e.g. one TP group).\n"
+           "params: this rank's parameters, name -> tensor (dict, state_dict or named_parameters()):\n"
+           "    torch.Tensor or any object with __dlpack__, contiguous host memory for now, bf16 included.\n"
+           "    The adapter keeps them alive and writes every new version into them in place.\n"
+           "load_weights: the engine's own loader, load_weights(weights) with `weights` an iterable of\n"
+           "    (name, torch.Tensor) pairs in checkpoint naming (model.load_weights of SGLang and vLLM).\n"
+           "options: an AdapterOptions or a dict; keyword arguments (receiver_staging=True, ...) override it.\n"
+           "before_update_hook: called as hook(version) on every rank once per version, before it is\n"
+           "    installed, with the parameters still holding the previous one (flush a prefix cache, ...).")
+      .def("poll_requests", &PyReceiverAdapter::poll_requests,
+           "Services what the trainers asked for since the last call and returns a PollResult (event,\n"
+           "version). Collective over the engine: every rank calls it at the same inference steps. Never\n"
+           "waits for the trainers when nothing is pending. Without receiver staging an update is received\n"
+           "and installed inside this call (the GIL is released meanwhile). Raises weightbridge.Error when\n"
+           "connect or an update failed.")
+      .def_property_readonly("installed_version", &PyReceiverAdapter::installed_version)
+      .def_property_readonly("connected", &PyReceiverAdapter::connected)
+      .def_property_readonly("closed", &PyReceiverAdapter::closed, "shut down or failed")
+      .def("summary", &PyReceiverAdapter::summary, "What connect planned (TransferSummary); the same on every rank.")
+      .def("stats", &PyReceiverAdapter::stats, "This worker's counters and stall intervals (AdapterStats).");
+}
+
+}  // namespace wb::python

@@ -1,0 +1,264 @@
+// The `weightbridge._weightbridge` extension module: errors, the value types of the C++ API (options,
+// tensor infos, summaries, statistics, poll results) and, from adapters.cpp, the two adapters.
+#include <pybind11/stl.h>
+
+#include <sstream>
+#include <string>
+
+#include "bindings.hpp"
+
+#ifndef WB_PYTHON_VERSION
+#error "WB_PYTHON_VERSION must be defined by the build (python/CMakeLists.txt)"
+#endif
+
+namespace wb::python {
+
+std::string describe_python_error(py::error_already_set& error) {
+  const py::handle type = error.type();
+  std::string name = py::str(type.attr("__qualname__"));
+  const std::string module = py::str(type.attr("__module__"));
+  if (module != "builtins") name = module + "." + name;
+  std::string text;
+  try {
+    text = py::str(error.value());
+  } catch (py::error_already_set&) {
+    text = "(str() of the exception failed)";
+  }
+  return text.empty() ? name : name + ": " + text;
+}
+
+namespace {
+
+// weightbridge.Error(code, message, text): message is the C++ Status message, text what C++ what() gives.
+py::object make_error(const Status& status) {
+  py::object error_type = py::module_::import("weightbridge._error").attr("Error");
+  return error_type(status.code(), status.message(), status.to_string());
+}
+
+}  // namespace
+
+void raise_error(const Status& status, py::object cause) {
+  py::object error = make_error(status);
+  if (cause) PyException_SetCause(error.ptr(), cause.release().ptr());  // steals the reference
+  PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(error.ptr())), error.ptr());
+  throw py::error_already_set();
+}
+
+namespace {
+
+template <class T>
+std::string optional_text(const std::optional<T>& value) {
+  if (!value) return "None";
+  std::ostringstream out;
+  if constexpr (std::is_same_v<T, bool>)
+    out << (*value ? "True" : "False");
+  else if constexpr (std::is_same_v<T, std::string>)
+    out << '\'' << *value << '\'';
+  else
+    out << *value;
+  return out.str();
+}
+
+std::string options_repr(const AdapterOptions& o) {
+  return "AdapterOptions(sender_staging=" + optional_text(o.sender_staging) +
+         ", receiver_staging=" + optional_text(o.receiver_staging) + ", buffer_bytes=" + optional_text(o.buffer_bytes) +
+         ", pipeline_depth=" + optional_text(o.pipeline_depth) + ", transport=" + optional_text(o.transport) +
+         ", timeout_seconds=" + optional_text(o.timeout_seconds) + ", node=" + optional_text(o.node) + ")";
+}
+
+py::tuple shape_tuple(const Shape& shape) {
+  py::tuple out(shape.size());
+  for (std::size_t i = 0; i < shape.size(); ++i) out[i] = py::int_(shape[i]);
+  return out;
+}
+
+void bind_errors(py::module_& m) {
+  py::enum_<ErrorCode>(m, "ErrorCode", "The code of a weightbridge.Error (status.hpp).")
+      .value("OK", ErrorCode::kOk)
+      .value("INVALID_ARGUMENT", ErrorCode::kInvalidArgument, "bad spec, bad setting, mismatched shapes")
+      .value("NOT_FOUND", ErrorCode::kNotFound, "unknown tensor or parameter name, missing file")
+      .value("CORRUPT_DATA", ErrorCode::kCorruptData, "truncated or malformed checkpoint, failed verification")
+      .value("UNSUPPORTED", ErrorCode::kUnsupported, "feature or dtype not available in this build or machine")
+      .value("TIMEOUT", ErrorCode::kTimeout, "a wait ran past its deadline")
+      .value("RETRY_LATER", ErrorCode::kRetryLater, "back-pressure")
+      .value("MPI", ErrorCode::kMpi, "an MPI call failed")
+      .value("HDF5", ErrorCode::kHdf5, "an HDF5 call failed")
+      .value("CUDA", ErrorCode::kCuda, "a CUDA runtime call failed")
+      .value("IBVERBS", ErrorCode::kIbverbs, "an ibverbs call failed")
+      .value("LIBFABRIC", ErrorCode::kLibfabric, "a libfabric call failed")
+      .value("SYSTEM", ErrorCode::kSystem, "an operating-system call failed")
+      .value("INTERNAL", ErrorCode::kInternal, "a broken invariant inside WeightBridge");
+  m.def("error_code_name", [](ErrorCode code) { return std::string(error_code_name(code)); }, py::arg("code"),
+        "The words C++ uses for an error code in messages: 'invalid argument', 'timeout', ...");
+
+  // C++ errors raised anywhere in the module (set-up code throws) become weightbridge.Error; bad Python
+  // input found while converting becomes an invalid-argument weightbridge.Error.
+  py::register_exception_translator([](std::exception_ptr pointer) {
+    try {
+      if (pointer) std::rethrow_exception(pointer);
+    } catch (const Error& error) {
+      try {
+        raise_error(error.status());
+      } catch (py::error_already_set& raised) {
+        raised.restore();
+      }
+    } catch (const InputError& error) {
+      try {
+        raise_error(Status(ErrorCode::kInvalidArgument, error.what()));
+      } catch (py::error_already_set& raised) {
+        raised.restore();
+      }
+    }
+  });
+}
+
+void bind_values(py::module_& m) {
+  py::class_<TensorInfo>(m, "TensorInfo", "Name, dtype and shape of one checkpoint tensor (Hugging Face naming).")
+      .def(py::init([](std::string name, py::handle dtype, Shape shape) {
+             return TensorInfo{name, dtype_from_python(dtype, "TensorInfo " + name), std::move(shape)};
+           }),
+           py::arg("name"), py::arg("dtype"), py::arg("shape"),
+           "dtype: a torch.dtype, a numpy dtype or a name ('bf16', 'bfloat16', 'float32', ...).")
+      .def_readonly("name", &TensorInfo::name)
+      .def_property_readonly("dtype", [](const TensorInfo& t) { return std::string(dtype_name(t.dtype)); },
+                             "WeightBridge's dtype name: 'bf16', 'f16', 'f32', ...")
+      .def_property_readonly("shape", [](const TensorInfo& t) { return shape_tuple(t.shape); })
+      .def_property_readonly("numel", &TensorInfo::numel)
+      .def_property_readonly("nbytes", &TensorInfo::nbytes)
+      .def("__eq__", [](const TensorInfo& a, const TensorInfo& b) { return a == b; })
+      .def("__repr__", [](const TensorInfo& t) {
+        return "TensorInfo('" + t.name + "', '" + std::string(dtype_name(t.dtype)) + "', " + shape_to_string(t.shape) + ")";
+      });
+
+  m.def(
+      "read_tensor_list",
+      [](const std::string& path) {
+        std::unique_ptr<CheckpointReader> reader;
+        {
+          py::gil_scoped_release release;
+          reader = open_checkpoint(path);
+        }
+        return reader->tensors();
+      },
+      py::arg("path"),
+      "The tensor list (names, dtypes, shapes) of a checkpoint on disk: an HDF5 file, a .safetensors file, a\n"
+      "model.safetensors.index.json with its shards, or a directory holding either. Reads headers only.");
+
+  py::class_<AdapterOptions>(m, "AdapterOptions",
+                             "The adapters' options (C++ wb::AdapterOptions). A field left None takes its setting:\n"
+                             "the WB_<NAME> environment variable, else the default in parentheses.\n\n"
+                             "sender_staging (WB_SENDER_STAGING, False): trainers copy their parameters to host\n"
+                             "    staging and send_weights returns after that copy; the transfer runs on a\n"
+                             "    background thread.\n"
+                             "receiver_staging (WB_RECEIVER_STAGING, False): rollouts receive into host staging\n"
+                             "    while generating with the previous version, and install at one later step.\n"
+                             "buffer_bytes (WB_BUFFER_MIB, 1 GiB): transfer-buffer memory per worker.\n"
+                             "pipeline_depth (WB_PIPELINE_DEPTH, 2): rounds in flight per worker.\n"
+                             "transport (WB_TRANSPORT, 'auto'): 'auto', 'cma', 'cuda_ipc', 'ibverbs' or 'libfabric'.\n"
+                             "timeout_seconds (WB_TIMEOUT_SECONDS, 120): deadline of every wait.\n"
+                             "node (WB_NODE, -1): the node this worker is on, for the planner (-1: this machine).\n\n"
+                             "The staged modes run a background thread: MPI must be initialized with\n"
+                             "MPI_THREAD_MULTIPLE (mpi4py's default thread level, mpi4py.rc.thread_level).")
+      .def(py::init([](std::optional<bool> sender_staging, std::optional<bool> receiver_staging,
+                       std::optional<std::int64_t> buffer_bytes, std::optional<int> pipeline_depth,
+                       std::optional<std::string> transport, std::optional<double> timeout_seconds,
+                       std::optional<int> node) {
+             return AdapterOptions{sender_staging, receiver_staging, buffer_bytes, pipeline_depth,
+                                   std::move(transport),  timeout_seconds,  node};
+           }),
+           py::kw_only(), py::arg("sender_staging") = py::none(), py::arg("receiver_staging") = py::none(),
+           py::arg("buffer_bytes") = py::none(), py::arg("pipeline_depth") = py::none(),
+           py::arg("transport") = py::none(), py::arg("timeout_seconds") = py::none(), py::arg("node") = py::none())
+      .def_readwrite("sender_staging", &AdapterOptions::sender_staging)
+      .def_readwrite("receiver_staging", &AdapterOptions::receiver_staging)
+      .def_readwrite("buffer_bytes", &AdapterOptions::buffer_bytes)
+      .def_readwrite("pipeline_depth", &AdapterOptions::pipeline_depth)
+      .def_readwrite("transport", &AdapterOptions::transport)
+      .def_readwrite("timeout_seconds", &AdapterOptions::timeout_seconds)
+      .def_readwrite("node", &AdapterOptions::node)
+      .def("__repr__", &options_repr);
+
+  py::class_<StallInterval>(m, "StallInterval",
+                            "A span during which a worker did not compute because of version `version`, in seconds\n"
+                            "on the job's common clock (world rank 0's steady clock).")
+      .def_readonly("version", &StallInterval::version)
+      .def_readonly("begin_seconds", &StallInterval::begin_seconds)
+      .def_readonly("end_seconds", &StallInterval::end_seconds)
+      .def("__repr__", [](const StallInterval& s) {
+        return "StallInterval(version=" + std::to_string(s.version) + ", " + std::to_string(s.end_seconds - s.begin_seconds) + " s)";
+      });
+
+  py::class_<LinkTraffic>(m, "LinkTraffic", "What this worker's writes carried to one peer over one transport.")
+      .def_readonly("transport", &LinkTraffic::transport)
+      .def_readonly("peer", &LinkTraffic::peer, "world rank")
+      .def_readonly("bytes", &LinkTraffic::bytes)
+      .def_readonly("batches", &LinkTraffic::batches);
+
+  py::class_<TransferSummary>(m, "TransferSummary", "What connect planned; the same on every rank.")
+      .def_readonly("workers", &TransferSummary::workers)
+      .def_readonly("trainer_nodes", &TransferSummary::trainer_nodes)
+      .def_readonly("rollout_nodes", &TransferSummary::rollout_nodes)
+      .def_readonly("rounds", &TransferSummary::rounds)
+      .def_readonly("model_bytes", &TransferSummary::model_bytes, "M: distinct bytes the rollouts need")
+      .def_readonly("max_node_need_bytes", &TransferSummary::max_node_need_bytes, "the largest M_v")
+      .def_readonly("bytes_per_update", &TransferSummary::bytes_per_update, "all one-sided writes of one update")
+      .def_readonly("inter_node_bytes", &TransferSummary::inter_node_bytes)
+      .def_readonly("t_min_seconds", &TransferSummary::t_min_seconds, "the lower bound on the planned topology")
+      .def_readonly("simulated_seconds", &TransferSummary::simulated_seconds)
+      .def_readonly("connect_seconds", &TransferSummary::connect_seconds,
+                    "probe, exchange, plan, scatter, register (world rank 0)")
+      .def_readonly("node_of_worker", &TransferSummary::node_of_worker)
+      .def_readonly("node_ingress_bytes", &TransferSummary::node_ingress_bytes)
+      .def_readonly("node_egress_bytes", &TransferSummary::node_egress_bytes)
+      .def_readonly("node_need_bytes", &TransferSummary::node_need_bytes)
+      .def("__repr__", [](const TransferSummary& s) {
+        return "TransferSummary(workers=" + std::to_string(s.workers) + ", rounds=" + std::to_string(s.rounds) +
+               ", model_bytes=" + std::to_string(s.model_bytes) + ", bytes_per_update=" + std::to_string(s.bytes_per_update) +
+               ", connect_seconds=" + std::to_string(s.connect_seconds) + ")";
+      });
+
+  py::class_<AdapterStats>(m, "AdapterStats", "This worker's counters, all updates so far.")
+      .def_readonly("version", &AdapterStats::version, "sender: last sent; receiver: installed")
+      .def_readonly("stalls", &AdapterStats::stalls, "one StallInterval per update this worker stalled for")
+      .def_readonly("updates", &AdapterStats::updates)
+      .def_readonly("bytes_written", &AdapterStats::bytes_written)
+      .def_readonly("bytes_assembled", &AdapterStats::bytes_assembled)
+      .def_readonly("registrations", &AdapterStats::registrations, "memory registrations, all made at connect")
+      .def_readonly("staging_bytes", &AdapterStats::staging_bytes)
+      .def_readonly("traffic", &AdapterStats::traffic, "LinkTraffic per transport and peer");
+
+  py::class_<PollResult> poll(m, "PollResult",
+                              "What ReceiverAdapter.poll_requests did: `event` and the `version` now in the parameters.\n"
+                              "A failure is raised as weightbridge.Error, never returned.");
+  py::enum_<PollResult::Event>(poll, "Event")
+      .value("NONE", PollResult::Event::kNone, "nothing pending (or a staged transfer still arriving)")
+      .value("CONNECTED", PollResult::Event::kConnected, "took part in connect")
+      .value("RECEIVING", PollResult::Event::kReceiving,
+             "a staged transfer started; the parameters still hold the installed version")
+      .value("INSTALLED", PollResult::Event::kInstalled, "`version` is now in the parameters")
+      .value("SHUTDOWN", PollResult::Event::kShutdown, "the trainers closed the connection; stop polling")
+      .value("FAILED", PollResult::Event::kFailed, "never returned by Python's poll_requests, which raises instead");
+  poll.def_readonly("event", &PollResult::event)
+      .def_readonly("version", &PollResult::version)
+      .def("__repr__", [](const PollResult& r) {
+        return std::string("PollResult(event=") + poll_event_name(r.event) + ", version=" + std::to_string(r.version) + ")";
+      });
+  m.attr("Event") = poll.attr("Event");
+}
+
+}  // namespace
+}  // namespace wb::python
+
+PYBIND11_MODULE(_weightbridge, m) {
+  namespace python = wb::python;
+  m.doc() =
+      "WeightBridge: moves model weights from RL trainer ranks to rollout (inference) ranks, whatever the\n"
+      "two sides' parallel layouts. Layouts are learnt by probing each worker's own load_weights.\n\n"
+      "Trainers: SenderAdapter(...).connect(), then send_weights(version) after each optimizer step.\n"
+      "Rollouts: ReceiverAdapter(...), then poll_requests() between inference steps.\n"
+      "Failures raise weightbridge.Error (code, message).";
+  m.attr("__version__") = WB_PYTHON_VERSION;
+  python::bind_errors(m);
+  python::bind_values(m);
+  python::bind_adapters(m);
+}

@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""One fault-injection run of wb-replay, and the checks DESIGN.md's property 7 asks of it.
+
+6 ranks: trainers tp=2 (world ranks 0, 1), two rollout engines of two workers (2, 3 and 4, 5). At version 2
+the victim (trainer 1, or engine 1 worker 0, the engine's leader) stops past the timeout and resumes, kills
+itself, or throws (a trainer from its own training step, a rollout from before_update_hook). Checked, from
+the line every rank prints when it exits non-zero (wb-replay: exit: ...):
+  - bounded: every rank's adapter fails within 2 timeouts (+ slack) of the fault and every rank exits within
+    3 timeouts (+ slack); a stopped victim, from its resume; mpirun itself ends within the same bound;
+  - named: every rank's message names the victim by world rank and role;
+  - whole versions: every surviving rollout holds one whole version (the bytes compared by wb-replay against
+    its own load_weights) or, only without receiver staging, says the failed update wrote part of the next;
+    the workers of an engine that say their parameters are intact hold the same version; a resumed victim
+    never installed the aborted version;
+  - the launcher does not tear the job down (mpirun --enable-recovery, no abort on a non-zero exit): the
+    ranks end by themselves. With --teardown, mpirun's defaults: it must still end, non-zero, in time.
+Exit status 0 when every check holds; the failures are printed.
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+import time
+
+TRAINER_VICTIM, ROLLOUT_VICTIM = 1, 4
+ROLES = {0: "trainer 0", 1: "trainer 1", 2: "engine 0 worker 0", 3: "engine 0 worker 1", 4: "engine 1 worker 0",
+         5: "engine 1 worker 1"}
+EXIT = re.compile(r"wb-replay: exit: ([^(]*) \(world rank (\d+)\) exits with (\d+) at t=([\d.]+) \(failed at t=([\d.]+)\): (.*)")
+FAULT = re.compile(r"wb-replay: fault: [^(]* \(world rank (\d+)\): (\w+) at version (\d+), at t=([\d.]+)")
+RESUMED = re.compile(r"wb-replay: fault: [^(]* \(world rank (\d+)\) resumed at t=([\d.]+)")
+PARAMETERS = re.compile(r"; parameters: (version (\d+)|a mix of versions [\d and]+) \(reported (intact|not intact)\)$")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mpiexec", required=True)
+    ap.add_argument("--replay", required=True)
+    ap.add_argument("--mode", required=True, choices=["sync", "sender-staged", "receiver-staged", "async"])
+    ap.add_argument("--victim", required=True, choices=["trainer", "rollout"])
+    ap.add_argument("--kind", required=True, choices=["stop", "kill", "throw"])
+    ap.add_argument("--timeout", type=float, default=3.0)
+    ap.add_argument("--slack", type=float, default=6.0, help="seconds allowed on top of each bound (a loaded CI machine)")
+    ap.add_argument("--teardown", action="store_true", help="let mpirun tear the job down (its default)")
+    args = ap.parse_args()
+
+    timeout = args.timeout
+    victim = TRAINER_VICTIM if args.victim == "trainer" else ROLLOUT_VICTIM
+    fault = "%s,rank=%d,version=2" % (args.kind, victim)
+    if args.kind == "stop":
+        fault += ",seconds=%g" % (2 * timeout + 1)  # past the timeout, and past the others giving up
+    launcher = [args.mpiexec, "-np", "6"]
+    if not args.teardown:
+        launcher += ["--enable-recovery", "--mca", "orte_abort_on_non_zero_status", "0"]
+    command = launcher + [args.replay, "--model", "qwen3-30b-a3b", "--scale", "tiny", "--trainer", "tp=2",
+                          "--rollout", "engines=2,tp=2", "--gpus-per-node", "2", "--mode", args.mode, "--steps", "3",
+                          "--step-ms", "1", "--fault", fault]
+    env = dict(os.environ, WB_TIMEOUT_SECONDS=str(timeout))
+    env.setdefault("OMPI_MCA_rmaps_base_oversubscribe", "1")
+    print("run_fault: " + " ".join(command), flush=True)
+    started = time.time()
+    # A hard limit far above the bound: a hang fails the test instead of holding CI.
+    try:
+        run = subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             timeout=60 + 10 * timeout)
+        output, returncode = run.stdout, run.returncode
+    except subprocess.TimeoutExpired as expired:
+        output = expired.stdout.decode() if isinstance(expired.stdout, bytes) else (expired.stdout or "")
+        print(output)
+        print("run_fault: FAILED: the job did not end within %g s" % (60 + 10 * timeout))
+        return 1
+    ended = time.time()
+    problems = []
+    faults = [m for m in map(FAULT.search, output.splitlines()) if m]
+    resumed = [m for m in map(RESUMED.search, output.splitlines()) if m]
+    exits = {int(m.group(2)): m for m in map(EXIT.search, output.splitlines()) if m}
+    for line in output.splitlines():
+        if line.startswith("wb-replay: fault") or line.startswith("wb-replay: exit"):
+            print(line[:600])
+    if not faults:
+        print(output[-4000:])
+        print("run_fault: FAILED: the fault was never injected")
+        return 1
+    fault_at = float(faults[0].group(4))
+    resume_at = float(resumed[0].group(2)) if resumed else None
+    if args.kind == "stop" and resume_at is None and not args.teardown:
+        problems.append("the stopped victim never resumed")
+
+    if args.teardown:
+        # The launcher ends everything: it must do so in time, and say the job failed.
+        if returncode == 0:
+            problems.append("mpirun exited 0 after a fault")
+        if ended - fault_at > 3 * timeout + args.slack:
+            problems.append("mpirun ended %.1f s after the fault (bound %g s)" % (ended - fault_at, 3 * timeout + args.slack))
+    else:
+        expected = set(range(6)) - ({victim} if args.kind == "kill" else set())
+        missing = expected - set(exits)
+        if missing:
+            problems.append("no exit line from world ranks %s (they did not fail, or did not end)" % sorted(missing))
+        victim_name = re.compile(r"%s \(world rank %d\)" % (re.escape(ROLES[victim]), victim))
+        engines = {}
+        for rank, m in sorted(exits.items()):
+            code, exit_at, failed_at, message = int(m.group(3)), float(m.group(4)), float(m.group(5)), m.group(6)
+            origin = resume_at if (rank == victim and resume_at is not None) else fault_at
+            if code == 0:
+                problems.append("world rank %d exited 0" % rank)
+            if failed_at > 0 and failed_at - origin > 2 * timeout + args.slack:
+                problems.append("world rank %d failed %.1f s after the %s (bound: 2 timeouts + %g s)" %
+                                (rank, failed_at - origin, "resume" if origin == resume_at else "fault", args.slack))
+            if exit_at - origin > 3 * timeout + args.slack:
+                problems.append("world rank %d exited %.1f s after the %s (bound: 3 timeouts + %g s)" %
+                                (rank, exit_at - origin, "resume" if origin == resume_at else "fault", args.slack))
+            if not victim_name.search(message):
+                problems.append("world rank %d does not name %s (world rank %d): %s" % (rank, ROLES[victim], victim, message[:300]))
+            if rank >= 2:
+                p = PARAMETERS.search(message)
+                if not p:
+                    problems.append("world rank %d does not say what its parameters hold: %s" % (rank, message[-200:]))
+                    continue
+                whole, intact = p.group(2) is not None, p.group(3) == "intact"
+                if not whole and (intact or args.mode in ("receiver-staged", "async")):
+                    problems.append("world rank %d holds %s%s" % (rank, p.group(1), " while it says they are intact" if intact else ""))
+                if rank == victim and not (whole and intact and int(p.group(2)) < 2):
+                    problems.append("the resumed victim holds %s (reported %s): it must still hold version 1, whole" %
+                                    (p.group(1), p.group(3)))
+                if whole and intact:
+                    engines.setdefault((rank - 2) // 2, set()).add(int(p.group(2)))
+        for engine, versions in engines.items():
+            if len(versions) > 1:
+                problems.append("the workers of engine %d hold versions %s: one engine, two versions" % (engine, sorted(versions)))
+        if ended - (resume_at or fault_at) > 3 * timeout + args.slack + 5:
+            problems.append("mpirun ended %.1f s after the fault" % (ended - fault_at))
+    for problem in problems:
+        print("run_fault: " + problem)
+    print("run_fault: %s %s %s%s: %s in %.1f s" % (args.mode, args.victim, args.kind, " (launcher tears down)" if args.teardown else "",
+                                                 "FAILED" if problems else "OK", ended - started))
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

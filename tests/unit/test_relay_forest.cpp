@@ -1,0 +1,104 @@
+// Relay forests: for every group size and fan-out, each tree spans every position once from its root with
+// consistent depths; no position has more children over all trees than there are trees (so with equal
+// shares it never sends more than it receives); per round a position writes to at most `fan_out` others and
+// hears from at most one parent per tree; depth grows like log_F of the group; small groups are all-to-all.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "plan/relay_forest.hpp"
+#include "weightbridge/status.hpp"
+
+namespace wb::plan_detail {
+namespace {
+
+TEST(RelayForest, TreesSpanEveryPositionWithBoundedFanOutAndLogarithmicDepth) {
+  for (int fan_out = 1; fan_out <= 8; ++fan_out) {
+    for (int k = 1; k <= (fan_out == 1 ? 60 : 300); ++k) {
+      SCOPED_TRACE("k " + std::to_string(k) + " fan-out " + std::to_string(fan_out));
+      const RelayForest forest = relay_forest(k, fan_out);
+      ASSERT_EQ(forest.positions, k);
+      if (k - 1 <= fan_out) {
+        EXPECT_TRUE(forest.all_to_all);
+        EXPECT_EQ(forest.tree_count(), k);
+        EXPECT_EQ(forest.fan_out, k - 1);
+        continue;
+      }
+      ASSERT_FALSE(forest.all_to_all);
+      ASSERT_EQ(forest.tree_count(), fan_out);
+      std::vector<int> children_all(static_cast<std::size_t>(k), 0);
+      int height = 0;
+      for (int t = 0; t < forest.tree_count(); ++t) {
+        const RelayTree& tree = forest.trees[static_cast<std::size_t>(t)];
+        ASSERT_EQ(tree.parent.size(), static_cast<std::size_t>(k));
+        ASSERT_EQ(tree.depth.size(), static_cast<std::size_t>(k));
+        int roots = 0;
+        for (int p = 0; p < k; ++p) {
+          const auto pi = static_cast<std::size_t>(p);
+          if (tree.parent[pi] == RelayTree::kRoot) {
+            ++roots;
+            EXPECT_EQ(tree.depth[pi], 0);
+            EXPECT_EQ(forest.root(t), p);
+            continue;
+          }
+          ASSERT_LT(tree.parent[pi], k);
+          EXPECT_EQ(tree.depth[pi], tree.depth[tree.parent[pi]] + 1) << "position " << p;
+          ++children_all[tree.parent[pi]];
+          height = std::max<int>(height, tree.depth[pi]);
+        }
+        EXPECT_EQ(roots, 1);
+        EXPECT_LE(tree.height, forest.height);
+      }
+      EXPECT_EQ(height, forest.height);
+      int most = 0;
+      for (int c : children_all) most = std::max(most, c);
+      // Child slots: each tree carries 1/T, so T children at most over all trees is what a position receives.
+      EXPECT_LE(most, forest.tree_count());
+      EXPECT_EQ(most, forest.fan_out);
+      EXPECT_LE(forest.fan_out, fan_out);
+      if (fan_out >= 2) {
+        const double log_k = std::log(static_cast<double>(k)) / std::log(static_cast<double>(fan_out));
+        EXPECT_LE(forest.height, static_cast<int>(std::ceil(log_k)) + 2);
+      } else {
+        EXPECT_EQ(forest.height, k - 1);  // fan-out 1: a chain
+      }
+    }
+  }
+}
+
+TEST(RelayForest, NoRootRelaysInAnotherTree) {
+  // A root takes its tree's pieces from the trainer into the slot a relay would forward out of a round
+  // later: the trees keep roots as leaves of one another.
+  for (int fan_out = 2; fan_out <= 16; ++fan_out)
+    for (int k = fan_out + 2; k <= 200; ++k) {
+      const RelayForest forest = relay_forest(k, fan_out);
+      for (int t = 0; t < forest.tree_count(); ++t) {
+        const int root = forest.root(t);
+        for (int u = 0; u < forest.tree_count(); ++u) {
+          if (u == t) continue;
+          const RelayTree& tree = forest.trees[static_cast<std::size_t>(u)];
+          for (std::size_t p = 0; p < tree.parent.size(); ++p)
+            ASSERT_NE(tree.parent[p], root) << "k " << k << " fan-out " << fan_out << ": root of tree " << t
+                                            << " relays in tree " << u;
+        }
+      }
+    }
+}
+
+TEST(RelayForest, RootsOfDifferentTreesDiffer) {
+  const RelayForest forest = relay_forest(64, 4);
+  std::vector<int> roots;
+  for (int t = 0; t < forest.tree_count(); ++t) roots.push_back(forest.root(t));
+  std::sort(roots.begin(), roots.end());
+  EXPECT_EQ(std::unique(roots.begin(), roots.end()), roots.end());
+}
+
+TEST(RelayForest, BadSizesAreRefused) {
+  EXPECT_THROW(relay_forest(0, 2), Error);
+  EXPECT_THROW(relay_forest(4, 0), Error);
+  EXPECT_THROW(relay_forest(300, 1), Error);  // a chain deeper than 255 hops
+}
+
+}  // namespace
+}  // namespace wb::plan_detail
