@@ -198,20 +198,27 @@ Roles exchange_roles(MPI_Comm world, MPI_Comm group, bool trainer, double timeou
 }
 
 double measure_clock_offset(MPI_Comm world, const Roles& roles, double timeout) {
+  return measure_clock_offset(world, timeout, [&roles](int rank) { return describe_worker(roles, rank); });
+}
+
+double measure_clock_offset(MPI_Comm world, double timeout, const std::function<std::string(int)>& name) {
   constexpr int kPings = 4;
   const Waiter waiter{timeout, {}};
-  if (roles.world_rank == 0) {
+  int world_rank = 0, world_size = 0;
+  WB_CHECK_MPI(MPI_Comm_rank(world, &world_rank));
+  WB_CHECK_MPI(MPI_Comm_size(world, &world_size));
+  if (world_rank == 0) {
     // Rank 0 answers every rank in turn: each ping gets rank 0's time back.
-    for (int r = 1; r < roles.world_size; ++r)
+    for (int r = 1; r < world_size; ++r)
       for (int k = 0; k < kPings; ++k) {
         OperationPtr ping = make_operation(0, 1);
         WB_CHECK_MPI(MPI_Irecv(ping->in.data(), 1, MPI_BYTE, r, kClockTag, world, &ping->request));
-        throw_if_error(wait_for(ping, waiter, false, "constructing the adapter: clock ping from " + describe_worker(roles, r)));
+        throw_if_error(wait_for(ping, waiter, false, "measuring the job clock: clock ping from " + name(r)));
         OperationPtr reply = make_operation(sizeof(double));
         const double now = local_seconds();
         std::memcpy(reply->out.data(), &now, sizeof now);
         WB_CHECK_MPI(MPI_Isend(reply->out.data(), 1, MPI_DOUBLE, r, kClockTag, world, &reply->request));
-        throw_if_error(wait_for(reply, waiter, false, "constructing the adapter: clock reply to " + describe_worker(roles, r)));
+        throw_if_error(wait_for(reply, waiter, false, "measuring the job clock: clock reply to " + name(r)));
       }
     return 0;
   }
@@ -221,8 +228,8 @@ double measure_clock_offset(MPI_Comm world, const Roles& roles, double timeout) 
     const double sent = local_seconds();
     WB_CHECK_MPI(MPI_Irecv(reply->in.data(), 1, MPI_DOUBLE, 0, kClockTag, world, &reply->request));
     WB_CHECK_MPI(MPI_Isend(ping->out.data(), 1, MPI_BYTE, 0, kClockTag, world, &ping->request));
-    throw_if_error(wait_for(ping, waiter, false, "constructing the adapter: clock ping to world rank 0"));
-    throw_if_error(wait_for(reply, waiter, false, "constructing the adapter: clock reply from world rank 0"));
+    throw_if_error(wait_for(ping, waiter, false, "measuring the job clock: clock ping to " + name(0)));
+    throw_if_error(wait_for(reply, waiter, false, "measuring the job clock: clock reply from " + name(0)));
     const double received = local_seconds();
     double theirs = 0;
     std::memcpy(&theirs, reply->in.data(), sizeof theirs);

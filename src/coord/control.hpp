@@ -210,6 +210,8 @@ Roles exchange_roles(MPI_Comm world, MPI_Comm group, bool trainer, double timeou
 /// Collective over `world`: the offset to add to local_seconds() to read world rank 0's clock, from the
 /// fastest of a few ping-pongs with rank 0 (Cristian's method; error below half that round trip).
 double measure_clock_offset(MPI_Comm world, const Roles& roles, double timeout);
+/// The same for any communicator, `name` naming a rank in errors.
+double measure_clock_offset(MPI_Comm world, double timeout, const std::function<std::string(int)>& name);
 
 /// MPI_Comm_dup with MPI_ERRORS_RETURN on the duplicate, so that in a job whose error handler is
 /// MPI_ERRORS_ARE_FATAL a failing call still reaches the library's checks (a Status naming the call)
