@@ -63,7 +63,8 @@ std::string options_repr(const AdapterOptions& o) {
   return "AdapterOptions(sender_staging=" + optional_text(o.sender_staging) +
          ", receiver_staging=" + optional_text(o.receiver_staging) + ", buffer_bytes=" + optional_text(o.buffer_bytes) +
          ", pipeline_depth=" + optional_text(o.pipeline_depth) + ", transport=" + optional_text(o.transport) +
-         ", timeout_seconds=" + optional_text(o.timeout_seconds) + ", node=" + optional_text(o.node) + ")";
+         ", timeout_seconds=" + optional_text(o.timeout_seconds) + ", verify=" + optional_text(o.verify) +
+         ", node=" + optional_text(o.node) + ")";
 }
 
 py::tuple shape_tuple(const Shape& shape) {
@@ -156,25 +157,28 @@ void bind_values(py::module_& m) {
                              "pipeline_depth (WB_PIPELINE_DEPTH, 2): rounds in flight per worker.\n"
                              "transport (WB_TRANSPORT, 'auto'): 'auto', 'cma', 'cuda_ipc', 'ibverbs' or 'libfabric'.\n"
                              "timeout_seconds (WB_TIMEOUT_SECONDS, 120): deadline of every wait.\n"
+                             "verify (WB_VERIFY, False): check every update end to end (segment digests).\n"
                              "node (WB_NODE, -1): the node this worker is on, for the planner (-1: this machine).\n\n"
                              "The staged modes run a background thread: MPI must be initialized with\n"
                              "MPI_THREAD_MULTIPLE (mpi4py's default thread level, mpi4py.rc.thread_level).")
       .def(py::init([](std::optional<bool> sender_staging, std::optional<bool> receiver_staging,
                        std::optional<std::int64_t> buffer_bytes, std::optional<int> pipeline_depth,
                        std::optional<std::string> transport, std::optional<double> timeout_seconds,
-                       std::optional<int> node) {
+                       std::optional<bool> verify, std::optional<int> node) {
              return AdapterOptions{sender_staging, receiver_staging, buffer_bytes, pipeline_depth,
-                                   std::move(transport),  timeout_seconds,  node};
+                                   std::move(transport),  timeout_seconds,  verify, node};
            }),
            py::kw_only(), py::arg("sender_staging") = py::none(), py::arg("receiver_staging") = py::none(),
            py::arg("buffer_bytes") = py::none(), py::arg("pipeline_depth") = py::none(),
-           py::arg("transport") = py::none(), py::arg("timeout_seconds") = py::none(), py::arg("node") = py::none())
+           py::arg("transport") = py::none(), py::arg("timeout_seconds") = py::none(), py::arg("verify") = py::none(),
+           py::arg("node") = py::none())
       .def_readwrite("sender_staging", &AdapterOptions::sender_staging)
       .def_readwrite("receiver_staging", &AdapterOptions::receiver_staging)
       .def_readwrite("buffer_bytes", &AdapterOptions::buffer_bytes)
       .def_readwrite("pipeline_depth", &AdapterOptions::pipeline_depth)
       .def_readwrite("transport", &AdapterOptions::transport)
       .def_readwrite("timeout_seconds", &AdapterOptions::timeout_seconds)
+      .def_readwrite("verify", &AdapterOptions::verify)
       .def_readwrite("node", &AdapterOptions::node)
       .def("__repr__", &options_repr);
 

@@ -64,6 +64,7 @@ class AdapterOptions:
     pipeline_depth: Optional[int]
     transport: Optional[str]
     timeout_seconds: Optional[float]
+    verify: Optional[bool]
     node: Optional[int]
     def __init__(
         self,
@@ -74,6 +75,7 @@ class AdapterOptions:
         pipeline_depth: Optional[int] = None,
         transport: Optional[str] = None,
         timeout_seconds: Optional[float] = None,
+        verify: Optional[bool] = None,
         node: Optional[int] = None,
     ) -> None: ...
 
