@@ -32,12 +32,12 @@ struct Layout {
 };
 
 // Trainers shard every tensor by rows, rollouts by columns (transposed in their parameters half the time);
-// two rollout nodes, so all three stages run. Tensors: fp8 matrices of odd extents, bf16 ones, and
-// single-element or 3-element f32 scales.
-Layout odd_layout(unsigned seed) {
+// `rollouts` / 2 rollout nodes (two by default), so all three stages run. Tensors: fp8 matrices of odd
+// extents, bf16 ones, and single-element or 3-element f32 scales.
+Layout odd_layout(unsigned seed, int rollouts = 4) {
   std::mt19937 rng(seed);
   const auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
-  const int per_node = 2, trainers = 2, rollouts = 4;
+  const int per_node = 2, trainers = 2;
   Layout layout;
   for (int t = 0; t < 6; ++t) {
     switch (t % 3) {
@@ -73,10 +73,12 @@ Layout odd_layout(unsigned seed) {
   return layout;
 }
 
-// Plays the schedules on host memory: pack, the writes stage by stage, assemble. Returns the bytes written.
+// Plays the schedules on host memory: pack, the writes stage by stage (a relay, lag 1, from the receive
+// slot of the round before), assemble. Returns the bytes written.
 std::int64_t play(const std::vector<RoundSchedule>& schedules, std::vector<std::vector<Bytes>>& params) {
   std::int64_t written = 0;
   const std::size_t workers = schedules.size();
+  std::vector<Bytes> previous(workers);  // per worker: the receive slot of the round before
   for (std::size_t r = 0; r < schedules[0].rounds.size(); ++r) {
     std::vector<Bytes> send(workers), receive(workers);
     for (std::size_t w = 0; w < workers; ++w) {
@@ -93,7 +95,7 @@ std::int64_t play(const std::vector<RoundSchedule>& schedules, std::vector<std::
         for (const Write& write : schedules[w].rounds[r].writes) {
           if (write.stage != stage) continue;
           const auto peer = static_cast<std::size_t>(write.peer);
-          const Bytes& from = stage == Stage::kReceive ? send[w] : receive[w];
+          const Bytes& from = stage == Stage::kReceive ? send[w] : write.lag != 0 ? previous[w] : receive[w];
           EXPECT_LE(write.local_offset + write.bytes, static_cast<std::int64_t>(from.size()));
           EXPECT_LE(write.remote_offset + write.bytes, static_cast<std::int64_t>(receive[peer].size()));
           bool inside = false;
@@ -111,6 +113,7 @@ std::int64_t play(const std::vector<RoundSchedule>& schedules, std::vector<std::
           std::memcpy(params[w][c.copy.parameter].data() + element_position(c.copy, i) * c.element_bytes,
                       receive[w].data() + c.buffer_offset + ordinal * c.element_bytes, c.element_bytes);
         });
+    previous = std::move(receive);
   }
   return written;
 }
@@ -203,6 +206,66 @@ TEST(SegmentPadding, PaddedSchedulesMoveTheSameBytesToTheSameParametersAtAligned
       for (std::size_t p = 0; p < expected.size(); ++p) ASSERT_TRUE(unpadded[w][p] == expected[p]);
     }
   }
+}
+
+// Relay trees (four rollout nodes, fan-out 1: a chain): a relay's writes read the previous round's receive
+// slot, so they move by that round's padded layout and keep their lag.
+TEST(SegmentPadding, RelaysMoveByThePreviousRoundsLayout) {
+  int relays = 0;
+  for (unsigned seed = 1; seed <= 12; ++seed) {
+    const Layout layout = odd_layout(seed, 8);
+    PlanOptions options;
+    options.piece_bytes = 16 << (seed % 4);
+    options.min_rounds = 2 + static_cast<int>(seed % 3);
+    options.relay_fan_out = 1;
+    const Correspondence correspondence = build_correspondence(layout.tensors, layout.maps, layout.sides);
+    const TransferPlan plan = plan_transfer(correspondence, layout.topology, options);
+    const RoundScheduleBuilder builder(correspondence, plan);
+    const std::size_t workers = layout.sides.size();
+    std::vector<RoundSchedule> schedules;
+    for (std::size_t w = 0; w < workers; ++w) schedules.push_back(builder.build(static_cast<int>(w)));
+    for (const RoundSchedule& schedule : schedules)
+      for (const RoundPlan& round : schedule.rounds)
+        for (const Write& write : round.writes) relays += write.lag;
+
+    const std::vector<Bytes> checkpoint = random_checkpoint(layout.tensors, seed);
+    const auto fresh = [&] {
+      std::vector<std::vector<Bytes>> params;
+      for (std::size_t w = 0; w < workers; ++w)
+        params.push_back(layout.sides[w] == Side::kTrainer
+                             ? load_parameters(layout.maps[w], layout.tensors, checkpoint, std::byte{0})
+                             : load_parameters(SourceMap{layout.maps[w].parameters, {}}, layout.tensors, checkpoint, std::byte{0xEE}));
+      return params;
+    };
+    std::vector<std::vector<Bytes>> unpadded = fresh();
+    const std::int64_t bytes = play(schedules, unpadded);
+    for (std::size_t w = 0; w < workers; ++w) {
+      if (layout.sides[w] != Side::kRollout) continue;
+      const std::vector<Bytes> expected = load_parameters(layout.maps[w], layout.tensors, checkpoint, std::byte{0xEE});
+      for (std::size_t p = 0; p < expected.size(); ++p) ASSERT_TRUE(unpadded[w][p] == expected[p]) << "seed " << seed;
+    }
+    std::vector<bool> every(workers, true), alternate(workers, false);
+    for (std::size_t w = 0; w < workers; w += 2) alternate[w] = true;
+    for (const std::vector<bool>& pads : {every, alternate}) {
+      SCOPED_TRACE("seed " + std::to_string(seed) + (pads == every ? ", every rank pads" : ", every other rank pads"));
+      const std::vector<RoundSchedule> padded = pad_all(schedules, pads);
+      for (std::size_t w = 0; w < workers; ++w) {
+        EXPECT_NO_THROW(serialize_round_schedule(padded[w])) << "worker " << w;
+        int lags = 0, padded_lags = 0;
+        for (const RoundPlan& round : schedules[w].rounds)
+          for (const Write& write : round.writes) lags += write.lag;
+        for (const RoundPlan& round : padded[w].rounds)
+          for (const Write& write : round.writes) padded_lags += write.lag;
+        EXPECT_EQ(padded_lags > 0, lags > 0) << "worker " << w;
+      }
+      std::vector<std::vector<Bytes>> params = fresh();
+      EXPECT_EQ(play(padded, params), bytes);
+      for (std::size_t w = 0; w < workers; ++w)
+        for (std::size_t p = 0; p < params[w].size(); ++p)
+          ASSERT_TRUE(params[w][p] == unpadded[w][p]) << "worker " << w << " parameter " << p;
+    }
+  }
+  EXPECT_GT(relays, 0) << "no plan relayed";
 }
 
 TEST(SegmentPadding, PiecesOfFourKibAndMoreGoToTwoHundredFiftySixBytesSmallerOnesToSixteen) {
