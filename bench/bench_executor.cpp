@@ -53,13 +53,15 @@
 #include "emu/deployment_options.hpp"
 #include "emu/presets.hpp"
 #include "emu/synthetic.hpp"
-#include "src/exec/round_executor.hpp"  // private: the bench drives the executor directly
+#include "exec/round_executor.hpp"  // private (wb_private_headers): the bench drives the executor directly
 #include "weightbridge/checks.hpp"
 #include "weightbridge/correspondence.hpp"
 #include "weightbridge/plan.hpp"
 #include "weightbridge/probe.hpp"
 #include "weightbridge/round_schedule.hpp"
+#include "weightbridge/round_schedule_scatter.hpp"
 #include "weightbridge/source_map.hpp"
+#include "weightbridge/source_map_exchange.hpp"
 #include "weightbridge/status.hpp"
 
 namespace po = boost::program_options;

@@ -30,7 +30,7 @@
 #include <tuple>
 #include <vector>
 
-#include "../src/exec/pack.hpp"  // private: bench/ links only weightbridge
+#include "exec/pack.hpp"  // private (wb_private_headers)
 #include "weightbridge/round_schedule.hpp"
 #include "weightbridge/status.hpp"
 

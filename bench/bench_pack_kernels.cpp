@@ -1,9 +1,9 @@
-// The CUDA pack and assemble kernels (kernels/pack_kernels.hpp) against a device-to-device cudaMemcpy of the
-// same bytes.
+// The CUDA pack and assemble kernel (exec/device_copy_program.hpp, kernels/copy_work_kernel.cu) against a
+// device-to-device cudaMemcpy of the same bytes.
 //
 // Each case moves 256 MiB per call, as one round of a large model would: segments of 4 KiB, 64 KiB or
-// 1 MiB taken from every other segment of a bf16 parameter (so no two merge), or [128 x 4096] bf16 boxes
-// stored transposed in their parameter. Each benchmark first checks the device result against
+// 1 MiB taken from every other segment of a bf16 parameter (so no two merge), or [128 x 4096] bf16 or fp8
+// boxes stored transposed in their parameter. Each benchmark first checks the device result against
 // exec::CopyProgram on a host copy of the same data, bit for bit, then times one launch per iteration with
 // CUDA events, and the memcpy of the same bytes the same way. Reported: GB/s of payload for both, and their
 // ratio (targets on an H200: at least 0.7 for 4 KiB segments, 0.9 from 64 KiB and for the transposes).
@@ -24,8 +24,8 @@
 #ifdef WB_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
-#include "kernels/pack_kernels.hpp"
-#include "src/exec/pack.hpp"
+#include "exec/device_copy_program.hpp"
+#include "exec/pack.hpp"
 #endif
 
 namespace {
@@ -37,8 +37,8 @@ using namespace wb;
 using exec::CopyDirection;
 
 constexpr std::int64_t kPayloadBytes = std::int64_t{256} << 20;
-constexpr std::int64_t kBoxRows = 128, kBoxColumns = 4096;  // the transposed boxes, bf16
-constexpr std::uint8_t kElement = 2;                         // bf16
+constexpr std::int64_t kBoxRows = 128, kBoxColumns = 4096;  // the transposed boxes
+constexpr std::uint8_t kElement = 2;                         // bf16 segments
 
 struct Layout {
   std::vector<BufferCopy> copies;
@@ -62,10 +62,11 @@ Layout segments(std::int64_t segment_bytes) {
   return layout;
 }
 
-// [128 x 4096] boxes; box b is columns [128 b, 128 b + 128) of a [4096, 128 n] parameter: transposed.
-Layout transposed_boxes() {
+// [128 x 4096] boxes of `element`-byte elements; box b is columns [128 b, 128 b + 128) of a [4096, 128 n]
+// parameter: transposed.
+Layout transposed_boxes(std::uint8_t element) {
   Layout layout;
-  const std::int64_t box_bytes = kBoxRows * kBoxColumns * kElement, count = kPayloadBytes / box_bytes;
+  const std::int64_t box_bytes = kBoxRows * kBoxColumns * element, count = kPayloadBytes / box_bytes;
   layout.parameter_bytes = kPayloadBytes;
   for (std::int64_t b = 0; b < count; ++b) {
     BufferCopy c;
@@ -73,7 +74,7 @@ Layout transposed_boxes() {
     c.copy.offset = b * kBoxRows;
     c.copy.strides = {1, kBoxRows * count};
     c.buffer_offset = b * box_bytes;
-    c.element_bytes = kElement;
+    c.element_bytes = element;
     layout.copies.push_back(c);
   }
   return layout;
@@ -124,7 +125,8 @@ void copy_benchmark(benchmark::State& state, CopyDirection direction, std::int64
     return;
   }
   const bool pack = direction == CopyDirection::kPack;
-  const Layout layout = segment_bytes > 0 ? segments(segment_bytes) : transposed_boxes();
+  // A segment size <= 0 stands for transposed boxes of -segment_bytes-byte elements.
+  const Layout layout = segment_bytes > 0 ? segments(segment_bytes) : transposed_boxes(static_cast<std::uint8_t>(-segment_bytes));
   const std::vector<std::int64_t> parameter_bytes{layout.parameter_bytes};
 
   // Sources random, destinations a fill pattern; the same on the host, where CopyProgram gives the expected bytes.
@@ -137,11 +139,11 @@ void copy_benchmark(benchmark::State& state, CopyDirection direction, std::int64
   cuda_copy(device_buffer.data(), host_buffer.data(), buffer_size);
 
   std::vector<std::byte*> device_parameters{static_cast<std::byte*>(device_parameter.data())};
-  kernels::DeviceCopyProgram program;
+  exec::DeviceCopyProgram program;
   try {
-    program = kernels::DeviceCopyProgram(kernels::compile_copy_work(direction, layout.copies, device_parameters, parameter_bytes,
-                                                                    static_cast<std::byte*>(device_buffer.data()), kPayloadBytes),
-                                         0);
+    program = exec::DeviceCopyProgram(exec::compile_copy_work(direction, layout.copies, device_parameters, parameter_bytes,
+                                                              static_cast<std::byte*>(device_buffer.data()), kPayloadBytes),
+                                      0);
   } catch (const Error& e) {
     state.SkipWithError(e.what());
     return;
@@ -211,7 +213,8 @@ void BM_Assemble(benchmark::State& state, std::int64_t segment_bytes) {
   BENCHMARK_CAPTURE(function, segments_4KiB, std::int64_t{4} << 10)->UseManualTime()->Unit(benchmark::kMicrosecond); \
   BENCHMARK_CAPTURE(function, segments_64KiB, std::int64_t{64} << 10)->UseManualTime()->Unit(benchmark::kMicrosecond); \
   BENCHMARK_CAPTURE(function, segments_1MiB, std::int64_t{1} << 20)->UseManualTime()->Unit(benchmark::kMicrosecond); \
-  BENCHMARK_CAPTURE(function, transposed_128x4096_bf16, std::int64_t{0})->UseManualTime()->Unit(benchmark::kMicrosecond)
+  BENCHMARK_CAPTURE(function, transposed_128x4096_bf16, std::int64_t{-2})->UseManualTime()->Unit(benchmark::kMicrosecond); \
+  BENCHMARK_CAPTURE(function, transposed_128x4096_fp8, std::int64_t{-1})->UseManualTime()->Unit(benchmark::kMicrosecond)
 
 WB_PACK_BENCHMARKS(BM_Pack);
 WB_PACK_BENCHMARKS(BM_Assemble);

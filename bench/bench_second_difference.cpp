@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "../src/layout/second_difference.hpp"
+#include "layout/second_difference.hpp"
 
 namespace {
 

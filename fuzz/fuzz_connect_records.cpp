@@ -25,8 +25,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   try {
     switch (data[0] % 6) {
       case 0: {
-        const wb::exec::ConnectRecord record = wb::exec::decode_connect_record(body, 3);
-        if (!(wb::exec::decode_connect_record(wb::exec::encode_connect_record(record), 3) == record)) std::abort();
+        const wb::exec::ConnectRecord record = wb::exec::decode_connect_record(body, 3, 64);
+        if (!(wb::exec::decode_connect_record(wb::exec::encode_connect_record(record), 3, 64) == record)) std::abort();
         break;
       }
       case 1: {

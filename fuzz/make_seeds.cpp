@@ -154,8 +154,7 @@ int main(int argc, char** argv) {
   put("round_schedule", "rollout.bin", serialize_round_schedule(rollout));
 
   // --- connect records ------------------------------------------------------------------------------------
-  exec::ConnectRecord record{static_cast<std::uint64_t>(TransportKind::kCma), 4096, text_bytes("endpoint"),
-                             text_bytes("key"), {0, 0, 3, 2, 1, 2}};
+  exec::ConnectRecord record{TransportKind::kCma, 4096, text_bytes("endpoint"), text_bytes("key"), {{0, 0, 3}, {2, 1, 2}}};
   put("connect_records", "executor.bin", with_selector(0, exec::encode_connect_record(record)));
   shm::ProcessAddress address;
   address.rank = 0;

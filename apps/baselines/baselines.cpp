@@ -14,6 +14,7 @@
 #include "baselines/box_reader.hpp"
 #include "weightbridge/checks.hpp"
 #include "weightbridge/source_map.hpp"
+#include "weightbridge/source_map_exchange.hpp"
 #include "weightbridge/transport.hpp"
 
 namespace wb::bench {

@@ -17,6 +17,8 @@ namespace wb::detail {
 std::string mpi_error_string(int code);
 /// The message of the innermost entry of HDF5's error stack (or a generic text when it is empty).
 std::string hdf5_error_string();
+/// "cudaErrorX: its description" for a cudaError_t: the one CUDA error text of every check and message.
+std::string cuda_error_string(int code);
 }  // namespace wb::detail
 
 #define WB_STATUS_FROM_CALL_(code, call, detail) ::wb::make_call_error(code, call, detail, __FILE__, __LINE__)
@@ -50,7 +52,7 @@ std::string hdf5_error_string();
     const cudaError_t wb_rc_ = (call);                                                                     \
     if (wb_rc_ != cudaSuccess)                                                                             \
       throw ::wb::Error(WB_STATUS_FROM_CALL_(::wb::ErrorCode::kCuda, #call,                              \
-                                             std::string(cudaGetErrorName(wb_rc_)) + ": " + cudaGetErrorString(wb_rc_))); \
+                                             ::wb::detail::cuda_error_string(static_cast<int>(wb_rc_))));  \
   } while (0)
 
 #define WB_TRY_CUDA(call)                                                                                  \
@@ -58,7 +60,7 @@ std::string hdf5_error_string();
     const cudaError_t wb_rc_ = (call);                                                                     \
     if (wb_rc_ != cudaSuccess)                                                                             \
       return WB_STATUS_FROM_CALL_(::wb::ErrorCode::kCuda, #call,                                         \
-                                  std::string(cudaGetErrorName(wb_rc_)) + ": " + cudaGetErrorString(wb_rc_)); \
+                                  ::wb::detail::cuda_error_string(static_cast<int>(wb_rc_)));             \
   } while (0)
 
 /// ibverbs calls that return an int give 0 on success and an errno value (or -1 with errno) otherwise.

@@ -1,8 +1,7 @@
 // Round schedules: what one rank does in every round of a transfer plan. Built on rank 0 from the
-// TransferPlan, serialized compactly and delivered with MPI_Scatterv; every update replays it.
+// TransferPlan, serialized compactly and delivered with MPI_Scatterv (round_schedule_scatter.hpp); every
+// update replays it.
 #pragma once
-
-#include <mpi.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -115,13 +114,5 @@ std::vector<std::byte> serialize_round_schedule(const RoundSchedule& schedule);
 /// round and entry. Checks the same invariants as serialization; never allocates more than the input's
 /// size justifies.
 RoundSchedule deserialize_round_schedule(std::span<const std::byte> bytes);
-
-/// Collective over `comm`: `root` passes one serialized schedule per rank of comm (others pass an empty
-/// vector); every rank returns its own, delivered with MPI_Scatterv (plus MPI_Scatter of the sizes).
-/// When the root's input is wrong (not one schedule per rank: kInvalidArgument; a schedule or all of them
-/// together past an int count: kUnsupported) the root still takes part in the size scatter, so every rank
-/// throws instead of waiting. A schedule that does not decode throws kCorruptData on its rank only
-/// ("round schedule received by rank N: ...").
-RoundSchedule scatter_round_schedules(const std::vector<std::vector<std::byte>>& serialized, int root, MPI_Comm comm);
 
 }  // namespace wb

@@ -2,8 +2,6 @@
 // slice copies its load_weights performs.
 #pragma once
 
-#include <mpi.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -59,13 +57,5 @@ void validate_source_map(const SourceMap& map, const std::vector<TensorInfo>& ch
 /// Performs the copies: reads each box from `checkpoint` and writes it into `params` (host memory),
 /// which must match map.parameters. What load_weights would do, as the source map describes it.
 void apply_source_map(const SourceMap& map, const CheckpointReader& checkpoint, const ParameterSet& params);
-
-}  // namespace wb
-
-namespace wb {
-
-/// Every rank's source map, in rank order of `comm`: each rank serializes its own map and the bytes are
-/// exchanged with one MPI_Allgatherv (plus the MPI_Allgather of the sizes). Collective over `comm`.
-std::vector<SourceMap> allgather_source_maps(const SourceMap& mine, MPI_Comm comm);
 
 }  // namespace wb

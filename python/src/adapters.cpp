@@ -358,7 +358,8 @@ class PyReceiverAdapter {
 };
 
 constexpr const char* kOptionNames[] = {"sender_staging", "receiver_staging", "buffer_bytes", "pipeline_depth",
-                                        "transport",      "timeout_seconds",  "node"};
+                                        "transport",      "timeout_seconds",  "verify",       "node",
+                                        "trace"};
 
 }  // namespace
 

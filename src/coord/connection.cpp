@@ -16,9 +16,11 @@
 #include "weightbridge/plan.hpp"
 #include "weightbridge/probe.hpp"
 #include "weightbridge/round_schedule.hpp"
+#include "weightbridge/round_schedule_scatter.hpp"
 #include "weightbridge/settings.hpp"
 #include "weightbridge/simulator.hpp"
 #include "weightbridge/source_map.hpp"
+#include "weightbridge/source_map_exchange.hpp"
 #include "weightbridge/transport.hpp"
 
 namespace wb::coord {

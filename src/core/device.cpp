@@ -1,12 +1,17 @@
+// CUDA devices: the public queries and buffers of weightbridge/device.hpp and the library's own helpers of
+// core/cuda_device.hpp (guard, error text and classes, pointer queries), with and without CUDA.
 #include "weightbridge/device.hpp"
 
 #include <string>
 #include <utility>
 
+#include "core/cuda_device.hpp"
 #include "weightbridge/checks.hpp"
 #include "weightbridge/status.hpp"
 
 #ifdef WB_HAVE_CUDA
+#include <cuda.h>  // CUresult and CUdeviceptr only: the driver is reached through cudaGetDriverEntryPoint*
+#include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
 #endif
 
@@ -26,7 +31,7 @@ DeviceQuery query_devices() {
   if (rc != cudaSuccess) {
     // The error is not sticky, but clear it so a later cudaGetLastError does not report it again.
     (void)cudaGetLastError();
-    query.reason = std::string("cudaGetDeviceCount: ") + cudaGetErrorName(rc) + ": " + cudaGetErrorString(rc);
+    query.reason = "cudaGetDeviceCount: " + detail::cuda_error_string(rc);
   } else if (count <= 0) {
     query.reason = "cudaGetDeviceCount: cudaSuccess, but no device is visible to this process";
   } else {
@@ -58,24 +63,89 @@ const std::string& cuda_unavailable_reason() { return device_query().reason; }
 #ifdef WB_HAVE_CUDA
 
 namespace {
-// Makes `device` current for the lifetime of the guard (set-up code: throws).
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    WB_CHECK_CUDA(cudaGetDevice(&previous_));
-    if (previous_ != device) WB_CHECK_CUDA(cudaSetDevice(device));
-  }
-  ~DeviceGuard() {
-    int current = previous_;
-    if (cudaGetDevice(&current) == cudaSuccess && current != previous_) (void)cudaSetDevice(previous_);
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
 
- private:
-  int previous_ = 0;
-};
+/// The allocation that contains `address` (cuMemGetAddressRange, found through the runtime so that the
+/// library does not link libcuda).
+void allocation_range(const void* address, std::uint64_t& base, std::uint64_t& size) {
+  static PFN_cuMemGetAddressRange_v3020 get_range = [] {
+    void* function = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
+    WB_CHECK_CUDA(cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &function, 12000, cudaEnableDefault, &found));
+#elif CUDART_VERSION >= 12000
+    WB_CHECK_CUDA(cudaGetDriverEntryPoint("cuMemGetAddressRange", &function, cudaEnableDefault, &found));
+#else
+    WB_CHECK_CUDA(cudaGetDriverEntryPoint("cuMemGetAddressRange", &function, cudaEnableDefault));
+    found = cudaDriverEntryPointSuccess;
+#endif
+    if (found != cudaDriverEntryPointSuccess || function == nullptr)
+      throw Error(ErrorCode::kCuda, "the CUDA driver has no cuMemGetAddressRange (query result " +
+                                        std::to_string(static_cast<int>(found)) + ")");
+    return reinterpret_cast<PFN_cuMemGetAddressRange_v3020>(function);
+  }();
+  CUdeviceptr start = 0;
+  std::size_t bytes = 0;
+  if (const CUresult rc = get_range(&start, &bytes, reinterpret_cast<CUdeviceptr>(address)); rc != CUDA_SUCCESS)
+    throw Error(ErrorCode::kCuda, "cuMemGetAddressRange(" + std::to_string(reinterpret_cast<std::uint64_t>(address)) +
+                                      ") failed: CUresult " + std::to_string(static_cast<int>(rc)));
+  base = static_cast<std::uint64_t>(start);
+  size = bytes;
+}
+
 }  // namespace
+
+namespace detail {
+std::string cuda_error_string(int code) {
+  const auto rc = static_cast<cudaError_t>(code);
+  return std::string(cudaGetErrorName(rc)) + ": " + cudaGetErrorString(rc);
+}
+}  // namespace detail
+
+DeviceGuard::DeviceGuard(int device) { throw_if_error(enter(device)); }
+
+Status DeviceGuard::enter(int device) noexcept {
+  WB_TRY_CUDA(cudaGetDevice(&previous_));
+  if (previous_ != device) {
+    WB_TRY_CUDA(cudaSetDevice(device));
+    switched_ = true;
+  }
+  return Status::ok();
+}
+
+DeviceGuard::~DeviceGuard() {
+  if (switched_) (void)cudaSetDevice(previous_);
+}
+
+bool cuda_error_is_sticky(int code) {
+  switch (static_cast<cudaError_t>(code)) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorAssert:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorLaunchFailure:
+    case cudaErrorECCUncorrectable: return true;
+    default: return false;
+  }
+}
+
+CudaPointerInfo query_cuda_pointer(const void* address) {
+  CudaPointerInfo info;
+  cudaPointerAttributes attributes{};
+  WB_CHECK_CUDA(cudaPointerGetAttributes(&attributes, address));
+  switch (attributes.type) {
+    case cudaMemoryTypeHost: info.kind = CudaPointerInfo::Kind::kHost; break;
+    case cudaMemoryTypeDevice: info.kind = CudaPointerInfo::Kind::kDevice; break;
+    case cudaMemoryTypeManaged: info.kind = CudaPointerInfo::Kind::kManaged; break;
+    default: info.kind = CudaPointerInfo::Kind::kUnregistered; break;
+  }
+  info.device = attributes.device;
+  if (info.kind == CudaPointerInfo::Kind::kDevice) allocation_range(address, info.allocation_base, info.allocation_bytes);
+  return info;
+}
 
 DeviceBuffer::DeviceBuffer(std::size_t bytes, int device) : size_(bytes), device_(device) {
   if (bytes == 0) return;
@@ -85,11 +155,9 @@ DeviceBuffer::DeviceBuffer(std::size_t bytes, int device) : size_(bytes), device
 
 void DeviceBuffer::reset() noexcept {
   if (data_ != nullptr) {
-    int previous = 0;
-    const bool switched = cudaGetDevice(&previous) == cudaSuccess && previous != device_ &&
-                          cudaSetDevice(device_) == cudaSuccess;
+    DeviceGuard guard;
+    (void)guard.enter(device_);
     (void)cudaFree(data_);
-    if (switched) (void)cudaSetDevice(previous);
   }
   data_ = nullptr;
   size_ = 0;
@@ -104,6 +172,18 @@ void cuda_copy(void* dst, const void* src, std::size_t bytes) {
 void cuda_synchronize() { WB_CHECK_CUDA(cudaDeviceSynchronize()); }
 
 #else
+
+namespace detail {
+std::string cuda_error_string(int code) { return "CUDA error " + std::to_string(code) + " (built without CUDA)"; }
+}  // namespace detail
+
+DeviceGuard::DeviceGuard(int device) { throw_if_error(enter(device)); }
+Status DeviceGuard::enter(int) noexcept { return Status(ErrorCode::kUnsupported, "CUDA device: built without CUDA"); }
+DeviceGuard::~DeviceGuard() = default;
+
+bool cuda_error_is_sticky(int) { return false; }
+
+CudaPointerInfo query_cuda_pointer(const void*) { throw_no_cuda("query_cuda_pointer"); }
 
 DeviceBuffer::DeviceBuffer(std::size_t bytes, int device) : size_(0), device_(device) {
   if (bytes != 0) throw_no_cuda("DeviceBuffer");
@@ -121,6 +201,16 @@ void cuda_copy(void*, const void*, std::size_t bytes) {
 void cuda_synchronize() { throw_no_cuda("cuda_synchronize"); }
 
 #endif
+
+const char* cuda_pointer_kind_name(CudaPointerInfo::Kind kind) {
+  switch (kind) {
+    case CudaPointerInfo::Kind::kHost: return "pinned host memory";
+    case CudaPointerInfo::Kind::kDevice: return "device memory";
+    case CudaPointerInfo::Kind::kManaged: return "managed memory";
+    case CudaPointerInfo::Kind::kUnregistered: break;
+  }
+  return "unregistered host memory";
+}
 
 DeviceBuffer::~DeviceBuffer() { reset(); }
 

@@ -1,5 +1,4 @@
-// Internal helpers for strided copies, shared by the host copy (src/core/tensor.cpp) and the CUDA
-// copy kernels (kernels/copy_kernels.cu). Not part of the public API.
+// Internal helpers for strided copies of tensor views (src/core/tensor.cpp). Not part of the public API.
 #pragma once
 
 #include <cstddef>

@@ -14,8 +14,8 @@ namespace {
 void require_host(const TensorView& view, const char* what) {
   if (view.memory != MemoryKind::kHost)
     throw Error(ErrorCode::kUnsupported, std::string(what) +
-                                               ": CUDA memory is not readable on the host; copy it with "
-                                               "wb::kernels::copy_tensor (kernels/copy_kernels.hpp)");
+                                               ": CUDA memory is not readable on the host; copy it to host memory "
+                                               "first (wb::cuda_copy)");
 }
 
 // Calls fn(dst_offset, src_offset) in elements for every row of the innermost axis, where both

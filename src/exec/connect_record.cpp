@@ -1,79 +1,63 @@
+// The connect record's byte codec (see connect_record.hpp).
 #include "exec/connect_record.hpp"
 
-#include <cstring>
 #include <string>
 
+#include "core/byte_codec.hpp"
 #include "weightbridge/status.hpp"
 
 namespace wb::exec {
 namespace {
 
-void append_u64(std::vector<std::byte>& out, std::uint64_t value) {
-  const auto* p = reinterpret_cast<const std::byte*>(&value);
-  out.insert(out.end(), p, p + sizeof value);
-}
-
-/// Reads the fields in order, every length checked against what is left (never by adding it to the
-/// position: a length near 2^64 would wrap around).
-class Reader {
- public:
-  Reader(std::span<const std::byte> bytes, int peer) : bytes_(bytes), peer_(peer) {}
-
-  std::uint64_t u64(const char* field) {
-    if (left() < 8) fail(std::string(field) + " truncated");
-    std::uint64_t value = 0;
-    std::memcpy(&value, bytes_.data() + at_, 8);
-    at_ += 8;
-    return value;
-  }
-  std::vector<std::byte> bytes(const char* field) {
-    const std::uint64_t size = u64(field);
-    if (size > left())
-      fail(std::string(field) + " of " + std::to_string(size) + " bytes, " + std::to_string(left()) + " left");
-    std::vector<std::byte> out(bytes_.begin() + static_cast<std::ptrdiff_t>(at_),
-                               bytes_.begin() + static_cast<std::ptrdiff_t>(at_ + size));
-    at_ += static_cast<std::size_t>(size);
-    return out;
-  }
-  std::size_t left() const { return bytes_.size() - at_; }
-  [[noreturn]] void fail(const std::string& why) const {
-    throw Error(ErrorCode::kCorruptData, "executor connect record from rank " + std::to_string(peer_) + ": " + why +
-                                             " at byte " + std::to_string(at_));
-  }
-
- private:
-  std::span<const std::byte> bytes_;
-  int peer_;
-  std::size_t at_ = 0;
-};
+constexpr std::uint64_t kMagic = 0x57425843;  // "WBXC"
+constexpr std::uint64_t kVersion = 1;
+constexpr std::uint64_t kMaxPosts = std::uint64_t{1} << 30;
 
 }  // namespace
 
 std::vector<std::byte> encode_connect_record(const ConnectRecord& record) {
-  std::vector<std::byte> out;
-  append_u64(out, record.transport);
-  append_u64(out, record.receive_slot_stride);
-  append_u64(out, record.endpoint.size());
-  out.insert(out.end(), record.endpoint.begin(), record.endpoint.end());
-  append_u64(out, record.memory_key.size());
-  out.insert(out.end(), record.memory_key.begin(), record.memory_key.end());
-  append_u64(out, record.split_batches.size());
-  for (const std::uint64_t value : record.split_batches) append_u64(out, value);
-  return out;
+  codec::ByteWriter out;
+  out.varint(kMagic);
+  out.varint(kVersion);
+  out.varint(static_cast<std::uint64_t>(record.transport));
+  out.varint(static_cast<std::uint64_t>(record.receive_slot_stride));
+  out.varint(record.endpoint.size());
+  out.bytes(record.endpoint);
+  out.varint(record.receive_key.size());
+  out.bytes(record.receive_key);
+  out.varint(record.splits.size());
+  for (const SplitBatch& split : record.splits) {
+    out.varint(split.round);
+    out.varint(split.stage);
+    out.varint(split.posts);
+  }
+  return out.take();
 }
 
-ConnectRecord decode_connect_record(std::span<const std::byte> bytes, int peer) {
-  Reader in(bytes, peer);
+ConnectRecord decode_connect_record(std::span<const std::byte> bytes, int peer, int rounds) {
+  codec::ByteReader in(bytes, "executor connect record from rank " + std::to_string(peer));
+  if (in.varint() != kMagic) in.fail("not an executor connect record");
+  if (const std::uint64_t version = in.varint(); version != kVersion)
+    in.fail("version " + std::to_string(version) + ", this build reads " + std::to_string(kVersion));
   ConnectRecord record;
-  record.transport = in.u64("transport");
-  record.receive_slot_stride = in.u64("receive slot stride");
-  record.endpoint = in.bytes("endpoint");
-  record.memory_key = in.bytes("memory key");
-  const std::uint64_t values = in.u64("split batch count");
-  if (values % 3 != 0 || values != in.left() / 8 || in.left() % 8 != 0)
-    in.fail(std::to_string(values) + " split batch values (triples expected, filling the rest of the record)");
-  record.split_batches.reserve(static_cast<std::size_t>(values));
-  for (std::uint64_t i = 0; i < values; ++i) record.split_batches.push_back(in.u64("split batch"));
+  record.transport = static_cast<TransportKind>(in.bounded(static_cast<std::uint64_t>(TransportKind::kLibfabric), "transport"));
+  record.receive_slot_stride = static_cast<std::int64_t>(in.bounded(std::uint64_t{1} << 62, "receive slot stride"));
+  const auto endpoint = in.bytes(static_cast<std::size_t>(in.bounded(in.remaining(), "endpoint size")));
+  record.endpoint.assign(endpoint.begin(), endpoint.end());
+  const auto key = in.bytes(static_cast<std::size_t>(in.bounded(in.remaining(), "key size")));
+  record.receive_key.assign(key.begin(), key.end());
+  record.splits.resize(in.count(3, "split batches"));
+  for (SplitBatch& split : record.splits) {
+    split.round = in.varint();
+    split.stage = static_cast<std::uint32_t>(in.bounded(UINT32_MAX, "stage"));
+    split.posts = in.varint();
+    if (split.round >= static_cast<std::uint64_t>(rounds) || split.stage >= kStageCount || split.posts < 2 ||
+        split.posts > kMaxPosts)
+      throw Error(ErrorCode::kCorruptData, "rank " + std::to_string(peer) + " announced a split batch for round " +
+                                               std::to_string(split.round) + " stage " + std::to_string(split.stage) +
+                                               " in " + std::to_string(split.posts) + " posts");
+  }
+  in.expect_done();
   return record;
 }
 

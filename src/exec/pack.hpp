@@ -1,13 +1,13 @@
 // CPU pack and assemble of the round executor: "plan once, post many".
 //
-// At connect, each round's list of BufferCopy (round_schedule.hpp) is compiled once into a CopyProgram:
-// every copy is validated against the parameter and buffer sizes, normalized (unit axes dropped, axes
-// contiguous on both sides merged, the longest contiguous inner run found, a transposed pair of axes
-// recognized), and consecutive copies that continue one another are merged. Every update then executes
-// the program with the parameters' base addresses and the buffer: runs of bytes (memcpy, fixed-size
-// copies for short runs, streaming stores for long runs of a large program, source prefetch for strided
-// runs) and a cache-blocked SSE2 transpose for 1/2/4/8-byte elements. Execution does no checks and cannot
-// fail.
+// At connect, each round's list of BufferCopy (round_schedule.hpp) is compiled once into a CopyProgram: the
+// copy compiler (exec/copy_compiler.hpp, shared with the CUDA kernels' descriptors) validates, normalizes,
+// proves destinations disjoint or not and merges; this back end turns each compiled copy into an op (a
+// transposed pair of axes recognized) and chooses its stores. Every update then executes the program with
+// the parameters' base addresses and the buffer: runs of bytes (memcpy, fixed-size copies for short runs,
+// streaming stores for long runs of a large program, source prefetch for strided runs) and a cache-blocked
+// SSE2/AVX2 transpose for 1/2/4/8-byte elements (exec/cpu_copy_kernels.hpp). Execution does no checks and
+// cannot fail.
 //
 //   pack      parameters (read only) -> buffer: the buffer holds each copy's box contiguous, row-major
 //   assemble  buffer -> parameters
@@ -22,14 +22,10 @@
 #include <span>
 #include <vector>
 
+#include "exec/copy_compiler.hpp"
 #include "weightbridge/round_schedule.hpp"
 
 namespace wb::exec {
-
-enum class CopyDirection : std::uint8_t {
-  kPack,      // parameters -> buffer
-  kAssemble,  // buffer -> parameters
-};
 
 /// Where the stores go. Streaming (non-temporal) stores skip the read-for-ownership of the destination and
 /// leave the caches alone: the right thing when a program moves far more than the caches hold and nobody
@@ -66,20 +62,15 @@ class CopyProgram {
   /// An empty program: execute does nothing.
   CopyProgram() = default;
 
-  /// Compiles `copies`: the result is that of performing them in order (later copies win where
-  /// destinations overlap). `parameter_bytes[p]` is the size of parameter p in bytes, `buffer_bytes` the
-  /// size of the buffer: every range each copy touches must lie inside them. Copies with an empty box are
-  /// ignored. Copies that continue one another merge. When the copies' destinations are disjoint (pack:
-  /// buffer ranges; assemble: parameter elements, decided exactly for boxes of one affine map and for
-  /// translates of one shape, else by byte intervals) they merge in buffer order and run in parameter
-  /// order (pieces of one tensor read or written one after the other); otherwise the list's order is kept.
-  /// Throws wb::Error (kInvalidArgument) naming the direction, the copy's index, its parameter and box for
-  /// a copy that does not fit: parameter index out of range, element size 0, negative extent or buffer
-  /// offset, strides not one per axis, more than 16 axes, a range outside its parameter or the buffer,
-  /// sizes past 64 bits.
+  /// Compiles `copies` (compile_copies, copy_compiler.hpp): the result is that of performing them in
+  /// order (later copies win where destinations overlap). Throws wb::Error (kInvalidArgument) naming the
+  /// direction, the copy's index, its parameter and box for a copy that does not fit its parameter or the
+  /// buffer.
   CopyProgram(CopyDirection direction, std::span<const BufferCopy> copies,
               std::span<const std::int64_t> parameter_bytes, std::int64_t buffer_bytes,
               CopyProgramOptions options = {});
+  /// The program of copies already compiled.
+  explicit CopyProgram(const CompiledCopies& compiled, CopyProgramOptions options = {});
 
   /// Performs the copies. `parameters[p]` is parameter p's base address (host memory; for a pack program
   /// only read), `buffer` the buffer's. Preconditions (not checked): `parameters` has an entry for every

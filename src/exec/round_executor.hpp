@@ -5,10 +5,15 @@
 // registered and connected at construction; an update allocates nothing and registers nothing.
 //
 // Parameters in host memory are packed and assembled by the CPU (exec/pack.hpp). Parameters in CUDA memory
-// are packed and assembled by the kernels (kernels/pack_kernels.hpp) on a stream of the executor's, with
-// the transfer buffers in device memory when every transport the rank uses can register it (cuda_ipc,
+// are packed and assembled by the copy kernel (exec/device_copy_program.hpp) on a stream of the executor's,
+// with the transfer buffers in device memory when every transport the rank uses can register it (cuda_ipc,
 // ibverbs), else in pinned host memory mapped into the device; a kernel's completion is polled, never
 // waited for, before its writes are posted or its slot released.
+//
+// The code, by lifecycle phase: transfer-buffer memory (exec/transfer_memory.*), the connect handshake
+// (exec/connect_handshake.*), per-round work (exec/round_work.*), the progress loop
+// (exec/progress_loop.cpp), pack and assemble behind one interface (exec/copy_engine.hpp); construction
+// and teardown in exec/round_executor.cpp.
 #pragma once
 
 #include <mpi.h>
@@ -37,6 +42,15 @@ struct ParameterMemory {
   std::vector<std::size_t> bytes;
   MemoryKind memory = MemoryKind::kHost;
   int device = 0;
+};
+
+/// CUDA parameters: how an update orders itself after the caller's own work on the device, so that the
+/// caller need not synchronize its whole device first. The update's kernels start after the event (a
+/// trainer's last write of its parameters, a rollout's last read) and after everything enqueued on the
+/// stream so far. Both optional; for host parameters both must be null.
+struct DeviceOrdering {
+  void* wait_event = nullptr;   // a cudaEvent_t
+  void* wait_stream = nullptr;  // a cudaStream_t of the parameters' device
 };
 
 /// What an update waits for: a sentence ("external-exchange writes from rank 4") and those peers' ranks.
@@ -105,7 +119,12 @@ MemoryKind choose_buffer_memory(MemoryKind parameters,
 class RoundExecutor {
  public:
   /// Collective over `comm`, whose ranks are the plan's workers. Throws wb::Error on a bad schedule, a
-  /// transport that cannot run, or a peer that does not answer within the timeout.
+  /// transport that cannot run, or a peer that does not answer within the timeout; for CUDA parameters,
+  /// on a parameter that is not device memory of the stated device inside one allocation.
+  ///
+  /// Destruction is collective too where any rank has CUDA parameters: every rank closes what it imported
+  /// from its peers, and only when all have (or after the timeout, 10 s at most once an update failed)
+  /// frees its own buffers; device memory no peer confirmed closing is left allocated.
   RoundExecutor(RoundSchedule schedule, ParameterMemory parameters, MPI_Comm comm, ExecutorOptions options = {});
   ~RoundExecutor();
   RoundExecutor(const RoundExecutor&) = delete;
@@ -113,13 +132,22 @@ class RoundExecutor {
 
   /// One update: every round of the schedule. Returns when this rank's writes have completed and all it
   /// receives is assembled into its parameters. Every rank of the plan runs the same number of updates.
-  Status run_update();
+  /// CUDA parameters: ordered after `after` (DeviceOrdering); a lost CUDA context (a kernel faulted) is
+  /// one error, "CUDA context lost (a pack/assemble kernel faulted)", from then on.
+  Status run_update(const DeviceOrdering& after = {});
+
+  /// CUDA parameters: a cudaEvent_t recorded on the executor's stream after every update's last kernel,
+  /// for the caller's streams to wait on (cudaStreamWaitEvent) instead of synchronizing the device. Null
+  /// for host parameters.
+  void* completion_event() const;
 
   const ExecutorStats& stats() const;
   const RoundSchedule& schedule() const;
 
- private:
+  /// What the executor holds (exec/executor_state.hpp), shared by the files of its phases.
   struct State;
+
+ private:
   std::unique_ptr<State> state_;
 };
 

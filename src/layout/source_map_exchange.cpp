@@ -3,7 +3,7 @@
 #include <climits>
 
 #include "weightbridge/checks.hpp"
-#include "weightbridge/source_map.hpp"
+#include "weightbridge/source_map_exchange.hpp"
 
 namespace wb {
 

@@ -10,6 +10,10 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#ifdef WB_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 #include <cstring>
 #include <string>
 #include <utility>
@@ -23,7 +27,9 @@
 #include "weightbridge/plan.hpp"
 #include "weightbridge/probe.hpp"
 #include "weightbridge/round_schedule.hpp"
+#include "weightbridge/round_schedule_scatter.hpp"
 #include "weightbridge/settings.hpp"
+#include "weightbridge/source_map_exchange.hpp"
 
 namespace wb::emu {
 namespace {
@@ -74,6 +80,19 @@ TEST(ExecutorBuffers, CudaParametersWithoutADeviceAreRefused) {
     EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
     EXPECT_NE(std::string(e.what()).find(cuda_unavailable_reason()), std::string::npos) << e.what();
   }
+}
+
+TEST(ExecutorBuffers, HostParametersHaveNoDeviceWorkToOrder) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  RoundSchedule schedule;
+  schedule.rank = rank;
+  RoundExecutor executor(schedule, ParameterMemory{}, MPI_COMM_WORLD);
+  EXPECT_EQ(executor.completion_event(), nullptr);
+  int event = 0;  // any address: refused before it is used
+  const Status status = executor.run_update(DeviceOrdering{&event, nullptr});
+  EXPECT_EQ(status.code(), ErrorCode::kInvalidArgument) << status.to_string();
+  EXPECT_TRUE(executor.run_update().is_ok());
 }
 
 struct Case {
@@ -153,15 +172,36 @@ TEST_P(ExecutorOnGpu, EveryUpdateIsBitExact) {
   EXPECT_EQ(executor.stats().buffer_memory, c.buffers);
   const std::int64_t registrations = executor.stats().registrations;
 
+#ifdef WB_HAVE_CUDA
+  // The trainer's own work on its parameters, on a stream of its own: the update waits for it on the
+  // device (an event on odd versions, the stream itself on even ones), and the caller waits for the
+  // update's completion event, without synchronizing the device.
+  cudaStream_t user = nullptr;
+  cudaEvent_t written = nullptr;
+  ASSERT_EQ(cudaSetDevice(device), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&user, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaEventCreateWithFlags(&written, cudaEventDisableTiming), cudaSuccess);
+  ASSERT_NE(executor.completion_event(), nullptr);
+#endif
   for (std::uint64_t version = 1; version <= 3; ++version) {
     SyntheticCheckpoint checkpoint(tensors, 2000 + version);
+    DeviceOrdering after;
     if (trainer) {
       worker->load_weights(checkpoint, host.parameters());
+#ifdef WB_HAVE_CUDA
       for (std::size_t i = 0; i < host.parameters().size(); ++i)
-        cuda_copy(memory.data[i], host.parameters()[i].view.data, memory.bytes[i]);
+        ASSERT_EQ(cudaMemcpyAsync(memory.data[i], host.parameters()[i].view.data, memory.bytes[i], cudaMemcpyDefault, user),
+                  cudaSuccess);
+      ASSERT_EQ(cudaEventRecord(written, user), cudaSuccess);
+      after = version % 2 ? DeviceOrdering{written, nullptr} : DeviceOrdering{nullptr, user};
+#endif
     }
-    const Status status = executor.run_update();
+    const Status status = executor.run_update(after);
     ASSERT_TRUE(status.is_ok()) << status.to_string();
+#ifdef WB_HAVE_CUDA
+    ASSERT_EQ(cudaStreamWaitEvent(user, static_cast<cudaEvent_t>(executor.completion_event()), 0), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(user), cudaSuccess);
+#endif
     if (trainer) continue;
     HostParameters expected(worker->parameter_infos());
     for (const Parameter& p : expected.parameters()) std::memset(p.view.data, 0xEE, p.view.nbytes());
@@ -179,6 +219,10 @@ TEST_P(ExecutorOnGpu, EveryUpdateIsBitExact) {
              << wrong << " of " << got.size() << " bytes, first at byte " << at;
     }
   }
+#ifdef WB_HAVE_CUDA
+  EXPECT_EQ(cudaEventDestroy(written), cudaSuccess);
+  EXPECT_EQ(cudaStreamDestroy(user), cudaSuccess);
+#endif
   EXPECT_EQ(executor.stats().registrations, registrations) << "an update registered memory";
   EXPECT_EQ(executor.stats().updates, 3);
   if (trainer) {

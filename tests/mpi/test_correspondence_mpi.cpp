@@ -11,6 +11,7 @@
 #include "emu/synthetic.hpp"
 #include "weightbridge/correspondence.hpp"
 #include "weightbridge/probe.hpp"
+#include "weightbridge/source_map_exchange.hpp"
 
 namespace wb::emu {
 namespace {

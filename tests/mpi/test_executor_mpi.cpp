@@ -17,6 +17,8 @@
 #include "weightbridge/plan.hpp"
 #include "weightbridge/probe.hpp"
 #include "weightbridge/round_schedule.hpp"
+#include "weightbridge/round_schedule_scatter.hpp"
+#include "weightbridge/source_map_exchange.hpp"
 
 namespace wb::emu {
 namespace {

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "weightbridge/round_schedule.hpp"
+#include "weightbridge/round_schedule_scatter.hpp"
 #include "weightbridge/status.hpp"
 
 namespace wb {

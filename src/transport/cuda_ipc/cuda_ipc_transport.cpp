@@ -1,7 +1,5 @@
 #include "transport/cuda_ipc/cuda_ipc_transport.hpp"
 
-#include <cuda.h>  // CUresult and CUdeviceptr only: the driver is reached through cudaGetDriverEntryPoint*
-#include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
 #include <unistd.h>
 
@@ -14,6 +12,8 @@
 #include <vector>
 
 #include "core/byte_codec.hpp"
+#include "core/cuda_device.hpp"
+#include "transport/cuda_ipc/copy_batch.hpp"
 #include "transport/shm/mailbox.hpp"
 #include "transport/region_table.hpp"
 #include "transport/traffic_counter.hpp"
@@ -25,61 +25,11 @@ namespace {
 
 constexpr std::uint64_t kKeyMagic = 0x57424b47;  // "WBKG"
 constexpr std::uint64_t kKeyVersion = 1;
-// Every write is one cudaMemcpyAsync; the executor sends few large writes per batch.
+// The writes of a batch go out in one batched copy (cudaMemcpyBatchAsync where the runtime has it).
 constexpr std::size_t kMaxWritesPerBatch = std::size_t{1} << 16;
 
 using shm::hex;
 using shm::within;
-
-std::string cuda_error_text(cudaError_t rc) {
-  return std::string(cudaGetErrorName(rc)) + ": " + cudaGetErrorString(rc);
-}
-
-/// The allocation that contains `address` (cuMemGetAddressRange, found through the runtime so that the
-/// library does not link libcuda).
-void allocation_range(const void* address, std::uint64_t& base, std::uint64_t& size) {
-  static PFN_cuMemGetAddressRange_v3020 get_range = [] {
-    void* function = nullptr;
-    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-#if CUDART_VERSION >= 12050
-    WB_CHECK_CUDA(cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &function, 12000, cudaEnableDefault, &found));
-#elif CUDART_VERSION >= 12000
-    WB_CHECK_CUDA(cudaGetDriverEntryPoint("cuMemGetAddressRange", &function, cudaEnableDefault, &found));
-#else
-    WB_CHECK_CUDA(cudaGetDriverEntryPoint("cuMemGetAddressRange", &function, cudaEnableDefault));
-    found = cudaDriverEntryPointSuccess;
-#endif
-    if (found != cudaDriverEntryPointSuccess || function == nullptr)
-      throw Error(ErrorCode::kCuda, "the CUDA driver has no cuMemGetAddressRange (query result " +
-                                        std::to_string(static_cast<int>(found)) + ")");
-    return reinterpret_cast<PFN_cuMemGetAddressRange_v3020>(function);
-  }();
-  CUdeviceptr start = 0;
-  std::size_t bytes = 0;
-  if (const CUresult rc = get_range(&start, &bytes, reinterpret_cast<CUdeviceptr>(address)); rc != CUDA_SUCCESS)
-    throw Error(ErrorCode::kCuda, "cuMemGetAddressRange(" + hex(reinterpret_cast<std::uint64_t>(address)) +
-                                      ") failed: CUresult " + std::to_string(static_cast<int>(rc)));
-  base = static_cast<std::uint64_t>(start);
-  size = bytes;
-}
-
-/// Makes `device` current until the end of the scope (set-up: throws).
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    WB_CHECK_CUDA(cudaGetDevice(&previous_));
-    if (previous_ != device) WB_CHECK_CUDA(cudaSetDevice(device));
-  }
-  ~DeviceScope() {
-    int current = previous_;
-    if (cudaGetDevice(&current) == cudaSuccess && current != previous_) (void)cudaSetDevice(previous_);
-  }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-
- private:
-  int previous_ = 0;
-};
 
 /// What a peer imports: the IPC handle of the allocation and where the region lies in it.
 struct RemoteKey {
@@ -140,7 +90,10 @@ class CudaIpcTransport final : public Transport {
   explicit CudaIpcTransport(int rank) : rank_(rank), mailbox_(check_device_and_get(rank, device_)) {}
 
   ~CudaIpcTransport() override {
-    // Teardown: report nothing, release everything we can.
+    // Teardown: report nothing, release everything we can, on this transport's device (the caller's
+    // current device may be another: handles opened on one device are closed on it).
+    DeviceGuard guard;
+    (void)guard.enter(device_);
     for (auto& [peer, link] : peers_) {
       (void)cudaStreamSynchronize(link.stream);
       for (cudaEvent_t event : link.events) (void)cudaEventDestroy(event);
@@ -167,19 +120,17 @@ class CudaIpcTransport final : public Transport {
     if (address == nullptr || bytes == 0)
       throw Error(ErrorCode::kInvalidArgument, "cuda_ipc register_memory: empty region (" + std::to_string(bytes) +
                                                    " bytes at " + hex(reinterpret_cast<std::uint64_t>(address)) + ")");
-    cudaPointerAttributes attributes{};
-    WB_CHECK_CUDA(cudaPointerGetAttributes(&attributes, address));
-    if (attributes.type != cudaMemoryTypeDevice)
-      throw Error(ErrorCode::kInvalidArgument,
-                  "cuda_ipc register_memory: " + hex(reinterpret_cast<std::uint64_t>(address)) +
-                      " is not device memory from cudaMalloc (cudaMemoryType " + std::to_string(static_cast<int>(attributes.type)) +
-                      "); managed and host memory cannot be shared with CUDA IPC");
-    if (attributes.device != device)
+    const CudaPointerInfo info = query_cuda_pointer(address);
+    if (info.kind != CudaPointerInfo::Kind::kDevice)
+      throw Error(ErrorCode::kInvalidArgument, "cuda_ipc register_memory: " + hex(reinterpret_cast<std::uint64_t>(address)) +
+                                                   " is " + cuda_pointer_kind_name(info.kind) +
+                                                   ", not device memory from cudaMalloc; managed and host memory cannot be "
+                                                   "shared with CUDA IPC");
+    if (info.device != device)
       throw Error(ErrorCode::kInvalidArgument, "cuda_ipc register_memory: memory at " +
                                                    hex(reinterpret_cast<std::uint64_t>(address)) + " is on device " +
-                                                   std::to_string(attributes.device) + ", not device " + std::to_string(device));
-    std::uint64_t base = 0, allocation = 0;
-    allocation_range(address, base, allocation);
+                                                   std::to_string(info.device) + ", not device " + std::to_string(device));
+    const std::uint64_t base = info.allocation_base, allocation = info.allocation_bytes;
     const std::uint64_t offset = reinterpret_cast<std::uint64_t>(address) - base;
     if (!within(offset, bytes, allocation))
       throw Error(ErrorCode::kInvalidArgument, "cuda_ipc register_memory: " + std::to_string(bytes) + " bytes at " +
@@ -213,7 +164,7 @@ class CudaIpcTransport final : public Transport {
     auto ring = std::make_unique<shm::PeerRing>(rank_, peer, theirs);
     ring->verify();
     mailbox_.watch(peer);
-    DeviceScope scope(device_);
+    DeviceGuard guard(device_);
     Link link;
     link.pid = theirs.pid;
     link.ring = std::move(ring);
@@ -245,14 +196,14 @@ class CudaIpcTransport final : public Transport {
       const std::string handle(key.handle.reserved, sizeof key.handle.reserved);
       auto it = opened_.find(handle);
       if (it == opened_.end()) {
-        DeviceScope scope(device_);
+        DeviceGuard guard(device_);
         void* base = nullptr;
         const cudaError_t rc = cudaIpcOpenMemHandle(&base, key.handle, cudaIpcMemLazyEnablePeerAccess);
         if (rc != cudaSuccess) {
           (void)cudaGetLastError();
           throw Error(ErrorCode::kCuda, "cudaIpcOpenMemHandle of memory of rank " + std::to_string(peer) + " (device " +
                                             std::to_string(key.device) + ") on rank " + std::to_string(rank_) + " (device " +
-                                            std::to_string(device_) + ") failed: " + cuda_error_text(rc));
+                                            std::to_string(device_) + ") failed: " + detail::cuda_error_string(rc));
         }
         it = opened_.emplace(handle, Opened{base}).first;
       }
@@ -276,12 +227,9 @@ class CudaIpcTransport final : public Transport {
                                                      std::to_string(kMaxWritesPerBatch) + " a batch");
     WB_RETURN_IF_ERROR(regions_.check(peer, writes));  // every check before anything is enqueued
     // The copies go on this transport's device (a no-op unless the caller switched devices).
-    int current = device_;
-    WB_TRY_CUDA(cudaGetDevice(&current));
-    if (current != device_) WB_TRY_CUDA(cudaSetDevice(device_));
-    Status status = enqueue(peer, link, writes, immediate, token);
-    if (current != device_) (void)cudaSetDevice(current);
-    return status;
+    DeviceGuard guard;
+    WB_RETURN_IF_ERROR(guard.enter(device_));
+    return enqueue(peer, link, writes, immediate, token);
   }
 
   Status poll(std::vector<Completion>& completions) override {
@@ -292,7 +240,7 @@ class CudaIpcTransport final : public Transport {
         if (rc == cudaErrorNotReady) break;
         if (rc != cudaSuccess)
           return Status(ErrorCode::kCuda, "cuda_ipc batch to rank " + std::to_string(peer) + " (token " +
-                                              std::to_string(batch.token) + ") failed: cudaEventQuery: " + cuda_error_text(rc));
+                                              std::to_string(batch.token) + ") failed: cudaEventQuery: " + detail::cuda_error_string(rc));
         // The copies are complete: only now may the receiver hear of them.
         WB_RETURN_IF_ERROR(link.ring->notify(batch.immediate));
         completions.push_back({Completion::Kind::kWritesDone, peer, batch.token, 0});
@@ -313,25 +261,21 @@ class CudaIpcTransport final : public Transport {
     WB_RETURN_IF_ERROR(link.ring->reserve());  // kRetryLater: nothing posted
     const std::size_t slot = (link.first + link.count) % link.pending.size();
     cudaEvent_t event = link.events[link.posted % link.events.size()];
-    for (std::size_t i = 0; i < writes.size(); ++i) {
-      const WriteRequest& w = writes[i];
-      if (w.bytes == 0) continue;
-      const cudaError_t rc = cudaMemcpyAsync(reinterpret_cast<void*>(remote_[w.remote_memory].address + w.remote_offset),
-                                             local_[w.local_memory].address + w.local_offset, w.bytes,
-                                             cudaMemcpyDefault, link.stream);
-      if (rc != cudaSuccess) {
-        link.ring->unreserve();
-        return Status(ErrorCode::kCuda, "cuda_ipc write " + std::to_string(i) + " to rank " + std::to_string(peer) +
-                                            " (remote memory " + std::to_string(w.remote_memory) + " offset " +
-                                            std::to_string(w.remote_offset) + ", " + std::to_string(w.bytes) +
-                                            " bytes): cudaMemcpyAsync failed: " + cuda_error_text(rc) +
-                                            " (earlier writes of the batch may have been enqueued)");
-      }
+    copies_.clear();
+    cuda_ipc::collect_copies(
+        writes, [this](std::uint32_t id) { return reinterpret_cast<std::uint64_t>(local_[id].address); },
+        [this](std::uint32_t id) { return remote_[id].address; }, copies_);
+    if (const cudaError_t rc = copy(copies_, link.stream); rc != cudaSuccess) {
+      (void)cudaGetLastError();
+      link.ring->unreserve();
+      return Status(ErrorCode::kCuda, "cuda_ipc batch to rank " + std::to_string(peer) + " (" + std::to_string(copies_.size()) +
+                                          " copies, " + std::to_string(copies_.bytes) + " bytes): the copy failed: " +
+                                          detail::cuda_error_string(rc) + " (some copies of the batch may have been enqueued)");
     }
     if (const cudaError_t rc = cudaEventRecord(event, link.stream); rc != cudaSuccess) {
       link.ring->unreserve();
       return Status(ErrorCode::kCuda, "cuda_ipc batch to rank " + std::to_string(peer) +
-                                          ": cudaEventRecord failed: " + cuda_error_text(rc) +
+                                          ": cudaEventRecord failed: " + detail::cuda_error_string(rc) +
                                           " (its writes were enqueued; no arrival will be notified)");
     }
     link.pending[slot] = {token, immediate, event};
@@ -339,6 +283,26 @@ class CudaIpcTransport final : public Transport {
     ++link.posted;
     traffic_.add(peer, batch_bytes(writes));
     return Status::ok();
+  }
+
+  /// Enqueues `batch` on `stream`: one batched call where the runtime has cudaMemcpyBatchAsync (CUDA 13),
+  /// else a cudaMemcpyAsync per copy.
+  static cudaError_t copy(const cuda_ipc::CopyBatch& batch, cudaStream_t stream) {
+    if (batch.size() == 0) return cudaSuccess;
+    if (batch.size() == 1) return cudaMemcpyAsync(batch.dst[0], batch.src[0], batch.sizes[0], cudaMemcpyDefault, stream);
+#if CUDART_VERSION >= 13000
+    cudaMemcpyAttributes attributes{};
+    attributes.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+    std::size_t first = 0;  // every copy takes attributes[0]
+    return cudaMemcpyBatchAsync(batch.dst.data(), batch.src.data(), batch.sizes.data(), batch.size(), &attributes, &first, 1,
+                                stream);
+#else
+    for (std::size_t i = 0; i < batch.size(); ++i)
+      if (const cudaError_t rc = cudaMemcpyAsync(batch.dst[i], batch.src[i], batch.sizes[i], cudaMemcpyDefault, stream);
+          rc != cudaSuccess)
+        return rc;
+    return cudaSuccess;
+#endif
   }
 
   struct Local {
@@ -376,7 +340,7 @@ class CudaIpcTransport final : public Transport {
     if (rc != cudaSuccess) {
       (void)cudaGetLastError();
       throw Error(ErrorCode::kUnsupported, "the cuda_ipc transport needs a CUDA device: cudaGetDeviceCount failed: " +
-                                               cuda_error_text(rc));
+                                               detail::cuda_error_string(rc));
     }
     if (count <= 0)
       throw Error(ErrorCode::kUnsupported, "the cuda_ipc transport needs a CUDA device: none is visible to this process");
@@ -392,6 +356,7 @@ class CudaIpcTransport final : public Transport {
   RegionTable regions_{"cuda_ipc"};  // sizes and owners under the same ids: the batch check
   std::unordered_map<int, Link> peers_;
   std::map<std::string, Opened> opened_;  // IPC handle bytes -> base of the opened allocation
+  cuda_ipc::CopyBatch copies_;            // scratch of enqueue, reused
   TrafficCounter traffic_;
 };
 

@@ -1,9 +1,9 @@
 // Private: the cuda_ipc transport (built only with CUDA). One-sided writes into CUDA memory of another
 // process on the same machine: the receiver exports its allocation with cudaIpcGetMemHandle, the writer
-// opens it with cudaIpcOpenMemHandle and copies with cudaMemcpyAsync on a stream per peer. An event
-// recorded after a batch tells poll when the copies are complete; only then does the writer put the
-// batch's notification into the receiver's mailbox (cma/mailbox.hpp), so a kArrival always follows the
-// bytes.
+// opens it with cudaIpcOpenMemHandle and copies a batch's writes with one batched copy
+// (cuda_ipc/copy_batch.hpp) on a stream per peer. An event recorded after a batch tells poll when the copies
+// are complete; only then does the writer put the batch's notification into the receiver's mailbox
+// (shm/mailbox.hpp), so a kArrival always follows the bytes.
 #pragma once
 
 #include <memory>

@@ -284,8 +284,7 @@ Status IbverbsTransport::flush_gpu_writes() {
                                : cudaGetLastError();
     if (rc != cudaSuccess && status.is_ok())
       status = make_call_error(ErrorCode::kCuda, "cudaDeviceFlushGPUDirectRDMAWrites",
-                               std::string(cudaGetErrorName(rc)) + ": " + cudaGetErrorString(rc) + " (device " +
-                                   std::to_string(device) + ")",
+                               detail::cuda_error_string(rc) + " (device " + std::to_string(device) + ")",
                                __FILE__, __LINE__);
   }
   WB_TRY_CUDA(cudaSetDevice(previous));

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/cuda_device.hpp"
 #include "transport/ibverbs/ibverbs_cuda.hpp"
 #include "transport/ibverbs/ibverbs_gpu_policy.hpp"
 #include "transport/ibverbs/ibverbs_internal.hpp"
@@ -45,24 +46,6 @@ std::string registration_error(int error) {
 }
 
 #ifdef WB_HAVE_CUDA
-
-/// Makes `device` current while alive (set-up code: throws).
-class CurrentDevice {
- public:
-  explicit CurrentDevice(int device) {
-    WB_CHECK_CUDA(cudaGetDevice(&previous_));
-    if (previous_ != device) WB_CHECK_CUDA(cudaSetDevice(device));
-  }
-  ~CurrentDevice() {
-    int current = previous_;
-    if (cudaGetDevice(&current) == cudaSuccess && current != previous_) (void)cudaSetDevice(previous_);
-  }
-  CurrentDevice(const CurrentDevice&) = delete;
-  CurrentDevice& operator=(const CurrentDevice&) = delete;
-
- private:
-  int previous_ = 0;
-};
 
 struct FdCloser {
   int fd = -1;
@@ -101,7 +84,7 @@ void IbverbsTransport::register_cuda(LocalRegion& region, int access) {
 #ifdef WB_HAVE_CUDA
   void* address = reinterpret_cast<void*>(region.address);
   const std::string what = "CUDA memory " + range_text(address, region.bytes) + " of device " + std::to_string(region.device);
-  CurrentDevice current(region.device);
+  DeviceGuard current(region.device);
   cudaPointerAttributes attributes{};
   WB_CHECK_CUDA(cudaPointerGetAttributes(&attributes, address));
   if (attributes.type != cudaMemoryTypeDevice)
