@@ -524,6 +524,7 @@ Connection establish_connection(const ConnectInput& input) {
   FaultChannel* faults = input.faults;
   executor_options.interrupt = [faults](const std::function<WaitState()>& waiting) {
     if (!waiting) return faults->poll();
+    faults->note_transfer_wait(waiting());  // idle: at most every millisecond
     const FaultChannel::WaitProbe probe = [&waiting] { return waiting(); };
     return faults->poll(&probe);
   };

@@ -322,6 +322,7 @@ FaultChannel::FaultChannel(MPI_Comm world, const Roles& roles) : world_(world), 
   std::erase(out, roles.world_rank);
   neighbours_ = std::move(out);
   gave_up_.assign(static_cast<std::size_t>(roles.world_size), false);
+  gave_up_why_.assign(static_cast<std::size_t>(roles.world_size), std::string());
 }
 
 void FaultChannel::add_neighbours(const std::vector<int>& ranks) {
@@ -361,8 +362,10 @@ void FaultChannel::take_notices_locked() {
     std::int64_t group = 0, gave_up_at = 0;
     Status status = decode_status(bytes, &group, &gave_up_at);
     if (status.is_ok()) status = Status(ErrorCode::kInternal, describe_worker(roles_, probe.MPI_SOURCE) + " gave up without a reason");
-    if (probe.MPI_SOURCE >= 0 && static_cast<std::size_t>(probe.MPI_SOURCE) < gave_up_.size())
+    if (probe.MPI_SOURCE >= 0 && static_cast<std::size_t>(probe.MPI_SOURCE) < gave_up_.size()) {
       gave_up_[static_cast<std::size_t>(probe.MPI_SOURCE)] = true;
+      gave_up_why_[static_cast<std::size_t>(probe.MPI_SOURCE)] = status.message();
+    }
     const bool own_group = roles_.trainer ? group == -1 : group == roles_.engine;
     if (own_group && gave_up_at >= 0) group_gave_up_at_ = std::min(group_gave_up_at_, static_cast<std::uint64_t>(gave_up_at));
     if (first_.is_ok()) first_ = std::move(status);
@@ -385,6 +388,11 @@ void FaultChannel::answer_queries_locked(const WaitProbe* probe) {
       auto [text, ranks] = (*probe)();
       what += ": waiting for " + text;
       waits = std::move(ranks);
+    } else if (transfer_wait_at_ >= 0 && local_seconds() - transfer_wait_at_ < 0.05) {
+      // This thread is in a group step; the transfer thread was waiting a moment ago.
+      what += "; its transfer waits for " + transfer_wait_.first;
+      for (int r : transfer_wait_.second)
+        if (std::find(waits.begin(), waits.end(), r) == waits.end()) waits.push_back(r);
     }
     sends_.push_back(send_bytes(encode_status(Status(ErrorCode::kOk, what), serial, static_cast<std::int64_t>(activity_step_), waits),
                                 status.MPI_SOURCE, kAnswerTag, world_));
@@ -421,6 +429,12 @@ void FaultChannel::set_activity(std::uint64_t step, std::string what, std::vecto
   activity_step_ = step;
   activity_ = std::move(what);
   activity_waits_ = std::move(waits);
+}
+
+void FaultChannel::note_transfer_wait(std::pair<std::string, std::vector<int>> wait) {
+  std::lock_guard lock(mutex_);
+  transfer_wait_ = std::move(wait);
+  transfer_wait_at_ = local_seconds();
 }
 
 void FaultChannel::set_waits(std::vector<int> waits) {
@@ -486,16 +500,33 @@ std::string FaultChannel::trace(const std::vector<int>& ranks, double seconds) {
   // The silent ranks hold everything up; the ranks that wait on them show the way there.
   // A rank that announced giving up has left the library: it is not silent, only gone.
   std::vector<bool> left;
+  std::vector<std::string> why;
   {
     std::lock_guard lock(mutex_);
     take_notices_locked();
     left = gave_up_;
+    why = gave_up_why_;
   }
   const auto silent_rank = [&](int r) { return !seen[r].answered && !left[static_cast<std::size_t>(r)]; };
   std::string silent, chain;
   for (const auto& [r, one] : seen)
     if (silent_rank(r)) silent += (silent.empty() ? "" : ", ") + describe_worker(roles_, r);
-  if (silent.empty()) return "";
+  if (silent.empty()) {
+    // Nobody silent among those asked, but a rank this one waits on gave up (its deadline came first):
+    // what it said names what it waited for.
+    std::string gone;
+    for (const auto& [r, one] : seen)
+      if (!one.answered && left[static_cast<std::size_t>(r)] && !why[static_cast<std::size_t>(r)].empty())
+        gone += "; " + describe_worker(roles_, r) + " gave up waiting: " + why[static_cast<std::size_t>(r)];
+    if (!gone.empty()) return gone;
+    // Everyone answered: the ranks that wait on nobody are where the wait ends (a rank whose transfer
+    // thread answers while its own code holds the next step, say).
+    std::string ends;
+    for (const auto& [r, one] : seen)
+      if (one.answered && one.waits.empty())
+        ends += (ends.empty() ? "; it comes down to " : "; and ") + describe_worker(roles_, r) + ", which answers: " + one.activity;
+    return ends;
+  }
   for (const auto& [r, one] : seen)
     if (one.answered && !one.waits.empty())
       for (int w : one.waits)

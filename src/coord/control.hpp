@@ -137,6 +137,10 @@ class FaultChannel {
   void set_activity(std::uint64_t step, std::string what, std::vector<int> waits = {});
   /// The ranks this rank was left waiting on when its own wait timed out (answers name them from then on).
   void set_waits(std::vector<int> waits);
+  /// A transfer thread's current wait (what it waits for, and on whom), noted while it idles: the other
+  /// thread's answers to a peer's query include it for a moment (a group step and a transfer run at once,
+  /// and what holds the step up is often what holds the transfer up).
+  void note_transfer_wait(std::pair<std::string, std::vector<int>> wait);
   /// After a wait on `ranks` timed out: asks them what they are doing and whom they wait on, follows those
   /// answers a few hops (up to `seconds` in all), and names the ranks at the end of the chain that do not
   /// answer: "; it waits on engine 1 worker 0 (world rank 4), which does not answer (...)". "" when every
@@ -158,6 +162,9 @@ class FaultChannel {
   std::string activity_ = "constructing the adapter";
   std::vector<int> activity_waits_;
   std::vector<bool> gave_up_;  // per world rank: a notice came from it (it left; not "silent" in a trace)
+  std::vector<std::string> gave_up_why_;
+  std::pair<std::string, std::vector<int>> transfer_wait_;  // note_transfer_wait
+  double transfer_wait_at_ = -1;                            // local_seconds() when noted  // per world rank: its notice's message (a trace cites it)
   std::uint64_t query_serial_ = 0;
   std::vector<OperationPtr> sends_;  // notices and answers in flight
 };

@@ -111,7 +111,7 @@ def main():
                 problems.append("world rank %d exited %.1f s after the %s (bound: 3 timeouts + %g s)" %
                                 (rank, exit_at - origin, "resume" if origin == resume_at else "fault", args.slack))
             if not victim_name.search(message):
-                problems.append("world rank %d does not name %s (world rank %d): %s" % (rank, ROLES[victim], victim, message[:300]))
+                problems.append("world rank %d does not name %s (world rank %d): %s" % (rank, ROLES[victim], victim, message))
             if rank >= 2:
                 p = PARAMETERS.search(message)
                 if not p:
