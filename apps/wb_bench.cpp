@@ -27,18 +27,18 @@
 #include <thread>
 
 #include "baselines/baselines.hpp"
+#include "core/checks.hpp"
+#include "core/log.hpp"
+#include "core/settings.hpp"
 #include "emu/backend.hpp"
 #include "emu/deployment_options.hpp"
 #include "emu/run_setup.hpp"
 #include "emu/trace_file.hpp"
 #include "emu/versioned_checkpoint.hpp"
+#include "transport/transport.hpp"
 #include "weightbridge/adapter.hpp"
-#include "weightbridge/checks.hpp"
 #include "weightbridge/job_clock.hpp"
-#include "weightbridge/log.hpp"
 #include "weightbridge/plan.hpp"
-#include "weightbridge/settings.hpp"
-#include "weightbridge/transport.hpp"
 
 namespace po = boost::program_options;
 using namespace wb;

@@ -28,9 +28,9 @@
 #include "emu/deployment_options.hpp"
 #include "emu/described_map.hpp"
 #include "emu/presets.hpp"
+#include "plan/round_schedule.hpp"
 #include "weightbridge/correspondence.hpp"
 #include "weightbridge/plan.hpp"
-#include "weightbridge/round_schedule.hpp"
 #include "weightbridge/simulator.hpp"
 #include "weightbridge/status.hpp"
 

@@ -36,6 +36,9 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "core/checks.hpp"
+#include "core/log.hpp"
+#include "core/settings.hpp"
 #include "emu/backend.hpp"
 #include "emu/deployment_options.hpp"
 #include "emu/network_report.hpp"
@@ -45,12 +48,9 @@
 #include "emu/trace_file.hpp"
 #include "emu/verify.hpp"
 #include "emu/versioned_checkpoint.hpp"
+#include "transport/transport.hpp"
 #include "weightbridge/adapter.hpp"
-#include "weightbridge/checks.hpp"
-#include "weightbridge/log.hpp"
 #include "weightbridge/plan.hpp"
-#include "weightbridge/settings.hpp"
-#include "weightbridge/transport.hpp"
 
 namespace po = boost::program_options;
 using namespace wb;

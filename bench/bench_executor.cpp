@@ -49,19 +49,19 @@
 #include <thread>
 #include <vector>
 
+#include "core/checks.hpp"
 #include "emu/backend.hpp"
 #include "emu/deployment_options.hpp"
 #include "emu/presets.hpp"
 #include "emu/synthetic.hpp"
 #include "exec/round_executor.hpp"  // private (wb_private_headers): the bench drives the executor directly
-#include "weightbridge/checks.hpp"
+#include "layout/probe.hpp"
+#include "layout/source_map_exchange.hpp"
+#include "plan/round_schedule.hpp"
+#include "plan/round_schedule_scatter.hpp"
 #include "weightbridge/correspondence.hpp"
 #include "weightbridge/plan.hpp"
-#include "weightbridge/probe.hpp"
-#include "weightbridge/round_schedule.hpp"
-#include "weightbridge/round_schedule_scatter.hpp"
 #include "weightbridge/source_map.hpp"
-#include "weightbridge/source_map_exchange.hpp"
 #include "weightbridge/status.hpp"
 
 namespace po = boost::program_options;

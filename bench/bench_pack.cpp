@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "exec/pack.hpp"  // private (wb_private_headers)
-#include "weightbridge/round_schedule.hpp"
+#include "plan/round_schedule.hpp"
 #include "weightbridge/status.hpp"
 
 namespace {

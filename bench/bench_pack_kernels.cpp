@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "weightbridge/device.hpp"
-#include "weightbridge/round_schedule.hpp"
+#include "core/device.hpp"
+#include "plan/round_schedule.hpp"
 #include "weightbridge/status.hpp"
 
 #ifdef WB_HAVE_CUDA

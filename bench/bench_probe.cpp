@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <memory>
 
-#include "weightbridge/probe.hpp"
+#include "layout/probe.hpp"
 #include "weightbridge/status.hpp"
 
 namespace {

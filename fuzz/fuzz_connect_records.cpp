@@ -14,7 +14,7 @@
 #include "fuzz_util.hpp"
 #include "transport/ibverbs/ibverbs_wire.hpp"
 #include "transport/shm/mailbox.hpp"
-#include "weightbridge/transport.hpp"
+#include "transport/transport.hpp"
 #if WB_HAVE_LIBFABRIC
 #include "transport/libfabric/fabric_records.hpp"
 #endif

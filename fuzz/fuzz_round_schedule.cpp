@@ -6,7 +6,7 @@
 #include <cstdlib>
 
 #include "fuzz_util.hpp"
-#include "weightbridge/round_schedule.hpp"
+#include "plan/round_schedule.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   wb::RoundSchedule schedule;

@@ -13,7 +13,7 @@
 #include <span>
 #include <string>
 
-#include "weightbridge/settings.hpp"
+#include "core/settings.hpp"
 #include "weightbridge/status.hpp"
 
 namespace wb::fuzz {

@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "exec/connect_record.hpp"
+#include "plan/round_schedule.hpp"
 #include "transport/ibverbs/ibverbs_wire.hpp"
 #include "transport/shm/mailbox.hpp"
 #include "weightbridge/checkpoint.hpp"
-#include "weightbridge/round_schedule.hpp"
 #include "weightbridge/source_map.hpp"
 #if WB_HAVE_LIBFABRIC
 #include "transport/libfabric/fabric_records.hpp"

@@ -16,9 +16,9 @@
 #include <cstdint>
 #include <string>
 
+#include "core/checks.hpp"
 #include "exec/copy_kernel_launch.hpp"
 #include "exec/copy_work_item.hpp"
-#include "weightbridge/checks.hpp"
 
 namespace wb::exec {
 namespace {

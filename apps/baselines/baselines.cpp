@@ -12,10 +12,10 @@
 #include <tuple>
 
 #include "baselines/box_reader.hpp"
-#include "weightbridge/checks.hpp"
+#include "core/checks.hpp"
+#include "layout/source_map_exchange.hpp"
+#include "transport/transport.hpp"
 #include "weightbridge/source_map.hpp"
-#include "weightbridge/source_map_exchange.hpp"
-#include "weightbridge/transport.hpp"
 
 namespace wb::bench {
 namespace {

@@ -20,9 +20,10 @@
 #include <memory>
 #include <vector>
 
+#include "layout/probe.hpp"
+#include "weightbridge/adapter.hpp"
 #include "weightbridge/checkpoint.hpp"
 #include "weightbridge/job_clock.hpp"
-#include "weightbridge/probe.hpp"
 #include "weightbridge/tensor.hpp"
 
 namespace wb::bench {

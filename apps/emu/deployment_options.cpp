@@ -3,7 +3,8 @@
 #include <iostream>
 #include <string>
 
-#include "weightbridge/settings.hpp"
+#include "core/settings.hpp"
+#include "emu/setting_flags.hpp"
 #include "weightbridge/status.hpp"
 
 namespace po = boost::program_options;

@@ -5,8 +5,8 @@
 #include <map>
 #include <set>
 
-#include "weightbridge/checks.hpp"
-#include "weightbridge/transport.hpp"
+#include "core/checks.hpp"
+#include "transport/transport.hpp"
 
 namespace wb::emu {
 namespace {

@@ -6,12 +6,12 @@
 #include <map>
 #include <vector>
 
+#include "core/checks.hpp"
+#include "core/log.hpp"
 #include "emu/synthetic.hpp"
 #include "emu/verify.hpp"
 #include "emu/versioned_checkpoint.hpp"
-#include "weightbridge/checks.hpp"
-#include "weightbridge/log.hpp"
-#include "weightbridge/transport.hpp"
+#include "transport/transport.hpp"
 
 namespace wb::emu {
 

@@ -44,11 +44,14 @@
 #include <vector>
 
 #include "weightbridge/checkpoint.hpp"
-#include "weightbridge/probe.hpp"
 #include "weightbridge/status.hpp"
 #include "weightbridge/tensor.hpp"
 
 namespace wb {
+
+/// The worker's own weight loader: fills `params` (or the model tensors they view) from `checkpoint`,
+/// by copying, as frameworks' load_weights do. Called a few times at connect on a probe checkpoint.
+using LoadWeightsFn = std::function<void(const CheckpointReader& checkpoint, const ParameterSet& params)>;
 
 /// Every field left unset takes the value of its setting (WB_<NAME> environment variable or --<name>
 /// flag, else the default in parentheses).

@@ -18,7 +18,7 @@
 #include <utility>
 
 #include "bindings.hpp"
-#include "weightbridge/settings.hpp"
+#include "core/settings.hpp"
 
 namespace wb::python {
 namespace {

@@ -4,8 +4,8 @@
 #include <chrono>
 #include <thread>
 
-#include "weightbridge/checks.hpp"
-#include "weightbridge/log.hpp"
+#include "core/checks.hpp"
+#include "core/log.hpp"
 
 namespace wb::coord {
 namespace {

@@ -10,18 +10,18 @@
 #include <functional>
 #include <map>
 
-#include "weightbridge/checks.hpp"
+#include "core/checks.hpp"
+#include "core/log.hpp"
+#include "core/settings.hpp"
+#include "layout/probe.hpp"
+#include "layout/source_map_exchange.hpp"
+#include "plan/round_schedule.hpp"
+#include "plan/round_schedule_scatter.hpp"
+#include "transport/transport.hpp"
 #include "weightbridge/correspondence.hpp"
-#include "weightbridge/log.hpp"
 #include "weightbridge/plan.hpp"
-#include "weightbridge/probe.hpp"
-#include "weightbridge/round_schedule.hpp"
-#include "weightbridge/round_schedule_scatter.hpp"
-#include "weightbridge/settings.hpp"
 #include "weightbridge/simulator.hpp"
 #include "weightbridge/source_map.hpp"
-#include "weightbridge/source_map_exchange.hpp"
-#include "weightbridge/transport.hpp"
 
 namespace wb::coord {
 namespace {

@@ -8,7 +8,7 @@
 #include <sstream>
 #include <thread>
 
-#include "weightbridge/checks.hpp"
+#include "core/checks.hpp"
 
 namespace wb::coord {
 

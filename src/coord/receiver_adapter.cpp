@@ -7,9 +7,9 @@
 #include <thread>
 
 #include "coord/adapter_common.hpp"
+#include "core/checks.hpp"
+#include "core/log.hpp"
 #include "weightbridge/adapter.hpp"
-#include "weightbridge/checks.hpp"
-#include "weightbridge/log.hpp"
 
 namespace wb {
 

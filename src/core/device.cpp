@@ -1,12 +1,12 @@
 // CUDA devices: the public queries and buffers of weightbridge/device.hpp and the library's own helpers of
 // core/cuda_device.hpp (guard, error text and classes, pointer queries), with and without CUDA.
-#include "weightbridge/device.hpp"
+#include "core/device.hpp"
 
 #include <string>
 #include <utility>
 
+#include "core/checks.hpp"
 #include "core/cuda_device.hpp"
-#include "weightbridge/checks.hpp"
 #include "weightbridge/status.hpp"
 
 #ifdef WB_HAVE_CUDA

@@ -1,4 +1,4 @@
-#include "weightbridge/log.hpp"
+#include "core/log.hpp"
 
 #include <mpi.h>
 #include <unistd.h>
@@ -9,7 +9,7 @@
 #include <cstring>
 #include <string>
 
-#include "weightbridge/settings.hpp"
+#include "core/settings.hpp"
 #include "weightbridge/status.hpp"
 
 namespace wb {

@@ -1,7 +1,6 @@
-#include "weightbridge/settings.hpp"
+#include "core/settings.hpp"
 
 #include <algorithm>
-#include <boost/program_options.hpp>
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
@@ -10,7 +9,7 @@
 #include <mutex>
 #include <sstream>
 
-#include "weightbridge/log.hpp"
+#include "core/log.hpp"
 #include "weightbridge/status.hpp"
 
 namespace wb {
@@ -70,21 +69,21 @@ SettingSource SettingBase::source() const {
 }
 
 void SettingBase::resolve() const {
-  if (resolved_) return;
+  if (resolved_.load(std::memory_order_acquire)) return;
   std::lock_guard<std::mutex> lock(resolve_mutex());
-  if (resolved_) return;
+  if (resolved_.load(std::memory_order_relaxed)) return;
   if (const char* value = std::getenv(environment_variable().c_str()); value != nullptr) {
     parse_into_value(value);
     source_ = SettingSource::kEnvironment;
   }
-  resolved_ = true;
+  resolved_.store(true, std::memory_order_release);
 }
 
 void SettingBase::override_from_text(std::string_view text) {
   std::lock_guard<std::mutex> lock(resolve_mutex());
   parse_into_value(text);
   source_ = SettingSource::kCommandLine;
-  resolved_ = true;
+  resolved_.store(true, std::memory_order_release);
 }
 
 // --- typed settings ---------------------------------------------------------------------------------
@@ -141,9 +140,20 @@ std::string Setting<T>::value_text() const {
   return to_text(get());
 }
 template <class T>
+std::string Setting<T>::range_text() const {
+  if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
+    if (range_) return "[" + to_text(range_->first) + ", " + to_text(range_->second) + "]";
+  }
+  return {};
+}
+template <class T>
 void Setting<T>::parse_into_value(std::string_view text) const {
   T parsed = default_;
   parse_text(*this, text, parsed);  // assign only once the whole text parsed
+  if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
+    if (range_ && !(parsed >= range_->first && parsed <= range_->second))
+      bad_value(*this, text, ("in " + range_text()).c_str());
+  }
   value_ = parsed;
 }
 
@@ -163,22 +173,6 @@ std::vector<SettingBase*> all_settings() {
 SettingBase* find_setting(std::string_view name) {
   auto it = registry().find(name);
   return it == registry().end() ? nullptr : it->second;
-}
-
-void add_setting_options(boost::program_options::options_description& options) {
-  namespace po = boost::program_options;
-  for (SettingBase* setting : all_settings()) {
-    const std::string help = setting->doc() + " [" + setting->type_name() + ", default " +
-                             setting->default_text() + ", env " + setting->environment_variable() + "]";
-    options.add_options()(setting->flag().c_str(), po::value<std::string>(), help.c_str());
-  }
-}
-
-void apply_setting_overrides(const boost::program_options::variables_map& variables) {
-  for (SettingBase* setting : all_settings()) {
-    if (auto it = variables.find(setting->flag()); it != variables.end() && !it->second.defaulted())
-      setting->override_from_text(it->second.as<std::string>());
-  }
 }
 
 std::string describe_settings() {

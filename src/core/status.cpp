@@ -4,8 +4,8 @@
 
 #include <string>
 
-#include "weightbridge/checks.hpp"
-#include "weightbridge/log.hpp"
+#include "core/checks.hpp"
+#include "core/log.hpp"
 
 namespace wb {
 namespace {

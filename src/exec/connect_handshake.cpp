@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "weightbridge/checks.hpp"
+#include "core/checks.hpp"
 
 namespace wb::exec {
 namespace {

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "exec/connect_record.hpp"
-#include "weightbridge/transport.hpp"
+#include "transport/transport.hpp"
 
 namespace wb {
 struct ExecutorStats;

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "exec/round_work.hpp"
-#include "weightbridge/transport.hpp"
+#include "transport/transport.hpp"
 
 namespace wb::exec {
 

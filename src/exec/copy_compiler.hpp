@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "weightbridge/round_schedule.hpp"
+#include "plan/round_schedule.hpp"
 
 namespace wb::exec {
 

@@ -10,7 +10,7 @@
 
 #include "exec/round_executor.hpp"
 #include "exec/transfer_memory.hpp"
-#include "weightbridge/round_schedule.hpp"
+#include "plan/round_schedule.hpp"
 #include "weightbridge/status.hpp"
 
 namespace wb::exec {

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "weightbridge/checks.hpp"
+#include "core/checks.hpp"
 
 namespace wb::exec {
 namespace {

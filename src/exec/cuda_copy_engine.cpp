@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "core/checks.hpp"
 #include "core/cuda_device.hpp"
 #include "exec/copy_engine.hpp"
 #include "exec/device_copy_program.hpp"
-#include "weightbridge/checks.hpp"
 
 namespace wb::exec {
 namespace {

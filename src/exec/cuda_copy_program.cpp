@@ -4,11 +4,11 @@
 #include <string>
 #include <utility>
 
+#include "core/checks.hpp"
 #include "core/cuda_device.hpp"
+#include "core/device.hpp"
 #include "exec/copy_kernel_launch.hpp"
 #include "exec/device_copy_program.hpp"
-#include "weightbridge/checks.hpp"
-#include "weightbridge/device.hpp"
 
 namespace wb::exec {
 

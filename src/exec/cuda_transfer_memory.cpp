@@ -5,11 +5,11 @@
 #include <memory>
 #include <optional>
 
+#include "core/checks.hpp"
 #include "core/cuda_device.hpp"
+#include "core/log.hpp"
 #include "exec/host_mapping.hpp"
 #include "exec/transfer_memory.hpp"
-#include "weightbridge/checks.hpp"
-#include "weightbridge/log.hpp"
 
 namespace wb::exec {
 namespace {

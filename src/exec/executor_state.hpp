@@ -20,8 +20,8 @@
 #include "exec/round_work.hpp"
 #include "exec/transfer_memory.hpp"
 #include "exec/verify.hpp"
-#include "weightbridge/round_schedule.hpp"
-#include "weightbridge/transport.hpp"
+#include "plan/round_schedule.hpp"
+#include "transport/transport.hpp"
 
 namespace wb {
 

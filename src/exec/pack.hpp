@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "exec/copy_compiler.hpp"
-#include "weightbridge/round_schedule.hpp"
+#include "plan/round_schedule.hpp"
 
 namespace wb::exec {
 

@@ -27,9 +27,9 @@
 #include <string>
 #include <thread>
 
+#include "core/checks.hpp"
+#include "core/settings.hpp"
 #include "exec/executor_state.hpp"
-#include "weightbridge/checks.hpp"
-#include "weightbridge/settings.hpp"
 
 namespace wb {
 namespace {
@@ -43,7 +43,8 @@ Setting<std::int64_t> idle_sleep_us_setting(
     "idle_sleep_us", 100,
     "Longest sleep of an update's progress loop once nothing has moved for a while, microseconds (0: only "
     "yield). Idle ranks then leave the cores to those that work: the peers they wait for on an oversubscribed "
-    "machine, and the kernel's network stack with TCP providers.");
+    "machine, and the kernel's network stack with TCP providers.",
+    0, 100000);
 
 constexpr int kGrantTag = 0x5743;  // "you may write round g into my slot"
 constexpr std::uint32_t kRoundBits = 24;
@@ -331,11 +332,7 @@ WaitState RoundExecutor::State::wait_state(std::uint64_t g) {
 
 namespace exec {
 std::int64_t idle_sleep_setting() {
-  const std::int64_t value = *idle_sleep_us_setting;
-  if (value < 0 || value > 100000)
-    throw Error(ErrorCode::kInvalidArgument, "idle_sleep_us " + std::to_string(value) +
-                                                 " (WB_IDLE_SLEEP_US) is not in [0, 100000]");
-  return value;
+  return *idle_sleep_us_setting;  // its range is checked as it is read
 }
 }  // namespace exec
 

@@ -7,14 +7,14 @@
 #include <string>
 #include <thread>
 
+#include "core/checks.hpp"
 #include "core/cuda_device.hpp"
+#include "core/device.hpp"
+#include "core/log.hpp"
 #include "exec/connect_handshake.hpp"
 #include "exec/executor_state.hpp"
 #include "exec/parameter_check.hpp"
 #include "exec/segment_padding.hpp"
-#include "weightbridge/checks.hpp"
-#include "weightbridge/device.hpp"
-#include "weightbridge/log.hpp"
 
 namespace wb {
 namespace {

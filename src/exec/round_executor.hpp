@@ -27,9 +27,9 @@
 #include <utility>
 #include <vector>
 
-#include "weightbridge/round_schedule.hpp"
+#include "plan/round_schedule.hpp"
+#include "transport/transport.hpp"
 #include "weightbridge/status.hpp"
-#include "weightbridge/transport.hpp"
 
 namespace wb {
 

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "weightbridge/settings.hpp"
+#include "core/settings.hpp"
 
 namespace wb::exec {
 namespace {

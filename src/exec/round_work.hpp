@@ -13,8 +13,8 @@
 #include <tuple>
 #include <vector>
 
-#include "weightbridge/round_schedule.hpp"
-#include "weightbridge/transport.hpp"
+#include "plan/round_schedule.hpp"
+#include "transport/transport.hpp"
 
 namespace wb::exec {
 

@@ -16,7 +16,7 @@
 #include <span>
 #include <vector>
 
-#include "weightbridge/round_schedule.hpp"
+#include "plan/round_schedule.hpp"
 
 namespace wb::exec {
 

@@ -19,7 +19,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "weightbridge/transport.hpp"
+#include "transport/transport.hpp"
 
 namespace wb::exec {
 

@@ -13,7 +13,7 @@
 #include <sstream>
 #include <thread>
 
-#include "weightbridge/checks.hpp"
+#include "core/checks.hpp"
 
 namespace wb::exec {
 namespace {

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "weightbridge/round_schedule.hpp"
+#include "plan/round_schedule.hpp"
 #include "weightbridge/status.hpp"
 
 namespace wb::exec {

@@ -33,11 +33,11 @@
 #include <unordered_set>
 #include <vector>
 
+#include "core/checks.hpp"
+#include "core/log.hpp"
+#include "core/settings.hpp"
 #include "io/checkpoint_internal.hpp"
 #include "weightbridge/checkpoint.hpp"
-#include "weightbridge/checks.hpp"
-#include "weightbridge/log.hpp"
-#include "weightbridge/settings.hpp"
 #include "weightbridge/status.hpp"
 
 // H5Pset_file_locking arrived in 1.10.7 and 1.12.1 (not 1.12.0).

@@ -29,9 +29,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/log.hpp"
 #include "io/checkpoint_internal.hpp"
 #include "weightbridge/checkpoint.hpp"
-#include "weightbridge/log.hpp"
 #include "weightbridge/status.hpp"
 
 namespace wb {

@@ -1,14 +1,14 @@
-#include "weightbridge/probe.hpp"
+#include "layout/probe.hpp"
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <sstream>
 
+#include "core/log.hpp"
 #include "layout/probe_checkpoint.hpp"
 #include "layout/probe_code.hpp"
 #include "layout/second_difference.hpp"
-#include "weightbridge/log.hpp"
 #include "weightbridge/status.hpp"
 
 namespace wb {
@@ -388,7 +388,7 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 }  // namespace
 
 SourceMap probe_source_map(const std::vector<TensorInfo>& checkpoint_tensors, const ParameterSet& params,
-                           const LoadWeightsFn& load_weights, const ProbeOptions& options, ProbeReport* report) {
+                           const ProbeLoader& load_weights, const ProbeOptions& options, ProbeReport* report) {
   const auto start = std::chrono::steady_clock::now();
   for (const Parameter& p : params) {
     if (p.view.memory != MemoryKind::kHost)

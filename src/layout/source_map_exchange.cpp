@@ -2,8 +2,8 @@
 
 #include <climits>
 
-#include "weightbridge/checks.hpp"
-#include "weightbridge/source_map_exchange.hpp"
+#include "core/checks.hpp"
+#include "layout/source_map_exchange.hpp"
 
 namespace wb {
 

@@ -4,8 +4,8 @@
 #include <fstream>
 #include <string>
 
+#include "core/settings.hpp"
 #include "weightbridge/plan.hpp"
-#include "weightbridge/settings.hpp"
 #include "weightbridge/status.hpp"
 
 namespace wb {
@@ -13,32 +13,31 @@ namespace {
 
 Setting<std::int64_t> buffer_mib_setting("buffer_mib", 1024,
                                          "Transfer-buffer memory per worker in MiB, all pipeline slots, send and "
-                                         "receive; fewer bytes mean more rounds. connect fits the smallest any worker gives.");
-Setting<std::int64_t> pipeline_depth_setting("pipeline_depth", 2, "Transfer rounds in flight per worker (2: double buffering).");
+                                         "receive; fewer bytes mean more rounds. connect fits the smallest any worker gives.",
+                                         1, std::int64_t{1} << 30);
+Setting<std::int64_t> pipeline_depth_setting("pipeline_depth", 2, "Transfer rounds in flight per worker (2: double buffering).",
+                                             1, 64);
 Setting<double> node_gbps_setting("node_gbps", 400,
                                   "Inter-node network bandwidth per node, GB/s each direction, for planning and T_min "
-                                  "(the paper's testbed: 400; a 100 Gbit/s NIC: 12.5; 1 Gbit/s: 0.125).");
+                                  "(the paper's testbed: 400; a 100 Gbit/s NIC: 12.5; 1 Gbit/s: 0.125).",
+                                  1e-6, 1e6);
 Setting<double> intra_gbps_setting("intra_gbps", 900,
-                                   "Intra-node bandwidth per worker, GB/s each direction (NVLink; shared memory on a host).");
-Setting<double> message_us_setting("message_us", 5, "Link time each one-sided write costs, microseconds (simulator).");
-
-double positive(const Setting<double>& setting, double high) {
-  const double value = *setting;
-  if (!(value > 0) || !(value <= high))
-    throw Error(ErrorCode::kInvalidArgument, setting.name() + " " + std::to_string(value) + " (" +
-                                                 setting.environment_variable() + ") is not in (0, " + std::to_string(high) + "]");
-  return value;
-}
+                                   "Intra-node bandwidth per worker, GB/s each direction (NVLink; shared memory on a host).",
+                                   1e-6, 1e6);
+Setting<double> message_us_setting("message_us", 5, "Link time each one-sided write costs, microseconds (simulator).", 0.0,
+                                   1e6);
 
 Setting<std::int64_t> relay_fan_out_setting(
     "relay_fan_out", 0,
     "External exchange between rollout nodes: 0 simulates fan-outs 16, 8 and 4 (all-to-all in groups of nodes they "
     "reach in one hop, relay trees beyond) and keeps the fastest; -1 all-to-all at any size; F >= 1 relay trees in "
-    "which a node forwards to at most F others per round.");
+    "which a node forwards to at most F others per round.",
+    -1, 1024);
 Setting<std::int64_t> plan_memory_mib_setting(
     "plan_memory_mib", 0,
     "Memory the planning rank may spend on the plan and the schedules, MiB; 0: what the machine has available. "
-    "A deployment whose estimate is larger is refused before planning.");
+    "A deployment whose estimate is larger is refused before planning.",
+    0, std::int64_t{1} << 40);
 
 // MemAvailable of /proc/meminfo, else the free physical pages; 0 when neither is known.
 std::int64_t available_memory_bytes() {
@@ -58,27 +57,17 @@ PlanOptions plan_options_from_settings() {
   PlanOptions options;
   options.buffer_bytes_per_worker = *buffer_mib_setting << 20;
   options.pipeline_depth = static_cast<int>(*pipeline_depth_setting);
-  if (*buffer_mib_setting <= 0 || *buffer_mib_setting > (std::int64_t{1} << 30))
-    throw Error(ErrorCode::kInvalidArgument, "buffer_mib " + std::to_string(*buffer_mib_setting) + " is not in 1..2^30");
-  if (options.pipeline_depth < 1 || options.pipeline_depth > 64)
-    throw Error(ErrorCode::kInvalidArgument, "pipeline_depth " + std::to_string(options.pipeline_depth) + " is not in 1..64");
-  if (*relay_fan_out_setting < -1 || *relay_fan_out_setting > 1024)
-    throw Error(ErrorCode::kInvalidArgument, "relay_fan_out " + std::to_string(*relay_fan_out_setting) + " is not in -1..1024");
+  // The settings' ranges are checked where their values are read (core/settings.hpp).
   options.relay_fan_out = static_cast<int>(*relay_fan_out_setting);
-  if (*plan_memory_mib_setting < 0 || *plan_memory_mib_setting > (std::int64_t{1} << 40))
-    throw Error(ErrorCode::kInvalidArgument, "plan_memory_mib " + std::to_string(*plan_memory_mib_setting) + " is not in 0..2^40");
   options.memory_limit_bytes = *plan_memory_mib_setting > 0 ? *plan_memory_mib_setting << 20 : available_memory_bytes();
   return options;
 }
 
 NetworkSettings network_from_settings() {
   NetworkSettings network;
-  network.node_bandwidth = positive(node_gbps_setting, 1e6) * 1e9;
-  network.intra_node_bandwidth = positive(intra_gbps_setting, 1e6) * 1e9;
-  const double message_us = *message_us_setting;
-  if (!(message_us >= 0) || !(message_us <= 1e6))
-    throw Error(ErrorCode::kInvalidArgument, "message_us " + std::to_string(message_us) + " is not in [0, 1e6]");
-  network.message_latency = message_us * 1e-6;
+  network.node_bandwidth = *node_gbps_setting * 1e9;
+  network.intra_node_bandwidth = *intra_gbps_setting * 1e9;
+  network.message_latency = *message_us_setting * 1e-6;
   return network;
 }
 

@@ -35,8 +35,8 @@
 #include <string>
 
 #include "core/byte_codec.hpp"
-#include "weightbridge/checks.hpp"
-#include "weightbridge/round_schedule.hpp"
+#include "core/checks.hpp"
+#include "plan/round_schedule.hpp"
 
 namespace wb {
 namespace {

@@ -1,10 +1,10 @@
-#include "weightbridge/round_schedule_scatter.hpp"
+#include "plan/round_schedule_scatter.hpp"
 
 #include <climits>
 #include <cstdint>
 #include <string>
 
-#include "weightbridge/checks.hpp"
+#include "core/checks.hpp"
 
 namespace wb {
 

@@ -14,7 +14,7 @@
 #include <unordered_map>
 
 #include "plan/atom_routes.hpp"
-#include "weightbridge/round_schedule.hpp"
+#include "plan/round_schedule.hpp"
 #include "weightbridge/status.hpp"
 
 namespace wb {

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "transport/transport.hpp"
 #include "weightbridge/status.hpp"
-#include "weightbridge/transport.hpp"
 
 namespace wb {
 

@@ -9,7 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "weightbridge/transport.hpp"
+#include "transport/transport.hpp"
 
 namespace wb {
 

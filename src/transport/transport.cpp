@@ -1,5 +1,5 @@
 // Transport names, the machine identity, the choice of a transport for a pair of ranks, and the factory.
-#include "weightbridge/transport.hpp"
+#include "transport/transport.hpp"
 
 #include <unistd.h>
 
@@ -14,8 +14,8 @@
 #ifdef WB_HAVE_LIBFABRIC
 #include "transport/libfabric/libfabric_transport.hpp"
 #endif
-#include "weightbridge/log.hpp"
-#include "weightbridge/settings.hpp"
+#include "core/log.hpp"
+#include "core/settings.hpp"
 #ifdef WB_HAVE_CUDA
 #include "transport/cuda_ipc/cuda_ipc_transport.hpp"
 #endif

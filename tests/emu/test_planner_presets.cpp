@@ -13,10 +13,10 @@
 #include "emu/described_map.hpp"
 #include "emu/presets.hpp"
 #include "emu/synthetic.hpp"
+#include "plan/round_schedule.hpp"
 #include "preset_params.hpp"
 #include "weightbridge/correspondence.hpp"
 #include "weightbridge/plan.hpp"
-#include "weightbridge/round_schedule.hpp"
 #include "weightbridge/simulator.hpp"
 
 namespace wb::emu {

@@ -12,9 +12,9 @@
 #include "emu/described_map.hpp"
 #include "emu/load_util.hpp"
 #include "emu/presets.hpp"
-#include "preset_params.hpp"
 #include "emu/synthetic.hpp"
-#include "weightbridge/probe.hpp"
+#include "layout/probe.hpp"
+#include "preset_params.hpp"
 #include "weightbridge/status.hpp"
 
 namespace wb::emu {
@@ -22,7 +22,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-LoadWeightsFn loader_of(const EmulatedWorker& worker) {
+ProbeLoader loader_of(const EmulatedWorker& worker) {
   return [&worker](const CheckpointReader& checkpoint, const ParameterSet& params) {
     worker.load_weights(checkpoint, params);
   };
@@ -211,7 +211,7 @@ TEST(Probe, AShardOfALargeMatrixIsOneCopy) {
 
 // --- load_weights that are not pure copies ----------------------------------------------------------
 
-void expect_not_a_copy(const LoadWeightsFn& load, const std::string& param_name) {
+void expect_not_a_copy(const ProbeLoader& load, const std::string& param_name) {
   const std::vector<TensorInfo> tensors = {{"w", DType::kBF16, {16, 8}}, {"v", DType::kBF16, {16, 8}}};
   HostParameters params({{"p", DType::kBF16, {16, 8}}, {"q", DType::kF32, {16, 8}}});
   try {

@@ -10,16 +10,16 @@
 #include <string>
 #include <vector>
 
-#include "weightbridge/device.hpp"
+#include "core/device.hpp"
 #include "weightbridge/status.hpp"
 
 #ifdef WB_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
 #include "../support/copy_lists.hpp"
+#include "core/checks.hpp"
 #include "core/cuda_device.hpp"
 #include "exec/device_copy_program.hpp"
-#include "weightbridge/checks.hpp"
 #endif
 
 namespace wb {

@@ -19,17 +19,17 @@
 #include <utility>
 #include <vector>
 
+#include "core/device.hpp"
+#include "core/settings.hpp"
 #include "emu/backend.hpp"
 #include "emu/synthetic.hpp"
 #include "exec/round_executor.hpp"
+#include "layout/probe.hpp"
+#include "layout/source_map_exchange.hpp"
+#include "plan/round_schedule.hpp"
+#include "plan/round_schedule_scatter.hpp"
 #include "weightbridge/correspondence.hpp"
-#include "weightbridge/device.hpp"
 #include "weightbridge/plan.hpp"
-#include "weightbridge/probe.hpp"
-#include "weightbridge/round_schedule.hpp"
-#include "weightbridge/round_schedule_scatter.hpp"
-#include "weightbridge/settings.hpp"
-#include "weightbridge/source_map_exchange.hpp"
 
 namespace wb::emu {
 namespace {

@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "core/settings.hpp"
 #include "independent_safetensors.hpp"
 #include "io_test_util.hpp"
 #include "weightbridge/checkpoint.hpp"
-#include "weightbridge/settings.hpp"
 
 #ifndef WB_TEST_IO_DIR
 #error "WB_TEST_IO_DIR must name tests/io (tests/CMakeLists.txt)"

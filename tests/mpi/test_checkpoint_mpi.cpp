@@ -6,11 +6,11 @@
 
 #include <filesystem>
 
+#include "core/checks.hpp"
+#include "core/log.hpp"
 #include "emu/model.hpp"
 #include "emu/synthetic.hpp"
 #include "weightbridge/checkpoint.hpp"
-#include "weightbridge/checks.hpp"
-#include "weightbridge/log.hpp"
 
 namespace wb::emu {
 namespace {

@@ -9,9 +9,9 @@
 #include "emu/backend.hpp"
 #include "emu/described_map.hpp"
 #include "emu/synthetic.hpp"
+#include "layout/probe.hpp"
+#include "layout/source_map_exchange.hpp"
 #include "weightbridge/correspondence.hpp"
-#include "weightbridge/probe.hpp"
-#include "weightbridge/source_map_exchange.hpp"
 
 namespace wb::emu {
 namespace {

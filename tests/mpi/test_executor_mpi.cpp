@@ -13,12 +13,12 @@
 #include "emu/synthetic.hpp"
 #include "emu/verify.hpp"
 #include "exec/round_executor.hpp"
+#include "layout/probe.hpp"
+#include "layout/source_map_exchange.hpp"
+#include "plan/round_schedule.hpp"
+#include "plan/round_schedule_scatter.hpp"
 #include "weightbridge/correspondence.hpp"
 #include "weightbridge/plan.hpp"
-#include "weightbridge/probe.hpp"
-#include "weightbridge/round_schedule.hpp"
-#include "weightbridge/round_schedule_scatter.hpp"
-#include "weightbridge/source_map_exchange.hpp"
 
 namespace wb::emu {
 namespace {

@@ -27,12 +27,12 @@
 #include "../support/schedule_replay.hpp"
 #include "emu/backend.hpp"
 #include "emu/synthetic.hpp"
+#include "layout/probe.hpp"
+#include "layout/source_map_exchange.hpp"
+#include "plan/round_schedule.hpp"
+#include "plan/round_schedule_scatter.hpp"
 #include "weightbridge/correspondence.hpp"
 #include "weightbridge/plan.hpp"
-#include "weightbridge/probe.hpp"
-#include "weightbridge/round_schedule.hpp"
-#include "weightbridge/round_schedule_scatter.hpp"
-#include "weightbridge/source_map_exchange.hpp"
 #include "weightbridge/status.hpp"
 
 namespace wb::emu {

@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <random>
 
-#include "weightbridge/round_schedule.hpp"
-#include "weightbridge/round_schedule_scatter.hpp"
+#include "plan/round_schedule.hpp"
+#include "plan/round_schedule_scatter.hpp"
 #include "weightbridge/status.hpp"
 
 namespace wb {

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "exec/copy_compiler.hpp"
+#include "plan/round_schedule.hpp"
 #include "schedule_replay.hpp"
-#include "weightbridge/round_schedule.hpp"
 
 namespace wb::testing_support {
 

@@ -13,8 +13,8 @@
 #include <cstring>
 #include <vector>
 
+#include "plan/round_schedule.hpp"
 #include "weightbridge/correspondence.hpp"
-#include "weightbridge/round_schedule.hpp"
 
 namespace wb::testing_support {
 

@@ -28,11 +28,11 @@
 #include <utility>
 #include <vector>
 
-#include "weightbridge/checks.hpp"
-#include "weightbridge/device.hpp"
-#include "weightbridge/settings.hpp"
+#include "core/checks.hpp"
+#include "core/device.hpp"
+#include "core/settings.hpp"
+#include "transport/transport.hpp"
 #include "weightbridge/status.hpp"
-#include "weightbridge/transport.hpp"
 
 namespace wb {
 

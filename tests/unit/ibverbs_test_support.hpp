@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "weightbridge/settings.hpp"
+#include "core/settings.hpp"
 
 namespace wb::ibv::testing {
 

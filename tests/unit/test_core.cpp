@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
-#include <boost/program_options.hpp>
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
@@ -12,10 +11,10 @@
 #include <unistd.h>
 #include <vector>
 
-#include "weightbridge/checks.hpp"
+#include "core/checks.hpp"
+#include "core/log.hpp"
+#include "core/settings.hpp"
 #include "weightbridge/dtype.hpp"
-#include "weightbridge/log.hpp"
-#include "weightbridge/settings.hpp"
 #include "weightbridge/status.hpp"
 #include "weightbridge/tensor.hpp"
 
@@ -235,6 +234,7 @@ TEST(Checks, RankAppearsInMessagesWhenTheLauncherSetsIt) {
 
 Setting<std::int64_t> test_int_setting("test_chunk_bytes", 4096, "A setting used only by the unit test.");
 Setting<bool> test_bool_setting("test_enable_thing", false, "A boolean used only by the unit test.");
+Setting<double> test_ranged_setting("test_ranged_ratio", 0.5, "A ranged setting used only by the unit test.", 0.0, 1.0);
 
 TEST(Settings, DefaultThenEnvironmentThenCommandLine) {
   EXPECT_EQ(test_int_setting.environment_variable(), "WB_TEST_CHUNK_BYTES");
@@ -243,13 +243,8 @@ TEST(Settings, DefaultThenEnvironmentThenCommandLine) {
   EXPECT_TRUE(test_bool_setting.get());
   EXPECT_EQ(test_bool_setting.source(), SettingSource::kEnvironment);
 
-  namespace po = boost::program_options;
-  po::options_description options;
-  add_setting_options(options);
-  const char* argv[] = {"prog", "--test-chunk-bytes", "8192"};
-  po::variables_map vm;
-  po::store(po::parse_command_line(3, argv, options), vm);
-  apply_setting_overrides(vm);
+  // What the apps' --test-chunk-bytes flag does (apps/emu/setting_flags.cpp).
+  find_setting("test_chunk_bytes")->override_from_text("8192");
   EXPECT_EQ(test_int_setting.get(), 8192);
   EXPECT_EQ(test_int_setting.source(), SettingSource::kCommandLine);
   EXPECT_THAT(describe_settings(), HasSubstr("test_chunk_bytes = 8192 (--test-chunk-bytes)"));
@@ -262,6 +257,23 @@ TEST(Settings, DefaultThenEnvironmentThenCommandLine) {
     EXPECT_THAT(e.what(), HasSubstr("WB_TEST_CHUNK_BYTES"));
   }
   ASSERT_NE(find_setting("log_level"), nullptr);
+}
+
+TEST(Settings, RangesAreCheckedWhereverTheValueComesFrom) {
+  EXPECT_EQ(test_ranged_setting.range_text(), "[0, 1]");
+  EXPECT_EQ(test_int_setting.range_text(), "");
+  test_ranged_setting.override_from_text("1");
+  EXPECT_EQ(*test_ranged_setting, 1.0);
+  for (const char* bad : {"1.5", "-0.1", "nan"}) {
+    try {
+      test_ranged_setting.override_from_text(bad);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), HasSubstr("WB_TEST_RANGED_RATIO"));
+      EXPECT_THAT(e.what(), HasSubstr("in [0, 1]"));
+    }
+    EXPECT_EQ(*test_ranged_setting, 1.0) << "a refused value leaves the setting as it was";
+  }
 }
 
 TEST(Log, ParsesLevels) {

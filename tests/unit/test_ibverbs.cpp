@@ -18,6 +18,7 @@
 #include <random>
 #include <tuple>
 
+#include "core/settings.hpp"
 #include "ibverbs_test_support.hpp"
 #include "transport/ibverbs/ibverbs_addressing.hpp"
 #include "transport/ibverbs/ibverbs_config.hpp"
@@ -27,9 +28,8 @@
 #include "transport/ibverbs/ibverbs_topology.hpp"
 #include "transport/ibverbs/ibverbs_transport.hpp"
 #include "transport/ibverbs/ibverbs_wire.hpp"
-#include "weightbridge/settings.hpp"
+#include "transport/transport.hpp"
 #include "weightbridge/status.hpp"
-#include "weightbridge/transport.hpp"
 
 namespace wb::ibv {
 namespace {

@@ -28,8 +28,8 @@
 #include "transport/ibverbs/ibverbs_internal.hpp"
 #include "transport/ibverbs/ibverbs_library.hpp"
 #include "transport/ibverbs/ibverbs_transport.hpp"
+#include "transport/transport.hpp"
 #include "weightbridge/status.hpp"
-#include "weightbridge/transport.hpp"
 
 namespace wb::ibv {
 namespace {

@@ -41,21 +41,14 @@ const std::map<std::string, std::vector<std::string>> kBuildsOn = {
 
 // The component of each installed header.
 const std::map<std::string, std::string> kPublicHeaders = {
-    {"adapter.hpp", "coord"},        {"checkpoint.hpp", "io"},
-    {"checks.hpp", "core"},          {"correspondence.hpp", "layout"},
-    {"device.hpp", "core"},          {"dtype.hpp", "core"},
-    {"job_clock.hpp", "coord"},      {"log.hpp", "core"},
-    {"plan.hpp", "plan"},
-    {"probe.hpp", "layout"},         {"round_schedule.hpp", "plan"},
-    {"round_schedule_scatter.hpp", "plan"}, {"settings.hpp", "core"},
-    {"simulator.hpp", "plan"},       {"source_map.hpp", "layout"},
-    {"source_map_exchange.hpp", "layout"},  {"status.hpp", "core"},
-    {"tensor.hpp", "core"},          {"transport.hpp", "transport"},
+    {"adapter.hpp", "coord"},   {"checkpoint.hpp", "io"},      {"correspondence.hpp", "layout"},
+    {"dtype.hpp", "core"},      {"job_clock.hpp", "coord"},    {"plan.hpp", "plan"},
+    {"simulator.hpp", "plan"},  {"source_map.hpp", "layout"},  {"status.hpp", "core"},
+    {"tensor.hpp", "core"},
 };
 
 // Installed headers that exist to exchange things over MPI: the only ones that may include <mpi.h>.
-const std::set<std::string> kMpiPublicHeaders = {"adapter.hpp", "job_clock.hpp", "round_schedule_scatter.hpp",
-                                                  "source_map_exchange.hpp"};
+const std::set<std::string> kMpiPublicHeaders = {"adapter.hpp", "job_clock.hpp"};
 
 struct Include {
   std::string target;  // as written

@@ -19,7 +19,7 @@
 
 #include "../support/schedule_replay.hpp"
 #include "exec/pack.hpp"
-#include "weightbridge/round_schedule.hpp"
+#include "plan/round_schedule.hpp"
 #include "weightbridge/status.hpp"
 
 namespace wb::exec {

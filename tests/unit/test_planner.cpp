@@ -15,9 +15,9 @@
 
 #include "../support/plan_checks.hpp"
 #include "../support/schedule_replay.hpp"
+#include "plan/round_schedule.hpp"
 #include "weightbridge/correspondence.hpp"
 #include "weightbridge/plan.hpp"
-#include "weightbridge/round_schedule.hpp"
 #include "weightbridge/simulator.hpp"
 #include "weightbridge/status.hpp"
 

@@ -12,9 +12,9 @@
 #include <random>
 
 #include "core/byte_codec.hpp"
+#include "plan/round_schedule.hpp"
 #include "weightbridge/correspondence.hpp"
 #include "weightbridge/plan.hpp"
-#include "weightbridge/round_schedule.hpp"
 #include "weightbridge/status.hpp"
 
 namespace wb {

@@ -14,9 +14,9 @@
 
 #include "../support/schedule_replay.hpp"
 #include "exec/segment_padding.hpp"
+#include "plan/round_schedule.hpp"
 #include "weightbridge/correspondence.hpp"
 #include "weightbridge/plan.hpp"
-#include "weightbridge/round_schedule.hpp"
 #include "weightbridge/status.hpp"
 
 namespace wb {

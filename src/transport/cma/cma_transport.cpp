@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "core/byte_codec.hpp"
-#include "transport/shm/mailbox.hpp"
+#include "core/checks.hpp"
 #include "transport/region_table.hpp"
+#include "transport/shm/mailbox.hpp"
 #include "transport/traffic_counter.hpp"
-#include "weightbridge/checks.hpp"
 
 namespace wb {
 namespace {

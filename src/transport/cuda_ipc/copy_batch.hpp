@@ -9,7 +9,7 @@
 #include <span>
 #include <vector>
 
-#include "weightbridge/transport.hpp"
+#include "transport/transport.hpp"
 
 namespace wb::cuda_ipc {
 

@@ -12,13 +12,13 @@
 #include <vector>
 
 #include "core/byte_codec.hpp"
+#include "core/checks.hpp"
 #include "core/cuda_device.hpp"
+#include "core/log.hpp"
 #include "transport/cuda_ipc/copy_batch.hpp"
-#include "transport/shm/mailbox.hpp"
 #include "transport/region_table.hpp"
+#include "transport/shm/mailbox.hpp"
 #include "transport/traffic_counter.hpp"
-#include "weightbridge/checks.hpp"
-#include "weightbridge/log.hpp"
 
 namespace wb {
 namespace {

@@ -8,7 +8,7 @@
 
 #include <memory>
 
-#include "weightbridge/transport.hpp"
+#include "transport/transport.hpp"
 
 namespace wb {
 

@@ -5,8 +5,8 @@
 #include <exception>
 #include <string>
 
+#include "core/settings.hpp"
 #include "transport/ibverbs/ibverbs_wire.hpp"
-#include "weightbridge/settings.hpp"
 #include "weightbridge/status.hpp"
 
 namespace wb::ibv {

@@ -12,9 +12,9 @@
 #include <random>
 #include <string>
 
+#include "core/checks.hpp"
+#include "core/log.hpp"
 #include "transport/ibverbs/ibverbs_internal.hpp"
-#include "weightbridge/checks.hpp"
-#include "weightbridge/log.hpp"
 
 namespace wb::ibv {
 namespace {

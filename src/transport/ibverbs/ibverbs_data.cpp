@@ -15,10 +15,10 @@
 #include <cstring>
 #include <string>
 
+#include "core/checks.hpp"
+#include "core/log.hpp"
 #include "transport/ibverbs/ibverbs_errors.hpp"
 #include "transport/ibverbs/ibverbs_internal.hpp"
-#include "weightbridge/checks.hpp"
-#include "weightbridge/log.hpp"
 
 #ifdef WB_HAVE_CUDA
 #include <cuda_runtime_api.h>

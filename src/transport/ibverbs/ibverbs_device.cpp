@@ -16,12 +16,12 @@
 #include <utility>
 #include <vector>
 
+#include "core/checks.hpp"
+#include "core/log.hpp"
 #include "transport/ibverbs/ibverbs_cuda.hpp"
 #include "transport/ibverbs/ibverbs_internal.hpp"
 #include "transport/ibverbs/ibverbs_topology.hpp"
 #include "transport/ibverbs/ibverbs_transport.hpp"
-#include "weightbridge/checks.hpp"
-#include "weightbridge/log.hpp"
 
 namespace wb {
 namespace ibv {

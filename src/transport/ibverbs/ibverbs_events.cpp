@@ -9,10 +9,10 @@
 #include <cstring>
 #include <string>
 
+#include "core/checks.hpp"
+#include "core/log.hpp"
 #include "transport/ibverbs/ibverbs_errors.hpp"
 #include "transport/ibverbs/ibverbs_internal.hpp"
-#include "weightbridge/checks.hpp"
-#include "weightbridge/log.hpp"
 
 namespace wb::ibv {
 

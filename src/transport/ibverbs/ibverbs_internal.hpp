@@ -38,8 +38,8 @@
 #include "transport/ibverbs/ibverbs_wire.hpp"
 #include "transport/region_table.hpp"
 #include "transport/traffic_counter.hpp"
+#include "transport/transport.hpp"
 #include "weightbridge/status.hpp"
-#include "weightbridge/transport.hpp"
 
 namespace wb::ibv {
 

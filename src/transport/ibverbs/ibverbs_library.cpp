@@ -9,7 +9,7 @@
 #include <mutex>
 #include <string>
 
-#include "weightbridge/log.hpp"
+#include "core/log.hpp"
 #include "weightbridge/status.hpp"
 
 namespace wb::ibv {

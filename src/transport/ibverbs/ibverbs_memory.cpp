@@ -12,12 +12,12 @@
 #include <cstring>
 #include <string>
 
+#include "core/checks.hpp"
 #include "core/cuda_device.hpp"
+#include "core/log.hpp"
 #include "transport/ibverbs/ibverbs_cuda.hpp"
 #include "transport/ibverbs/ibverbs_gpu_policy.hpp"
 #include "transport/ibverbs/ibverbs_internal.hpp"
-#include "weightbridge/checks.hpp"
-#include "weightbridge/log.hpp"
 
 #ifdef WB_HAVE_CUDA
 #include <cuda_runtime_api.h>

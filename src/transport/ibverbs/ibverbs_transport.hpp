@@ -23,7 +23,7 @@
 #include <memory>
 #include <string>
 
-#include "weightbridge/transport.hpp"
+#include "transport/transport.hpp"
 
 namespace wb {
 

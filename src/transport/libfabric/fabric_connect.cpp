@@ -1,7 +1,7 @@
 // The endpoint record and its insertion into the address vector: connectionless endpoints need nothing
 // more; the provider connects on first use (tcp;ofi_rxm) or not at all (efa, cxi).
+#include "core/checks.hpp"
 #include "transport/libfabric/fabric_internal.hpp"
-#include "weightbridge/checks.hpp"
 
 namespace wb::fabric {
 

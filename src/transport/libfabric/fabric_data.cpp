@@ -3,8 +3,8 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
 
+#include "core/checks.hpp"
 #include "transport/libfabric/fabric_internal.hpp"
-#include "weightbridge/checks.hpp"
 
 namespace wb::fabric {
 namespace {

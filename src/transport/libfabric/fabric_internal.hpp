@@ -39,8 +39,8 @@
 #include "transport/libfabric/fabric_records.hpp"
 #include "transport/region_table.hpp"
 #include "transport/traffic_counter.hpp"
+#include "transport/transport.hpp"
 #include "weightbridge/status.hpp"
-#include "weightbridge/transport.hpp"
 
 namespace wb::fabric {
 

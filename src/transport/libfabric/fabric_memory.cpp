@@ -7,8 +7,8 @@
 //   FI_MR_RAW        keys longer than 64 bits travel raw and are mapped by the importer (fi_mr_map_raw)
 #include <rdma/fi_errno.h>
 
+#include "core/checks.hpp"
 #include "transport/libfabric/fabric_internal.hpp"
-#include "weightbridge/checks.hpp"
 
 namespace wb::fabric {
 

@@ -7,11 +7,11 @@
 #include <map>
 #include <tuple>
 
+#include "core/checks.hpp"
+#include "core/log.hpp"
+#include "core/settings.hpp"
 #include "transport/libfabric/fabric_internal.hpp"
 #include "transport/libfabric/libfabric_transport.hpp"
-#include "weightbridge/checks.hpp"
-#include "weightbridge/log.hpp"
-#include "weightbridge/settings.hpp"
 
 namespace wb {
 namespace fabric {

@@ -12,7 +12,7 @@
 
 #include <memory>
 
-#include "weightbridge/transport.hpp"
+#include "transport/transport.hpp"
 
 namespace wb {
 

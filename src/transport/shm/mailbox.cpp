@@ -15,8 +15,8 @@
 #include <sstream>
 
 #include "core/byte_codec.hpp"
-#include "weightbridge/log.hpp"
-#include "weightbridge/settings.hpp"
+#include "core/log.hpp"
+#include "core/settings.hpp"
 
 #ifndef IOV_MAX
 #define IOV_MAX 1024

@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "weightbridge/round_schedule.hpp"
+#include "plan/round_schedule.hpp"
 
 namespace wb {
 

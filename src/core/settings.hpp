@@ -2,22 +2,20 @@
 //
 //   static wb::Setting<double> timeout_seconds("timeout_seconds", 120.0, "Deadline of every wait, in seconds.");
 //
-// The value is resolved on first read: a command-line override (see apply_setting_overrides) wins over
+// The value is resolved on first read: a command-line override (override_from_text; the apps' flags,
+// apps/emu/setting_flags.hpp) wins over
 // the environment variable WB_<NAME> (upper case), which wins over the default. The flag of a setting is
 // --<name> with '_' written as '-'. Rank 0 logs the effective settings once (log_effective_settings).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <optional>
+#include <type_traits>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
-
-namespace boost::program_options {
-class options_description;
-class variables_map;
-}  // namespace boost::program_options
 
 namespace wb {
 
@@ -38,6 +36,8 @@ class SettingBase {
   virtual std::string type_name() const = 0;
   virtual std::string default_text() const = 0;
   virtual std::string value_text() const = 0;
+  /// "[min, max]" for a setting declared with a range, else empty.
+  virtual std::string range_text() const { return {}; }
   SettingSource source() const;
 
   /// Sets the value from text as given on the command line; throws wb::Error naming the setting.
@@ -51,7 +51,7 @@ class SettingBase {
  private:
   std::string name_;
   std::string doc_;
-  mutable bool resolved_ = false;
+  mutable std::atomic<bool> resolved_{false};  // read without the lock by every get()
   mutable SettingSource source_ = SettingSource::kDefault;
 };
 
@@ -60,6 +60,11 @@ class Setting final : public SettingBase {
  public:
   Setting(const char* name, T default_value, const char* doc)
       : SettingBase(name, doc), default_(std::move(default_value)), value_(default_) {}
+  /// A numeric setting with its valid range: a value outside [min, max], from the environment or a flag,
+  /// is one clear error naming the setting, the value and the range.
+  Setting(const char* name, T default_value, const char* doc, T min, T max)
+    requires(std::is_arithmetic_v<T> && !std::is_same_v<T, bool>)
+      : SettingBase(name, doc), default_(std::move(default_value)), value_(default_), range_(std::pair<T, T>{min, max}) {}
 
   const T& get() const {
     resolve();
@@ -70,6 +75,7 @@ class Setting final : public SettingBase {
   std::string type_name() const override;
   std::string default_text() const override;
   std::string value_text() const override;
+  std::string range_text() const override;
 
  private:
   void parse_into_value(std::string_view text) const override;
@@ -77,6 +83,7 @@ class Setting final : public SettingBase {
 
   T default_;
   mutable T value_;
+  std::optional<std::pair<T, T>> range_;
 };
 
 extern template class Setting<bool>;
@@ -88,11 +95,6 @@ extern template class Setting<std::string>;
 std::vector<SettingBase*> all_settings();
 /// nullptr when no setting has this name.
 SettingBase* find_setting(std::string_view name);
-
-/// Adds a --<flag> string option for every setting (the doc string and default as help text).
-void add_setting_options(boost::program_options::options_description& options);
-/// Applies the flags of add_setting_options that were given on the command line.
-void apply_setting_overrides(const boost::program_options::variables_map& variables);
 
 /// One line per setting: "name = value (default|WB_NAME|--flag)".
 std::string describe_settings();

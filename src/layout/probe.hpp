@@ -19,8 +19,10 @@
 
 namespace wb {
 
-/// The worker's own loader: fills `params` from `checkpoint`. Called several times by the probe.
-using LoadWeightsFn = std::function<void(const CheckpointReader& checkpoint, const ParameterSet& params)>;
+/// The worker's own loader: fills `params` from `checkpoint`; called several times by the probe. The same
+/// type as the adapters' LoadWeightsFn (weightbridge/adapter.hpp), named here so that layout does not
+/// depend on coord.
+using ProbeLoader = std::function<void(const CheckpointReader& checkpoint, const ParameterSet& params)>;
 
 struct ProbeOptions {
   std::uint64_t verification_seed = 0x5eedf00dULL;
@@ -43,7 +45,7 @@ struct ProbeReport {
 /// and the first bad position when load_weights is not a pure copy, and restores the parameters' contents
 /// in every case.
 SourceMap probe_source_map(const std::vector<TensorInfo>& checkpoint_tensors, const ParameterSet& params,
-                           const LoadWeightsFn& load_weights, const ProbeOptions& options = {},
+                           const ProbeLoader& load_weights, const ProbeOptions& options = {},
                            ProbeReport* report = nullptr);
 
 }  // namespace wb
