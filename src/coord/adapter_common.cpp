@@ -128,13 +128,15 @@ const char* span_kind_name(ExecutorSpan::Kind kind) {
 
 void AdapterBase::refresh_stats() {
   if (!connection || thread.active()) return;
-  executor_stats = connection->executor->stats();
   // Spans since the last refresh belong to the transfer that just ended (history's last entry).
-  const std::vector<ExecutorSpan>& spans = executor_stats.trace;
   const std::uint64_t v = history.empty() ? version : history.back().version;
-  for (; traced_spans < spans.size(); ++traced_spans) {
-    const ExecutorSpan& e = spans[traced_spans];
+  for (const ExecutorSpan& e : connection->executor->take_trace())
     trace.push_back({span_kind_name(e.kind), v, e.round, e.begin + clock_offset, e.end + clock_offset});
+  executor_stats = connection->executor->stats();
+  if (executor_stats.trace_dropped > 0 && !warned_trace_dropped) {
+    warned_trace_dropped = true;
+    WB_LOG(kWarn) << who() << ": the timeline keeps 2^20 spans per update; " << executor_stats.trace_dropped
+                  << " more were dropped";
   }
 }
 

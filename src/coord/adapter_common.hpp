@@ -33,7 +33,7 @@ struct AdapterBase {
   std::uint64_t version = 0;
   ExecutorStats executor_stats;  // copied from the executor whenever no transfer runs (stats() reads it)
   std::vector<TraceSpan> trace;  // options.trace: the executor's spans on the common clock, with versions
-  std::size_t traced_spans = 0;  // of executor_stats.trace, those in `trace`
+  bool warned_trace_dropped = false;
   std::uint64_t background_version = 0;   // the transfer on the background thread
   std::int64_t background_bytes_before = 0;
   TransferThread thread;

@@ -6,6 +6,7 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "core/checks.hpp"
 #include "core/cuda_device.hpp"
@@ -198,6 +199,7 @@ RoundExecutor::~RoundExecutor() {
 
 void* RoundExecutor::completion_event() const { return state_->engine->completion_event(); }
 const ExecutorStats& RoundExecutor::stats() const { return state_->stats; }
+std::vector<ExecutorSpan> RoundExecutor::take_trace() { return std::exchange(state_->stats.trace, {}); }
 const RoundSchedule& RoundExecutor::schedule() const { return state_->schedule; }
 
 }  // namespace wb

@@ -105,8 +105,8 @@ struct ExecutorStats {
   /// What this rank's writes carried per transport and peer, all updates (Transport::traffic), refreshed
   /// at the end of every update on the executor's thread.
   std::vector<std::pair<TransportKind, PeerTraffic>> traffic;
-  std::vector<ExecutorSpan> trace;  // options.trace, all updates, up to 2^20 spans
-  std::int64_t trace_dropped = 0;   // spans past that cap
+  std::vector<ExecutorSpan> trace;  // options.trace: since the last take_trace(), up to 2^20 spans
+  std::int64_t trace_dropped = 0;   // spans past that cap, all updates
 };
 
 /// Where a rank's transfer buffers go, given its parameters' memory and the transports it uses: host
@@ -142,6 +142,9 @@ class RoundExecutor {
   void* completion_event() const;
 
   const ExecutorStats& stats() const;
+  /// options.trace: the spans recorded since the last call, moved out (so a long traced run is not copied
+  /// with every stats() read). Not while an update runs on another thread.
+  std::vector<ExecutorSpan> take_trace();
   const RoundSchedule& schedule() const;
 
   /// What the executor holds (exec/executor_state.hpp), shared by the files of its phases.
