@@ -35,6 +35,7 @@
 #include "emu/run_setup.hpp"
 #include "emu/trace_file.hpp"
 #include "emu/versioned_checkpoint.hpp"
+#include "emu/worker_parameters.hpp"
 #include "transport/transport.hpp"
 #include "weightbridge/adapter.hpp"
 #include "weightbridge/job_clock.hpp"
@@ -52,6 +53,7 @@ struct Options {
   std::uint64_t seed = 0;
   std::string modes = "sync";
   std::string methods = "weightbridge,broadcast,p2p";
+  std::string device = "host";
   int reps = 5;
   int warmup = 1;
   std::int64_t bucket_mib = 512;
@@ -88,6 +90,7 @@ bool parse_options(int argc, char** argv, Options& o, int rank) {
   general.add_options()
       ("modes", po::value(&o.modes)->default_value(o.modes), "WeightBridge modes to run, comma-separated: sync, sender-staged, receiver-staged, async.")
       ("methods", po::value(&o.methods)->default_value(o.methods), "Methods, comma-separated: weightbridge, broadcast, p2p.")
+      ("device", po::value(&o.device)->default_value(o.device), "Where the emulated workers keep their parameters: host, or cuda (the GPU of index local rank modulo the visible devices). The baselines move host memory only: with cuda, --methods weightbridge.")
       ("reps", po::value(&o.reps)->default_value(o.reps), "Measured updates per method.")
       ("warmup", po::value(&o.warmup)->default_value(o.warmup), "Unmeasured updates per method first.")
       ("bucket-mib", po::value(&o.bucket_mib)->default_value(o.bucket_mib), "Baselines: whole tensors per gather and broadcast step, MiB.")
@@ -168,6 +171,9 @@ int run(int argc, char** argv) {
       throw Error(ErrorCode::kInvalidArgument, "--methods: '" + m + "' is not weightbridge, broadcast or p2p");
   }
   if (methods.empty()) throw Error(ErrorCode::kInvalidArgument, "--methods names nothing to run");
+  const ParameterPlace place = parse_parameter_place(o.device);
+  if (place == ParameterPlace::kCuda && std::any_of(methods.begin(), methods.end(), [](const Method& m) { return m.mode < 0; }))
+    throw Error(ErrorCode::kInvalidArgument, "--device cuda: the baselines (broadcast, p2p) move host memory only; run --methods weightbridge");
   log_effective_settings();
 
   RunSetup setup = make_run_setup(o.deployment, o.variables, o.checkpoint, o.seed);
@@ -181,9 +187,9 @@ int run(int argc, char** argv) {
   std::unique_ptr<EmulatedWorker> worker =
       trainer ? make_trainer_worker(setup.model, deployment.trainer, rank)
               : make_rollout_worker(setup.model, deployment.rollout, rank - deployment.trainer.world_size());
-  HostParameters params(worker->parameter_infos());
-  worker->load_weights(*setup.checkpoint, params.parameters());
-  const LoadWeightsFn load = [&](const CheckpointReader& c, const ParameterSet& p) { worker->load_weights(c, p); };
+  const WorkerParameters params(worker->parameter_infos(), place, default_cuda_device());
+  params.load(*worker, *setup.checkpoint);
+  const LoadWeightsFn load = params.loader(*worker);
   MPI_Comm group = MPI_COMM_NULL;
   WB_CHECK_MPI(MPI_Comm_split(MPI_COMM_WORLD, trainer ? 0 : 1 + engine, rank, &group));
   const JobClock clock(MPI_COMM_WORLD);
@@ -244,7 +250,7 @@ int run(int argc, char** argv) {
     for (const Method& method : methods) {
       ++version;
       // The training step: the trainers' parameters become this version.
-      if (trainer) worker->load_weights(VersionedCheckpoint(*setup.checkpoint, version), params.parameters());
+      if (trainer) params.load(*worker, VersionedCheckpoint(*setup.checkpoint, version));
       Sample sample;
       if (method.mode >= 0) {
         const auto k = static_cast<std::size_t>(method.mode);
@@ -283,7 +289,7 @@ int run(int argc, char** argv) {
       }
       timeline_stalls.push_back({version, sample.begin, sample.end, method.name});
       if (!trainer) {
-        const std::string difference = reference.difference(params.parameters(), version);
+        const std::string difference = reference.difference(params.read(), version);
         if (!difference.empty()) {
           sample.ok = 0;
           if (first_failure.empty())

@@ -48,6 +48,7 @@
 #include "emu/trace_file.hpp"
 #include "emu/verify.hpp"
 #include "emu/versioned_checkpoint.hpp"
+#include "emu/worker_parameters.hpp"
 #include "transport/transport.hpp"
 #include "weightbridge/adapter.hpp"
 #include "weightbridge/plan.hpp"
@@ -65,6 +66,7 @@ struct Options {
   std::string json;
   std::string trace;
   std::string mode = "sync";
+  std::string device = "host";
   std::string fault;
   int steps = 3;
   double step_ms = 2;
@@ -83,6 +85,7 @@ bool parse_options(int argc, char** argv, Options& options, int rank) {
   add_deployment_options(general, options.deployment);
   general.add_options()
       ("mode", po::value(&options.mode)->default_value(options.mode), "Synchronization mode: sync (no staging), sender-staged, receiver-staged or async (both staged).")
+      ("device", po::value(&options.device)->default_value(options.device), "Where the emulated workers keep their parameters: host, or cuda (the GPU of index local rank modulo the visible devices; several ranks may share one). The parameters are loaded, sent, received and verified there.")
       ("steps", po::value(&options.steps)->default_value(options.steps), "Versions to send (1..K); version 0 is the checkpoint itself.")
       ("step-ms", po::value(&options.step_ms)->default_value(options.step_ms), "Emulated compute per training step and per inference step, in milliseconds.")
       ("seed", po::value(&options.seed), "Seed of the synthetic checkpoint when no --checkpoint is given.")
@@ -94,6 +97,7 @@ bool parse_options(int argc, char** argv, Options& options, int rank) {
   options.variables = std::move(variables);
   if (options.steps < 1) throw Error(ErrorCode::kInvalidArgument, "--steps must be at least 1");
   if (options.step_ms < 0) throw Error(ErrorCode::kInvalidArgument, "--step-ms must not be negative");
+  (void)parse_parameter_place(options.device);
   return true;
 }
 
@@ -133,14 +137,15 @@ std::vector<std::int64_t> encode_boxes(const std::vector<CheckpointPiece>& piece
 
 // Version 0 loaded through load_weights and checked against the file; coverage checked on rank 0.
 // Returns this rank's verdict; rank 0 fills `report`.
-bool preflight(const Setup& setup, const EmulatedWorker& worker, const ParameterSet& params, nlohmann::json& report) {
+bool preflight(const Setup& setup, const EmulatedWorker& worker, const WorkerParameters& stored, nlohmann::json& report) {
   int rank = 0, world = 0;
   WB_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   WB_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &world));
   const Deployment& deployment = setup.deployment;
   const auto load_start = std::chrono::steady_clock::now();
-  worker.load_weights(*setup.checkpoint, params);
+  stored.load(worker, *setup.checkpoint);
   const double load_seconds = seconds_since(load_start);
+  const ParameterSet& params = stored.read();
   const WorkerVerification verification = verify_worker(worker, params, *setup.checkpoint);
   for (const std::string& failure : verification.failures) WB_LOG(kError) << failure;
   WB_LOG(kInfo) << worker.describe() << ": " << params.total_bytes() << " parameter bytes, " << verification.pieces
@@ -318,15 +323,15 @@ void sleep_ms(double ms) {
   if (ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));
 }
 
-WorkerOutcome run_trainer(const Setup& setup, EmulatedWorker& worker, const ParameterSet& params, MPI_Comm trainers,
+WorkerOutcome run_trainer(const Setup& setup, EmulatedWorker& worker, const WorkerParameters& stored, MPI_Comm trainers,
                           const Options& options, const Mode& mode, const Fault& fault, const std::string& who,
                           TransferSummary& summary) {
   AdapterOptions adapter;
   adapter.sender_staging = mode.sender_staging;
   adapter.node = setup.deployment.node_of(process_rank());
   if (!options.trace.empty()) adapter.trace = true;
-  const auto load = [&worker](const CheckpointReader& c, const ParameterSet& p) { worker.load_weights(c, p); };
-  SenderAdapter sender(MPI_COMM_WORLD, trainers, params, setup.checkpoint->tensors(), load, adapter);
+  const ParameterSet& params = stored.parameters();
+  SenderAdapter sender(MPI_COMM_WORLD, trainers, params, setup.checkpoint->tensors(), stored.loader(worker), adapter);
   sender.connect();
   summary = sender.summary();
   WorkerOutcome outcome;
@@ -334,7 +339,7 @@ WorkerOutcome run_trainer(const Setup& setup, EmulatedWorker& worker, const Para
     // The training step: this trainer's parameters become version k.
     const auto v = static_cast<std::uint64_t>(k);
     if (fault.due(process_rank(), v) && fault.kind == "throw") inject(fault, who);
-    worker.load_weights(VersionedCheckpoint(*setup.checkpoint, v), params);
+    stored.load(worker, VersionedCheckpoint(*setup.checkpoint, v));
     if (fault.due(process_rank(), v)) inject(fault, who);
     sleep_ms(options.step_ms);
     const Status status = sender.send_weights(v);
@@ -345,7 +350,7 @@ WorkerOutcome run_trainer(const Setup& setup, EmulatedWorker& worker, const Para
     }
     // Staged: the trainer moves on at once; what it does to its parameters must not reach version k.
     if (mode.sender_staging)
-      for (const Parameter& p : params) std::memset(p.view.data, 0xA5, p.view.nbytes());
+      stored.fill(std::byte{0xA5});
   }
   const Status closed = sender.shutdown();
   if (!closed && outcome.failure.empty()) outcome.failure = closed.to_string();
@@ -353,7 +358,7 @@ WorkerOutcome run_trainer(const Setup& setup, EmulatedWorker& worker, const Para
   return outcome;
 }
 
-WorkerOutcome run_rollout(const Setup& setup, EmulatedWorker& worker, const ParameterSet& params, MPI_Comm engine,
+WorkerOutcome run_rollout(const Setup& setup, EmulatedWorker& worker, const WorkerParameters& stored, MPI_Comm engine,
                           const Options& options, const Mode& mode, const Fault& fault, const std::string& who,
                           double timeout, TransferSummary& summary) {
   WorkerOutcome outcome;
@@ -381,7 +386,7 @@ WorkerOutcome run_rollout(const Setup& setup, EmulatedWorker& worker, const Para
     if (fault.due(process_rank(), v)) inject(fault, who);
     // Still the previous version, complete: nothing of v has reached the parameters yet.
     expect(installed);
-    const std::string difference = first_difference(params, expected.parameters());
+    const std::string difference = first_difference(stored.read(), expected.parameters());
     if (!difference.empty())
       note(worker.describe() + ": before_update_hook(" + std::to_string(v) + "): parameters are not version " +
            std::to_string(installed) + ": " + difference);
@@ -390,8 +395,7 @@ WorkerOutcome run_rollout(const Setup& setup, EmulatedWorker& worker, const Para
   adapter.receiver_staging = mode.receiver_staging;
   adapter.node = setup.deployment.node_of(process_rank());
   if (!options.trace.empty()) adapter.trace = true;
-  const auto load = [&worker](const CheckpointReader& c, const ParameterSet& p) { worker.load_weights(c, p); };
-  ReceiverAdapter receiver(MPI_COMM_WORLD, engine, params, load, adapter, hook);
+  ReceiverAdapter receiver(MPI_COMM_WORLD, engine, stored.parameters(), stored.loader(worker), adapter, hook);
   for (;;) {
     const PollResult result = receiver.poll_requests();
     ++outcome.steps;
@@ -408,7 +412,7 @@ WorkerOutcome run_rollout(const Setup& setup, EmulatedWorker& worker, const Para
         note(worker.describe() + ": installed version " + std::to_string(result.version) + " after " + std::to_string(installed));
       installed = result.version;
       expect(installed);
-      const std::string difference = first_difference(params, expected.parameters());
+      const std::string difference = first_difference(stored.read(), expected.parameters());
       if (difference.empty() && hook_calls[installed] == 1)
         ++outcome.verified_versions;
       else if (!difference.empty())
@@ -420,7 +424,7 @@ WorkerOutcome run_rollout(const Setup& setup, EmulatedWorker& worker, const Para
     // Every step: the parameters are one complete version, and the whole engine holds the same one.
     if (result.event != PollResult::Event::kInstalled) {
       expect(installed);
-      const std::string difference = first_difference(params, expected.parameters());
+      const std::string difference = first_difference(stored.read(), expected.parameters());
       if (!difference.empty())
         note(worker.describe() + ": step " + std::to_string(outcome.steps) + ": parameters are not version " +
              std::to_string(installed) + ": " + difference);
@@ -446,9 +450,9 @@ WorkerOutcome run_rollout(const Setup& setup, EmulatedWorker& worker, const Para
   }
   // What the parameters hold now, compared byte for byte: one whole version, or a mix.
   expect(installed);
-  if (first_difference(params, expected.parameters()).empty()) {
+  if (first_difference(stored.read(), expected.parameters()).empty()) {
     outcome.parameters = "version " + std::to_string(installed);
-  } else if (aborted != 0 && (expect(aborted), first_difference(params, expected.parameters()).empty())) {
+  } else if (aborted != 0 && (expect(aborted), first_difference(stored.read(), expected.parameters()).empty())) {
     outcome.parameters = "version " + std::to_string(aborted);
   } else {
     outcome.mixed = true;
@@ -577,9 +581,9 @@ int run(int argc, char** argv, bool& finalize) {
   std::unique_ptr<EmulatedWorker> worker =
       trainer ? make_trainer_worker(setup.model, deployment.trainer, rank)
               : make_rollout_worker(setup.model, deployment.rollout, rank - deployment.trainer.world_size());
-  HostParameters params(worker->parameter_infos());
+  const WorkerParameters params(worker->parameter_infos(), parse_parameter_place(options.device), default_cuda_device());
   nlohmann::json preflight_report;
-  const bool layouts_ok = preflight(setup, *worker, params.parameters(), preflight_report);
+  const bool layouts_ok = preflight(setup, *worker, params, preflight_report);
 
   // One communicator for the trainers, one per engine.
   MPI_Comm group = MPI_COMM_NULL;
@@ -591,8 +595,8 @@ int run(int argc, char** argv, bool& finalize) {
     // From here on every wait is bounded: an exception (a trainer's own step failed) ends this rank's part
     // (its adapter tells the peers), and the report below waits for the others only within the timeout.
     try {
-      outcome = trainer ? run_trainer(setup, *worker, params.parameters(), group, options, mode, fault, who, summary)
-                        : run_rollout(setup, *worker, params.parameters(), group, options, mode, fault, who, timeout, summary);
+      outcome = trainer ? run_trainer(setup, *worker, params, group, options, mode, fault, who, summary)
+                        : run_rollout(setup, *worker, params, group, options, mode, fault, who, timeout, summary);
     } catch (const std::exception& error) {
       outcome.failure = std::string("wb-replay: ") + error.what();
       outcome.failed_at = wall_seconds();

@@ -149,7 +149,8 @@ struct AdapterStats {
   std::vector<TraceSpan> trace;            // AdapterOptions::trace: all updates, in the order they ended
 };
 
-/// Trainer side. `params` are the trainer's parameters (host memory) as its load_weights fills them;
+/// Trainer side. `params` are the trainer's parameters as its load_weights fills them (contiguous; all in
+/// host memory or all in the memory of one CUDA device, which load_weights may fill with device copies);
 /// `checkpoint_tensors` the canonical checkpoint's tensor list (names, dtypes, shapes), shared with the
 /// rollouts at connect.
 class SenderAdapter {
@@ -171,7 +172,10 @@ class SenderAdapter {
   /// Sends the parameters as version `version` (greater than the last). Collective over the trainers.
   /// Waits for the previous version to be installed everywhere first (at most one version in flight).
   /// When it returns (see the modes above) the trainer may change its parameters.
-  Status send_weights(std::uint64_t version);
+  /// CUDA parameters: read after the work enqueued on `cuda_stream` (a cudaStream_t of the parameters'
+  /// device, e.g. the optimizer's) so far, so the trainer need not synchronize its device; null: after the
+  /// legacy default stream (and every blocking stream), which is PyTorch's default stream.
+  Status send_weights(std::uint64_t version, void* cuda_stream = nullptr);
 
   /// Waits until the version in flight is installed on every rollout (collective over the trainers).
   Status wait();
@@ -221,7 +225,8 @@ const char* poll_event_name(PollResult::Event event);
 using BeforeUpdateHook = std::function<void(std::uint64_t version)>;
 
 /// Rollout side. `engine_comm` holds the ranks of one engine (one model replica); every rank of the
-/// engine calls poll_requests at the same inference steps.
+/// engine calls poll_requests at the same inference steps. `params` as for the trainers: contiguous, all
+/// in host memory or all on one CUDA device.
 class ReceiverAdapter {
  public:
   ReceiverAdapter(MPI_Comm world, MPI_Comm engine_comm, ParameterSet params, LoadWeightsFn load_weights,
@@ -234,8 +239,10 @@ class ReceiverAdapter {
 
   /// Services what the trainers asked for since the last call. Collective over the engine (one small
   /// all-reduce); never waits for the trainers when nothing is pending. Without receiver staging an
-  /// update is received and installed inside this call.
-  PollResult poll_requests();
+  /// update is received and installed inside this call. CUDA parameters: an install writes them after the
+  /// work enqueued on `cuda_stream` (a cudaStream_t; null: the legacy default stream) so far, and is complete
+  /// on the device when the call returns.
+  PollResult poll_requests(void* cuda_stream = nullptr);
 
   std::uint64_t installed_version() const;
   bool connected() const;

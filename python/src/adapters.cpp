@@ -12,6 +12,7 @@
 #include <pybind11/stl.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <thread>
@@ -291,7 +292,9 @@ class PySenderAdapter {
     if (!failed) raise_error(failed, callbacks_->take_error());
   }
 
-  void send_weights(std::uint64_t version) { check(call([&] { return adapter_->send_weights(version); })); }
+  void send_weights(std::uint64_t version, std::uintptr_t cuda_stream) {
+    check(call([&] { return adapter_->send_weights(version, reinterpret_cast<void*>(cuda_stream)); }));
+  }
   void wait() { check(call([&] { return adapter_->wait(); })); }
   void shutdown() { check(call([&] { return adapter_->shutdown(); })); }
   bool connected() const { return adapter_->connected(); }
@@ -335,11 +338,11 @@ class PyReceiverAdapter {
   PyReceiverAdapter(const PyReceiverAdapter&) = delete;
   PyReceiverAdapter& operator=(const PyReceiverAdapter&) = delete;
 
-  PollResult poll_requests() {
+  PollResult poll_requests(std::uintptr_t cuda_stream) {
     PollResult result;
     {
       py::gil_scoped_release release;
-      result = adapter_->poll_requests();
+      result = adapter_->poll_requests(reinterpret_cast<void*>(cuda_stream));
     }
     if (result.event == PollResult::Event::kFailed) raise_error(result.status, callbacks_->take_error());
     return result;
@@ -429,12 +432,14 @@ void bind_adapters(py::module_& m) {
            "the transports. Raises weightbridge.Error on every rank when any of it fails (a load_weights that\n"
            "computes instead of copying is named with its parameter; one that raises gives its exception as\n"
            "the error's __cause__ on its own rank). The parameters' contents are restored afterwards.")
-      .def("send_weights", &PySenderAdapter::send_weights, py::arg("version"),
+      .def("send_weights", &PySenderAdapter::send_weights, py::arg("version"), py::arg("cuda_stream") = 0,
            "Sends the parameters as `version` (greater than the last). Collective over the trainers. Waits\n"
            "for the previous version to be installed everywhere first. Returns when the parameters may be\n"
            "changed: without staging after every rollout installed it (or, when the rollouts stage, after this\n"
            "trainer's writes); with sender staging once they are copied to host staging. The GIL is released\n"
-           "meanwhile.")
+           "meanwhile. CUDA parameters are read after the work enqueued so far on `cuda_stream` (an int, e.g.\n"
+           "torch.cuda.current_stream().cuda_stream; 0: the legacy default stream), so the trainer need not\n"
+           "synchronize its device.")
       .def("wait", &PySenderAdapter::wait,
            "Waits until the version in flight is installed on every rollout (collective over the trainers).")
       .def("shutdown", &PySenderAdapter::shutdown,
@@ -469,12 +474,14 @@ void bind_adapters(py::module_& m) {
            "options: an AdapterOptions or a dict; keyword arguments (receiver_staging=True, ...) override it.\n"
            "before_update_hook: called as hook(version) on every rank once per version, before it is\n"
            "    installed, with the parameters still holding the previous one (flush a prefix cache, ...).")
-      .def("poll_requests", &PyReceiverAdapter::poll_requests,
+      .def("poll_requests", &PyReceiverAdapter::poll_requests, py::arg("cuda_stream") = 0,
            "Services what the trainers asked for since the last call and returns a PollResult (event,\n"
            "version). Collective over the engine: every rank calls it at the same inference steps. Never\n"
            "waits for the trainers when nothing is pending. Without receiver staging an update is received\n"
-           "and installed inside this call (the GIL is released meanwhile). Raises weightbridge.Error when\n"
-           "connect or an update failed.")
+           "and installed inside this call (the GIL is released meanwhile); CUDA parameters are written after\n"
+           "the work enqueued so far on `cuda_stream` (an int; 0: the legacy default stream), and the install is\n"
+           "complete on the device when the call returns. Raises weightbridge.Error when connect or an update\n"
+           "failed.")
       .def_property_readonly("installed_version", &PyReceiverAdapter::installed_version)
       .def_property_readonly("connected", &PyReceiverAdapter::connected)
       .def_property_readonly("closed", &PyReceiverAdapter::closed, "shut down or failed")

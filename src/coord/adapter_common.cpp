@@ -5,6 +5,8 @@
 #include <thread>
 
 #include "core/checks.hpp"
+#include "core/cuda_device.hpp"
+#include "core/device.hpp"
 #include "core/log.hpp"
 
 namespace wb::coord {
@@ -20,7 +22,29 @@ const char* thread_level_name(int level) {
   return "an unknown thread level";
 }
 
+std::string memory_name(const TensorView& view) {
+  return view.memory == MemoryKind::kCuda ? "the memory of CUDA device " + std::to_string(view.device) : "host memory";
+}
+
 }  // namespace
+
+Status check_parameter_memory(const ParameterSet& params, const std::string& who) {
+  for (const Parameter& p : params) {
+    if (!p.view.is_contiguous())
+      return Status(ErrorCode::kUnsupported, who + ": parameter " + p.name + " " + shape_to_string(p.view.shape) +
+                                                 " is not contiguous (strides " + shape_to_string(p.view.strides) +
+                                                 "), which the adapters need: pass the tensor it views");
+    const TensorView& first = params[0].view;
+    if (p.view.memory != first.memory || (first.memory == MemoryKind::kCuda && p.view.device != first.device))
+      return Status(ErrorCode::kInvalidArgument, who + ": parameter " + p.name + " is in " + memory_name(p.view) +
+                                                     ", parameter " + params[0].name + " in " + memory_name(first) +
+                                                     ": a worker's parameters are all in host memory or all on one CUDA device");
+  }
+  if (!params.empty() && params[0].view.memory == MemoryKind::kCuda && cuda_device_count() == 0)
+    return Status(ErrorCode::kUnsupported, who + ": the parameters are in CUDA memory, but this process has no CUDA device (" +
+                                               cuda_unavailable_reason() + ")");
+  return Status::ok();
+}
 
 AdapterBase::AdapterBase(MPI_Comm world_comm, MPI_Comm group_comm_in, bool trainer, ParameterSet parameters,
                          LoadWeightsFn load, const AdapterOptions& adapter_options)
@@ -35,11 +59,11 @@ AdapterBase::AdapterBase(MPI_Comm world_comm, MPI_Comm group_comm_in, bool train
   faults = std::make_unique<FaultChannel>(world, roles);
   group = std::make_unique<Group>(group_comm, roles, trainer ? "the trainers" : "engine " + std::to_string(roles.engine));
   // Agreed, so that every rank fails alike instead of some waiting for the others.
-  Status usable;
-  for (const Parameter& p : params)
-    if (usable && (p.view.memory != MemoryKind::kHost || !p.view.is_contiguous()))
-      usable = Status(ErrorCode::kUnsupported, who() + ": parameter " + p.name +
-                                                   " is not contiguous host memory, which the adapters need so far");
+  Status usable = check_parameter_memory(params, who());
+  if (usable && options.verify && !stages && !params.empty() && params[0].view.memory == MemoryKind::kCuda)
+    usable = Status(ErrorCode::kUnsupported, who() + ": verify digests host transfer buffers, and these parameters are in "
+                                                     "CUDA memory: turn on " + (trainer ? "sender" : "receiver") +
+                                                     " staging on this side, or verify off");
   if (usable && !load_weights) usable = Status(ErrorCode::kInvalidArgument, who() + ": load_weights is empty");
   if (usable && stages && level < MPI_THREAD_MULTIPLE)
     usable = Status(ErrorCode::kUnsupported,
@@ -140,10 +164,14 @@ void AdapterBase::refresh_stats() {
   }
 }
 
-Status AdapterBase::run_transfer(std::uint64_t v) {
+Status AdapterBase::run_transfer(std::uint64_t v, void* cuda_stream) {
   RoundExecutor& executor = *connection->executor;
   const std::int64_t before = executor.stats().bytes_written;
-  const Status status = executor.run_update();
+  // CUDA parameters moved in place: the update's kernels start after the caller's work on them.
+  DeviceOrdering after;
+  if (!params.empty() && params[0].view.memory == MemoryKind::kCuda)
+    after.wait_stream = cuda_stream != nullptr ? cuda_stream : cuda_legacy_stream();
+  const Status status = executor.run_update(after);
   history.push_back({v, executor.stats().bytes_written - before, status.is_ok()});
   refresh_stats();
   return status;

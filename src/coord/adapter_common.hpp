@@ -15,6 +15,10 @@
 
 namespace wb::coord {
 
+/// The adapters' requirement on a worker's parameters: contiguous, all in host memory or all on one CUDA
+/// device (a device this process can use). `who` starts the message.
+Status check_parameter_memory(const ParameterSet& params, const std::string& who);
+
 struct AdapterBase {
   MPI_Comm world = MPI_COMM_NULL;       // duplicates: the adapters' messages never meet the application's
   MPI_Comm group_comm = MPI_COMM_NULL;
@@ -60,8 +64,9 @@ struct AdapterBase {
   /// When this adapter goes away without the orderly end (an exception unwinds past it, or a rollout
   /// stops serving before the trainers shut down), its peers learn it at once instead of after a timeout.
   void announce_departure(const std::string& why);
-  /// Runs one transfer on this thread and records it (history, statistics).
-  Status run_transfer(std::uint64_t v);
+  /// Runs one transfer on this thread and records it (history, statistics). CUDA parameters moved in place:
+  /// ordered after the work on `cuda_stream` (a cudaStream_t; null: the legacy default stream).
+  Status run_transfer(std::uint64_t v, void* cuda_stream = nullptr);
   /// Starts one transfer on the background thread (staged sides).
   void start_background(std::uint64_t v);
   /// Waits for the background transfer and records it; returns early with the failure a peer announced or

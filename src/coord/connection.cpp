@@ -182,130 +182,6 @@ ResolvedOptions resolve_options(const AdapterOptions& options) {
   return resolved;
 }
 
-std::vector<ByteRanges> touched_ranges(const std::vector<BufferCopy>& copies, std::size_t parameters) {
-  std::vector<ByteRanges> ranges(parameters);
-  struct Axis {
-    std::int64_t extent, stride;
-  };
-  std::vector<Axis> axes;
-  for (const BufferCopy& c : copies) {
-    if (c.copy.parameter >= parameters || c.copy.box.numel() == 0) continue;
-    // The elements a copy touches do not depend on the order of its axes: outermost (largest stride)
-    // first, merged where one axis continues the next, leaves contiguous runs along the innermost.
-    axes.clear();
-    for (std::size_t a = 0; a < c.copy.box.extent.size(); ++a)
-      if (c.copy.box.extent[a] > 1) axes.push_back({c.copy.box.extent[a], c.copy.strides[a]});
-    std::sort(axes.begin(), axes.end(), [](const Axis& x, const Axis& y) { return x.stride > y.stride; });
-    for (std::size_t a = axes.size(); a-- > 1;)
-      if (axes[a - 1].stride == axes[a].stride * axes[a].extent) {
-        axes[a - 1] = {axes[a - 1].extent * axes[a].extent, axes[a].stride};
-        axes.erase(axes.begin() + static_cast<std::ptrdiff_t>(a));
-      }
-    std::int64_t run = 1;
-    if (!axes.empty() && axes.back().stride == 1) {
-      run = axes.back().extent;
-      axes.pop_back();
-    }
-    const std::int64_t element = c.element_bytes;
-    ByteRanges& out = ranges[c.copy.parameter];
-    std::vector<std::int64_t> index(axes.size(), 0);
-    for (;;) {
-      std::int64_t at = c.copy.offset;
-      for (std::size_t a = 0; a < axes.size(); ++a) at += index[a] * axes[a].stride;
-      out.emplace_back(at * element, (at + run) * element);
-      std::size_t a = axes.size();
-      for (; a-- > 0;) {
-        if (++index[a] < axes[a].extent) break;
-        index[a] = 0;
-      }
-      if (a == static_cast<std::size_t>(-1)) break;
-    }
-  }
-  for (ByteRanges& list : ranges) {
-    std::sort(list.begin(), list.end());
-    std::size_t kept = 0;
-    for (const auto& range : list) {
-      if (kept > 0 && range.first <= list[kept - 1].second)
-        list[kept - 1].second = std::max(list[kept - 1].second, range.second);
-      else
-        list[kept++] = range;
-    }
-    list.resize(kept);
-  }
-  return ranges;
-}
-
-Staging::Staging(const ParameterSet& params, std::vector<ByteRanges> ranges) {
-  copies_.resize(params.size());
-  const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
-  try {
-    for (std::size_t p = 0; p < params.size() && p < ranges.size(); ++p) {
-      if (ranges[p].empty()) continue;
-      Copy& copy = copies_[p];
-      copy.mapped = (params[p].view.nbytes() + page - 1) / page * page;
-      void* memory = ::mmap(nullptr, copy.mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-      if (memory == MAP_FAILED)
-        throw Error(ErrorCode::kSystem, "cannot reserve " + std::to_string(copy.mapped) + " bytes of staging for parameter " +
-                                            params[p].name + ": " + std::strerror(errno));
-      copy.data = static_cast<std::byte*>(memory);
-      copy.ranges = std::move(ranges[p]);
-      for (const auto& [first, last] : copy.ranges) bytes_ += last - first;
-    }
-  } catch (...) {
-    release();
-    throw;
-  }
-}
-
-Staging::~Staging() { release(); }
-
-Staging::Staging(Staging&& other) noexcept : copies_(std::move(other.copies_)), bytes_(other.bytes_) {
-  other.copies_.clear();
-  other.bytes_ = 0;
-}
-
-Staging& Staging::operator=(Staging&& other) noexcept {
-  if (this != &other) {
-    release();
-    copies_ = std::move(other.copies_);
-    bytes_ = other.bytes_;
-    other.copies_.clear();
-    other.bytes_ = 0;
-  }
-  return *this;
-}
-
-void Staging::release() {
-  for (Copy& copy : copies_)
-    if (copy.data != nullptr) ::munmap(copy.data, copy.mapped);
-  copies_.clear();
-  bytes_ = 0;
-}
-
-void Staging::copy_from(const ParameterSet& params) const {
-  for (std::size_t p = 0; p < copies_.size(); ++p)
-    for (const auto& [first, last] : copies_[p].ranges)
-      std::memcpy(copies_[p].data + first, static_cast<const std::byte*>(params[p].view.data) + first,
-                  static_cast<std::size_t>(last - first));
-}
-
-void Staging::copy_to(const ParameterSet& params) const {
-  for (std::size_t p = 0; p < copies_.size(); ++p)
-    for (const auto& [first, last] : copies_[p].ranges)
-      std::memcpy(static_cast<std::byte*>(params[p].view.data) + first, copies_[p].data + first,
-                  static_cast<std::size_t>(last - first));
-}
-
-ParameterMemory Staging::memory(const ParameterSet& params) const {
-  ParameterMemory memory;
-  for (std::size_t p = 0; p < params.size(); ++p) {
-    const bool staged = p < copies_.size() && copies_[p].data != nullptr;
-    memory.data.push_back(staged ? copies_[p].data : static_cast<std::byte*>(params[p].view.data));
-    memory.bytes.push_back(params[p].view.nbytes());
-  }
-  return memory;
-}
-
 Connection establish_connection(const ConnectInput& input) {
   const Roles& roles = *input.roles;
   const ResolvedOptions& options = input.options;
@@ -512,7 +388,7 @@ Connection establish_connection(const ConnectInput& input) {
     for (const RoundPlan& round : schedule.rounds)
       for (const BufferCopy& copy : roles.trainer ? round.pack : round.assemble) copies.push_back(copy);
     connection.staging = Staging(*input.params, touched_ranges(copies, input.params->size()));
-    if (roles.trainer) connection.staging.copy_from(*input.params);
+    if (roles.trainer) throw_if_error(connection.staging.copy_from(*input.params));
   }
 
   // 6. Buffers, registrations and transport connections, once.

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "coord/control.hpp"
+#include "coord/staging.hpp"
 #include "exec/round_executor.hpp"
 #include "weightbridge/adapter.hpp"
 
@@ -32,45 +33,6 @@ struct ResolvedOptions {
 };
 /// Throws on values out of range.
 ResolvedOptions resolve_options(const AdapterOptions& options);
-
-/// Byte ranges [first, second) of one parameter.
-using ByteRanges = std::vector<std::pair<std::int64_t, std::int64_t>>;
-
-/// The bytes of their parameters that `copies` touch, per parameter: sorted, disjoint, adjacent ranges merged.
-std::vector<ByteRanges> touched_ranges(const std::vector<BufferCopy>& copies, std::size_t parameters);
-
-/// Host copies of what one side stages, allocated once at connect: per parameter, the bytes the schedule
-/// reads (sender) or writes (receiver), at their own offsets inside a reservation of the parameter's size.
-/// The pages of that reservation the plan never touches are never touched at all, so host memory grows with
-/// what is staged, not with the parameters (page granularity).
-class Staging {
- public:
-  Staging() = default;
-  Staging(const ParameterSet& params, std::vector<ByteRanges> ranges);
-  ~Staging();
-  Staging(Staging&& other) noexcept;
-  Staging& operator=(Staging&& other) noexcept;
-  Staging(const Staging&) = delete;
-  Staging& operator=(const Staging&) = delete;
-
-  /// Parameters -> staging (sender) and staging -> parameters (receiver), for the staged ranges only.
-  void copy_from(const ParameterSet& params) const;
-  void copy_to(const ParameterSet& params) const;
-  /// What the executor reads or writes: the staging copy where there is one, the parameter elsewhere.
-  ParameterMemory memory(const ParameterSet& params) const;
-  /// The staged bytes (the ranges), what the plan needs.
-  std::int64_t bytes() const { return bytes_; }
-
- private:
-  void release();
-  struct Copy {
-    std::byte* data = nullptr;  // mapping of `mapped` bytes, null when the parameter is not staged
-    std::size_t mapped = 0;
-    ByteRanges ranges;
-  };
-  std::vector<Copy> copies_;
-  std::int64_t bytes_ = 0;
-};
 
 struct Connection {
   std::unique_ptr<RoundExecutor> executor;

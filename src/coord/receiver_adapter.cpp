@@ -34,6 +34,7 @@ struct ReceiverAdapter::State : AdapterBase {
   bool staged_done = false;     // this rank's part of it has finished, with staged_status
   Status staged_status;
   bool intact = true;           // the parameters hold `version`, complete
+  void* cuda_stream = nullptr;  // poll_requests' argument: CUDA parameters are written after its work
 
   State(MPI_Comm world, MPI_Comm engine, ParameterSet params, LoadWeightsFn load, const AdapterOptions& options,
         BeforeUpdateHook before_update_hook)
@@ -76,14 +77,21 @@ struct ReceiverAdapter::State : AdapterBase {
     if (status && transfer) {
       faults->set_activity(group->first_incomplete(), what + " (receiving)");
       const std::int64_t assembled = connection->executor->stats().bytes_assembled;
-      status = run_transfer(v);
+      status = run_transfer(v, cuda_stream);
       if (!status) intact = connection->executor->stats().bytes_assembled == assembled;
     }
     // Staged, this step decides the install: all ranks copy the version in, or none does. A rank that gave
     // up does not take it (its announcement ends it on the others).
     if (status) status = group->step(Status::ok(), waiter(), *faults, what, !transfer);
     else status = give_up(status, hook_failed ? "" : "version " + std::to_string(v) + ": ");
-    if (status && !transfer) connection->staging.copy_to(params);
+    if (status && !transfer) {
+      status = connection->staging.copy_to(params, cuda_stream);
+      // Some ranks of the engine may have installed: the version is not whole anywhere then.
+      if (!status) {
+        intact = false;
+        status = give_up(status, "version " + std::to_string(v) + ": installing from staging: ");
+      }
+    }
     const Status acknowledged = acknowledge(v, status);
     stalls.push_back({v, began, now()});
     if (status && !acknowledged) status = acknowledged;
@@ -225,7 +233,10 @@ ReceiverAdapter::~ReceiverAdapter() {
                                    : "its ReceiverAdapter was destroyed before the trainers shut down");
 }
 
-PollResult ReceiverAdapter::poll_requests() { return state_->poll(); }
+PollResult ReceiverAdapter::poll_requests(void* cuda_stream) {
+  state_->cuda_stream = cuda_stream;
+  return state_->poll();
+}
 std::uint64_t ReceiverAdapter::installed_version() const { return state_->version; }
 bool ReceiverAdapter::connected() const { return state_->connection.has_value(); }
 bool ReceiverAdapter::closed() const { return state_->shut_down || !state_->failure.is_ok(); }

@@ -184,7 +184,7 @@ void SenderAdapter::connect() {
   s.connected(establish_connection(input));
 }
 
-Status SenderAdapter::send_weights(std::uint64_t version) {
+Status SenderAdapter::send_weights(std::uint64_t version, void* cuda_stream) {
   State& s = *state_;
   if (!s.failure.is_ok()) return s.failure;
   if (!s.connection || s.shut_down)
@@ -206,11 +206,15 @@ Status SenderAdapter::send_weights(std::uint64_t version) {
   s.in_flight = true;
   if (s.options.sender_staging) {
     // The staged copy is what the transfer reads: the trainer may change its parameters from here on.
-    s.connection->staging.copy_from(s.params);
+    status = s.connection->staging.copy_from(s.params, cuda_stream);
+    if (!status) {
+      s.in_flight = false;
+      return s.give_up(status, "version " + std::to_string(version) + ": copying the parameters to staging: ");
+    }
     s.start_background(version);
   } else {
     // Every trainer takes part in the same steps whatever happened, so a failure on one reaches all.
-    status = s.run_transfer(version);
+    status = s.run_transfer(version, cuda_stream);
     if (status) status = s.group->step(Status::ok(), s.waiter(), *s.faults, s.about(version) + ": the trainers' writes");
     else status = s.give_up(s.diagnose(version, status), "version " + std::to_string(version) + ": ");
     if (!status) {

@@ -2,6 +2,9 @@
 // core/cuda_device.hpp (guard, error text and classes, pointer queries), with and without CUDA.
 #include "core/device.hpp"
 
+#include <unistd.h>
+
+#include <cstdint>
 #include <string>
 #include <utility>
 
@@ -171,6 +174,79 @@ void cuda_copy(void* dst, const void* src, std::size_t bytes) {
 
 void cuda_synchronize() { WB_CHECK_CUDA(cudaDeviceSynchronize()); }
 
+void* cuda_legacy_stream() { return static_cast<void*>(cudaStreamLegacy); }
+
+DeviceCopyStream::DeviceCopyStream(int device) : device_(device) {
+  DeviceGuard guard(device);
+  cudaStream_t stream = nullptr;
+  WB_CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  stream_ = stream;
+  cudaEvent_t event = nullptr;
+  if (const cudaError_t rc = cudaEventCreateWithFlags(&event, cudaEventDisableTiming); rc != cudaSuccess) {
+    reset();
+    WB_CHECK_CUDA(rc);
+  }
+  event_ = event;
+}
+
+void DeviceCopyStream::reset() noexcept {
+  if (stream_ == nullptr && event_ == nullptr) return;
+  DeviceGuard guard;
+  (void)guard.enter(device_);
+  if (stream_ != nullptr) (void)cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
+  if (event_ != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(event_));
+  if (stream_ != nullptr) (void)cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
+  stream_ = event_ = nullptr;
+}
+
+Status DeviceCopyStream::after(void* stream) noexcept {
+  DeviceGuard guard;
+  if (Status s = guard.enter(device_); !s) return s;
+  // The legacy default stream orders after all blocking streams; a non-blocking caller stream is named.
+  WB_TRY_CUDA(cudaEventRecord(static_cast<cudaEvent_t>(event_), static_cast<cudaStream_t>(stream)));
+  WB_TRY_CUDA(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream_), static_cast<cudaEvent_t>(event_), 0));
+  return Status::ok();
+}
+
+Status DeviceCopyStream::copy(void* dst, const void* src, std::size_t bytes) noexcept {
+  if (bytes == 0) return Status::ok();
+  DeviceGuard guard;
+  if (Status s = guard.enter(device_); !s) return s;
+  WB_TRY_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, static_cast<cudaStream_t>(stream_)));
+  return Status::ok();
+}
+
+Status DeviceCopyStream::zero(void* dst, std::size_t bytes) noexcept {
+  if (bytes == 0) return Status::ok();
+  DeviceGuard guard;
+  if (Status s = guard.enter(device_); !s) return s;
+  WB_TRY_CUDA(cudaMemsetAsync(dst, 0, bytes, static_cast<cudaStream_t>(stream_)));
+  return Status::ok();
+}
+
+Status DeviceCopyStream::wait() noexcept {
+  if (stream_ == nullptr) return Status::ok();
+  WB_TRY_CUDA(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)));
+  return Status::ok();
+}
+
+HostPinning::HostPinning(void* address, std::size_t bytes) {
+  if (bytes == 0) return;
+  static const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const std::uintptr_t begin = reinterpret_cast<std::uintptr_t>(address) / page * page;
+  const std::uintptr_t end = (reinterpret_cast<std::uintptr_t>(address) + bytes + page - 1) / page * page;
+  void* base = reinterpret_cast<void*>(begin);
+  if (const cudaError_t rc = cudaHostRegister(base, end - begin, cudaHostRegisterPortable); rc != cudaSuccess)
+    throw Error(make_call_error(ErrorCode::kCuda, "cudaHostRegister of " + std::to_string(end - begin) + " bytes of staging",
+                                detail::cuda_error_string(rc), __FILE__, __LINE__));
+  address_ = base;
+}
+
+void HostPinning::reset() noexcept {
+  if (address_ != nullptr) (void)cudaHostUnregister(address_);
+  address_ = nullptr;
+}
+
 #else
 
 namespace detail {
@@ -200,6 +276,24 @@ void cuda_copy(void*, const void*, std::size_t bytes) {
 
 void cuda_synchronize() { throw_no_cuda("cuda_synchronize"); }
 
+void* cuda_legacy_stream() { return nullptr; }
+
+DeviceCopyStream::DeviceCopyStream(int device) : device_(device) { throw_no_cuda("DeviceCopyStream"); }
+void DeviceCopyStream::reset() noexcept { stream_ = event_ = nullptr; }
+Status DeviceCopyStream::after(void*) noexcept { return Status(ErrorCode::kUnsupported, "DeviceCopyStream: built without CUDA"); }
+Status DeviceCopyStream::copy(void*, const void*, std::size_t) noexcept {
+  return Status(ErrorCode::kUnsupported, "DeviceCopyStream: built without CUDA");
+}
+Status DeviceCopyStream::zero(void*, std::size_t) noexcept {
+  return Status(ErrorCode::kUnsupported, "DeviceCopyStream: built without CUDA");
+}
+Status DeviceCopyStream::wait() noexcept { return Status::ok(); }
+
+HostPinning::HostPinning(void*, std::size_t bytes) {
+  if (bytes != 0) throw_no_cuda("cudaHostRegister");
+}
+void HostPinning::reset() noexcept { address_ = nullptr; }
+
 #endif
 
 const char* cuda_pointer_kind_name(CudaPointerInfo::Kind kind) {
@@ -223,6 +317,29 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
     device_ = other.device_;
+  }
+  return *this;
+}
+
+DeviceCopyStream::~DeviceCopyStream() { reset(); }
+DeviceCopyStream::DeviceCopyStream(DeviceCopyStream&& other) noexcept
+    : stream_(std::exchange(other.stream_, nullptr)), event_(std::exchange(other.event_, nullptr)), device_(other.device_) {}
+DeviceCopyStream& DeviceCopyStream::operator=(DeviceCopyStream&& other) noexcept {
+  if (this != &other) {
+    reset();
+    stream_ = std::exchange(other.stream_, nullptr);
+    event_ = std::exchange(other.event_, nullptr);
+    device_ = other.device_;
+  }
+  return *this;
+}
+
+HostPinning::~HostPinning() { reset(); }
+HostPinning::HostPinning(HostPinning&& other) noexcept : address_(std::exchange(other.address_, nullptr)) {}
+HostPinning& HostPinning::operator=(HostPinning&& other) noexcept {
+  if (this != &other) {
+    reset();
+    address_ = std::exchange(other.address_, nullptr);
   }
   return *this;
 }

@@ -36,9 +36,26 @@ RankPlaces gather_rank_places(bool cuda_parameters, MPI_Comm comm) {
   for (int r = 0; r < size; ++r) {
     const char* record = &gathered[static_cast<std::size_t>(r) * kIdBytes];
     places.machines.emplace_back(record);
+    places.cuda.push_back(record[kIdBytes - 1] != 0);
     places.any_cuda = places.any_cuda || record[kIdBytes - 1] != 0;
   }
   return places;
+}
+
+void gather_device_buffers(RankPlaces& places, bool mine, MPI_Comm comm) {
+  char flag = mine ? 1 : 0;
+  std::vector<char> flags(places.machines.size(), 0);
+  WB_CHECK_MPI(MPI_Allgather(&flag, 1, MPI_CHAR, flags.data(), 1, MPI_CHAR, comm));
+  places.device_buffers.assign(flags.size(), false);
+  for (std::size_t r = 0; r < flags.size(); ++r) places.device_buffers[r] = flags[r] != 0;
+}
+
+MemoryKind pair_memory(const RankPlaces& places, int rank, int peer) {
+  const auto r = static_cast<std::size_t>(rank), p = static_cast<std::size_t>(peer);
+  if (places.machines.at(r) != places.machines.at(p)) return places.cuda.at(r) ? MemoryKind::kCuda : MemoryKind::kHost;
+  for (std::size_t other = 0; other < places.machines.size(); ++other)
+    if (places.machines[other] == places.machines[r] && !places.device_buffers.at(other)) return MemoryKind::kHost;
+  return MemoryKind::kCuda;
 }
 
 }  // namespace wb::exec

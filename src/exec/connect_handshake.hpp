@@ -29,8 +29,23 @@ std::vector<std::byte> swap_record(int peer, const std::vector<std::byte>& bytes
 /// Every rank's machine (machine_id) and whether it has CUDA parameters, all-gathered over `comm`.
 struct RankPlaces {
   std::vector<std::string> machines;
+  std::vector<bool> cuda;            // per rank: CUDA parameters
+  std::vector<bool> device_buffers;  // per rank: CUDA parameters, and its network transport (if it has
+                                     // peers on other machines) registers CUDA memory
   bool any_cuda = false;
 };
+/// Fills machines, cuda and any_cuda.
 RankPlaces gather_rank_places(bool cuda_parameters, MPI_Comm comm);
+/// Fills device_buffers from every rank's own answer (all-gathered over `comm`).
+void gather_device_buffers(RankPlaces& places, bool mine, MPI_Comm comm);
+
+/// The memory the pair (rank, peer) moves through, which with the machines decides its transport
+/// (choose_transport): between machines, the rank's own parameters' memory (the network transport then
+/// registers what it can: transfer_memory.hpp); on one machine, CUDA memory (cuda_ipc) only when every rank
+/// of that machine can keep device buffers, host memory (cma; pinned buffers on the ranks with CUDA
+/// parameters) as soon as one cannot (host parameters, or a NIC that registers host memory only), so that
+/// no rank needs buffers that two of its transports cannot both register. Both ranks of a pair compute the
+/// same answer for it.
+MemoryKind pair_memory(const RankPlaces& places, int rank, int peer);
 
 }  // namespace wb::exec

@@ -2,6 +2,7 @@
 #include "exec/round_executor.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <string>
@@ -73,16 +74,28 @@ RoundExecutor::RoundExecutor(RoundSchedule schedule, ParameterMemory parameters,
   s.rounds = static_cast<int>(s.schedule.rounds.size());
 
   // The machine every rank is on decides the transport of each pair.
-  const exec::RankPlaces places = exec::gather_rank_places(cuda_parameters, comm);
+  // Pairs between machines first: whether their transport registers device memory decides, with the
+  // others of this machine, whether the pairs on it go device to device (exec::pair_memory).
+  exec::RankPlaces places = exec::gather_rank_places(cuda_parameters, comm);
   s.collective_teardown = places.any_cuda;
+  const auto same_machine = [&](int peer) {
+    return places.machines[static_cast<std::size_t>(peer)] == places.machines[static_cast<std::size_t>(s.rank)];
+  };
+  const auto use = [&](int peer, TransportKind kind) {
+    if (!s.transports.count(kind)) s.transports.emplace(kind, make_transport(kind, s.rank));
+    s.peers[peer].transport = s.transports[kind].get();
+  };
+  bool device_buffers = cuda_parameters;
   for (int peer : s.schedule.peers) {
     if (peer < 0 || peer >= size || peer == s.rank)
       throw Error(ErrorCode::kInvalidArgument, "round schedule names peer " + std::to_string(peer));
-    const bool same_machine = places.machines[static_cast<std::size_t>(peer)] == places.machines[static_cast<std::size_t>(s.rank)];
-    const TransportKind kind = choose_transport(same_machine, s.parameters.memory, options.transport);
-    if (!s.transports.count(kind)) s.transports.emplace(kind, make_transport(kind, s.rank));
-    s.peers[peer].transport = s.transports[kind].get();
+    if (same_machine(peer)) continue;
+    use(peer, choose_transport(false, s.parameters.memory, options.transport));
+    device_buffers = device_buffers && s.peers[peer].transport->capabilities().cuda_memory;
   }
+  exec::gather_device_buffers(places, device_buffers, comm);
+  for (int peer : s.schedule.peers)
+    if (same_machine(peer)) use(peer, choose_transport(true, exec::pair_memory(places, s.rank, peer), options.transport));
 
   // Padded segments (segment_padding.hpp) where some rank's kernels address the buffers: a rank with CUDA
   // parameters pads its own slots, and every rank learns the receive layouts of the peers it writes to
@@ -106,14 +119,35 @@ RoundExecutor::RoundExecutor(RoundSchedule schedule, ParameterMemory parameters,
   s.stats.buffer_memory = choose_buffer_memory(s.parameters.memory, capabilities);
   s.buffers = exec::allocate_transfer_buffers(s.parameters.memory, s.stats.buffer_memory, s.parameters.device, s.depth,
                                               s.schedule.send_slot_bytes, s.schedule.receive_slot_bytes);
-  for (const auto& [kind, transport] : s.transports) {
-    const MemoryRegistration send =
-        transport->register_memory(s.buffers.send->data(), s.buffers.send->size(), s.buffers.memory, s.buffers.device);
-    const MemoryRegistration receive =
-        transport->register_memory(s.buffers.receive->data(), s.buffers.receive->size(), s.buffers.memory, s.buffers.device);
-    s.stats.registrations += 2;
-    s.local_memory[kind] = {send.id, receive.id};
-    s.receive_keys[kind] = receive.remote_key;
+  const auto register_buffers = [&] {
+    for (const auto& [kind, transport] : s.transports) {
+      const MemoryRegistration send =
+          transport->register_memory(s.buffers.send->data(), s.buffers.send->size(), s.buffers.memory, s.buffers.device);
+      const MemoryRegistration receive =
+          transport->register_memory(s.buffers.receive->data(), s.buffers.receive->size(), s.buffers.memory, s.buffers.device);
+      s.stats.registrations += 2;
+      s.local_memory[kind] = {send.id, receive.id};
+      s.receive_keys[kind] = receive.remote_key;
+    }
+  };
+  try {
+    register_buffers();
+  } catch (const Error& error) {
+    // A NIC that cannot register device memory after all (no dma-buf, no peer-memory module) is known only
+    // by trying: the first registration of device buffers failing, the buffers move to pinned host memory,
+    // which every transport of the rank must then register.
+    const bool host_everywhere = std::all_of(capabilities.begin(), capabilities.end(),
+                                             [](const auto& c) { return c.second.host_memory; });
+    if (s.buffers.memory != MemoryKind::kCuda || s.stats.registrations != 0 || !host_everywhere) throw;
+    static std::atomic<bool> logged{false};
+    if (!logged.exchange(true)) {
+      WB_LOG(kWarn) << "rank " << s.rank << ": the transports cannot register CUDA transfer buffers ("
+                    << error.status().message() << "); using pinned host buffers, which the kernels reach over PCIe";
+    }
+    s.stats.buffer_memory = MemoryKind::kHost;
+    s.buffers = exec::allocate_transfer_buffers(s.parameters.memory, MemoryKind::kHost, s.parameters.device, s.depth,
+                                                s.schedule.send_slot_bytes, s.schedule.receive_slot_bytes);
+    register_buffers();
   }
 
   // Connect every pair (connect_handshake.hpp), peers in ascending order.

@@ -2,9 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <sstream>
 
+#include "core/cuda_device.hpp"
+#include "core/device.hpp"
 #include "core/log.hpp"
 #include "layout/probe_checkpoint.hpp"
 #include "layout/probe_code.hpp"
@@ -385,16 +389,102 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+SourceMap probe_device_parameters(const std::vector<TensorInfo>& checkpoint_tensors, const ParameterSet& params,
+                                  const ProbeLoader& load_weights, const ProbeOptions& options, ProbeReport* report) {
+  const Parameter& first = params[0];
+  for (const Parameter& p : params)
+    if (p.view.memory != MemoryKind::kCuda || p.view.device != first.view.device)
+      throw Error(ErrorCode::kInvalidArgument,
+                  "probe: parameter " + p.name + " is in " +
+                      (p.view.memory == MemoryKind::kCuda ? "the memory of CUDA device " + std::to_string(p.view.device)
+                                                          : std::string("host memory")) +
+                      ", parameter " + first.name + " in that of CUDA device " + std::to_string(first.view.device) +
+                      ": a worker's parameters are all in host memory or all on one device");
+  DeviceCopyStream stream(first.view.device);
+  ParameterAccess access;
+  // Host <-> device copies wait at once (the host copy is read next); zeroes are waited for by the next read.
+  access.read = [&stream](const Parameter& p, void* host) {
+    throw_if_error(stream.copy(host, p.view.data, p.view.nbytes()));
+    throw_if_error(stream.wait());
+  };
+  access.write = [&stream](const Parameter& p, const void* host) {
+    throw_if_error(stream.copy(p.view.data, host, p.view.nbytes()));
+  };
+  access.zero = [&stream](const Parameter& p) { throw_if_error(stream.zero(p.view.data, p.view.nbytes())); };
+  // load_weights fills the parameters on streams of its own (or the legacy one): the probe's copies start
+  // after them and the zeroes finish before load_weights runs.
+  access.done = [&stream] {
+    throw_if_error(stream.wait());
+    cuda_synchronize();
+  };
+  return probe_source_map_through(checkpoint_tensors, params, load_weights, access, options, report);
+}
+
 }  // namespace
+
+SourceMap probe_source_map_through(const std::vector<TensorInfo>& checkpoint_tensors, const ParameterSet& params,
+                                   const ProbeLoader& load_weights, const ParameterAccess& access,
+                                   const ProbeOptions& options, ProbeReport* report) {
+  const auto done = [&access] {
+    if (access.done) access.done();
+  };
+  struct Aligned {
+    void operator()(std::byte* p) const { std::free(p); }
+  };
+  std::vector<std::unique_ptr<std::byte, Aligned>> storage;
+  ParameterSet copies;
+  for (const Parameter& p : params) {
+    auto* memory = static_cast<std::byte*>(std::aligned_alloc(64, std::max<std::size_t>(64, (p.view.nbytes() + 63) / 64 * 64)));
+    if (memory == nullptr)
+      throw Error(ErrorCode::kSystem, "probe: cannot allocate a host copy of parameter " + p.name + " (" +
+                                          std::to_string(p.view.nbytes()) + " bytes)");
+    storage.emplace_back(memory);
+    TensorView view = p.view;
+    view.data = memory;
+    view.memory = MemoryKind::kHost;
+    view.device = 0;
+    copies.add(p.name, view);
+  }
+  for (std::size_t i = 0; i < params.size(); ++i) access.read(params[i], copies[i].view.data);
+  done();
+  const ProbeLoader through = [&](const CheckpointReader& probe, const ParameterSet&) {
+    for (const Parameter& p : params) access.zero(p);
+    done();
+    load_weights(probe, params);
+    done();
+    for (std::size_t i = 0; i < params.size(); ++i) access.read(params[i], copies[i].view.data);
+    done();
+  };
+  const auto restore = [&] {
+    for (std::size_t i = 0; i < params.size(); ++i) access.write(params[i], copies[i].view.data);
+    done();
+  };
+  SourceMap map;
+  try {
+    // The host probe restores the copies' contents when it ends, failed or not; they go back to the parameters.
+    map = probe_source_map(checkpoint_tensors, copies, through, options, report);
+  } catch (...) {
+    try {
+      restore();
+    } catch (const Error& e) {
+      WB_LOG(kWarn) << "probe: the parameters' contents could not be restored after a failed probe: " << e.what();
+    }
+    throw;
+  }
+  restore();
+  if (report != nullptr) report->scratch_bytes += params.total_bytes();
+  return map;
+}
 
 SourceMap probe_source_map(const std::vector<TensorInfo>& checkpoint_tensors, const ParameterSet& params,
                            const ProbeLoader& load_weights, const ProbeOptions& options, ProbeReport* report) {
   const auto start = std::chrono::steady_clock::now();
+  bool any_cuda = false;
   for (const Parameter& p : params) {
-    if (p.view.memory != MemoryKind::kHost)
-      throw Error(ErrorCode::kUnsupported, "probe: parameter " + p.name + " is in CUDA memory; probing host parameters only");
     if (!p.view.is_contiguous()) throw Error(ErrorCode::kInvalidArgument, "probe: parameter " + p.name + " is not contiguous");
+    any_cuda = any_cuda || p.view.memory == MemoryKind::kCuda;
   }
+  if (any_cuda) return probe_device_parameters(checkpoint_tensors, params, load_weights, options, report);
   ProbePlan plan(checkpoint_tensors);
   ProbeCheckpoint probe(checkpoint_tensors, plan);
   SavedParameters saved(params);

@@ -40,12 +40,29 @@ struct ProbeReport {
   std::size_t serialized_bytes = 0;    // the map's compact form
 };
 
-/// Probes `load_weights` on `params` (host memory, contiguous) against a checkpoint with
-/// `checkpoint_tensors`, and returns the normalized source map. Throws wb::Error naming the parameter
-/// and the first bad position when load_weights is not a pure copy, and restores the parameters' contents
-/// in every case.
+/// Probes `load_weights` on `params` (contiguous; host memory, or all in the memory of one CUDA device)
+/// against a checkpoint with `checkpoint_tensors`, and returns the normalized source map. Throws
+/// wb::Error naming the parameter and the first bad position when load_weights is not a pure copy, and
+/// restores the parameters' contents in every case. CUDA parameters are probed through host copies
+/// (probe_source_map_through, with device copies).
 SourceMap probe_source_map(const std::vector<TensorInfo>& checkpoint_tensors, const ParameterSet& params,
                            const ProbeLoader& load_weights, const ProbeOptions& options = {},
                            ProbeReport* report = nullptr);
+
+/// How the probe reaches parameters that it cannot read in place (CUDA memory). Each function throws
+/// wb::Error when it fails.
+struct ParameterAccess {
+  std::function<void(const Parameter& param, void* host)> read;         // the parameter's bytes -> host
+  std::function<void(const Parameter& param, const void* host)> write;  // host -> the parameter's bytes
+  std::function<void(const Parameter& param)> zero;                     // the parameter's bytes = 0
+  std::function<void()> done;  // the reads, writes and zeroes issued so far are complete (may be empty)
+};
+
+/// probe_source_map on host copies of `params`: around every load_weights call on the real parameters,
+/// they are zeroed before and read back after; their contents are written back at the end. The host copies
+/// cost one parameter-sized buffer each, in addition to the probe's own scratch.
+SourceMap probe_source_map_through(const std::vector<TensorInfo>& checkpoint_tensors, const ParameterSet& params,
+                                   const ProbeLoader& load_weights, const ParameterAccess& access,
+                                   const ProbeOptions& options = {}, ProbeReport* report = nullptr);
 
 }  // namespace wb

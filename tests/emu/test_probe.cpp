@@ -79,6 +79,84 @@ TEST_P(ProbePreset, ProbedMapsEqualDescribedMapsAndReproduceLoadWeights) {
 
 INSTANTIATE_TEST_SUITE_P(Presets, ProbePreset, testing_support::preset_names(), testing_support::preset_test_name);
 
+// Parameters the probe cannot read in place (CUDA memory) are probed through host copies. Here the "device"
+// is host memory reached only through the access functions, which count what they are asked to do: the
+// map is the one a direct probe finds, load_weights always sees the real parameters, each of its calls
+// comes after every parameter was zeroed, and the real parameters get their contents back.
+TEST(Probe, ThroughAccessFunctionsAsForDeviceParameters) {
+  const PresetInstance instance = instantiate_preset(find_preset("qwen3-30b-a3b"), ModelScale::kTiny);
+  const std::vector<TensorInfo> tensors = model_tensors(instance.model);
+  const auto worker = make_rollout_worker(instance.model, instance.deployment.rollout, 1);
+  HostParameters device(worker->parameter_infos()), before(worker->parameter_infos());
+  for (std::size_t i = 0; i < device.parameters().size(); ++i) {
+    const Parameter& p = device.parameters()[i];
+    for (std::size_t b = 0; b < p.view.nbytes(); ++b) static_cast<std::uint8_t*>(p.view.data)[b] = static_cast<std::uint8_t>(b * 5 + i);
+    std::memcpy(before.parameters()[i].view.data, p.view.data, p.view.nbytes());
+  }
+  std::size_t zeroed = 0, reads = 0, writes = 0, loads = 0;
+  bool loaded_real = true, zeroed_first = true;
+  ParameterAccess access;
+  access.read = [&](const Parameter& p, void* host) {
+    std::memcpy(host, p.view.data, p.view.nbytes());
+    ++reads;
+  };
+  access.write = [&](const Parameter& p, const void* host) {
+    std::memcpy(p.view.data, host, p.view.nbytes());
+    ++writes;
+  };
+  access.zero = [&](const Parameter& p) {
+    std::memset(p.view.data, 0, p.view.nbytes());
+    ++zeroed;
+  };
+  const ProbeLoader load = [&](const CheckpointReader& c, const ParameterSet& s) {
+    loaded_real = loaded_real && s[0].view.data == device.parameters()[0].view.data;
+    zeroed_first = zeroed_first && zeroed == (loads + 1) * s.size();
+    ++loads;
+    worker->load_weights(c, s);
+  };
+  ProbeReport report;
+  const SourceMap through = probe_source_map_through(tensors, device.parameters(), load, access, {}, &report);
+  HostParameters host(worker->parameter_infos());
+  const SourceMap direct = probe_source_map(tensors, host.parameters(), loader_of(*worker));
+  EXPECT_EQ(through.copies, direct.copies);
+  EXPECT_TRUE(loaded_real) << "load_weights was given the host copies";
+  EXPECT_TRUE(zeroed_first) << "load_weights ran on parameters that were not all zeroed";
+  EXPECT_EQ(static_cast<int>(loads), report.passes);
+  const std::size_t n = device.parameters().size();
+  EXPECT_EQ(reads, n * (loads + 1));  // after every load, and the contents once at the start
+  EXPECT_EQ(writes, n);
+  for (std::size_t i = 0; i < n; ++i)
+    ASSERT_EQ(std::memcmp(before.parameters()[i].view.data, device.parameters()[i].view.data,
+                          device.parameters()[i].view.nbytes()), 0)
+        << "the probe did not restore " << device.parameters()[i].name;
+  EXPECT_EQ(report.scratch_bytes, 2 * report.parameter_bytes);
+}
+
+// A load_weights that is not a copy is reported through the access functions as well, and the parameters
+// still get their contents back.
+TEST(Probe, ThroughAccessFunctionsReportsComputedValuesAndRestores) {
+  const std::vector<TensorInfo> tensors = {{"w", DType::kF32, {16, 8}}};
+  HostParameters device({{"p", DType::kF32, {16, 8}}});
+  auto* values = static_cast<float*>(device.parameters()[0].view.data);
+  for (int i = 0; i < 128; ++i) values[i] = static_cast<float>(i) + 0.5f;
+  ParameterAccess access;
+  access.read = [](const Parameter& p, void* host) { std::memcpy(host, p.view.data, p.view.nbytes()); };
+  access.write = [](const Parameter& p, const void* host) { std::memcpy(p.view.data, host, p.view.nbytes()); };
+  access.zero = [](const Parameter& p) { std::memset(p.view.data, 0, p.view.nbytes()); };
+  const ProbeLoader doubled = [](const CheckpointReader& c, const ParameterSet& s) {
+    load_tensor(c, "w", s[0].view);
+    auto* v = static_cast<float*>(s[0].view.data);
+    for (int i = 0; i < 128; ++i) v[i] *= 2;
+  };
+  try {
+    probe_source_map_through(tensors, device.parameters(), doubled, access);
+    FAIL() << "not detected";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("parameter p, element ["));
+  }
+  for (int i = 0; i < 128; ++i) ASSERT_EQ(values[i], static_cast<float>(i) + 0.5f) << "element " << i;
+}
+
 TEST(Probe, TransposedExpertsAndOddLayouts) {
   const ModelConfig model = scale_model(load_named_model_config("qwen3-30b-a3b"));
   const auto tensors = model_tensors(model);

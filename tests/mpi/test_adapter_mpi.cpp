@@ -15,6 +15,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "core/device.hpp"
 #include "emu/backend.hpp"
 #include "emu/synthetic.hpp"
 #include "emu/versioned_checkpoint.hpp"
@@ -258,6 +259,42 @@ TEST(AdapterFailures, LoadWeightsThatIsNotACopyFailsConnectOnEveryRank) {
   if (w.rank == 0) std::printf("[ connect error ] %s\n", message.c_str());
   EXPECT_NE(message.find("world rank " + std::to_string(culprit)), std::string::npos) << message;
   EXPECT_NE(message.find("load_weights"), std::string::npos) << message;
+}
+
+// Parameters the adapters cannot take are refused at construction on every rank, naming the rank: one
+// parameter in CUDA memory among host ones, and (on a machine without a device) CUDA parameters at all.
+std::string construction_error(const World& w, const ParameterSet& params) {
+  const AdapterOptions options = w.options(false, false, 30);
+  try {
+    if (w.trainer)
+      SenderAdapter sender(MPI_COMM_WORLD, w.group, params, w.tensors, w.load(), options);
+    else
+      ReceiverAdapter receiver(MPI_COMM_WORLD, w.group, params, w.load(), options);
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "constructed";
+}
+
+ParameterSet marked_cuda(const ParameterSet& params, bool all) {
+  ParameterSet out;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    TensorView view = params[i].view;
+    if (all || i == 1) view.memory = MemoryKind::kCuda;
+    out.add(params[i].name, view);
+  }
+  return out;
+}
+
+TEST(AdapterFailures, ParametersInTwoMemoriesOrOnAMissingDeviceAreRefusedOnEveryRank) {
+  World w;
+  const std::string mixed = construction_error(w, w.rank == 3 ? marked_cuda(w.params->parameters(), false) : w.params->parameters());
+  EXPECT_NE(mixed.find("world rank 3"), std::string::npos) << mixed;
+  EXPECT_NE(mixed.find("all in host memory or all on one CUDA device"), std::string::npos) << mixed;
+  if (cuda_device_count() > 0) return;  // the pointers below are not device memory; a device would say so at connect
+  const std::string missing = construction_error(w, w.rank == 0 ? marked_cuda(w.params->parameters(), true) : w.params->parameters());
+  EXPECT_NE(missing.find("world rank 0"), std::string::npos) << missing;
+  EXPECT_NE(missing.find("has no CUDA device"), std::string::npos) << missing;
 }
 
 TEST(AdapterFailures, RolloutThatStopsPollingFailsSendWeightsNamingIt) {

@@ -131,7 +131,7 @@ def main():
 
         expect_input_error(checks, "strided parameter",
                            lambda: construct({"w": torch.zeros(4, 4).t()} if trainer else ok_param),
-                           ["trainer 0 (world rank 0)", "parameter w is not contiguous host memory"], world)
+                           ["trainer 0 (world rank 0)", "parameter w [4, 4] is not contiguous (strides [1, 4])"], world)
         expect_input_error(checks, "int16 parameter",
                            lambda: construct({"bad": torch.zeros(3, dtype=torch.int16)} if not trainer else ok_param),
                            ["rollout (world rank 1): parameter bad: its dtype (DLPack code 0, 16 bits, 1 lanes) has no "

@@ -11,6 +11,8 @@
 #include "core/byte_codec.hpp"
 #include "exec/connect_handshake.hpp"
 #include "exec/parameter_check.hpp"
+#include "exec/round_executor.hpp"
+#include "transport/transport.hpp"
 #include "weightbridge/status.hpp"
 
 namespace wb {
@@ -120,6 +122,96 @@ TEST(ExecutorConnect, CudaParametersMustBeDeviceMemoryOfTheirDeviceInsideOneAllo
     EXPECT_THAT(e.what(), HasSubstr("is device memory of cuda:1, not of cuda:0"));
   }
   EXPECT_THAT(check_error({0x10000, 0x20000}, {16}), HasSubstr("2 parameter addresses for 1 sizes"));
+}
+
+// --- which memory and transport each pair uses (mixed worlds) ----------------------------------------------
+
+// As the executor gathers them: a rank keeps device buffers when its parameters are on the device and the
+// NIC of its pairs to other machines (if any) registers device memory.
+exec::RankPlaces places_of(std::vector<std::string> machines, std::vector<bool> cuda, bool nic_registers_cuda = true) {
+  exec::RankPlaces places;
+  places.machines = std::move(machines);
+  places.cuda = std::move(cuda);
+  for (std::size_t r = 0; r < places.cuda.size(); ++r) {
+    places.any_cuda = places.any_cuda || places.cuda[r];
+    bool remote = false;
+    for (const std::string& m : places.machines) remote = remote || m != places.machines[r];
+    places.device_buffers.push_back(places.cuda[r] && (!remote || nic_registers_cuda));
+  }
+  return places;
+}
+
+TransportCapabilities capabilities_of(TransportKind kind, bool nic_registers_cuda) {
+  TransportCapabilities c;
+  c.host_memory = kind != TransportKind::kCudaIpc;
+  c.cuda_memory = kind == TransportKind::kCudaIpc || (kind != TransportKind::kCma && nic_registers_cuda);
+  c.between_machines = kind == TransportKind::kIbverbs || kind == TransportKind::kLibfabric;
+  return c;
+}
+
+// Every rank of `places` talking to every other (the widest schedule): both ends of each pair choose the
+// same transport, and every rank finds buffer memory all of its transports register, for every mix of host
+// and CUDA parameters on up to two machines and both kinds of NIC.
+void expect_consistent(const exec::RankPlaces& places, bool nic_registers_cuda, const std::string& what) {
+  const int n = static_cast<int>(places.machines.size());
+  for (int rank = 0; rank < n; ++rank) {
+    std::vector<std::pair<TransportKind, TransportCapabilities>> used;
+    for (int peer = 0; peer < n; ++peer) {
+      if (peer == rank) continue;
+      const bool same = places.machines[rank] == places.machines[peer];
+      const TransportKind mine = choose_transport(same, exec::pair_memory(places, rank, peer), "auto");
+      if (same) {
+        const TransportKind theirs = choose_transport(same, exec::pair_memory(places, peer, rank), "auto");
+        EXPECT_EQ(mine, theirs) << what << ": ranks " << rank << " and " << peer;
+      }
+      used.emplace_back(mine, capabilities_of(mine, nic_registers_cuda));
+    }
+    const MemoryKind parameters = places.cuda[rank] ? MemoryKind::kCuda : MemoryKind::kHost;
+    MemoryKind buffers = MemoryKind::kHost;
+    EXPECT_NO_THROW(buffers = choose_buffer_memory(parameters, used)) << what << ": rank " << rank;
+    if (!places.cuda[rank]) {
+      EXPECT_EQ(buffers, MemoryKind::kHost) << what << ": rank " << rank;
+    }
+  }
+}
+
+TEST(ExecutorConnect, PairsAgreeAndEveryRankFindsBufferMemoryInMixedWorlds) {
+  // Four ranks: two per machine or all on one; every assignment of host and CUDA parameters.
+  for (int machines = 1; machines <= 2; ++machines)
+    for (int mask = 0; mask < 16; ++mask)
+      for (bool nic_registers_cuda : {false, true}) {
+        std::vector<std::string> where;
+        std::vector<bool> cuda;
+        for (int r = 0; r < 4; ++r) {
+          where.push_back(machines == 1 || r < 2 ? "a" : "b");
+          cuda.push_back(((mask >> r) & 1) != 0);
+        }
+        expect_consistent(places_of(where, cuda, nic_registers_cuda), nic_registers_cuda,
+                          std::to_string(machines) + " machine(s), CUDA mask " + std::to_string(mask) +
+                              (nic_registers_cuda ? ", NIC registers CUDA" : ", host-only NIC"));
+      }
+}
+
+TEST(ExecutorConnect, CudaIpcOnlyWhereEveryRankOfTheMachineHasCudaParameters) {
+  // All on the GPU: device to device.
+  EXPECT_EQ(exec::pair_memory(places_of({"a", "a", "a"}, {true, true, true}), 0, 2), MemoryKind::kCuda);
+  // Trainers on the GPU, rollouts on the host (and the reverse): every pair of the machine goes through host
+  // memory, the GPU ranks' buffers pinned host memory.
+  const exec::RankPlaces mixed = places_of({"a", "a", "a"}, {true, true, false});
+  for (int r = 0; r < 3; ++r)
+    for (int p = 0; p < 3; ++p)
+      if (r != p) {
+        EXPECT_EQ(exec::pair_memory(mixed, r, p), MemoryKind::kHost) << r << " -> " << p;
+      }
+  // Between machines each side registers its own memory; a host machine does not change the GPU machine.
+  const exec::RankPlaces two = places_of({"a", "a", "b"}, {true, true, false});
+  EXPECT_EQ(exec::pair_memory(two, 0, 1), MemoryKind::kCuda);
+  EXPECT_EQ(exec::pair_memory(two, 0, 2), MemoryKind::kCuda);
+  EXPECT_EQ(exec::pair_memory(two, 2, 0), MemoryKind::kHost);
+  // A NIC that registers host memory only: the GPU machine's own pairs go through host memory too, so that
+  // its ranks need one kind of buffer.
+  const exec::RankPlaces host_nic = places_of({"a", "a", "b"}, {true, true, true}, false);
+  EXPECT_EQ(exec::pair_memory(host_nic, 0, 1), MemoryKind::kHost);
 }
 
 }  // namespace

@@ -1,0 +1,204 @@
+// Staging: the ranges a side stages, their host copies, and the copies in and out (see staging.hpp).
+#include "coord/staging.hpp"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include "core/checks.hpp"
+
+namespace wb::coord {
+
+std::vector<ByteRanges> touched_ranges(const std::vector<BufferCopy>& copies, std::size_t parameters) {
+  std::vector<ByteRanges> ranges(parameters);
+  struct Axis {
+    std::int64_t extent, stride;
+  };
+  std::vector<Axis> axes;
+  for (const BufferCopy& c : copies) {
+    if (c.copy.parameter >= parameters || c.copy.box.numel() == 0) continue;
+    // The elements a copy touches do not depend on the order of its axes: outermost (largest stride)
+    // first, merged where one axis continues the next, leaves contiguous runs along the innermost.
+    axes.clear();
+    for (std::size_t a = 0; a < c.copy.box.extent.size(); ++a)
+      if (c.copy.box.extent[a] > 1) axes.push_back({c.copy.box.extent[a], c.copy.strides[a]});
+    std::sort(axes.begin(), axes.end(), [](const Axis& x, const Axis& y) { return x.stride > y.stride; });
+    for (std::size_t a = axes.size(); a-- > 1;)
+      if (axes[a - 1].stride == axes[a].stride * axes[a].extent) {
+        axes[a - 1] = {axes[a - 1].extent * axes[a].extent, axes[a].stride};
+        axes.erase(axes.begin() + static_cast<std::ptrdiff_t>(a));
+      }
+    std::int64_t run = 1;
+    if (!axes.empty() && axes.back().stride == 1) {
+      run = axes.back().extent;
+      axes.pop_back();
+    }
+    const std::int64_t element = c.element_bytes;
+    ByteRanges& out = ranges[c.copy.parameter];
+    std::vector<std::int64_t> index(axes.size(), 0);
+    for (;;) {
+      std::int64_t at = c.copy.offset;
+      for (std::size_t a = 0; a < axes.size(); ++a) at += index[a] * axes[a].stride;
+      out.emplace_back(at * element, (at + run) * element);
+      std::size_t a = axes.size();
+      for (; a-- > 0;) {
+        if (++index[a] < axes[a].extent) break;
+        index[a] = 0;
+      }
+      if (a == static_cast<std::size_t>(-1)) break;
+    }
+  }
+  for (ByteRanges& list : ranges) {
+    std::sort(list.begin(), list.end());
+    std::size_t kept = 0;
+    for (const auto& range : list) {
+      if (kept > 0 && range.first <= list[kept - 1].second)
+        list[kept - 1].second = std::max(list[kept - 1].second, range.second);
+      else
+        list[kept++] = range;
+    }
+    list.resize(kept);
+  }
+  return ranges;
+}
+
+ByteRanges close_gaps(const ByteRanges& ranges, std::int64_t gap) {
+  ByteRanges out;
+  for (const auto& range : ranges) {
+    if (!out.empty() && range.first - out.back().second <= gap)
+      out.back().second = std::max(out.back().second, range.second);
+    else
+      out.push_back(range);
+  }
+  return out;
+}
+
+ByteRanges page_spans(const ByteRanges& ranges, std::int64_t page) {
+  ByteRanges out;
+  for (const auto& [first, last] : ranges) {
+    const std::int64_t begin = first / page * page, end = (last + page - 1) / page * page;
+    if (!out.empty() && begin <= out.back().second)
+      out.back().second = std::max(out.back().second, end);
+    else
+      out.emplace_back(begin, end);
+  }
+  return out;
+}
+
+Staging::Staging(const ParameterSet& params, std::vector<ByteRanges> ranges) : active_(true) {
+  copies_.resize(params.size());
+  const bool device = !params.empty() && params[0].view.memory == MemoryKind::kCuda;
+  const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  try {
+    if (device) stream_ = DeviceCopyStream(params[0].view.device);
+    for (std::size_t p = 0; p < params.size() && p < ranges.size(); ++p) {
+      if (ranges[p].empty()) continue;
+      Copy& copy = copies_[p];
+      copy.mapped = (params[p].view.nbytes() + page - 1) / page * page;
+      void* memory = ::mmap(nullptr, copy.mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (memory == MAP_FAILED)
+        throw Error(ErrorCode::kSystem, "cannot reserve " + std::to_string(copy.mapped) + " bytes of staging for parameter " +
+                                            params[p].name + ": " + std::strerror(errno));
+      copy.data = static_cast<std::byte*>(memory);
+      for (const auto& [first, last] : ranges[p]) bytes_ += last - first;
+      copy.ranges = device ? close_gaps(ranges[p], kDeviceCopyGap) : std::move(ranges[p]);
+      if (device)
+        for (const auto& [first, last] : page_spans(copy.ranges, static_cast<std::int64_t>(page)))
+          pinned_.emplace_back(copy.data + first, static_cast<std::size_t>(last - first));
+    }
+  } catch (...) {
+    release();
+    throw;
+  }
+}
+
+Staging::~Staging() { release(); }
+
+Staging::Staging(Staging&& other) noexcept
+    : copies_(std::move(other.copies_)), bytes_(other.bytes_), active_(other.active_), stream_(std::move(other.stream_)),
+      pinned_(std::move(other.pinned_)) {
+  other.copies_.clear();
+  other.pinned_.clear();
+  other.bytes_ = 0;
+  other.active_ = false;
+}
+
+Staging& Staging::operator=(Staging&& other) noexcept {
+  if (this != &other) {
+    release();
+    copies_ = std::move(other.copies_);
+    bytes_ = other.bytes_;
+    active_ = other.active_;
+    stream_ = std::move(other.stream_);
+    pinned_ = std::move(other.pinned_);
+    other.copies_.clear();
+    other.pinned_.clear();
+    other.bytes_ = 0;
+    other.active_ = false;
+  }
+  return *this;
+}
+
+void Staging::release() {
+  (void)stream_.wait();
+  pinned_.clear();  // unpinned before unmapped
+  stream_ = DeviceCopyStream();
+  for (Copy& copy : copies_)
+    if (copy.data != nullptr) ::munmap(copy.data, copy.mapped);
+  copies_.clear();
+  bytes_ = 0;
+  active_ = false;
+}
+
+Status Staging::copy(const ParameterSet& params, bool to_staging, void* after_stream) {
+  const auto at = [&](std::size_t p, std::int64_t offset) { return static_cast<std::byte*>(params[p].view.data) + offset; };
+  if (!stream_.valid()) {
+    for (std::size_t p = 0; p < copies_.size(); ++p)
+      for (const auto& [first, last] : copies_[p].ranges) {
+        const auto n = static_cast<std::size_t>(last - first);
+        if (to_staging)
+          std::memcpy(copies_[p].data + first, at(p, first), n);
+        else
+          std::memcpy(at(p, first), copies_[p].data + first, n);
+      }
+    return Status::ok();
+  }
+  WB_RETURN_IF_ERROR(stream_.after(after_stream));
+  for (std::size_t p = 0; p < copies_.size(); ++p)
+    for (const auto& [first, last] : copies_[p].ranges) {
+      const auto n = static_cast<std::size_t>(last - first);
+      WB_RETURN_IF_ERROR(to_staging ? stream_.copy(copies_[p].data + first, at(p, first), n)
+                                    : stream_.copy(at(p, first), copies_[p].data + first, n));
+    }
+  return stream_.wait();
+}
+
+Status Staging::copy_from(const ParameterSet& params, void* after_stream) { return copy(params, true, after_stream); }
+
+Status Staging::copy_to(const ParameterSet& params, void* after_stream) { return copy(params, false, after_stream); }
+
+std::size_t Staging::copies_per_version() const {
+  std::size_t n = 0;
+  for (const Copy& copy : copies_) n += copy.ranges.size();
+  return n;
+}
+
+ParameterMemory Staging::memory(const ParameterSet& params) const {
+  ParameterMemory memory;
+  for (std::size_t p = 0; p < params.size(); ++p) {
+    const bool staged = p < copies_.size() && copies_[p].data != nullptr;
+    memory.data.push_back(staged ? copies_[p].data : static_cast<std::byte*>(params[p].view.data));
+    memory.bytes.push_back(params[p].view.nbytes());
+  }
+  if (!active_ && !params.empty()) {
+    memory.memory = params[0].view.memory;
+    memory.device = params[0].view.device;
+  }
+  return memory;
+}
+
+}  // namespace wb::coord

@@ -1,0 +1,79 @@
+// Staging, the staged modes' host copies of the parameters (docs/architecture.md, "Synchronization
+// modes"): what a trainer's send_weights copies out before it returns (sender staging), what a rollout's
+// version arrives in before it is installed at one step (receiver staging). Allocated at connect.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "core/cuda_device.hpp"
+#include "exec/round_executor.hpp"
+#include "weightbridge/status.hpp"
+#include "weightbridge/tensor.hpp"
+
+namespace wb::coord {
+
+/// Byte ranges [first, second) of one parameter.
+using ByteRanges = std::vector<std::pair<std::int64_t, std::int64_t>>;
+
+/// The bytes of their parameters that `copies` touch, per parameter: sorted, disjoint, adjacent ranges merged.
+std::vector<ByteRanges> touched_ranges(const std::vector<BufferCopy>& copies, std::size_t parameters);
+
+/// Sorted, disjoint ranges with every gap of at most `gap` bytes closed: the copies of one parameter when
+/// a copy costs more to issue than `gap` bytes cost to move (device copies: a launch is worth ~64 KiB).
+ByteRanges close_gaps(const ByteRanges& ranges, std::int64_t gap);
+
+/// The page-aligned spans that cover `ranges` (sorted, disjoint), overlapping or touching spans merged:
+/// what gets pinned, so that pinning never touches a page no range needs.
+ByteRanges page_spans(const ByteRanges& ranges, std::int64_t page);
+
+/// Device copies closer than this are made as one (close_gaps).
+inline constexpr std::int64_t kDeviceCopyGap = 64 << 10;
+
+/// Host copies of what one side stages: per parameter, the bytes the schedule reads (sender) or writes
+/// (receiver), at their own offsets inside a reservation of the parameter's size. The pages of that
+/// reservation the plan never touches are never touched at all, so host memory grows with what is staged,
+/// not with the parameters (page granularity). Parameters in CUDA memory (all on one device; the adapters
+/// check it): the staged pages are pinned, and the copies run as device copies on a stream of the
+/// staging's own, ranges closer than kDeviceCopyGap merged.
+class Staging {
+ public:
+  Staging() = default;
+  Staging(const ParameterSet& params, std::vector<ByteRanges> ranges);
+  ~Staging();
+  Staging(Staging&& other) noexcept;
+  Staging& operator=(Staging&& other) noexcept;
+  Staging(const Staging&) = delete;
+  Staging& operator=(const Staging&) = delete;
+
+  /// Parameters -> staging (sender) and staging -> parameters (receiver), the staged ranges only; done when
+  /// they return. CUDA parameters: ordered after the work enqueued on `after_stream` so far (a
+  /// cudaStream_t; null: the legacy default stream, and with it every blocking stream).
+  Status copy_from(const ParameterSet& params, void* after_stream = nullptr);
+  Status copy_to(const ParameterSet& params, void* after_stream = nullptr);
+  /// What the executor reads or writes: the host staging for a side that stages (the parameters it does not
+  /// stage are never touched), the parameters themselves otherwise.
+  ParameterMemory memory(const ParameterSet& params) const;
+  /// The staged bytes (the ranges), what the plan needs.
+  std::int64_t bytes() const { return bytes_; }
+  /// The copies one copy_from or copy_to makes.
+  std::size_t copies_per_version() const;
+
+ private:
+  void release();
+  Status copy(const ParameterSet& params, bool to_staging, void* after_stream);
+  struct Copy {
+    std::byte* data = nullptr;  // mapping of `mapped` bytes, null when the parameter is not staged
+    std::size_t mapped = 0;
+    ByteRanges ranges;
+  };
+  std::vector<Copy> copies_;
+  std::int64_t bytes_ = 0;
+  bool active_ = false;                 // constructed for a side that stages
+  DeviceCopyStream stream_;             // CUDA parameters
+  std::vector<HostPinning> pinned_;     // CUDA parameters: the page spans of the ranges
+};
+
+}  // namespace wb::coord

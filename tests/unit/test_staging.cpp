@@ -1,0 +1,89 @@
+// Staging (coord/staging.hpp), the staged modes' host copies: which bytes are copied, how device copies are
+// merged and pinned, and what the executor is given to read and write. Device copies themselves run on a
+// GPU only (tests/gpu, scripts/gpu-check.sh); the ranges they copy are decided here, on the host.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "coord/staging.hpp"
+
+namespace wb::coord {
+namespace {
+
+TEST(Staging, GapsUpToTheLimitAreClosedAndOthersKept) {
+  const ByteRanges ranges = {{0, 100}, {150, 200}, {200, 300}, {10000, 10100}, {10200, 10300}};
+  EXPECT_EQ(close_gaps(ranges, 0), (ByteRanges{{0, 100}, {150, 300}, {10000, 10100}, {10200, 10300}}));
+  EXPECT_EQ(close_gaps(ranges, 50), (ByteRanges{{0, 300}, {10000, 10100}, {10200, 10300}}));
+  EXPECT_EQ(close_gaps(ranges, 100), (ByteRanges{{0, 300}, {10000, 10300}}));
+  EXPECT_EQ(close_gaps(ranges, kDeviceCopyGap), (ByteRanges{{0, 10300}}));
+  EXPECT_TRUE(close_gaps({}, 10).empty());
+}
+
+TEST(Staging, PinnedSpansAreWholePagesAndNeverAPageNoRangeNeeds) {
+  const std::int64_t page = 4096;
+  // Two ranges in one page, one across a boundary, one far away.
+  const ByteRanges ranges = {{10, 20}, {100, 200}, {4000, 4200}, {40960, 40961}};
+  const ByteRanges spans = page_spans(ranges, page);
+  EXPECT_EQ(spans, (ByteRanges{{0, 8192}, {40960, 45056}}));
+  for (const auto& [first, last] : spans) {
+    EXPECT_EQ(first % page, 0);
+    EXPECT_EQ(last % page, 0);
+  }
+  // Pages 2..9 are in no range and in no span.
+  for (std::int64_t p = 2; p < 10; ++p)
+    for (const auto& [first, last] : spans) EXPECT_FALSE(p * page >= first && p * page < last) << "page " << p;
+}
+
+TEST(Staging, HostCopiesMoveOnlyTheStagedRangesAndTheExecutorSeesTheStaging) {
+  std::vector<std::uint8_t> a(10000), b(300);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<std::uint8_t>(i * 7 + 1);
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<std::uint8_t>(i * 3 + 2);
+  ParameterSet params;
+  params.add("a", TensorView::contiguous(a.data(), DType::kU8, {10000}));
+  params.add("b", TensorView::contiguous(b.data(), DType::kU8, {300}));
+  std::vector<ByteRanges> ranges = {{{100, 200}, {5000, 5001}}, {}};
+  Staging staging(params, ranges);
+  EXPECT_EQ(staging.bytes(), 101);
+  EXPECT_EQ(staging.copies_per_version(), 2u);  // host copies: one per range, gaps kept
+  ASSERT_TRUE(staging.copy_from(params).is_ok());
+  const ParameterMemory memory = staging.memory(params);
+  EXPECT_EQ(memory.memory, MemoryKind::kHost);
+  ASSERT_EQ(memory.data.size(), 2u);
+  EXPECT_NE(memory.data[0], reinterpret_cast<std::byte*>(a.data()));   // staged: the executor reads the copy
+  EXPECT_EQ(memory.data[1], reinterpret_cast<std::byte*>(b.data()));   // not staged: never touched
+  EXPECT_EQ(memory.bytes[0], 10000u);
+  EXPECT_EQ(std::memcmp(memory.data[0] + 100, a.data() + 100, 100), 0);
+  EXPECT_EQ(memory.data[0][5000], std::byte{a[5000]});
+
+  // Receiver side: what arrived in staging goes to the parameters' ranges, nothing else changes.
+  std::memset(memory.data[0] + 100, 0xEE, 100);
+  memory.data[0][5000] = std::byte{0xEE};
+  const std::vector<std::uint8_t> before = a;
+  ASSERT_TRUE(staging.copy_to(params).is_ok());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const bool staged = (i >= 100 && i < 200) || i == 5000;
+    ASSERT_EQ(a[i], staged ? 0xEE : before[i]) << "byte " << i;
+  }
+}
+
+TEST(Staging, ASideThatDoesNotStageHandsOverTheParametersInTheirOwnMemory) {
+  std::vector<std::uint8_t> a(64);
+  ParameterSet params;
+  params.add("a", TensorView::contiguous(a.data(), DType::kU8, {64}));
+  const Staging none;
+  const ParameterMemory memory = none.memory(params);
+  EXPECT_EQ(memory.memory, MemoryKind::kHost);
+  EXPECT_EQ(memory.data[0], reinterpret_cast<std::byte*>(a.data()));
+  // CUDA parameters (views only: nothing here dereferences them) go to the executor as device memory.
+  ParameterSet device;
+  device.add("a", TensorView::contiguous(reinterpret_cast<void*>(0x7000000000), DType::kBF16, {32}, MemoryKind::kCuda, 3));
+  const ParameterMemory on_device = none.memory(device);
+  EXPECT_EQ(on_device.memory, MemoryKind::kCuda);
+  EXPECT_EQ(on_device.device, 3);
+  EXPECT_EQ(on_device.bytes[0], 64u);
+}
+
+}  // namespace
+}  // namespace wb::coord
