@@ -27,8 +27,8 @@ step() { echo "gpu-check: $(($(date +%s) - began)) s: $*"; }
 step "device"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee "$out/device.txt" || true
 
-step "configure (CUDA on, warnings as errors, Release)"
-if ! cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DWB_CUDA=ON -DWB_WERROR=ON -DWB_PYTHON=OFF \
+step "configure (CUDA on, warnings as errors, RelWithDebInfo as CI builds)"
+if ! cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWB_CUDA=ON -DWB_WERROR=ON -DWB_PYTHON=OFF \
     -DWB_BUILD_TESTS=ON -DWB_BUILD_BENCHMARKS=ON -DWB_BUILD_APPS=ON ${WB_CMAKE_ARGS:-} >"$out/configure.log" 2>&1; then
   tail -30 "$out/configure.log"
   echo "gpu-check: configure failed (see $out/configure.log)"

@@ -413,8 +413,10 @@ SourceMap probe_device_parameters(const std::vector<TensorInfo>& checkpoint_tens
   access.zero = [&stream](const Parameter& p) { throw_if_error(stream.zero(p.view.data, p.view.nbytes())); };
   // load_weights fills the parameters on streams of its own (or the legacy one): the probe's copies start
   // after them and the zeroes finish before load_weights runs.
-  access.done = [&stream] {
+  const int device = first.view.device;
+  access.done = [&stream, device] {
     throw_if_error(stream.wait());
+    DeviceGuard current(device);
     cuda_synchronize();
   };
   return probe_source_map_through(checkpoint_tensors, params, load_weights, access, options, report);
