@@ -15,8 +15,9 @@
 //
 // After a failure every rank exits non-zero within a bounded time whether or not the launcher tears the job
 // down: the adapters fail within about one timeout (WB_TIMEOUT_SECONDS), wb-replay's own waits after them
-// are bounded by the same timeout, the reports reach rank 0 point to point, and a rank that cannot be sure
-// every other rank is done exits without MPI_Finalize (which would wait for a stopped rank).
+// are bounded by the same timeout, the reports reach rank 0 point to point, and after a failure no rank
+// calls MPI_Finalize (it waits for every process, and would wait for good for one that left without it;
+// exchange_verdict says more).
 #include <mpi.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -521,22 +522,29 @@ std::vector<nlohmann::json> gather_reports(const nlohmann::json& mine, int world
   return reports;
 }
 
-// Rank 0's verdict to every rank: the exit code, and whether every rank reported (then MPI_Finalize is safe).
+// Rank 0's verdict to every rank: the exit code, and whether to call MPI_Finalize. That is only after a run
+// that succeeded on every rank, so that after any failure no rank calls it: MPI_Finalize waits for every
+// process of the job (Open MPI 4.1: a PMIx fence), and under a launcher that does not tear the job down its
+// fence does not end, in most runs, once another process exited without it -- which a rank that failed, or
+// missed this verdict, does. Whether a rank got the verdict cannot itself be agreed on in bounded time:
+// a failure anywhere makes every rank skip MPI_Finalize whatever it heard, and the rare rank that misses the
+// verdict of a run that succeeded is what the bounded finalize in main() is for.
 std::pair<int, bool> exchange_verdict(int exit_code, bool everyone, int world, double timeout) {
   int rank = 0;
   WB_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   if (rank == 0) {
+    const bool finalize = everyone && exit_code == 0;
     std::vector<std::shared_ptr<Pending>> sends;
     for (int r = 1; r < world; ++r) {
       auto op = std::make_shared<Pending>();
-      const int verdict[2] = {exit_code, everyone ? 1 : 0};
+      const int verdict[2] = {exit_code, finalize ? 1 : 0};
       op->out.resize(sizeof verdict);
       std::memcpy(op->out.data(), verdict, sizeof verdict);
       WB_CHECK_MPI(MPI_Isend(op->out.data(), 2, MPI_INT, r, kVerdictTag, MPI_COMM_WORLD, &op->request));
       sends.push_back(op);
     }
-    for (const auto& op : sends) (void)finish(op, everyone ? timeout : 0.1);
-    return {exit_code, everyone};
+    for (const auto& op : sends) (void)finish(op, finalize ? timeout : 0.1);
+    return {exit_code, finalize};
   }
   auto op = std::make_shared<Pending>();
   op->in.resize(2 * sizeof(int));
@@ -544,11 +552,18 @@ std::pair<int, bool> exchange_verdict(int exit_code, bool everyone, int world, d
   if (!finish(op, timeout)) return {1, false};
   int verdict[2];
   std::memcpy(verdict, op->in.data(), sizeof verdict);
-  return {exit_code != 0 ? exit_code : verdict[0], verdict[1] != 0};
+  return {exit_code != 0 ? exit_code : verdict[0], exit_code == 0 && verdict[0] == 0 && verdict[1] != 0};
 }
 
-// Returns the exit code; `finalize` says whether MPI_Finalize is safe (every rank alive and done).
-int run(int argc, char** argv, bool& finalize) {
+// How a rank ends, besides its exit code (main() acts on it).
+struct Ending {
+  bool finalize = true;                    // MPI_Finalize: the run succeeded on every rank (exchange_verdict)
+  double timeout = std::numeric_limits<double>::infinity();  // the bound on MPI_Finalize
+  std::string who;                         // this rank, as the exit lines name it
+};
+
+// Returns the exit code; `ending` says whether to call MPI_Finalize and within what time.
+int run(int argc, char** argv, Ending& ending) {
   int rank = 0, world = 0;
   WB_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   WB_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &world));
@@ -557,6 +572,7 @@ int run(int argc, char** argv, bool& finalize) {
   const Mode mode = parse_mode(options.mode);
   const Fault fault = Fault::parse(options.fault);
   const double timeout = replay_timeout();
+  ending.timeout = timeout;
   log_effective_settings();
 
   const auto start = std::chrono::steady_clock::now();
@@ -578,6 +594,7 @@ int run(int argc, char** argv, bool& finalize) {
                                    : "engine " + std::to_string(engine) + " worker " +
                                          std::to_string((rank - deployment.trainer.world_size()) % deployment.rollout.tp)) +
                           " (world rank " + std::to_string(rank) + ")";
+  ending.who = who;
   std::unique_ptr<EmulatedWorker> worker =
       trainer ? make_trainer_worker(setup.model, deployment.trainer, rank)
               : make_rollout_worker(setup.model, deployment.rollout, rank - deployment.trainer.world_size());
@@ -735,8 +752,8 @@ int run(int argc, char** argv, bool& finalize) {
       if (!out) throw Error(ErrorCode::kSystem, "cannot write " + options.json);
     }
   }
-  const auto [code, all_done] = exchange_verdict(exit_code, everyone, world, timeout);
-  finalize = all_done;
+  const auto [code, finalize] = exchange_verdict(exit_code, everyone, world, timeout);
+  ending.finalize = finalize;
   if (code != 0 || !outcome.failure.empty()) {
     // One line per rank that does not succeed, for whoever reads the job's output (and the fault tests).
     std::fprintf(stderr, "wb-replay: exit: %s exits with %d at t=%.3f (failed at t=%.3f): %s%s\n", who.c_str(),
@@ -760,9 +777,9 @@ int main(int argc, char** argv) {
   // Failing MPI calls return to the check macros, which name the call and the rank.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   int exit_code = 1;
-  bool finalize = true;
+  Ending ending;
   try {
-    exit_code = run(argc, argv, finalize);
+    exit_code = run(argc, argv, ending);
   } catch (const std::exception& error) {
     // Set-up (before the adapters): one clear line, then take the whole job down, since the other ranks
     // may wait in a collective for this one.
@@ -770,11 +787,23 @@ int main(int argc, char** argv) {
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
-  if (!finalize) {
-    // Some rank is stopped, dead or late: MPI_Finalize would wait for it (it synchronizes every process).
-    std::fflush(stdout);
-    std::fflush(stderr);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  if (!ending.finalize) {
+    // The run failed somewhere: no rank calls MPI_Finalize, which would wait for the ranks that do not
+    // (exchange_verdict says why).
     std::_Exit(exit_code != 0 ? exit_code : 1);
+  }
+  if (std::isfinite(ending.timeout)) {
+    // A rank of a run that succeeded missed the verdict (later than the timeout) and left without
+    // MPI_Finalize: this one would wait for it for good. Like every other wait, this one has a deadline.
+    std::thread([seconds = ending.timeout, who = ending.who] {
+      std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+      std::fprintf(stderr, "wb-replay: exit: %s exits with 1 at t=%.3f (failed at t=%.3f): MPI_Finalize did not return "
+                   "within %g s (a rank left without it)\n", who.c_str(), wall_seconds(), wall_seconds(), seconds);
+      std::fflush(stderr);
+      std::_Exit(1);
+    }).detach();
   }
   MPI_Finalize();
   return exit_code;

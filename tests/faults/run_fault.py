@@ -14,6 +14,8 @@ the line every rank prints when it exits non-zero (wb-replay: exit: ...):
     never installed the aborted version;
   - the launcher does not tear the job down (mpirun --enable-recovery, no abort on a non-zero exit): the
     ranks end by themselves. With --teardown, mpirun's defaults: it must still end, non-zero, in time.
+A job still running at the hard limit fails the test with the stacks of its remaining processes (gdb), so
+that a hang seen once is diagnosable from the log.
 Exit status 0 when every check holds; the failures are printed.
 """
 import argparse
@@ -30,6 +32,54 @@ EXIT = re.compile(r"wb-replay: exit: ([^(]*) \(world rank (\d+)\) exits with (\d
 FAULT = re.compile(r"wb-replay: fault: [^(]* \(world rank (\d+)\): (\w+) at version (\d+), at t=([\d.]+)")
 RESUMED = re.compile(r"wb-replay: fault: [^(]* \(world rank (\d+)\) resumed at t=([\d.]+)")
 PARAMETERS = re.compile(r"; parameters: (version (\d+)|a mix of versions [\d and]+) \(reported (intact|not intact)\)$")
+
+
+def descendants(root):
+    """The processes below `root` (the launcher's ranks and helpers), from /proc."""
+    parent = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open("/proc/%s/stat" % entry) as f:
+                    # the command name may hold spaces and parentheses: the fields follow the last ')'
+                    parent[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    found, frontier = [], [root]
+    while frontier:
+        children = [pid for pid, ppid in parent.items() if ppid in frontier]
+        found += children
+        frontier = children
+    return sorted(found)
+
+
+def dump_stacks(pid):
+    """Every thread's backtrace of a running process (gdb attaches and detaches), headed by its world rank."""
+    rank = "?"
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as f:
+            for item in f.read().split(b"\0"):
+                if item.startswith(b"OMPI_COMM_WORLD_RANK="):
+                    rank = item.split(b"=", 1)[1].decode()
+        with open("/proc/%d/comm" % pid) as f:
+            name = f.read().strip()
+    except OSError:
+        return "run_fault: process %d ended before its stacks were taken" % pid
+    head = "run_fault: stacks of process %d (%s, world rank %s):" % (pid, name, rank)
+    try:
+        # Within the test's own ctest timeout, several processes over; no symbol downloads.
+        gdb = subprocess.run(["gdb", "-batch", "-nx", "-ex", "thread apply all bt", "-p", str(pid)],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=15,
+                             env=dict(os.environ, DEBUGINFOD_URLS=""))
+        text = gdb.stdout
+    except FileNotFoundError:
+        text = "(gdb is not installed)"
+    except subprocess.TimeoutExpired:
+        text = "(gdb did not finish within 15 s)"
+    # gdb's chatter about symbols and threads is left out; the frames are what tell the story.
+    lines = [l for l in text.splitlines() if l.strip() and not l.startswith(
+        ("[New LWP", "[Thread debugging", "Using host libthread_db", "Reading symbols", "warning:", "Downloading"))]
+    return head + "\n" + "\n".join(lines)
 
 
 def main():
@@ -59,15 +109,28 @@ def main():
     env.setdefault("OMPI_MCA_rmaps_base_oversubscribe", "1")
     print("run_fault: " + " ".join(command), flush=True)
     started = time.time()
-    # A hard limit far above the bound: a hang fails the test instead of holding CI.
+    # A hard limit far above the bound: a hang fails the test instead of holding CI, with the stacks of the
+    # ranks still running, so that a hang seen once in CI can be diagnosed from the log alone.
+    limit = 60 + 10 * timeout
+    job = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        run = subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             timeout=60 + 10 * timeout)
-        output, returncode = run.stdout, run.returncode
-    except subprocess.TimeoutExpired as expired:
-        output = expired.stdout.decode() if isinstance(expired.stdout, bytes) else (expired.stdout or "")
+        output, _ = job.communicate(timeout=limit)
+        returncode = job.returncode
+    except subprocess.TimeoutExpired:
+        ranks = descendants(job.pid)
+        stacks = [dump_stacks(pid) for pid in ranks]
+        job.kill()
+        for pid in ranks:
+            try:
+                os.kill(pid, 9)
+            except OSError:
+                pass
+        output, _ = job.communicate()
         print(output)
-        print("run_fault: FAILED: the job did not end within %g s" % (60 + 10 * timeout))
+        for text in stacks:
+            print(text)
+        print("run_fault: FAILED: the job did not end within %g s (%d processes still running, stacks above)" %
+              (limit, len(ranks)))
         return 1
     ended = time.time()
     problems = []
