@@ -31,9 +31,6 @@ Setting<bool> sender_staging_setting("sender_staging", false,
                                      "while the transfer runs in the background.");
 Setting<bool> receiver_staging_setting("receiver_staging", false,
                                        "Rollouts: receive into host staging while generating, install at one step.");
-Setting<double> timeout_setting("timeout_seconds", 120.0,
-                                "Deadline of every wait of the coordinator and the executor, in seconds (0 or inf: "
-                                "none).");
 Setting<bool> verify_setting("verify", false,
                              "Check every update end to end: digests of what each writer sends, per planned segment, "
                              "against what each receiver installs; a mismatch fails the update naming the parameter.");
@@ -42,7 +39,8 @@ Setting<bool> timeline_setting("timeline", false,
                             "per round) into AdapterStats::trace; wb-replay and wb-bench write it with --trace.");
 Setting<std::int64_t> node_setting("node", -1,
                                    "This worker's node for the planner; -1: its machine (trainers and rollouts "
-                                   "of one machine count as different nodes).");
+                                   "of one machine count as different nodes).",
+                                   -1, INT_MAX);
 
 // What each worker tells rank 0 about itself, besides its source map.
 struct WorkerConfig {
@@ -169,7 +167,7 @@ ResolvedOptions resolve_options(const AdapterOptions& options) {
   const PlanOptions planned = plan_options_from_settings();
   resolved.buffer_bytes = options.buffer_bytes.value_or(planned.buffer_bytes_per_worker);
   resolved.pipeline_depth = options.pipeline_depth.value_or(planned.pipeline_depth);
-  resolved.timeout_seconds = normalize_timeout(options.timeout_seconds.value_or(*timeout_setting));
+  resolved.timeout_seconds = normalize_timeout(options.timeout_seconds.value_or(exec::timeout_setting()));
   resolved.node = options.node.value_or(static_cast<int>(*node_setting));
   if (resolved.buffer_bytes < 4096)
     throw Error(ErrorCode::kInvalidArgument, "buffer_bytes " + std::to_string(resolved.buffer_bytes) + " is below 4 KiB");
