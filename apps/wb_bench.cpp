@@ -184,9 +184,7 @@ int run(int argc, char** argv) {
   check_nodes_within_machines(deployment);
   const bool trainer = deployment.is_trainer(rank);
   const int engine = trainer ? -1 : (rank - deployment.trainer.world_size()) / deployment.rollout.tp;
-  std::unique_ptr<EmulatedWorker> worker =
-      trainer ? make_trainer_worker(setup.model, deployment.trainer, rank)
-              : make_rollout_worker(setup.model, deployment.rollout, rank - deployment.trainer.world_size());
+  std::unique_ptr<EmulatedWorker> worker = make_worker(setup.model, deployment, rank);
   const WorkerParameters params(worker->parameter_infos(), place, default_cuda_device());
   params.load(*worker, *setup.checkpoint);
   const LoadWeightsFn load = params.loader(*worker);

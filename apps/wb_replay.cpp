@@ -578,9 +578,7 @@ int run(int argc, char** argv, bool& finalize) {
                                    : "engine " + std::to_string(engine) + " worker " +
                                          std::to_string((rank - deployment.trainer.world_size()) % deployment.rollout.tp)) +
                           " (world rank " + std::to_string(rank) + ")";
-  std::unique_ptr<EmulatedWorker> worker =
-      trainer ? make_trainer_worker(setup.model, deployment.trainer, rank)
-              : make_rollout_worker(setup.model, deployment.rollout, rank - deployment.trainer.world_size());
+  std::unique_ptr<EmulatedWorker> worker = make_worker(setup.model, deployment, rank);
   const WorkerParameters params(worker->parameter_infos(), parse_parameter_place(options.device), default_cuda_device());
   nlohmann::json preflight_report;
   const bool layouts_ok = preflight(setup, *worker, params, preflight_report);

@@ -15,6 +15,7 @@
 #include "core/settings.hpp"
 #include "layout/probe.hpp"
 #include "layout/source_map_exchange.hpp"
+#include "plan/planned_schedules.hpp"
 #include "plan/round_schedule.hpp"
 #include "plan/round_schedule_scatter.hpp"
 #include "transport/transport.hpp"
@@ -301,10 +302,10 @@ Connection establish_connection(const ConnectInput& input) {
         plan_options.buffer_bytes_per_worker = std::min(plan_options.buffer_bytes_per_worker, c.buffer_bytes);
         plan_options.pipeline_depth = std::min(plan_options.pipeline_depth, static_cast<int>(c.pipeline_depth));
       }
-      const Correspondence correspondence = build_correspondence(tensors, std::move(maps), std::move(sides));
-      const TransferPlan plan = plan_transfer(correspondence, topology, plan_options);
-      const RoundScheduleBuilder builder(correspondence, plan);
-      serialized = serialize_round_schedules(builder, size);  // on this node's cores
+      PlannedSchedules planned_schedules = plan_round_schedules(tensors, std::move(maps), std::move(sides), topology, plan_options);
+      const Correspondence& correspondence = planned_schedules.correspondence;
+      const TransferPlan& plan = planned_schedules.plan;
+      serialized = std::move(planned_schedules.schedules);
       summary.t_min = plan.bound.t_min_seconds;
       summary.simulated = simulate(traffic_of(correspondence, plan), plan.topology).ewtt_seconds;
       summary.workers = size;
