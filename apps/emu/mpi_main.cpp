@@ -1,0 +1,34 @@
+#include "emu/mpi_main.hpp"
+
+#include <mpi.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+
+namespace wb::emu {
+
+int run_mpi_program(const char* program, int argc, char** argv,
+                    const std::function<int(int argc, char** argv, bool& finalize)>& run) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  int exit_code = 1;
+  bool finalize = true;
+  try {
+    exit_code = run(argc, argv, finalize);
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "%s: %s\n", program, error.what());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  if (!finalize) {
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(exit_code != 0 ? exit_code : 1);
+  }
+  MPI_Finalize();
+  return exit_code;
+}
+
+}  // namespace wb::emu

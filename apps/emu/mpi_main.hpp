@@ -1,0 +1,18 @@
+// The main() of the MPI programs (wb-replay, wb-bench): MPI set up for the library, one clear line for a
+// set-up failure, and no MPI_Finalize when a rank may never get there.
+#pragma once
+
+#include <functional>
+
+namespace wb::emu {
+
+/// MPI_Init_thread with MPI_THREAD_MULTIPLE (the staged modes transfer on a background thread beside the
+/// caller's MPI calls) and MPI_ERRORS_RETURN on the world (failing calls return to the check macros, which
+/// name the call and the rank); then `run`. An exception from it is one line "<program>: <what>" on stderr
+/// and MPI_Abort, since the other ranks may wait in a collective for this one. When `run` clears
+/// `finalize` (some rank is stopped, dead or late), the process exits without MPI_Finalize, which would
+/// wait for that rank. Returns run's exit code.
+int run_mpi_program(const char* program, int argc, char** argv,
+                    const std::function<int(int argc, char** argv, bool& finalize)>& run);
+
+}  // namespace wb::emu
