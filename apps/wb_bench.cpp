@@ -32,6 +32,8 @@
 #include "core/settings.hpp"
 #include "emu/backend.hpp"
 #include "emu/deployment_options.hpp"
+#include "emu/mpi_main.hpp"
+#include "emu/run_options.hpp"
 #include "emu/run_setup.hpp"
 #include "emu/trace_file.hpp"
 #include "emu/versioned_checkpoint.hpp"
@@ -47,19 +49,20 @@ using namespace wb::emu;
 
 namespace {
 
-struct Options {
-  std::string checkpoint;
-  DeploymentOptions deployment;
-  std::uint64_t seed = 0;
+struct Options : RunOptions {
   std::string modes = "sync";
   std::string methods = "weightbridge,broadcast,p2p";
-  std::string device = "host";
   int reps = 5;
   int warmup = 1;
   std::int64_t bucket_mib = 512;
-  std::string json, csv, trace;
-  po::variables_map variables;
+  std::string csv;
 };
+
+// What wb-bench's options shared with wb-replay mean here.
+const RunOptionDocs kRunOptionDocs = {
+    "Checkpoint file or directory; without it the weights are generated in memory.",
+    "Where the emulated workers keep their parameters: host, or cuda (the GPU of index local rank modulo the visible devices). The baselines move host memory only: with cuda, --methods weightbridge.",
+    "Write every rank's timeline as Chrome trace-event JSON (rank 0; open it in Perfetto): WeightBridge's per-round pack, write, credit wait, forward and assemble spans, and every method's update interval per rank."};
 
 std::vector<std::string> split_list(const std::string& text) {
   std::vector<std::string> out;
@@ -69,36 +72,18 @@ std::vector<std::string> split_list(const std::string& text) {
   return out;
 }
 
-struct Mode {
-  std::string name;
-  bool sender_staging = false, receiver_staging = false;
-};
-
-Mode parse_mode(const std::string& text) {
-  if (text == "sync") return {text, false, false};
-  if (text == "sender-staged") return {text, true, false};
-  if (text == "receiver-staged") return {text, false, true};
-  if (text == "async") return {text, true, true};
-  throw Error(ErrorCode::kInvalidArgument, "--modes: '" + text + "' is not sync, sender-staged, receiver-staged or async");
-}
+using Mode = SyncMode;
 
 bool parse_options(int argc, char** argv, Options& o, int rank) {
-  po::options_description general("wb-bench options");
-  general.add_options()("help,h", "Show this help.")
-      ("checkpoint", po::value(&o.checkpoint), "Checkpoint file or directory; without it the weights are generated in memory.");
-  add_deployment_options(general, o.deployment);
+  po::options_description general = run_options_description("wb-bench options", o, kRunOptionDocs);
   general.add_options()
       ("modes", po::value(&o.modes)->default_value(o.modes), "WeightBridge modes to run, comma-separated: sync, sender-staged, receiver-staged, async.")
       ("methods", po::value(&o.methods)->default_value(o.methods), "Methods, comma-separated: weightbridge, broadcast, p2p.")
-      ("device", po::value(&o.device)->default_value(o.device), "Where the emulated workers keep their parameters: host, or cuda (the GPU of index local rank modulo the visible devices). The baselines move host memory only: with cuda, --methods weightbridge.")
       ("reps", po::value(&o.reps)->default_value(o.reps), "Measured updates per method.")
       ("warmup", po::value(&o.warmup)->default_value(o.warmup), "Unmeasured updates per method first.")
       ("bucket-mib", po::value(&o.bucket_mib)->default_value(o.bucket_mib), "Baselines: whole tensors per gather and broadcast step, MiB.")
-      ("seed", po::value(&o.seed), "Seed of the synthetic checkpoint.")
-      ("json", po::value(&o.json), "Write the result as JSON (rank 0).")
-      ("csv", po::value(&o.csv), "Write one line per method as CSV (rank 0).")
-      ("trace", po::value(&o.trace), "Write every rank's timeline as Chrome trace-event JSON (rank 0; open it in Perfetto): WeightBridge's per-round pack, write, credit wait, forward and assemble spans, and every method's update interval per rank.");
-  if (!parse_command_line(argc, argv, general, o.variables, rank == 0)) return false;
+      ("csv", po::value(&o.csv), "Write one line per method as CSV (rank 0).");
+  if (!parse_run_options(argc, argv, general, o, rank == 0)) return false;
   if (o.reps < 1 || o.warmup < 0) throw Error(ErrorCode::kInvalidArgument, "--reps must be at least 1 and --warmup not negative");
   if (o.bucket_mib < 1 || o.bucket_mib > 1024) throw Error(ErrorCode::kInvalidArgument, "--bucket-mib must be in 1..1024");
   return true;
@@ -160,7 +145,7 @@ int run(int argc, char** argv) {
   Options o;
   if (!parse_options(argc, argv, o, rank)) return 0;
   std::vector<Mode> modes;
-  for (const std::string& m : split_list(o.modes)) modes.push_back(parse_mode(m));
+  for (const std::string& m : split_list(o.modes)) modes.push_back(parse_sync_mode(m, "--modes"));
   std::vector<Method> methods;
   for (const std::string& m : split_list(o.methods)) {
     if (m == "weightbridge")
@@ -176,7 +161,7 @@ int run(int argc, char** argv) {
     throw Error(ErrorCode::kInvalidArgument, "--device cuda: the baselines (broadcast, p2p) move host memory only; run --methods weightbridge");
   log_effective_settings();
 
-  RunSetup setup = make_run_setup(o.deployment, o.variables, o.checkpoint, o.seed);
+  RunSetup setup = make_run_setup(o);
   const Deployment& deployment = setup.deployment;
   if (world != deployment.world_size())
     throw Error(ErrorCode::kInvalidArgument, "the layouts need " + std::to_string(deployment.world_size()) + " ranks but mpirun started " +
@@ -184,9 +169,7 @@ int run(int argc, char** argv) {
   check_nodes_within_machines(deployment);
   const bool trainer = deployment.is_trainer(rank);
   const int engine = trainer ? -1 : (rank - deployment.trainer.world_size()) / deployment.rollout.tp;
-  std::unique_ptr<EmulatedWorker> worker =
-      trainer ? make_trainer_worker(setup.model, deployment.trainer, rank)
-              : make_rollout_worker(setup.model, deployment.rollout, rank - deployment.trainer.world_size());
+  std::unique_ptr<EmulatedWorker> worker = make_worker(setup.model, deployment, rank);
   const WorkerParameters params(worker->parameter_infos(), place, default_cuda_device());
   params.load(*worker, *setup.checkpoint);
   const LoadWeightsFn load = params.loader(*worker);
@@ -436,17 +419,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  int exit_code = 1;
-  try {
-    exit_code = run(argc, argv);
-  } catch (const std::exception& error) {
-    std::fprintf(stderr, "wb-bench: %s\n", error.what());
-    std::fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
-  MPI_Finalize();
-  return exit_code;
+  return run_mpi_program("wb-bench", argc, argv, [](int n, char** args, Ending&) { return run(n, args); });
 }

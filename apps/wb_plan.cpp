@@ -80,7 +80,7 @@ double cpu_seconds() {
 }
 
 struct Network {
-  double node_gbps = 400, intra_gbps = 900, message_us = 5;
+  double node_gbps = 0, intra_gbps = 0, message_us = 0;  // from the settings, as connect reads them (run)
   PlanOptions plan;  // from the planner's settings (--buffer-mib, --pipeline-depth, --relay-fan-out, ...)
 };
 

@@ -42,8 +42,10 @@
 #include "core/settings.hpp"
 #include "emu/backend.hpp"
 #include "emu/deployment_options.hpp"
+#include "emu/mpi_main.hpp"
 #include "emu/network_report.hpp"
 #include "emu/presets.hpp"
+#include "emu/run_options.hpp"
 #include "emu/run_setup.hpp"
 #include "emu/synthetic.hpp"
 #include "emu/trace_file.hpp"
@@ -60,19 +62,18 @@ using namespace wb::emu;
 
 namespace {
 
-struct Options {
-  std::string checkpoint;
-  DeploymentOptions deployment;
-  std::uint64_t seed = 0;
-  std::string json;
-  std::string trace;
-  std::string mode = "sync";
-  std::string device = "host";
-  std::string fault;
+struct Options : RunOptions {
   int steps = 3;
   double step_ms = 2;
-  po::variables_map variables;
+  std::string mode = "sync";
+  std::string fault;
 };
+
+// What wb-replay's options shared with wb-bench mean here.
+const RunOptionDocs kRunOptionDocs = {
+    "Checkpoint file: .h5/.hdf5, .safetensors, a model.safetensors.index.json or a directory. Without it a synthetic checkpoint of --model is generated in memory.",
+    "Where the emulated workers keep their parameters: host, or cuda (the GPU of index local rank modulo the visible devices; several ranks may share one). The parameters are loaded, sent, received and verified there.",
+    "Write every rank's timeline as Chrome trace-event JSON to this file (rank 0; open it in Perfetto): per round pack, write, credit wait, forward and assemble spans, and the rollouts' stalls."};
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -80,45 +81,20 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 // Returns false when --help was asked for.
 bool parse_options(int argc, char** argv, Options& options, int rank) {
-  po::options_description general("wb-replay options");
-  general.add_options()("help,h", "Show this help.")
-      ("checkpoint", po::value(&options.checkpoint), "Checkpoint file: .h5/.hdf5, .safetensors, a model.safetensors.index.json or a directory. Without it a synthetic checkpoint of --model is generated in memory.");
-  add_deployment_options(general, options.deployment);
+  po::options_description general = run_options_description("wb-replay options", options, kRunOptionDocs);
   general.add_options()
       ("mode", po::value(&options.mode)->default_value(options.mode), "Synchronization mode: sync (no staging), sender-staged, receiver-staged or async (both staged).")
-      ("device", po::value(&options.device)->default_value(options.device), "Where the emulated workers keep their parameters: host, or cuda (the GPU of index local rank modulo the visible devices; several ranks may share one). The parameters are loaded, sent, received and verified there.")
+      ("fault", po::value(&options.fault), "For fault-injection tests: KIND,rank=R,version=K[,seconds=S] makes world rank R stop for S seconds (KIND stop), kill itself (kill) or throw (throw) at version K: a trainer in its training step, a rollout in before_update_hook.")
       ("steps", po::value(&options.steps)->default_value(options.steps), "Versions to send (1..K); version 0 is the checkpoint itself.")
-      ("step-ms", po::value(&options.step_ms)->default_value(options.step_ms), "Emulated compute per training step and per inference step, in milliseconds.")
-      ("seed", po::value(&options.seed), "Seed of the synthetic checkpoint when no --checkpoint is given.")
-      ("json", po::value(&options.json), "Write the result as JSON to this file (rank 0).")
-      ("trace", po::value(&options.trace), "Write every rank's timeline as Chrome trace-event JSON to this file (rank 0; open it in Perfetto): per round pack, write, credit wait, forward and assemble spans, and the rollouts' stalls.")
-      ("fault", po::value(&options.fault), "For fault-injection tests: KIND,rank=R,version=K[,seconds=S] makes world rank R stop for S seconds (KIND stop), kill itself (kill) or throw (throw) at version K: a trainer in its training step, a rollout in before_update_hook.");
-  po::variables_map variables;
-  if (!parse_command_line(argc, argv, general, variables, rank == 0)) return false;
-  options.variables = std::move(variables);
+      ("step-ms", po::value(&options.step_ms)->default_value(options.step_ms), "Emulated compute per training step and per inference step, in milliseconds.");
+  if (!parse_run_options(argc, argv, general, options, rank == 0)) return false;
   if (options.steps < 1) throw Error(ErrorCode::kInvalidArgument, "--steps must be at least 1");
   if (options.step_ms < 0) throw Error(ErrorCode::kInvalidArgument, "--step-ms must not be negative");
-  (void)parse_parameter_place(options.device);
   return true;
 }
 
-struct Mode {
-  bool sender_staging = false, receiver_staging = false;
-};
-
-Mode parse_mode(const std::string& text) {
-  if (text == "sync") return {false, false};
-  if (text == "sender-staged") return {true, false};
-  if (text == "receiver-staged") return {false, true};
-  if (text == "async") return {true, true};
-  throw Error(ErrorCode::kInvalidArgument, "--mode " + text + " is not sync, sender-staged, receiver-staged or async");
-}
-
+using Mode = SyncMode;
 using Setup = RunSetup;
-
-Setup make_setup(const Options& options) {
-  return make_run_setup(options.deployment, options.variables, options.checkpoint, options.seed);
-}
 
 // Flattened (tensor index, offset..., extent...) records of the boxes a worker holds, for rank 0.
 std::vector<std::int64_t> encode_boxes(const std::vector<CheckpointPiece>& pieces, const CheckpointReader& checkpoint) {
@@ -555,13 +531,6 @@ std::pair<int, bool> exchange_verdict(int exit_code, bool everyone, int world, d
   return {exit_code != 0 ? exit_code : verdict[0], exit_code == 0 && verdict[0] == 0 && verdict[1] != 0};
 }
 
-// How a rank ends, besides its exit code (main() acts on it).
-struct Ending {
-  bool finalize = true;                    // MPI_Finalize: the run succeeded on every rank (exchange_verdict)
-  double timeout = std::numeric_limits<double>::infinity();  // the bound on MPI_Finalize
-  std::string who;                         // this rank, as the exit lines name it
-};
-
 // Returns the exit code; `ending` says whether to call MPI_Finalize and within what time.
 int run(int argc, char** argv, Ending& ending) {
   int rank = 0, world = 0;
@@ -569,14 +538,14 @@ int run(int argc, char** argv, Ending& ending) {
   WB_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &world));
   Options options;
   if (!parse_options(argc, argv, options, rank)) return 0;
-  const Mode mode = parse_mode(options.mode);
+  const Mode mode = parse_sync_mode(options.mode, "--mode");
   const Fault fault = Fault::parse(options.fault);
   const double timeout = replay_timeout();
   ending.timeout = timeout;
   log_effective_settings();
 
   const auto start = std::chrono::steady_clock::now();
-  Setup setup = make_setup(options);
+  Setup setup = make_run_setup(options);
   const Deployment& deployment = setup.deployment;
   if (world != deployment.world_size())
     throw Error(ErrorCode::kInvalidArgument,
@@ -595,9 +564,7 @@ int run(int argc, char** argv, Ending& ending) {
                                          std::to_string((rank - deployment.trainer.world_size()) % deployment.rollout.tp)) +
                           " (world rank " + std::to_string(rank) + ")";
   ending.who = who;
-  std::unique_ptr<EmulatedWorker> worker =
-      trainer ? make_trainer_worker(setup.model, deployment.trainer, rank)
-              : make_rollout_worker(setup.model, deployment.rollout, rank - deployment.trainer.world_size());
+  std::unique_ptr<EmulatedWorker> worker = make_worker(setup.model, deployment, rank);
   const WorkerParameters params(worker->parameter_infos(), parse_parameter_place(options.device), default_cuda_device());
   nlohmann::json preflight_report;
   const bool layouts_ok = preflight(setup, *worker, params, preflight_report);
@@ -770,41 +737,4 @@ int run(int argc, char** argv, Ending& ending) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  // The staged modes run the transfer on a background thread beside the caller's MPI calls.
-  int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  // Failing MPI calls return to the check macros, which name the call and the rank.
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  int exit_code = 1;
-  Ending ending;
-  try {
-    exit_code = run(argc, argv, ending);
-  } catch (const std::exception& error) {
-    // Set-up (before the adapters): one clear line, then take the whole job down, since the other ranks
-    // may wait in a collective for this one.
-    std::fprintf(stderr, "wb-replay: %s\n", error.what());
-    std::fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
-  std::fflush(stdout);
-  std::fflush(stderr);
-  if (!ending.finalize) {
-    // The run failed somewhere: no rank calls MPI_Finalize, which would wait for the ranks that do not
-    // (exchange_verdict says why).
-    std::_Exit(exit_code != 0 ? exit_code : 1);
-  }
-  if (std::isfinite(ending.timeout)) {
-    // A rank of a run that succeeded missed the verdict (later than the timeout) and left without
-    // MPI_Finalize: this one would wait for it for good. Like every other wait, this one has a deadline.
-    std::thread([seconds = ending.timeout, who = ending.who] {
-      std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
-      std::fprintf(stderr, "wb-replay: exit: %s exits with 1 at t=%.3f (failed at t=%.3f): MPI_Finalize did not return "
-                   "within %g s (a rank left without it)\n", who.c_str(), wall_seconds(), wall_seconds(), seconds);
-      std::fflush(stderr);
-      std::_Exit(1);
-    }).detach();
-  }
-  MPI_Finalize();
-  return exit_code;
-}
+int main(int argc, char** argv) { return run_mpi_program("wb-replay", argc, argv, run); }

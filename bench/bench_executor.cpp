@@ -52,16 +52,12 @@
 #include "core/checks.hpp"
 #include "emu/backend.hpp"
 #include "emu/deployment_options.hpp"
+#include "emu/emulated_connect.hpp"
 #include "emu/presets.hpp"
 #include "emu/synthetic.hpp"
 #include "exec/round_executor.hpp"  // private (wb_private_headers): the bench drives the executor directly
-#include "layout/probe.hpp"
-#include "layout/source_map_exchange.hpp"
 #include "plan/round_schedule.hpp"
-#include "plan/round_schedule_scatter.hpp"
-#include "weightbridge/correspondence.hpp"
 #include "weightbridge/plan.hpp"
-#include "weightbridge/source_map.hpp"
 #include "weightbridge/status.hpp"
 
 namespace po = boost::program_options;
@@ -246,34 +242,18 @@ int run(int argc, char** argv) {
   for (const TensorInfo& t : tensors) model_bytes += static_cast<i64>(t.nbytes());
 
   const bool trainer = d.is_trainer(rank);
-  const std::unique_ptr<EmulatedWorker> worker =
-      trainer ? make_trainer_worker(model, d.trainer, rank) : make_rollout_worker(model, d.rollout, rank - d.trainer.world_size());
+  const std::unique_ptr<EmulatedWorker> worker = make_worker(model, d, rank);
   HostParameters host(worker->parameter_infos());
-  const auto load = [&](const CheckpointReader& c, const ParameterSet& p) { worker->load_weights(c, p); };
 
   // Connect, as a job does: probe, all-gather, plan on rank 0, scatter.
   const auto connect_start = Clock::now();
-  const SourceMap mine = probe_source_map(tensors, host.parameters(), load);
-  std::vector<SourceMap> maps = allgather_source_maps(mine, MPI_COMM_WORLD);
-  std::vector<std::vector<std::byte>> serialized;
   PlanOptions plan_options;
   plan_options.buffer_bytes_per_worker = o.buffer_mib << 20;
   plan_options.pipeline_depth = o.pipeline_depth;
   plan_options.piece_bytes = o.piece_kib << 10;
-  i64 needed_bytes = 0;
-  if (rank == 0) {
-    std::vector<Side> sides;
-    for (int r = 0; r < world; ++r) sides.push_back(d.is_trainer(r) ? Side::kTrainer : Side::kRollout);
-    const Correspondence correspondence = build_correspondence(tensors, std::move(maps), sides);
-    // Bandwidths only weight the balance; on one machine every link is shared memory.
-    const TransferPlan plan = plan_transfer(correspondence, Topology::uniform(world, d.gpus_per_node, 400e9, 900e9), plan_options);
-    needed_bytes = plan.bound.model_bytes;
-    const RoundScheduleBuilder builder(correspondence, plan);
-    for (int r = 0; r < world; ++r) serialized.push_back(serialize_round_schedule(builder.build(r)));
-  }
-  maps.clear();
-  RoundSchedule schedule = scatter_round_schedules(serialized, 0, MPI_COMM_WORLD);
-  serialized.clear();
+  EmulatedConnection connection = emulated_connect(*worker, host.parameters(), tensors, d, plan_options, MPI_COMM_WORLD);
+  const i64 needed_bytes = connection.model_bytes;
+  RoundSchedule schedule = std::move(connection.schedule);
   const int rounds = static_cast<int>(schedule.rounds.size());
 
   constexpr unsigned char kFill = 0xEE;  // what rollouts hold before an update reaches them; padding keeps it

@@ -59,6 +59,8 @@ class EmulatedWorker {
 std::unique_ptr<EmulatedWorker> make_trainer_worker(const ModelConfig& model, const TrainerSpec& spec, int rank);
 /// The rollout worker at rank `rank` among all rollout workers (engine = rank / spec.tp).
 std::unique_ptr<EmulatedWorker> make_rollout_worker(const ModelConfig& model, const RolloutSpec& spec, int rank);
+/// The worker at world rank `world_rank` of `deployment`: the trainers first, then the rollout workers.
+std::unique_ptr<EmulatedWorker> make_worker(const ModelConfig& model, const Deployment& deployment, int world_rank);
 
 /// Host storage for a worker's parameters: one zeroed, 64-byte aligned allocation per parameter.
 class HostParameters {

@@ -137,4 +137,10 @@ std::string RolloutSpec::to_string() const {
   return out.str();
 }
 
+std::vector<Side> Deployment::sides() const {
+  std::vector<Side> out;
+  for (int r = 0; r < world_size(); ++r) out.push_back(is_trainer(r) ? Side::kTrainer : Side::kRollout);
+  return out;
+}
+
 }  // namespace wb::emu

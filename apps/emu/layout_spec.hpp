@@ -16,6 +16,8 @@
 #include <string_view>
 #include <vector>
 
+#include "weightbridge/correspondence.hpp"
+
 namespace wb::emu {
 
 struct TrainerSpec {
@@ -48,6 +50,8 @@ struct Deployment {
   int world_size() const { return trainer.world_size() + rollout.world_size(); }
   bool is_trainer(int world_rank) const { return world_rank < trainer.world_size(); }
   int node_of(int world_rank) const { return world_rank / gpus_per_node; }
+  /// The side of every world rank, as the planner takes them.
+  std::vector<Side> sides() const;
 };
 
 }  // namespace wb::emu

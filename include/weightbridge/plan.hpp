@@ -11,12 +11,24 @@
 
 namespace wb {
 
+/// The defaults the planner's settings are declared with (buffer_mib, pipeline_depth, relay_fan_out,
+/// node_gbps, intra_gbps, message_us), in the units of the fields below that start from them: options built
+/// in code and options read from settings nobody set agree, and each number is written once, with its setting.
+namespace setting_defaults {
+std::int64_t buffer_bytes_per_worker();
+int pipeline_depth();
+int relay_fan_out();
+double node_bandwidth();        // bytes per second
+double intra_node_bandwidth();  // bytes per second
+double message_latency();       // seconds
+}  // namespace setting_defaults
+
 /// Where the workers sit and how fast the links are. Bandwidths in bytes per second.
 struct Topology {
   std::vector<int> node_of_worker;   // node index per worker (world rank)
-  double node_bandwidth = 400e9;     // inter-node NIC bandwidth per node, each direction
-  double intra_node_bandwidth = 900e9;  // per worker, each direction (NVLink, or shared memory)
-  double message_latency = 5e-6;     // seconds per one-sided write, added per message on its links
+  double node_bandwidth = setting_defaults::node_bandwidth();  // inter-node NIC bandwidth per node, each direction
+  double intra_node_bandwidth = setting_defaults::intra_node_bandwidth();  // per worker, each direction (NVLink, or shared memory)
+  double message_latency = setting_defaults::message_latency();  // seconds per one-sided write, added per message on its links
 
   /// Nodes of `gpus_per_node` consecutive ranks.
   static Topology uniform(int workers, int gpus_per_node, double node_bandwidth, double intra_node_bandwidth);
@@ -56,8 +68,8 @@ inline constexpr int kRelayAllToAll = -1;  // every lander takes the piece strai
 
 struct PlanOptions {
   /// Transfer-buffer memory per worker, all pipeline slots together (send and receive buffers).
-  std::int64_t buffer_bytes_per_worker = std::int64_t{1} << 30;
-  int pipeline_depth = 2;                         // round buffers in flight per worker (double buffering)
+  std::int64_t buffer_bytes_per_worker = setting_defaults::buffer_bytes_per_worker();
+  int pipeline_depth = setting_defaults::pipeline_depth();  // round buffers in flight per worker (double buffering)
   int min_rounds = 8;                             // at least this many rounds, so the stages overlap
   /// Atoms are cut into pieces of about this size, the unit of balancing; 0 chooses it from the model
   /// size and the number of distinct roles (between 512 B and 16 MiB), not from the replica count.
@@ -65,7 +77,7 @@ struct PlanOptions {
   /// External exchange: kRelayChoose, kRelayAllToAll (whatever the group size), or F >= 1: relay trees in
   /// which a node forwards to at most F others per round, wherever more than F + 1 nodes need an atom (fewer
   /// take it all-to-all).
-  int relay_fan_out = kRelayChoose;
+  int relay_fan_out = setting_defaults::relay_fan_out();  // kRelayChoose
   /// Memory the planner may take (its own structures and the schedules it builds, as estimated before
   /// planning); 0: no limit. A plan that would need more is refused with the estimate and the limit.
   std::int64_t memory_limit_bytes = 0;
@@ -112,7 +124,7 @@ struct ExchangeCandidate {
 
 struct TransferPlan {
   int rounds = 0;
-  int pipeline_depth = 2;
+  int pipeline_depth = setting_defaults::pipeline_depth();
   std::vector<Segment> segments;        // sorted by round, then by route
   std::vector<std::uint32_t> landers;   // see Segment
   std::vector<RelayTree> relay_trees;   // see Segment::relay
@@ -159,9 +171,9 @@ PlanOptions plan_options_from_settings();
 /// The network the planner, T_min and the simulator assume, from the settings node_gbps, intra_gbps and
 /// message_us (WB_NODE_GBPS / --node-gbps, ...): bandwidths in bytes per second, latency in seconds.
 struct NetworkSettings {
-  double node_bandwidth = 400e9;
-  double intra_node_bandwidth = 900e9;
-  double message_latency = 5e-6;
+  double node_bandwidth = setting_defaults::node_bandwidth();
+  double intra_node_bandwidth = setting_defaults::intra_node_bandwidth();
+  double message_latency = setting_defaults::message_latency();
 };
 NetworkSettings network_from_settings();
 

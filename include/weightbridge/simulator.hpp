@@ -34,7 +34,7 @@ struct TrafficSchedule {
   /// Per stage, the stages of the same round it starts after, as bits (at most 8 stages); empty: each
   /// stage after the one before it.
   std::vector<std::uint8_t> stage_after;
-  int pipeline_depth = 2;
+  int pipeline_depth = setting_defaults::pipeline_depth();
   std::vector<std::vector<std::vector<Transfer>>> rounds;  // [round][stage] -> transfers
 };
 
@@ -80,7 +80,7 @@ TrafficSchedule traffic_of(const Correspondence& correspondence, const TransferP
 
 struct BaselineOptions {
   std::int64_t bucket_bytes = std::int64_t{1} << 30;  // bytes per round (Miles' update buckets)
-  int pipeline_depth = 2;
+  int pipeline_depth = setting_defaults::pipeline_depth();
   std::vector<int> engine_of_worker;                  // per worker; -1 for trainers (P2P needs the engines)
   /// Each transfer of a round goes as messages of at most this many bytes, each costing
   /// Topology::message_latency on its links; 0 (the default) sends one message per transfer and round, the

@@ -15,6 +15,7 @@
 #include "core/settings.hpp"
 #include "layout/probe.hpp"
 #include "layout/source_map_exchange.hpp"
+#include "plan/planned_schedules.hpp"
 #include "plan/round_schedule.hpp"
 #include "plan/round_schedule_scatter.hpp"
 #include "transport/transport.hpp"
@@ -31,9 +32,6 @@ Setting<bool> sender_staging_setting("sender_staging", false,
                                      "while the transfer runs in the background.");
 Setting<bool> receiver_staging_setting("receiver_staging", false,
                                        "Rollouts: receive into host staging while generating, install at one step.");
-Setting<double> timeout_setting("timeout_seconds", 120.0,
-                                "Deadline of every wait of the coordinator and the executor, in seconds (0 or inf: "
-                                "none).");
 Setting<bool> verify_setting("verify", false,
                              "Check every update end to end: digests of what each writer sends, per planned segment, "
                              "against what each receiver installs; a mismatch fails the update naming the parameter.");
@@ -42,7 +40,8 @@ Setting<bool> timeline_setting("timeline", false,
                             "per round) into AdapterStats::trace; wb-replay and wb-bench write it with --trace.");
 Setting<std::int64_t> node_setting("node", -1,
                                    "This worker's node for the planner; -1: its machine (trainers and rollouts "
-                                   "of one machine count as different nodes).");
+                                   "of one machine count as different nodes).",
+                                   -1, INT_MAX);
 
 // What each worker tells rank 0 about itself, besides its source map.
 struct WorkerConfig {
@@ -169,7 +168,7 @@ ResolvedOptions resolve_options(const AdapterOptions& options) {
   const PlanOptions planned = plan_options_from_settings();
   resolved.buffer_bytes = options.buffer_bytes.value_or(planned.buffer_bytes_per_worker);
   resolved.pipeline_depth = options.pipeline_depth.value_or(planned.pipeline_depth);
-  resolved.timeout_seconds = normalize_timeout(options.timeout_seconds.value_or(*timeout_setting));
+  resolved.timeout_seconds = normalize_timeout(options.timeout_seconds.value_or(exec::timeout_setting()));
   resolved.node = options.node.value_or(static_cast<int>(*node_setting));
   if (resolved.buffer_bytes < 4096)
     throw Error(ErrorCode::kInvalidArgument, "buffer_bytes " + std::to_string(resolved.buffer_bytes) + " is below 4 KiB");
@@ -303,10 +302,10 @@ Connection establish_connection(const ConnectInput& input) {
         plan_options.buffer_bytes_per_worker = std::min(plan_options.buffer_bytes_per_worker, c.buffer_bytes);
         plan_options.pipeline_depth = std::min(plan_options.pipeline_depth, static_cast<int>(c.pipeline_depth));
       }
-      const Correspondence correspondence = build_correspondence(tensors, std::move(maps), std::move(sides));
-      const TransferPlan plan = plan_transfer(correspondence, topology, plan_options);
-      const RoundScheduleBuilder builder(correspondence, plan);
-      serialized = serialize_round_schedules(builder, size);  // on this node's cores
+      PlannedSchedules planned_schedules = plan_round_schedules(tensors, std::move(maps), std::move(sides), topology, plan_options);
+      const Correspondence& correspondence = planned_schedules.correspondence;
+      const TransferPlan& plan = planned_schedules.plan;
+      serialized = std::move(planned_schedules.schedules);
       summary.t_min = plan.bound.t_min_seconds;
       summary.simulated = simulate(traffic_of(correspondence, plan), plan.topology).ewtt_seconds;
       summary.workers = size;

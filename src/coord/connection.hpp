@@ -26,8 +26,8 @@ struct ResolvedOptions {
   bool verify = false;
   bool trace = false;
   std::int64_t buffer_bytes = 0;
-  int pipeline_depth = 2;
-  double timeout_seconds = 120;  // kNoDeadline for none
+  int pipeline_depth = setting_defaults::pipeline_depth();
+  double timeout_seconds = exec::default_timeout_seconds();  // kNoDeadline for none
   int node = -1;
   std::string transport;  // empty: WB_TRANSPORT
 };

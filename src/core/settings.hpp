@@ -58,19 +58,22 @@ class SettingBase {
 template <class T>
 class Setting final : public SettingBase {
  public:
-  Setting(const char* name, T default_value, const char* doc)
-      : SettingBase(name, doc), default_(std::move(default_value)), value_(default_) {}
+  Setting(const char* name, T declared_default, const char* doc)
+      : SettingBase(name, doc), default_(std::move(declared_default)), value_(default_) {}
   /// A numeric setting with its valid range: a value outside [min, max], from the environment or a flag,
   /// is one clear error naming the setting, the value and the range.
-  Setting(const char* name, T default_value, const char* doc, T min, T max)
+  Setting(const char* name, T declared_default, const char* doc, T min, T max)
     requires(std::is_arithmetic_v<T> && !std::is_same_v<T, bool>)
-      : SettingBase(name, doc), default_(std::move(default_value)), value_(default_), range_(std::pair<T, T>{min, max}) {}
+      : SettingBase(name, doc), default_(std::move(declared_default)), value_(default_), range_(std::pair<T, T>{min, max}) {}
 
   const T& get() const {
     resolve();
     return value_;
   }
   const T& operator*() const { return get(); }
+  /// The declared default, whatever the environment or a flag says: what option structs built in code
+  /// default to, so that the declaration is the one place the number is written.
+  const T& default_value() const { return default_; }
 
   std::string type_name() const override;
   std::string default_text() const override;

@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -45,6 +46,10 @@ Setting<std::int64_t> idle_sleep_us_setting(
     "yield). Idle ranks then leave the cores to those that work: the peers they wait for on an oversubscribed "
     "machine, and the kernel's network stack with TCP providers.",
     0, 100000);
+Setting<double> timeout_seconds_setting("timeout_seconds", 120.0,
+                                        "Deadline of every wait of the coordinator and the executor, in seconds (0 or "
+                                        "inf: none).",
+                                        0.0, std::numeric_limits<double>::infinity());
 
 constexpr int kGrantTag = 0x5743;  // "you may write round g into my slot"
 constexpr std::uint32_t kRoundBits = 24;
@@ -334,6 +339,8 @@ namespace exec {
 std::int64_t idle_sleep_setting() {
   return *idle_sleep_us_setting;  // its range is checked as it is read
 }
+double timeout_setting() { return *timeout_seconds_setting; }
+double default_timeout_seconds() { return timeout_seconds_setting.default_value(); }
 }  // namespace exec
 
 Status RoundExecutor::run_update(const DeviceOrdering& after) {

@@ -56,9 +56,16 @@ struct DeviceOrdering {
 /// What an update waits for: a sentence ("external-exchange writes from rank 4") and those peers' ranks.
 using WaitState = std::pair<std::string, std::vector<int>>;
 
+namespace exec {
+/// The timeout_seconds setting (WB_TIMEOUT_SECONDS / --timeout-seconds), declared here because the executor's
+/// waits are the innermost ones: its value (0 or infinite: no deadline) and its declared default.
+double timeout_setting();
+double default_timeout_seconds();
+}  // namespace exec
+
 struct ExecutorOptions {
-  double timeout_seconds = 120;  // an update that makes no progress for this long fails, naming what it waits for
-                                 // (infinite: no deadline)
+  /// An update that makes no progress for this long fails, naming what it waits for (infinite: no deadline).
+  double timeout_seconds = exec::default_timeout_seconds();
   std::string transport;         // forces the transport of every pair (an adapter's option); empty: WB_TRANSPORT
   /// Check every update end to end (exec/verify.hpp): digests of the segments each writer sent, compared
   /// with what each receiver assembles. Host buffers only.

@@ -1,6 +1,7 @@
 #include "exec/round_work.hpp"
 
 #include <algorithm>
+#include <limits>
 
 #include "core/settings.hpp"
 
@@ -10,7 +11,8 @@ namespace {
 Setting<std::int64_t> max_writes_per_post_setting(
     "max_writes_per_post", 0,
     "Writes the executor hands a transport in one post (0: the transport's own limit). A batch longer than "
-    "that goes out in several posts. Lower it only to exercise that path.");
+    "that goes out in several posts. Lower it only to exercise that path.",
+    0, std::numeric_limits<std::int64_t>::max());
 
 }  // namespace
 

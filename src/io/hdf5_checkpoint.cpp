@@ -96,15 +96,8 @@ Setting<bool> check_in_child_setting(
 Setting<std::int64_t> check_idle_setting(
     "hdf5_check_seconds", 60,
     "How long the child that checks an HDF5 checkpoint may take over one dataset's metadata before the "
-    "file is refused as one that makes libhdf5 loop (at least 1).");
-
-std::int64_t check_idle_seconds() {
-  const std::int64_t seconds = check_idle_setting.get();
-  if (seconds < 1)
-    throw Error(ErrorCode::kInvalidArgument, "hdf5_check_seconds (WB_HDF5_CHECK_SECONDS) must be at least 1, not " +
-                                                 std::to_string(seconds));
-  return seconds;
-}
+    "file is refused as one that makes libhdf5 loop.",
+    1, std::int64_t{1} << 30);  // far beyond any walk, and within the steady clock's range
 
 std::mutex& hdf5_mutex() {
   static std::mutex mutex;
@@ -459,7 +452,7 @@ class Hdf5Reader final : public CheckpointReader {
   /// forked, changes nothing: the walk below gives the error, or reads the file unchecked. Called under
   /// hdf5_mutex, so no other thread of ours is inside HDF5 at the fork.
   void check_in_child() const {
-    const std::int64_t idle_seconds = check_idle_seconds();
+    const std::int64_t idle_seconds = *check_idle_setting;  // its range is checked as it is read
     int pipe_fds[2];
     if (::pipe2(pipe_fds, O_CLOEXEC) != 0) return;
     const pid_t child = ::fork();

@@ -53,6 +53,15 @@ std::int64_t available_memory_bytes() {
 
 }  // namespace
 
+namespace setting_defaults {
+std::int64_t buffer_bytes_per_worker() { return buffer_mib_setting.default_value() << 20; }
+int pipeline_depth() { return static_cast<int>(pipeline_depth_setting.default_value()); }
+int relay_fan_out() { return static_cast<int>(relay_fan_out_setting.default_value()); }
+double node_bandwidth() { return node_gbps_setting.default_value() * 1e9; }
+double intra_node_bandwidth() { return intra_gbps_setting.default_value() * 1e9; }
+double message_latency() { return message_us_setting.default_value() / 1e6; }  // 5 / 1e6 is exactly the double 5e-6
+}  // namespace setting_defaults
+
 PlanOptions plan_options_from_settings() {
   PlanOptions options;
   options.buffer_bytes_per_worker = *buffer_mib_setting << 20;

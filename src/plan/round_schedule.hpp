@@ -68,7 +68,7 @@ struct RoundPlan {
 struct RoundSchedule {
   int rank = 0;
   Side side = Side::kTrainer;
-  int pipeline_depth = 2;
+  int pipeline_depth = setting_defaults::pipeline_depth();
   std::int64_t send_slot_bytes = 0;     // send buffer per pipeline slot
   std::int64_t receive_slot_bytes = 0;  // receive buffer per pipeline slot
   std::vector<int> peers;               // ranks it writes to or receives from, ascending: whom to connect

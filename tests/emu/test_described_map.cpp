@@ -71,8 +71,7 @@ TEST(DescribedMap, KimiK2DeploymentMapsAreCompact) {
   const Deployment& d = instance.deployment;
   std::size_t total_bytes = 0, total_copies = 0, max_copies = 0;
   for (int rank = 0; rank < d.world_size(); ++rank) {
-    auto worker = d.is_trainer(rank) ? make_trainer_worker(instance.model, d.trainer, rank)
-                                     : make_rollout_worker(instance.model, d.rollout, rank - d.trainer.world_size());
+    auto worker = make_worker(instance.model, d, rank);
     const SourceMap map = described_source_map(*worker, tensors);
     const std::size_t bytes = serialize_source_map(map).size();
     total_bytes += bytes;

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/expect_error.hpp"
 #include "emu/backend.hpp"
 #include "emu/layout_spec.hpp"
 #include "emu/model.hpp"
@@ -24,6 +25,7 @@ namespace wb::emu {
 namespace {
 
 using i64 = std::int64_t;
+using wb::testing::expect_error;
 
 constexpr std::uint64_t kSeed = 20240611;
 
@@ -328,17 +330,6 @@ TEST(MegatronTrainer, ExpertsFollowExpertParallelRank) {
 
 // ---- 3. bad specs fail, naming the cause -----------------------------------------------------------------
 
-std::string error_of(const std::function<void()>& f, ErrorCode code) {
-  try {
-    f();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "no error";
-  return {};
-}
-
 TEST(MegatronTrainer, BadSpecsNameTheCause) {
   const ModelConfig qwen = tiny("qwen3-30b-a3b");
   auto make = [](const ModelConfig& m, const TrainerSpec& s, int rank) {
@@ -346,37 +337,37 @@ TEST(MegatronTrainer, BadSpecsNameTheCause) {
   };
   auto spec = [](const char* text) { return TrainerSpec::parse(text); };
 
-  std::string msg = error_of(make(qwen, spec("tp=8"), 0), ErrorCode::kInvalidArgument);
+  std::string msg = expect_error(make(qwen, spec("tp=8"), 0), ErrorCode::kInvalidArgument);
   EXPECT_NE(msg.find("tp=8 does not divide num_key_value_heads=4 of Qwen3-30B-A3B-tiny"), std::string::npos) << msg;
   EXPECT_NE(msg.find("linear_qkv"), std::string::npos) << msg;
 
-  msg = error_of(make(qwen, spec("dp=3,ep=3"), 0), ErrorCode::kInvalidArgument);
+  msg = expect_error(make(qwen, spec("dp=3,ep=3"), 0), ErrorCode::kInvalidArgument);
   EXPECT_NE(msg.find("ep=3 does not divide num_experts=64"), std::string::npos) << msg;
 
   TrainerSpec unparsed;  // built directly, so the backend's own check is reached
   unparsed.tp = 2;
   unparsed.ep = 4;
-  msg = error_of(make(qwen, unparsed, 0), ErrorCode::kInvalidArgument);
+  msg = expect_error(make(qwen, unparsed, 0), ErrorCode::kInvalidArgument);
   EXPECT_NE(msg.find("ep=4 does not divide tp*cp*dp=2"), std::string::npos) << msg;
 
-  msg = error_of(make(qwen, spec("etp=2,dp=2,ep=2"), 0), ErrorCode::kUnsupported);
+  msg = expect_error(make(qwen, spec("etp=2,dp=2,ep=2"), 0), ErrorCode::kUnsupported);
   EXPECT_NE(msg.find("etp=2"), std::string::npos) << msg;
 
-  msg = error_of(make(qwen, spec("pp=3"), 0), ErrorCode::kInvalidArgument);  // 4 layers
+  msg = expect_error(make(qwen, spec("pp=3"), 0), ErrorCode::kInvalidArgument);  // 4 layers
   EXPECT_NE(msg.find("num_hidden_layers=4"), std::string::npos) << msg;
 
-  msg = error_of(make(qwen, spec("tp=2,dp=2"), 4), ErrorCode::kInvalidArgument);
+  msg = expect_error(make(qwen, spec("tp=2,dp=2"), 4), ErrorCode::kInvalidArgument);
   EXPECT_NE(msg.find("rank 4 is outside the world of 4"), std::string::npos) << msg;
 
   ModelConfig dense = spot_model();  // intermediate_size 4, 4 heads, 2 KV heads
   dense.num_key_value_heads = 4;
   dense.intermediate_size = 6;
-  msg = error_of(make(dense, spec("tp=4"), 0), ErrorCode::kInvalidArgument);
+  msg = expect_error(make(dense, spec("tp=4"), 0), ErrorCode::kInvalidArgument);
   EXPECT_NE(msg.find("tp=4 does not divide intermediate_size=6 of spot"), std::string::npos) << msg;
 
   ModelConfig moonlight = tiny("moonlight-16b-a3b");
   moonlight.moe_intermediate_size = 6;  // 2 shared experts: 12 rows, while 16 heads and 96 pass tp=8
-  msg = error_of(make(moonlight, spec("tp=8"), 0), ErrorCode::kInvalidArgument);
+  msg = expect_error(make(moonlight, spec("tp=8"), 0), ErrorCode::kInvalidArgument);
   EXPECT_NE(msg.find("tp=8 does not divide n_shared_experts*moe_intermediate_size=12"), std::string::npos) << msg;
 }
 

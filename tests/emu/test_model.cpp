@@ -11,12 +11,15 @@
 #include <string>
 #include <vector>
 
+#include "../support/expect_error.hpp"
 #include "emu/model.hpp"
 #include "weightbridge/checkpoint.hpp"
 #include "weightbridge/status.hpp"
 
 namespace wb::emu {
 namespace {
+
+using wb::testing::expect_error;
 
 const std::vector<std::string> kShippedModels = {"kimi-k2-instruct", "moonlight-16b-a3b", "qwen3-235b-a22b",
                                                  "qwen3-30b-a3b", "qwen3-32b"};
@@ -50,16 +53,6 @@ std::vector<std::string> layer_structure(const std::vector<TensorInfo>& tensors,
     if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
   }
   return names;
-}
-
-std::string expect_error(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no wb::Error thrown";
-  return {};
 }
 
 TEST(ModelConfig, ShippedConfigsReproduceExpectedCounts) {
@@ -129,11 +122,9 @@ TEST(ModelConfig, LoadsByNameStemOrPath) {
   const std::string path = model_config_directory() + "/qwen3-32b.json";
   EXPECT_EQ(load_named_model_config(path).name, "Qwen3-32B");
   EXPECT_EQ(load_model_config(path).name, "Qwen3-32B");
-  const std::string message = expect_error([] { load_named_model_config("no-such-model"); });
-  EXPECT_NE(message.find("no-such-model"), std::string::npos) << message;
-  EXPECT_NE(message.find("qwen3-30b-a3b"), std::string::npos) << message;  // lists the known ones
-  EXPECT_NE(expect_error([] { load_model_config("/nonexistent/config.json"); }).find("/nonexistent/config.json"),
-            std::string::npos);
+  // The known ones are listed.
+  expect_error([] { load_named_model_config("no-such-model"); }, ErrorCode::kNotFound, {"no-such-model", "qwen3-30b-a3b"});
+  expect_error([] { load_model_config("/nonexistent/config.json"); }, ErrorCode::kNotFound, {"/nonexistent/config.json"});
 }
 
 TEST(ModelConfig, Qwen3MoeShapes) {
@@ -241,7 +232,7 @@ TEST(ModelConfig, TensorDtypesBySuffix) {
     const std::string message = expect_error([&] {
       parse_model_config(std::string(R"({"model_type":"qwen3","hidden_size":8,"num_hidden_layers":1,"num_attention_heads":2,)"
                                      R"("intermediate_size":8,"vocab_size":10,)") + bad + "}", "cfg.json");
-    });
+    }, ErrorCode::kInvalidArgument);
     EXPECT_NE(message.find("cfg.json"), std::string::npos) << message;
     EXPECT_NE(message.find("tensor_dtypes"), std::string::npos) << message;
   }
@@ -292,11 +283,11 @@ TEST(ModelConfig, CheckpointMustHoldTheModelAndMayHoldMore) {
 
   std::string message = expect_error([&] {
     check_checkpoint_holds(model, "Tiny", ListedCheckpoint({{"a.weight", DType::kBF16, {4, 2}}}));
-  });
+  }, ErrorCode::kInvalidArgument);
   EXPECT_NE(message.find("listed.safetensors has no tensor a.bias that Tiny needs"), std::string::npos) << message;
   message = expect_error([&] {
     check_checkpoint_holds(model, "Tiny", ListedCheckpoint({{"a.weight", DType::kBF16, {4, 2}}, {"a.bias", DType::kBF16, {4}}}));
-  });
+  }, ErrorCode::kInvalidArgument);
   EXPECT_NE(message.find("listed.safetensors: tensor a.bias is bf16[4] but Tiny has f32[4]"), std::string::npos) << message;
 
   // Restricted to the model, the extra tensors vanish from the list and cannot be read.
@@ -306,7 +297,7 @@ TEST(ModelConfig, CheckpointMustHoldTheModelAndMayHoldMore) {
   char value = 0;
   restricted->read_box("a.bias", Box::whole(Shape{4}), &value);
   EXPECT_EQ(value, 'a');
-  message = expect_error([&] { restricted->read_box("extra.0.w", Box::whole(Shape{1}), &value); });
+  message = expect_error([&] { restricted->read_box("extra.0.w", Box::whole(Shape{1}), &value); }, ErrorCode::kNotFound);
   EXPECT_NE(message.find("extra.0.w"), std::string::npos) << message;
 }
 
@@ -365,38 +356,36 @@ TEST(ModelConfig, DeepseekMoeLayerFreqAndDenseFirst) {
 }
 
 TEST(ModelConfig, ErrorsNameTheProblem) {
-  std::string message = expect_error([] { parse_model_config(R"({"model_type":"llama","hidden_size":8})", "cfg.json"); });
-  EXPECT_NE(message.find("llama"), std::string::npos) << message;
-  EXPECT_NE(message.find("cfg.json"), std::string::npos) << message;
-
-  message = expect_error([] { parse_model_config(R"({"model_type":"qwen3","num_hidden_layers":2})", "cfg.json"); });
-  EXPECT_NE(message.find("hidden_size"), std::string::npos) << message;
-  EXPECT_NE(message.find("cfg.json"), std::string::npos) << message;
+  expect_error([] { parse_model_config(R"({"model_type":"llama","hidden_size":8})", "cfg.json"); },
+               ErrorCode::kInvalidArgument, {"llama", "cfg.json"});
+  expect_error([] { parse_model_config(R"({"model_type":"qwen3","num_hidden_layers":2})", "cfg.json"); },
+               ErrorCode::kInvalidArgument, {"hidden_size", "cfg.json"});
+  std::string message;
 
   message = expect_error([] {
     parse_model_config(R"({"model_type":"qwen3","hidden_size":"big","num_hidden_layers":2})", "cfg.json");
-  });
+  }, ErrorCode::kInvalidArgument);
   EXPECT_NE(message.find("hidden_size"), std::string::npos) << message;
 
-  message = expect_error([] { parse_model_config("{not json", "broken.json"); });
+  message = expect_error([] { parse_model_config("{not json", "broken.json"); }, ErrorCode::kInvalidArgument);
   EXPECT_NE(message.find("broken.json"), std::string::npos) << message;
 
   message = expect_error([] {
     parse_model_config(R"({"model_type":"qwen3","hidden_size":8,"num_hidden_layers":2,"num_attention_heads":2,
       "intermediate_size":8,"vocab_size":10,"torch_dtype":"complex64"})", "cfg.json");
-  });
+  }, ErrorCode::kInvalidArgument);
   EXPECT_NE(message.find("complex64"), std::string::npos) << message;
 
   message = expect_error([] {
     parse_model_config(R"({"model_type":"deepseek_v3","hidden_size":8,"num_hidden_layers":2,"num_attention_heads":2,
       "intermediate_size":8,"vocab_size":10,"kv_lora_rank":4,"qk_nope_head_dim":2,"qk_rope_head_dim":2,"v_head_dim":2})",
                        "cfg.json");
-  });
+  }, ErrorCode::kInvalidArgument);
   EXPECT_NE(message.find("q_lora_rank"), std::string::npos) << message;
 
   ModelConfig unknown = load_named_model_config("qwen3-32b");
   unknown.model_type = "mamba";
-  message = expect_error([&] { model_tensors(unknown); });
+  message = expect_error([&] { model_tensors(unknown); }, ErrorCode::kInvalidArgument);
   EXPECT_NE(message.find("mamba"), std::string::npos) << message;
 }
 
@@ -504,7 +493,7 @@ TEST(ScaleModel, OptionsOverride) {
   ScaleOptions too_few;
   too_few.num_layers = 1;  // Kimi's first layer is dense: no MoE layer would remain
   const std::string message =
-      expect_error([&] { scale_model(load_named_model_config("kimi-k2-instruct"), too_few); });
+      expect_error([&] { scale_model(load_named_model_config("kimi-k2-instruct"), too_few); }, ErrorCode::kInvalidArgument);
   EXPECT_NE(message.find("first_k_dense_replace"), std::string::npos) << message;
 
   ScaleOptions experts;

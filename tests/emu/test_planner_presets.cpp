@@ -87,8 +87,7 @@ std::int64_t expect_bit_exact(const DeploymentUnderTest& d, const PlanOptions& o
   std::vector<std::vector<Bytes>> params, expected;
   for (int rank = 0; rank < deployment.world_size(); ++rank) {
     const bool trainer = deployment.is_trainer(rank);
-    const auto worker = trainer ? make_trainer_worker(d.instance.model, deployment.trainer, rank)
-                                : make_rollout_worker(d.instance.model, deployment.rollout, rank - deployment.trainer.world_size());
+    const auto worker = make_worker(d.instance.model, deployment, rank);
     HostParameters host(worker->parameter_infos());
     for (const auto& p : host.parameters()) std::memset(p.view.data, 0xEE, p.view.nbytes());
     std::vector<Bytes> before;

@@ -17,12 +17,15 @@
 #include <string>
 #include <vector>
 
+#include "../support/expect_error.hpp"
 #include "emu/model.hpp"
 #include "emu/synthetic.hpp"
 #include "weightbridge/status.hpp"
 
 namespace wb::emu {
 namespace {
+
+using wb::testing::expect_error;
 
 std::vector<std::byte> fill(const TensorInfo& info, const Box& box, std::uint64_t seed) {
   std::vector<std::byte> out(static_cast<std::size_t>(box.numel()) * dtype_size(info.dtype));
@@ -55,16 +58,6 @@ std::vector<std::byte> cut(const std::vector<std::byte>& whole, const TensorInfo
 }
 
 float bf16_to_float(std::uint16_t bits) { return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16); }
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no wb::Error thrown";
-  return {};
-}
 
 TEST(Synthetic, BoxesAgreeWithTheWholeTensor) {
   std::mt19937_64 rng(7);
@@ -204,9 +197,9 @@ TEST(Synthetic, IntegerTensorsGetHashedBits) {
 TEST(Synthetic, BadBoxNamesTheTensor) {
   const TensorInfo info{"model.norm.weight", DType::kBF16, {64}};
   std::vector<std::byte> out(1024);
-  std::string message = error_of([&] { fill_synthetic(info, Box{{60}, {8}}, 0, out.data()); });
+  std::string message = expect_error([&] { fill_synthetic(info, Box{{60}, {8}}, 0, out.data()); }, ErrorCode::kInvalidArgument);
   EXPECT_NE(message.find("model.norm.weight"), std::string::npos) << message;
-  message = error_of([&] { fill_synthetic(info, Box{{0, 0}, {1, 1}}, 0, out.data()); });
+  message = expect_error([&] { fill_synthetic(info, Box{{0, 0}, {1, 1}}, 0, out.data()); }, ErrorCode::kInvalidArgument);
   EXPECT_NE(message.find("model.norm.weight"), std::string::npos) << message;
 }
 
@@ -224,9 +217,9 @@ TEST(SyntheticCheckpoint, ReadsBoxesOnDemand) {
   checkpoint.read_box(info.name, box, part.data());
   EXPECT_EQ(part, cut(whole, info, box));
 
-  std::string message = error_of([&] { checkpoint.read_box("model.layers.9.nothing", box, part.data()); });
+  std::string message = expect_error([&] { checkpoint.read_box("model.layers.9.nothing", box, part.data()); }, ErrorCode::kNotFound);
   EXPECT_NE(message.find("model.layers.9.nothing"), std::string::npos) << message;
-  message = error_of([&] { checkpoint.read_box(info.name, Box{{0, 0}, {65, 1}}, part.data()); });
+  message = expect_error([&] { checkpoint.read_box(info.name, Box{{0, 0}, {65, 1}}, part.data()); }, ErrorCode::kInvalidArgument);
   EXPECT_NE(message.find(info.name), std::string::npos) << message;
 
   std::vector<TensorInfo> twice = {info, info};

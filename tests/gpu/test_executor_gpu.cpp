@@ -19,16 +19,13 @@
 #include <utility>
 #include <vector>
 
+#include "../support/executor_rank.hpp"
+#include "../support/setting_scope.hpp"
 #include "core/device.hpp"
-#include "core/settings.hpp"
 #include "emu/backend.hpp"
 #include "emu/synthetic.hpp"
 #include "exec/round_executor.hpp"
-#include "layout/probe.hpp"
-#include "layout/source_map_exchange.hpp"
 #include "plan/round_schedule.hpp"
-#include "plan/round_schedule_scatter.hpp"
-#include "weightbridge/correspondence.hpp"
 #include "weightbridge/plan.hpp"
 
 namespace wb::emu {
@@ -103,15 +100,6 @@ struct Case {
   MemoryKind buffers;          // where the transfer buffers must end up
 };
 
-// Sets the transport for the test and restores the automatic choice afterwards.
-class TransportSetting {
- public:
-  explicit TransportSetting(const std::string& value) { find_setting("transport")->override_from_text(value); }
-  ~TransportSetting() { find_setting("transport")->override_from_text("auto"); }
-  TransportSetting(const TransportSetting&) = delete;
-  TransportSetting& operator=(const TransportSetting&) = delete;
-};
-
 class ExecutorOnGpu : public ::testing::TestWithParam<Case> {};
 
 TEST_P(ExecutorOnGpu, EveryUpdateIsBitExact) {
@@ -120,38 +108,11 @@ TEST_P(ExecutorOnGpu, EveryUpdateIsBitExact) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   const Case& c = GetParam();
-  const TransportSetting transport(c.transport);
-  ScaleOptions scale;
-  scale.num_layers = 2;
-  const ModelConfig model = scale_model(load_named_model_config(c.model), scale);
-  Deployment d;
-  d.trainer = TrainerSpec::parse(c.trainer);
-  d.rollout = RolloutSpec::parse(c.rollout);
-  d.gpus_per_node = c.gpus_per_node;
-  ASSERT_EQ(d.world_size(), size) << "run with " << d.world_size() << " ranks";
-  const std::vector<TensorInfo> tensors = model_tensors(model);
-  const bool trainer = d.is_trainer(rank);
-  auto worker = trainer ? make_trainer_worker(model, d.trainer, rank)
-                        : make_rollout_worker(model, d.rollout, rank - d.trainer.world_size());
-  HostParameters host(worker->parameter_infos());
-  const auto load = [&](const CheckpointReader& checkpoint, const ParameterSet& p) { worker->load_weights(checkpoint, p); };
-
+  wb::testing::SettingScope settings;
+  settings.set("transport", c.transport);
   // connect: probe on host memory, all-gather, plan on rank 0, scatter.
-  const SourceMap mine = probe_source_map(tensors, host.parameters(), load);
-  std::vector<SourceMap> maps = allgather_source_maps(mine, MPI_COMM_WORLD);
-  std::vector<std::vector<std::byte>> serialized;
-  if (rank == 0) {
-    std::vector<Side> sides;
-    for (int r = 0; r < size; ++r) sides.push_back(d.is_trainer(r) ? Side::kTrainer : Side::kRollout);
-    const Correspondence correspondence = build_correspondence(tensors, std::move(maps), sides);
-    PlanOptions options;
-    options.buffer_bytes_per_worker = c.buffer_bytes;
-    options.piece_bytes = 2048;
-    const TransferPlan plan = plan_transfer(correspondence, Topology::uniform(size, d.gpus_per_node, 400e9, 900e9), options);
-    const RoundScheduleBuilder builder(correspondence, plan);
-    for (int r = 0; r < size; ++r) serialized.push_back(serialize_round_schedule(builder.build(r)));
-  }
-  RoundSchedule schedule = scatter_round_schedules(serialized, 0, MPI_COMM_WORLD);
+  testing_support::ExecutorRank r =
+      testing_support::executor_rank({c.model, 2, c.trainer, c.rollout, c.gpus_per_node}, c.buffer_bytes, MPI_COMM_WORLD);
 
   // The parameters on the device; rollouts start from a fill pattern that only padding keeps.
   const int device = rank % cuda_device_count();
@@ -159,7 +120,7 @@ TEST_P(ExecutorOnGpu, EveryUpdateIsBitExact) {
   ParameterMemory memory;
   memory.memory = MemoryKind::kCuda;
   memory.device = device;
-  for (const Parameter& p : host.parameters()) {
+  for (const Parameter& p : r.host.parameters()) {
     std::memset(p.view.data, 0xEE, p.view.nbytes());
     on_device.emplace_back(std::max<std::size_t>(p.view.nbytes(), 1), device);
     cuda_copy(on_device.back().data(), p.view.data, p.view.nbytes());
@@ -168,7 +129,7 @@ TEST_P(ExecutorOnGpu, EveryUpdateIsBitExact) {
   }
   ExecutorOptions options;
   options.timeout_seconds = 60;
-  RoundExecutor executor(std::move(schedule), memory, MPI_COMM_WORLD, options);
+  RoundExecutor executor(std::move(r.schedule), memory, MPI_COMM_WORLD, options);
   EXPECT_EQ(executor.stats().buffer_memory, c.buffers);
   const std::int64_t registrations = executor.stats().registrations;
 
@@ -184,13 +145,13 @@ TEST_P(ExecutorOnGpu, EveryUpdateIsBitExact) {
   ASSERT_NE(executor.completion_event(), nullptr);
 #endif
   for (std::uint64_t version = 1; version <= 3; ++version) {
-    SyntheticCheckpoint checkpoint(tensors, 2000 + version);
+    SyntheticCheckpoint checkpoint(r.setup.tensors, 2000 + version);
     DeviceOrdering after;
-    if (trainer) {
-      worker->load_weights(checkpoint, host.parameters());
+    if (r.trainer) {
+      r.setup.worker->load_weights(checkpoint, r.host.parameters());
 #ifdef WB_HAVE_CUDA
-      for (std::size_t i = 0; i < host.parameters().size(); ++i)
-        ASSERT_EQ(cudaMemcpyAsync(memory.data[i], host.parameters()[i].view.data, memory.bytes[i], cudaMemcpyDefault, user),
+      for (std::size_t i = 0; i < r.host.parameters().size(); ++i)
+        ASSERT_EQ(cudaMemcpyAsync(memory.data[i], r.host.parameters()[i].view.data, memory.bytes[i], cudaMemcpyDefault, user),
                   cudaSuccess);
       ASSERT_EQ(cudaEventRecord(written, user), cudaSuccess);
       after = version % 2 ? DeviceOrdering{written, nullptr} : DeviceOrdering{nullptr, user};
@@ -202,10 +163,10 @@ TEST_P(ExecutorOnGpu, EveryUpdateIsBitExact) {
     ASSERT_EQ(cudaStreamWaitEvent(user, static_cast<cudaEvent_t>(executor.completion_event()), 0), cudaSuccess);
     ASSERT_EQ(cudaStreamSynchronize(user), cudaSuccess);
 #endif
-    if (trainer) continue;
-    HostParameters expected(worker->parameter_infos());
+    if (r.trainer) continue;
+    HostParameters expected(r.setup.worker->parameter_infos());
     for (const Parameter& p : expected.parameters()) std::memset(p.view.data, 0xEE, p.view.nbytes());
-    worker->load_weights(checkpoint, expected.parameters());
+    r.setup.worker->load_weights(checkpoint, expected.parameters());
     for (std::size_t i = 0; i < expected.parameters().size(); ++i) {
       const TensorView& want = expected.parameters()[i].view;
       std::vector<unsigned char> got(want.nbytes());
@@ -225,7 +186,7 @@ TEST_P(ExecutorOnGpu, EveryUpdateIsBitExact) {
 #endif
   EXPECT_EQ(executor.stats().registrations, registrations) << "an update registered memory";
   EXPECT_EQ(executor.stats().updates, 3);
-  if (trainer) {
+  if (r.trainer) {
     EXPECT_GT(executor.stats().bytes_written, 0);
     EXPECT_GT(executor.stats().pack_seconds, 0) << "no pack kernel ran";
   } else {

@@ -1,5 +1,5 @@
 // Helpers shared by the checkpoint tests: a scratch directory, random bit patterns, an independent
-// element-by-element box extraction, and an error-message check.
+// element-by-element box extraction, files written and read whole (and expect_error, from tests/support).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -10,12 +10,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <functional>
-#include <initializer_list>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "../support/expect_error.hpp"
 #include "weightbridge/checkpoint.hpp"
 #include "weightbridge/status.hpp"
 
@@ -93,20 +92,6 @@ inline std::vector<std::byte> reference_box(const std::vector<std::byte>& whole,
   return out;
 }
 
-/// Runs `action`, expects a wb::Error with `code` whose message contains every one of `parts`.
-inline void expect_error(const std::function<void()>& action, ErrorCode code,
-                         std::initializer_list<std::string> parts) {
-  try {
-    action();
-    ADD_FAILURE() << "expected wb::Error (" << error_code_name(code) << ") but nothing was thrown";
-  } catch (const Error& error) {
-    const std::string message = error.what();
-    EXPECT_EQ(error.code(), code) << message;
-    for (const std::string& part : parts)
-      EXPECT_NE(message.find(part), std::string::npos) << "message lacks \"" << part << "\": " << message;
-  }
-}
-
 inline void write_file(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
@@ -115,6 +100,24 @@ inline void write_file(const std::string& path, const std::string& bytes) {
 inline std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+/// Random bytes for every tensor, one seed after the other.
+inline std::vector<std::vector<std::byte>> random_data(const std::vector<TensorInfo>& tensors, std::uint64_t seed) {
+  std::vector<std::vector<std::byte>> data;
+  for (const TensorInfo& info : tensors) data.push_back(random_tensor_bytes(info, seed++));
+  return data;
+}
+
+/// `reader` lists exactly `tensors`, in that order, and reads back `data` (parallel) bit for bit.
+inline void expect_round_trip(const CheckpointReader& reader, const std::vector<TensorInfo>& tensors,
+                              const std::vector<std::vector<std::byte>>& data) {
+  ASSERT_EQ(reader.tensors(), tensors);
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    std::vector<std::byte> out(tensors[i].nbytes());
+    reader.read(tensors[i].name, out.data());
+    EXPECT_EQ(out, data[i]) << tensors[i].name;
+  }
 }
 
 /// Writes `tensors` with `data` (parallel) to `path` through create_checkpoint.

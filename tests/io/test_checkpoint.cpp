@@ -1,5 +1,6 @@
-// Format-independent checkpoint behaviour: dispatch, lookups, and box reads checked against an
-// element-by-element reference, run against both formats.
+// Opening a checkpoint by name: formats by extension, directories with an index or one file, and paths
+// that are not checkpoints (FIFOs, devices, directories) refused without blocking. What each format must
+// do once open is in test_checkpoint_conformance.cpp.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -10,9 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <future>
-#include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "io_test_util.hpp"
@@ -153,135 +152,6 @@ TEST_F(CheckpointDispatchTest, FifosAndDevicesAreRefusedWithoutBlocking) {
   std::filesystem::create_directory(dir_.path() / "dir.h5");
   expect_error([&] { open_hdf5_checkpoint(dir_.file("dir.h5")); }, ErrorCode::kInvalidArgument, {"dir.h5", "a directory"});
 }
-
-// --- lookups and box reads, both formats ---------------------------------------------------------------
-
-struct FormatCase {
-  const char* name;
-  CheckpointFormat format;
-  const char* file;
-  std::size_t max_shard_bytes;
-};
-
-class CheckpointBoxReadTest : public ::testing::TestWithParam<FormatCase> {
- protected:
-  void SetUp() override {
-    tensors_ = {{"vec", DType::kBF16, {37}},           {"mat", DType::kF32, {13, 29}},
-                {"cube", DType::kF8E4M3, {5, 7, 11}},  {"four", DType::kI64, {3, 4, 5, 6}},
-                {"scalar", DType::kF64, {}},           {"empty", DType::kF16, {4, 0, 3}}};
-    for (std::size_t i = 0; i < tensors_.size(); ++i) data_.push_back(testing::random_tensor_bytes(tensors_[i], 100 + i));
-    path_ = dir_.file(GetParam().file);
-    testing::write_checkpoint(path_, GetParam().format, tensors_, data_, {.max_shard_bytes = GetParam().max_shard_bytes});
-    reader_ = open_checkpoint(path_);
-  }
-
-  void expect_box(std::size_t tensor, const Box& box) {
-    const TensorInfo& info = tensors_[tensor];
-    SCOPED_TRACE(info.name + " " + box.to_string());
-    const std::size_t element = dtype_size(info.dtype);
-    const std::vector<std::byte> expected = testing::reference_box(data_[tensor], info.shape, element, box);
-    std::vector<std::byte> out(expected.size() + 16, std::byte{0xA5});  // guard bytes catch overruns
-    reader_->read_box(info.name, box, out.data());
-    EXPECT_TRUE(std::equal(expected.begin(), expected.end(), out.begin()));
-    for (std::size_t i = expected.size(); i < out.size(); ++i) ASSERT_EQ(out[i], std::byte{0xA5}) << "overrun";
-  }
-
-  TempDir dir_;
-  std::string path_;
-  std::vector<TensorInfo> tensors_;
-  std::vector<std::vector<std::byte>> data_;
-  std::unique_ptr<CheckpointReader> reader_;
-};
-
-TEST_P(CheckpointBoxReadTest, ListsTensorsAndLooksThemUp) {
-  EXPECT_EQ(reader_->tensors(), tensors_);  // declaration order survives in both formats
-  ASSERT_NE(reader_->find("cube"), nullptr);
-  EXPECT_EQ(reader_->find("cube")->shape, (Shape{5, 7, 11}));
-  EXPECT_EQ(reader_->find("nope"), nullptr);
-  EXPECT_EQ(reader_->info("mat").dtype, DType::kF32);
-  expect_error([&] { reader_->info("nope"); }, ErrorCode::kNotFound, {"nope", reader_->source()});
-  std::size_t total = 0;
-  for (const TensorInfo& info : tensors_) total += info.nbytes();
-  EXPECT_EQ(reader_->total_bytes(), total);
-}
-
-TEST_P(CheckpointBoxReadTest, WholeTensors) {
-  for (std::size_t i = 0; i < tensors_.size(); ++i) {
-    std::vector<std::byte> out(tensors_[i].nbytes());
-    reader_->read(tensors_[i].name, out.data());
-    EXPECT_EQ(out, data_[i]) << tensors_[i].name;
-  }
-}
-
-TEST_P(CheckpointBoxReadTest, EdgeBoxes) {
-  expect_box(0, {{0}, {37}});
-  expect_box(0, {{36}, {1}});
-  expect_box(0, {{5}, {20}});
-  expect_box(1, {{0, 0}, {13, 29}});
-  expect_box(1, {{4, 0}, {6, 29}});    // a range of rows: one run
-  expect_box(1, {{0, 28}, {13, 1}});   // the last column
-  expect_box(1, {{12, 0}, {1, 29}});   // the last row
-  expect_box(1, {{12, 28}, {1, 1}});   // the last element
-  expect_box(1, {{3, 7}, {5, 11}});
-  expect_box(2, {{0, 0, 0}, {5, 7, 11}});
-  expect_box(2, {{4, 6, 10}, {1, 1, 1}});
-  expect_box(2, {{1, 0, 0}, {3, 7, 11}});
-  expect_box(2, {{1, 2, 0}, {3, 4, 11}});
-  expect_box(2, {{0, 3, 5}, {5, 4, 6}});
-  expect_box(2, {{2, 0, 10}, {1, 7, 1}});
-  expect_box(3, {{1, 1, 1, 1}, {2, 3, 4, 5}});
-  expect_box(4, {{}, {}});
-  expect_box(5, {{0, 0, 0}, {4, 0, 3}});
-  expect_box(1, {{3, 3}, {0, 5}});  // an empty box reads nothing
-}
-
-TEST_P(CheckpointBoxReadTest, RandomBoxes) {
-  std::mt19937_64 generator(7);
-  for (int trial = 0; trial < 300; ++trial) {
-    const std::size_t tensor = generator() % 4;
-    const Shape& shape = tensors_[tensor].shape;
-    Box box{Shape(shape.size()), Shape(shape.size())};
-    for (std::size_t a = 0; a < shape.size(); ++a) {
-      box.offset[a] = static_cast<std::int64_t>(generator() % static_cast<std::uint64_t>(shape[a]));
-      box.extent[a] = 1 + static_cast<std::int64_t>(generator() % static_cast<std::uint64_t>(shape[a] - box.offset[a]));
-    }
-    expect_box(tensor, box);
-  }
-}
-
-TEST_P(CheckpointBoxReadTest, BadReadsNameTheTensor) {
-  std::vector<std::byte> out(4096);
-  expect_error([&] { reader_->read_box("nope", {{0}, {1}}, out.data()); }, ErrorCode::kNotFound, {"nope", reader_->source()});
-  expect_error([&] { reader_->read_box("mat", {{10, 0}, {4, 29}}, out.data()); }, ErrorCode::kInvalidArgument,
-               {"mat", reader_->source(), "[10:14, 0:29]"});
-  expect_error([&] { reader_->read_box("mat", {{0}, {3}}, out.data()); }, ErrorCode::kInvalidArgument, {"mat"});
-  expect_error([&] { reader_->read_box("vec", {{-1}, {3}}, out.data()); }, ErrorCode::kInvalidArgument, {"vec"});
-}
-
-TEST_P(CheckpointBoxReadTest, ConcurrentReaders) {
-  // Several readers of one file at once (as MPI ranks do), each read from several threads.
-  auto second = open_checkpoint(path_);
-  std::vector<std::thread> threads;
-  std::vector<int> good(8, 0);
-  for (int t = 0; t < 8; ++t)
-    threads.emplace_back([&, t] {
-      const CheckpointReader& reader = t % 2 == 0 ? *reader_ : *second;
-      std::vector<std::byte> out(tensors_[1].nbytes());
-      for (int i = 0; i < 20; ++i) {
-        reader.read("mat", out.data());
-        good[t] += out == data_[1];
-      }
-    });
-  for (std::thread& thread : threads) thread.join();
-  for (int t = 0; t < 8; ++t) EXPECT_EQ(good[t], 20) << t;
-}
-
-INSTANTIATE_TEST_SUITE_P(Formats, CheckpointBoxReadTest,
-                         ::testing::Values(FormatCase{"Hdf5", CheckpointFormat::kHdf5, "c.h5", 0},
-                                           FormatCase{"Safetensors", CheckpointFormat::kSafetensors, "c.safetensors", 0},
-                                           FormatCase{"SafetensorsSharded", CheckpointFormat::kSafetensors,
-                                                      "model.safetensors.index.json", 1000}),
-                         [](const ::testing::TestParamInfo<FormatCase>& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace wb

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "core/settings.hpp"
+#include "../support/setting_scope.hpp"
 #include "independent_safetensors.hpp"
 #include "io_test_util.hpp"
 #include "weightbridge/checkpoint.hpp"
@@ -105,24 +105,6 @@ TEST(H5pyCheckpointTest, ReadsWhatH5pyWritesAndRefusesTheRest) {
   EXPECT_EQ(refused, 8u);
 }
 
-/// Sets an HDF5 checker setting for one test.
-class ScopedSetting {
- public:
-  ScopedSetting(const char* name, const std::string& value) : setting_(find_setting(name)) {
-    EXPECT_NE(setting_, nullptr) << name;
-    if (setting_ == nullptr) return;
-    before_ = setting_->value_text();
-    setting_->override_from_text(value);
-  }
-  ~ScopedSetting() {
-    if (setting_ != nullptr) setting_->override_from_text(before_);
-  }
-
- private:
-  SettingBase* setting_;
-  std::string before_;
-};
-
 /// Sets the size of the first object of the file's one global heap collection (where h5py keeps the
 /// variable-length strings of attributes): libhdf5 1.10 trusts it.
 std::string with_heap_object_size(const std::string& bytes, std::uint64_t size) {
@@ -139,7 +121,8 @@ std::string with_heap_object_size(const std::string& bytes, std::uint64_t size) 
 TEST(H5pyCheckpointTest, CorruptHeapIsAnErrorAfterAnotherFileWasOpened) {
   TempDir dir;
   if (const std::string skip = write_h5py_files(dir); !skip.empty()) GTEST_SKIP() << skip;
-  ScopedSetting idle("hdf5_check_seconds", "2");
+  testing::SettingScope settings;
+  settings.set("hdf5_check_seconds", "2");
   // Another HDF5 file open in this process (the case: libhdf5's free lists then hold its blocks).
   const auto other = open_checkpoint(dir.file("native.h5"));
   const std::string strings = testing::read_file(dir.file("strings.h5"));

@@ -1,5 +1,6 @@
-// safetensors: bit-exact round trips, the file layout other tools expect, sharding, and one test per
-// kind of corrupt file, each checking that the error names the file and the tensor.
+// safetensors' own cases: the file layout other tools expect, hand-written files, the index of a sharded
+// checkpoint, and one test per kind of corrupt file, each checking that the error names the file and the
+// tensor (what every format does is in test_checkpoint_conformance.cpp).
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -20,30 +21,6 @@ using nlohmann::json;
 using testing::expect_error;
 using testing::TempDir;
 
-std::vector<TensorInfo> one_of_each_dtype() {
-  std::vector<TensorInfo> tensors;
-  int i = 0;
-  for (DType dtype : testing::all_dtypes())
-    tensors.push_back({"model.layers." + std::to_string(i++) + ".w_" + std::string(dtype_name(dtype)), dtype, {3, 5 + i}});
-  return tensors;
-}
-
-std::vector<std::vector<std::byte>> random_data(const std::vector<TensorInfo>& tensors, std::uint64_t seed) {
-  std::vector<std::vector<std::byte>> data;
-  for (const TensorInfo& info : tensors) data.push_back(testing::random_tensor_bytes(info, seed++));
-  return data;
-}
-
-void expect_round_trip(const CheckpointReader& reader, const std::vector<TensorInfo>& tensors,
-                       const std::vector<std::vector<std::byte>>& data) {
-  ASSERT_EQ(reader.tensors(), tensors);
-  for (std::size_t i = 0; i < tensors.size(); ++i) {
-    std::vector<std::byte> out(tensors[i].nbytes());
-    reader.read(tensors[i].name, out.data());
-    EXPECT_EQ(out, data[i]) << tensors[i].name;
-  }
-}
-
 /// A safetensors file from a header text and raw data, written by hand (independent of our writer).
 std::string raw_file(const std::string& header, const std::string& data, std::uint64_t length_override = 0) {
   const std::uint64_t length = length_override != 0 ? length_override : header.size();
@@ -52,20 +29,10 @@ std::string raw_file(const std::string& header, const std::string& data, std::ui
   return bytes + header + data;
 }
 
-TEST(SafetensorsCheckpointTest, RoundTripEveryDtypeBitExact) {
-  TempDir dir;
-  const auto tensors = one_of_each_dtype();
-  const auto data = random_data(tensors, 11);
-  const std::string path = dir.file("model.safetensors");
-  testing::write_checkpoint(path, CheckpointFormat::kSafetensors, tensors, data);
-  expect_round_trip(*open_safetensors_checkpoint(path), tensors, data);
-  EXPECT_EQ(dir.entries(), std::vector<std::string>{"model.safetensors"});  // no temporary left
-}
-
 TEST(SafetensorsCheckpointTest, LayoutMatchesTheReferenceFormat) {
   TempDir dir;
   const std::vector<TensorInfo> tensors = {{"a.weight", DType::kBF16, {2, 3}}, {"b.bias", DType::kF8E5M2, {5}}};
-  const auto data = random_data(tensors, 3);
+  const auto data = testing::random_data(tensors, 3);
   const std::string path = dir.file("m.safetensors");
   testing::write_checkpoint(path, CheckpointFormat::kSafetensors, tensors, data);
 
@@ -116,7 +83,7 @@ TEST(SafetensorsCheckpointTest, ShardedRoundTripAndIndex) {
   std::vector<TensorInfo> tensors;
   for (int i = 0; i < 7; ++i) tensors.push_back({"layers." + std::to_string(i) + ".w", DType::kBF16, {16, 8 + i}});
   tensors.push_back({"big", DType::kF32, {100, 10}});  // larger than a shard: gets one of its own
-  const auto data = random_data(tensors, 5);
+  const auto data = testing::random_data(tensors, 5);
   const std::string index_path = dir.file("model.safetensors.index.json");
   testing::write_checkpoint(index_path, CheckpointFormat::kSafetensors, tensors, data, {.max_shard_bytes = 600});
 
@@ -140,51 +107,7 @@ TEST(SafetensorsCheckpointTest, ShardedRoundTripAndIndex) {
     for (const TensorInfo& info : file->tensors()) bytes += info.nbytes();
     EXPECT_TRUE(bytes <= 600 || file->tensors().size() == 1) << shard;
   }
-  expect_round_trip(*open_safetensors_checkpoint(index_path), tensors, data);
-}
-
-TEST(SafetensorsCheckpointTest, WriterChecksEachTensorOnce) {
-  TempDir dir;
-  const std::string path = dir.file("w.safetensors");
-  const std::vector<TensorInfo> tensors = {{"a", DType::kF32, {4}}, {"b", DType::kI32, {2}}};
-  const auto data = random_data(tensors, 1);
-  auto writer = create_checkpoint(path, CheckpointFormat::kSafetensors, tensors);
-  writer->write("a", data[0].data());
-  expect_error([&] { writer->write("a", data[0].data()); }, ErrorCode::kInvalidArgument, {path, "a", "twice"});
-  expect_error([&] { writer->write("c", data[0].data()); }, ErrorCode::kInvalidArgument, {path, "c"});
-  expect_error([&] { writer->finish(); }, ErrorCode::kInvalidArgument, {path, "b"});
-  writer->write("b", data[1].data());
-  writer->finish();
-  expect_round_trip(*open_safetensors_checkpoint(path), tensors, data);
-}
-
-TEST(SafetensorsCheckpointTest, WriterWithoutFinishLeavesNothing) {
-  TempDir dir;
-  const std::vector<TensorInfo> tensors = {{"a", DType::kF32, {64}}, {"b", DType::kI32, {64}}};
-  const auto data = random_data(tensors, 1);
-  {
-    auto writer = create_checkpoint(dir.file("w.safetensors"), CheckpointFormat::kSafetensors, tensors);
-    writer->write("a", data[0].data());
-  }
-  {
-    auto writer = create_checkpoint(dir.file("model.safetensors.index.json"), CheckpointFormat::kSafetensors, tensors,
-                                    {.max_shard_bytes = 256});
-    writer->write("a", data[0].data());
-    writer->write("b", data[1].data());
-  }
-  EXPECT_TRUE(dir.entries().empty());
-  // A writer into a missing directory fails at creation, naming the path.
-  expect_error([&] { create_checkpoint(dir.file("no/such/dir.safetensors"), CheckpointFormat::kSafetensors, tensors); },
-               ErrorCode::kNotFound, {"no/such/dir.safetensors"});
-}
-
-TEST(SafetensorsCheckpointTest, ZeroSizeAndScalarTensors) {
-  TempDir dir;
-  const std::vector<TensorInfo> tensors = {{"empty", DType::kBF16, {0, 8}}, {"scalar", DType::kF32, {}}, {"x", DType::kU8, {3}}};
-  const auto data = random_data(tensors, 9);
-  const std::string path = dir.file("z.safetensors");
-  testing::write_checkpoint(path, CheckpointFormat::kSafetensors, tensors, data);
-  expect_round_trip(*open_safetensors_checkpoint(path), tensors, data);
+  testing::expect_round_trip(*open_safetensors_checkpoint(index_path), tensors, data);
 }
 
 // --- corrupt files --------------------------------------------------------------------------------------
@@ -278,7 +201,7 @@ TEST_F(SafetensorsCorruptTest, TensorDefinedTwice) {
 TEST_F(SafetensorsCorruptTest, TruncatedFile) {
   const std::vector<TensorInfo> tensors = {{"first", DType::kF32, {64}}, {"last.weight", DType::kBF16, {64}}};
   const std::string path = dir_.file("t.safetensors");
-  testing::write_checkpoint(path, CheckpointFormat::kSafetensors, tensors, random_data(tensors, 4));
+  testing::write_checkpoint(path, CheckpointFormat::kSafetensors, tensors, testing::random_data(tensors, 4));
   const std::string bytes = testing::read_file(path);
   expect_open_error(bytes.substr(0, bytes.size() - 1), ErrorCode::kCorruptData, {"last.weight", "truncated"});
   expect_open_error(bytes.substr(0, 20), ErrorCode::kCorruptData, {"header length"});
@@ -287,7 +210,7 @@ TEST_F(SafetensorsCorruptTest, TruncatedFile) {
 TEST_F(SafetensorsCorruptTest, IndexProblems) {
   const std::vector<TensorInfo> tensors = {{"a", DType::kF32, {64}}, {"b", DType::kF32, {64}}, {"c", DType::kF32, {64}}};
   const std::string index_path = dir_.file("model.safetensors.index.json");
-  testing::write_checkpoint(index_path, CheckpointFormat::kSafetensors, tensors, random_data(tensors, 4),
+  testing::write_checkpoint(index_path, CheckpointFormat::kSafetensors, tensors, testing::random_data(tensors, 4),
                             {.max_shard_bytes = 256});
   json index = json::parse(testing::read_file(index_path));
   ASSERT_EQ(index["weight_map"]["c"], "model-00003-of-00003.safetensors");
@@ -335,7 +258,7 @@ TEST_F(SafetensorsCorruptTest, ShardPathsOutsideTheIndexDirectory) {
   std::filesystem::create_directories(inner);
   const std::vector<TensorInfo> tensors = {{"a", DType::kF32, {4}}};
   testing::write_checkpoint(dir_.file("outside.safetensors"), CheckpointFormat::kSafetensors, tensors,
-                            random_data(tensors, 8));
+                            testing::random_data(tensors, 8));
   const std::string index = (inner / "model.safetensors.index.json").string();
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"../outside.safetensors", "leads out of it"},

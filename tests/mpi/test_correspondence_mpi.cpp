@@ -8,6 +8,7 @@
 
 #include "emu/backend.hpp"
 #include "emu/described_map.hpp"
+#include "emu/emulated_rank.hpp"
 #include "emu/synthetic.hpp"
 #include "layout/probe.hpp"
 #include "layout/source_map_exchange.hpp"
@@ -28,16 +29,9 @@ TEST_P(CorrespondenceUnderMpi, ProbedCorrespondenceMatchesTheCheckpoint) {
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  ScaleOptions options;
-  options.num_layers = 4;
-  const ModelConfig model = scale_model(load_named_model_config(GetParam().model), options);
-  Deployment d;
-  d.trainer = TrainerSpec::parse(GetParam().trainer);
-  d.rollout = RolloutSpec::parse(GetParam().rollout);
-  ASSERT_EQ(d.world_size(), size) << "run with " << d.world_size() << " ranks";
-  const std::vector<TensorInfo> tensors = model_tensors(model);
-  auto worker = d.is_trainer(rank) ? make_trainer_worker(model, d.trainer, rank)
-                                   : make_rollout_worker(model, d.rollout, rank - d.trainer.world_size());
+  const EmulatedRank setup = emulated_rank({GetParam().model, 4, GetParam().trainer, GetParam().rollout}, rank, size);
+  const std::vector<TensorInfo>& tensors = setup.tensors;
+  const std::unique_ptr<EmulatedWorker>& worker = setup.worker;
 
   HostParameters params(worker->parameter_infos());
   const SourceMap mine = probe_source_map(tensors, params.parameters(),
@@ -47,9 +41,7 @@ TEST_P(CorrespondenceUnderMpi, ProbedCorrespondenceMatchesTheCheckpoint) {
   std::vector<SourceMap> maps = allgather_source_maps(mine, MPI_COMM_WORLD);
   ASSERT_EQ(static_cast<int>(maps.size()), size);
   EXPECT_EQ(maps[static_cast<std::size_t>(rank)].copies, mine.copies);
-  std::vector<Side> sides;
-  for (int r = 0; r < size; ++r) sides.push_back(d.is_trainer(r) ? Side::kTrainer : Side::kRollout);
-  const Correspondence correspondence = build_correspondence(tensors, std::move(maps), sides);
+  const Correspondence correspondence = build_correspondence(tensors, std::move(maps), setup.deployment.sides());
 
   // Ground truth: the checkpoint, read directly, against this rank's parameters loaded from it.
   SyntheticCheckpoint checkpoint(tensors, 31337);
@@ -85,7 +77,7 @@ TEST_P(CorrespondenceUnderMpi, ProbedCorrespondenceMatchesTheCheckpoint) {
     ASSERT_FALSE(atom.holders.empty());
   }
   // A rollout needs exactly what its load_weights copies, each element once.
-  if (!d.is_trainer(rank)) {
+  if (!setup.deployment.is_trainer(rank)) {
     EXPECT_EQ(needed_here, mine.copied_elements()) << worker->describe();
   }
   EXPECT_GT(checked, 0);

@@ -9,15 +9,11 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "../support/executor_rank.hpp"
 #include "emu/backend.hpp"
 #include "emu/synthetic.hpp"
 #include "emu/verify.hpp"
 #include "exec/round_executor.hpp"
-#include "layout/probe.hpp"
-#include "layout/source_map_exchange.hpp"
-#include "plan/round_schedule.hpp"
-#include "plan/round_schedule_scatter.hpp"
-#include "weightbridge/correspondence.hpp"
 #include "weightbridge/plan.hpp"
 
 namespace wb::emu {
@@ -35,38 +31,15 @@ TEST_P(ExecutorUnderMpi, EveryUpdateIsBitExactAndRegistersNothing) {
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  ScaleOptions scale;
-  scale.num_layers = 3;
-  const ModelConfig model = scale_model(load_named_model_config(GetParam().model), scale);
-  Deployment d;
-  d.trainer = TrainerSpec::parse(GetParam().trainer);
-  d.rollout = RolloutSpec::parse(GetParam().rollout);
-  d.gpus_per_node = GetParam().gpus_per_node;
-  ASSERT_EQ(d.world_size(), size) << "run with " << d.world_size() << " ranks";
-  const std::vector<TensorInfo> tensors = model_tensors(model);
-  const bool trainer = d.is_trainer(rank);
-  auto worker = trainer ? make_trainer_worker(model, d.trainer, rank)
-                        : make_rollout_worker(model, d.rollout, rank - d.trainer.world_size());
-  HostParameters host(worker->parameter_infos());
-  const auto load = [&](const CheckpointReader& c, const ParameterSet& p) { worker->load_weights(c, p); };
-
+  const Case& c = GetParam();
   // connect: probe, all-gather, plan on rank 0, scatter.
-  const SourceMap mine = probe_source_map(tensors, host.parameters(), load);
-  std::vector<SourceMap> maps = allgather_source_maps(mine, MPI_COMM_WORLD);
-  std::vector<std::vector<std::byte>> serialized;
-  if (rank == 0) {
-    std::vector<Side> sides;
-    for (int r = 0; r < size; ++r) sides.push_back(d.is_trainer(r) ? Side::kTrainer : Side::kRollout);
-    const Correspondence correspondence = build_correspondence(tensors, std::move(maps), sides);
-    PlanOptions options;
-    options.buffer_bytes_per_worker = GetParam().buffer_bytes;
-    options.piece_bytes = 2048;
-    const TransferPlan plan =
-        plan_transfer(correspondence, Topology::uniform(size, d.gpus_per_node, 400e9, 900e9), options);
-    const RoundScheduleBuilder builder(correspondence, plan);
-    for (int r = 0; r < size; ++r) serialized.push_back(serialize_round_schedule(builder.build(r)));
-  }
-  RoundSchedule schedule = scatter_round_schedules(serialized, 0, MPI_COMM_WORLD);
+  testing_support::ExecutorRank r =
+      testing_support::executor_rank({c.model, 3, c.trainer, c.rollout, c.gpus_per_node}, c.buffer_bytes, MPI_COMM_WORLD);
+  const std::vector<TensorInfo>& tensors = r.setup.tensors;
+  const EmulatedWorker& worker = *r.setup.worker;
+  const HostParameters& host = r.host;
+  const bool trainer = r.trainer;
+  RoundSchedule& schedule = r.schedule;
   const int rounds = static_cast<int>(schedule.rounds.size());
 
   // Rollouts start from a fill pattern that only padding keeps.
@@ -89,13 +62,13 @@ TEST_P(ExecutorUnderMpi, EveryUpdateIsBitExactAndRegistersNothing) {
 
   for (std::uint64_t version = 1; version <= 3; ++version) {
     SyntheticCheckpoint checkpoint(tensors, 1000 + version);
-    if (trainer) worker->load_weights(checkpoint, host.parameters());
+    if (trainer) worker.load_weights(checkpoint, host.parameters());
     const Status status = executor.run_update();
     ASSERT_TRUE(status.is_ok()) << status.to_string();
     if (!trainer) {
-      HostParameters expected(worker->parameter_infos());
+      HostParameters expected(worker.parameter_infos());
       for (const Parameter& p : expected.parameters()) std::memset(p.view.data, 0xEE, p.view.nbytes());
-      worker->load_weights(checkpoint, expected.parameters());
+      worker.load_weights(checkpoint, expected.parameters());
       const std::string difference = first_difference(host.parameters(), expected.parameters());
       ASSERT_TRUE(difference.empty()) << "rank " << rank << " version " << version << ": " << difference;
     }

@@ -26,9 +26,11 @@
 
 #include "../support/schedule_replay.hpp"
 #include "emu/backend.hpp"
+#include "emu/emulated_rank.hpp"
 #include "emu/synthetic.hpp"
 #include "layout/probe.hpp"
 #include "layout/source_map_exchange.hpp"
+#include "plan/planned_schedules.hpp"
 #include "plan/round_schedule.hpp"
 #include "plan/round_schedule_scatter.hpp"
 #include "weightbridge/correspondence.hpp"
@@ -100,29 +102,12 @@ struct LayoutPair {
 };
 
 // One rank's share of a deployment: its emulated worker, and what every rank knows about the others.
-struct RankSetup {
-  ModelConfig model;
-  Deployment deployment;
-  std::vector<TensorInfo> tensors;
-  std::unique_ptr<EmulatedWorker> worker;
-  std::vector<Side> sides;
+struct RankSetup : EmulatedRank {
   Topology topology;
 };
 
-RankSetup set_up(const LayoutPair& pair, int rank) {
-  RankSetup s;
-  ScaleOptions scale;
-  scale.num_layers = 4;
-  s.model = scale_model(load_named_model_config(pair.model), scale);
-  s.deployment.trainer = TrainerSpec::parse(pair.trainer);
-  s.deployment.rollout = RolloutSpec::parse(pair.rollout);
-  s.deployment.gpus_per_node = pair.gpus_per_node;
-  s.tensors = model_tensors(s.model);
-  s.worker = s.deployment.is_trainer(rank)
-                 ? make_trainer_worker(s.model, s.deployment.trainer, rank)
-                 : make_rollout_worker(s.model, s.deployment.rollout, rank - s.deployment.trainer.world_size());
-  for (int r = 0; r < s.deployment.world_size(); ++r)
-    s.sides.push_back(s.deployment.is_trainer(r) ? Side::kTrainer : Side::kRollout);
+RankSetup set_up(const LayoutPair& pair, int rank, int world_size) {
+  RankSetup s{emulated_rank({pair.model, 4, pair.trainer, pair.rollout, pair.gpus_per_node}, rank, world_size), {}};
   s.topology = Topology::uniform(s.deployment.world_size(), pair.gpus_per_node, 400e9, 900e9);
   return s;
 }
@@ -384,8 +369,7 @@ TEST_P(PlanScatterUnderMpi, ScatteredSchedulesMatchLocalPlansAndPlayBitExact) {
   std::unique_ptr<HostParameters> params;
   SourceMap mine;
   bool ok = local_step(rank, "set-up and probe", [&] {
-    s = set_up(GetParam(), rank);
-    ASSERT_EQ(s.deployment.world_size(), size) << "run with " << s.deployment.world_size() << " ranks";
+    s = set_up(GetParam(), rank, size);
     params = std::make_unique<HostParameters>(s.worker->parameter_infos());
     fill(params->parameters(), kRolloutFill);  // the probe restores it
     mine = probe_source_map(s.tensors, params->parameters(),
@@ -394,17 +378,16 @@ TEST_P(PlanScatterUnderMpi, ScatteredSchedulesMatchLocalPlansAndPlayBitExact) {
   if (!all_ranks_ok(ok, comm.get())) return;
   std::vector<SourceMap> maps = allgather_source_maps(mine, comm.get());
 
-  // 2. Every rank plans (deterministic); rank 0 also builds and serializes every rank's schedule.
+  // 2. Every rank plans (deterministic); rank 0 also serializes every rank's schedule, as connect does.
   Correspondence correspondence;
   TransferPlan plan;
   std::unique_ptr<RoundScheduleBuilder> builder;
   std::vector<Bytes> serialized;
   ok = local_step(rank, "planning", [&] {
-    correspondence = build_correspondence(s.tensors, std::move(maps), s.sides);
+    if (rank == 0) serialized = plan_round_schedules(s.tensors, maps, s.deployment.sides(), s.topology, options).schedules;
+    correspondence = build_correspondence(s.tensors, std::move(maps), s.deployment.sides());
     plan = plan_transfer(correspondence, s.topology, options);
     builder = std::make_unique<RoundScheduleBuilder>(correspondence, plan);
-    if (rank == 0)
-      for (int r = 0; r < size; ++r) serialized.push_back(serialize_round_schedule(builder->build(r)));
   });
   // Rank 0 takes part in the scatter whatever happened: with no schedules every rank throws.
   RoundSchedule schedule;
@@ -412,7 +395,7 @@ TEST_P(PlanScatterUnderMpi, ScatteredSchedulesMatchLocalPlansAndPlayBitExact) {
   if (ok) ok = local_step(rank, "checking the schedule", [&] {
     ASSERT_TRUE(schedule == builder->build(rank)) << "the schedule rank 0 sent differs from the one rank " << rank << " plans";
     EXPECT_EQ(schedule.rank, rank);
-    EXPECT_EQ(schedule.side, s.sides[static_cast<std::size_t>(rank)]);
+    EXPECT_EQ(schedule.side, s.deployment.sides()[static_cast<std::size_t>(rank)]);
     EXPECT_EQ(static_cast<int>(schedule.rounds.size()), plan.rounds);
     EXPECT_LE(schedule.pipeline_depth * (schedule.send_slot_bytes + schedule.receive_slot_bytes), options.buffer_bytes_per_worker);
     EXPECT_GT(plan.rounds, 4) << "the small budget should give several rounds";
@@ -499,8 +482,7 @@ TEST(PlanScatterFailure, PlanningFailureOnRootFailsEveryRankWithoutHanging) {
   RankSetup s;
   std::vector<SourceMap> maps;
   bool ok = local_step(rank, "set-up", [&] {
-    s = set_up(pair, rank);
-    ASSERT_EQ(s.deployment.world_size(), size) << "run with " << s.deployment.world_size() << " ranks";
+    s = set_up(pair, rank, size);
   });
   SourceMap mine;
   if (ok) ok = local_step(rank, "probe", [&] {
@@ -517,10 +499,7 @@ TEST(PlanScatterFailure, PlanningFailureOnRootFailsEveryRankWithoutHanging) {
     PlanOptions tiny = small_plan_options();
     tiny.buffer_bytes_per_worker = 256;  // no slice of any tensor fits
     try {
-      const Correspondence correspondence = build_correspondence(s.tensors, maps, s.sides);
-      const TransferPlan plan = plan_transfer(correspondence, s.topology, tiny);
-      const RoundScheduleBuilder builder(correspondence, plan);
-      for (int r = 0; r < size; ++r) serialized.push_back(serialize_round_schedule(builder.build(r)));
+      serialized = plan_round_schedules(s.tensors, maps, s.deployment.sides(), s.topology, tiny).schedules;  // as connect plans
     } catch (const Error& e) {
       planning_error = e.what();
       EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
@@ -543,7 +522,7 @@ TEST(PlanScatterFailure, PlanningFailureOnRootFailsEveryRankWithoutHanging) {
   EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 10.0) << "rank " << rank;
 
   // The communicator is still in step: a good plan scatters afterwards and matches every rank's own.
-  const Correspondence correspondence = build_correspondence(s.tensors, std::move(maps), s.sides);
+  const Correspondence correspondence = build_correspondence(s.tensors, std::move(maps), s.deployment.sides());
   const TransferPlan plan = plan_transfer(correspondence, s.topology, small_plan_options());
   const RoundScheduleBuilder builder(correspondence, plan);
   serialized.clear();

@@ -28,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "../support/expect_error.hpp"
 #include "core/checks.hpp"
 #include "core/device.hpp"
 #include "core/settings.hpp"
@@ -40,6 +41,8 @@ namespace wb {
 void PrintTo(TransportKind kind, std::ostream* out) { *out << transport_name(kind); }
 
 namespace {
+
+using wb::testing::expect_error;
 
 using Clock = std::chrono::steady_clock;
 constexpr std::chrono::seconds kDeadline{120};
@@ -636,14 +639,12 @@ class CmaTransport : public ::testing::Test {
 
 TEST_F(CmaTransport, RegisteringDeviceMemoryThrowsUnsupported) {
   std::vector<std::byte> memory(64);
-  try {
-    transport_->register_memory(memory.data(), memory.size(), MemoryKind::kCuda, 0);
-    ADD_FAILURE() << "cma registered CUDA memory";
-  } catch (const Error& error) {
-    EXPECT_EQ(error.code(), ErrorCode::kUnsupported) << error.what();
-  }
-  EXPECT_THROW(transport_->register_memory(nullptr, 64, MemoryKind::kHost, 0), Error);
-  EXPECT_THROW(transport_->register_memory(memory.data(), 0, MemoryKind::kHost, 0), Error);
+  expect_error([&] { transport_->register_memory(memory.data(), memory.size(), MemoryKind::kCuda, 0); },
+               ErrorCode::kUnsupported, {"registers host memory only", "cuda_ipc"});
+  expect_error([&] { transport_->register_memory(nullptr, 64, MemoryKind::kHost, 0); }, ErrorCode::kInvalidArgument,
+               {"cma register_memory: empty region"});
+  expect_error([&] { transport_->register_memory(memory.data(), 0, MemoryKind::kHost, 0); }, ErrorCode::kInvalidArgument,
+               {"cma register_memory: empty region"});
 }
 
 TEST_F(CmaTransport, EveryFlippedByteOfAKeyOrEndpointIsRejected) {

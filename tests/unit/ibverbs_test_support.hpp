@@ -1,6 +1,6 @@
-// Shared by the ibverbs transport's unit tests: a scope that sets WB_* settings and puts them back, and
-// the control functions of the fake libibverbs (tests/fake_ibverbs), reached through the same loaded
-// library the transport uses.
+// Shared by the ibverbs transport's unit tests: the control functions of the fake libibverbs
+// (tests/fake_ibverbs), reached through the same loaded library the transport uses, and the tests' scope
+// that sets WB_* settings and puts them back (tests/support/setting_scope.hpp).
 #pragma once
 
 #include <dlfcn.h>
@@ -11,29 +11,11 @@
 #include <utility>
 #include <vector>
 
-#include "core/settings.hpp"
+#include "../support/setting_scope.hpp"
 
 namespace wb::ibv::testing {
 
-/// Sets settings for one test and puts the previous values back, last first.
-class SettingScope {
- public:
-  SettingScope() = default;
-  SettingScope(const SettingScope&) = delete;
-  SettingScope& operator=(const SettingScope&) = delete;
-  ~SettingScope() {
-    for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) it->first->override_from_text(it->second);
-  }
-  void set(const char* name, const std::string& value) {
-    SettingBase* setting = find_setting(name);
-    ASSERT_NE(setting, nullptr) << name;
-    saved_.emplace_back(setting, setting->value_text());
-    setting->override_from_text(value);
-  }
-
- private:
-  std::vector<std::pair<SettingBase*, std::string>> saved_;
-};
+using wb::testing::SettingScope;
 
 /// What the fake recorded of a queue pair (struct wbfake_qp_info in fake_ibverbs.cpp).
 struct FakeQpInfo {

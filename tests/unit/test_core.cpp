@@ -13,6 +13,7 @@
 
 #include "core/checks.hpp"
 #include "core/log.hpp"
+#include "../support/expect_error.hpp"
 #include "core/settings.hpp"
 #include "weightbridge/dtype.hpp"
 #include "weightbridge/status.hpp"
@@ -22,6 +23,7 @@ namespace wb {
 namespace {
 
 using ::testing::HasSubstr;
+using wb::testing::expect_error;
 
 TEST(DType, SizesNamesAndParsing) {
   const std::vector<std::pair<DType, std::size_t>> expected = {
@@ -149,28 +151,15 @@ TEST(ParameterSet, KeepsOrderAndRejectsDuplicates) {
   EXPECT_EQ(params.total_bytes(), 24u);
   EXPECT_EQ(params.at("a").view.numel(), 2);
   EXPECT_THROW(params.add("a", TensorView::contiguous(y.data(), DType::kF32, {2})), Error);
-  try {
-    params.at("missing");
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_THAT(e.what(), HasSubstr("missing"));
-    EXPECT_EQ(e.code(), ErrorCode::kNotFound);
-  }
+  expect_error([&] { params.at("missing"); }, ErrorCode::kNotFound, {"missing"});
 }
 
 int failing_mpi_call() { return MPI_ERR_COMM; }
 
 TEST(Checks, MpiCheckNamesTheCallTheErrorStringAndTheLocation) {
-  try {
-    WB_CHECK_MPI(failing_mpi_call());
-    FAIL() << "no throw";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kMpi);
-    EXPECT_THAT(e.what(), HasSubstr("failing_mpi_call()"));
-    EXPECT_THAT(e.what(), HasSubstr("test_core.cpp:"));
-    // The MPI error string itself is checked under mpiexec (tests/mpi); here MPI is not initialized.
-    EXPECT_THAT(e.what(), HasSubstr("MPI error code"));
-  }
+  // The MPI error string itself is checked under mpiexec (tests/mpi); here MPI is not initialized.
+  expect_error([] { WB_CHECK_MPI(failing_mpi_call()); }, ErrorCode::kMpi,
+               {"failing_mpi_call()", "test_core.cpp:", "MPI error code"});
   auto try_form = []() -> Status {
     WB_TRY_MPI(failing_mpi_call());
     return Status::ok();
@@ -192,36 +181,15 @@ void* failing_verbs_constructor() {
 }
 
 TEST(Checks, IbverbsChecksReportTheErrnoText) {
-  try {
-    WB_CHECK_IBV(failing_verbs_call());
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kIbverbs);
-    EXPECT_THAT(e.what(), HasSubstr("failing_verbs_call() failed: Invalid argument"));
-  }
-  try {
-    WB_CHECK_IBV(failing_verbs_call_with_errno());
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_THAT(e.what(), HasSubstr("Function not implemented"));
-  }
-  try {
-    (void)WB_CHECK_IBV_PTR(failing_verbs_constructor());
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_THAT(e.what(), HasSubstr("failing_verbs_constructor() failed: Cannot allocate memory"));
-    EXPECT_THAT(e.what(), HasSubstr("test_core.cpp:"));
-  }
+  expect_error([] { WB_CHECK_IBV(failing_verbs_call()); }, ErrorCode::kIbverbs,
+               {"failing_verbs_call() failed: Invalid argument"});
+  expect_error([] { WB_CHECK_IBV(failing_verbs_call_with_errno()); }, ErrorCode::kIbverbs, {"Function not implemented"});
+  expect_error([] { (void)WB_CHECK_IBV_PTR(failing_verbs_constructor()); }, ErrorCode::kIbverbs,
+               {"failing_verbs_constructor() failed: Cannot allocate memory", "test_core.cpp:"});
 }
 
 TEST(Checks, SystemCheckReportsErrno) {
-  try {
-    WB_CHECK_SYS(::close(-1));
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kSystem);
-    EXPECT_THAT(e.what(), HasSubstr("Bad file descriptor"));
-  }
+  expect_error([] { WB_CHECK_SYS(::close(-1)); }, ErrorCode::kSystem, {"Bad file descriptor"});
 }
 
 TEST(Checks, RankAppearsInMessagesWhenTheLauncherSetsIt) {
@@ -250,12 +218,7 @@ TEST(Settings, DefaultThenEnvironmentThenCommandLine) {
   EXPECT_THAT(describe_settings(), HasSubstr("test_chunk_bytes = 8192 (--test-chunk-bytes)"));
   EXPECT_THAT(describe_settings(), HasSubstr("test_enable_thing = true (WB_TEST_ENABLE_THING)"));
   EXPECT_THAT(describe_settings(), HasSubstr("log_level"));
-  try {
-    test_int_setting.override_from_text("12k");
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_THAT(e.what(), HasSubstr("WB_TEST_CHUNK_BYTES"));
-  }
+  expect_error([] { test_int_setting.override_from_text("12k"); }, ErrorCode::kInvalidArgument, {"WB_TEST_CHUNK_BYTES"});
   ASSERT_NE(find_setting("log_level"), nullptr);
 }
 
@@ -265,13 +228,9 @@ TEST(Settings, RangesAreCheckedWhereverTheValueComesFrom) {
   test_ranged_setting.override_from_text("1");
   EXPECT_EQ(*test_ranged_setting, 1.0);
   for (const char* bad : {"1.5", "-0.1", "nan"}) {
-    try {
-      test_ranged_setting.override_from_text(bad);
-      ADD_FAILURE() << bad << " was accepted";
-    } catch (const Error& e) {
-      EXPECT_THAT(e.what(), HasSubstr("WB_TEST_RANGED_RATIO"));
-      EXPECT_THAT(e.what(), HasSubstr("in [0, 1]"));
-    }
+    SCOPED_TRACE(bad);
+    expect_error([&] { test_ranged_setting.override_from_text(bad); }, ErrorCode::kInvalidArgument,
+                 {"WB_TEST_RANGED_RATIO", "in [0, 1]"});
     EXPECT_EQ(*test_ranged_setting, 1.0) << "a refused value leaves the setting as it was";
   }
 }

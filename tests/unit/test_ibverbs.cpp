@@ -18,6 +18,7 @@
 #include <random>
 #include <tuple>
 
+#include "../support/expect_error.hpp"
 #include "core/settings.hpp"
 #include "ibverbs_test_support.hpp"
 #include "transport/ibverbs/ibverbs_addressing.hpp"
@@ -33,6 +34,8 @@
 
 namespace wb::ibv {
 namespace {
+
+using wb::testing::expect_error;
 
 using ::testing::AnyOf;
 using testing::SettingScope;
@@ -87,15 +90,10 @@ TEST(IbverbsSettings, OutOfRangeValuesNameTheVariable) {
   SettingBase* timeout = find_setting("ib_timeout");
   ASSERT_NE(timeout, nullptr);
   const std::string before = timeout->value_text();
-  timeout->override_from_text("99");
-  try {
-    (void)read_config();
-    ADD_FAILURE() << "WB_IB_TIMEOUT=99 was accepted";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-    EXPECT_THAT(e.what(), HasSubstr("WB_IB_TIMEOUT=99 is out of range [1, 31]"));
-  }
-  timeout->override_from_text(before);
+  EXPECT_EQ(timeout->range_text(), "[1, 31]");  // declared with the setting, shown in --help
+  expect_error([&] { timeout->override_from_text("99"); }, ErrorCode::kInvalidArgument,
+               {"WB_IB_TIMEOUT", "'99' is not in [1, 31]"});
+  EXPECT_EQ(timeout->value_text(), before) << "a refused value leaves the setting as it was";
   const Config config = read_config();
   EXPECT_EQ(config.timeout, 20);
   EXPECT_EQ(config.sq_depth, 512u);
@@ -109,10 +107,12 @@ TEST(IbverbsSettings, OutOfRangeValuesNameTheVariable) {
   EXPECT_EQ(config.pkey, 0);
 }
 
+// The error of setting `name` to `value` and reading the configuration: a value out of a numeric
+// setting's range is refused as it is set, anything else when read_config validates it.
 std::string config_error(const char* name, const std::string& value) {
   SettingScope scope;
-  scope.set(name, value);
   try {
+    scope.set(name, value);
     (void)read_config();
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
@@ -122,8 +122,8 @@ std::string config_error(const char* name, const std::string& value) {
 }
 
 TEST(IbverbsSettings, EveryNewSettingIsValidatedNamingItsVariable) {
-  EXPECT_THAT(config_error("ib_qps_per_connection", "17"), HasSubstr("WB_IB_QPS_PER_CONNECTION=17 is out of range [1, 16]"));
-  EXPECT_THAT(config_error("ib_roce_version", "3"), HasSubstr("WB_IB_ROCE_VERSION=3 is out of range [0, 2]"));
+  EXPECT_THAT(config_error("ib_qps_per_connection", "17"), HasSubstr("(WB_IB_QPS_PER_CONNECTION / --ib-qps-per-connection): '17' is not in [1, 16]"));
+  EXPECT_THAT(config_error("ib_roce_version", "3"), HasSubstr("(WB_IB_ROCE_VERSION / --ib-roce-version): '3' is not in [0, 2]"));
   EXPECT_THAT(config_error("ib_addr_family", "AF_UNIX"), HasSubstr("WB_IB_ADDR_FAMILY='AF_UNIX'"));
   EXPECT_THAT(config_error("ib_addr_range", "10.0.0.0"), HasSubstr("WB_IB_ADDR_RANGE='10.0.0.0': no '/'"));
   EXPECT_THAT(config_error("ib_addr_range", "10.0.0.0/33"), HasSubstr("at most 32 bits"));
@@ -133,8 +133,8 @@ TEST(IbverbsSettings, EveryNewSettingIsValidatedNamingItsVariable) {
   EXPECT_THAT(config_error("ib_adaptive_routing", "2"), HasSubstr("WB_IB_ADAPTIVE_ROUTING"));
   EXPECT_THAT(config_error("ib_dmabuf", "x"), HasSubstr("WB_IB_DMABUF"));
   EXPECT_THAT(config_error("ib_nic_locality", "closest"), HasSubstr("WB_IB_NIC_LOCALITY='closest'"));
-  EXPECT_THAT(config_error("ib_sq_depth", "1"), HasSubstr("WB_IB_SQ_DEPTH=1 is out of range [2, 65536]"));
-  EXPECT_THAT(config_error("ib_batches_in_flight", "0"), HasSubstr("WB_IB_BATCHES_IN_FLIGHT=0"));
+  EXPECT_THAT(config_error("ib_sq_depth", "1"), HasSubstr("(WB_IB_SQ_DEPTH / --ib-sq-depth): '1' is not in [2, 65536]"));
+  EXPECT_THAT(config_error("ib_batches_in_flight", "0"), HasSubstr("(WB_IB_BATCHES_IN_FLIGHT / --ib-batches-in-flight): '0' is not in [1, 65536]"));
   {
     SettingScope scope;
     scope.set("ib_addr_family", "ipv6");
@@ -271,13 +271,7 @@ TEST(IbverbsEndpoint, ForeignOrNewerRecordsAreNamedAsSuch) {
   std::vector<std::byte> bytes = serialize_endpoint(record(1, 0, {roce_nic("mlx5_0", 1)}));
   std::vector<std::byte> foreign = bytes;
   foreign[0] = std::byte{'X'};
-  try {
-    (void)parse_endpoint(foreign, 1);
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-    EXPECT_THAT(e.what(), HasSubstr("made by another transport"));
-  }
+  expect_error([&] { (void)parse_endpoint(foreign, 1); }, ErrorCode::kInvalidArgument, {"made by another transport"});
   bytes[4] = std::byte{kEndpointVersion + 1};
   try {
     (void)parse_endpoint(bytes, 1);
@@ -382,13 +376,8 @@ TEST(IbverbsMemoryKey, RoundTripsAndChecksTheOwner) {
   MemoryKey key{3, 0x7f0000001000, 1 << 20, {0x1234, 0xdeadbeef}};
   const std::vector<std::byte> bytes = serialize_memory_key(key);
   EXPECT_EQ(parse_memory_key(bytes, 3), key);
-  try {
-    (void)parse_memory_key(bytes, 4);
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-    EXPECT_THAT(e.what(), HasSubstr("imported from rank 4 was registered by rank 3"));
-  }
+  expect_error([&] { (void)parse_memory_key(bytes, 4); }, ErrorCode::kInvalidArgument,
+               {"imported from rank 4 was registered by rank 3"});
   for (std::size_t n = 0; n < bytes.size(); ++n) EXPECT_THROW((void)parse_memory_key(std::span(bytes).first(n), 3), Error);
 }
 
@@ -425,13 +414,7 @@ TEST(IbverbsDeviceList, IncludesExcludesPrefixesAndPorts) {
   EXPECT_TRUE(exclude.admits("mlx5_3", 1));
   EXPECT_FALSE(exclude.admits("mlx5_3", 2));
   for (const char* bad : {":1", "mlx5_0:", "mlx5_0:x", "mlx5_0:0", "mlx5_0:256", "mlx5_0:1:2", "^", "ml*x5", "a^b"}) {
-    try {
-      (void)parse_device_filter(bad);
-      ADD_FAILURE() << bad << " was accepted";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-      EXPECT_THAT(e.what(), HasSubstr("WB_IB_DEVICES"));
-    }
+    expect_error([&] { (void)parse_device_filter(bad); }, ErrorCode::kInvalidArgument, {"WB_IB_DEVICES"});
   }
 }
 
@@ -467,28 +450,16 @@ TEST(IbverbsGid, NeverLinkLocalAndByVersionFamilyAndRange) {
   EXPECT_EQ(choose_gid_index(full, eth, prefer(0, AddressFamily::kAny, "", 1), "mlx5_0:1"), 1u) << "an index as requested";
   // Only link-local GIDs: none is usable (they do not route), whatever the version.
   const std::vector<GidEntry> only_link_local{{0, GidType::kRoceV1, link_local}, {1, GidType::kRoceV2, link_local}};
-  try {
-    (void)choose_gid_index(only_link_local, eth, prefer(), "mlx5_3:1");
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
-    EXPECT_THAT(e.what(), HasSubstr("mlx5_3:1 is an Ethernet (RoCE) port without a usable GID (RoCE v1 or v2, not link-local"));
-    EXPECT_THAT(e.what(), HasSubstr("1 (RoCE v2 fe80:0000:0000:0000:0102:0304:0506:0708)"));
-  }
+  expect_error([&] { (void)choose_gid_index(only_link_local, eth, prefer(), "mlx5_3:1"); }, ErrorCode::kUnsupported,
+               {"mlx5_3:1 is an Ethernet (RoCE) port without a usable GID (RoCE v1 or v2, not link-local", "1 (RoCE v2 fe80:0000:0000:0000:0102:0304:0506:0708)"});
   try {
     (void)choose_gid_index(full, eth, prefer(2, AddressFamily::kIpv4, "172.16.0.0/12"), "mlx5_3:1");
     FAIL();
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("RoCE v2, IPv4, in WB_IB_ADDR_RANGE"));
   }
-  try {
-    (void)choose_gid_index(full, eth, prefer(0, AddressFamily::kAny, "", 9), "mlx5_0:1");
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-    EXPECT_THAT(e.what(), HasSubstr("WB_IB_GID_INDEX=9: mlx5_0:1 has no GID at that index"));
-    EXPECT_THAT(e.what(), HasSubstr("3 (RoCE v2 ::ffff:192.168.1.2)"));
-  }
+  expect_error([&] { (void)choose_gid_index(full, eth, prefer(0, AddressFamily::kAny, "", 9), "mlx5_0:1"); }, ErrorCode::kInvalidArgument,
+               {"WB_IB_GID_INDEX=9: mlx5_0:1 has no GID at that index", "3 (RoCE v2 ::ffff:192.168.1.2)"});
   // InfiniBand: index 0, or the GID with a FLID (routable between subnets).
   EXPECT_EQ(choose_gid_index({}, LinkLayer::kInfiniBand, prefer(), "mlx5_0:1"), 0u);
   const Gid ib_port{0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x02, 0x02, 0xc9, 0xff, 0xfe, 0, 0, 1};
@@ -540,13 +511,8 @@ TEST(IbverbsPKey, TheIndexOfThePartitionFullMembersFirst) {
   EXPECT_EQ(choose_pkey_index(table, 0x8005, "mlx5_0:1"), 2) << "full member";
   EXPECT_EQ(choose_pkey_index(table, 0x0005, "mlx5_0:1"), 2) << "the membership bit is not part of the match";
   EXPECT_EQ(choose_pkey_index(std::vector<std::uint16_t>{0xffff, 0x0007}, 0x8007, "x"), 1) << "a limited member when that is all";
-  try {
-    (void)choose_pkey_index(table, 0x8777, "mlx5_0:1");
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-    EXPECT_THAT(e.what(), HasSubstr("WB_IB_PKEY=0x8777: mlx5_0:1 is not a member of that partition (P_Key table 0: 0xffff, 1: 0x0005"));
-  }
+  expect_error([&] { (void)choose_pkey_index(table, 0x8777, "mlx5_0:1"); }, ErrorCode::kInvalidArgument,
+               {"WB_IB_PKEY=0x8777: mlx5_0:1 is not a member of that partition (P_Key table 0: 0xffff, 1: 0x0005"});
 }
 
 TEST(IbverbsRoute, GrhAndDlidFromThePorts) {
@@ -572,14 +538,8 @@ TEST(IbverbsRoute, GrhAndDlidFromThePorts) {
   EXPECT_EQ(r.dlid, 0x0107);
   // Another subnet without a FLID: refused clearly, not a retry-exceeded later.
   const RoutePort other_subnet{LinkLayer::kInfiniBand, 9, Gid{0xfe, 0x80, 0, 0, 0, 0, 0, 0x02, 2, 2, 2, 2, 2, 2, 2, 2}, false};
-  try {
-    (void)choose_route(local, other_subnet, false, "rank 3");
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-    EXPECT_THAT(e.what(), HasSubstr("rank 3 is in another InfiniBand subnet"));
-    EXPECT_THAT(e.what(), HasSubstr("carries no FLID"));
-  }
+  expect_error([&] { (void)choose_route(local, other_subnet, false, "rank 3"); }, ErrorCode::kInvalidArgument,
+               {"rank 3 is in another InfiniBand subnet", "carries no FLID"});
   // RoCE: always a GRH.
   const RoutePort roce{LinkLayer::kEthernet, 0, Gid{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 1}, false};
   EXPECT_TRUE(choose_route(roce, roce, false, "rank 3").global);
@@ -999,13 +959,8 @@ TEST(IbverbsGpu, DmabufOrPeermemAsTheSwitchAndTheLibrariesAllow) {
   plan = plan_gpu_registration(Switch::kOn, true, true);
   EXPECT_TRUE(plan.dmabuf);
   EXPECT_FALSE(plan.peermem) << "on means dma-buf only";
-  try {
-    (void)plan_gpu_registration(Switch::kOn, false, true);
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
-    EXPECT_THAT(e.what(), HasSubstr("WB_IB_DMABUF=on, but libibverbs has no ibv_reg_dmabuf_mr"));
-  }
+  expect_error([&] { (void)plan_gpu_registration(Switch::kOn, false, true); }, ErrorCode::kUnsupported,
+               {"WB_IB_DMABUF=on, but libibverbs has no ibv_reg_dmabuf_mr"});
 }
 
 TEST(IbverbsGpu, TheFlushDecisionFollowsTheDevicesOrdering) {

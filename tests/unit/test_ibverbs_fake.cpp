@@ -24,6 +24,7 @@
 #include <tuple>
 #include <vector>
 
+#include "../support/expect_error.hpp"
 #include "ibverbs_test_support.hpp"
 #include "transport/ibverbs/ibverbs_internal.hpp"
 #include "transport/ibverbs/ibverbs_library.hpp"
@@ -33,6 +34,8 @@
 
 namespace wb::ibv {
 namespace {
+
+using wb::testing::expect_error;
 
 using ::testing::HasSubstr;
 using testing::FakeQpInfo;
@@ -408,24 +411,12 @@ TEST_F(IbverbsOverFake, ABadDeviceOrPortIsSkippedWithAWarning) {
   fake().add_device("fake0", "/nonexistent", 1, 32767, 4194303);
   const int only_down = fake().add_device("fake1", "/nonexistent", 0, 32767, 4194303);
   fake().add_port(only_down, IBV_PORT_DOWN, IBV_LINK_LAYER_INFINIBAND, 3, 0);
-  try {
-    (void)make_ibverbs_transport(0);
-    FAIL() << "a transport without a usable port";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
-    EXPECT_THAT(e.what(), HasSubstr("no RDMA device: no usable active port"));
-    EXPECT_THAT(e.what(), HasSubstr("fake0: ibv_open_device(fake0) failed: Input/output error"));
-    EXPECT_THAT(e.what(), HasSubstr("fake1:1 is DOWN"));
-  }
+  expect_error([&] { (void)make_ibverbs_transport(0); }, ErrorCode::kUnsupported,
+               {"no RDMA device: no usable active port", "fake0: ibv_open_device(fake0) failed: Input/output error", "fake1:1 is DOWN"});
   // No device at all: what ibv_get_device_list says.
   fake().reset();
-  try {
-    (void)make_ibverbs_transport(0);
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
-    EXPECT_THAT(e.what(), HasSubstr("no RDMA device: ibv_get_device_list failed: Function not implemented"));
-  }
+  expect_error([&] { (void)make_ibverbs_transport(0); }, ErrorCode::kUnsupported,
+               {"no RDMA device: ibv_get_device_list failed: Function not implemented"});
 }
 
 TEST_F(IbverbsOverFake, DeviceListsIncludeOrExclude) {
@@ -439,13 +430,8 @@ TEST_F(IbverbsOverFake, DeviceListsIncludeOrExclude) {
   ASSERT_EQ(r.ib->nic_count(), 2u);
   EXPECT_EQ(r.ib->nic(1).address.device, "fake1");
   settings_.set("ib_devices", "fake9");
-  try {
-    (void)make_ibverbs_transport(2);
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-    EXPECT_THAT(e.what(), HasSubstr("WB_IB_DEVICES names 'fake9', which is not an RDMA device here (devices: fake0, fake1, other0)"));
-  }
+  expect_error([&] { (void)make_ibverbs_transport(2); }, ErrorCode::kInvalidArgument,
+               {"WB_IB_DEVICES names 'fake9', which is not an RDMA device here (devices: fake0, fake1, other0)"});
 }
 
 TEST_F(IbverbsOverFake, GrhWhereThePortRequiresItAndTheFlidBetweenSubnets) {
@@ -496,14 +482,8 @@ TEST_F(IbverbsOverFake, GrhWhereThePortRequiresItAndTheFlidBetweenSubnets) {
   Rank& b = make(1);
   const std::vector<std::byte> eb = b.transport->endpoint(0);
   (void)a.transport->endpoint(1);
-  try {
-    a.transport->connect(1, eb);
-    FAIL() << "connected across subnets without a route";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-    EXPECT_THAT(e.what(), HasSubstr("ibverbs connect to rank 1, rail 0"));
-    EXPECT_THAT(e.what(), HasSubstr("rank 1 is in another InfiniBand subnet"));
-  }
+  expect_error([&] { a.transport->connect(1, eb); }, ErrorCode::kInvalidArgument,
+               {"ibverbs connect to rank 1, rail 0", "rank 1 is in another InfiniBand subnet"});
 }
 
 TEST_F(IbverbsOverFake, PKeyIndexFromThePortsTable) {
@@ -655,13 +635,7 @@ TEST(IbverbsOverOldLibrary, GidTypesFromSysfsAndNoRelaxedOrdering) {
     EXPECT_NO_THROW((void)t->register_memory(memory.data(), memory.size(), MemoryKind::kHost, 0));
   }
   scope.set("ib_relaxed_ordering", "on");
-  try {
-    (void)make_ibverbs_transport(0);
-    ADD_FAILURE() << "relaxed ordering forced on a library without it";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
-    EXPECT_THAT(e.what(), HasSubstr("has no ibv_reg_mr_iova2"));
-  }
+  expect_error([&] { (void)make_ibverbs_transport(0); }, ErrorCode::kUnsupported, {"has no ibv_reg_mr_iova2"});
   old.reset();
   std::filesystem::remove_all(dir);
 }
@@ -669,21 +643,11 @@ TEST(IbverbsOverOldLibrary, GidTypesFromSysfsAndNoRelaxedOrdering) {
 TEST(IbverbsLibrary, AMissingLibraryOrFunctionIsUnsupportedAndCmaStillRuns) {
   SettingScope scope;
   scope.set("ib_library", "/nonexistent/libibverbs.so.1");
-  try {
-    (void)make_transport(TransportKind::kIbverbs, 0);
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
-    EXPECT_THAT(e.what(), HasSubstr("no RDMA device: cannot load /nonexistent/libibverbs.so.1"));
-  }
+  expect_error([&] { (void)make_transport(TransportKind::kIbverbs, 0); }, ErrorCode::kUnsupported,
+               {"no RDMA device: cannot load /nonexistent/libibverbs.so.1"});
   scope.set("ib_library", WB_FAKE_IBVERBS_NO_CREATE_QP);
-  try {
-    (void)make_transport(TransportKind::kIbverbs, 0);
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
-    EXPECT_THAT(e.what(), HasSubstr("has no ibv_create_qp"));
-  }
+  expect_error([&] { (void)make_transport(TransportKind::kIbverbs, 0); }, ErrorCode::kUnsupported,
+               {"has no ibv_create_qp"});
   // The process goes on with the other transports.
   std::unique_ptr<Transport> cma;
   EXPECT_NO_THROW(cma = make_transport(TransportKind::kCma, 0));

@@ -6,28 +6,19 @@
 #include <string>
 #include <vector>
 
+#include "../support/expect_error.hpp"
 #include "transport/libfabric/fabric_records.hpp"
 #include "weightbridge/status.hpp"
 
 namespace wb::fabric {
 namespace {
 
+using wb::testing::expect_error;
+
 std::vector<std::byte> bytes_of(std::initializer_list<int> values) {
   std::vector<std::byte> out;
   for (int v : values) out.push_back(static_cast<std::byte>(v));
   return out;
-}
-
-template <class F>
-std::string error_of(F&& body, ErrorCode expected) {
-  try {
-    body();
-  } catch (const Error& error) {
-    EXPECT_EQ(error.code(), expected) << error.what();
-    return error.what();
-  }
-  ADD_FAILURE() << "no error";
-  return {};
 }
 
 TEST(LibfabricRecords, EndpointRoundTripsAndChecksAgreement) {
@@ -39,21 +30,21 @@ TEST(LibfabricRecords, EndpointRoundTripsAndChecksAgreement) {
   EXPECT_EQ(decoded.address, theirs.address);
 
   // Given to the wrong peer.
-  EXPECT_NE(error_of([&] { decode_endpoint(encode_endpoint(theirs), 3, 4, mine); }, ErrorCode::kInvalidArgument)
+  EXPECT_NE(expect_error([&] { decode_endpoint(encode_endpoint(theirs), 3, 4, mine); }, ErrorCode::kInvalidArgument)
                 .find("made by rank 5"),
             std::string::npos);
   // Another provider: names both ranks and the setting.
   EndpointRecord efa = theirs;
   efa.provider = "efa";
-  const std::string text = error_of([&] { decode_endpoint(encode_endpoint(efa), 3, 5, mine); }, ErrorCode::kInvalidArgument);
+  const std::string text = expect_error([&] { decode_endpoint(encode_endpoint(efa), 3, 5, mine); }, ErrorCode::kInvalidArgument);
   EXPECT_NE(text.find("rank 5 uses provider 'efa' but rank 3 uses 'tcp;ofi_rxm'"), std::string::npos) << text;
   EXPECT_NE(text.find("WB_FI_PROVIDER"), std::string::npos) << text;
   EndpointRecord source = theirs;
   source.rank_in_cq_data = false;
-  error_of([&] { decode_endpoint(encode_endpoint(source), 3, 5, mine); }, ErrorCode::kInvalidArgument);
+  expect_error([&] { decode_endpoint(encode_endpoint(source), 3, 5, mine); }, ErrorCode::kInvalidArgument);
   EndpointRecord ipv6 = theirs;
   ipv6.address_format = 3;
-  error_of([&] { decode_endpoint(encode_endpoint(ipv6), 3, 5, mine); }, ErrorCode::kInvalidArgument);
+  expect_error([&] { decode_endpoint(encode_endpoint(ipv6), 3, 5, mine); }, ErrorCode::kInvalidArgument);
 }
 
 TEST(LibfabricRecords, MalformedRecordsAreCorruptNotCrashes) {
@@ -61,14 +52,14 @@ TEST(LibfabricRecords, MalformedRecordsAreCorruptNotCrashes) {
   const std::vector<std::byte> good = encode_endpoint({1, "tcp;ofi_rxm", 2, true, bytes_of({4, 5, 6})});
   // Every truncation, and a trailing byte, is refused as corrupt.
   for (std::size_t n = 0; n < good.size(); ++n)
-    error_of([&] { decode_endpoint(std::span(good).first(n), 0, 1, mine); }, ErrorCode::kCorruptData);
+    expect_error([&] { decode_endpoint(std::span(good).first(n), 0, 1, mine); }, ErrorCode::kCorruptData);
   std::vector<std::byte> longer = good;
   longer.push_back(std::byte{0});
-  error_of([&] { decode_endpoint(longer, 0, 1, mine); }, ErrorCode::kCorruptData);
+  expect_error([&] { decode_endpoint(longer, 0, 1, mine); }, ErrorCode::kCorruptData);
   // A memory key is not an endpoint record and vice versa.
   const std::vector<std::byte> key = encode_memory_key({1, 0x1000, 64, 7, {}, 0});
-  error_of([&] { decode_endpoint(key, 0, 1, mine); }, ErrorCode::kCorruptData);
-  error_of([&] { decode_memory_key(good, 0, 1); }, ErrorCode::kCorruptData);
+  expect_error([&] { decode_endpoint(key, 0, 1, mine); }, ErrorCode::kCorruptData);
+  expect_error([&] { decode_memory_key(good, 0, 1); }, ErrorCode::kCorruptData);
 }
 
 TEST(LibfabricRecords, MemoryKeysRoundTripWithRawKeys) {
@@ -83,9 +74,9 @@ TEST(LibfabricRecords, MemoryKeysRoundTripWithRawKeys) {
   EXPECT_EQ(decoded_raw.raw_key, raw.raw_key);
   EXPECT_EQ(decoded_raw.raw_base, 0x55u);
   // Wrong peer, empty and wrapping regions.
-  error_of([&] { decode_memory_key(encode_memory_key(plain), 0, 3); }, ErrorCode::kInvalidArgument);
-  error_of([&] { decode_memory_key(encode_memory_key({2, 0x1000, 0, 1, {}, 0}), 0, 2); }, ErrorCode::kCorruptData);
-  error_of([&] { decode_memory_key(encode_memory_key({2, ~0ull - 10, 100, 1, {}, 0}), 0, 2); }, ErrorCode::kCorruptData);
+  expect_error([&] { decode_memory_key(encode_memory_key(plain), 0, 3); }, ErrorCode::kInvalidArgument);
+  expect_error([&] { decode_memory_key(encode_memory_key({2, 0x1000, 0, 1, {}, 0}), 0, 2); }, ErrorCode::kCorruptData);
+  expect_error([&] { decode_memory_key(encode_memory_key({2, ~0ull - 10, 100, 1, {}, 0}), 0, 2); }, ErrorCode::kCorruptData);
 }
 
 TEST(LibfabricProviders, RankedByPreferenceAvoidingLoopbackAndIpv6) {
@@ -114,9 +105,9 @@ TEST(LibfabricBatches, CompletionModeFollowsTheProvidersOrdering) {
   EXPECT_EQ(choose_batch_completion("auto", true, false, "x"), BatchCompletion::kTwoPhase);
   EXPECT_EQ(choose_batch_completion("two_phase", true, true, "tcp;ofi_rxm"), BatchCompletion::kTwoPhase);
   EXPECT_EQ(choose_batch_completion("ordered", true, true, "tcp;ofi_rxm"), BatchCompletion::kOrdered);
-  const std::string text = error_of([] { choose_batch_completion("ordered", false, true, "efa"); }, ErrorCode::kUnsupported);
+  const std::string text = expect_error([] { choose_batch_completion("ordered", false, true, "efa"); }, ErrorCode::kUnsupported);
   EXPECT_NE(text.find("FI_ORDER_WAW"), std::string::npos) << text;
-  error_of([] { choose_batch_completion("fenced", true, true, "x"); }, ErrorCode::kInvalidArgument);
+  expect_error([] { choose_batch_completion("fenced", true, true, "x"); }, ErrorCode::kInvalidArgument);
 }
 
 TEST(LibfabricBatches, CqDataCarriesWriterAndImmediate) {

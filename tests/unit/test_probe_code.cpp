@@ -12,12 +12,15 @@
 #include <thread>
 #include <vector>
 
+#include "../support/expect_error.hpp"
 #include "layout/probe_checkpoint.hpp"
 #include "layout/probe_code.hpp"
 #include "weightbridge/status.hpp"
 
 namespace wb::layout {
 namespace {
+
+using wb::testing::expect_error;
 
 using ::testing::HasSubstr;
 
@@ -461,21 +464,9 @@ TEST(ProbeCheckpoint, SourceAndErrors) {
   EXPECT_THROW(ckpt.set_pass(-1), Error);
 
   std::vector<std::uint16_t> buffer(64);
-  try {
-    ckpt.read_box("nope", Box{{0}, {1}}, buffer.data());
-    ADD_FAILURE();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kNotFound);
-    EXPECT_THAT(e.what(), HasSubstr("nope"));
-  }
+  expect_error([&] { ckpt.read_box("nope", Box{{0}, {1}}, buffer.data()); }, ErrorCode::kNotFound, {"nope"});
   for (const Box& bad : {Box{{0, 0}, {70001, 1}}, Box{{0}, {1}}, Box{{0, 0}, {1}}, Box{{-1, 0}, {1, 1}}}) {
-    try {
-      ckpt.read_box("emb", bad, buffer.data());
-      ADD_FAILURE() << bad.to_string();
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-      EXPECT_THAT(e.what(), HasSubstr("tensor emb"));
-    }
+    expect_error([&] { ckpt.read_box("emb", bad, buffer.data()); }, ErrorCode::kInvalidArgument, {"tensor emb"});
   }
   // A plan of another tensor list, and a repeated name, are refused.
   auto other = tensors;

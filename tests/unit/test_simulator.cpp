@@ -9,6 +9,7 @@
 #include <random>
 #include <tuple>
 
+#include "../support/expect_error.hpp"
 #include "weightbridge/correspondence.hpp"
 #include "weightbridge/plan.hpp"
 #include "weightbridge/simulator.hpp"
@@ -16,6 +17,8 @@
 
 namespace wb {
 namespace {
+
+using wb::testing::expect_error;
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -156,13 +159,7 @@ TEST(Simulator, EmptySchedulesAndTasksTakeNoTime) {
 
 TEST(Simulator, RejectsWorkersOutsideTheTopologyAndBadSchedules) {
   const Topology topology = nodes_of_one(2);
-  try {
-    simulate(one_stage({{0, 2, 10, 1}}), topology);
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-    EXPECT_THAT(e.what(), HasSubstr("0 -> 2"));
-  }
+  expect_error([&] { simulate(one_stage({{0, 2, 10, 1}}), topology); }, ErrorCode::kInvalidArgument, {"0 -> 2"});
   EXPECT_THROW(simulate(one_stage({{-1, 0, 10, 1}}), topology), Error);
   TrafficSchedule shallow = one_stage({{0, 1, 10, 1}});
   shallow.pipeline_depth = 0;
@@ -334,13 +331,8 @@ TEST(Baseline, P2PNeedsAnEngineForEveryRolloutWorker) {
   options.engine_of_worker = {-1, -1, 0};
   EXPECT_THROW(p2p_baseline(d.correspondence, d.topology, options), Error);
   options.engine_of_worker = {-1, -1, 0, -1};
-  try {
-    p2p_baseline(d.correspondence, d.topology, options);
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-    EXPECT_THAT(e.what(), HasSubstr("rollout worker 3 has no engine"));
-  }
+  expect_error([&] { p2p_baseline(d.correspondence, d.topology, options); }, ErrorCode::kInvalidArgument,
+               {"rollout worker 3 has no engine"});
 }
 
 TEST(Baseline, TransfersGoAsChunkedMessages) {
@@ -458,13 +450,7 @@ TEST(Traffic, HandBuiltPlanGivesThePerStageTransfers) {
   // A bad lander index is reported with its segment.
   TransferPlan broken = plan;
   broken.landers[3] = 99;
-  try {
-    traffic_of(c, broken);
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-    EXPECT_THAT(e.what(), HasSubstr("segment 2"));
-  }
+  expect_error([&] { traffic_of(c, broken); }, ErrorCode::kInvalidArgument, {"segment 2"});
 }
 
 TEST(Traffic, PlannerOutputCarriesOneCopyPerNode) {

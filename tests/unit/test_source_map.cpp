@@ -7,11 +7,14 @@
 #include <cstdint>
 #include <numeric>
 
+#include "../support/expect_error.hpp"
 #include "weightbridge/source_map.hpp"
 #include "weightbridge/status.hpp"
 
 namespace wb {
 namespace {
+
+using wb::testing::expect_error;
 
 using ::testing::HasSubstr;
 
@@ -119,13 +122,8 @@ TEST(SourceMap, StridesThatOverflowAreRefusedNotWrapped) {
   // A decoded parameter whose element count overflows is corrupt.
   SourceMap huge;
   huge.parameters = {{"p", DType::kBF16, {std::int64_t{1} << 40, std::int64_t{1} << 40}}};
-  try {
-    deserialize_source_map(serialize_source_map(huge));
-    FAIL() << "decoded";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kCorruptData);
-    EXPECT_THAT(e.what(), HasSubstr("parameter p has too many elements"));
-  }
+  expect_error([&] { deserialize_source_map(serialize_source_map(huge)); }, ErrorCode::kCorruptData,
+               {"parameter p has too many elements"});
 }
 
 TEST(SourceMap, ApplyPerformsTheCopies) {

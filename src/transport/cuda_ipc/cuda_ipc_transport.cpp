@@ -16,15 +16,15 @@
 #include "core/cuda_device.hpp"
 #include "core/log.hpp"
 #include "transport/cuda_ipc/copy_batch.hpp"
-#include "transport/region_table.hpp"
 #include "transport/shm/mailbox.hpp"
+#include "transport/shm/memory_key.hpp"
+#include "transport/shm/peer_links.hpp"
 #include "transport/traffic_counter.hpp"
 
 namespace wb {
 namespace {
 
-constexpr std::uint64_t kKeyMagic = 0x57424b47;  // "WBKG"
-constexpr std::uint64_t kKeyVersion = 1;
+constexpr shm::KeyFormat kKeyFormat{0x57424b47, 1};  // "WBKG", version 1
 // The writes of a batch go out in one batched copy (cudaMemcpyBatchAsync where the runtime has it).
 constexpr std::size_t kMaxWritesPerBatch = std::size_t{1} << 16;
 
@@ -33,9 +33,7 @@ using shm::within;
 
 /// What a peer imports: the IPC handle of the allocation and where the region lies in it.
 struct RemoteKey {
-  int rank = -1;
-  pid_t pid = 0;
-  std::uint64_t pid_namespace = 0;
+  shm::KeyOwner owner;
   int device = 0;
   cudaIpcMemHandle_t handle{};
   std::uint64_t offset = 0;   // of the region in its allocation
@@ -44,33 +42,20 @@ struct RemoteKey {
 };
 
 std::vector<std::byte> encode_key(const RemoteKey& key) {
-  codec::ByteWriter out;
-  out.varint(kKeyMagic);
-  out.varint(kKeyVersion);
-  out.signed_varint(key.rank);
-  out.varint(static_cast<std::uint64_t>(key.pid));
-  out.varint(key.pid_namespace);
+  codec::ByteWriter out = shm::begin_key(kKeyFormat, key.owner);
   out.signed_varint(key.device);
   out.bytes(std::as_bytes(std::span(key.handle.reserved)));
   out.varint(key.offset);
   out.varint(key.bytes);
   out.varint(key.address);
-  std::vector<std::byte> bytes = out.take();
-  shm::append_checksum(bytes);
-  return bytes;
+  return shm::seal_key(out);
 }
 
 RemoteKey decode_key(int self, int peer, std::span<const std::byte> bytes) {
-  const std::string what =
-      "cuda_ipc memory key from rank " + std::to_string(peer) + " (imported on rank " + std::to_string(self) + ")";
-  codec::ByteReader in(shm::checked_body(bytes, what), what);
-  if (in.varint() != kKeyMagic) in.fail("not a cuda_ipc memory key");
-  if (const std::uint64_t version = in.varint(); version != kKeyVersion)
-    in.fail("version " + std::to_string(version) + ", this build reads " + std::to_string(kKeyVersion));
+  shm::KeyReader reader(TransportKind::kCudaIpc, kKeyFormat, self, peer, bytes);
+  codec::ByteReader& in = reader.in();
   RemoteKey key;
-  key.rank = static_cast<int>(in.bounded_signed(0, INT_MAX, "rank"));
-  key.pid = static_cast<pid_t>(in.bounded(INT_MAX, "pid"));
-  key.pid_namespace = in.varint();
+  key.owner = reader.owner();
   key.device = static_cast<int>(in.bounded_signed(0, INT_MAX, "device"));
   const auto handle = in.bytes(sizeof key.handle.reserved);
   std::memcpy(key.handle.reserved, handle.data(), handle.size());
@@ -78,16 +63,14 @@ RemoteKey decode_key(int self, int peer, std::span<const std::byte> bytes) {
   key.bytes = in.varint();
   key.address = in.varint();
   in.expect_done();
-  if (key.bytes == 0 || key.offset + key.bytes < key.offset || key.pid <= 0) in.fail("empty or wrapping region");
-  if (key.rank != peer)
-    throw Error(ErrorCode::kInvalidArgument, what + " was registered by rank " + std::to_string(key.rank) +
-                                                 ": keys were given to the wrong peer");
+  if (key.bytes == 0 || key.offset + key.bytes < key.offset || key.owner.pid <= 0) in.fail("empty or wrapping region");
+  reader.check_owner();
   return key;
 }
 
 class CudaIpcTransport final : public Transport {
  public:
-  explicit CudaIpcTransport(int rank) : rank_(rank), mailbox_(check_device_and_get(rank, device_)) {}
+  explicit CudaIpcTransport(int rank) : links_(TransportKind::kCudaIpc, check_device_and_get(rank, device_)) {}
 
   ~CudaIpcTransport() override {
     // Teardown: report nothing, release everything we can, on this transport's device (the caller's
@@ -104,22 +87,10 @@ class CudaIpcTransport final : public Transport {
 
   TransportKind kind() const override { return TransportKind::kCudaIpc; }
 
-  TransportCapabilities capabilities() const override {
-    TransportCapabilities caps;
-    caps.host_memory = false;
-    caps.cuda_memory = true;
-    caps.between_machines = false;
-    caps.max_writes_per_batch = kMaxWritesPerBatch;
-    return caps;
-  }
+  TransportCapabilities capabilities() const override { return links_.capabilities(kMaxWritesPerBatch); }
 
   MemoryRegistration register_memory(void* address, std::size_t bytes, MemoryKind memory, int device) override {
-    if (memory != MemoryKind::kCuda)
-      throw Error(ErrorCode::kUnsupported, "the cuda_ipc transport registers CUDA memory only; host memory goes "
-                                           "through cma (rank " + std::to_string(rank_) + ")");
-    if (address == nullptr || bytes == 0)
-      throw Error(ErrorCode::kInvalidArgument, "cuda_ipc register_memory: empty region (" + std::to_string(bytes) +
-                                                   " bytes at " + hex(reinterpret_cast<std::uint64_t>(address)) + ")");
+    links_.check_registration(address, bytes, memory, device);
     const CudaPointerInfo info = query_cuda_pointer(address);
     if (info.kind != CudaPointerInfo::Kind::kDevice)
       throw Error(ErrorCode::kInvalidArgument, "cuda_ipc register_memory: " + hex(reinterpret_cast<std::uint64_t>(address)) +
@@ -138,39 +109,25 @@ class CudaIpcTransport final : public Transport {
                                                    " run past the end of their allocation (" + std::to_string(allocation) +
                                                    " bytes at " + hex(base) + ")");
     RemoteKey key;
-    key.rank = rank_;
-    key.pid = mailbox_.address().pid;
-    key.pid_namespace = mailbox_.address().pid_namespace;
+    key.owner = links_.owner();
     key.device = device;
     WB_CHECK_CUDA(cudaIpcGetMemHandle(&key.handle, reinterpret_cast<void*>(base)));
     key.offset = offset;
     key.bytes = bytes;
     key.address = reinterpret_cast<std::uint64_t>(address);
-    const std::uint32_t id = regions_.add_local(bytes);  // the same numbering as local_
-    local_.push_back({static_cast<std::byte*>(address), bytes});
+    const std::uint32_t id = links_.add_local(address, bytes);
     return {id, encode_key(key)};
   }
 
-  std::vector<std::byte> endpoint(int peer) override {
-    return shm::encode_endpoint(TransportKind::kCudaIpc, peer, mailbox_.address());
-  }
+  std::vector<std::byte> endpoint(int peer) override { return links_.endpoint(peer); }
 
   void connect(int peer, std::span<const std::byte> peer_endpoint) override {
-    if (peers_.contains(peer))
-      throw Error(ErrorCode::kInvalidArgument, "cuda_ipc: rank " + std::to_string(rank_) +
-                                                   " is already connected to rank " + std::to_string(peer));
-    const shm::ProcessAddress theirs =
-        shm::decode_endpoint(TransportKind::kCudaIpc, rank_, peer, peer_endpoint, mailbox_.address());
-    auto ring = std::make_unique<shm::PeerRing>(rank_, peer, theirs);
-    ring->verify();
-    mailbox_.watch(peer);
+    shm::PeerLinks::Opened opened = links_.open(peer, peer_endpoint);
     DeviceGuard guard(device_);
     Link link;
-    link.pid = theirs.pid;
-    link.ring = std::move(ring);
     // One event per batch that can be in flight: at most ring_slots are reserved and unwritten.
-    link.events.resize(theirs.ring_slots, nullptr);
-    link.pending.resize(theirs.ring_slots);
+    link.events.resize(opened.process.ring_slots, nullptr);
+    link.pending.resize(opened.process.ring_slots);
     try {
       WB_CHECK_CUDA(cudaStreamCreateWithFlags(&link.stream, cudaStreamNonBlocking));
       for (cudaEvent_t& event : link.events) WB_CHECK_CUDA(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
@@ -180,17 +137,15 @@ class CudaIpcTransport final : public Transport {
       if (link.stream != nullptr) (void)cudaStreamDestroy(link.stream);
       throw;
     }
+    link.ring = &links_.add_peer(peer, std::move(opened));
     peers_.emplace(peer, std::move(link));
   }
 
   std::uint32_t import_memory(int peer, std::span<const std::byte> remote_key) override {
-    const RemoteKey key = decode_key(rank_, peer, remote_key);
-    if (auto it = peers_.find(peer); it != peers_.end() && it->second.pid != key.pid)
-      throw Error(ErrorCode::kInvalidArgument, "cuda_ipc memory key from rank " + std::to_string(peer) + " names pid " +
-                                                   std::to_string(key.pid) + ", but rank " + std::to_string(peer) +
-                                                   " is pid " + std::to_string(it->second.pid));
+    const RemoteKey key = decode_key(links_.rank(), peer, remote_key);
+    links_.check_key_owner(peer, key.owner.pid);
     std::uint64_t address = 0;
-    if (key.pid == mailbox_.address().pid) {
+    if (key.owner.pid == links_.address().pid) {
       address = key.address;  // our own memory: CUDA IPC handles cannot be opened by their exporter
     } else {
       const std::string handle(key.handle.reserved, sizeof key.handle.reserved);
@@ -202,30 +157,20 @@ class CudaIpcTransport final : public Transport {
         if (rc != cudaSuccess) {
           (void)cudaGetLastError();
           throw Error(ErrorCode::kCuda, "cudaIpcOpenMemHandle of memory of rank " + std::to_string(peer) + " (device " +
-                                            std::to_string(key.device) + ") on rank " + std::to_string(rank_) + " (device " +
+                                            std::to_string(key.device) + ") on rank " + std::to_string(links_.rank()) + " (device " +
                                             std::to_string(device_) + ") failed: " + detail::cuda_error_string(rc));
         }
         it = opened_.emplace(handle, Opened{base}).first;
       }
       address = reinterpret_cast<std::uint64_t>(it->second.base) + key.offset;
     }
-    const std::uint32_t id = regions_.add_remote(peer, key.bytes);  // the same numbering as remote_
-    remote_.push_back({peer, key.pid, address, key.bytes});
-    return id;
+    return links_.add_remote(peer, key.owner.pid, address, key.bytes);
   }
 
   Status post_writes(int peer, std::span<const WriteRequest> writes, std::uint32_t immediate,
                      std::uint64_t token) override {
-    auto it = peers_.find(peer);
-    if (it == peers_.end())
-      return Status(ErrorCode::kInvalidArgument, "cuda_ipc post_writes: rank " + std::to_string(peer) +
-                                                     " is not connected to rank " + std::to_string(rank_));
-    Link& link = it->second;
-    if (writes.size() > kMaxWritesPerBatch)
-      return Status(ErrorCode::kInvalidArgument, "cuda_ipc post_writes to rank " + std::to_string(peer) + ": " +
-                                                     std::to_string(writes.size()) + " writes, at most " +
-                                                     std::to_string(kMaxWritesPerBatch) + " a batch");
-    WB_RETURN_IF_ERROR(regions_.check(peer, writes));  // every check before anything is enqueued
+    WB_RETURN_IF_ERROR(links_.check_batch(peer, writes, kMaxWritesPerBatch));  // every check before anything is enqueued
+    Link& link = peers_.at(peer);
     // The copies go on this transport's device (a no-op unless the caller switched devices).
     DeviceGuard guard;
     WB_RETURN_IF_ERROR(guard.enter(device_));
@@ -248,7 +193,7 @@ class CudaIpcTransport final : public Transport {
         --link.count;
       }
     }
-    return mailbox_.poll(completions);
+    return links_.mailbox().poll(completions);
   }
 
   std::vector<PeerTraffic> traffic() const override { return traffic_.snapshot(); }
@@ -263,8 +208,8 @@ class CudaIpcTransport final : public Transport {
     cudaEvent_t event = link.events[link.posted % link.events.size()];
     copies_.clear();
     cuda_ipc::collect_copies(
-        writes, [this](std::uint32_t id) { return reinterpret_cast<std::uint64_t>(local_[id].address); },
-        [this](std::uint32_t id) { return remote_[id].address; }, copies_);
+        writes, [this](std::uint32_t id) { return reinterpret_cast<std::uint64_t>(links_.local_address(id)); },
+        [this](std::uint32_t id) { return links_.remote_address(id); }, copies_);
     if (const cudaError_t rc = copy(copies_, link.stream); rc != cudaSuccess) {
       (void)cudaGetLastError();
       link.ring->unreserve();
@@ -305,24 +250,13 @@ class CudaIpcTransport final : public Transport {
 #endif
   }
 
-  struct Local {
-    std::byte* address = nullptr;
-    std::size_t bytes = 0;
-  };
-  struct Remote {
-    int peer = -1;
-    pid_t pid = 0;
-    std::uint64_t address = 0;  // opened in this process
-    std::uint64_t bytes = 0;
-  };
   struct Pending {
     std::uint64_t token = 0;
     std::uint32_t immediate = 0;
     cudaEvent_t event = nullptr;
   };
   struct Link {
-    pid_t pid = 0;
-    std::unique_ptr<shm::PeerRing> ring;
+    shm::PeerRing* ring = nullptr;  // owned by links_
     cudaStream_t stream = nullptr;
     std::vector<cudaEvent_t> events;
     std::vector<Pending> pending;  // a FIFO of batches whose notification is not yet written
@@ -348,13 +282,9 @@ class CudaIpcTransport final : public Transport {
     return rank;
   }
 
-  int rank_;
-  int device_ = 0;
-  shm::Mailbox mailbox_;
-  std::vector<Local> local_;
-  std::vector<Remote> remote_;
-  RegionTable regions_{"cuda_ipc"};  // sizes and owners under the same ids: the batch check
-  std::unordered_map<int, Link> peers_;
+  int device_ = 0;                  // set before links_ is made (check_device_and_get)
+  shm::PeerLinks links_;            // mailbox, registrations, imports and connected processes
+  std::unordered_map<int, Link> peers_;  // the device side of each connected peer
   std::map<std::string, Opened> opened_;  // IPC handle bytes -> base of the opened allocation
   cuda_ipc::CopyBatch copies_;            // scratch of enqueue, reused
   TrafficCounter traffic_;

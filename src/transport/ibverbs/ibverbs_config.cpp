@@ -31,10 +31,11 @@ Setting<std::string> ib_nic_locality_setting(
     "when the transport is made, and all of them without one; all: every admitted NIC.");
 Setting<std::int64_t> ib_gid_index_setting(
     "ib_gid_index", -1,
-    "GID index for RoCE (and for InfiniBand between subnets), -1..65535. -1: chosen from WB_IB_ROCE_VERSION, "
-    "WB_IB_ADDR_FAMILY and WB_IB_ADDR_RANGE (never a link-local GID); on InfiniBand index 0, or a GID with a FLID.");
+    "GID index for RoCE (and for InfiniBand between subnets). -1: chosen from WB_IB_ROCE_VERSION, "
+    "WB_IB_ADDR_FAMILY and WB_IB_ADDR_RANGE (never a link-local GID); on InfiniBand index 0, or a GID with a FLID.",
+    -1, 0xffff);
 Setting<std::int64_t> ib_roce_version_setting(
-    "ib_roce_version", 0, "RoCE version of the GID: 0 (v2 preferred, else v1), 1 or 2.");
+    "ib_roce_version", 0, "RoCE version of the GID: 0 (v2 preferred, else v1), 1 or 2.", 0, 2);
 Setting<std::string> ib_addr_family_setting(
     "ib_addr_family", "auto", "Address family of a RoCE GID: auto (IPv4 preferred), ipv4 or ipv6.");
 Setting<std::string> ib_addr_range_setting(
@@ -45,36 +46,42 @@ Setting<std::string> ib_pkey_setting(
     "each port's P_Key table is looked up. 0: the port's default partition (index 0).");
 Setting<std::int64_t> ib_qps_per_connection_setting(
     "ib_qps_per_connection", 1,
-    "RC queue pairs per NIC pair and peer, 1..16: each is a rail of its own, so one batch spreads over more "
-    "flows (ECMP paths on RoCE). Must be equal on every rank.");
+    "RC queue pairs per NIC pair and peer: each is a rail of its own, so one batch spreads over more "
+    "flows (ECMP paths on RoCE). Must be equal on every rank.",
+    1, kMaxQpsPerNic);
 Setting<std::int64_t> ib_sq_depth_setting(
     "ib_sq_depth", 512,
-    "Send queue depth of each RC queue pair, 2..65536: work requests in flight per rail, and one more than "
-    "the most writes one post_writes takes.");
+    "Send queue depth of each RC queue pair: work requests in flight per rail, and one more than "
+    "the most writes one post_writes takes.",
+    2, 1 << 16);
 Setting<std::int64_t> ib_srq_depth_setting(
     "ib_srq_depth", 0,
-    "Receives kept posted per NIC (shared receive queue) for the immediates of arriving batches, 0..1048576. "
+    "Receives kept posted per NIC (shared receive queue) for the immediates of arriving batches. "
     "They must cover every connected writer's WB_IB_BATCHES_IN_FLIGHT (checked at connect). 0: the device's "
-    "limit, at most 16384.");
+    "limit, at most 16384.",
+    0, 1 << 20);
 Setting<std::int64_t> ib_cq_depth_setting(
     "ib_cq_depth", 0,
-    "Completion queue entries per NIC, 0..4194304: the receives plus one per work request in flight (a failed "
-    "queue pair completes every one). 0: the receives plus 16 full send queues, within the device's limit.");
+    "Completion queue entries per NIC: the receives plus one per work request in flight (a failed "
+    "queue pair completes every one). 0: the receives plus 16 full send queues, within the device's limit.",
+    0, 1 << 22);
 Setting<std::int64_t> ib_batches_in_flight_setting(
     "ib_batches_in_flight", 64,
-    "Batches this rank keeps unacknowledged to one peer, 1..65536 (post_writes answers kRetryLater beyond). "
-    "Receivers size their receives by it.");
+    "Batches this rank keeps unacknowledged to one peer (post_writes answers kRetryLater beyond). "
+    "Receivers size their receives by it.",
+    1, 1 << 16);
 Setting<std::int64_t> ib_timeout_setting(
-    "ib_timeout", 20, "Local ACK timeout of the RC queue pairs: 4.096 us * 2^value (20: about 4 s), 1..31.");
+    "ib_timeout", 20, "Local ACK timeout of the RC queue pairs: 4.096 us * 2^value (20: about 4 s).", 1, 31);
 Setting<std::int64_t> ib_retry_count_setting("ib_retry_count", 7,
-                                             "Transport retries before a write fails with 'retry exceeded', 0..7.");
-Setting<std::int64_t> ib_service_level_setting("ib_service_level", 0, "InfiniBand service level of the queue pairs, 0..15.");
-Setting<std::int64_t> ib_traffic_class_setting("ib_traffic_class", 0,
-                                               "Traffic class of the GRH (RoCE), 0..255 (DSCP << 2).");
+                                             "Transport retries before a write fails with 'retry exceeded'.", 0, 7);
+Setting<std::int64_t> ib_service_level_setting("ib_service_level", 0, "InfiniBand service level of the queue pairs.", 0, 15);
+Setting<std::int64_t> ib_traffic_class_setting("ib_traffic_class", 0, "Traffic class of the GRH (RoCE): DSCP << 2.",
+                                               0, 255);
 Setting<std::int64_t> ib_stripe_min_bytes_setting(
     "ib_stripe_min_bytes", std::int64_t{1} << 20,
     "With several rails, a batch is striped over them only when each rail's share is at least this many bytes; "
-    "smaller batches go to one rail (rotating).");
+    "smaller batches go to one rail (rotating).",
+    0, std::int64_t{1} << 40);
 Setting<std::string> ib_adaptive_routing_setting(
     "ib_adaptive_routing", "auto",
     "auto | on | off. On: a batch's bytes go as plain RDMA_WRITEs (which an adaptively routed fabric may "
@@ -89,15 +96,6 @@ Setting<std::string> ib_dmabuf_setting(
     "ib_dmabuf", "auto",
     "auto | on | off: register CUDA memory through a dma-buf (ibv_reg_dmabuf_mr). auto: dma-buf where the "
     "library and CUDA driver offer it, else nvidia-peermem; off: nvidia-peermem only; on: dma-buf only.");
-
-std::int64_t in_range(const Setting<std::int64_t>& setting, std::int64_t low, std::int64_t high) {
-  const std::int64_t value = setting.get();
-  if (value < low || value > high)
-    throw Error(ErrorCode::kInvalidArgument, setting.environment_variable() + "=" + std::to_string(value) +
-                                                 " is out of range [" + std::to_string(low) + ", " +
-                                                 std::to_string(high) + "]");
-  return value;
-}
 
 std::string lower(std::string_view text) {
   std::string out;
@@ -222,8 +220,9 @@ Config read_config() {
   else if (locality == "all") config.locality = NicLocality::kAll;
   else
     throw Error(ErrorCode::kInvalidArgument, "WB_IB_NIC_LOCALITY='" + ib_nic_locality_setting.get() + "' is not auto or all");
-  config.gid.requested = in_range(ib_gid_index_setting, -1, 0xffff);
-  config.gid.roce_version = static_cast<int>(in_range(ib_roce_version_setting, 0, 2));
+  // The numeric settings' ranges are checked as they are read (core/settings.hpp), so the casts keep every value.
+  config.gid.requested = *ib_gid_index_setting;
+  config.gid.roce_version = static_cast<int>(*ib_roce_version_setting);
   const std::string family = lower(ib_addr_family_setting.get());
   if (family == "auto" || family.empty()) config.gid.family = AddressFamily::kAny;
   else if (family == "ipv4" || family == "af_inet" || family == "4") config.gid.family = AddressFamily::kIpv4;
@@ -238,16 +237,16 @@ Config read_config() {
                                                  " range, but WB_IB_ADDR_FAMILY asks for " +
                                                  address_family_name(config.gid.family));
   config.pkey = parse_pkey(ib_pkey_setting.get());
-  config.qps_per_connection = static_cast<int>(in_range(ib_qps_per_connection_setting, 1, kMaxQpsPerNic));
-  config.sq_depth = static_cast<std::uint32_t>(in_range(ib_sq_depth_setting, 2, 1 << 16));
-  config.srq_depth = static_cast<std::uint32_t>(in_range(ib_srq_depth_setting, 0, 1 << 20));
-  config.cq_depth = static_cast<std::uint32_t>(in_range(ib_cq_depth_setting, 0, 1 << 22));
-  config.batches_in_flight = static_cast<std::uint32_t>(in_range(ib_batches_in_flight_setting, 1, 1 << 16));
-  config.timeout = static_cast<std::uint8_t>(in_range(ib_timeout_setting, 1, 31));
-  config.retry_count = static_cast<std::uint8_t>(in_range(ib_retry_count_setting, 0, 7));
-  config.service_level = static_cast<std::uint8_t>(in_range(ib_service_level_setting, 0, 15));
-  config.traffic_class = static_cast<std::uint8_t>(in_range(ib_traffic_class_setting, 0, 255));
-  config.stripe_min_bytes = static_cast<std::uint64_t>(in_range(ib_stripe_min_bytes_setting, 0, std::int64_t{1} << 40));
+  config.qps_per_connection = static_cast<int>(*ib_qps_per_connection_setting);
+  config.sq_depth = static_cast<std::uint32_t>(*ib_sq_depth_setting);
+  config.srq_depth = static_cast<std::uint32_t>(*ib_srq_depth_setting);
+  config.cq_depth = static_cast<std::uint32_t>(*ib_cq_depth_setting);
+  config.batches_in_flight = static_cast<std::uint32_t>(*ib_batches_in_flight_setting);
+  config.timeout = static_cast<std::uint8_t>(*ib_timeout_setting);
+  config.retry_count = static_cast<std::uint8_t>(*ib_retry_count_setting);
+  config.service_level = static_cast<std::uint8_t>(*ib_service_level_setting);
+  config.traffic_class = static_cast<std::uint8_t>(*ib_traffic_class_setting);
+  config.stripe_min_bytes = static_cast<std::uint64_t>(*ib_stripe_min_bytes_setting);
   config.adaptive_routing = parse_switch(ib_adaptive_routing_setting.get(), "WB_IB_ADAPTIVE_ROUTING");
   config.relaxed_ordering = parse_switch(ib_relaxed_ordering_setting.get(), "WB_IB_RELAXED_ORDERING");
   config.dmabuf = parse_switch(ib_dmabuf_setting.get(), "WB_IB_DMABUF");

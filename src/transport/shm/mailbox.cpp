@@ -28,11 +28,13 @@ namespace {
 Setting<std::int64_t> mailbox_slots_setting(
     "mailbox_slots", 64,
     "Notifications a same-machine transport (cma, cuda_ipc) may have outstanding to one peer before "
-    "post_writes returns kRetryLater (1..255).");
+    "post_writes returns kRetryLater (at most 255: a ring's consumed count is one byte).",
+    1, 255);
 Setting<std::int64_t> mailbox_ranks_setting(
     "mailbox_ranks", 65536,
     "World ranks a same-machine transport (cma, cuda_ipc) can take notifications from: its mailbox "
-    "reserves a ring per rank below this (address space only; a ring is touched once its rank writes).");
+    "reserves a ring per rank below this (address space only; a ring is touched once its rank writes).",
+    1, std::int64_t{1} << 24);
 
 constexpr std::uint64_t kMailboxMagic = 0x57424d41494c4258ull;  // "WBMAILBX"
 constexpr std::uint64_t kEndpointMagic = 0x57424d45;             // "WBME"
@@ -251,14 +253,8 @@ ProcessAddress decode_endpoint(TransportKind kind, int self, int peer, std::span
 // --- mailbox ----------------------------------------------------------------------------------------
 
 Mailbox::Mailbox(int rank) {
-  const std::int64_t slots = *mailbox_slots_setting;
+  const std::int64_t slots = *mailbox_slots_setting;  // both ranges are checked as they are read
   const std::int64_t ranks = *mailbox_ranks_setting;
-  if (slots < 1 || slots > 255)
-    throw Error(ErrorCode::kInvalidArgument,
-                "setting mailbox_slots (WB_MAILBOX_SLOTS) is " + std::to_string(slots) + ", not in 1..255");
-  if (ranks < 1 || ranks > (std::int64_t{1} << 24))
-    throw Error(ErrorCode::kInvalidArgument,
-                "setting mailbox_ranks (WB_MAILBOX_RANKS) is " + std::to_string(ranks) + ", not in 1..16777216");
   if (rank < 0) throw Error(ErrorCode::kInvalidArgument, "mailbox of rank " + std::to_string(rank));
 
   allow_peer_writes();
