@@ -31,7 +31,8 @@
 //                                      # 2 rollout engines of tp=1, one rank per node (external exchange)
 //   mpirun -np 2 bench_executor --trainer tp=1 --rollout engines=1,tp=1
 //   options: --updates N --buffer-mib M --pipeline-depth D --piece-kib K --memcpy-mib M --json FILE
-//            --verify-cost P (P interleaved pairs of updates without and with end-to-end verification)
+//            --verify-cost P (P interleaved pairs of updates without and with end-to-end verification;
+//            the JSON's verify_cost: every pair's ratio, their median and quartiles, pack and assemble apart)
 //            --hidden H --experts E --expert-width W --vocab V (sizes of the tiny variant), plus --preset,
 //            --model, --scale, --layers, --trainer, --rollout, --gpus-per-node as wb-replay takes them
 #include <mpi.h>
@@ -109,7 +110,7 @@ bool parse_options(int argc, char** argv, Options& o, int rank) {
       ("memcpy-mib", po::value(&o.memcpy_mib)->default_value(o.memcpy_mib), "Buffer of the memcpy reference (MiB).")
       ("memcpy-repeats", po::value(&o.memcpy_repeats)->default_value(o.memcpy_repeats), "Copies per memcpy measurement (median).")
       ("timeout", po::value(&o.timeout_seconds)->default_value(o.timeout_seconds), "Executor timeout without progress (s).")
-      ("verify-cost", po::value(&o.verify_pairs)->default_value(o.verify_pairs), "Also run this many pairs of updates, one without and one with end-to-end verification (ExecutorOptions::verify), interleaved on two executors of the same schedule, and report the cost of verifying (median of the pairs' ratios).")
+      ("verify-cost", po::value(&o.verify_pairs)->default_value(o.verify_pairs), "Also run this many pairs of updates, one without and one with end-to-end verification (ExecutorOptions::verify), interleaved on two executors of the same schedule (which goes first alternates), and report the cost of verifying (median and quartiles of the pairs' ratios; pack and assemble apart).")
       ("json", po::value(&o.json), "Write the result as JSON to this file (rank 0).");
   if (!parse_command_line(argc, argv, general, o.variables, rank == 0)) return false;
   if (o.deployment.scale != "tiny") {
@@ -319,13 +320,17 @@ int run(int argc, char** argv) {
                           static_cast<int>(mine_per_update.size()), MPI_DOUBLE, 0, MPI_COMM_WORLD));
   double connect_max = 0;
   WB_CHECK_MPI(MPI_Reduce(&connect_seconds, &connect_max, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD));
-  // The cost of verification: pairs of updates, plain then verified, in the same run and conditions. An
-  // update lasts until its last rank finishes (the maximum over ranks of run_update).
-  // Per update also the slowest rank's pack and assemble time (where verifying adds its work).
+  // The cost of verification: pairs of updates, one plain and one verified, in the same run and conditions;
+  // which goes first alternates from pair to pair, so that what the first update of a pair gains or loses
+  // against the second (caches, a rank that starts late) falls on both alike. An update lasts until its
+  // last rank finishes (the maximum over ranks of run_update). Per update also the slowest rank's pack and
+  // assemble time (where verifying adds its work).
   std::vector<double> verify_ratios, plain_seconds, verified_seconds, plain_pack, verified_pack, plain_assemble,
       verified_assemble;
-  for (int pair = 0; pair < o.verify_pairs; ++pair)
-    for (RoundExecutor* one : {&executor, verified.get()}) {
+  for (int pair = 0; pair < o.verify_pairs; ++pair) {
+    RoundExecutor* order[2] = {&executor, verified.get()};
+    if (pair % 2 == 1) std::swap(order[0], order[1]);
+    for (RoundExecutor* one : order) {
       WB_CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
       const ExecutorStats before = one->stats();
       const auto start = Clock::now();
@@ -339,8 +344,9 @@ int run(int argc, char** argv) {
       (plain ? plain_seconds : verified_seconds).push_back(slowest[0]);
       (plain ? plain_pack : verified_pack).push_back(slowest[1]);
       (plain ? plain_assemble : verified_assemble).push_back(slowest[2]);
-      if (!plain) verify_ratios.push_back(slowest[0] / plain_seconds.back());
     }
+    verify_ratios.push_back(verified_seconds.back() / plain_seconds.back());
+  }
   // After the updates, all ranks at once: the load is that of an update.
   const MemcpyRates memcpy_rates = measure_memcpy(o, rank, world);
   if (rank != 0) return 0;
@@ -394,24 +400,43 @@ int run(int argc, char** argv) {
 
   nlohmann::json verify_cost = nullptr;
   if (!verify_ratios.empty()) {
-    const auto median = [](std::vector<double> v) {
+    // Quartiles of the pairs' ratios (the spread is the machine's as much as verify's), and the phases'
+    // ratios pair by pair.
+    const auto quantile = [](std::vector<double> v, double q) {
       std::sort(v.begin(), v.end());
-      return v[v.size() / 2];
+      const double at = q * static_cast<double>(v.size() - 1);
+      const auto lo = static_cast<std::size_t>(at);
+      const std::size_t hi = std::min(lo + 1, v.size() - 1);
+      return v[lo] + (at - static_cast<double>(lo)) * (v[hi] - v[lo]);
     };
-    const double ratio = median(verify_ratios);
+    const auto ratios = [](const std::vector<double>& verified, const std::vector<double>& plain) {
+      std::vector<double> out;
+      for (std::size_t i = 0; i < plain.size(); ++i) out.push_back(plain[i] > 0 ? verified[i] / plain[i] : 1);
+      return out;
+    };
+    const double ratio = median_of(verify_ratios), q1 = quantile(verify_ratios, 0.25), q3 = quantile(verify_ratios, 0.75);
+    const double pack_ratio = median_of(ratios(verified_pack, plain_pack));
+    const double assemble_ratio = median_of(ratios(verified_assemble, plain_assemble));
     std::printf("verify: median update %.4f s plain, %.4f s verified; median ratio of %zu interleaved pairs %.3f "
-                "(cost %+.1f %%); slowest pack %.4f / %.4f s, assemble %.4f / %.4f s\n",
-                median(plain_seconds), median(verified_seconds), verify_ratios.size(), ratio, 100 * (ratio - 1),
-                median(plain_pack), median(verified_pack), median(plain_assemble), median(verified_assemble));
+                "(cost %+.1f %%, quartiles %.3f-%.3f); slowest pack %.4f / %.4f s (ratio %.3f), assemble %.4f / %.4f s "
+                "(ratio %.3f)\n",
+                median_of(plain_seconds), median_of(verified_seconds), verify_ratios.size(), ratio, 100 * (ratio - 1), q1,
+                q3, median_of(plain_pack), median_of(verified_pack), pack_ratio, median_of(plain_assemble),
+                median_of(verified_assemble), assemble_ratio);
     verify_cost = {{"pairs", verify_ratios.size()},
+                   {"order", "alternating"},
                    {"plain_update_seconds", plain_seconds},
                    {"verified_update_seconds", verified_seconds},
                    {"plain_pack_seconds", plain_pack},
                    {"verified_pack_seconds", verified_pack},
                    {"plain_assemble_seconds", plain_assemble},
                    {"verified_assemble_seconds", verified_assemble},
+                   {"ratios", verify_ratios},
                    {"median_ratio", ratio},
-                   {"cost_percent", 100 * (ratio - 1)}};
+                   {"ratio_quartiles", {q1, q3}},
+                   {"cost_percent", 100 * (ratio - 1)},
+                   {"pack_ratio", pack_ratio},
+                   {"assemble_ratio", assemble_ratio}};
   }
   const nlohmann::json result = {
       {"verify_cost", verify_cost},

@@ -12,7 +12,8 @@
 // only then times. Every iteration runs the program (the reported time) and then a memcpy of the same
 // bytes between two buffers of that size: counters GBps and memcpy_GBps are the medians of the two,
 // vs_memcpy = memcpy median / program median. Interleaving keeps the ratio meaningful on a loaded
-// machine. BM_Memcpy alone: memcpy of the whole mix's bytes. (glibc switches memcpy to streaming stores
+// machine. BM_*Digesting: the same programs digesting as they copy (verify), against the plain ones.
+// BM_Memcpy alone: memcpy of the whole mix's bytes. (glibc switches memcpy to streaming stores
 // above ~127 MiB on the development machine, so the smaller per-kind memcpy's use ordinary stores.)
 #include <benchmark/benchmark.h>
 
@@ -23,6 +24,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <span>
@@ -30,7 +32,8 @@
 #include <tuple>
 #include <vector>
 
-#include "exec/pack.hpp"  // private (wb_private_headers)
+#include "exec/digest.hpp"  // private (wb_private_headers)
+#include "exec/pack.hpp"
 #include "plan/round_schedule.hpp"
 #include "weightbridge/status.hpp"
 
@@ -168,7 +171,7 @@ void copy_benchmark(benchmark::State& state, CopyDirection direction, int kinds,
   i64 buffer_bytes;
   const std::vector<BufferCopy> copies = copies_of(kinds, buffer_bytes);
   const auto t_compile = Clock::now();
-  const CopyProgram program(direction, copies, f.parameter_bytes, buffer_bytes, CopyProgramOptions{stores});
+  const CopyProgram program(direction, copies, f.parameter_bytes, buffer_bytes, CopyProgramOptions{stores, {}});
   const double compile_seconds = std::chrono::duration<double>(Clock::now() - t_compile).count();
   // Buffers of the mix's size made once and shared (prefixes), so no benchmark maps fresh memory.
   static Memory buffer(mix_bytes(), 7), memcpy_from(mix_bytes(), 5), memcpy_to(mix_bytes(), 6), check(mix_bytes(), 8);
@@ -213,6 +216,77 @@ void copy_benchmark(benchmark::State& state, CopyDirection direction, int kinds,
   state.counters["vs_memcpy"] = memcpy_median / program_median;
 }
 
+// Verifying (exec/verify.hpp): the program compiled with each copy's buffer range as a digest segment, so
+// that it digests as it copies, timed iteration by iteration against the plain program and against the
+// plain program plus a separate pass that digests each segment (before an assemble, after a pack: the
+// buffer read twice). Counters: vs_plain and separate_vs_plain, the medians of the iterations' ratios.
+// A loaded machine moves them by ±0.1 from run to run: compare within one run.
+void digest_benchmark(benchmark::State& state, CopyDirection direction, int kinds) {
+  Fixture& f = fixture();
+  i64 buffer_bytes;
+  const std::vector<BufferCopy> copies = copies_of(kinds, buffer_bytes);
+  std::vector<BufferRange> segments;
+  for (const BufferCopy& c : copies) segments.push_back({c.buffer_offset, c.bytes()});  // one after the other
+  CopyProgramOptions options;
+  options.digest_segments = segments;
+  const CopyProgram plain(direction, copies, f.parameter_bytes, buffer_bytes);
+  const CopyProgram digesting(direction, copies, f.parameter_bytes, buffer_bytes, options);
+  static Memory buffer(mix_bytes(), 9), check(mix_bytes(), 10);
+  std::vector<DigestSums> sums(segments.size());
+  const auto separate = [&] {
+    if (direction == CopyDirection::kPack) plain.execute(f.pointers, buffer.get());
+    for (const BufferRange& r : segments)
+      benchmark::DoNotOptimize(digest_bytes(buffer.get() + r.offset, static_cast<std::size_t>(r.bytes)));
+    if (direction == CopyDirection::kAssemble) plain.execute(f.pointers, buffer.get());
+  };
+
+  // Validate first: the bytes as the definition has them (see copy_benchmark), every segment's digest.
+  {
+    std::fill(sums.begin(), sums.end(), DigestSums{});
+    digesting.execute(f.pointers, buffer.get(), sums.data());
+    reference_pack(copies, f.pointers, check.get());
+    if (std::memcmp(check.get(), buffer.get(), static_cast<std::size_t>(buffer_bytes)) != 0) {
+      state.SkipWithError("result differs from the element-by-element definition");
+      return;
+    }
+    for (std::size_t i = 0; i < segments.size(); ++i)
+      if (sums[i].finish(segments[i].bytes) != digest_bytes(buffer.get() + segments[i].offset, static_cast<std::size_t>(segments[i].bytes))) {
+        state.SkipWithError("a segment's digest differs from the digest of its bytes");
+        return;
+      }
+  }
+
+  // The three in turn, the order rotating from one iteration to the next (what one leaves in the caches
+  // for the next falls on each alike).
+  const std::function<void()> runs[3] = {[&] { plain.execute(f.pointers, buffer.get()); },
+                                         [&] {
+                                           std::fill(sums.begin(), sums.end(), DigestSums{});
+                                           digesting.execute(f.pointers, buffer.get(), sums.data());
+                                         },
+                                         separate};
+  std::vector<double> ratios, separate_ratios;
+  std::size_t iteration = 0;
+  for (auto _ : state) {
+    double seconds[3];
+    for (std::size_t k = 0; k < 3; ++k) {
+      const std::size_t which = (iteration + k) % 3;
+      const auto t0 = Clock::now();
+      runs[which]();
+      benchmark::ClobberMemory();
+      seconds[which] = std::chrono::duration<double>(Clock::now() - t0).count();
+    }
+    ++iteration;
+    state.SetIterationTime(seconds[1]);
+    ratios.push_back(seconds[1] / seconds[0]);
+    separate_ratios.push_back(seconds[2] / seconds[0]);
+  }
+  state.SetBytesProcessed(state.iterations() * buffer_bytes);
+  state.counters["payload_MiB"] = static_cast<double>(buffer_bytes) / (1 << 20);
+  state.counters["segments"] = static_cast<double>(segments.size());
+  state.counters["vs_plain"] = median(ratios);
+  state.counters["separate_vs_plain"] = median(separate_ratios);
+}
+
 void BM_Memcpy(benchmark::State& state) {
   const i64 bytes = mix_bytes();
   Memory from(bytes, 1), to(bytes, 2);
@@ -235,6 +309,15 @@ void BM_AssembleMixCachedStores(benchmark::State& state) { copy_benchmark(state,
 void BM_PackStrided(benchmark::State& state) { copy_benchmark(state, CopyDirection::kPack, kStrided); }
 void BM_AssembleStrided(benchmark::State& state) { copy_benchmark(state, CopyDirection::kAssemble, kStrided); }
 
+void BM_PackMixDigesting(benchmark::State& state) { digest_benchmark(state, CopyDirection::kPack, kMix); }
+void BM_AssembleMixDigesting(benchmark::State& state) { digest_benchmark(state, CopyDirection::kAssemble, kMix); }
+void BM_PackContiguousDigesting(benchmark::State& state) { digest_benchmark(state, CopyDirection::kPack, kContiguous); }
+void BM_AssembleContiguousDigesting(benchmark::State& state) { digest_benchmark(state, CopyDirection::kAssemble, kContiguous); }
+void BM_PackTransposedDigesting(benchmark::State& state) { digest_benchmark(state, CopyDirection::kPack, kTransposed); }
+void BM_AssembleTransposedDigesting(benchmark::State& state) { digest_benchmark(state, CopyDirection::kAssemble, kTransposed); }
+void BM_PackStridedDigesting(benchmark::State& state) { digest_benchmark(state, CopyDirection::kPack, kStrided); }
+void BM_AssembleStridedDigesting(benchmark::State& state) { digest_benchmark(state, CopyDirection::kAssemble, kStrided); }
+
 BENCHMARK(BM_Memcpy)->UseRealTime()->Unit(benchmark::kMillisecond);
 #define WB_PACK_BENCHMARK(name) BENCHMARK(name)->UseManualTime()->Unit(benchmark::kMillisecond)
 WB_PACK_BENCHMARK(BM_PackMix);
@@ -247,6 +330,14 @@ WB_PACK_BENCHMARK(BM_PackTransposed);
 WB_PACK_BENCHMARK(BM_AssembleTransposed);
 WB_PACK_BENCHMARK(BM_PackStrided);
 WB_PACK_BENCHMARK(BM_AssembleStrided);
+WB_PACK_BENCHMARK(BM_PackMixDigesting);
+WB_PACK_BENCHMARK(BM_AssembleMixDigesting);
+WB_PACK_BENCHMARK(BM_PackContiguousDigesting);
+WB_PACK_BENCHMARK(BM_AssembleContiguousDigesting);
+WB_PACK_BENCHMARK(BM_PackTransposedDigesting);
+WB_PACK_BENCHMARK(BM_AssembleTransposedDigesting);
+WB_PACK_BENCHMARK(BM_PackStridedDigesting);
+WB_PACK_BENCHMARK(BM_AssembleStridedDigesting);
 
 }  // namespace
 

@@ -1,11 +1,14 @@
 // The CPU copy program's execution kernels (pack.hpp's ops): runs of bytes (exec/cpu_runs.cpp) and the
-// blocked transpose (exec/cpu_transpose.cpp). Private to exec/pack.cpp and the two kernel files.
+// blocked transpose (exec/cpu_transpose.cpp), each also digesting what it copies when verifying. Private to
+// exec/pack.cpp and the two kernel files.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
 #include "exec/copy_compiler.hpp"
+#include "exec/digest.hpp"
 #include "exec/pack.hpp"
 
 #if defined(__SSE2__) && defined(__GNUC__)
@@ -15,10 +18,43 @@
 
 namespace wb::exec::cpu {
 
-/// Copies a kRuns op from `src` to `dst` (its parameter or buffer side already added).
-void execute_runs(const CopyProgram::Op& op, const CopyProgram::Axis* axes, const std::byte* src, std::byte* dst);
+/// Digesting while copying (CopyProgram's digest spans): where the bytes of one op go.
+struct DigestTarget {
+  const std::byte* buffer = nullptr;                // the buffer's base: the bytes' places are offsets from it
+  const CopyProgram::DigestSpan* spans = nullptr;   // the op's, covering its buffer range in order
+  std::uint32_t count = 0;
+  DigestSums* sums = nullptr;                       // per segment
+  bool pack = false;                                // the buffer is the destination (else the source)
+  mutable std::uint32_t hint = 0;                   // the span found last: runs walk them in order
+
+  /// The span holding buffer offset `at` (inside the op's range).
+  const CopyProgram::DigestSpan& span_at(std::int64_t at) const {
+    if (at >= spans[hint].begin && at < spans[hint].end) return spans[hint];
+    if (hint + 1 < count && at >= spans[hint + 1].begin && at < spans[hint + 1].end) return spans[++hint];
+    const auto* it = std::upper_bound(spans, spans + count, at, [](std::int64_t x, const CopyProgram::DigestSpan& s) {
+      return x < s.end;
+    });
+    hint = static_cast<std::uint32_t>(it - spans);
+    return *it;
+  }
+  /// Adds the buffer's bytes [at, at + bytes), held at `data`, to their segments' digests.
+  void add(std::int64_t at, const std::byte* data, std::int64_t bytes) const {
+    while (bytes > 0) {
+      const CopyProgram::DigestSpan& span = span_at(at);
+      const std::int64_t part = std::min(bytes, span.end - at);
+      if (span.segment >= 0) sums[span.segment].add(at - span.segment_offset, data, static_cast<std::size_t>(part));
+      at += part, data += part, bytes -= part;
+    }
+  }
+};
+
+/// Copies a kRuns op from `src` to `dst` (its parameter or buffer side already added); with `digest`, digests
+/// what it copies in the same pass.
+void execute_runs(const CopyProgram::Op& op, const CopyProgram::Axis* axes, const std::byte* src, std::byte* dst,
+                  const DigestTarget* digest = nullptr);
 /// Copies a kTranspose op likewise.
-void execute_transpose(const CopyProgram::Op& op, const CopyProgram::Axis* axes, const std::byte* src, std::byte* dst);
+void execute_transpose(const CopyProgram::Op& op, const CopyProgram::Axis* axes, const std::byte* src, std::byte* dst,
+                       const DigestTarget* digest = nullptr);
 
 /// Orders the streaming stores of the ops before what follows (a post of the buffer, a peer's read).
 inline void fence_streaming_stores() {

@@ -132,25 +132,55 @@ inline void write_tile_row(std::byte* dst, const std::byte* row) {
   std::memcpy(dst, row, 64);
 }
 
+/// Verifying: continues a row's open block stream (DigestSums::add_blocks's a[4] then b[4], at `ab`) over
+/// the 64 bytes, two blocks, at `p`.
+inline void stream_two_blocks(const std::byte* p, std::uint64_t* ab) {
+#if WB_PACK_SSE2
+  auto* state = reinterpret_cast<__m128i*>(ab);
+  __m128i a0 = _mm_loadu_si128(state), a1 = _mm_loadu_si128(state + 1);
+  __m128i b0 = _mm_loadu_si128(state + 2), b1 = _mm_loadu_si128(state + 3);
+  a0 = _mm_add_epi64(a0, load(p)), a1 = _mm_add_epi64(a1, load(p + 16));
+  b0 = _mm_add_epi64(b0, a0), b1 = _mm_add_epi64(b1, a1);
+  a0 = _mm_add_epi64(a0, load(p + 32)), a1 = _mm_add_epi64(a1, load(p + 48));
+  b0 = _mm_add_epi64(b0, a0), b1 = _mm_add_epi64(b1, a1);
+  _mm_storeu_si128(state, a0), _mm_storeu_si128(state + 1, a1);
+  _mm_storeu_si128(state + 2, b0), _mm_storeu_si128(state + 3, b1);
+#else
+  digest_blocks(p, 2, ab, ab + 4);
+#endif
+}
+
+/// Rows [first, first + count) of a tile into their streams (`streams`: 8 words per tile row), at `rows`
+/// with `stride`: a pack's destination rows from the scratch tile (its streaming stores leave nothing in
+/// cache to read back), once it is complete; an assemble's source rows right after the micro-kernels read
+/// them (a tile's source rows often share one cache set: later, most would be out of L1).
+inline void stream_tile_rows(const std::byte* rows, i64 stride, i64 first, i64 count, std::uint64_t* streams) {
+  for (i64 i = first; i < first + count; ++i) stream_two_blocks(rows + i * stride, streams + 8 * i);
+}
+
 /// One whole tile (64 bytes of a row on each side) through a contiguous scratch tile: the source read 8
 /// rows (one micro-kernel) at a time, one line per row, the destination written a full line per row
-/// (streaming stores when `stream`: the destination and its row stride are 16-byte aligned).
+/// (streaming stores when `stream`: the destination and its row stride are 16-byte aligned). With
+/// `streams`, the buffer-side rows are digested too (stream_tile_rows).
 template <std::size_t E>
-void whole_tile(const std::byte* s, i64 ss, std::byte* d, i64 ds, bool stream) {
+void whole_tile(const std::byte* s, i64 ss, std::byte* d, i64 ds, bool stream, std::uint64_t* streams, bool pack) {
   constexpr i64 es = static_cast<i64>(E);
   constexpr i64 M = Micro<E>::M;
   constexpr i64 T = kTile<E>;
   static_assert(T % M == 0);
   alignas(64) std::byte scratch[T * 64];  // T rows of 64 bytes: the tile, transposed
-  for (i64 r = 0; r < T; r += M)
+  for (i64 r = 0; r < T; r += M) {
     for (i64 c = 0; c < T; c += M) Micro<E>::run(s + r * ss + c * es, ss, scratch + c * 64 + r * es, 64);
+    if (streams != nullptr && !pack) stream_tile_rows(s, ss, r, M, streams);
+  }
+  if (streams != nullptr && pack) stream_tile_rows(scratch, 64, 0, T, streams);
   if (stream)
     for (i64 c = 0; c < T; ++c) write_tile_row<true>(d + c * ds, scratch + c * 64);
   else
     for (i64 c = 0; c < T; ++c) write_tile_row<false>(d + c * ds, scratch + c * 64);
 }
 
-using WholeTile = void (*)(const std::byte*, i64, std::byte*, i64, bool);
+using WholeTile = void (*)(const std::byte*, i64, std::byte*, i64, bool, std::uint64_t*, bool);
 
 #if WB_PACK_SSE2
 // 2-byte elements where the CPU has AVX2: the SSE2 8x8 kernel in each 128-bit lane, so one kernel moves 8
@@ -184,10 +214,13 @@ __attribute__((target("avx2"))) inline void micro_2byte_avx2(const std::byte* s,
 // whole_tile<2> with that kernel; the lines go out with 32-byte streaming stores where the destination and
 // its row stride are 32-byte aligned.
 __attribute__((target("avx2"))) void whole_tile_2byte_avx2(const std::byte* s, i64 ss, std::byte* d, i64 ds,
-                                                           bool stream) {
+                                                           bool stream, std::uint64_t* streams, bool pack) {
   alignas(64) std::byte scratch[32 * 64];
-  for (i64 r = 0; r < 32; r += 8)
+  for (i64 r = 0; r < 32; r += 8) {
     for (i64 c = 0; c < 32; c += 16) micro_2byte_avx2(s + r * ss + c * 2, ss, scratch + c * 64 + r * 2, 64);
+    if (streams != nullptr && !pack) stream_tile_rows(s, ss, r, 8, streams);
+  }
+  if (streams != nullptr && pack) stream_tile_rows(scratch, 64, 0, 32, streams);
   if (stream && ((reinterpret_cast<std::uintptr_t>(d) | static_cast<std::uintptr_t>(ds)) & 31) == 0) {
     for (i64 c = 0; c < 32; ++c) {
       const auto* row = reinterpret_cast<const __m256i*>(scratch + c * 64);
@@ -221,22 +254,60 @@ const WholeTile whole_tile_2byte = whole_tile<2>;
 ///     256 bytes per super-tile (it stays in L2 meanwhile);
 ///   - the next super-tile's source block is prefetched into L2, a slice per tile.
 /// Edge tiles (partial) are copied directly: micro-kernels, then element by element.
+///
+/// Verifying (`digest`), the buffer-side rows (a pack's destination rows, an assemble's source rows) are
+/// digested as the tiles pass: each row's whole tiles continue an open block stream of that row (`rows`),
+/// folded into the row's segment once its tiles in the band (pack) or super-tile (assemble) are done, so the
+/// digest reads only what the tile has in L1 and adds one fold per row and band; edge tiles, written with
+/// ordinary stores, are digested from the buffer right after them.
+template <std::size_t E>
+struct RowStreams {
+  std::uint64_t ab[kSuperTile<E> * 8];  // per row of a super-tile: a[4], b[4]
+  i64 blocks[kSuperTile<E>];
+};
+
 template <std::size_t E, bool kStream>
-void transpose(const std::byte* src, i64 ss, std::byte* dst, i64 ds, i64 rows, i64 cols) {
+void transpose(const std::byte* src, i64 ss, std::byte* dst, i64 ds, i64 rows, i64 cols, const DigestTarget* digest,
+               RowStreams<E>* streams) {
   constexpr i64 es = static_cast<i64>(E);
   constexpr i64 M = Micro<E>::M;
   constexpr i64 T = kTile<E>;
   constexpr i64 S = kSuperTile<E>;
   static_assert(T % M == 0 && S % T == 0);
   const bool stream = kStream && ((reinterpret_cast<std::uintptr_t>(dst) | static_cast<std::uintptr_t>(ds)) & 15) == 0;
+  const bool pack = digest != nullptr && digest->pack;
   auto scalar = [&](i64 r0, i64 r1, i64 c0, i64 c1) {
     for (i64 r = r0; r < r1; ++r)
       for (i64 c = c0; c < c1; ++c) std::memcpy(dst + c * ds + r * es, src + r * ss + c * es, E);
   };
+  auto open = [&](i64 count) {
+    std::fill(streams->ab, streams->ab + count * 8, std::uint64_t{0});
+    std::fill(streams->blocks, streams->blocks + count, i64{0});
+  };
+  // Row `i`'s stream, which began at `begin`, into its segment: whole blocks of one segment by their
+  // place; otherwise (a row that starts off a block boundary of its segment, or crosses into the next) the
+  // bytes again, from the buffer.
+  auto fold = [&](i64 i, const std::byte* begin) {
+    const i64 blocks = streams->blocks[i];
+    if (blocks == 0) return;
+    const std::uint64_t* ab = streams->ab + 8 * i;
+    const i64 at = begin - digest->buffer;
+    const CopyProgram::DigestSpan& span = digest->span_at(at);
+    const i64 place = at - span.segment_offset;
+    if (span.segment >= 0 && place % 32 == 0 && at + blocks * 32 <= span.end)
+      digest->sums[span.segment].add_blocks(static_cast<std::uint64_t>(place / 32), static_cast<std::uint64_t>(blocks), ab, ab + 4);
+    else
+      digest->add(at, begin, blocks * 32);
+  };
+  // An assemble's source rows keep their streams across the bands too when they all fit one super-tile.
+  const bool one_band = rows <= S;
+  if (digest != nullptr && !pack && one_band) open(rows);
   for (i64 C0 = 0; C0 < cols; C0 += S) {
     const i64 C1 = std::min(cols, C0 + S);
+    if (pack) open(C1 - C0);  // destination rows C0..C1, across the band
     for (i64 R0 = 0; R0 < rows; R0 += S) {
       const i64 R1 = std::min(rows, R0 + S);
+      if (digest != nullptr && !pack && !one_band) open(R1 - R0);  // source rows R0..R1, this super-tile
       // The next super-tile (same order) to prefetch: pf_rows rows of pf_lines lines from pf_base.
       i64 nr = R0 + S, nc = C0;
       if (nr >= rows) nr = 0, nc = C0 + S;
@@ -259,10 +330,14 @@ void transpose(const std::byte* src, i64 ss, std::byte* dst, i64 ds, i64 rows, i
           if (r1 - r0 == T && c1 - c0 == T) {
             const std::byte* s = src + r0 * ss + c0 * es;
             std::byte* d = dst + c0 * ds + r0 * es;
+            const i64 first = digest == nullptr ? 0 : pack ? c0 - C0 : r0 - R0;  // the tile's first stream
+            std::uint64_t* tile_streams = digest == nullptr ? nullptr : streams->ab + 8 * first;
             if constexpr (E == 2)
-              whole_tile_2byte(s, ss, d, ds, stream);
+              whole_tile_2byte(s, ss, d, ds, stream, tile_streams, pack);
             else
-              whole_tile<E>(s, ss, d, ds, stream);
+              whole_tile<E>(s, ss, d, ds, stream, tile_streams, pack);
+            if (digest != nullptr)
+              for (i64 i = first; i < first + T; ++i) streams->blocks[i] += 2;
             continue;
           }
           const i64 rm = r0 + (r1 - r0) / M * M, cm = c0 + (c1 - c0) / M * M;
@@ -271,32 +346,52 @@ void transpose(const std::byte* src, i64 ss, std::byte* dst, i64 ds, i64 rows, i
             scalar(r, r + M, cm, c1);
           }
           scalar(rm, r1, c0, c1);
+          if (digest == nullptr) continue;
+          // An edge tile: its buffer-side pieces, in cache (ordinary stores), by place.
+          if (pack)
+            for (i64 c = c0; c < c1; ++c) {
+              const std::byte* row = dst + c * ds + r0 * es;
+              digest->add(row - digest->buffer, row, (r1 - r0) * es);
+            }
+          else
+            for (i64 r = r0; r < r1; ++r) {
+              const std::byte* row = src + r * ss + c0 * es;
+              digest->add(row - digest->buffer, row, (c1 - c0) * es);
+            }
         }
       }
+      if (digest != nullptr && !pack && !one_band)
+        for (i64 r = R0; r < R1; ++r) fold(r - R0, src + r * ss + C0 * es);
     }
+    if (pack)
+      for (i64 c = C0; c < C1; ++c) fold(c - C0, dst + c * ds);
   }
+  if (digest != nullptr && !pack && one_band)
+    for (i64 r = 0; r < rows; ++r) fold(r, src + r * ss);
 }
 
 template <std::size_t E>
-void transpose_op(const Op& op, const Axis* axes, const std::byte* src, std::byte* dst) {
+void transpose_op(const Op& op, const Axis* axes, const std::byte* src, std::byte* dst, const DigestTarget* digest) {
+  RowStreams<E> streams_storage;  // on the stack: the update path allocates nothing
+  RowStreams<E>* streams = digest != nullptr ? &streams_storage : nullptr;
   if (op.streaming)
-    for_each_point(axes, op.axis_count, src, dst, [&op](const std::byte* s, std::byte* d) {
-      transpose<E, true>(s, op.src_row_stride, d, op.dst_row_stride, op.rows, op.cols);
+    for_each_point(axes, op.axis_count, src, dst, [&op, digest, streams](const std::byte* s, std::byte* d) {
+      transpose<E, true>(s, op.src_row_stride, d, op.dst_row_stride, op.rows, op.cols, digest, streams);
     });
   else
-    for_each_point(axes, op.axis_count, src, dst, [&op](const std::byte* s, std::byte* d) {
-      transpose<E, false>(s, op.src_row_stride, d, op.dst_row_stride, op.rows, op.cols);
+    for_each_point(axes, op.axis_count, src, dst, [&op, digest, streams](const std::byte* s, std::byte* d) {
+      transpose<E, false>(s, op.src_row_stride, d, op.dst_row_stride, op.rows, op.cols, digest, streams);
     });
 }
 
 }  // namespace
 
-void execute_transpose(const Op& op, const Axis* axes, const std::byte* src, std::byte* dst) {
+void execute_transpose(const Op& op, const Axis* axes, const std::byte* src, std::byte* dst, const DigestTarget* digest) {
   switch (op.run) {
-    case 1: return transpose_op<1>(op, axes, src, dst);
-    case 2: return transpose_op<2>(op, axes, src, dst);
-    case 4: return transpose_op<4>(op, axes, src, dst);
-    default: return transpose_op<8>(op, axes, src, dst);
+    case 1: return transpose_op<1>(op, axes, src, dst, digest);
+    case 2: return transpose_op<2>(op, axes, src, dst, digest);
+    case 4: return transpose_op<4>(op, axes, src, dst, digest);
+    default: return transpose_op<8>(op, axes, src, dst, digest);
   }
 }
 

@@ -1,5 +1,5 @@
 // Pack and assemble of host parameters (copy_engine.hpp): the CPU copy programs, run at once on the
-// executor's thread; when verifying, the verifier's chunked programs with their digests (exec/verify.hpp).
+// executor's thread; when verifying, the verifier's programs, which digest as they copy (exec/verify.hpp).
 #include <chrono>
 #include <vector>
 

@@ -7,7 +7,8 @@
 // the parameters' base addresses and the buffer: runs of bytes (memcpy, fixed-size copies for short runs,
 // streaming stores for long runs of a large program, source prefetch for strided runs) and a cache-blocked
 // SSE2/AVX2 transpose for 1/2/4/8-byte elements (exec/cpu_copy_kernels.hpp). Execution does no checks and
-// cannot fail.
+// cannot fail. Verifying, a program compiled with digest segments also digests them, in the same pass over
+// the bytes (exec/digest.hpp).
 //
 //   pack      parameters (read only) -> buffer: the buffer holds each copy's box contiguous, row-major
 //   assemble  buffer -> parameters
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "exec/copy_compiler.hpp"
+#include "exec/digest.hpp"
 #include "plan/round_schedule.hpp"
 
 namespace wb::exec {
@@ -38,8 +40,18 @@ enum class StoreHint : std::uint8_t {
                // (where the destination rows are 16-byte aligned)
 };
 
+/// A range of the buffer: one segment of a verified update (exec/verify.hpp).
+struct BufferRange {
+  std::int64_t offset = 0, bytes = 0;
+};
+
 struct CopyProgramOptions {
   StoreHint stores = StoreHint::kAuto;
+  /// Verifying: the buffer's segments, sorted and disjoint. The program then digests every byte of them it
+  /// moves into execute's `digests[segment]` (exec/digest.hpp) in the pass that copies it: the bytes are
+  /// read once, for both. A byte several copies read (assemble) counts once; a pack whose destinations
+  /// overlap digests the buffer after its copies instead (only the last write of a byte counts).
+  std::span<const BufferRange> digest_segments;
   static constexpr std::int64_t kStreamingProgramBytes = std::int64_t{16} << 20;
   static constexpr std::int64_t kStreamingMinRunBytes = 1024;
 };
@@ -76,8 +88,9 @@ class CopyProgram {
   /// only read), `buffer` the buffer's. Preconditions (not checked): `parameters` has an entry for every
   /// parameter a copy names, and the memory has at least the sizes given at compilation. Ranges read and
   /// written must not overlap each other (pack: parameters vs buffer; assemble: buffer vs parameters).
-  /// Streaming stores are fenced before returning.
-  void execute(std::span<std::byte* const> parameters, std::byte* buffer) const noexcept;
+  /// Streaming stores are fenced before returning. `digests` (one per digest segment; may be null: no
+  /// digests): what the copies move is added to them.
+  void execute(std::span<std::byte* const> parameters, std::byte* buffer, DigestSums* digests = nullptr) const noexcept;
 
   CopyDirection direction() const { return direction_; }
   const CopyProgramStats& stats() const { return stats_; }
@@ -108,15 +121,31 @@ class CopyProgram {
     // kTranspose: source rows x cols elements, columns contiguous in the source; destination cols x rows,
     // rows contiguous. Strides in bytes.
     std::int64_t rows = 0, cols = 0, src_row_stride = 0, dst_row_stride = 0;
+    std::uint32_t span_begin = 0, span_count = 0;  // digesting: the op's spans, in spans_
+  };
+  /// Digesting: a range of the buffer an op moves and the digest it goes to (segment -1: none, another op
+  /// reads those bytes too and digests them, or no segment holds them). An op's spans cover its buffer
+  /// range, in buffer order.
+  struct DigestSpan {
+    std::int64_t begin = 0, end = 0;  // buffer offsets
+    std::int64_t segment_offset = 0;  // where the segment starts in the buffer
+    std::int32_t segment = -1;
   };
   /// The compiled operations, in execution order (for tests).
   std::span<const Op> ops() const { return ops_; }
   std::span<const Axis> axes(const Op& op) const { return {axes_.data() + op.axis_begin, op.axis_count}; }
+  std::span<const DigestSpan> spans(const Op& op) const { return {spans_.data() + op.span_begin, op.span_count}; }
+  /// Digesting: whether the digests are taken after the copies, from the buffer (a pack whose destinations
+  /// overlap), rather than as they copy.
+  bool digests_after() const { return !after_segments_.empty(); }
 
  private:
   CopyDirection direction_ = CopyDirection::kPack;
   std::vector<Op> ops_;
   std::vector<Axis> axes_;
+  std::vector<DigestSpan> spans_;
+  std::vector<BufferRange> after_segments_;  // digests_after(): the segments, digested from the buffer
+  void add_digest_spans(const CompiledCopies& compiled, std::span<const BufferRange> segments);
   CopyProgramStats stats_;
 };
 

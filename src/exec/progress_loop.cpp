@@ -294,7 +294,8 @@ Status run_rounds(RoundExecutor::State& s) {
           return "parameter " + std::to_string(parameter) + " element " + std::to_string(e);
         };
     const std::function<Status()> poll = [&s]() { return s.options.interrupt ? s.options.interrupt(nullptr) : Status::ok(); };
-    WB_RETURN_IF_ERROR(s.verifier->exchange(s.options.timeout_seconds, poll, [&s](int peer) { return s.name(peer); }, element));
+    WB_RETURN_IF_ERROR(
+        s.verifier->exchange(s.options.timeout_seconds, poll, [&s](int peer) { return s.name(peer); }, element, s.idle_sleep_us));
   }
   s.stats.last_update_seconds = std::chrono::duration<double>(Clock::now() - started).count();
   return Status::ok();

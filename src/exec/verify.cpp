@@ -2,13 +2,8 @@
 
 #include "exec/pack.hpp"
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <map>
 #include <sstream>
 #include <thread>
@@ -18,11 +13,6 @@
 namespace wb::exec {
 namespace {
 
-constexpr std::uint64_t kPrime1 = 0x9E3779B97F4A7C15ULL, kPrime2 = 0xC2B2AE3D27D4EB4FULL;
-
-inline std::uint64_t rotl(std::uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
-inline std::uint64_t mix(std::uint64_t h, std::uint64_t v) { return rotl((h ^ v) * kPrime1, 29) * kPrime2; }
-
 std::string hex(std::uint64_t v) {
   std::ostringstream out;
   out << "0x" << std::hex << v;
@@ -30,67 +20,6 @@ std::string hex(std::uint64_t v) {
 }
 
 }  // namespace
-
-void Digest::block(const std::byte* data) {
-  std::uint64_t w[4];
-  std::memcpy(w, data, sizeof w);
-  for (int k = 0; k < 4; ++k) {
-    sum_[k] += w[k];
-    sums_[k] += sum_[k];
-  }
-}
-
-void Digest::update(const std::byte* data, std::size_t bytes) {
-  length_ += bytes;
-  if (tail_bytes_ > 0) {
-    const std::size_t take = std::min(bytes, sizeof tail_ - tail_bytes_);
-    std::memcpy(tail_ + tail_bytes_, data, take);
-    tail_bytes_ += take;
-    data += take;
-    bytes -= take;
-    if (tail_bytes_ < sizeof tail_) return;
-    block(tail_);
-    tail_bytes_ = 0;
-  }
-  // The hot loop: two adds per 16 bytes on 64-bit lanes of SSE2 registers (every x86-64 has them), four
-  // independent chains.
-  std::size_t at = 0;
-#if defined(__SSE2__)
-  __m128i sum0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sum_)), sum1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sum_ + 2));
-  __m128i sums0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sums_)), sums1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sums_ + 2));
-  for (; at + 32 <= bytes; at += 32) {
-    sum0 = _mm_add_epi64(sum0, _mm_loadu_si128(reinterpret_cast<const __m128i*>(data + at)));
-    sum1 = _mm_add_epi64(sum1, _mm_loadu_si128(reinterpret_cast<const __m128i*>(data + at + 16)));
-    sums0 = _mm_add_epi64(sums0, sum0);
-    sums1 = _mm_add_epi64(sums1, sum1);
-  }
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(sum_), sum0);
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(sum_ + 2), sum1);
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(sums_), sums0);
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(sums_ + 2), sums1);
-#else
-  for (; at + 32 <= bytes; at += 32) block(data + at);
-#endif
-  tail_bytes_ = bytes - at;
-  std::memcpy(tail_, data + at, tail_bytes_);
-}
-
-std::uint64_t Digest::finish() const {
-  Digest last = *this;
-  if (last.tail_bytes_ > 0) {
-    std::memset(last.tail_ + last.tail_bytes_, 0, sizeof tail_ - last.tail_bytes_);
-    last.block(last.tail_);
-  }
-  std::uint64_t h = mix(kPrime2, length_);
-  for (int k = 0; k < 4; ++k) h = mix(mix(h, last.sum_[k]), last.sums_[k]);
-  return h ^ (h >> 31);
-}
-
-std::uint64_t digest_bytes(const std::byte* data, std::size_t bytes) {
-  Digest digest;
-  digest.update(data, bytes);
-  return digest.finish();
-}
 
 struct Verifier::State {
   struct Table {                            // one buffer's segments, all rounds
@@ -116,90 +45,40 @@ struct Verifier::State {
     bool done = false;
   };
 
-  // A chunk of a round's pack or assemble: its program, and the pieces of segments it covers (buffer
-  // ranges, in buffer order; a segment larger than a chunk is cut by rows into several pieces).
-  struct Piece {
-    std::int64_t segment = 0, offset = 0, bytes = 0;
-    bool last = false;  // the segment's last piece: its digest is complete after it
-  };
-  struct Chunk {
-    CopyProgram program;
-    std::vector<Piece> pieces;
-  };
-
   const RoundSchedule& schedule;
   MPI_Comm comm;
   int tag;
   Table send, receive;
-  std::vector<std::vector<Chunk>> pack_chunks, assemble_chunks;  // per round (empty without the sizes)
-  std::vector<Digest> partial;                                    // per segment of the table being digested
+  // Per round (empty without the sizes): the round's pack and assemble, compiled with its segments as
+  // digest segments, so that they digest as they copy.
+  std::vector<CopyProgram> pack_programs, assemble_programs;
+  std::vector<DigestSums> partial;  // per segment of the round being packed or assembled
   std::vector<std::uint64_t> packed, arrived, expected;  // per segment: own digest (send, receive), expected (receive)
   std::vector<std::uint64_t> known;                      // per receive segment: the update its expected digest is from
   std::uint64_t update = 0;
   std::vector<Link> outgoing, incoming;
 
-  // Cuts `copy` into pieces of at most about kChunkBytes of the buffer, by rows of its outermost axis (the
-  // buffer holds the box row-major, so each piece is contiguous there too).
-  static void cut(const BufferCopy& copy, std::vector<BufferCopy>& out) {
-    const std::int64_t bytes = copy.bytes();
-    const Box& box = copy.copy.box;
-    if (bytes <= kChunkBytes || box.extent.empty() || box.extent[0] < 2) {
-      out.push_back(copy);
-      return;
-    }
-    const std::int64_t row = bytes / box.extent[0];
-    const std::int64_t rows = std::max<std::int64_t>(1, kChunkBytes / std::max<std::int64_t>(row, 1));
-    for (std::int64_t r = 0; r < box.extent[0]; r += rows) {
-      BufferCopy piece = copy;
-      piece.copy.box.offset[0] += r;
-      piece.copy.box.extent[0] = std::min(rows, box.extent[0] - r);
-      piece.copy.offset += r * copy.copy.strides[0];
-      piece.buffer_offset += r * row;
-      out.push_back(piece);
-    }
+  // Round `round`'s segments of `table`, as digest segments of its programs.
+  static std::vector<BufferRange> segments_of(const Table& table, int round) {
+    std::vector<BufferRange> out;
+    for (auto i = table.base[static_cast<std::size_t>(round)]; i < table.base[static_cast<std::size_t>(round) + 1]; ++i)
+      out.push_back({table.offset[static_cast<std::size_t>(i)], table.bytes[static_cast<std::size_t>(i)]});
+    return out;
   }
 
-  // The chunks of one round's copies (`pack`: into the send buffer; else out of the receive buffer).
-  std::vector<Chunk> chunks(const std::vector<BufferCopy>& copies, const Table& table, int round, bool pack,
-                            std::span<const std::int64_t> parameter_bytes, std::int64_t slot_bytes) {
-    std::vector<BufferCopy> pieces;
-    for (const BufferCopy& copy : copies) cut(copy, pieces);
-    std::stable_sort(pieces.begin(), pieces.end(),
-                     [](const BufferCopy& a, const BufferCopy& b) { return a.buffer_offset < b.buffer_offset; });
-    std::vector<Chunk> out;
-    std::vector<BufferCopy> group;
-    std::int64_t group_bytes = 0;
-    const auto close = [&] {
-      if (group.empty()) return;
-      Chunk chunk;
-      CopyProgramOptions options;
-      // A pack chunk is digested right after it is written, from cache; an assemble chunk writes parameters
-      // nobody reads soon, as the whole round's program would (streaming stores).
-      options.stores = pack ? StoreHint::kCached : StoreHint::kStreaming;
-      chunk.program = CopyProgram(pack ? CopyDirection::kPack : CopyDirection::kAssemble, group, parameter_bytes,
-                                  slot_bytes, options);
-      // Distinct buffer ranges of the group, each inside one segment.
-      for (const BufferCopy& c : group) {
-        if (!chunk.pieces.empty() && chunk.pieces.back().offset == c.buffer_offset) continue;  // another copy of it
-        const auto r = static_cast<std::size_t>(round);
-        auto it = std::upper_bound(table.offset.begin() + table.base[r], table.offset.begin() + table.base[r + 1], c.buffer_offset);
-        const std::int64_t segment = (it - table.offset.begin()) - 1;
-        const std::int64_t end = table.offset[static_cast<std::size_t>(segment)] + table.bytes[static_cast<std::size_t>(segment)];
-        chunk.pieces.push_back({segment, c.buffer_offset, c.bytes(), c.buffer_offset + c.bytes() == end});
-      }
-      out.push_back(std::move(chunk));
-      group.clear();
-      group_bytes = 0;
-    };
-    for (const BufferCopy& c : pieces) {
-      const bool new_range = group.empty() || group.back().buffer_offset != c.buffer_offset;
-      // A new range starts a new chunk once this one is full (the copies of one range stay together).
-      if (new_range && group_bytes >= kChunkBytes) close();
-      if (new_range) group_bytes += c.bytes();
-      group.push_back(c);
-    }
-    close();
-    return out;
+  // The digests a program of `round` adds into, one per segment of the round in `table`, zeroed.
+  DigestSums* sums_for(const Table& table, int round) {
+    const auto r = static_cast<std::size_t>(round);
+    const auto count = static_cast<std::size_t>(table.base[r + 1] - table.base[r]);
+    std::fill(partial.begin(), partial.begin() + static_cast<std::ptrdiff_t>(count), DigestSums{});
+    return partial.data();
+  }
+
+  // Their values, into `out` (per segment of the table).
+  void finish(const Table& table, int round, std::vector<std::uint64_t>& out) const {
+    const auto r = static_cast<std::size_t>(round);
+    for (auto i = table.base[r]; i < table.base[r + 1]; ++i)
+      out[static_cast<std::size_t>(i)] = partial[static_cast<std::size_t>(i - table.base[r])].finish(table.bytes[static_cast<std::size_t>(i)]);
   }
 
   State(const RoundSchedule& s, MPI_Comm c, int t) : schedule(s), comm(c), tag(t) {
@@ -210,6 +89,12 @@ struct Verifier::State {
         for (const BufferCopy& copy : pack ? round.pack : round.assemble) ranges.emplace_back(copy.buffer_offset, copy.bytes());
         std::sort(ranges.begin(), ranges.end());
         ranges.erase(std::unique(ranges.begin(), ranges.end()), ranges.end());
+        // A segment is digested as a whole wherever it is: one that overlaps another could not be.
+        for (std::size_t i = 1; i < ranges.size(); ++i)
+          if (ranges[i].first < ranges[i - 1].first + ranges[i - 1].second)
+            throw Error(ErrorCode::kUnsupported, std::string("verify: two ") + (pack ? "pack" : "assemble") + " copies of round " +
+                                                     std::to_string(table.base.size()) + " read overlapping but different ranges of the buffer, at byte " +
+                                                     std::to_string(ranges[i].first));
         for (const auto& [offset, bytes] : ranges) {
           table.offset.push_back(offset);
           table.bytes.push_back(bytes);
@@ -255,7 +140,11 @@ struct Verifier::State {
     }
     for (Link& l : outgoing) l.buffer.assign(l.entries.size(), 0);
     for (Link& l : incoming) l.buffer.assign(l.entries.size(), 0);
-    partial.resize(std::max(send.offset.size(), receive.offset.size()));
+    std::size_t most = 0;  // segments of one round, in either buffer
+    for (std::size_t r = 0; r < s.rounds.size(); ++r)
+      most = std::max({most, static_cast<std::size_t>(send.base[r + 1] - send.base[r]),
+                       static_cast<std::size_t>(receive.base[r + 1] - receive.base[r])});
+    partial.resize(most);
   }
 };
 
@@ -266,37 +155,26 @@ Verifier::Verifier(const RoundSchedule& schedule, MPI_Comm comm, int tag, std::s
   if (parameter_bytes.empty()) return;  // digests only (tests)
   for (int r = 0; r < static_cast<int>(schedule.rounds.size()); ++r) {
     const RoundPlan& round = schedule.rounds[static_cast<std::size_t>(r)];
-    s.pack_chunks.push_back(s.chunks(round.pack, s.send, r, true, parameter_bytes, send_slot_bytes));
-    s.assemble_chunks.push_back(s.chunks(round.assemble, s.receive, r, false, parameter_bytes, receive_slot_bytes));
+    // The programs the executor would run (same stores), digesting too.
+    const std::vector<BufferRange> sends = State::segments_of(s.send, r), receives = State::segments_of(s.receive, r);
+    CopyProgramOptions options;
+    options.digest_segments = sends;
+    s.pack_programs.emplace_back(CopyDirection::kPack, round.pack, parameter_bytes, send_slot_bytes, options);
+    options.digest_segments = receives;
+    s.assemble_programs.emplace_back(CopyDirection::kAssemble, round.assemble, parameter_bytes, receive_slot_bytes, options);
   }
 }
 
 void Verifier::pack(int round, std::span<std::byte* const> parameters, std::byte* send_slot) {
   State& s = *state_;
-  for (const State::Chunk& chunk : s.pack_chunks[static_cast<std::size_t>(round)]) {
-    chunk.program.execute(parameters, send_slot);
-    for (const State::Piece& piece : chunk.pieces) {
-      Digest& digest = s.partial[static_cast<std::size_t>(piece.segment)];
-      digest.update(send_slot + piece.offset, static_cast<std::size_t>(piece.bytes));
-      if (!piece.last) continue;
-      s.packed[static_cast<std::size_t>(piece.segment)] = digest.finish();
-      digest = Digest{};
-    }
-  }
+  s.pack_programs[static_cast<std::size_t>(round)].execute(parameters, send_slot, s.sums_for(s.send, round));
+  s.finish(s.send, round, s.packed);
 }
 
 void Verifier::assemble(int round, std::span<std::byte* const> parameters, std::byte* receive_slot) {
   State& s = *state_;
-  for (const State::Chunk& chunk : s.assemble_chunks[static_cast<std::size_t>(round)]) {
-    for (const State::Piece& piece : chunk.pieces) {
-      Digest& digest = s.partial[static_cast<std::size_t>(piece.segment)];
-      digest.update(receive_slot + piece.offset, static_cast<std::size_t>(piece.bytes));
-      if (!piece.last) continue;
-      s.arrived[static_cast<std::size_t>(piece.segment)] = digest.finish();
-      digest = Digest{};
-    }
-    chunk.program.execute(parameters, receive_slot);
-  }
+  s.assemble_programs[static_cast<std::size_t>(round)].execute(parameters, receive_slot, s.sums_for(s.receive, round));
+  s.finish(s.receive, round, s.arrived);
 }
 
 Verifier::~Verifier() {
@@ -333,7 +211,8 @@ void Verifier::arrived(int round, const std::byte* receive_slot) {
 }
 
 Status Verifier::exchange(double timeout, const std::function<Status()>& poll, const std::function<std::string(int)>& describe_rank,
-                          const std::function<std::string(std::uint32_t, std::int64_t)>& describe_element) {
+                          const std::function<std::string(std::uint32_t, std::int64_t)>& describe_element,
+                          std::int64_t idle_sleep_us) {
   State& s = *state_;
   const std::uint64_t update = s.update;
   for (State::Link& l : s.outgoing) l.done = false;
@@ -406,7 +285,11 @@ Status Verifier::exchange(double timeout, const std::function<Status()>& poll, c
       text << "verify: the segment digests of " << missing << " did not come within " << timeout << " s";
       return Status(ErrorCode::kTimeout, text.str());
     }
-    std::this_thread::yield();
+    const auto idle = std::chrono::duration_cast<std::chrono::microseconds>(now - last_progress).count();
+    if (idle < 50 || idle_sleep_us == 0)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(std::min<std::int64_t>(idle / 8 + 1, idle_sleep_us)));
   }
   // Compare: every segment that arrived, against what its writer says was packed.
   for (const State::Link& l : s.incoming)

@@ -1,7 +1,8 @@
 // End-to-end verification (exec/verify.hpp) on 3 ranks, schedules written by hand: trainer (world rank 0)
 // packs two segments and writes them to rank 1, which forwards them to rank 2 (internal exchange). A byte
 // changed on the way is found where it lands, named by parameter and elements, also by rank 2, which
-// compares against the trainer's digests that rank 1 passed on (not digests of rank 1's own bytes).
+// compares against the trainer's digests that rank 1 passed on (not digests of rank 1's own bytes); also
+// through the programs that pack and assemble while they digest (the executor's path).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -16,11 +17,12 @@ namespace {
 
 constexpr int kTag = 0x7abc;
 
-BufferCopy segment(std::int64_t first, std::int64_t buffer_offset) {
+// Elements [first, first + n) of parameter 0 (4-byte elements) at `buffer_offset`.
+BufferCopy segment(std::int64_t first, std::int64_t buffer_offset, std::int64_t n = 4) {
   BufferCopy copy;
   copy.copy.tensor = 0;
   copy.copy.parameter = 0;
-  copy.copy.box = Box{{first}, {4}};
+  copy.copy.box = Box{{first}, {n}};
   copy.copy.offset = first;
   copy.copy.strides = {1};
   copy.buffer_offset = buffer_offset;
@@ -28,25 +30,30 @@ BufferCopy segment(std::int64_t first, std::int64_t buffer_offset) {
   return copy;
 }
 
-RoundSchedule schedule_of(int rank) {
+// Two segments of `n` elements each.
+RoundSchedule schedule_of(int rank, std::int64_t n = 4) {
   RoundSchedule s;
   s.rank = rank;
   s.rounds.resize(1);
   RoundPlan& round = s.rounds[0];
+  const std::int64_t bytes = 8 * n;
+  const std::vector<BufferCopy> both{segment(0, 0, n), segment(n, 4 * n, n)};
   if (rank == 0) {
     s.side = Side::kTrainer;
-    round.pack = {segment(0, 0), segment(4, 16)};
-    round.writes = {{1, Stage::kReceive, 0, 0, 32}};
+    round.pack = both;
+    round.writes = {{1, Stage::kReceive, 0, 0, bytes}};
   } else if (rank == 1) {
     s.side = Side::kRollout;
-    round.arrivals = {{0, Stage::kReceive, 0, 32}};
-    round.assemble = {segment(0, 0), segment(4, 16)};
-    round.writes = {{2, Stage::kInternalExchange, 0, 0, 32}};
+    round.arrivals = {{0, Stage::kReceive, 0, bytes}};
+    round.assemble = both;
+    round.writes = {{2, Stage::kInternalExchange, 0, 0, bytes}};
   } else {
     s.side = Side::kRollout;
-    round.arrivals = {{1, Stage::kInternalExchange, 0, 32}};
-    round.assemble = {segment(0, 0), segment(4, 16)};
+    round.arrivals = {{1, Stage::kInternalExchange, 0, bytes}};
+    round.assemble = both;
   }
+  s.send_slot_bytes = rank == 0 ? bytes : 0;
+  s.receive_slot_bytes = rank == 0 ? 0 : bytes;
   return s;
 }
 
@@ -90,6 +97,48 @@ TEST(Verify, SegmentsThatArriveIntactPassAndAChangedByteIsNamedWhereItLands) {
         << status.message();
     EXPECT_EQ(status.message().find("p0[0] to p0[3]"), std::string::npos) << "the intact segment was named too";
     std::printf("[ rank %d ] %s\n", rank, status.message().c_str());
+  }
+}
+
+// The executor's own path: rank 0 packs its parameter with Verifier::pack and ranks 1 and 2 install with
+// Verifier::assemble, the round's programs that digest as they copy, out of a receive slot that holds what
+// rank 0 packed; one byte is flipped on the way to rank 1, which forwards it.
+TEST(Verify, AByteFlippedInTheReceiveSlotIsFoundByTheAssembleThatDigestsAsItCopies) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  constexpr std::int64_t kElements = 1000;  // per segment: long runs, digested inside the copy loop
+  constexpr std::size_t kBytes = 8 * kElements;
+  const RoundSchedule schedule = schedule_of(rank, kElements);
+  const std::vector<std::int64_t> parameter_bytes{static_cast<std::int64_t>(kBytes)};
+  Verifier verifier(schedule, MPI_COMM_WORLD, kTag, parameter_bytes, schedule.send_slot_bytes, schedule.receive_slot_bytes);
+  std::vector<std::byte> sent(kBytes);
+  for (std::size_t i = 0; i < kBytes; ++i) sent[i] = static_cast<std::byte>(7 * i + 3);
+  const std::size_t flipped = 4 * kElements + 2345;  // in the second segment: element 1586
+  for (int update = 0; update < 3; ++update) {
+    const bool corrupt = update == 2;  // two intact updates first (every buffer reused)
+    std::vector<std::byte> parameter(kBytes, std::byte{0xEE}), slot(kBytes, std::byte{0xCD});
+    std::byte* const parameters[] = {parameter.data()};
+    verifier.begin_update();
+    if (rank == 0) {
+      parameter = sent;
+      verifier.pack(0, parameters, slot.data());
+      EXPECT_EQ(slot, sent) << "the pack that digests did not pack";
+    } else {
+      slot = sent;
+      if (corrupt) slot[flipped] ^= std::byte{0x10};
+      verifier.assemble(0, parameters, slot.data());
+      EXPECT_EQ(parameter, slot) << "the assemble that digests did not assemble";
+    }
+    const Status status = verifier.exchange(30, nullptr, describe_rank, describe_element);
+    if (!corrupt || rank == 0) {
+      EXPECT_TRUE(status.is_ok()) << "update " << update << ": " << status.to_string();
+      continue;
+    }
+    ASSERT_EQ(status.code(), ErrorCode::kCorruptData) << status.to_string();
+    EXPECT_NE(status.message().find("p0[1000] to p0[1999] (1000 elements)"), std::string::npos) << status.message();
+    EXPECT_NE(status.message().find(rank == 1 ? "received from rank 0" : "received from rank 1"), std::string::npos)
+        << status.message();
+    EXPECT_EQ(status.message().find("p0[0] to p0[999]"), std::string::npos) << "the intact segment was named too";
   }
 }
 

@@ -4,7 +4,9 @@
 // the same buffer bytes and assemble to the same parameter bytes, bytes outside the boxes untouched, with
 // ordinary and streaming stores; overlapping destinations keep the list's order (the later copy wins)
 // while disjoint ones run in parameter order; copies that continue one another merge, also when listed out
-// of buffer order; compile-time validation names the copy.
+// of buffer order; compile-time validation names the copy. Digesting while copying (verify) gives every
+// segment the digest of its bytes, at every alignment, with copies merged across segments, read twice or
+// written over.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -19,6 +21,7 @@
 
 #include "../support/expect_error.hpp"
 #include "../support/schedule_replay.hpp"
+#include "exec/digest.hpp"
 #include "exec/pack.hpp"
 #include "plan/round_schedule.hpp"
 #include "weightbridge/status.hpp"
@@ -244,8 +247,8 @@ std::vector<CopyProgram::Op> ops_by_buffer(const CopyProgram& program) {
   return ops;
 }
 
-const CopyProgramOptions kCached{StoreHint::kCached};
-const CopyProgramOptions kStreaming{StoreHint::kStreaming};
+const CopyProgramOptions kCached{StoreHint::kCached, {}};
+const CopyProgramOptions kStreaming{StoreHint::kStreaming, {}};
 
 // ---- random lists ------------------------------------------------------------------------------------
 
@@ -684,6 +687,160 @@ TEST(Pack, StreamingRunsAndTilesAtEveryAlignment) {
     expect_pack_matches(c, kStreaming, what);
     expect_assemble_matches(c, r, kStreaming, what);
     EXPECT_TRUE(CopyProgram(CopyDirection::kPack, c.copies, sizes_of(c.params), c.buffer_bytes, kStreaming).stats().streaming);
+  }
+}
+
+// ---- digesting while copying (verify) ------------------------------------------------------------------
+
+TEST(Digest, PiecesInAnyOrderGiveTheDigestOfTheStream) {
+  Random r(21);
+  for (int trial = 0; trial < 300; ++trial) {
+    const auto length = static_cast<std::size_t>(trial < 40 ? trial : r.in(0, 5000));
+    const Bytes bytes = r.bytes(length);
+    // Cut at random places (some 8- or 32-byte aligned, most not), added in a random order.
+    std::vector<std::size_t> cuts{0, length};
+    for (i64 k = r.in(0, 12); k > 0 && length > 0; --k) {
+      std::size_t at = static_cast<std::size_t>(r.in(0, static_cast<i64>(length)));
+      if (r.chance(0.3)) at = at / 32 * 32;
+      cuts.push_back(at);
+    }
+    std::sort(cuts.begin(), cuts.end());
+    std::vector<std::pair<std::size_t, std::size_t>> pieces;
+    for (std::size_t i = 1; i < cuts.size(); ++i) pieces.emplace_back(cuts[i - 1], cuts[i] - cuts[i - 1]);
+    std::shuffle(pieces.begin(), pieces.end(), r.engine());
+    DigestSums sums;
+    for (const auto& [at, n] : pieces) sums.add(static_cast<i64>(at), bytes.data() + at, n);
+    ASSERT_EQ(sums.finish(static_cast<i64>(length)), digest_bytes(bytes.data(), length)) << "length " << length;
+    // In order, in pieces, through the streaming form: the same.
+    Digest digest;
+    for (std::size_t i = 1; i < cuts.size(); ++i) digest.update(bytes.data() + cuts[i - 1], cuts[i] - cuts[i - 1]);
+    ASSERT_EQ(digest.finish(), digest_bytes(bytes.data(), length)) << "length " << length;
+  }
+}
+
+/// The copies' buffer ranges as digest segments: each copy's own, or now and then a run of adjacent copies
+/// as one segment (a copy program then digests several copies, merged into one op, into one digest).
+std::vector<BufferRange> segments_of(Random& r, const std::vector<BufferCopy>& copies) {
+  std::vector<BufferRange> ranges;
+  for (const BufferCopy& c : copies)
+    if (c.bytes() > 0) ranges.push_back({c.buffer_offset, c.bytes()});
+  std::sort(ranges.begin(), ranges.end(), [](const BufferRange& a, const BufferRange& b) {
+    return a.offset != b.offset ? a.offset < b.offset : a.bytes < b.bytes;
+  });
+  std::vector<BufferRange> out;
+  for (const BufferRange& range : ranges) {
+    if (!out.empty() && range.offset + range.bytes <= out.back().offset + out.back().bytes) continue;  // read twice
+    if (!out.empty() && out.back().offset + out.back().bytes == range.offset && r.chance(0.3))
+      out.back().bytes += range.bytes;
+    else
+      out.push_back(range);
+  }
+  return out;
+}
+
+/// Runs `direction`'s program with digests: the bytes are those of the definition, and each segment's
+/// digest is that of its bytes in the buffer the definition leaves (pack) or reads (assemble).
+void expect_digests_match(const Case& c, Random& r, CopyDirection direction, StoreHint stores, const std::string& what) {
+  const std::vector<BufferRange> segments = segments_of(r, c.copies);
+  CopyProgramOptions options{stores, {}};
+  options.digest_segments = segments;
+  const CopyProgram program(direction, c.copies, sizes_of(c.params), c.buffer_bytes, options);
+  std::vector<DigestSums> sums(segments.size());
+  Bytes buffer;
+  if (direction == CopyDirection::kPack) {
+    Bytes expected(static_cast<std::size_t>(c.buffer_bytes), kBufferFill);
+    buffer = expected;
+    reference_pack(c.copies, c.params, expected);
+    std::vector<Bytes> params = c.params;
+    program.execute(pointers(params), buffer.data(), sums.data());
+    ASSERT_EQ(buffer, expected) << what << ": pack with digests";
+  } else {
+    buffer = r.bytes(static_cast<std::size_t>(c.buffer_bytes));
+    std::vector<Bytes> expected, actual;
+    for (const Bytes& p : c.params) expected.emplace_back(p.size(), kParameterFill);
+    actual = expected;
+    reference_assemble(c.copies, buffer, expected);
+    program.execute(pointers(actual), buffer.data(), sums.data());
+    for (std::size_t p = 0; p < expected.size(); ++p) ASSERT_EQ(actual[p], expected[p]) << what << ": assemble with digests, parameter " << p;
+  }
+  for (std::size_t i = 0; i < segments.size(); ++i)
+    ASSERT_EQ(sums[i].finish(segments[i].bytes),
+              digest_bytes(buffer.data() + segments[i].offset, static_cast<std::size_t>(segments[i].bytes)))
+        << what << ": " << direction_name(direction) << " segment " << i << " of " << segments.size() << " (buffer offset "
+        << segments[i].offset << ", " << segments[i].bytes << " bytes; " << program.stats().ops << " ops, "
+        << program.stats().transpose_ops << " transposes)";
+}
+
+TEST(Pack, DigestingWhileCopyingGivesEverySegmentsDigest) {
+  int overlapping = 0, read_twice = 0;
+  for (unsigned seed = 2000; seed < 2300; ++seed) {
+    Random r(seed);
+    Case c = random_case(r);
+    // Now and then a copy read twice (an assemble that installs a segment in two places: digested once),
+    // or written over (a pack whose destinations overlap: digested after its copies).
+    if (r.chance(0.3)) {
+      BufferCopy again = c.copies[static_cast<std::size_t>(r.in(0, static_cast<i64>(c.copies.size()) - 1))];
+      c.copies.push_back(again);
+      ++read_twice;
+    }
+    for (StoreHint stores : {StoreHint::kCached, StoreHint::kStreaming}) {
+      const std::string what = "seed " + std::to_string(seed);
+      expect_digests_match(c, r, CopyDirection::kPack, stores, what);
+      expect_digests_match(c, r, CopyDirection::kAssemble, stores, what);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+    CopyProgramOptions options;
+    const std::vector<BufferRange> segments = segments_of(r, c.copies);
+    options.digest_segments = segments;
+    overlapping += CopyProgram(CopyDirection::kPack, c.copies, sizes_of(c.params), c.buffer_bytes, options).digests_after();
+  }
+  EXPECT_GT(read_twice, 30);
+  EXPECT_GT(overlapping, 30);
+}
+
+TEST(Pack, DigestingStreamingRunsAndTilesAtEveryAlignment) {
+  Random r(11);
+  // Runs at every alignment of the destination against the segment (copy and digest loops offset from
+  // each other, or sharing their loads), rows that continue one digest stream, segments of several
+  // copies, and transposed tiles.
+  for (i64 shift : {0, 1, 8, 16, 24, 32, 33, 48, 64}) {
+    Case c;
+    c.params.push_back(r.bytes(1 << 20));
+    i64 at = shift;
+    for (i64 run = 200; run <= 1400; run += 37) {
+      c.copies.push_back(BufferCopy{SliceCopy{0, 0, Box{{0, 0}, {3, run}}, run * 5 + shift, {run + 13, 1}}, at, 1});
+      at += 3 * run;
+    }
+    for (i64 run : {4096, 4160, 5000}) {  // rows long enough to digest as they copy in either direction
+      c.copies.push_back(BufferCopy{SliceCopy{0, 0, Box{{0, 0}, {3, run}}, 400000 + shift, {run + 64, 1}}, at, 1});
+      at += 3 * run;
+    }
+    c.copies.push_back(BufferCopy{SliceCopy{0, 0, Box{{0}, {20000}}, 7 * shift, {1}}, at, 4});  // one long run
+    at += 80000;
+    at = (at + 63) / 64 * 64 + shift;
+    c.copies.push_back(BufferCopy{SliceCopy{0, 0, Box{{0, 0}, {64, 96}}, 300000 + shift, {1, 64 + shift}}, at, 2});
+    at += 64 * 96 * 2;
+    c.buffer_bytes = at;
+    for (StoreHint stores : {StoreHint::kCached, StoreHint::kStreaming}) {
+      const std::string what = "shift " + std::to_string(shift);
+      expect_digests_match(c, r, CopyDirection::kPack, stores, what);
+      expect_digests_match(c, r, CopyDirection::kAssemble, stores, what);
+    }
+  }
+}
+
+TEST(Pack, DigestSegmentsMustBeSortedAndDisjoint) {
+  const std::vector<i64> sizes{4096};
+  const std::vector<BufferCopy> copies{BufferCopy{SliceCopy{0, 0, Box{{0}, {100}}, 0, {1}}, 0, 4}};
+  const std::vector<BufferRange> bad{{0, 300}, {200, 200}};
+  CopyProgramOptions options;
+  options.digest_segments = bad;
+  try {
+    const CopyProgram program(CopyDirection::kAssemble, copies, sizes, 400, options);
+    ADD_FAILURE() << "overlapping digest segments accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_THAT(e.what(), HasSubstr("digest segment 1"));
   }
 }
 
