@@ -48,6 +48,9 @@ struct Deployment {
   int world_size() const { return trainer.world_size() + rollout.world_size(); }
   bool is_trainer(int world_rank) const { return world_rank < trainer.world_size(); }
   int node_of(int world_rank) const { return world_rank / gpus_per_node; }
+  /// The worker as the library names it in its messages: "trainer 1 (world rank 1)", "engine 1 worker 0
+  /// (world rank 4)".
+  std::string worker_name(int world_rank) const;
 };
 
 }  // namespace wb::emu
