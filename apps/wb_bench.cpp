@@ -11,6 +11,13 @@
 // Rank 0 prints per method the median and spread of EWTT and AGST, the bytes per update that crossed
 // between machines and within one, T_min for the link rates given (--node-gbps), and each method's ratio
 // to WeightBridge; --json and --csv write the same. Exit 0 only when every update of every method verified.
+//
+// After a failure every rank exits non-zero within a bounded time, whether or not the launcher tears the job
+// down, as wb-replay does: every update starts with a barrier bounded by the timeout (WB_TIMEOUT_SECONDS;
+// the rollouts keep serving in it, so that they hear the trainers give up), a rank whose part failed runs
+// no further update and no further collective, the samples travel to rank 0 in one report per rank at the
+// end, and the ending is emu/bounded_exit's (reports point to point, rank 0's verdict, MPI_Finalize only
+// after a run that succeeded everywhere).
 #include <mpi.h>
 
 #include <algorithm>
@@ -19,9 +26,11 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -31,7 +40,9 @@
 #include "core/log.hpp"
 #include "core/settings.hpp"
 #include "emu/backend.hpp"
+#include "emu/bounded_exit.hpp"
 #include "emu/deployment_options.hpp"
+#include "emu/fault_injection.hpp"
 #include "emu/mpi_main.hpp"
 #include "emu/run_options.hpp"
 #include "emu/run_setup.hpp"
@@ -56,6 +67,7 @@ struct Options : RunOptions {
   int warmup = 1;
   std::int64_t bucket_mib = 512;
   std::string csv;
+  std::string fault;
 };
 
 // What wb-bench's options shared with wb-replay mean here.
@@ -82,7 +94,9 @@ bool parse_options(int argc, char** argv, Options& o, int rank) {
       ("reps", po::value(&o.reps)->default_value(o.reps), "Measured updates per method.")
       ("warmup", po::value(&o.warmup)->default_value(o.warmup), "Unmeasured updates per method first.")
       ("bucket-mib", po::value(&o.bucket_mib)->default_value(o.bucket_mib), "Baselines: whole tensors per gather and broadcast step, MiB.")
-      ("csv", po::value(&o.csv), "Write one line per method as CSV (rank 0).");
+      ("csv", po::value(&o.csv), "Write one line per method as CSV (rank 0).")
+      ("fault", po::value(&o.fault), (std::string(kFaultOptionHelp) + " Versions count every method's updates; a fault is "
+                                      "injected only in a WeightBridge update, a trainer's just before send_weights.").c_str());
   if (!parse_run_options(argc, argv, general, o, rank == 0)) return false;
   if (o.reps < 1 || o.warmup < 0) throw Error(ErrorCode::kInvalidArgument, "--reps must be at least 1 and --warmup not negative");
   if (o.bucket_mib < 1 || o.bucket_mib > 1024) throw Error(ErrorCode::kInvalidArgument, "--bucket-mib must be in 1..1024");
@@ -97,6 +111,7 @@ struct Method {
 
 /// One rank's record of one update; begin < 0 when the rank did not stall for it.
 struct Sample {
+  std::uint64_t version = 0;
   double begin = -1, end = -1;
   std::int64_t between = 0, within = 0;
   std::int64_t ok = 1;
@@ -110,35 +125,348 @@ std::int64_t traffic_total(const std::vector<LinkTraffic>& links, const std::vec
   return total;
 }
 
-// Every rank's `text` on world rank 0 (empty elsewhere).
-std::vector<std::string> gather_strings(const std::string& text) {
-  int rank = 0, world = 0;
-  WB_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-  WB_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &world));
-  const int bytes = static_cast<int>(text.size());
-  std::vector<int> counts(static_cast<std::size_t>(world)), displs(static_cast<std::size_t>(world));
-  WB_CHECK_MPI(MPI_Gather(&bytes, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, MPI_COMM_WORLD));
-  int total = 0;
-  for (int r = 0; r < world; ++r) {
-    displs[static_cast<std::size_t>(r)] = total;
-    total += counts[static_cast<std::size_t>(r)];
-  }
-  std::string all(rank == 0 ? static_cast<std::size_t>(total) : 0, '\0');
-  WB_CHECK_MPI(MPI_Gatherv(text.data(), bytes, MPI_CHAR, all.data(), counts.data(), displs.data(), MPI_CHAR, 0, MPI_COMM_WORLD));
-  std::vector<std::string> out;
-  if (rank == 0)
-    for (int r = 0; r < world; ++r)
-      out.push_back(all.substr(static_cast<std::size_t>(displs[static_cast<std::size_t>(r)]), static_cast<std::size_t>(counts[static_cast<std::size_t>(r)])));
-  return out;
-}
-
 double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   const std::size_t n = values.size();
   return n == 0 ? 0 : n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
-int run(int argc, char** argv) {
+/// The start of every update, bounded and through world rank 0: each rank tells rank 0 it is ready (or that
+/// its part failed, and why), and rank 0 answers every rank with go, or with why not: a rank that failed,
+/// or the ranks that did not come within the timeout, by name. Unlike MPI_Barrier it ends whatever the
+/// others do, and unlike an MPI_Ibarrier given up on it says who held it. A rank past a stop, or one that
+/// left, takes part in no further start.
+class StartLine {
+ public:
+  StartLine(int rank, int world, double seconds, std::function<std::string(int)> name)
+      : rank_(rank), world_(world), seconds_(seconds), name_(std::move(name)) {}
+
+  /// Every rank ready for `what` (version `version`): "" when all are, else why not. `idle` runs while
+  /// this rank waits; when it returns false the wait ends ("", and the caller leaves).
+  std::string wait(std::uint64_t version, const std::string& what, const std::function<bool()>& idle) {
+    if (rank_ != 0) {
+      send(0, version, kReady, "");
+      auto answer = std::make_shared<PendingOp>();
+      answer->in.assign(kMaxBytes, std::byte{0});
+      WB_CHECK_MPI(MPI_Irecv(answer->in.data(), static_cast<int>(kMaxBytes), MPI_BYTE, 0, kStartTag, MPI_COMM_WORLD,
+                             &answer->request));
+      // Rank 0 answers within the timeout of its own arrival, which is later than this one's by no more
+      // than the last update's acknowledgements: one timeout more is ample.
+      bool interrupted = false;
+      const auto waiting = [&] {
+        if (idle && !idle()) interrupted = true;
+        return !interrupted;
+      };
+      if (!complete_within(answer, 2 * seconds_, waiting))
+        return interrupted ? "" : name_(0) + " did not start " + what + " within " + seconds_text(2 * seconds_) + " s";
+      const auto [kind, text] = decode(answer->in);
+      if (kind == kGo) return "";
+      left_ = true;
+      return text;
+    }
+    // Rank 0: every other rank's note, or a failure, or the deadline.
+    std::vector<bool> arrived(static_cast<std::size_t>(world_), false);
+    arrived[0] = true;
+    int missing = world_ - 1;
+    const double start = wall_seconds();
+    while (missing > 0 && failed_.empty()) {
+      int found = 0;
+      MPI_Message message = MPI_MESSAGE_NULL;
+      MPI_Status probe;
+      WB_CHECK_MPI(MPI_Improbe(MPI_ANY_SOURCE, kStartTag, MPI_COMM_WORLD, &found, &message, &probe));
+      if (found) {
+        int count = 0;
+        WB_CHECK_MPI(MPI_Get_count(&probe, MPI_BYTE, &count));
+        std::vector<std::byte> bytes(static_cast<std::size_t>(count));
+        WB_CHECK_MPI(MPI_Mrecv(bytes.data(), count, MPI_BYTE, &message, MPI_STATUS_IGNORE));
+        const auto [kind, text] = decode(bytes);
+        if (kind == kFailed) {
+          failed_ = what + " not started: " + name_(probe.MPI_SOURCE) + " failed: " + text;
+        } else if (!arrived[static_cast<std::size_t>(probe.MPI_SOURCE)] && version_of(bytes) == version) {
+          arrived[static_cast<std::size_t>(probe.MPI_SOURCE)] = true;
+          --missing;
+        }
+        continue;
+      }
+      if (wall_seconds() - start > seconds_) {
+        std::string absent;
+        for (int r = 0; r < world_; ++r)
+          if (!arrived[static_cast<std::size_t>(r)]) absent += (absent.empty() ? "" : ", ") + name_(r);
+        failed_ = what + " not started: " + absent + " did not come to it within " +
+                  seconds_text(seconds_) + " s (stopped, dead, or busy outside WeightBridge)";
+        break;
+      }
+      if (idle && !idle()) return "";
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    for (int r = 1; r < world_; ++r) send(r, version, failed_.empty() ? kGo : kStop, failed_);
+    if (!failed_.empty()) left_ = true;
+    return failed_;
+  }
+
+  /// This rank's part failed (before or during update `version`): nobody waits for it at a start. Rank 0
+  /// tells every rank; the others tell rank 0. Once per rank, and not after a start that stopped.
+  void leave(std::uint64_t version, const std::string& why) {
+    if (left_) return;
+    left_ = true;
+    if (rank_ != 0) {
+      send(0, version, kFailed, why);
+      return;
+    }
+    for (int r = 1; r < world_; ++r) send(r, version, kStop, "version " + std::to_string(version) + ": " + name_(0) + " failed: " + why);
+  }
+
+ private:
+  static constexpr int kStartTag = 0x7e03;  // beside emu/bounded_exit's report and verdict tags
+  static constexpr std::size_t kMaxBytes = 2048;
+  enum Kind : std::int64_t { kReady = 0, kFailed = 1, kGo = 2, kStop = 3 };
+
+  // [version, kind] as int64, then the text; cut to kMaxBytes. Not waited for: the peer may be gone.
+  void send(int peer, std::uint64_t version, Kind kind, const std::string& text) {
+    auto op = std::make_shared<PendingOp>();
+    const std::int64_t head[2] = {static_cast<std::int64_t>(version), kind};
+    const std::size_t bytes = std::min(text.size(), kMaxBytes - sizeof head);
+    op->out.resize(sizeof head + bytes);
+    std::memcpy(op->out.data(), head, sizeof head);
+    std::memcpy(op->out.data() + sizeof head, text.data(), bytes);
+    WB_CHECK_MPI(MPI_Isend(op->out.data(), static_cast<int>(op->out.size()), MPI_BYTE, peer, kStartTag, MPI_COMM_WORLD, &op->request));
+    keep_pending(std::move(op));
+  }
+  static std::uint64_t version_of(const std::vector<std::byte>& bytes) {
+    std::int64_t head[2] = {0, 0};
+    std::memcpy(head, bytes.data(), std::min(bytes.size(), sizeof head));
+    return static_cast<std::uint64_t>(head[0]);
+  }
+  static std::pair<std::int64_t, std::string> decode(const std::vector<std::byte>& bytes) {
+    std::int64_t head[2] = {0, kStop};
+    std::memcpy(head, bytes.data(), std::min(bytes.size(), sizeof head));
+    std::string text;
+    for (std::size_t i = sizeof head; i < bytes.size() && bytes[i] != std::byte{0}; ++i) text.push_back(static_cast<char>(bytes[i]));
+    return {head[1], text};
+  }
+  static std::string seconds_text(double seconds) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%g", seconds);
+    return text;
+  }
+
+  int rank_, world_;
+  double seconds_;
+  std::function<std::string(int)> name_;
+  std::string failed_;  // rank 0: why the starts stop (sticky)
+  bool left_ = false;   // this rank takes part in no further start
+};
+
+/// What the updates need, set up before them (the adapters are made by measure itself).
+struct Bench {
+  const Options& options;
+  const std::vector<Mode>& modes;
+  const std::vector<Method>& methods;
+  const RunSetup& setup;
+  EmulatedWorker& worker;
+  const WorkerParameters& params;
+  MPI_Comm group;                      // the trainers, or this rollout's engine
+  bench::Baselines* baselines;         // null without baselines
+  const std::vector<std::string>& machines;
+  const Fault& fault;
+  std::string who;
+  double timeout;
+  StartLine& start;
+};
+
+/// One rank's part of the run, as it goes (kept as far as it got when it ends early).
+struct Outcome {
+  std::vector<Sample> samples;     // every update this rank finished, warm-up included
+  std::string mismatch;            // rollouts: the first update whose parameters were not that version
+  std::string failure;             // what ended this rank's part before the last update; empty when none
+  double failed_at = 0;            // wall clock when it was met
+  std::uint64_t held = 0;          // rollouts: the last version verified in the parameters
+  std::uint64_t attempted = 0;     // the update under way when the part ended
+  bool reported_intact = true;     // rollouts: what the adapter said of the parameters then
+  std::string parameters;          // rollouts: what the parameters hold at the end ("version 2", ...)
+  TransferSummary summary;
+  nlohmann::json spans = nlohmann::json::array();   // --trace: the adapters' spans
+  nlohmann::json stalls = nlohmann::json::array();  // --trace: every method's update interval here
+
+  void fail(const std::string& why) {
+    if (!failure.empty()) return;
+    failure = why;
+    failed_at = wall_seconds();
+    WB_LOG(kError) << why;
+  }
+  void fail(const PollResult& result) {
+    fail(result.status.to_string());
+    reported_intact = result.parameters_intact;
+  }
+};
+
+bool ended(const PollResult& r) { return r.event == PollResult::Event::kFailed || r.event == PollResult::Event::kAborted; }
+
+/// The adapters, connected, and every update of every method, interleaved. A failure of this rank's part
+/// (a failed update, a barrier that did not complete in time) ends it there; an exception ends it too (the
+/// adapters, destroyed while it unwinds, tell their peers).
+void measure(const Bench& b, Outcome& out) {
+  const int rank = process_rank();
+  const Deployment& deployment = b.setup.deployment;
+  const bool trainer = deployment.is_trainer(rank);
+  const LoadWeightsFn load = b.params.loader(b.worker);
+
+  // WeightBridge: one adapter per mode, all connected up front (the rollouts poll until they are).
+  const bool wants_weightbridge = std::any_of(b.methods.begin(), b.methods.end(), [](const Method& m) { return m.mode >= 0; });
+  std::vector<std::unique_ptr<SenderAdapter>> senders;
+  std::vector<std::unique_ptr<ReceiverAdapter>> receivers;
+  const BeforeUpdateHook hook = [&b, rank](std::uint64_t v) {
+    if (b.fault.due(rank, v)) inject(b.fault, "wb-bench", b.who);
+  };
+  if (wants_weightbridge)
+    for (const Mode& mode : b.modes) {
+      AdapterOptions adapter;
+      adapter.sender_staging = mode.sender_staging;
+      adapter.receiver_staging = mode.receiver_staging;
+      adapter.node = deployment.node_of(rank);
+      if (!b.options.trace.empty()) adapter.trace = true;
+      if (trainer) {
+        senders.push_back(std::make_unique<SenderAdapter>(MPI_COMM_WORLD, b.group, b.params.parameters(),
+                                                          b.setup.checkpoint->tensors(), load, adapter));
+        senders.back()->connect();
+        out.summary = senders.back()->summary();
+      } else {
+        receivers.push_back(std::make_unique<ReceiverAdapter>(MPI_COMM_WORLD, b.group, b.params.parameters(), load, adapter, hook));
+        const double since = wall_seconds();
+        for (;;) {
+          const PollResult r = receivers.back()->poll_requests();
+          if (ended(r)) throw Error(r.status);
+          if (r.event == PollResult::Event::kConnected) break;
+          if (wall_seconds() - since > b.timeout)
+            throw Error(ErrorCode::kTimeout, b.who + ": the trainers' connect request (mode " + mode.name + ") did not come within " +
+                                                 std::to_string(b.timeout) + " s");
+          std::this_thread::sleep_for(std::chrono::microseconds(200));
+        }
+        out.summary = receivers.back()->summary();
+      }
+    }
+  VersionReference reference(b.worker, *b.setup.checkpoint);
+
+  // The interleaved schedule: warm-up rounds, then measured ones, each method once per round.
+  std::uint64_t version = 0;
+  const int rounds = b.options.warmup + b.options.reps;
+  for (int round = 0; round < rounds && out.failure.empty(); ++round) {
+    for (const Method& method : b.methods) {
+      ++version;
+      out.attempted = version;
+      // The training step: the trainers' parameters become this version.
+      if (trainer) b.params.load(b.worker, VersionedCheckpoint(*b.setup.checkpoint, version));
+      const auto k = static_cast<std::size_t>(method.mode);
+      std::vector<LinkTraffic> before;
+      if (method.mode >= 0) before = trainer ? senders[k]->stats().traffic : receivers[k]->stats().traffic;
+      // Every rank ready before the update starts (so that it measures the transfer, not the ranks' skew),
+      // within the timeout: a rank whose part failed runs no further update, and says so. A rollout keeps
+      // serving meanwhile: a failure of the trainers reaches it there, in the library's own words.
+      ReceiverAdapter* serving = !trainer && method.mode >= 0 ? receivers[k].get() : nullptr;
+      std::optional<PollResult> heard;
+      const auto serve = [&] {
+        if (serving == nullptr) return true;
+        const PollResult r = serving->poll_requests();
+        if (ended(r)) heard = r;
+        return !heard;
+      };
+      const std::string not_started = b.start.wait(version, method.name + " version " + std::to_string(version), serve);
+      if (heard) {
+        out.fail(*heard);
+        break;
+      }
+      if (!not_started.empty()) {
+        out.fail(b.who + ": " + not_started);
+        break;
+      }
+      Sample sample;
+      sample.version = version;
+      if (method.mode >= 0) {
+        if (trainer) {
+          if (b.fault.due(rank, version)) inject(b.fault, "wb-bench", b.who);
+          Status status = senders[k]->send_weights(version);
+          if (status) status = senders[k]->wait();
+          if (!status) {
+            out.fail(status.to_string());
+            break;
+          }
+        } else {
+          // The trainers ask right after the barrier: a rollout that hears nothing within the timeout gives up.
+          const double since = wall_seconds();
+          while (receivers[k]->installed_version() < version) {
+            const PollResult r = receivers[k]->poll_requests();
+            if (ended(r)) {
+              out.fail(r);
+              break;
+            }
+            if (r.event == PollResult::Event::kShutdown) {
+              out.fail(b.who + ": " + method.name + ": the trainers shut down before version " + std::to_string(version));
+              break;
+            }
+            if (r.event == PollResult::Event::kNone && wall_seconds() - since > b.timeout) {
+              out.fail(b.who + ": " + method.name + ": version " + std::to_string(version) + " was not requested within " +
+                       std::to_string(b.timeout) + " s of the barrier before it");
+              break;
+            }
+          }
+          if (!out.failure.empty()) break;
+        }
+        const AdapterStats stats = trainer ? senders[k]->stats() : receivers[k]->stats();
+        for (const StallInterval& stall : stats.stalls)
+          if (stall.version == version) {
+            sample.begin = stall.begin_seconds;
+            sample.end = stall.end_seconds;
+          }
+        sample.between = traffic_total(stats.traffic, b.machines, rank, true) - traffic_total(before, b.machines, rank, true);
+        sample.within = traffic_total(stats.traffic, b.machines, rank, false) - traffic_total(before, b.machines, rank, false);
+      } else {
+        const bench::BaselineUpdate u = method.name == "broadcast" ? b.baselines->broadcast() : b.baselines->p2p();
+        sample.begin = u.begin;
+        sample.end = u.end;
+        sample.between = u.between_machines;
+        sample.within = u.within_machine;
+      }
+      if (!b.options.trace.empty()) out.stalls.push_back({version, sample.begin, sample.end, method.name});
+      if (!trainer) {
+        const std::string difference = reference.difference(b.params.read(), version);
+        if (difference.empty()) {
+          out.held = version;
+        } else {
+          sample.ok = 0;
+          if (out.mismatch.empty())
+            out.mismatch = method.name + " version " + std::to_string(version) + " on " + b.worker.describe() + ": " + difference;
+          WB_LOG(kError) << method.name << " version " << version << " on " << b.worker.describe() << ": " << difference;
+        }
+      }
+      out.samples.push_back(sample);
+    }
+  }
+  if (!out.failure.empty()) b.start.leave(out.attempted, out.failure);
+  // Shutdown: sent after a failure too (then it tells the engines the trainers gave up). The rollouts wait
+  // for it, within the timeout, only after a run that went through.
+  for (auto& sender : senders) {
+    const Status closed = sender->shutdown();
+    if (!closed && out.failure.empty()) out.fail(closed.to_string());
+  }
+  if (out.failure.empty()) {
+    const double since = wall_seconds();
+    for (auto& receiver : receivers)
+      while (!receiver->closed() && out.failure.empty()) {
+        if (ended(receiver->poll_requests())) break;
+        if (wall_seconds() - since > b.timeout)
+          out.fail(b.who + ": the trainers' shutdown did not come within " + std::to_string(b.timeout) + " s of the last update");
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+  }
+  if (!b.options.trace.empty()) {
+    for (const auto& sender : senders)
+      for (const nlohmann::json& s : timeline_json(sender->stats())) out.spans.push_back(s);
+    for (const auto& receiver : receivers)
+      for (const nlohmann::json& s : timeline_json(receiver->stats())) out.spans.push_back(s);
+  }
+}
+
+int run(int argc, char** argv, Ending& ending) {
   int rank = 0, world = 0;
   WB_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   WB_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &world));
@@ -159,6 +487,9 @@ int run(int argc, char** argv) {
   const ParameterPlace place = parse_parameter_place(o.device);
   if (place == ParameterPlace::kCuda && std::any_of(methods.begin(), methods.end(), [](const Method& m) { return m.mode < 0; }))
     throw Error(ErrorCode::kInvalidArgument, "--device cuda: the baselines (broadcast, p2p) move host memory only; run --methods weightbridge");
+  const Fault fault = Fault::parse(o.fault);
+  const double timeout = job_timeout();
+  ending.timeout = timeout;
   log_effective_settings();
 
   RunSetup setup = make_run_setup(o);
@@ -169,10 +500,11 @@ int run(int argc, char** argv) {
   check_nodes_within_machines(deployment);
   const bool trainer = deployment.is_trainer(rank);
   const int engine = trainer ? -1 : (rank - deployment.trainer.world_size()) / deployment.rollout.tp;
+  const std::string who = deployment.worker_name(rank);
+  ending.who = who;
   std::unique_ptr<EmulatedWorker> worker = make_worker(setup.model, deployment, rank);
   const WorkerParameters params(worker->parameter_infos(), place, default_cuda_device());
   params.load(*worker, *setup.checkpoint);
-  const LoadWeightsFn load = params.loader(*worker);
   MPI_Comm group = MPI_COMM_NULL;
   WB_CHECK_MPI(MPI_Comm_split(MPI_COMM_WORLD, trainer ? 0 : 1 + engine, rank, &group));
   const JobClock clock(MPI_COMM_WORLD);
@@ -185,239 +517,210 @@ int run(int argc, char** argv) {
     WB_CHECK_MPI(MPI_Allgather(id, kIdBytes, MPI_CHAR, ids.data(), kIdBytes, MPI_CHAR, MPI_COMM_WORLD));
     for (int r = 0; r < world; ++r) machines[static_cast<std::size_t>(r)] = &ids[static_cast<std::size_t>(r) * kIdBytes];
   }
-
-  // WeightBridge: one adapter per mode, all connected up front (the rollouts poll until they are).
+  // The baselines' set-up (collective, like the rest of the set-up above: an error there takes the job down).
   const bool wants_weightbridge = std::any_of(methods.begin(), methods.end(), [](const Method& m) { return m.mode >= 0; });
-  std::vector<std::unique_ptr<SenderAdapter>> senders;
-  std::vector<std::unique_ptr<ReceiverAdapter>> receivers;
-  TransferSummary summary;
-  if (wants_weightbridge)
-    for (const Mode& mode : modes) {
-      AdapterOptions adapter;
-      adapter.sender_staging = mode.sender_staging;
-      adapter.receiver_staging = mode.receiver_staging;
-      adapter.node = deployment.node_of(rank);
-      if (!o.trace.empty()) adapter.trace = true;
-      if (trainer) {
-        senders.push_back(std::make_unique<SenderAdapter>(MPI_COMM_WORLD, group, params.parameters(), setup.checkpoint->tensors(),
-                                                          load, adapter));
-        senders.back()->connect();
-        summary = senders.back()->summary();
-      } else {
-        receivers.push_back(std::make_unique<ReceiverAdapter>(MPI_COMM_WORLD, group, params.parameters(), load, adapter));
-        for (;;) {
-          const PollResult r = receivers.back()->poll_requests();
-          if (r.event == PollResult::Event::kFailed) throw Error(r.status);
-          if (r.event == PollResult::Event::kConnected) break;
-          std::this_thread::sleep_for(std::chrono::microseconds(200));
-        }
-        summary = receivers.back()->summary();
-      }
-    }
   const bool wants_baselines = std::any_of(methods.begin(), methods.end(), [](const Method& m) { return m.mode < 0; });
   std::unique_ptr<bench::Baselines> baselines;
   if (wants_baselines) {
     bench::BaselineOptions baseline_options;
     baseline_options.bucket_bytes = o.bucket_mib << 20;
+    baseline_options.timeout_seconds = timeout;
     baselines = std::make_unique<bench::Baselines>(MPI_COMM_WORLD, trainer, setup.checkpoint->tensors(), params.parameters(),
-                                                   load, clock, baseline_options);
+                                                   params.loader(*worker), clock, baseline_options);
   }
-  VersionReference reference(*worker, *setup.checkpoint);
 
-  // The interleaved schedule: warm-up rounds, then measured ones, each method once per round.
-  std::uint64_t version = 0;
-  std::map<std::string, std::vector<std::vector<Sample>>> measured;  // method -> per update, per rank (rank 0)
-  std::string first_failure;
-  nlohmann::json timeline_stalls = nlohmann::json::array();  // --trace: every method's update interval here
-  for (int round = 0; round < o.warmup + o.reps; ++round) {
-    for (const Method& method : methods) {
-      ++version;
-      // The training step: the trainers' parameters become this version.
-      if (trainer) params.load(*worker, VersionedCheckpoint(*setup.checkpoint, version));
-      Sample sample;
-      if (method.mode >= 0) {
-        const auto k = static_cast<std::size_t>(method.mode);
-        std::vector<LinkTraffic> before;
-        WB_CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
-        if (trainer) {
-          before = senders[k]->stats().traffic;
-          Status status = senders[k]->send_weights(version);
-          if (status) status = senders[k]->wait();
-          if (!status) throw Error(status);
-        } else {
-          before = receivers[k]->stats().traffic;
-          const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(600);
-          while (receivers[k]->installed_version() < version) {
-            const PollResult r = receivers[k]->poll_requests();
-            if (r.event == PollResult::Event::kFailed) throw Error(r.status);
-            if (std::chrono::steady_clock::now() > deadline)
-              throw Error(ErrorCode::kTimeout, "rollout rank " + std::to_string(rank) + ": version " + std::to_string(version) +
-                                                   " not installed within 600 s");
-          }
-        }
-        const AdapterStats stats = trainer ? senders[k]->stats() : receivers[k]->stats();
-        for (const StallInterval& stall : stats.stalls)
-          if (stall.version == version) {
-            sample.begin = stall.begin_seconds;
-            sample.end = stall.end_seconds;
-          }
-        sample.between = traffic_total(stats.traffic, machines, rank, true) - traffic_total(before, machines, rank, true);
-        sample.within = traffic_total(stats.traffic, machines, rank, false) - traffic_total(before, machines, rank, false);
-      } else {
-        const bench::BaselineUpdate u = method.name == "broadcast" ? baselines->broadcast() : baselines->p2p();
-        sample.begin = u.begin;
-        sample.end = u.end;
-        sample.between = u.between_machines;
-        sample.within = u.within_machine;
-      }
-      timeline_stalls.push_back({version, sample.begin, sample.end, method.name});
-      if (!trainer) {
-        const std::string difference = reference.difference(params.read(), version);
-        if (!difference.empty()) {
-          sample.ok = 0;
-          if (first_failure.empty())
-            first_failure = method.name + " version " + std::to_string(version) + " on " + worker->describe() + ": " + difference;
-          WB_LOG(kError) << first_failure;
-        }
-      }
-      // Rank 0 collects every rank's sample.
-      const double mine[6] = {sample.begin, sample.end, static_cast<double>(sample.between), static_cast<double>(sample.within),
-                              static_cast<double>(sample.ok), 0};
-      std::vector<double> all(rank == 0 ? static_cast<std::size_t>(world) * 6 : 0);
-      WB_CHECK_MPI(MPI_Gather(mine, 6, MPI_DOUBLE, all.data(), 6, MPI_DOUBLE, 0, MPI_COMM_WORLD));
-      if (rank == 0 && round >= o.warmup) {
-        std::vector<Sample> samples;
-        for (int r = 0; r < world; ++r) {
-          const double* a = &all[static_cast<std::size_t>(r) * 6];
-          samples.push_back({a[0], a[1], static_cast<std::int64_t>(a[2]), static_cast<std::int64_t>(a[3]), static_cast<std::int64_t>(a[4])});
-        }
-        for (std::size_t r = 0; r < samples.size(); ++r)
-          WB_LOG(kDebug) << method.name << " version " << version << " rank " << r << ": stall " << samples[r].begin << " .. "
-                         << samples[r].end << " s";
-        measured[method.name].push_back(std::move(samples));
-      }
-    }
+  // From here on every wait is bounded: a failure ends this rank's part, and the report below waits for the
+  // others only within the timeout.
+  Outcome out;
+  StartLine start(rank, world, timeout, [&deployment](int r) { return deployment.worker_name(r); });
+  try {
+    measure(Bench{o, modes, methods, setup, *worker, params, group, baselines.get(), machines, fault, who, timeout, start}, out);
+  } catch (const std::exception& error) {
+    out.fail(std::string("wb-bench: ") + error.what());
+    if (!trainer && out.attempted != out.held) out.reported_intact = false;  // not the adapter's word: unknown
+    start.leave(out.attempted, out.failure);
   }
-  for (auto& sender : senders) (void)sender->shutdown();
-  for (auto& receiver : receivers)
-    while (!receiver->closed()) {
-      const PollResult r = receiver->poll_requests();
-      if (r.event == PollResult::Event::kFailed) break;
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-    }
+  if (!trainer) {
+    // What the parameters hold now, compared byte for byte: one whole version, or a mix.
+    VersionReference reference(*worker, *setup.checkpoint);
+    const ParameterSet& now = params.read();
+    if (reference.difference(now, out.held).empty())
+      out.parameters = "version " + std::to_string(out.held);
+    else if (out.attempted != out.held && reference.difference(now, out.attempted).empty())
+      out.parameters = "version " + std::to_string(out.attempted);
+    else
+      out.parameters = "a mix of versions " + std::to_string(out.held) + " and " + std::to_string(out.attempted);
+  }
 
+  // Rank 0 gathers every rank's samples and outcome.
+  nlohmann::json samples = nlohmann::json::array();
+  for (const Sample& s : out.samples) samples.push_back({s.version, s.begin, s.end, s.between, s.within, s.ok});
+  nlohmann::json mine = {{"who", who},           {"samples", samples},         {"failure", out.failure},
+                         {"failed_at", out.failed_at}, {"mismatch", out.mismatch}, {"parameters", out.parameters}};
   if (!o.trace.empty()) {
-    nlohmann::json spans = nlohmann::json::array();
-    for (const auto& sender : senders)
-      for (const nlohmann::json& s : timeline_json(sender->stats())) spans.push_back(s);
-    for (const auto& receiver : receivers)
-      for (const nlohmann::json& s : timeline_json(receiver->stats())) spans.push_back(s);
-    const std::vector<std::string> reports =
-        gather_strings(nlohmann::json{{"who", worker->describe()}, {"trace", spans}, {"stalls", timeline_stalls}}.dump());
-    if (rank == 0) {
+    mine["trace"] = out.spans;
+    mine["stalls"] = out.stalls;
+  }
+  const std::vector<nlohmann::json> reports = gather_reports(mine, timeout);
+  int exit_code = out.failure.empty() ? 0 : 1;
+  bool everyone = true;
+  std::string first_failed;
+  if (rank == 0) {
+    nlohmann::json failed = nlohmann::json::array();
+    // Per version, every rank's sample: an update counts only when every rank finished it.
+    std::map<std::uint64_t, std::vector<Sample>> updates;
+    for (int r = 0; r < world; ++r) {
+      const nlohmann::json& report = reports[static_cast<std::size_t>(r)];
+      if (report.is_null()) {
+        everyone = false;
+        failed.push_back({{"rank", r}, {"error", "did not report within " + std::to_string(timeout) + " s (stopped or dead)"}});
+        continue;
+      }
+      for (const char* key : {"failure", "mismatch"})
+        if (const std::string error = report.value(key, std::string()); !error.empty()) failed.push_back({{"rank", r}, {"error", error}});
+      for (const nlohmann::json& a : report.at("samples"))
+        updates[a[0].get<std::uint64_t>()].push_back(
+            {a[0].get<std::uint64_t>(), a[1].get<double>(), a[2].get<double>(), a[3].get<std::int64_t>(), a[4].get<std::int64_t>(),
+             a[5].get<std::int64_t>()});
+    }
+    const bool all_ok = everyone && failed.empty();
+    exit_code = all_ok ? 0 : 1;
+    first_failed = first_failure(reports, timeout);
+    if (first_failed.empty() && !failed.empty())
+      first_failed = "world rank " + std::to_string(failed[0]["rank"].get<int>()) + ": " + failed[0]["error"].get<std::string>();
+
+    // The measured updates per method (version v is round (v-1)/methods, method (v-1)%methods).
+    std::map<std::string, std::vector<std::vector<Sample>>> measured;
+    for (auto& [v, samples_of] : updates) {
+      const auto index = static_cast<std::size_t>((v - 1) % methods.size());
+      const auto round = static_cast<int>((v - 1) / methods.size());
+      if (round < o.warmup || samples_of.size() != static_cast<std::size_t>(world)) continue;
+      for (std::size_t r = 0; r < samples_of.size(); ++r)
+        WB_LOG(kDebug) << methods[index].name << " version " << v << " rank " << r << ": stall " << samples_of[r].begin << " .. "
+                       << samples_of[r].end << " s";
+      measured[methods[index].name].push_back(std::move(samples_of));
+    }
+
+    // Per method: EWTT = last end - first begin; AGST = total stall / workers; bytes per update.
+    nlohmann::json rows = nlohmann::json::array();
+    const std::string reference_method = wants_weightbridge ? methods.front().name : "";
+    double reference_ewtt = 0, reference_agst = 0;
+    std::vector<std::string> csv_lines;
+    std::printf("%-26s %10s %18s %10s %16s %16s %8s %8s\n", "method", "EWTT [s]", "EWTT min..max", "AGST [s]", "between hosts [B]",
+                "within host [B]", "EWTT/WB", "AGST/WB");
+    for (const Method& method : methods) {
+      std::vector<double> ewtt, agst;
+      std::int64_t between = 0, within = 0, verified = 1;
+      for (const std::vector<Sample>& update : measured[method.name]) {
+        double first = 1e300, last = -1e300, stall = 0;
+        std::int64_t bytes_between = 0, bytes_within = 0;
+        for (const Sample& s : update) {
+          if (s.begin >= 0) {
+            first = std::min(first, s.begin);
+            last = std::max(last, s.end);
+            stall += s.end - s.begin;
+          }
+          bytes_between += s.between;
+          bytes_within += s.within;
+          verified = std::min(verified, s.ok);
+        }
+        ewtt.push_back(last - first);
+        agst.push_back(stall / world);
+        between = bytes_between;
+        within = bytes_within;
+      }
+      if (ewtt.size() != static_cast<std::size_t>(o.reps)) verified = 0;  // some updates did not run everywhere
+      const double e = median(ewtt), a = median(agst);
+      const double e_min = ewtt.empty() ? 0 : *std::min_element(ewtt.begin(), ewtt.end());
+      const double e_max = ewtt.empty() ? 0 : *std::max_element(ewtt.begin(), ewtt.end());
+      if (method.name == reference_method) {
+        reference_ewtt = e;
+        reference_agst = a;
+      }
+      const double e_ratio = reference_ewtt > 0 ? e / reference_ewtt : 0, a_ratio = reference_agst > 0 ? a / reference_agst : 0;
+      char spread[64];
+      std::snprintf(spread, sizeof spread, "%.3f..%.3f", e_min, e_max);
+      std::printf("%-26s %10.3f %18s %10.3f %16lld %16lld %8.2f %8.2f%s\n", method.name.c_str(), e, spread, a,
+                  static_cast<long long>(between), static_cast<long long>(within), e_ratio, a_ratio,
+                  ewtt.size() == static_cast<std::size_t>(o.reps)
+                      ? ""
+                      : ("  (" + std::to_string(ewtt.size()) + " of " + std::to_string(o.reps) + " updates)").c_str());
+      rows.push_back({{"method", method.name}, {"ewtt_s", ewtt}, {"agst_s", agst}, {"ewtt_median_s", e}, {"agst_median_s", a},
+                      {"ewtt_min_s", e_min}, {"ewtt_max_s", e_max},
+                      {"between_machines_bytes", between}, {"within_machine_bytes", within}, {"verified", verified == 1},
+                      {"ewtt_over_weightbridge", e_ratio}, {"agst_over_weightbridge", a_ratio},
+                      {"ewtt_over_t_min", out.summary.t_min_seconds > 0 ? e / out.summary.t_min_seconds : 0}});
+      std::ostringstream line;
+      line << method.name << ',' << e << ',' << a << ',' << between << ',' << within << ',' << e_ratio << ',' << a_ratio << ','
+           << out.summary.t_min_seconds << ',' << (verified == 1 ? 1 : 0);
+      csv_lines.push_back(line.str());
+    }
+    for (const nlohmann::json& f : failed)
+      std::fprintf(stderr, "wb-bench: world rank %d: %s\n", f["rank"].get<int>(), f["error"].get<std::string>().c_str());
+    std::set<std::string> hosts(machines.begin(), machines.end());
+    std::printf("wb-bench: %s, %d ranks on %zu machines, M = %lld bytes, T_min %.3f s at %.3g GB/s per node, %d measured updates per "
+                "method, %s\n",
+                setup.model.name.c_str(), world, hosts.size(), static_cast<long long>(out.summary.model_bytes), out.summary.t_min_seconds,
+                network_from_settings().node_bandwidth / 1e9, o.reps, all_ok ? "all verified" : "NOT VERIFIED");
+    nlohmann::json result = {{"verified", all_ok},
+                             {"model", setup.model.name},
+                             {"trainer", deployment.trainer.to_string()},
+                             {"rollout", deployment.rollout.to_string()},
+                             {"ranks", world},
+                             {"machines", hosts.size()},
+                             {"rollout_engines", deployment.rollout.engines},
+                             {"model_bytes", out.summary.model_bytes},
+                             {"max_node_need_bytes", out.summary.max_node_need_bytes},
+                             {"t_min_s", out.summary.t_min_seconds},
+                             {"simulated_ewtt_s", out.summary.simulated_seconds},
+                             {"node_gbps", network_from_settings().node_bandwidth / 1e9},
+                             {"reps", o.reps},
+                             {"reference", reference_method},
+                             {"methods", rows},
+                             {"failures", failed}};
+    if (!first_failed.empty()) result["failure"] = first_failed;
+    std::cout << result.dump() << std::endl;
+    if (!o.trace.empty()) {
       std::vector<RankTimeline> timelines;
       for (int r = 0; r < world; ++r) {
-        const nlohmann::json report = nlohmann::json::parse(reports[static_cast<std::size_t>(r)]);
-        timelines.push_back(timeline_from_json(r, report.at("who").get<std::string>(), report));
+        const nlohmann::json& report = reports[static_cast<std::size_t>(r)];
+        if (!report.is_null()) timelines.push_back(timeline_from_json(r, report.value("who", std::string()), report));
       }
       write_chrome_trace(o.trace, timelines);
-      WB_LOG(kInfo) << "trace of " << world << " ranks written to " << o.trace;
+      WB_LOG(kInfo) << "trace of " << timelines.size() << " ranks written to " << o.trace;
+    }
+    if (!o.json.empty()) {
+      std::ofstream file(o.json);
+      file << result.dump(2) << '\n';
+      if (!file) throw Error(ErrorCode::kSystem, "cannot write " + o.json);
+    }
+    if (!o.csv.empty()) {
+      std::ofstream file(o.csv);
+      file << "method,ewtt_median_s,agst_median_s,between_machines_bytes,within_machine_bytes,ewtt_over_weightbridge,"
+              "agst_over_weightbridge,t_min_s,verified\n";
+      for (const std::string& line : csv_lines) file << line << '\n';
+      if (!file) throw Error(ErrorCode::kSystem, "cannot write " + o.csv);
     }
   }
-
-  // Any rank's failure fails the run.
-  int ok = first_failure.empty() ? 1 : 0, all_ok = 0;
-  WB_CHECK_MPI(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
-  if (rank != 0) return all_ok ? 0 : 1;
-
-  // Per method: EWTT = last end - first begin; AGST = total stall / workers; bytes per update.
-  nlohmann::json rows = nlohmann::json::array();
-  const std::string reference_method = wants_weightbridge ? methods.front().name : "";
-  double reference_ewtt = 0, reference_agst = 0;
-  std::vector<std::string> csv_lines;
-  std::printf("%-26s %10s %18s %10s %16s %16s %8s %8s\n", "method", "EWTT [s]", "EWTT min..max", "AGST [s]", "between hosts [B]",
-              "within host [B]", "EWTT/WB", "AGST/WB");
-  for (const Method& method : methods) {
-    std::vector<double> ewtt, agst;
-    std::int64_t between = 0, within = 0, verified = 1;
-    for (const std::vector<Sample>& update : measured[method.name]) {
-      double first = 1e300, last = -1e300, stall = 0;
-      std::int64_t b = 0, w = 0;
-      for (const Sample& s : update) {
-        if (s.begin >= 0) {
-          first = std::min(first, s.begin);
-          last = std::max(last, s.end);
-          stall += s.end - s.begin;
-        }
-        b += s.between;
-        w += s.within;
-        verified = std::min(verified, s.ok);
-      }
-      ewtt.push_back(last - first);
-      agst.push_back(stall / world);
-      between = b;
-      within = w;
-    }
-    const double e = median(ewtt), a = median(agst);
-    if (method.name == reference_method) {
-      reference_ewtt = e;
-      reference_agst = a;
-    }
-    const double e_ratio = reference_ewtt > 0 ? e / reference_ewtt : 0, a_ratio = reference_agst > 0 ? a / reference_agst : 0;
-    char spread[64];
-    std::snprintf(spread, sizeof spread, "%.3f..%.3f", *std::min_element(ewtt.begin(), ewtt.end()),
-                  *std::max_element(ewtt.begin(), ewtt.end()));
-    std::printf("%-26s %10.3f %18s %10.3f %16lld %16lld %8.2f %8.2f\n", method.name.c_str(), e, spread, a,
-                static_cast<long long>(between), static_cast<long long>(within), e_ratio, a_ratio);
-    rows.push_back({{"method", method.name}, {"ewtt_s", ewtt}, {"agst_s", agst}, {"ewtt_median_s", e}, {"agst_median_s", a},
-                    {"ewtt_min_s", *std::min_element(ewtt.begin(), ewtt.end())}, {"ewtt_max_s", *std::max_element(ewtt.begin(), ewtt.end())},
-                    {"between_machines_bytes", between}, {"within_machine_bytes", within}, {"verified", verified == 1},
-                    {"ewtt_over_weightbridge", e_ratio}, {"agst_over_weightbridge", a_ratio},
-                    {"ewtt_over_t_min", summary.t_min_seconds > 0 ? e / summary.t_min_seconds : 0}});
-    std::ostringstream line;
-    line << method.name << ',' << e << ',' << a << ',' << between << ',' << within << ',' << e_ratio << ',' << a_ratio << ','
-         << summary.t_min_seconds << ',' << (verified == 1 ? 1 : 0);
-    csv_lines.push_back(line.str());
+  const Verdict verdict = exchange_verdict(exit_code, everyone, first_failed, timeout);
+  ending.finalize = verdict.finalize;
+  const int code = verdict.exit_code != 0 ? verdict.exit_code : (out.failure.empty() ? 0 : 1);
+  if (code != 0) {
+    const std::string own = std::to_string(out.samples.size()) + " updates" +
+                            (trainer ? " sent" : ", " + std::to_string(std::count_if(out.samples.begin(), out.samples.end(),
+                                                                                  [](const Sample& s) { return s.ok == 1; })) +
+                                                     " verified");
+    const std::string why = !out.failure.empty() ? out.failure : !out.mismatch.empty() ? out.mismatch : verdict_text(verdict, timeout, own);
+    print_exit_line(ending, code, out.failed_at,
+                    why + (out.parameters.empty() ? ""
+                                                  : "; parameters: " + out.parameters +
+                                                        (out.reported_intact ? " (reported intact)" : " (reported not intact)")));
   }
-  std::set<std::string> hosts(machines.begin(), machines.end());
-  std::printf("wb-bench: %s, %d ranks on %zu machines, M = %lld bytes, T_min %.3f s at %.3g GB/s per node, %d measured updates per "
-              "method, %s\n",
-              setup.model.name.c_str(), world, hosts.size(), static_cast<long long>(summary.model_bytes), summary.t_min_seconds,
-              network_from_settings().node_bandwidth / 1e9, o.reps, all_ok ? "all verified" : "NOT VERIFIED");
-  nlohmann::json result = {{"verified", all_ok == 1},
-                           {"model", setup.model.name},
-                           {"trainer", deployment.trainer.to_string()},
-                           {"rollout", deployment.rollout.to_string()},
-                           {"ranks", world},
-                           {"machines", hosts.size()},
-                           {"rollout_engines", deployment.rollout.engines},
-                           {"model_bytes", summary.model_bytes},
-                           {"max_node_need_bytes", summary.max_node_need_bytes},
-                           {"t_min_s", summary.t_min_seconds},
-                           {"simulated_ewtt_s", summary.simulated_seconds},
-                           {"node_gbps", network_from_settings().node_bandwidth / 1e9},
-                           {"reps", o.reps},
-                           {"reference", reference_method},
-                           {"methods", rows}};
-  if (!first_failure.empty()) result["failure"] = first_failure;
-  std::cout << result.dump() << std::endl;
-  if (!o.json.empty()) {
-    std::ofstream out(o.json);
-    out << result.dump(2) << '\n';
-    if (!out) throw Error(ErrorCode::kSystem, "cannot write " + o.json);
-  }
-  if (!o.csv.empty()) {
-    std::ofstream out(o.csv);
-    out << "method,ewtt_median_s,agst_median_s,between_machines_bytes,within_machine_bytes,ewtt_over_weightbridge,"
-           "agst_over_weightbridge,t_min_s,verified\n";
-    for (const std::string& line : csv_lines) out << line << '\n';
-    if (!out) throw Error(ErrorCode::kSystem, "cannot write " + o.csv);
-  }
-  return all_ok ? 0 : 1;
+  return code;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  return run_mpi_program("wb-bench", argc, argv, [](int n, char** args, Ending&) { return run(n, args); });
+  return run_mpi_program("wb-bench", argc, argv, run);
 }

@@ -15,22 +15,15 @@
 //
 // After a failure every rank exits non-zero within a bounded time whether or not the launcher tears the job
 // down: the adapters fail within about one timeout (WB_TIMEOUT_SECONDS), wb-replay's own waits after them
-// are bounded by the same timeout, the reports reach rank 0 point to point, and after a failure no rank
-// calls MPI_Finalize (it waits for every process, and would wait for good for one that left without it;
-// exchange_verdict says more).
+// are bounded by the same timeout, and the ending is emu/bounded_exit's: the reports reach rank 0 point to
+// point, rank 0's verdict says whether to call MPI_Finalize, and after a failure no rank calls it.
 #include <mpi.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <boost/program_options.hpp>
 #include <chrono>
-#include <cmath>
-#include <csignal>
 #include <cstdio>
 #include <cstring>
-#include <limits>
 #include <memory>
-#include <sstream>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -41,7 +34,9 @@
 #include "core/log.hpp"
 #include "core/settings.hpp"
 #include "emu/backend.hpp"
+#include "emu/bounded_exit.hpp"
 #include "emu/deployment_options.hpp"
+#include "emu/fault_injection.hpp"
 #include "emu/mpi_main.hpp"
 #include "emu/network_report.hpp"
 #include "emu/presets.hpp"
@@ -84,7 +79,7 @@ bool parse_options(int argc, char** argv, Options& options, int rank) {
   po::options_description general = run_options_description("wb-replay options", options, kRunOptionDocs);
   general.add_options()
       ("mode", po::value(&options.mode)->default_value(options.mode), "Synchronization mode: sync (no staging), sender-staged, receiver-staged or async (both staged).")
-      ("fault", po::value(&options.fault), "For fault-injection tests: KIND,rank=R,version=K[,seconds=S] makes world rank R stop for S seconds (KIND stop), kill itself (kill) or throw (throw) at version K: a trainer in its training step, a rollout in before_update_hook.")
+      ("fault", po::value(&options.fault), kFaultOptionHelp)
       ("steps", po::value(&options.steps)->default_value(options.steps), "Versions to send (1..K); version 0 is the checkpoint itself.")
       ("step-ms", po::value(&options.step_ms)->default_value(options.step_ms), "Emulated compute per training step and per inference step, in milliseconds.");
   if (!parse_run_options(argc, argv, general, options, rank == 0)) return false;
@@ -190,98 +185,6 @@ bool preflight(const Setup& setup, const EmulatedWorker& worker, const WorkerPar
   return ok != 0;
 }
 
-// What a worker reports to rank 0 after the transfers.
-// --- faults, for the fault-injection tests ----------------------------------------------------------------
-
-// --fault KIND,rank=R,version=K[,seconds=S]: world rank R, at version K, stops for S seconds (SIGSTOP, then
-// a child process sends SIGCONT), kills itself (SIGKILL) or throws. A trainer does it in its training step
-// for K (after loading K, before send_weights(K)); a rollout inside before_update_hook(K).
-struct Fault {
-  std::string kind;  // "" (none), stop, kill, throw
-  int rank = -1;
-  std::uint64_t version = 0;
-  double seconds = 0;
-
-  static Fault parse(const std::string& text) {
-    Fault fault;
-    if (text.empty()) return fault;
-    std::stringstream in(text);
-    std::string item;
-    std::getline(in, fault.kind, ',');
-    if (fault.kind != "stop" && fault.kind != "kill" && fault.kind != "throw")
-      throw Error(ErrorCode::kInvalidArgument, "--fault " + text + ": the kind is stop, kill or throw");
-    while (std::getline(in, item, ',')) {
-      const auto eq = item.find('=');
-      const std::string key = item.substr(0, eq), value = eq == std::string::npos ? "" : item.substr(eq + 1);
-      if (key == "rank") fault.rank = std::stoi(value);
-      else if (key == "version") fault.version = std::stoull(value);
-      else if (key == "seconds") fault.seconds = std::stod(value);
-      else throw Error(ErrorCode::kInvalidArgument, "--fault " + text + ": unknown key " + key);
-    }
-    if (fault.rank < 0 || fault.version == 0 || (fault.kind == "stop" && !(fault.seconds > 0)))
-      throw Error(ErrorCode::kInvalidArgument, "--fault " + text + ": needs rank=R,version=K (and seconds=S for stop)");
-    return fault;
-  }
-  bool due(int rank_now, std::uint64_t v) const { return !kind.empty() && rank_now == rank && v == version; }
-};
-
-double wall_seconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-void inject(const Fault& fault, const std::string& who) {
-  std::fprintf(stderr, "wb-replay: fault: %s: %s at version %llu, at t=%.3f\n", who.c_str(), fault.kind.c_str(),
-               static_cast<unsigned long long>(fault.version), wall_seconds());
-  std::fflush(stderr);
-  if (fault.kind == "kill") ::raise(SIGKILL);
-  if (fault.kind == "throw") throw std::runtime_error("injected fault: " + who + " threw at version " + std::to_string(fault.version));
-  // stop: a child wakes this process up again; it touches nothing but the clock and one signal.
-  const pid_t parent = ::getpid();
-  const pid_t child = ::fork();
-  if (child == 0) {
-    timespec pause{static_cast<time_t>(fault.seconds), static_cast<long>((fault.seconds - std::floor(fault.seconds)) * 1e9)};
-    while (::nanosleep(&pause, &pause) != 0) {}
-    ::kill(parent, SIGCONT);
-    ::_exit(0);
-  }
-  if (child > 0) {
-    ::raise(SIGSTOP);
-    ::waitpid(child, nullptr, 0);
-  }
-  std::fprintf(stderr, "wb-replay: fault: %s resumed at t=%.3f\n", who.c_str(), wall_seconds());
-  std::fflush(stderr);
-}
-
-// The adapters' timeout (WB_TIMEOUT_SECONDS or --timeout-seconds): wb-replay's own waits end within it too.
-double replay_timeout() {
-  const SettingBase* setting = find_setting("timeout_seconds");
-  const double seconds = setting != nullptr ? std::strtod(setting->value_text().c_str(), nullptr) : 120.0;
-  return seconds > 0 && seconds < 1e9 ? seconds : std::numeric_limits<double>::infinity();
-}
-
-// A non-blocking MPI operation with its buffers; given up on, it is kept (never freed under MPI).
-struct Pending {
-  MPI_Request request = MPI_REQUEST_NULL;
-  std::vector<std::byte> out, in;
-};
-std::vector<std::shared_ptr<Pending>>& kept() {
-  static auto* list = new std::vector<std::shared_ptr<Pending>>;
-  return *list;
-}
-bool finish(const std::shared_ptr<Pending>& op, double timeout) {
-  const double start = wall_seconds();
-  for (int polls = 0;; ++polls) {
-    int done = 0;
-    if (MPI_Test(&op->request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) done = 0;
-    if (done) return true;
-    if (wall_seconds() - start > timeout) {
-      kept().push_back(op);
-      return false;
-    }
-    if (polls > 100) std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-}
-
 // --- the transfers -----------------------------------------------------------------------------------------
 
 // What a worker reports to rank 0 after the transfers.
@@ -315,9 +218,9 @@ WorkerOutcome run_trainer(const Setup& setup, EmulatedWorker& worker, const Work
   for (int k = 1; k <= options.steps; ++k) {
     // The training step: this trainer's parameters become version k.
     const auto v = static_cast<std::uint64_t>(k);
-    if (fault.due(process_rank(), v) && fault.kind == "throw") inject(fault, who);
+    if (fault.due(process_rank(), v) && fault.kind == "throw") inject(fault, "wb-replay", who);
     stored.load(worker, VersionedCheckpoint(*setup.checkpoint, v));
-    if (fault.due(process_rank(), v)) inject(fault, who);
+    if (fault.due(process_rank(), v)) inject(fault, "wb-replay", who);
     sleep_ms(options.step_ms);
     const Status status = sender.send_weights(v);
     if (!status) {
@@ -360,7 +263,7 @@ WorkerOutcome run_rollout(const Setup& setup, EmulatedWorker& worker, const Work
   std::uint64_t installed = 0, aborted = 0;
   const auto hook = [&](std::uint64_t v) {
     ++hook_calls[v];
-    if (fault.due(process_rank(), v)) inject(fault, who);
+    if (fault.due(process_rank(), v)) inject(fault, "wb-replay", who);
     // Still the previous version, complete: nothing of v has reached the parameters yet.
     expect(installed);
     const std::string difference = first_difference(stored.read(), expected.parameters());
@@ -407,13 +310,13 @@ WorkerOutcome run_rollout(const Setup& setup, EmulatedWorker& worker, const Work
              std::to_string(installed) + ": " + difference);
     }
     // Within the adapters' timeout: a rank of the engine that stopped must not hold this one here for good.
-    auto check = std::make_shared<Pending>();
+    auto check = std::make_shared<PendingOp>();
     check->out.resize(16);
     check->in.resize(16);
     const std::int64_t mine[2] = {static_cast<std::int64_t>(installed), -static_cast<std::int64_t>(installed)};
     std::memcpy(check->out.data(), mine, sizeof mine);
     WB_CHECK_MPI(MPI_Iallreduce(check->out.data(), check->in.data(), 2, MPI_INT64_T, MPI_MAX, engine, &check->request));
-    if (!finish(check, timeout)) {
+    if (!complete_within(check, timeout)) {
       note(worker.describe() + ": step " + std::to_string(outcome.steps) + ": the engine's version check did not complete within " +
            std::to_string(timeout) + " s (a rank of the engine stopped serving)");
       break;
@@ -444,8 +347,6 @@ WorkerOutcome run_rollout(const Setup& setup, EmulatedWorker& worker, const Work
 
 // --- the report ------------------------------------------------------------------------------------------
 
-constexpr int kReportTag = 0x7e01, kVerdictTag = 0x7e02;
-
 nlohmann::json outcome_json(const WorkerOutcome& o, const std::string& who, const std::string& error) {
   nlohmann::json stalls = nlohmann::json::array(), history = nlohmann::json::array(), traffic = nlohmann::json::array();
   for (const StallInterval& s : o.stats.stalls) stalls.push_back({s.version, s.begin_seconds, s.end_seconds});
@@ -455,80 +356,9 @@ nlohmann::json outcome_json(const WorkerOutcome& o, const std::string& who, cons
           {"steps", o.steps},  {"bytes_written", o.stats.bytes_written},
           {"staging_bytes", o.stats.staging_bytes}, {"stalls", stalls},
           {"history", history}, {"traffic", traffic},
-          {"machine", machine_id()}, {"failure", error},
+          {"machine", machine_id()}, {"failure", error}, {"failed_at", o.failed_at},
           {"parameters", o.parameters}, {"mixed", o.mixed},
           {"trace", timeline_json(o.stats)}};
-}
-
-// Rank 0 gathers every worker's report, point to point and within `timeout` of starting to: a rank that
-// stopped or died must not hold the others (a collective would).
-std::vector<nlohmann::json> gather_reports(const nlohmann::json& mine, int world, double timeout) {
-  int rank = 0;
-  WB_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-  std::vector<nlohmann::json> reports(static_cast<std::size_t>(world));
-  if (rank != 0) {
-    // Not waited for here: a report larger than an eager message completes only when rank 0 takes it, and
-    // rank 0 may be gone; the verdict (exchange_verdict) is what a rank waits for.
-    auto op = std::make_shared<Pending>();
-    const std::string text = mine.dump();
-    op->out.assign(reinterpret_cast<const std::byte*>(text.data()), reinterpret_cast<const std::byte*>(text.data()) + text.size());
-    WB_CHECK_MPI(MPI_Isend(op->out.data(), static_cast<int>(op->out.size()), MPI_BYTE, 0, kReportTag, MPI_COMM_WORLD, &op->request));
-    kept().push_back(op);
-    return reports;
-  }
-  reports[0] = mine;
-  int missing = world - 1;
-  const double start = wall_seconds();
-  while (missing > 0 && wall_seconds() - start <= timeout) {
-    int found = 0;
-    MPI_Message message = MPI_MESSAGE_NULL;
-    MPI_Status probe;
-    WB_CHECK_MPI(MPI_Improbe(MPI_ANY_SOURCE, kReportTag, MPI_COMM_WORLD, &found, &message, &probe));
-    if (!found) {
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-      continue;
-    }
-    int count = 0;
-    WB_CHECK_MPI(MPI_Get_count(&probe, MPI_BYTE, &count));
-    std::string text(static_cast<std::size_t>(count), '\0');
-    WB_CHECK_MPI(MPI_Mrecv(text.data(), count, MPI_BYTE, &message, MPI_STATUS_IGNORE));
-    reports[static_cast<std::size_t>(probe.MPI_SOURCE)] = nlohmann::json::parse(text);
-    --missing;
-  }
-  return reports;
-}
-
-// Rank 0's verdict to every rank: the exit code, and whether to call MPI_Finalize. That is only after a run
-// that succeeded on every rank, so that after any failure no rank calls it: MPI_Finalize waits for every
-// process of the job (Open MPI 4.1: a PMIx fence), and under a launcher that does not tear the job down its
-// fence does not end, in most runs, once another process exited without it -- which a rank that failed, or
-// missed this verdict, does. Whether a rank got the verdict cannot itself be agreed on in bounded time:
-// a failure anywhere makes every rank skip MPI_Finalize whatever it heard, and the rare rank that misses the
-// verdict of a run that succeeded is what the bounded finalize in main() is for.
-std::pair<int, bool> exchange_verdict(int exit_code, bool everyone, int world, double timeout) {
-  int rank = 0;
-  WB_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-  if (rank == 0) {
-    const bool finalize = everyone && exit_code == 0;
-    std::vector<std::shared_ptr<Pending>> sends;
-    for (int r = 1; r < world; ++r) {
-      auto op = std::make_shared<Pending>();
-      const int verdict[2] = {exit_code, finalize ? 1 : 0};
-      op->out.resize(sizeof verdict);
-      std::memcpy(op->out.data(), verdict, sizeof verdict);
-      WB_CHECK_MPI(MPI_Isend(op->out.data(), 2, MPI_INT, r, kVerdictTag, MPI_COMM_WORLD, &op->request));
-      sends.push_back(op);
-    }
-    for (const auto& op : sends) (void)finish(op, finalize ? timeout : 0.1);
-    return {exit_code, finalize};
-  }
-  auto op = std::make_shared<Pending>();
-  op->in.resize(2 * sizeof(int));
-  WB_CHECK_MPI(MPI_Irecv(op->in.data(), 2, MPI_INT, 0, kVerdictTag, MPI_COMM_WORLD, &op->request));
-  if (!finish(op, timeout)) return {1, false};
-  int verdict[2];
-  std::memcpy(verdict, op->in.data(), sizeof verdict);
-  return {exit_code != 0 ? exit_code : verdict[0], exit_code == 0 && verdict[0] == 0 && verdict[1] != 0};
 }
 
 // Returns the exit code; `ending` says whether to call MPI_Finalize and within what time.
@@ -540,7 +370,7 @@ int run(int argc, char** argv, Ending& ending) {
   if (!parse_options(argc, argv, options, rank)) return 0;
   const Mode mode = parse_sync_mode(options.mode, "--mode");
   const Fault fault = Fault::parse(options.fault);
-  const double timeout = replay_timeout();
+  const double timeout = job_timeout();
   ending.timeout = timeout;
   log_effective_settings();
 
@@ -558,11 +388,7 @@ int run(int argc, char** argv, Ending& ending) {
 
   const bool trainer = deployment.is_trainer(rank);
   const int engine = trainer ? -1 : (rank - deployment.trainer.world_size()) / deployment.rollout.tp;
-  // Named as the library names workers in its messages.
-  const std::string who = (trainer ? "trainer " + std::to_string(rank)
-                                   : "engine " + std::to_string(engine) + " worker " +
-                                         std::to_string((rank - deployment.trainer.world_size()) % deployment.rollout.tp)) +
-                          " (world rank " + std::to_string(rank) + ")";
+  const std::string who = deployment.worker_name(rank);  // as the library names workers in its messages
   ending.who = who;
   std::unique_ptr<EmulatedWorker> worker = make_worker(setup.model, deployment, rank);
   const WorkerParameters params(worker->parameter_infos(), parse_parameter_place(options.device), default_cuda_device());
@@ -591,9 +417,10 @@ int run(int argc, char** argv, Ending& ending) {
   const double transfer_seconds = seconds_since(transfer_start);
 
   // Rank 0 gathers every worker's outcome, stall intervals, transfers and traffic.
-  const std::vector<nlohmann::json> reports = gather_reports(outcome_json(outcome, who, outcome.failure), world, timeout);
+  const std::vector<nlohmann::json> reports = gather_reports(outcome_json(outcome, who, outcome.failure), timeout);
   int exit_code = outcome.failure.empty() ? 0 : 1;
   bool everyone = true;
+  std::string first_failed;  // rank 0: the first failure, for the verdict
   if (rank == 0) {
     std::map<std::uint64_t, std::pair<double, double>> span;    // per version: first begin, last end
     std::map<std::uint64_t, double> total_stall;
@@ -669,6 +496,9 @@ int run(int argc, char** argv, Ending& ending) {
       }
     }
     exit_code = verified ? 0 : 1;
+    first_failed = first_failure(reports, timeout);
+    if (first_failed.empty() && !failed.empty())
+      first_failed = "world rank " + std::to_string(failed[0]["rank"].get<int>()) + ": " + failed[0]["error"].get<std::string>();
     {
       const double sent = static_cast<double>(std::max<std::size_t>(whole, 1));
       for (const std::string& line : network.table) std::printf("%s\n", line.c_str());
@@ -719,20 +549,20 @@ int run(int argc, char** argv, Ending& ending) {
       if (!out) throw Error(ErrorCode::kSystem, "cannot write " + options.json);
     }
   }
-  const auto [code, finalize] = exchange_verdict(exit_code, everyone, world, timeout);
-  ending.finalize = finalize;
-  if (code != 0 || !outcome.failure.empty()) {
-    // One line per rank that does not succeed, for whoever reads the job's output (and the fault tests).
-    std::fprintf(stderr, "wb-replay: exit: %s exits with %d at t=%.3f (failed at t=%.3f): %s%s\n", who.c_str(),
-                 code != 0 ? code : 1, wall_seconds(), outcome.failed_at,
-                 outcome.failure.empty() ? "another rank failed" : outcome.failure.c_str(),
-                 outcome.parameters.empty() ? ""
-                                            : ("; parameters: " + outcome.parameters +
-                                               (outcome.reported_intact ? " (reported intact)" : " (reported not intact)"))
-                                                  .c_str());
-    std::fflush(stderr);
+  const Verdict verdict = exchange_verdict(exit_code, everyone, first_failed, timeout);
+  ending.finalize = verdict.finalize;
+  const int code = verdict.exit_code != 0 ? verdict.exit_code : (outcome.failure.empty() ? 0 : 1);
+  if (code != 0) {
+    const std::string own = trainer ? "sent all " + std::to_string(options.steps) + " versions"
+                                    : "verified " + std::to_string(outcome.verified_versions) + " of " +
+                                          std::to_string(options.steps) + " versions";
+    print_exit_line(ending, code, outcome.failed_at,
+                    (outcome.failure.empty() ? verdict_text(verdict, timeout, own) : outcome.failure) +
+                        (outcome.parameters.empty() ? ""
+                                                    : "; parameters: " + outcome.parameters +
+                                                          (outcome.reported_intact ? " (reported intact)" : " (reported not intact)")));
   }
-  return code != 0 ? code : (outcome.failure.empty() ? 0 : 1);
+  return code;
 }
 
 }  // namespace

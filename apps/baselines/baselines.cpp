@@ -138,6 +138,12 @@ struct Baselines::State {
   void setup_p2p(const std::vector<SourceMap>& maps);
   void gather(std::size_t b, BaselineUpdate& update);
   void load_from(const BoxReader& reader);
+  /// Every rank at the start of an update, within the timeout (throws wb::Error naming `what` past it).
+  void start_together(const std::string& what) {
+    MPI_Request request;
+    WB_CHECK_MPI(MPI_Ibarrier(world, &request));
+    wait_for(request, options.timeout_seconds, who() + ": " + what);
+  }
 };
 
 Baselines::Baselines(MPI_Comm world, bool trainer, std::vector<TensorInfo> tensors, const ParameterSet& params,
@@ -403,7 +409,7 @@ void Baselines::State::load_from(const BoxReader& reader) {
 BaselineUpdate Baselines::broadcast() {
   State& s = *s_;
   BaselineUpdate update;
-  WB_CHECK_MPI(MPI_Barrier(s.world));
+  s.start_together("the start of the broadcast update");
   update.begin = s.clock->now();
   for (std::size_t b = 0; b < s.buckets.size(); ++b) {
     s.gather(b, update);
@@ -433,7 +439,7 @@ BaselineUpdate Baselines::broadcast() {
 BaselineUpdate Baselines::p2p() {
   State& s = *s_;
   BaselineUpdate update;
-  WB_CHECK_MPI(MPI_Barrier(s.world));
+  s.start_together("the start of the P2P update");
   update.begin = s.clock->now();
   for (std::size_t b = 0; b < s.buckets.size(); ++b) s.gather(b, update);
   const auto deadline = [&] { return std::chrono::steady_clock::now() + std::chrono::duration<double>(s.options.timeout_seconds); };

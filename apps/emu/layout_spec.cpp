@@ -143,4 +143,12 @@ std::vector<Side> Deployment::sides() const {
   return out;
 }
 
+std::string Deployment::worker_name(int world_rank) const {
+  const int trainers = trainer.world_size();
+  const std::string role = is_trainer(world_rank) ? "trainer " + std::to_string(world_rank)
+                                                  : "engine " + std::to_string((world_rank - trainers) / rollout.tp) + " worker " +
+                                                        std::to_string((world_rank - trainers) % rollout.tp);
+  return role + " (world rank " + std::to_string(world_rank) + ")";
+}
+
 }  // namespace wb::emu

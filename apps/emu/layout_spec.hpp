@@ -52,6 +52,9 @@ struct Deployment {
   int node_of(int world_rank) const { return world_rank / gpus_per_node; }
   /// The side of every world rank, as the planner takes them.
   std::vector<Side> sides() const;
+  /// The worker as the library names it in its messages: "trainer 1 (world rank 1)", "engine 1 worker 0
+  /// (world rank 4)".
+  std::string worker_name(int world_rank) const;
 };
 
 }  // namespace wb::emu

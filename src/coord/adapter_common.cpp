@@ -78,6 +78,9 @@ AdapterBase::AdapterBase(MPI_Comm world_comm, MPI_Comm group_comm_in, bool train
 
 AdapterBase::~AdapterBase() {
   thread.join();  // a background transfer still uses the executor
+  // After a failure the executor's teardown waits for its peers no longer than after a failed update: the
+  // failure may have come from elsewhere (a peer that gave up, a control message), not from its own update.
+  if (connection && connection->executor && !failure.is_ok()) connection->executor->note_peer_failure();
   connection.reset();
   // The communicators are not freed: Open MPI hands a freed context id to the next communicator, and a
   // message still in flight for this one (a failed update leaves some: a shutdown request, an

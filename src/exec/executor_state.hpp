@@ -69,6 +69,7 @@ struct RoundExecutor::State {
   std::int64_t idle_sleep_us = 0;   // the setting, read once
   bool collective_teardown = false;  // some rank of the plan has CUDA parameters (round_executor.hpp)
   bool failed = false;               // an update returned an error
+  bool peers_failed = false;         // the caller gave up on the job (note_peer_failure): teardown as after a failure
 
   // Members are destroyed in reverse order: the transports (which registered the buffers and imported the
   // peers' memory) go first, then the engine (its stream and programs), then the buffers.

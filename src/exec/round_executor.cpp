@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <map>
 #include <string>
 #include <thread>
@@ -24,17 +25,40 @@ namespace {
 // How long a teardown waits for the peers once an update of this executor failed (they may be gone).
 constexpr double kFailedTeardownSeconds = 10;
 
-// Waits until every rank of `comm` reached this point, or `seconds` passed. False on the timeout (or an
+using Clock = std::chrono::steady_clock;
+using Deadline = std::chrono::time_point<Clock, std::chrono::duration<double>>;  // infinite: no deadline
+
+Deadline deadline_in(double seconds) {
+  return std::chrono::time_point_cast<std::chrono::duration<double>>(Clock::now()) + std::chrono::duration<double>(seconds);
+}
+
+// Waits until every request in `requests` completed, or `deadline` passed. False on the deadline (or an MPI
+// error): then some are still pending, and MPI may still read their buffers.
+bool all_complete(std::vector<MPI_Request>& requests, Deadline deadline) noexcept {
+  for (;;) {
+    bool pending = false;
+    for (MPI_Request& request : requests) {
+      if (request == MPI_REQUEST_NULL) continue;
+      int done = 0;
+      if (MPI_Test(&request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return false;
+      pending = pending || !done;
+    }
+    if (!pending) return true;
+    if (Clock::now() > deadline) return false;  // the requests stay pending: MPI owns them
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+// Waits until every rank of `comm` reached this point, or `deadline` passed. False on the deadline (or an
 // MPI error): then some peer may still hold what this rank is about to release.
-bool all_ranks_reach(MPI_Comm comm, double seconds) noexcept {
+bool all_ranks_reach(MPI_Comm comm, Deadline deadline) noexcept {
   MPI_Request request = MPI_REQUEST_NULL;
   if (MPI_Ibarrier(comm, &request) != MPI_SUCCESS) return false;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
   for (;;) {
     int done = 0;
     if (MPI_Test(&request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return false;
     if (done) return true;
-    if (std::chrono::steady_clock::now() > deadline) return false;  // the request stays pending: MPI owns it
+    if (Clock::now() > deadline) return false;  // the request stays pending: MPI owns it
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
 }
@@ -208,9 +232,21 @@ RoundExecutor::RoundExecutor(RoundSchedule schedule, ParameterMemory parameters,
 RoundExecutor::~RoundExecutor() {
   if (!state_) return;
   State& s = *state_;
-  // Grants are eager 8-byte messages: their sends complete whether or not anyone receives them.
-  for (MPI_Request& request : s.grant_requests)
-    if (request != MPI_REQUEST_NULL) MPI_Wait(&request, MPI_STATUS_IGNORE);
+  // Every wait of the teardown shares one deadline: the timeout after updates that succeeded (as long as
+  // the peers take to get here), at most kFailedTeardownSeconds once an update failed (the peers may be
+  // stopped or gone).
+  const bool failed = s.failed || s.peers_failed;
+  const double seconds = failed ? std::min(s.options.timeout_seconds, kFailedTeardownSeconds) : s.options.timeout_seconds;
+  const Deadline deadline = deadline_in(seconds);
+  // Grants are eager 8-byte messages: their sends complete whether or not anyone receives them, unless the
+  // transport to a peer that stopped is full. Those still pending at the deadline keep their buffers for
+  // the rest of the process (a small, deliberate leak), since MPI may still read them.
+  if (!all_complete(s.grant_requests, deadline)) {
+    WB_LOG(kWarn) << "rank " << s.rank << ": grants to peers did not complete within " << seconds
+                  << " s; their buffers are kept";
+    static auto* kept = new std::vector<std::unique_ptr<std::deque<std::uint64_t>>>;  // never destroyed
+    kept->push_back(std::make_unique<std::deque<std::uint64_t>>(std::move(s.grant_buffers)));  // the elements stay put
+  }
   if (s.collective_teardown) {
     // No exported memory freed while a peer has it open (CUDA IPC: undefined behaviour): this rank's own
     // kernels and writes end, its transports close what it imported, and only once every rank got that
@@ -218,8 +254,7 @@ RoundExecutor::~RoundExecutor() {
     // device buffers allocated.
     if (s.engine) s.engine->synchronize();
     s.transports.clear();
-    const double seconds = s.failed ? std::min(s.options.timeout_seconds, kFailedTeardownSeconds) : s.options.timeout_seconds;
-    if (!all_ranks_reach(s.comm, seconds)) {
+    if (!all_ranks_reach(s.comm, deadline)) {
       WB_LOG(kWarn) << "rank " << s.rank << ": not every peer closed its CUDA IPC imports within " << seconds
                     << " s; the transfer buffers stay allocated";
       if (s.buffers.send) s.buffers.send->abandon();
@@ -230,6 +265,8 @@ RoundExecutor::~RoundExecutor() {
   // Not freed: a freed context id goes to the next communicator, and a grant still in flight after a failed
   // update would then credit that communicator's executor with a slot it never released.
 }
+
+void RoundExecutor::note_peer_failure() { state_->peers_failed = true; }
 
 void* RoundExecutor::completion_event() const { return state_->engine->completion_event(); }
 const ExecutorStats& RoundExecutor::stats() const { return state_->stats; }

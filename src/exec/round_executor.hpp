@@ -129,9 +129,11 @@ class RoundExecutor {
   /// transport that cannot run, or a peer that does not answer within the timeout; for CUDA parameters,
   /// on a parameter that is not device memory of the stated device inside one allocation.
   ///
-  /// Destruction is collective too where any rank has CUDA parameters: every rank closes what it imported
-  /// from its peers, and only when all have (or after the timeout, 10 s at most once an update failed)
-  /// frees its own buffers; device memory no peer confirmed closing is left allocated.
+  /// Destruction waits for the grants this rank sent to complete and, where any rank has CUDA parameters,
+  /// is collective: every rank closes what it imported from its peers, and only when all have frees its
+  /// own buffers (device memory no peer confirmed closing is left allocated; grant buffers still in flight
+  /// are kept). Both waits share one deadline: the timeout, 10 s at most once an update failed or
+  /// note_peer_failure() was called.
   RoundExecutor(RoundSchedule schedule, ParameterMemory parameters, MPI_Comm comm, ExecutorOptions options = {});
   ~RoundExecutor();
   RoundExecutor(const RoundExecutor&) = delete;
@@ -147,6 +149,10 @@ class RoundExecutor {
   /// for the caller's streams to wait on (cudaStreamWaitEvent) instead of synchronizing the device. Null
   /// for host parameters.
   void* completion_event() const;
+
+  /// The caller gave up on the job outside this executor (a peer failed or left between updates): the
+  /// destructor then waits for the peers only as long as after a failed update.
+  void note_peer_failure();
 
   const ExecutorStats& stats() const;
   /// options.trace: the spans recorded since the last call, moved out (so a long traced run is not copied

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""One fault-injection run of wb-replay, and the checks DESIGN.md's property 7 asks of it.
+"""One fault-injection run of wb-replay (--replay) or wb-bench (--bench), and the checks DESIGN.md's property 7
+asks of it.
 
 6 ranks: trainers tp=2 (world ranks 0, 1), two rollout engines of two workers (2, 3 and 4, 5). At version 2
 the victim (trainer 1, or engine 1 worker 0, the engine's leader) stops past the timeout and resumes, kills
-itself, or throws (a trainer from its own training step, a rollout from before_update_hook). Checked, from
-the line every rank prints when it exits non-zero (wb-replay: exit: ...):
+itself, or throws (a trainer from its own training step, a rollout from before_update_hook). wb-bench runs
+WeightBridge alone in that mode, one warm-up update and two measured ones (versions 1, 2, 3). Checked, from
+the line every rank prints when it exits non-zero (wb-replay: exit: ..., wb-bench: exit: ...):
   - bounded: every rank's adapter fails within 2 timeouts (+ slack) of the fault and every rank exits within
     3 timeouts (+ slack); a stopped victim, from its resume; mpirun itself ends within the same bound;
   - named: every rank's message names the victim by world rank and role;
@@ -28,9 +30,9 @@ import time
 TRAINER_VICTIM, ROLLOUT_VICTIM = 1, 4
 ROLES = {0: "trainer 0", 1: "trainer 1", 2: "engine 0 worker 0", 3: "engine 0 worker 1", 4: "engine 1 worker 0",
          5: "engine 1 worker 1"}
-EXIT = re.compile(r"wb-replay: exit: ([^(]*) \(world rank (\d+)\) exits with (\d+) at t=([\d.]+) \(failed at t=([\d.]+)\): (.*)")
-FAULT = re.compile(r"wb-replay: fault: [^(]* \(world rank (\d+)\): (\w+) at version (\d+), at t=([\d.]+)")
-RESUMED = re.compile(r"wb-replay: fault: [^(]* \(world rank (\d+)\) resumed at t=([\d.]+)")
+EXIT = re.compile(r"wb-(?:replay|bench): exit: ([^(]*) \(world rank (\d+)\) exits with (\d+) at t=([\d.]+) \(failed at t=([\d.]+)\): (.*)")
+FAULT = re.compile(r"wb-(?:replay|bench): fault: [^(]* \(world rank (\d+)\): (\w+) at version (\d+), at t=([\d.]+)")
+RESUMED = re.compile(r"wb-(?:replay|bench): fault: [^(]* \(world rank (\d+)\) resumed at t=([\d.]+)")
 PARAMETERS = re.compile(r"; parameters: (version (\d+)|a mix of versions [\d and]+) \(reported (intact|not intact)\)$")
 
 
@@ -85,7 +87,9 @@ def dump_stacks(pid):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--mpiexec", required=True)
-    ap.add_argument("--replay", required=True)
+    program = ap.add_mutually_exclusive_group(required=True)
+    program.add_argument("--replay", help="wb-replay to run")
+    program.add_argument("--bench", help="wb-bench to run (--methods weightbridge, the one mode)")
     ap.add_argument("--mode", required=True, choices=["sync", "sender-staged", "receiver-staged", "async"])
     ap.add_argument("--victim", required=True, choices=["trainer", "rollout"])
     ap.add_argument("--kind", required=True, choices=["stop", "kill", "throw"])
@@ -102,9 +106,13 @@ def main():
     launcher = [args.mpiexec, "-np", "6"]
     if not args.teardown:
         launcher += ["--enable-recovery", "--mca", "orte_abort_on_non_zero_status", "0"]
-    command = launcher + [args.replay, "--model", "qwen3-30b-a3b", "--scale", "tiny", "--trainer", "tp=2",
-                          "--rollout", "engines=2,tp=2", "--gpus-per-node", "2", "--mode", args.mode, "--steps", "3",
-                          "--step-ms", "1", "--fault", fault]
+    layout = ["--model", "qwen3-30b-a3b", "--scale", "tiny", "--trainer", "tp=2", "--rollout", "engines=2,tp=2",
+              "--gpus-per-node", "2"]
+    if args.replay:
+        command = launcher + [args.replay] + layout + ["--mode", args.mode, "--steps", "3", "--step-ms", "1", "--fault", fault]
+    else:
+        command = launcher + [args.bench] + layout + ["--modes", args.mode, "--methods", "weightbridge", "--warmup", "1",
+                                                      "--reps", "2", "--fault", fault]
     env = dict(os.environ, WB_TIMEOUT_SECONDS=str(timeout))
     env.setdefault("OMPI_MCA_rmaps_base_oversubscribe", "1")
     print("run_fault: " + " ".join(command), flush=True)
@@ -138,7 +146,7 @@ def main():
     resumed = [m for m in map(RESUMED.search, output.splitlines()) if m]
     exits = {int(m.group(2)): m for m in map(EXIT.search, output.splitlines()) if m}
     for line in output.splitlines():
-        if line.startswith("wb-replay: fault") or line.startswith("wb-replay: exit"):
+        if re.match(r"wb-(replay|bench): (fault|exit)", line):
             print(line[:600])
     if not faults:
         print(output[-4000:])
@@ -162,9 +170,11 @@ def main():
             problems.append("no exit line from world ranks %s (they did not fail, or did not end)" % sorted(missing))
         victim_name = re.compile(r"%s \(world rank %d\)" % (re.escape(ROLES[victim]), victim))
         engines = {}
+        latest = 0.0  # the last exit after its origin (the fault, or the victim's resume)
         for rank, m in sorted(exits.items()):
             code, exit_at, failed_at, message = int(m.group(3)), float(m.group(4)), float(m.group(5)), m.group(6)
             origin = resume_at if (rank == victim and resume_at is not None) else fault_at
+            latest = max(latest, exit_at - origin)
             if code == 0:
                 problems.append("world rank %d exited 0" % rank)
             if failed_at > 0 and failed_at - origin > 2 * timeout + args.slack:
@@ -193,9 +203,12 @@ def main():
                 problems.append("the workers of engine %d hold versions %s: one engine, two versions" % (engine, sorted(versions)))
         if ended - (resume_at or fault_at) > 3 * timeout + args.slack + 5:
             problems.append("mpirun ended %.1f s after the fault" % (ended - fault_at))
+        print("run_fault: the last rank exited %.1f s after the fault (%.2f timeouts; bound 3 timeouts + %g s); mpirun "
+              "ended %.1f s after the %s" % (latest, latest / timeout, args.slack, ended - (resume_at or fault_at),
+                                            "resume" if resume_at else "fault"))
     for problem in problems:
         print("run_fault: " + problem)
-    print("run_fault: %s %s %s%s: %s in %.1f s" % (args.mode, args.victim, args.kind, " (launcher tears down)" if args.teardown else "",
+    print("run_fault: %s%s %s %s%s: %s in %.1f s" % ("wb-bench " if args.bench else "", args.mode, args.victim, args.kind, " (launcher tears down)" if args.teardown else "",
                                                  "FAILED" if problems else "OK", ended - started))
     return 1 if problems else 0
 

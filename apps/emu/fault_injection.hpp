@@ -1,0 +1,31 @@
+// Faults on purpose, for the fault-injection tests (tests/faults/): --fault KIND,rank=R,version=K[,seconds=S]
+// makes world rank R, at version K, stop for S seconds (SIGSTOP; a child process sends SIGCONT), kill
+// itself (SIGKILL) or throw. Where the programs call inject() is theirs to say (wb-replay, wb-bench).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace wb::emu {
+
+/// The help text of the --fault option, the same in every program that takes it.
+inline constexpr const char* kFaultOptionHelp =
+    "For fault-injection tests: KIND,rank=R,version=K[,seconds=S] makes world rank R stop for S seconds (KIND stop), "
+    "kill itself (kill) or throw (throw) at version K: a trainer in its training step, a rollout in before_update_hook.";
+
+struct Fault {
+  std::string kind;  // "" (none), stop, kill, throw
+  int rank = -1;
+  std::uint64_t version = 0;
+  double seconds = 0;
+
+  /// "" is no fault; anything else that is not KIND,rank=R,version=K[,seconds=S] throws wb::Error.
+  static Fault parse(const std::string& text);
+  bool due(int world_rank, std::uint64_t v) const { return !kind.empty() && world_rank == rank && v == version; }
+};
+
+/// Does `fault` now, after the line "PROGRAM: fault: WHO: KIND at version K, at t=T" (and, after a stop,
+/// "PROGRAM: fault: WHO resumed at t=T"); `throw` throws std::runtime_error.
+void inject(const Fault& fault, const std::string& program, const std::string& who);
+
+}  // namespace wb::emu

@@ -1,0 +1,67 @@
+// What wb-replay and wb-bench say when they end after a failure (emu/bounded_exit), the faults the tests
+// inject (emu/fault_injection), and how a rank is named. The MPI side runs in the fault suite (tests/faults).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "emu/bounded_exit.hpp"
+#include "emu/fault_injection.hpp"
+#include "emu/layout_spec.hpp"
+#include "weightbridge/status.hpp"
+
+namespace wb::emu {
+namespace {
+
+TEST(BoundedExit, FirstFailureIsTheEarliestReportedOne) {
+  std::vector<nlohmann::json> reports(4);
+  reports[0] = {{"failure", ""}, {"failed_at", 0.0}};
+  reports[1] = {{"failure", "trainer 1 gave up later"}, {"failed_at", 20.0}};
+  reports[2] = {{"failure", "engine 0 worker 0 saw engine 1 worker 0 stop"}, {"failed_at", 10.0}};
+  EXPECT_EQ(first_failure(reports, 3), "world rank 2: engine 0 worker 0 saw engine 1 worker 0 stop");
+  reports[1]["failure"] = "";
+  reports[2]["failure"] = "";
+  EXPECT_EQ(first_failure(reports, 3), "world rank 3 did not report within 3 s (stopped or dead)");
+  reports[3] = {{"failure", ""}};
+  EXPECT_EQ(first_failure(reports, 3), "");
+}
+
+TEST(BoundedExit, AVerdictNotHeardSaysSoAndWhatThisRankDid) {
+  Verdict missed;
+  missed.heard = false;
+  const std::string text = verdict_text(missed, 3, "verified 3 of 3 versions");
+  EXPECT_NE(text.find("did not hear rank 0's verdict within 3 s"), std::string::npos) << text;
+  EXPECT_NE(text.find("own part succeeded (verified 3 of 3 versions)"), std::string::npos) << text;
+  EXPECT_EQ(text.find("another rank failed"), std::string::npos) << text;
+
+  Verdict failed;
+  failed.failure = "world rank 4: engine 1 worker 0 (world rank 4) stopped";
+  const std::string heard = verdict_text(failed, 3, "sent all 3 versions");
+  EXPECT_NE(heard.find("the run failed: world rank 4: engine 1 worker 0 (world rank 4) stopped"), std::string::npos) << heard;
+}
+
+TEST(FaultInjection, ParsesAndRefuses) {
+  const Fault none = Fault::parse("");
+  EXPECT_FALSE(none.due(0, 1));
+  const Fault stop = Fault::parse("stop,rank=4,version=2,seconds=7.5");
+  EXPECT_EQ(stop.kind, "stop");
+  EXPECT_TRUE(stop.due(4, 2));
+  EXPECT_FALSE(stop.due(4, 3));
+  EXPECT_FALSE(stop.due(3, 2));
+  EXPECT_DOUBLE_EQ(stop.seconds, 7.5);
+  for (const char* bad : {"pause,rank=1,version=2", "stop,rank=1,version=2", "kill,rank=x,version=2", "kill,rank=1",
+                          "kill,rank=1,version=2,colour=red"})
+    EXPECT_THROW(Fault::parse(bad), Error) << bad;
+}
+
+TEST(Deployment, NamesWorkersAsTheLibraryDoes) {
+  Deployment deployment;
+  deployment.trainer = TrainerSpec::parse("tp=2");
+  deployment.rollout = RolloutSpec::parse("engines=2,tp=2");
+  EXPECT_EQ(deployment.worker_name(1), "trainer 1 (world rank 1)");
+  EXPECT_EQ(deployment.worker_name(4), "engine 1 worker 0 (world rank 4)");
+  EXPECT_EQ(deployment.worker_name(3), "engine 0 worker 1 (world rank 3)");
+}
+
+}  // namespace
+}  // namespace wb::emu
