@@ -9,8 +9,10 @@ namespace wb {
 class JobClock {
  public:
   /// Collective over `world`: measures this rank's offset to rank 0 (the ping-pong with the shortest round
-  /// trip of a few). Throws wb::Error when rank 0 does not answer within `timeout_seconds`.
-  explicit JobClock(MPI_Comm world, double timeout_seconds = 120);
+  /// trip of a few). Throws wb::Error when rank 0 does not answer within `timeout_seconds` (0 or infinite:
+  /// no deadline), or within the adapters' timeout (WB_TIMEOUT_SECONDS) when none is given.
+  explicit JobClock(MPI_Comm world);
+  JobClock(MPI_Comm world, double timeout_seconds);
   /// Seconds on world rank 0's steady clock.
   double now() const;
   double offset() const { return offset_; }

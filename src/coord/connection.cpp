@@ -32,12 +32,6 @@ Setting<bool> sender_staging_setting("sender_staging", false,
                                      "while the transfer runs in the background.");
 Setting<bool> receiver_staging_setting("receiver_staging", false,
                                        "Rollouts: receive into host staging while generating, install at one step.");
-Setting<bool> verify_setting("verify", false,
-                             "Check every update end to end: digests of what each writer sends, per planned segment, "
-                             "against what each receiver installs; a mismatch fails the update naming the parameter.");
-Setting<bool> timeline_setting("timeline", false,
-                            "Record every update's timeline per worker (pack, write, credit wait, forward, assemble "
-                            "per round) into AdapterStats::trace; wb-replay and wb-bench write it with --trace.");
 Setting<std::int64_t> node_setting("node", -1,
                                    "This worker's node for the planner; -1: its machine (trainers and rollouts "
                                    "of one machine count as different nodes).",
@@ -163,8 +157,8 @@ ResolvedOptions resolve_options(const AdapterOptions& options) {
   ResolvedOptions resolved;
   resolved.sender_staging = options.sender_staging.value_or(*sender_staging_setting);
   resolved.receiver_staging = options.receiver_staging.value_or(*receiver_staging_setting);
-  resolved.verify = options.verify.value_or(*verify_setting);
-  resolved.trace = options.trace.value_or(*timeline_setting);
+  resolved.verify = options.verify.value_or(exec::verify_setting_value());
+  resolved.trace = options.trace.value_or(exec::timeline_setting_value());
   const PlanOptions planned = plan_options_from_settings();
   resolved.buffer_bytes = options.buffer_bytes.value_or(planned.buffer_bytes_per_worker);
   resolved.pipeline_depth = options.pipeline_depth.value_or(planned.pipeline_depth);

@@ -40,17 +40,6 @@ using Clock = std::chrono::steady_clock;
 // The trace's time base: the steady clock in seconds, as the coordinator's local_seconds().
 double seconds_now() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
 
-Setting<std::int64_t> idle_sleep_us_setting(
-    "idle_sleep_us", 100,
-    "Longest sleep of an update's progress loop once nothing has moved for a while, microseconds (0: only "
-    "yield). Idle ranks then leave the cores to those that work: the peers they wait for on an oversubscribed "
-    "machine, and the kernel's network stack with TCP providers.",
-    0, 100000);
-Setting<double> timeout_seconds_setting("timeout_seconds", 120.0,
-                                        "Deadline of every wait of the coordinator and the executor, in seconds (0 or "
-                                        "inf: none).",
-                                        0.0, std::numeric_limits<double>::infinity());
-
 constexpr int kGrantTag = 0x5743;  // "you may write round g into my slot"
 constexpr std::uint32_t kRoundBits = 24;
 constexpr std::uint64_t kRelayToken = std::uint64_t{1} << 63;  // completion token of a lag 1 post: round | this
@@ -336,13 +325,6 @@ WaitState RoundExecutor::State::wait_state(std::uint64_t g) {
   return state;
 }
 
-namespace exec {
-std::int64_t idle_sleep_setting() {
-  return *idle_sleep_us_setting;  // its range is checked as it is read
-}
-double timeout_setting() { return *timeout_seconds_setting; }
-double default_timeout_seconds() { return timeout_seconds_setting.default_value(); }
-}  // namespace exec
 
 Status RoundExecutor::run_update(const DeviceOrdering& after) {
   State& s = *state_;

@@ -57,10 +57,17 @@ struct DeviceOrdering {
 using WaitState = std::pair<std::string, std::vector<int>>;
 
 namespace exec {
-/// The timeout_seconds setting (WB_TIMEOUT_SECONDS / --timeout-seconds), declared here because the executor's
-/// waits are the innermost ones: its value (0 or infinite: no deadline) and its declared default.
+/// The executor's settings (exec/executor_settings.cpp): each one's value (environment or flag) and its
+/// declared default, which ExecutorOptions and the coordinator's options start from.
+/// timeout_seconds (WB_TIMEOUT_SECONDS / --timeout-seconds; 0 or infinite: no deadline), declared here because
+/// the executor's waits are the innermost ones.
 double timeout_setting();
 double default_timeout_seconds();
+/// verify (WB_VERIFY) and timeline (WB_TIMELINE).
+bool verify_setting_value();
+bool default_verify();
+bool timeline_setting_value();
+bool default_timeline();
 }  // namespace exec
 
 struct ExecutorOptions {
@@ -69,7 +76,7 @@ struct ExecutorOptions {
   std::string transport;         // forces the transport of every pair (an adapter's option); empty: WB_TRANSPORT
   /// Check every update end to end (exec/verify.hpp): digests of the segments each writer sent, compared
   /// with what each receiver assembles. Host buffers only.
-  bool verify = false;
+  bool verify = exec::default_verify();
   /// Called at the start of an update and about every millisecond while it waits; a non-ok status ends the
   /// update with it (the coordinator's way to stop at once when a peer gave up). `waiting`, when given,
   /// says what the update waits for (for a peer that asks).
@@ -82,7 +89,7 @@ struct ExecutorOptions {
   /// Names an element of a parameter in messages ("model.norm.weight[12]"); "parameter P element E" if empty.
   std::function<std::string(std::uint32_t parameter, std::int64_t element)> describe_element;
   /// Record ExecutorStats::trace: pack, write, credit-wait, forward and assemble spans per round.
-  bool trace = false;
+  bool trace = exec::default_timeline();
 };
 
 /// One interval of a rank's timeline (ExecutorOptions::trace), in seconds of the steady clock.

@@ -54,6 +54,8 @@ TEST(SettingDefaults, OptionStructsStartFromTheDeclaredDefaults) {
   EXPECT_EQ(topology.message_latency, network.message_latency);
 
   EXPECT_EQ(ExecutorOptions{}.timeout_seconds, declared_default("timeout_seconds"));
+  EXPECT_EQ(ExecutorOptions{}.verify, find_setting("verify")->default_text() == "true");
+  EXPECT_EQ(ExecutorOptions{}.trace, find_setting("timeline")->default_text() == "true");
   EXPECT_EQ(coord::ResolvedOptions{}.timeout_seconds, declared_default("timeout_seconds"));
   EXPECT_EQ(coord::ResolvedOptions{}.pipeline_depth, plan.pipeline_depth);
 }
