@@ -128,6 +128,130 @@ std::optional<RelayForest> hub_forest(int k, int trees, std::span<const ColumnSp
   return forest;
 }
 
+// Two levels, laid out on a tape of child slots. Tree after tree, from `first_tree` on, takes the next slots
+// it needs for its leaves, so that every position's slots go to one tree or two neighbouring ones and nothing
+// is scattered: the hubs of a tree are the positions its stretch of tape covers (the root's children), and
+// each takes as many leaves as it gave slots. The tapes: the positions in order (the roots, with what their
+// own hubs leave, spread among them, so that every tree's stretch holds about one), from half a tree's
+// stretch on; the other positions first and the roots last; or no roots at all (every root then gives
+// trees - 1 children, some of them without leaves, so that the slots just suffice and no root relays),
+// positions partly given first or those with the most slots left first (the last one the best fit).
+// Nothing when the slots run out or a root would have too many children.
+enum class Tape { kRootsSpread, kRootsLast, kNoRoots, kNoRootsWholeFirst };
+std::optional<RelayForest> tape_forest(int k, int trees, std::span<const ColumnSpan> spans, Tape order, int first_tree) {
+  const Hubs plan = hub_count(k, trees);
+  if (plan.levels != 2) return std::nullopt;
+  RelayForest forest;
+  forest.positions = k;
+  forest.all_to_all = false;
+  std::vector<int> rooted(static_cast<std::size_t>(k), -1);
+  for (int t = 0; t < trees; ++t) rooted[static_cast<std::size_t>(tree_root(t, k, trees))] = t;
+  std::vector<int> tape;
+  if (order == Tape::kRootsSpread) {
+    for (int i = 0; i < k; ++i) tape.push_back((i + k / (2 * trees)) % k);
+  } else {
+    for (int pass = 0; pass < (order == Tape::kRootsLast ? 2 : 1); ++pass)
+      for (int p = 0; p < k; ++p)
+        if ((rooted[static_cast<std::size_t>(p)] >= 0) == (pass == 1)) tape.push_back(p);
+  }
+  // Children a position has so far, over all trees, and what a root keeps for its own hubs until its tree is
+  // laid out (one more than the fewest, as a stretch of tape may begin and end inside a position).
+  std::vector<int> used(static_cast<std::size_t>(k), 0), kept(static_cast<std::size_t>(k), 0);
+  for (int t = 0; t < trees; ++t) kept[static_cast<std::size_t>(tree_root(t, k, trees))] = plan.count + 1;
+  const auto may_relay = [&](int p, int t) {
+    const int r = rooted[static_cast<std::size_t>(p)];
+    if (r < 0) return true;
+    if (r == t || spans.empty()) return false;
+    return !spans[static_cast<std::size_t>(r)].overlaps(spans[static_cast<std::size_t>(t)]);
+  };
+  std::vector<std::pair<int, int>> hubs;  // (position, leaves)
+  std::vector<char> placed(static_cast<std::size_t>(k));
+  forest.trees.resize(static_cast<std::size_t>(trees));
+  for (int i = 0; i < trees; ++i) {
+    const int t = (first_tree + i) % trees;
+    const int root = tree_root(t, k, trees);
+    kept[static_cast<std::size_t>(root)] = 0;
+    hubs.clear();
+    // Take slots until the hubs and their leaves are everyone else (k - 1 positions). Without the roots'
+    // slots there are just enough when every root has trees - 1 children: the hubs, and as many more that
+    // take no leaves (the other trees' roots first), so that the hubs need that many fewer slots.
+    const bool no_roots = order == Tape::kNoRoots || order == Tape::kNoRootsWholeFirst;
+    const int direct_children = no_roots ? trees - 1 : 0;
+    int reached = 0;
+    // Without roots: positions partly given first (so that few are ever left partly given), or those with
+    // the most slots left first (so that a tree needs few hubs).
+    if (no_roots)
+      std::stable_sort(tape.begin(), tape.end(), [&](int a, int b) {
+        const int la = trees - used[static_cast<std::size_t>(a)], lb = trees - used[static_cast<std::size_t>(b)];
+        if (order == Tape::kNoRootsWholeFirst) return la > lb;
+        return (la > 0 && la < trees) > (lb > 0 && lb < trees);
+      });
+    for (std::size_t i = 0; i < tape.size() && reached + std::max(0, direct_children - static_cast<int>(hubs.size())) < k - 1; ++i) {
+      if (order == Tape::kNoRootsWholeFirst) {
+        // The one whose slots close the tree best (the fewest that suffice), else the one with the most.
+        const int need = k - 1 - reached - 1 - std::max(0, direct_children - static_cast<int>(hubs.size()) - 1);
+        std::size_t pick = tape.size();
+        for (std::size_t j = i; j < tape.size(); ++j) {
+          const int left = trees - used[static_cast<std::size_t>(tape[j])];
+          if (left >= need && (pick == tape.size() || left < trees - used[static_cast<std::size_t>(tape[pick])])) pick = j;
+        }
+        if (pick < tape.size()) std::swap(tape[i], tape[pick]);
+      }
+      const int p = tape[i];
+      const int left = trees - used[static_cast<std::size_t>(p)] - kept[static_cast<std::size_t>(p)];
+      if (left <= 0 || !may_relay(p, t)) continue;
+      const int others = std::max(0, direct_children - static_cast<int>(hubs.size()) - 1);  // still to come after it
+      const int take = std::min(left, k - 1 - reached - 1 - others);  // it reaches itself too
+      if (take <= 0 && others > 0) break;
+      hubs.emplace_back(p, take);
+      reached += 1 + take;
+    }
+    std::fill(placed.begin(), placed.end(), 0);
+    placed[static_cast<std::size_t>(root)] = 1;
+    for (const auto& entry : hubs) placed[static_cast<std::size_t>(entry.first)] = 1;
+    for (int pass = 0; pass < 2 && static_cast<int>(hubs.size()) < direct_children; ++pass)
+      for (int i = 1; i < k && static_cast<int>(hubs.size()) < direct_children; ++i) {
+        const int p = (root + i) % k;
+        if (placed[static_cast<std::size_t>(p)] || (rooted[static_cast<std::size_t>(p)] >= 0) != (pass == 0)) continue;
+        hubs.emplace_back(p, 0);
+        placed[static_cast<std::size_t>(p)] = 1;
+        ++reached;
+      }
+    if (reached < k - 1 || hubs.empty() || static_cast<int>(hubs.size()) > trees - used[static_cast<std::size_t>(root)] ||
+        (no_roots && static_cast<int>(hubs.size()) > direct_children))
+      return std::nullopt;
+    RelayTree tree;
+    tree.parent.assign(static_cast<std::size_t>(k), RelayTree::kRoot);
+    tree.depth.assign(static_cast<std::size_t>(k), 0);
+    used[static_cast<std::size_t>(root)] += static_cast<int>(hubs.size());
+    for (const auto& [hub, leaves] : hubs) {
+      attach(tree, hub, root);
+      used[static_cast<std::size_t>(hub)] += leaves;
+    }
+    std::size_t hub = 0;
+    int room = hubs.front().second;  // hubs that take no leaves come after those that do
+    for (int i = 1; i < k; ++i) {
+      const int p = (root + i) % k;
+      if (placed[static_cast<std::size_t>(p)]) continue;
+      while (room == 0) room = hubs[++hub].second;
+      attach(tree, p, hubs[hub].first);
+      --room;
+    }
+    forest.height = std::max(forest.height, tree.height);
+    forest.trees[static_cast<std::size_t>(t)] = std::move(tree);
+  }
+  // A position's children over all trees: its leaves, and a root's hubs.
+  std::vector<int> children(static_cast<std::size_t>(k), 0);
+  for (const RelayTree& tree : forest.trees)
+    for (std::uint16_t parent : tree.parent)
+      if (parent != RelayTree::kRoot) ++children[parent];
+  for (int c : children) {
+    if (c > trees) return std::nullopt;
+    forest.fan_out = std::max(forest.fan_out, c);
+  }
+  return forest;
+}
+
 // Breadth first from each root, roots never relaying: always has a slot for every position.
 RelayForest breadth_first_forest(int k, int fan_out) {
   RelayForest forest;
@@ -197,8 +321,34 @@ RelayForest relay_forest(int k, int fan_out, std::span<const ColumnSpan> spans) 
     forest.height = k > 1 ? 1 : 0;
     return forest;
   }
-  if (fan_out >= 2)
+  if (fan_out >= 2) {
+    // Of the tapes, each with every tree in turn laid out first (the last one takes what is left), the forest
+    // whose busiest root forwards least: a root's children in its own tree take their pieces in the round it
+    // receives them and so hold up every hop after, and its relays in other trees share its link with them
+    // at that time (counted half: they run for only part of it). Failing all, hubs chosen tree by tree.
+    std::optional<RelayForest> best;
+    const auto root_load = [](const RelayForest& forest) {
+      std::vector<int> children(static_cast<std::size_t>(forest.positions), 0);
+      for (const RelayTree& tree : forest.trees)
+        for (std::uint16_t parent : tree.parent)
+          if (parent != RelayTree::kRoot) ++children[parent];
+      int most = 0, most_own = 0;
+      for (int t = 0; t < forest.tree_count(); ++t) {
+        const int root = forest.root(t);
+        int own = 0;
+        for (std::uint16_t parent : forest.trees[static_cast<std::size_t>(t)].parent) own += parent == root;
+        most = std::max(most, 2 * own + (children[static_cast<std::size_t>(root)] - own));
+        most_own = std::max(most_own, own);
+      }
+      return std::make_pair(most, most_own);
+    };
+    for (Tape order : {Tape::kRootsSpread, Tape::kRootsLast, Tape::kNoRoots, Tape::kNoRootsWholeFirst})
+      for (int first = 0; first < fan_out; ++first)
+        if (std::optional<RelayForest> forest = tape_forest(k, fan_out, spans, order, first))
+          if (!best || root_load(*forest) < root_load(*best)) best = std::move(forest);
+    if (best) return std::move(*best);
     if (std::optional<RelayForest> forest = hub_forest(k, fan_out, spans)) return std::move(*forest);
+  }
   return breadth_first_forest(k, fan_out);
 }
 
