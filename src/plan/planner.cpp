@@ -42,9 +42,10 @@ std::string plan_error_prefix(const Correspondence& correspondence, const Atom& 
 
 // The fan-outs the planner simulates when it chooses. A node's writes per round grow with the fan-out
 // (every one costs link time), and its relay trees get deeper as it shrinks (every level costs the transfer a
-// round of fill at the end): 8 relays in two levels up to 73 nodes and in three up to 585; 4 reaches fewer
-// in two levels but writes half as often. Each is all-to-all in groups it reaches in one hop, and 16 is
-// tried only where it is that (up to 17 nodes: one hop instead of two, for twice the writes).
+// round of fill at the end): 8 relays in two levels up to 73 nodes and in three up to 585; 4 writes half as
+// often but reaches only 21 in two levels, and is tried only up to there (deeper, 8 is faster). Each is
+// all-to-all in groups it reaches in one hop, and 16 is tried only where it is that (up to 17 nodes: one hop
+// instead of two, for twice the writes).
 constexpr int kMostFanOut = 16;
 std::vector<int> relay_fan_outs(const NodeSets& sets) {
   int largest = 0;
@@ -52,7 +53,7 @@ std::vector<int> relay_fan_outs(const NodeSets& sets) {
   std::vector<int> fan_outs;
   if (largest - 1 > 8 && largest - 1 <= kMostFanOut) fan_outs.push_back(kMostFanOut);
   fan_outs.push_back(8);
-  if (largest - 1 > 4) fan_outs.push_back(4);
+  if (largest - 1 > 4 && largest <= 1 + 4 + 4 * 4) fan_outs.push_back(4);
   return fan_outs;
 }
 
