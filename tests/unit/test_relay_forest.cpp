@@ -1,6 +1,7 @@
 // Relay forests: for every group size and fan-out, each tree spans every position once from its root with
-// consistent depths (two levels where the trees' columns let roots relay for one another); no position has more children over all trees than there are trees (so with equal
-// shares it never sends more than it receives); per round a position writes to at most `fan_out` others and
+// consistent depths (two levels where the trees' columns let roots relay for one another); no position has
+// more children over all trees than there are trees (so with equal shares it never sends more than it
+// receives); per round a position writes to at most `fan_out` others and
 // hears from at most one parent per tree; depth grows like log_F of the group; small groups are all-to-all.
 #include <gtest/gtest.h>
 
