@@ -1,5 +1,5 @@
 // Pieces: every atom cut into slices of about equal size along its route's axis, the unit that every
-// assignment of the planner works on.
+// assignment of the planner works on (smaller for atoms many more workers need than the average).
 #include <algorithm>
 
 #include "plan/planning.hpp"
