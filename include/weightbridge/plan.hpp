@@ -62,8 +62,8 @@ inline constexpr int kStageCount = 3;
 const char* stage_name(Stage stage);  // "receive", "external exchange", "internal exchange"
 
 /// How the external exchange reaches the nodes that need an atom (PlanOptions::relay_fan_out).
-inline constexpr int kRelayChoose = 0;     // simulate fan-outs 16, 8 and 4 (all-to-all in groups they reach in one
-                                           // hop, relay trees beyond), keep the fastest
+inline constexpr int kRelayChoose = 0;     // simulate fan-outs 8, 4 (where it reaches every node in two levels) and
+                                           // 16 (where that is all-to-all) at a few round counts, keep the fastest
 inline constexpr int kRelayAllToAll = -1;  // every lander takes the piece straight from the origin
 
 struct PlanOptions {

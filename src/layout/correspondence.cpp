@@ -31,18 +31,29 @@ struct Grid {
     }
   }
 
-  // Calls fn(flat cell index) for every cell inside `box`.
+  // Calls fn(flat cell index) for every cell inside `box`. (Scratch on the stack up to 8 axes: this runs
+  // once per copy of every worker, and allocating would cost more than the walk.)
   template <class Fn>
   void for_each_cell(const Box& box, Fn&& fn) const {
     const std::size_t ndim = cuts.size();
     if (box.numel() == 0) return;
-    std::vector<std::size_t> first(ndim), last(ndim);
+    constexpr std::size_t kInline = 8;
+    std::size_t inline_scratch[3 * kInline];
+    std::vector<std::size_t> heap_scratch;
+    std::size_t* scratch = inline_scratch;
+    if (ndim > kInline) {
+      heap_scratch.resize(3 * ndim);
+      scratch = heap_scratch.data();
+    }
+    std::size_t* first = scratch;
+    std::size_t* last = scratch + ndim;
+    std::size_t* index = scratch + 2 * ndim;
     for (std::size_t a = 0; a < ndim; ++a) {
       first[a] = static_cast<std::size_t>(std::lower_bound(cuts[a].begin(), cuts[a].end(), box.offset[a]) - cuts[a].begin());
       last[a] = static_cast<std::size_t>(
           std::lower_bound(cuts[a].begin(), cuts[a].end(), box.offset[a] + box.extent[a]) - cuts[a].begin());
+      index[a] = first[a];
     }
-    std::vector<std::size_t> index = first;
     while (true) {
       std::size_t flat = 0;
       for (std::size_t a = 0; a < ndim; ++a) flat = flat * cells[a] + index[a];
@@ -161,6 +172,19 @@ Correspondence build_correspondence(const std::vector<TensorInfo>& checkpoint_te
       return maps[static_cast<std::size_t>(r.worker)].copies[r.copy].box;
     });
     std::vector<std::vector<AtomEndpoint>> holders(grid.total), needers(grid.total);
+    {
+      // Count first, so that every cell's lists are allocated once (a cell many replicas need gets a needer
+      // from each).
+      std::vector<std::uint32_t> holder_count(grid.total, 0), needer_count(grid.total, 0);
+      for (const Ref& r : refs) {
+        auto& count = sides[static_cast<std::size_t>(r.worker)] == Side::kRollout ? needer_count : holder_count;
+        grid.for_each_cell(maps[static_cast<std::size_t>(r.worker)].copies[r.copy].box, [&](std::size_t cell) { ++count[cell]; });
+      }
+      for (std::size_t cell = 0; cell < grid.total; ++cell) {
+        holders[cell].reserve(holder_count[cell]);
+        needers[cell].reserve(needer_count[cell]);
+      }
+    }
     for (const Ref& r : refs) {
       const bool rollout = sides[static_cast<std::size_t>(r.worker)] == Side::kRollout;
       grid.for_each_cell(maps[static_cast<std::size_t>(r.worker)].copies[r.copy].box, [&](std::size_t cell) {

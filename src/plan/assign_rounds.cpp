@@ -1,9 +1,5 @@
-// Rounds. A round lasts as long as its busiest link, so every round must carry about 1/R of every link's
-// traffic: each sender's egress, and each relay tree's share of its node group (which is every node's
-// ingress and every relay's egress in the group, a fixed number of rounds later for the deeper positions).
-// Pieces, largest first, go to the round where they raise the fullest of their links the least (all rounds
-// when there are few, otherwise a fixed pseudo-random sample of them). Then segments, slot sizes (more
-// rounds while a worker's slots exceed its budget), and traffic tallies.
+// Rounds: every piece's trainer round (piece_rounds.cpp), then segments, slot sizes (more rounds while a
+// worker's slots exceed its budget), and traffic tallies.
 #include <algorithm>
 #include <map>
 #include <numeric>
@@ -16,65 +12,6 @@
 
 namespace wb::plan_detail {
 namespace {
-
-// The trainer round of every piece: R rounds, balanced per sender, per relay tree (every node's ingress
-// and every relay's egress in its group) and per group and column (every lander's receive slot).
-std::vector<std::uint32_t> piece_rounds(const Correspondence& correspondence, const PieceTable& pieces,
-                                        const std::vector<std::uint32_t>& senders, const std::vector<std::size_t>& tree_of_piece,
-                                        std::size_t tree_count, const std::vector<std::size_t>& column_of_piece,
-                                        std::size_t column_count, int rounds) {
-  const auto& atoms = correspondence.atoms;
-  const std::size_t workers = correspondence.sides.size();
-  const auto R = static_cast<std::size_t>(rounds);
-  std::vector<double> sender_total(workers, 0), tree_total(tree_count, 0), column_total(column_count, 0);
-  for (std::uint32_t p = 0; p < pieces.size(); ++p) {
-    sender_total[static_cast<std::size_t>(atoms[pieces.atom[p]].holders[senders[p]].worker)] += static_cast<double>(pieces.bytes[p]);
-    tree_total[tree_of_piece[p]] += static_cast<double>(pieces.bytes[p]);
-    column_total[column_of_piece[p]] += static_cast<double>(pieces.bytes[p]);
-  }
-  std::vector<std::uint32_t> by_size(pieces.size());
-  std::iota(by_size.begin(), by_size.end(), 0u);
-  std::stable_sort(by_size.begin(), by_size.end(), [&](std::uint32_t x, std::uint32_t y) { return pieces.bytes[x] > pieces.bytes[y]; });
-  std::vector<double> sender_load(workers * R, 0), tree_load(tree_count * R, 0), column_load(column_count * R, 0);
-  const double r_count = rounds;
-  const auto share = [&](double total) { return total > 0 ? total / r_count : 1.0; };
-  constexpr std::size_t kSample = 16;
-  std::vector<std::size_t> candidates;
-  std::vector<std::uint32_t> round(pieces.size(), 0);
-  for (std::uint32_t p : by_size) {
-    const auto bytes = static_cast<double>(pieces.bytes[p]);
-    const auto sender = static_cast<std::size_t>(atoms[pieces.atom[p]].holders[senders[p]].worker);
-    const std::size_t tree = tree_of_piece[p];
-    const std::size_t column = column_of_piece[p];
-    candidates.clear();
-    if (R <= kSample * 2) {
-      for (std::size_t r = 0; r < R; ++r) candidates.push_back(r);
-    } else {
-      std::uint64_t state = (p + 1) * 0x9E3779B97F4A7C15ull;
-      for (std::size_t i = 0; i < kSample; ++i) {
-        state ^= state >> 31, state *= 0xBF58476D1CE4E5B9ull, state ^= state >> 27;
-        candidates.push_back(static_cast<std::size_t>(state % R));
-      }
-    }
-    std::size_t best = candidates[0];
-    double best_cost = 0;
-    for (std::size_t i = 0; i < candidates.size(); ++i) {
-      const std::size_t r = candidates[i];
-      const double cost = std::max({(sender_load[sender * R + r] + bytes) / share(sender_total[sender]),
-                                    (tree_load[tree * R + r] + bytes) / share(tree_total[tree]),
-                                    (column_load[column * R + r] + bytes) / share(column_total[column])});
-      if (i == 0 || cost < best_cost) {
-        best = r;
-        best_cost = cost;
-      }
-    }
-    round[p] = static_cast<std::uint32_t>(best);
-    sender_load[sender * R + best] += bytes;
-    tree_load[tree * R + best] += bytes;
-    column_load[column * R + best] += bytes;
-  }
-  return round;
-}
 
 // Within a round, segments of one route sit next to each other, so that the writes that forward them out
 // of a receive buffer coalesce; neighbours along an atom's axis on one route become one segment.
@@ -179,19 +116,49 @@ int minimum_rounds(const Correspondence& correspondence, const AtomRoutes& route
   return static_cast<int>(std::max<std::int64_t>(options.min_rounds, (busiest + slot_budget - 1) / slot_budget));
 }
 
-TransferPlan assign_rounds(const Correspondence& correspondence, const Topology& topology, const AtomRoutes& routes,
-                           const PieceTable& pieces, const std::vector<std::uint32_t>& senders,
-                           const Landing& landing, const NodeSets& sets, const Exchange& exchange, int rounds,
-                           const PlanOptions& options, bool final) {
-  const auto& atoms = correspondence.atoms;
-  const std::size_t workers = correspondence.sides.size();
-  const std::size_t nodes = static_cast<std::size_t>(topology.num_nodes());
-  const auto node_of = [&](int worker) { return static_cast<std::size_t>(topology.node_of_worker[static_cast<std::size_t>(worker)]); };
+void classify_pieces(PlanBasis& basis) {
+  const auto& atoms = basis.correspondence.atoms;
+  const PieceTable& pieces = basis.pieces;
+  // Per atom, its distinct needer workers as one id: atoms with the same needers hand pieces on alike.
+  std::vector<std::uint32_t> needers_of_atom(atoms.size());
+  {
+    std::map<std::vector<int>, std::uint32_t> ids;
+    std::vector<int> workers;
+    for (std::size_t a = 0; a < atoms.size(); ++a) {
+      workers.clear();
+      for (const AtomEndpoint& needer : atoms[a].needers) workers.push_back(needer.worker);
+      workers.erase(std::unique(workers.begin(), workers.end()), workers.end());
+      needers_of_atom[a] = ids.emplace(workers, static_cast<std::uint32_t>(ids.size())).first->second;
+    }
+  }
+  // Per piece: (sender worker, needers, landing workers), the last compared as a list.
+  std::map<std::vector<int>, std::uint32_t> ids;
+  std::vector<int> key;
+  basis.piece_class.resize(pieces.size());
+  for (std::uint32_t p = 0; p < pieces.size(); ++p) {
+    const Atom& atom = atoms[pieces.atom[p]];
+    key.assign({atom.holders[basis.senders[p]].worker, static_cast<int>(needers_of_atom[pieces.atom[p]])});
+    for (std::uint32_t i = basis.landing.first[p]; i < basis.landing.first[p + 1]; ++i)
+      key.push_back(atom.needers[basis.landing.landers[i]].worker);
+    basis.piece_class[p] = ids.emplace(key, static_cast<std::uint32_t>(ids.size())).first->second;
+  }
+  basis.classes = static_cast<std::uint32_t>(ids.size());
+}
 
-  TransferPlan plan;
-  plan.pipeline_depth = options.pipeline_depth;
-  plan.topology = topology;
-  // Relay trees of the forests, and each piece's tree among all trees of all sets (for balancing).
+RoutedRounds route_rounds(const PlanBasis& basis, const Exchange& exchange, int rounds) {
+  const Correspondence& correspondence = basis.correspondence;
+  const AtomRoutes& routes = basis.routes;
+  const PieceTable& pieces = basis.pieces;
+  const NodeSets& sets = basis.sets;
+  const Landing& landing = basis.landing;
+  const std::size_t workers = correspondence.sides.size();
+
+  RoutedRounds routed;
+  TransferPlan& plan = routed.skeleton;
+  plan.pipeline_depth = basis.options.pipeline_depth;
+  plan.topology = basis.topology;
+  plan.landers = landing.landers;
+  // Relay trees of the forests, and each piece's tree among all trees of all sets.
   std::vector<std::uint32_t> first_relay(sets.size.size(), Segment::kAllToAll);
   std::vector<std::size_t> first_tree(sets.size.size(), 0);
   std::size_t tree_count = 0;
@@ -203,53 +170,63 @@ TransferPlan assign_rounds(const Correspondence& correspondence, const Topology&
     first_relay[s] = static_cast<std::uint32_t>(plan.relay_trees.size());
     plan.relay_trees.insert(plan.relay_trees.end(), forest.trees.begin(), forest.trees.end());
   }
-  std::vector<std::size_t> tree_of_piece(pieces.size()), column_of_piece(pieces.size());
-  std::unordered_map<std::uint64_t, std::size_t> columns;  // (set, column) -> index
-  for (std::uint32_t p = 0; p < pieces.size(); ++p) {
-    const std::uint32_t set = sets.of_atom[pieces.atom[p]];
-    tree_of_piece[p] = first_tree[set] + exchange.tree[p];
-    column_of_piece[p] = columns.emplace(static_cast<std::uint64_t>(set) << 16 | landing.column[p], columns.size()).first->second;
+  // Each piece's target: its relay tree and column, i.e. its origin worker, and its weight there.
+  RoundTargets targets;
+  targets.origin.resize(pieces.size());
+  targets.weight.resize(pieces.size());
+  std::vector<std::size_t> tree_of_piece(pieces.size());
+  {
+    std::unordered_map<std::uint64_t, std::uint32_t> origins;
+    for (std::uint32_t p = 0; p < pieces.size(); ++p) {
+      tree_of_piece[p] = first_tree[sets.of_atom[pieces.atom[p]]] + exchange.tree[p];
+      targets.origin[p] =
+          origins.emplace(static_cast<std::uint64_t>(tree_of_piece[p]) << 16 | landing.column[p], static_cast<std::uint32_t>(origins.size()))
+              .first->second;
+      const AtomRoute& route = routes.atoms[pieces.atom[p]];
+      double takers = 0;
+      for (std::uint16_t k = 0; k < route.node_count; ++k) takers += routes.nodes_of(route)[k].count;
+      targets.weight[p] = static_cast<double>(pieces.bytes[p]) * takers / std::max<std::uint16_t>(1, route.node_count);
+    }
   }
   // The rounds after the last trainer round in which relays still forward.
   const int tail = exchange.height > 1 ? exchange.height - 1 : 0;
 
-  const std::int64_t budget = options.buffer_bytes_per_worker;
+  const std::int64_t budget = basis.options.buffer_bytes_per_worker;
   std::vector<std::int64_t> send_round, receive_round;
+  std::unordered_map<std::uint64_t, std::uint32_t> flow_of;
   for (int attempt = 0;; ++attempt) {
-    const std::vector<std::uint32_t> piece_round =
-        piece_rounds(correspondence, pieces, senders, tree_of_piece, tree_count, column_of_piece, columns.size(), rounds);
+    routed.round = piece_rounds(correspondence, pieces, basis.senders, targets, rounds);
     plan.rounds = rounds + tail;
-    plan.segments.clear();
-    plan.landers.clear();
-    plan.segments.reserve(pieces.size());
-    plan.landers.reserve(landing.landers.size());
+    routed.flows.clear();
+    flow_of.clear();
     for (std::uint32_t p = 0; p < pieces.size(); ++p) {
-      const std::uint32_t a = pieces.atom[p];
-      const std::uint32_t set = sets.of_atom[a];
-      const RelayForest& forest = exchange.forests[set];
-      Segment segment;
-      segment.atom = a;
-      segment.box = slice_box(atoms[a].box, routes.atoms[a].axis, pieces.begin[p], pieces.end[p]);
-      segment.round = piece_round[p];
-      segment.sender = senders[p];
-      segment.first_lander = static_cast<std::uint32_t>(plan.landers.size());
-      segment.lander_count = routes.atoms[a].node_count;
-      segment.origin = static_cast<std::uint16_t>(forest.root(exchange.tree[p]));
-      segment.relay = forest.all_to_all ? Segment::kAllToAll : first_relay[set] + exchange.tree[p];
-      plan.landers.insert(plan.landers.end(), landing.landers.begin() + landing.first[p], landing.landers.begin() + landing.first[p + 1]);
-      plan.segments.push_back(std::move(segment));
+      const std::uint64_t key = (static_cast<std::uint64_t>(routed.round[p]) * basis.classes + basis.piece_class[p]) * tree_count + tree_of_piece[p];
+      const auto [it, added] = flow_of.emplace(key, static_cast<std::uint32_t>(routed.flows.size()));
+      if (added) {
+        const std::uint32_t a = pieces.atom[p];
+        const std::uint32_t set = sets.of_atom[a];
+        const RelayForest& forest = exchange.forests[set];
+        RoutedRounds::Flow flow;
+        flow.segment.atom = a;
+        flow.segment.round = routed.round[p];
+        flow.segment.sender = basis.senders[p];
+        flow.segment.first_lander = landing.first[p];
+        flow.segment.lander_count = routes.atoms[a].node_count;
+        flow.segment.origin = static_cast<std::uint16_t>(forest.root(exchange.tree[p]));
+        flow.segment.relay = forest.all_to_all ? Segment::kAllToAll : first_relay[set] + exchange.tree[p];
+        routed.flows.push_back(std::move(flow));
+      }
+      routed.flows[it->second].bytes += pieces.bytes[p];
     }
     // Slots: per worker, its largest round of packing and of receiving.
     const auto total = static_cast<std::size_t>(plan.rounds);
     send_round.assign(workers * total, 0);
     receive_round.assign(workers * total, 0);
-    for (const Segment& segment : plan.segments) {
-      const std::int64_t bytes = segment_bytes(routes, segment);
-      for_each_hop(correspondence, routes, plan, segment, [&](const Hop& hop) {
-        if (hop.stage == Stage::kReceive) send_round[static_cast<std::size_t>(hop.from) * total + hop.round] += bytes;
-        receive_round[static_cast<std::size_t>(hop.to) * total + hop.round] += bytes;
+    for (const RoutedRounds::Flow& flow : routed.flows)
+      for_each_hop(correspondence, routes, plan, flow.segment, [&](const Hop& hop) {
+        if (hop.stage == Stage::kReceive) send_round[static_cast<std::size_t>(hop.from) * total + hop.round] += flow.bytes;
+        receive_round[static_cast<std::size_t>(hop.to) * total + hop.round] += flow.bytes;
       });
-    }
     plan.worker_send_slot_bytes.assign(workers, 0);
     plan.worker_receive_slot_bytes.assign(workers, 0);
     bool fits = true;
@@ -271,26 +248,64 @@ TransferPlan assign_rounds(const Correspondence& correspondence, const Topology&
   } else {
     plan.exchange = "relay trees, fan-out " + std::to_string(exchange.fan_out);
   }
-  if (!final) return plan;
-  sort_and_merge(correspondence, routes, plan);
+  return routed;
+}
 
-  plan.worker_send_bytes.assign(workers, 0);
-  plan.worker_receive_bytes.assign(workers, 0);
-  plan.node_ingress_bytes.assign(nodes, 0);
-  plan.node_egress_bytes.assign(nodes, 0);
-  plan.round_bytes.assign(static_cast<std::size_t>(plan.rounds), 0);
-  for (const Segment& segment : plan.segments) {
-    const std::int64_t bytes = segment_bytes(routes, segment);
-    for_each_hop(correspondence, routes, plan, segment, [&](const Hop& hop) {
-      plan.worker_send_bytes[static_cast<std::size_t>(hop.from)] += bytes;
-      plan.worker_receive_bytes[static_cast<std::size_t>(hop.to)] += bytes;
-      plan.round_bytes[hop.round] += bytes;
+TransferPlan assign_rounds(const PlanBasis& basis, const Exchange& exchange, int rounds) {
+  const Correspondence& correspondence = basis.correspondence;
+  const AtomRoutes& routes = basis.routes;
+  const PieceTable& pieces = basis.pieces;
+  const Landing& landing = basis.landing;
+  const auto& atoms = correspondence.atoms;
+  const std::size_t workers = correspondence.sides.size();
+  const std::size_t nodes = static_cast<std::size_t>(basis.topology.num_nodes());
+  const auto node_of = [&](int worker) { return static_cast<std::size_t>(basis.topology.node_of_worker[static_cast<std::size_t>(worker)]); };
+
+  RoutedRounds routed = route_rounds(basis, exchange, rounds);
+  // Traffic tallies, from the flows (their pieces' sums).
+  TransferPlan& skeleton = routed.skeleton;
+  skeleton.worker_send_bytes.assign(workers, 0);
+  skeleton.worker_receive_bytes.assign(workers, 0);
+  skeleton.node_ingress_bytes.assign(nodes, 0);
+  skeleton.node_egress_bytes.assign(nodes, 0);
+  skeleton.round_bytes.assign(static_cast<std::size_t>(skeleton.rounds), 0);
+  for (const RoutedRounds::Flow& flow : routed.flows)
+    for_each_hop(correspondence, routes, skeleton, flow.segment, [&](const Hop& hop) {
+      skeleton.worker_send_bytes[static_cast<std::size_t>(hop.from)] += flow.bytes;
+      skeleton.worker_receive_bytes[static_cast<std::size_t>(hop.to)] += flow.bytes;
+      skeleton.round_bytes[hop.round] += flow.bytes;
       if (hop.stage != Stage::kInternalExchange) {
-        plan.node_egress_bytes[node_of(hop.from)] += bytes;
-        plan.node_ingress_bytes[node_of(hop.to)] += bytes;
+        skeleton.node_egress_bytes[node_of(hop.from)] += flow.bytes;
+        skeleton.node_ingress_bytes[node_of(hop.to)] += flow.bytes;
       }
     });
+
+  // A segment per piece, then ordered by route and merged.
+  TransferPlan plan = std::move(skeleton);
+  std::vector<std::uint32_t> first_relay(basis.sets.size.size(), Segment::kAllToAll);
+  std::uint32_t relays = 0;
+  for (std::size_t s = 0; s < exchange.forests.size(); ++s)
+    if (!exchange.forests[s].all_to_all) {
+      first_relay[s] = relays;
+      relays += static_cast<std::uint32_t>(exchange.forests[s].trees.size());
+    }
+  plan.segments.reserve(pieces.size());
+  for (std::uint32_t p = 0; p < pieces.size(); ++p) {
+    const std::uint32_t a = pieces.atom[p];
+    const std::uint32_t set = basis.sets.of_atom[a];
+    const RelayForest& forest = exchange.forests[set];
+    Segment segment;
+    segment.atom = a;
+    segment.box = slice_box(atoms[a].box, routes.atoms[a].axis, pieces.begin[p], pieces.end[p]);
+    segment.round = routed.round[p];
+    segment.sender = basis.senders[p];
+    segment.first_lander = landing.first[p];  // into plan.landers, which are Landing's
+    segment.lander_count = routes.atoms[a].node_count;
+    segment.origin = static_cast<std::uint16_t>(forest.root(exchange.tree[p]));
+    segment.relay = forest.all_to_all ? Segment::kAllToAll : first_relay[set] + exchange.tree[p];
+    plan.segments.push_back(std::move(segment));
   }
+  sort_and_merge(correspondence, routes, plan);
   return plan;
 }
 

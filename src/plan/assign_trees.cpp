@@ -1,6 +1,7 @@
 // The external exchange: atoms grouped by the nodes that need them; per group a relay forest (or
 // all-to-all); per piece one tree of it, by column, whose root is the piece's origin.
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <numeric>
 
@@ -30,10 +31,6 @@ Exchange assign_trees(const PieceTable& pieces, const Landing& landing, const No
   Exchange exchange;
   exchange.fan_out = fan_out;
   exchange.forests.reserve(sets.size.size());
-  for (int size : sets.size) {
-    const int f = fan_out == kRelayAllToAll ? std::max(1, size - 1) : fan_out;
-    exchange.forests.push_back(relay_forest(std::max(1, size), f));
-  }
   exchange.tree.assign(pieces.size(), 0);
 
   // Per group, its pieces by column (then atom, then position), cut into runs of equal bytes, one per tree.
@@ -46,19 +43,32 @@ Exchange assign_trees(const PieceTable& pieces, const Landing& landing, const No
   }
   exchange.largest_fan_out = 0;
   exchange.height = 1;
+  std::vector<ColumnSpan> spans;
   for (std::size_t s = 0; s < members.size(); ++s) {
+    const int size = std::max(1, sets.size[s]);
+    const int f = fan_out == kRelayAllToAll ? std::max(1, size - 1) : fan_out;
+    const std::int64_t trees = size - 1 <= f ? size : f;  // as relay_forest makes them
     auto& list = members[s];
     std::stable_sort(list.begin(), list.end(), [&](std::uint32_t x, std::uint32_t y) { return landing.column[x] < landing.column[y]; });
-    const RelayForest& forest = exchange.forests[s];
-    const auto trees = static_cast<std::int64_t>(forest.tree_count());
+    spans.assign(static_cast<std::size_t>(trees), ColumnSpan{INT32_MAX, -1});
     std::int64_t before = 0;
     for (std::uint32_t p : list) {
       // The run that holds the piece's middle byte.
       const std::int64_t middle = before + pieces.bytes[p] / 2;
       const std::int64_t tree = total[s] > 0 ? std::min(trees - 1, middle * trees / total[s]) : 0;
       exchange.tree[p] = static_cast<std::uint16_t>(tree);
+      ColumnSpan& span = spans[static_cast<std::size_t>(tree)];
+      span.first = std::min<int>(span.first, landing.column[p]);
+      span.last = std::max<int>(span.last, landing.column[p]);
       before += pieces.bytes[p];
     }
+    // The forest, knowing which trees land on the same workers (a tree without pieces on none).
+    if (trees == size) {
+      exchange.forests.push_back(relay_forest(size, f));
+    } else {
+      exchange.forests.push_back(relay_forest(size, f, spans));
+    }
+    const RelayForest& forest = exchange.forests.back();
     if (sets.size[s] > 1 && !list.empty()) {
       exchange.largest_fan_out = std::max(exchange.largest_fan_out, forest.fan_out);
       exchange.height = std::max(exchange.height, forest.height);

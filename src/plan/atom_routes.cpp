@@ -32,19 +32,25 @@ AtomRoutes atom_routes(const Correspondence& correspondence, const Topology& top
     route.unit_bytes = units > 0 ? route.bytes / units : 0;
 
     holders.clear();
-    for (std::uint32_t i = 0; i < atom.holders.size(); ++i) holders.emplace_back(atom.holders[i].worker, i);
-    std::sort(holders.begin(), holders.end());
+    bool sorted = true;  // holders come by worker: sorted already, unless hand-built
+    for (std::uint32_t i = 0; i < atom.holders.size(); ++i) {
+      holders.emplace_back(atom.holders[i].worker, i);
+      sorted = sorted && (i == 0 || holders[i - 1] < holders[i]);
+    }
+    if (!sorted) std::sort(holders.begin(), holders.end());
     route.first_holder = static_cast<std::uint32_t>(routes.holders.size());
     for (std::size_t i = 0; i < holders.size(); ++i)
       if (i == 0 || holders[i].first != holders[i - 1].first) routes.holders.push_back(holders[i].second);
     route.holder_count = static_cast<std::uint16_t>(routes.holders.size() - route.first_holder);
 
     needers.clear();
+    bool by_node = true;  // needers come by worker; where nodes ascend with workers, by node too
     for (std::uint32_t i = 0; i < atom.needers.size(); ++i) {
       const int worker = atom.needers[i].worker;
       needers.emplace_back(topology.node_of_worker[static_cast<std::size_t>(worker)], worker, i);
+      by_node = by_node && (i == 0 || needers[i - 1] < needers[i]);
     }
-    std::sort(needers.begin(), needers.end());
+    if (!by_node) std::sort(needers.begin(), needers.end());
     route.first_node = static_cast<std::uint32_t>(routes.nodes.size());
     for (std::size_t i = 0; i < needers.size(); ++i) {
       const auto [node, worker, index] = needers[i];

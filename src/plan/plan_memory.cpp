@@ -15,6 +15,22 @@ std::int64_t estimate_plan_memory(const Correspondence& correspondence, const To
       std::max<std::int64_t>(1, std::min(plan_detail::choose_piece_bytes(correspondence, bound, options), slot_budget / 16));
   const std::size_t workers = correspondence.sides.size();
   std::vector<std::int64_t> traffic(workers, 0);
+  // Distinct needers per atom (the same workers need an atom at several places only rarely), and their
+  // average by bytes, which the piece size follows (cut_pieces).
+  const auto bytes_of = [&](const Atom& atom) {
+    return atom.box.numel() * static_cast<std::int64_t>(dtype_size(correspondence.tensors[atom.tensor].dtype));
+  };
+  const auto distinct_needers = [](const Atom& atom) {
+    int distinct = 0;
+    for (std::size_t i = 0; i < atom.needers.size(); ++i) distinct += i == 0 || atom.needers[i - 1].worker != atom.needers[i].worker;
+    return distinct;
+  };
+  double total_bytes = 0, weighted = 0;
+  for (const Atom& atom : correspondence.atoms) {
+    total_bytes += static_cast<double>(bytes_of(atom));
+    weighted += static_cast<double>(bytes_of(atom)) * distinct_needers(atom);
+  }
+  const double average_needers = total_bytes > 0 ? weighted / total_bytes : 1;
   // Pieces, lander entries (one per node and piece) and hops (every worker a piece reaches, and its sender).
   double pieces = 0, landers = 0, hops = 0, needers = 0;
   std::vector<int> nodes;
@@ -24,7 +40,7 @@ std::int64_t estimate_plan_memory(const Correspondence& correspondence, const To
     int axis = 0;
     while (axis + 1 < atom.box.ndim() && atom.box.extent[static_cast<std::size_t>(axis)] == 1) ++axis;
     const std::int64_t units = atom.box.ndim() == 0 ? 1 : atom.box.extent[static_cast<std::size_t>(axis)];
-    const double count = static_cast<double>(std::clamp<std::int64_t>((bytes + piece_bytes - 1) / piece_bytes, 1, std::max<std::int64_t>(units, 1)));
+    const auto count = static_cast<double>(plan_detail::atom_piece_count(bytes, units, piece_bytes, distinct_needers(atom), average_needers));
     nodes.clear();
     int distinct = 0;
     for (std::size_t i = 0; i < atom.needers.size(); ++i) {

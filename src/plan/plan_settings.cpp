@@ -29,9 +29,9 @@ Setting<double> message_us_setting("message_us", 5, "Link time each one-sided wr
 
 Setting<std::int64_t> relay_fan_out_setting(
     "relay_fan_out", 0,
-    "External exchange between rollout nodes: 0 simulates fan-outs 16, 8 and 4 (all-to-all in groups of nodes they "
-    "reach in one hop, relay trees beyond) and keeps the fastest; -1 all-to-all at any size; F >= 1 relay trees in "
-    "which a node forwards to at most F others per round.",
+    "External exchange between rollout nodes: 0 simulates fan-out 8, 4 (up to 21 nodes) and 16 (where it is "
+    "all-to-all, up to 17 nodes) at a few round counts and keeps the fastest; -1 all-to-all at any size; F >= 1 "
+    "relay trees in which a node forwards to at most F others per round.",
     -1, 1024);
 Setting<std::int64_t> plan_memory_mib_setting(
     "plan_memory_mib", 0,

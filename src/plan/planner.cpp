@@ -4,6 +4,8 @@
 // told which, the planner builds both, with a few fan-outs and round counts, simulates each on the
 // topology's network model and keeps the fastest (planning.hpp lists the steps).
 #include <algorithm>
+#include <cmath>
+#include <iterator>
 #include <limits>
 #include <new>
 #include <string>
@@ -38,20 +40,29 @@ std::string plan_error_prefix(const Correspondence& correspondence, const Atom& 
   return "tensor " + correspondence.tensors[atom.tensor].name + " box " + atom.box.to_string();
 }
 
-// The fan-outs the planner simulates when it chooses. The largest is all-to-all in every group of up to
-// kMostFanOut + 1 nodes and relay trees beyond, so that no choice makes a node write to more than
-// kMostFanOut others per round however many replicas there are. Smaller ones only where some group is
-// larger than they reach in one hop. Fan-out 2 would double the depth of 4 to halve writes that trees by
-// column (a node hears from one parent per column whatever the fan-out) no longer have.
+// The fan-outs the planner simulates when it chooses. A node's writes per round grow with the fan-out
+// (every one costs link time), and its relay trees get deeper as it shrinks (every level costs the transfer a
+// round of fill at the end): 8 relays in two levels up to 73 nodes and in three up to 585; 4 writes half as
+// often but reaches only 21 in two levels, and is tried only up to there (deeper, 8 is faster). Each is
+// all-to-all in groups it reaches in one hop, and 16 is tried only where it is that (up to 17 nodes: one hop
+// instead of two, for twice the writes).
 constexpr int kMostFanOut = 16;
 std::vector<int> relay_fan_outs(const NodeSets& sets) {
   int largest = 0;
   for (int size : sets.size) largest = std::max(largest, size);
-  std::vector<int> fan_outs{kMostFanOut};
-  for (int f : {8, 4})
-    if (largest - 1 > f) fan_outs.push_back(f);
+  std::vector<int> fan_outs;
+  if (largest - 1 > 8 && largest - 1 <= kMostFanOut) fan_outs.push_back(kMostFanOut);
+  fan_outs.push_back(8);
+  if (largest - 1 > 4 && largest <= 1 + 4 + 4 * 4) fan_outs.push_back(4);
   return fan_outs;
 }
+
+// Round counts the planner tries, as multiples of the fewest (minimum_rounds). More rounds make the fill at
+// the end (a round per hop) smaller and cost every round's writes once more: the best lies in between, where
+// the two are about equal, and the simulation finds it.
+constexpr double kRoundMultiples[] = {1, 1.5, 2, 3, 4, 6, 8, 12, 16};
+constexpr int kMultipleCount = static_cast<int>(std::size(kRoundMultiples));
+constexpr int kMostRounds = 4096;
 
 TransferPlan plan_checked(const Correspondence& correspondence, const Topology& topology, const PlanOptions& options,
                           const LowerBound& bound) {
@@ -77,60 +88,58 @@ TransferPlan plan_checked(const Correspondence& correspondence, const Topology& 
   const Landing landing = assign_landers(correspondence, routes, pieces, topology);
   const NodeSets sets = group_node_sets(routes);
   const int base_rounds = minimum_rounds(correspondence, routes, pieces, senders, options);
+  PlanBasis basis{correspondence, topology, routes, pieces, senders, landing, sets, options, {}, 0};
+  classify_pieces(basis);
 
   const auto build = [&](const Exchange& exchange, int rounds) {
-    TransferPlan plan = assign_rounds(correspondence, topology, routes, pieces, senders, landing, sets, exchange, rounds, options);
+    TransferPlan plan = assign_rounds(basis, exchange, rounds);
     plan.bound = bound;
     return plan;
   };
   if (options.relay_fan_out != kRelayChoose) return build(assign_trees(pieces, landing, sets, options.relay_fan_out), base_rounds);
 
-  // Choose, on the topology's network model: every shape with twice the fewest rounds (the fewest when
-  // those are many already: a round of fill is then small), then the fastest with more rounds while that
-  // helps, or with fewer (relays pay a round of fill per hop, so deeper trees want smaller rounds; every
-  // round costs its writes' latency), and the runner-up once with fewer if that helped the fastest, else
-  // with more, in case it gains more.
-  // Drafts are simulated; the winner is built in full.
-  const int first_multiple = base_rounds < 32 ? 2 : 1;
+  // Choose, on the topology's network model: every shape at two round counts (twice and four times the
+  // fewest; the fewest and twice when those are many already), then the fastest shape at neighbouring counts
+  // while they help. Drafts are simulated from their flows; the winner is built in full.
+  const auto rounds_at = [&](int multiple) {
+    return static_cast<int>(std::min<double>(kMostRounds, std::max<double>(base_rounds, std::round(base_rounds * kRoundMultiples[multiple]))));
+  };
   struct Shape {
     Exchange exchange;
-    double seconds = std::numeric_limits<double>::infinity();
-    int multiple = 1;
+    std::vector<double> seconds = std::vector<double>(kMultipleCount, -1);  // per multiple; -1: not simulated
+    int best = -1;
   };
   std::vector<ExchangeCandidate> tried;
-  const auto simulate_draft = [&](const Shape& shape, int multiple) {
-    const TransferPlan draft = assign_rounds(correspondence, topology, routes, pieces, senders, landing, sets, shape.exchange,
-                                             base_rounds * multiple, options, false);
-    const double seconds = simulate(plan_detail::traffic_of(correspondence, draft, &routes), topology).ewtt_seconds;
-    tried.push_back({draft.exchange, std::max(1, shape.exchange.largest_fan_out), shape.exchange.height, draft.rounds, seconds, false});
-    return seconds;
+  const auto simulate_at = [&](Shape& shape, int multiple) {
+    if (multiple < 0 || multiple >= kMultipleCount || shape.seconds[static_cast<std::size_t>(multiple)] >= 0) return;
+    const RoutedRounds routed = route_rounds(basis, shape.exchange, rounds_at(multiple));
+    const double seconds = simulate(traffic_of(basis, routed), topology).ewtt_seconds;
+    tried.push_back({routed.skeleton.exchange, std::max(1, shape.exchange.largest_fan_out), shape.exchange.height,
+                     routed.skeleton.rounds, seconds, false});
+    shape.seconds[static_cast<std::size_t>(multiple)] = seconds;
+    if (shape.best < 0 || seconds < shape.seconds[static_cast<std::size_t>(shape.best)]) shape.best = multiple;
   };
-  // Tries `multiple` for `shape`; true when it was faster (and is kept).
-  const auto improve = [&](Shape& shape, int multiple) {
-    const double seconds = simulate_draft(shape, multiple);
-    if (seconds >= shape.seconds) return false;
-    shape.seconds = seconds;
-    shape.multiple = multiple;
-    return true;
-  };
+  const int first = base_rounds < 32 ? 2 : 0;  // index of 2x, or 1x
   std::vector<Shape> shapes;
-  for (int f : relay_fan_outs(sets)) shapes.push_back({assign_trees(pieces, landing, sets, f), std::numeric_limits<double>::infinity(), first_multiple});
-  for (Shape& shape : shapes) shape.seconds = simulate_draft(shape, shape.multiple);
-  std::vector<std::size_t> by_speed(shapes.size());
-  for (std::size_t i = 0; i < shapes.size(); ++i) by_speed[i] = i;
-  std::stable_sort(by_speed.begin(), by_speed.end(), [&](std::size_t a, std::size_t b) { return shapes[a].seconds < shapes[b].seconds; });
-  Shape& fastest = shapes[by_speed[0]];
-  // With many rounds already (a buffer-bound plan), a round of fill is under 2 % and more rounds only add
-  // their writes' latency: the shapes' first drafts decide.
-  if (base_rounds < 64) {
-    bool more = false;
-    for (int multiple = first_multiple + 1; multiple <= first_multiple + 2 && improve(fastest, multiple); ++multiple) more = true;
-    const bool fewer = !more && first_multiple > 1 && improve(fastest, first_multiple - 1);
-    if (by_speed.size() > 1) improve(shapes[by_speed[1]], fewer ? first_multiple - 1 : first_multiple + 1);
+  for (int f : relay_fan_outs(sets)) shapes.push_back({assign_trees(pieces, landing, sets, f)});
+  for (Shape& shape : shapes) {
+    simulate_at(shape, first);
+    simulate_at(shape, first + 2);
   }
-  const Shape& best = *std::min_element(shapes.begin(), shapes.end(), [](const Shape& a, const Shape& b) { return a.seconds < b.seconds; });
-  TransferPlan plan = build(best.exchange, base_rounds * best.multiple);
-  for (ExchangeCandidate& c : tried) c.chosen = c.shape == plan.exchange && c.rounds == plan.rounds && c.simulated_seconds == best.seconds;
+  Shape* fastest = &shapes.front();
+  for (Shape& shape : shapes)
+    if (shape.seconds[static_cast<std::size_t>(shape.best)] < fastest->seconds[static_cast<std::size_t>(fastest->best)]) fastest = &shape;
+  // Climb to the best multiple: simulate the neighbours of the best so far until both are slower.
+  for (int step = 0; step < kMultipleCount; ++step) {
+    const int at = fastest->best;
+    simulate_at(*fastest, at - 1);
+    simulate_at(*fastest, at + 1);
+    if (fastest->best == at) break;
+  }
+  Shape& best = *fastest;
+  const double best_seconds = best.seconds[static_cast<std::size_t>(best.best)];
+  TransferPlan plan = build(best.exchange, rounds_at(best.best));
+  for (ExchangeCandidate& c : tried) c.chosen = c.shape == plan.exchange && c.rounds == plan.rounds && c.simulated_seconds == best_seconds;
   plan.candidates = std::move(tried);
   return plan;
 }

@@ -5,7 +5,9 @@
 //   assign_landers.cpp  rollout de-duplication: one landing worker per piece and node that needs it
 //   assign_trees.cpp    the external exchange: nodes grouped by what they need, a relay forest per group,
 //                       a tree (and so an origin) per piece
-//   assign_rounds.cpp   rounds that carry about equal shares of every link, segments, traffic tallies
+//   piece_rounds.cpp    every piece's round: equal shares of every sender and target per round, few targets
+//                       per sender and round
+//   assign_rounds.cpp   segments in those rounds, slot sizes, traffic tallies
 //   planner.cpp         the whole, and the choice among exchange shapes by simulating each
 #pragma once
 
@@ -35,6 +37,10 @@ struct PieceTable {
 /// (trainer workers, and rollout workers per replica of the model), never from the number of replicas,
 /// so that piece counts and all that follows stay linear in the workers.
 std::int64_t choose_piece_bytes(const Correspondence& correspondence, const LowerBound& bound, const PlanOptions& options);
+
+/// Pieces of an atom of `bytes` (`units` slices along its axis) that `needers` distinct workers need, when an
+/// atom's needers are `average_needers` on average (weighted by bytes).
+std::int64_t atom_piece_count(std::int64_t bytes, std::int64_t units, std::int64_t piece_bytes, double needers, double average_needers);
 
 PieceTable cut_pieces(const Correspondence& correspondence, const AtomRoutes& routes, std::int64_t piece_bytes);
 
@@ -76,14 +82,62 @@ struct Exchange {
 Exchange assign_trees(const PieceTable& pieces, const Landing& landing, const NodeSets& sets,
                       int fan_out);
 
-/// The plan of one exchange with `rounds` trainer rounds (the plan adds the rounds its relays need after
-/// them): rounds for every piece, then segments, slot sizes and traffic tallies. Raises the round count
-/// while some worker's slots do not fit options.buffer_bytes_per_worker. A draft (final false) is only
-/// fit to be simulated: its segments are neither ordered by route nor merged, and it has no tallies.
-TransferPlan assign_rounds(const Correspondence& correspondence, const Topology& topology, const AtomRoutes& routes,
-                           const PieceTable& pieces, const std::vector<std::uint32_t>& senders,
-                           const Landing& landing, const NodeSets& sets, const Exchange& exchange, int rounds,
-                           const PlanOptions& options, bool final = true);
+/// Per piece, the target piece_rounds balances besides its sender: its origin (its relay tree and column,
+/// which land it on one origin worker), and what it weighs there: its bytes times the workers of a node that
+/// take it (the lander and those it hands it on to), on average over its nodes.
+struct RoundTargets {
+  std::vector<std::uint32_t> origin;  // per piece, dense
+  std::vector<double> weight;         // per piece
+};
+
+/// The trainer round (0 .. rounds-1) of every piece: every round carries about its share of every sender's
+/// bytes and of every origin's weight, and a sender keeps writing to the same origin from round to round
+/// where it can.
+std::vector<std::uint32_t> piece_rounds(const Correspondence& correspondence, const PieceTable& pieces,
+                                        const std::vector<std::uint32_t>& senders, const RoundTargets& targets, int rounds);
+
+/// What every candidate plan of one transfer shares: the pieces, who sends and who lands each, the node sets,
+/// and which pieces travel alike (the same sender, the same landing worker on every node and the same
+/// needers: the same hops, once they share a relay tree and a round).
+struct PlanBasis {
+  const Correspondence& correspondence;
+  const Topology& topology;
+  const AtomRoutes& routes;
+  const PieceTable& pieces;
+  const std::vector<std::uint32_t>& senders;
+  const Landing& landing;
+  const NodeSets& sets;
+  const PlanOptions& options;
+  std::vector<std::uint32_t> piece_class;  // per piece
+  std::uint32_t classes = 0;
+};
+/// Fills PlanBasis::piece_class.
+void classify_pieces(PlanBasis& basis);
+
+/// The pieces of one exchange in their rounds: every piece's trainer round (piece_rounds), the pieces summed
+/// per flow (a class, a tree and a round, one representative segment each), and a skeleton plan that holds
+/// what for_each_hop needs of a plan (rounds, relay trees, the pieces' landers as Landing lays them out) and
+/// the slot sizes. Raises the round count while some worker's slots do not fit
+/// options.buffer_bytes_per_worker; the relays' rounds after the trainer's are added.
+struct RoutedRounds {
+  struct Flow {
+    Segment segment;  // one of its pieces' (box left empty; first_lander into skeleton.landers)
+    std::int64_t bytes = 0;
+  };
+  std::vector<std::uint32_t> round;  // per piece
+  std::vector<Flow> flows;
+  TransferPlan skeleton;
+};
+RoutedRounds route_rounds(const PlanBasis& basis, const Exchange& exchange, int rounds);
+
+/// The plan of one exchange with `rounds` trainer rounds: route_rounds, then segments (ordered by route,
+/// neighbours merged) and traffic tallies.
+TransferPlan assign_rounds(const PlanBasis& basis, const Exchange& exchange, int rounds);
+
+/// The traffic of the plan assign_rounds makes from `routed`, from its flows: the same transfers as
+/// traffic_of that plan, at the cost of one set of hops per flow instead of per segment (what the planner
+/// simulates to choose among candidates).
+TrafficSchedule traffic_of(const PlanBasis& basis, const RoutedRounds& routed);
 
 /// traffic_of with the atom routes already at hand (nullptr: computed here).
 TrafficSchedule traffic_of(const Correspondence& correspondence, const TransferPlan& plan, const AtomRoutes* routes);

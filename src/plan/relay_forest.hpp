@@ -2,6 +2,7 @@
 // writes to more than a few others per round however many replicas there are.
 #pragma once
 
+#include <span>
 #include <vector>
 
 #include "weightbridge/plan.hpp"
@@ -24,10 +25,26 @@ struct RelayForest {
   int root(int tree) const;      // the position that takes the tree's pieces from the trainer
 };
 
+/// The columns (places in a node) whose pieces a tree carries: first..last. Two trees whose spans overlap
+/// land pieces on the same worker of a node.
+struct ColumnSpan {
+  int first = 0;
+  int last = 0;
+  bool overlaps(const ColumnSpan& other) const { return first <= other.last && other.first <= last; }
+};
+
 /// The forest for k positions and a fan-out of at most `fan_out` (>= 1): all-to-all when k - 1 <= fan_out,
-/// else fan_out trees. Tree t is rooted at position floor(t k / T) and grown breadth first along the
-/// positions from there, each position giving children while it has child slots left (T over all trees),
-/// so the inner positions of the trees are about disjoint blocks and the depth is about log_T(k).
-RelayForest relay_forest(int k, int fan_out);
+/// else fan_out trees, tree t rooted at position floor(t k / T).
+///
+/// Why the shape: a round's hops after the trainer's are store-and-forward, so every hop a round takes costs
+/// the transfer about that round's share of its busiest link once, at the end. The first hop (the root
+/// forwarding in the round it received) is charged by the root's share: the root gives only as many children
+/// as it takes to reach all k positions within the fewest levels (hubs), and the hubs, which forward a round
+/// later, take the rest. Hubs are the positions with the most child slots left, so that the levels stay few.
+///
+/// A root never relays in a tree whose columns overlap its own (`spans`, one per tree; empty: in no other
+/// tree): that worker takes the trainer's next rounds into the slot such a relay would still be forwarding
+/// from. The other trees' roots come last in every tree, as leaves where possible.
+RelayForest relay_forest(int k, int fan_out, std::span<const ColumnSpan> spans = {});
 
 }  // namespace wb::plan_detail

@@ -156,8 +156,15 @@ RoundScheduleBuilder::RoundScheduleBuilder(const Correspondence& correspondence,
     const Segment& segment = plan.segments[i];
     const std::int64_t bytes = plan_detail::segment_bytes(index.routes, segment);
     const auto element_bytes = static_cast<std::uint8_t>(index.routes.atoms[segment.atom].element_bytes);
+    // Segments of one route come one after another: their hops add to the region the last one began.
     plan_detail::for_each_hop(correspondence, index.routes, plan, segment, [&](const plan_detail::Hop& hop) {
-      index.regions[static_cast<std::size_t>(hop.to)].push_back({hop.round, hop.stage, hop.lag, hop.from, 0, bytes});
+      auto& list = index.regions[static_cast<std::size_t>(hop.to)];
+      const Region region{hop.round, hop.stage, hop.lag, hop.from, 0, bytes};
+      if (!list.empty() && list.back().key() == region.key()) {
+        list.back().bytes += bytes;
+      } else {
+        list.push_back(region);
+      }
     });
     // Every worker's part: the sender; per node position its lander and the other needers there; relays.
     const Atom& atom = correspondence.atoms[segment.atom];
@@ -217,13 +224,16 @@ RoundScheduleBuilder::RoundScheduleBuilder(const Correspondence& correspondence,
     }
   }
   for (auto& list : index.parts) {
-    std::sort(list.begin(), list.end(), [](const Part& a, const Part& b) { return a.key() < b.key(); });
+    // Parts come in plan order, which is round order but for relays: mostly sorted already.
+    const auto by_key = [](const Part& a, const Part& b) { return a.key() < b.key(); };
+    if (!std::is_sorted(list.begin(), list.end(), by_key)) std::sort(list.begin(), list.end(), by_key);
     list.shrink_to_fit();
   }
   for (auto& list : index.targets) list.shrink_to_fit();
   for (auto& list : index.copies) list.shrink_to_fit();
   for (auto& list : index.regions) {
-    std::stable_sort(list.begin(), list.end(), [](const Region& a, const Region& b) { return a.key() < b.key(); });
+    const auto by_key = [](const Region& a, const Region& b) { return a.key() < b.key(); };
+    if (!std::is_sorted(list.begin(), list.end(), by_key)) std::stable_sort(list.begin(), list.end(), by_key);
     std::size_t out = 0;
     for (std::size_t i = 0; i < list.size(); ++i) {
       if (out > 0 && list[out - 1].key() == list[i].key()) {
@@ -278,15 +288,26 @@ RoundSchedule RoundScheduleBuilder::build(int rank) const {
   // and its last write to it (to coalesce with).
   struct Cursor {
     std::uint32_t round = UINT32_MAX;
+    std::uint64_t generation = 0;
     std::int64_t start = 0;
     std::int64_t bytes = 0;
     std::size_t last_write = SIZE_MAX;
   };
+  // Kept per thread from one schedule to the next (a fresh pair per rank would clear workers x 6 cursors
+  // for every rank), stamped with the rank and round they were set in.
   const std::size_t workers = correspondence.sides.size();
-  std::vector<Cursor> in_cursor(workers * kStageCount * 2), out_cursor(workers * kStageCount * 2);
+  thread_local std::vector<Cursor> in_cursor, out_cursor;
+  thread_local std::uint64_t generation = 0;  // distinguishes schedules built on this thread
+  ++generation;
+  if (in_cursor.size() < workers * kStageCount * 2) {
+    in_cursor.assign(workers * kStageCount * 2, Cursor{});
+    out_cursor.assign(workers * kStageCount * 2, Cursor{});
+  }
+  const std::uint64_t schedule_generation = generation;
   const auto cursor = [&](std::vector<Cursor>& cursors, int peer, Stage stage, std::uint8_t lag, int receiver, int source) -> Cursor& {
     Cursor& c = cursors[(static_cast<std::size_t>(peer) * kStageCount + static_cast<std::size_t>(stage)) * 2 + lag];
-    if (c.round != round) c = Cursor{round, index.region_start(receiver, round, stage, lag, source), 0, SIZE_MAX};
+    if (c.round != round || c.generation != schedule_generation)
+      c = Cursor{round, schedule_generation, index.region_start(receiver, round, stage, lag, source), 0, SIZE_MAX};
     return c;
   };
   const auto write_all = [&](RoundPlan& work, const Index::Part& part, std::int64_t local) {

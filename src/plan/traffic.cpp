@@ -200,5 +200,30 @@ TrafficSchedule traffic_of(const Correspondence& correspondence, const TransferP
   return schedule;
 }
 
+TrafficSchedule traffic_of(const PlanBasis& basis, const RoutedRounds& routed) {
+  const TransferPlan& plan = routed.skeleton;
+  TrafficSchedule schedule;
+  schedule.strategy = "weightbridge";
+  for (int s = 0; s < kStageCount; ++s) schedule.stage_names.emplace_back(stage_name(static_cast<Stage>(s)));
+  schedule.pipeline_depth = plan.pipeline_depth;
+  bool relays = false;
+  for (const RoutedRounds::Flow& flow : routed.flows)
+    relays = relays || (flow.segment.relay != Segment::kAllToAll && plan.relay_trees[flow.segment.relay].height > 1);
+  const std::size_t stage_count = relays ? kStageCount + 1 : kStageCount;
+  if (relays) {
+    schedule.stage_names.emplace_back("relay");
+    constexpr auto bit = [](std::size_t s) { return static_cast<std::uint8_t>(1u << s); };
+    schedule.stage_after = {0, bit(0), static_cast<std::uint8_t>(bit(1) | bit(kRelayStage)), 0};
+  }
+  std::vector<RoundTally> tallies(static_cast<std::size_t>(plan.rounds));
+  for (const RoutedRounds::Flow& flow : routed.flows)
+    for_each_hop(basis.correspondence, basis.routes, plan, flow.segment, [&](const Hop& hop) {
+      tallies[hop.round].add(hop.lag != 0 ? kRelayStage : static_cast<std::size_t>(hop.stage), hop.from, hop.to, flow.bytes);
+    });
+  schedule.rounds.resize(static_cast<std::size_t>(plan.rounds));
+  for (std::size_t r = 0; r < tallies.size(); ++r) tallies[r].flush(schedule.rounds[r], stage_count);
+  return schedule;
+}
+
 }  // namespace plan_detail
 }  // namespace wb

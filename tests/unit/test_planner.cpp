@@ -302,9 +302,9 @@ TEST(Planner, APieceLargerThanTheBudgetIsAClearError) {
 
 // One trainer node and n one-node engines that each need the whole model, sharded over the node's workers
 // (the paper's Figure 12, small): every tensor split in `per_node` along rows on both sides.
-Layout replica_sweep(int replicas, int per_node) {
+Layout replica_sweep(int replicas, int per_node, int tensors = 6) {
   Layout layout;
-  for (int t = 0; t < 6; ++t) layout.tensors.push_back({"t" + std::to_string(t), DType::kBF16, {64 + 8 * t, 32}});
+  for (int t = 0; t < tensors; ++t) layout.tensors.push_back({"t" + std::to_string(t), DType::kBF16, {64 + 8 * t, 32}});
   for (int w = 0; w < per_node * (replicas + 1); ++w) {
     SourceMap map;
     const int shard = w % per_node;
@@ -359,6 +359,37 @@ TEST(Planner, AllToAllWritesToEveryOtherReplicaEachRound) {
   const PlanStats stats = check_plan(replica_sweep(8, 2), options, "all-to-all");
   EXPECT_EQ(stats.relay_bytes, 0);
   EXPECT_EQ(stats.most_destination_nodes, 7);
+}
+
+TEST(Planner, ASenderWritesToOneOriginPerRoundWhereItsShardLandsOnOneColumn) {
+  // Trainer worker w holds the shard that worker w of every rollout node needs, and the relay trees are one
+  // per column: every write costs link time, so a sender should write to one origin in a round rather than
+  // spread its share over all rounds and origins, while every round still carries its share of each.
+  PlanOptions options;
+  options.piece_bytes = 512;
+  options.relay_fan_out = 8;
+  const Layout layout = replica_sweep(20, 8, 32);
+  const Correspondence correspondence = build_correspondence(layout.tensors, layout.maps, layout.sides);
+  const TransferPlan plan = plan_transfer(correspondence, layout.topology, options);
+  std::map<std::pair<std::uint32_t, int>, std::set<int>> origins;  // (round, sender) -> origin landers
+  std::map<std::pair<std::uint32_t, int>, std::int64_t> bytes;      // (round, sender) -> bytes
+  std::map<int, std::int64_t> sender_total;
+  for (const Segment& segment : plan.segments) {
+    const Atom& atom = correspondence.atoms[segment.atom];
+    const int sender = atom.holders[segment.sender].worker;
+    origins[{segment.round, sender}].insert(atom.needers[plan.landers_of(segment)[segment.origin]].worker);
+    const std::int64_t b = segment.box.numel() * 2;
+    bytes[{segment.round, sender}] += b;
+    sender_total[sender] += b;
+  }
+  std::size_t writes = 0;
+  for (const auto& [key, set] : origins) writes += set.size();
+  EXPECT_LE(static_cast<double>(writes), 1.25 * static_cast<double>(origins.size())) << "origins per sender and round";
+  const int trainer_rounds = plan.rounds - (plan.relay_trees.empty() ? 0 : plan.relay_trees.front().height - 1);
+  ASSERT_GE(trainer_rounds, options.min_rounds);
+  for (const auto& [key, b] : bytes)
+    EXPECT_LE(static_cast<double>(b), 1.3 * static_cast<double>(sender_total[key.second]) / trainer_rounds)
+        << "sender " << key.second << " round " << key.first;
 }
 
 TEST(Planner, ChoosingSimulatesTheShapesAndKeepsTheFastest) {

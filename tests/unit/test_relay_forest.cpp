@@ -1,6 +1,7 @@
 // Relay forests: for every group size and fan-out, each tree spans every position once from its root with
-// consistent depths; no position has more children over all trees than there are trees (so with equal
-// shares it never sends more than it receives); per round a position writes to at most `fan_out` others and
+// consistent depths (two levels where the trees' columns let roots relay for one another); no position has
+// more children over all trees than there are trees (so with equal shares it never sends more than it
+// receives); per round a position writes to at most `fan_out` others and
 // hears from at most one parent per tree; depth grows like log_F of the group; small groups are all-to-all.
 #include <gtest/gtest.h>
 
@@ -69,7 +70,8 @@ TEST(RelayForest, TreesSpanEveryPositionWithBoundedFanOutAndLogarithmicDepth) {
 
 TEST(RelayForest, NoRootRelaysInAnotherTree) {
   // A root takes its tree's pieces from the trainer into the slot a relay would forward out of a round
-  // later: the trees keep roots as leaves of one another.
+  // later: without column spans (which would tell trees that land on other workers), the trees keep roots
+  // as leaves of one another.
   for (int fan_out = 2; fan_out <= 16; ++fan_out)
     for (int k = fan_out + 2; k <= 200; ++k) {
       const RelayForest forest = relay_forest(k, fan_out);
@@ -84,6 +86,63 @@ TEST(RelayForest, NoRootRelaysInAnotherTree) {
         }
       }
     }
+}
+
+// Children of every position over all trees, and of every root in its own tree.
+struct ChildCounts {
+  std::vector<int> all;
+  std::vector<int> own;  // per tree
+};
+ChildCounts child_counts(const RelayForest& forest) {
+  ChildCounts counts;
+  counts.all.assign(static_cast<std::size_t>(forest.positions), 0);
+  for (int t = 0; t < forest.tree_count(); ++t) {
+    const RelayTree& tree = forest.trees[static_cast<std::size_t>(t)];
+    int own = 0;
+    for (std::uint16_t parent : tree.parent) {
+      if (parent == RelayTree::kRoot) continue;
+      ++counts.all[parent];
+      own += parent == forest.root(t);
+    }
+    counts.own.push_back(own);
+  }
+  return counts;
+}
+
+TEST(RelayForest, TreesOfDisjointColumnsReachEveryoneInTwoHopsWithFewRootChildren) {
+  // Trees that carry one column each (as the planner's trees do when a node's workers split the model
+  // evenly): a root may relay in the others' trees, so two levels reach up to 1 + T (T + 1) positions, the
+  // root forwarding in the round it receives only to as many hubs as it takes. Slots stay within T, every
+  // position is reached once, and no root relays in its own column.
+  for (int fan_out : {4, 8}) {
+    std::vector<ColumnSpan> spans;
+    for (int t = 0; t < fan_out; ++t) spans.push_back({t, t});
+    for (int k = fan_out + 2; k <= 1 + fan_out * (fan_out + 1); ++k) {
+      SCOPED_TRACE("k " + std::to_string(k) + " fan-out " + std::to_string(fan_out));
+      const RelayForest forest = relay_forest(k, fan_out, spans);
+      ASSERT_FALSE(forest.all_to_all);
+      ASSERT_EQ(forest.tree_count(), fan_out);
+      const ChildCounts counts = child_counts(forest);
+      for (int c : counts.all) EXPECT_LE(c, fan_out);
+      for (int t = 0; t < forest.tree_count(); ++t) {
+        const RelayTree& tree = forest.trees[static_cast<std::size_t>(t)];
+        int roots = 0;
+        for (int p = 0; p < k; ++p) {
+          if (tree.parent[static_cast<std::size_t>(p)] == RelayTree::kRoot) {
+            ++roots;
+            continue;
+          }
+          EXPECT_EQ(tree.depth[static_cast<std::size_t>(p)], tree.depth[tree.parent[static_cast<std::size_t>(p)]] + 1);
+        }
+        EXPECT_EQ(roots, 1);
+      }
+      // Two levels wherever the slots allow it (all but a few sizes just below a full second level).
+      EXPECT_LE(forest.height, k <= 1 + fan_out * fan_out ? 2 : 3);
+      // The root's own children: about what reaching k - 1 positions through hubs of T children takes.
+      const int fewest = (k - 2) / (fan_out + 1) + 1;
+      for (int own : counts.own) EXPECT_LE(own, std::min(fan_out, fewest + 3));
+    }
+  }
 }
 
 TEST(RelayForest, RootsOfDifferentTreesDiffer) {
