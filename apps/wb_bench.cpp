@@ -679,21 +679,7 @@ int run(int argc, char** argv, Ending& ending) {
                              {"methods", rows},
                              {"failures", failed}};
     if (!first_failed.empty()) result["failure"] = first_failed;
-    std::cout << result.dump() << std::endl;
-    if (!o.trace.empty()) {
-      std::vector<RankTimeline> timelines;
-      for (int r = 0; r < world; ++r) {
-        const nlohmann::json& report = reports[static_cast<std::size_t>(r)];
-        if (!report.is_null()) timelines.push_back(timeline_from_json(r, report.value("who", std::string()), report));
-      }
-      write_chrome_trace(o.trace, timelines);
-      WB_LOG(kInfo) << "trace of " << timelines.size() << " ranks written to " << o.trace;
-    }
-    if (!o.json.empty()) {
-      std::ofstream file(o.json);
-      file << result.dump(2) << '\n';
-      if (!file) throw Error(ErrorCode::kSystem, "cannot write " + o.json);
-    }
+    write_run_results(o, result, reports);
     if (!o.csv.empty()) {
       std::ofstream file(o.csv);
       file << "method,ewtt_median_s,agst_median_s,between_machines_bytes,within_machine_bytes,ewtt_over_weightbridge,"

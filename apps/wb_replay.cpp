@@ -533,21 +533,7 @@ int run(int argc, char** argv, Ending& ending) {
         {"failures", failed},
         {"seconds", seconds_since(start)},
     };
-    std::cout << result.dump() << std::endl;
-    if (!options.trace.empty()) {
-      std::vector<RankTimeline> timelines;
-      for (int r = 0; r < world; ++r) {
-        const nlohmann::json& report = reports[static_cast<std::size_t>(r)];
-        if (!report.is_null()) timelines.push_back(timeline_from_json(r, report.value("who", std::string()), report));
-      }
-      write_chrome_trace(options.trace, timelines);
-      WB_LOG(kInfo) << "trace of " << timelines.size() << " ranks written to " << options.trace;
-    }
-    if (!options.json.empty()) {
-      std::ofstream out(options.json);
-      out << result.dump(2) << '\n';
-      if (!out) throw Error(ErrorCode::kSystem, "cannot write " + options.json);
-    }
+    write_run_results(options, result, reports);
   }
   const Verdict verdict = exchange_verdict(exit_code, everyone, first_failed, timeout);
   ending.finalize = verdict.finalize;

@@ -1,5 +1,10 @@
 #include "emu/run_options.hpp"
 
+#include <fstream>
+#include <iostream>
+
+#include "core/log.hpp"
+#include "emu/trace_file.hpp"
 #include "emu/worker_parameters.hpp"
 #include "weightbridge/status.hpp"
 
@@ -23,6 +28,23 @@ bool parse_run_options(int argc, char** argv, po::options_description& options, 
   if (!parse_command_line(argc, argv, options, out.variables, print_help)) return false;
   (void)parse_parameter_place(out.device);  // refused before any rank builds a worker
   return true;
+}
+
+void write_run_results(const RunOptions& options, const nlohmann::json& result, const std::vector<nlohmann::json>& reports) {
+  std::cout << result.dump() << std::endl;
+  if (!options.trace.empty()) {
+    std::vector<RankTimeline> timelines;
+    for (std::size_t r = 0; r < reports.size(); ++r)
+      if (!reports[r].is_null())
+        timelines.push_back(timeline_from_json(static_cast<int>(r), reports[r].value("who", std::string()), reports[r]));
+    write_chrome_trace(options.trace, timelines);
+    WB_LOG(kInfo) << "trace of " << timelines.size() << " ranks written to " << options.trace;
+  }
+  if (!options.json.empty()) {
+    std::ofstream out(options.json);
+    out << result.dump(2) << '\n';
+    if (!out) throw Error(ErrorCode::kSystem, "cannot write " + options.json);
+  }
 }
 
 RunSetup make_run_setup(const RunOptions& options) {

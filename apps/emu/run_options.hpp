@@ -5,7 +5,9 @@
 
 #include <boost/program_options.hpp>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "emu/deployment_options.hpp"
 #include "emu/run_setup.hpp"
@@ -38,6 +40,10 @@ boost::program_options::options_description run_options_description(const char* 
 /// parse_command_line into out.variables, then checks --device. False on --help (printed when `print_help`).
 bool parse_run_options(int argc, char** argv, boost::program_options::options_description& options, RunOptions& out,
                        bool print_help);
+
+/// Rank 0's output of a run: `result` as one line of JSON on stdout, and in the files --json (indented) and
+/// --trace (every rank's timeline from its report, as Chrome trace-event JSON) name.
+void write_run_results(const RunOptions& options, const nlohmann::json& result, const std::vector<nlohmann::json>& reports);
 
 /// make_run_setup of what the options name.
 RunSetup make_run_setup(const RunOptions& options);

@@ -13,6 +13,21 @@
 namespace wb::plan_detail {
 namespace {
 
+// Per atom, its distinct needer workers as one id (in order of first appearance): atoms with the same
+// needers are handed on alike.
+std::vector<std::uint32_t> needer_ids(const std::vector<Atom>& atoms) {
+  std::vector<std::uint32_t> out(atoms.size());
+  std::map<std::vector<int>, std::uint32_t> ids;
+  std::vector<int> workers;
+  for (std::size_t a = 0; a < atoms.size(); ++a) {
+    workers.clear();
+    for (const AtomEndpoint& needer : atoms[a].needers) workers.push_back(needer.worker);
+    workers.erase(std::unique(workers.begin(), workers.end()), workers.end());
+    out[a] = ids.emplace(workers, static_cast<std::uint32_t>(ids.size())).first->second;
+  }
+  return out;
+}
+
 // Within a round, segments of one route sit next to each other, so that the writes that forward them out
 // of a receive buffer coalesce; neighbours along an atom's axis on one route become one segment.
 void sort_and_merge(const Correspondence& correspondence, const AtomRoutes& routes, TransferPlan& plan) {
@@ -42,17 +57,7 @@ void sort_and_merge(const Correspondence& correspondence, const AtomRoutes& rout
   std::iota(order.begin(), order.end(), 0u);
   // Atoms with the same needers are handed on inside their nodes to the same workers: side by side in a
   // receive buffer, they go on in one write per peer instead of one per atom.
-  std::vector<std::uint32_t> needer_id(atoms.size());
-  {
-    std::map<std::vector<int>, std::uint32_t> ids;
-    std::vector<int> workers;
-    for (std::size_t a = 0; a < atoms.size(); ++a) {
-      workers.clear();
-      for (const AtomEndpoint& needer : atoms[a].needers) workers.push_back(needer.worker);
-      workers.erase(std::unique(workers.begin(), workers.end()), workers.end());
-      needer_id[a] = ids.emplace(workers, static_cast<std::uint32_t>(ids.size())).first->second;
-    }
-  }
+  const std::vector<std::uint32_t> needer_id = needer_ids(atoms);
   const auto route_key = [&](std::uint32_t i) {
     const Segment& s = plan.segments[i];
     const Atom& atom = atoms[s.atom];
@@ -119,18 +124,7 @@ int minimum_rounds(const Correspondence& correspondence, const AtomRoutes& route
 void classify_pieces(PlanBasis& basis) {
   const auto& atoms = basis.correspondence.atoms;
   const PieceTable& pieces = basis.pieces;
-  // Per atom, its distinct needer workers as one id: atoms with the same needers hand pieces on alike.
-  std::vector<std::uint32_t> needers_of_atom(atoms.size());
-  {
-    std::map<std::vector<int>, std::uint32_t> ids;
-    std::vector<int> workers;
-    for (std::size_t a = 0; a < atoms.size(); ++a) {
-      workers.clear();
-      for (const AtomEndpoint& needer : atoms[a].needers) workers.push_back(needer.worker);
-      workers.erase(std::unique(workers.begin(), workers.end()), workers.end());
-      needers_of_atom[a] = ids.emplace(workers, static_cast<std::uint32_t>(ids.size())).first->second;
-    }
-  }
+  const std::vector<std::uint32_t> needers_of_atom = needer_ids(atoms);
   // Per piece: (sender worker, needers, landing workers), the last compared as a list.
   std::map<std::vector<int>, std::uint32_t> ids;
   std::vector<int> key;
