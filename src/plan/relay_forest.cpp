@@ -252,6 +252,149 @@ std::optional<RelayForest> tape_forest(int k, int trees, std::span<const ColumnS
   return forest;
 }
 
+// Where two levels would make some root forward to all T in the round it receives (a few sizes just below
+// the most that T - 1 hubs reach in two levels, where the positions' slots cannot be cut so that every
+// tree has at most T - 1 hubs), a third level for a few positions instead, laid out by design. Every root
+// gives T - 1 hubs and relays nowhere, so the other k - T positions' slots are exactly what the trees need;
+// there are fewer of them than the T (T - 1) hubs, so `shared` positions are hubs in two trees, their
+// slots split between the two. A tree whose hubs then take fewer leaves than it has positions below them
+// hangs the rest off sub-hubs: leaves that forward to one leaf of their own a round after the hubs, each
+// the one spare slot of a hub of another tree (its provider). In the last round that hop is all that is
+// left, so it is kept to one slot's worth on every link: a provider spares one slot, and no position is a
+// sub-hub's leaf in two trees. With 2 shared <= T, each shared position is split evenly between two trees
+// and the other trees' hubs spare `shared` slots; else each gives T - shared leaves to a tree of its own
+// and the rest to one of the others in turn. Nothing where the sizes are not such.
+std::optional<RelayForest> sub_hub_forest(int k, int trees) {
+  const int hubs = trees - 1;
+  const int others = k - trees;              // positions that are no tree's root
+  const int shared = trees * hubs - others;  // hubs more than there are such positions
+  const Hubs plan = hub_count(k, trees);
+  if (plan.levels != 2 || plan.count > hubs || shared < 1 || shared >= trees) return std::nullopt;
+  // Per tree, its parts of shared positions: which one, and the leaves it takes there.
+  struct Part {
+    int shared = 0;
+    int leaves = 0;
+  };
+  const auto tsize = static_cast<std::size_t>(trees);
+  std::vector<std::vector<Part>> parts(tsize);
+  if (2 * shared <= trees) {
+    for (int i = 0; i < shared; ++i) {
+      parts[static_cast<std::size_t>(2 * i)].push_back({i, trees - trees / 2});
+      parts[static_cast<std::size_t>(2 * i + 1)].push_back({i, trees / 2});
+    }
+  } else {
+    for (int i = 0; i < shared; ++i) {
+      parts[static_cast<std::size_t>(i)].push_back({i, trees - shared});
+      parts[static_cast<std::size_t>(shared + i % (trees - shared))].push_back({i, shared});
+    }
+  }
+  // A tree's hubs leave T - leaves of their slots each, and must leave `shared` in all (T - 1 hubs of T slots
+  // for k - T positions below them): what its parts leave beyond that it fills with sub-hubs (room), what
+  // they leave short of it, hubs of T - 1 leaves spare (spare), one slot each for another tree's sub-hub.
+  std::vector<int> spare(tsize, 0), room(tsize, 0);
+  std::vector<std::vector<int>> hosted(tsize);  // per tree, the trees whose spare slots its sub-hubs are
+  for (std::size_t t = 0; t < tsize; ++t) {
+    int left = 0;
+    for (const Part& part : parts[t]) left += trees - part.leaves;
+    spare[t] = std::max(0, shared - left);
+    room[t] = std::max(0, left - shared);
+    if (static_cast<int>(parts[t].size()) + spare[t] > hubs) return std::nullopt;
+  }
+  std::size_t next = 0;
+  for (std::size_t u = 0; u < tsize; ++u)
+    for (int n = 0; n < spare[u]; ++n) {
+      std::size_t tried = 0;
+      for (; tried < tsize && (next == u || room[next] == 0); ++tried) next = (next + 1) % tsize;
+      if (tried == tsize) return std::nullopt;
+      hosted[next].push_back(static_cast<int>(u));
+      --room[next];
+    }
+  // Positions: the shared ones, the sparing hubs, then every tree's whole hubs, from the non-roots in order.
+  std::vector<char> is_root(static_cast<std::size_t>(k), 0);
+  for (int t = 0; t < trees; ++t) is_root[static_cast<std::size_t>(tree_root(t, k, trees))] = 1;
+  int cursor = 0;
+  const auto next_position = [&]() {
+    while (cursor < k && is_root[static_cast<std::size_t>(cursor)]) ++cursor;
+    return cursor < k ? cursor++ : -1;
+  };
+  std::vector<int> shared_at(static_cast<std::size_t>(shared));
+  std::vector<std::vector<int>> sparing(tsize);  // per tree, its hubs that spare a slot
+  for (int& p : shared_at) p = next_position();
+  for (std::size_t t = 0; t < tsize; ++t)
+    for (int n = 0; n < spare[t]; ++n) sparing[t].push_back(next_position());
+  RelayForest forest;
+  forest.positions = k;
+  forest.all_to_all = false;
+  forest.trees.resize(tsize);
+  std::vector<std::pair<int, int>> parents;  // (position, children it takes)
+  std::vector<char> placed(static_cast<std::size_t>(k)), deep(static_cast<std::size_t>(k), 0);
+  std::vector<int> children(static_cast<std::size_t>(k), 0), leaves_deep;
+  std::vector<std::size_t> used_of(tsize, 0);  // per tree, how many of its sparing hubs are sub-hubs so far
+  for (std::size_t t = 0; t < tsize; ++t) {
+    const int root = tree_root(static_cast<int>(t), k, trees);
+    parents.clear();
+    for (const Part& part : parts[t]) parents.emplace_back(shared_at[static_cast<std::size_t>(part.shared)], part.leaves);
+    for (int p : sparing[t]) parents.emplace_back(p, trees - 1);
+    while (static_cast<int>(parents.size()) < hubs) parents.emplace_back(next_position(), trees);
+    const std::size_t hub_count = parents.size();
+    std::fill(placed.begin(), placed.end(), 0);
+    placed[static_cast<std::size_t>(root)] = 1;
+    for (const auto& [hub, leaves] : parents) {
+      if (hub < 0) return std::nullopt;
+      placed[static_cast<std::size_t>(hub)] = 1;
+    }
+    // Its sub-hubs (a sparing hub of each tree that spares it a slot) and their leaves, the last positions
+    // from the root on that are a sub-hub's leaf in no tree before.
+    for (int u : hosted[t]) {
+      const auto uu = static_cast<std::size_t>(u);
+      const int sub = sparing[uu][used_of[uu]++];
+      if (placed[static_cast<std::size_t>(sub)]) return std::nullopt;
+      parents.emplace_back(sub, 1);
+      placed[static_cast<std::size_t>(sub)] = 1;
+    }
+    leaves_deep.clear();
+    for (int j = k - 1; j >= 1 && leaves_deep.size() < hosted[t].size(); --j) {
+      const auto p = static_cast<std::size_t>((root + j) % k);
+      if (placed[p] || deep[p]) continue;
+      leaves_deep.push_back(static_cast<int>(p));
+      deep[p] = 1;
+      placed[p] = 1;
+    }
+    if (leaves_deep.size() < hosted[t].size()) return std::nullopt;
+    RelayTree tree;
+    tree.parent.assign(static_cast<std::size_t>(k), RelayTree::kRoot);
+    tree.depth.assign(static_cast<std::size_t>(k), 0);
+    for (std::size_t h = 0; h < hub_count; ++h) attach(tree, parents[h].first, root);
+    children[static_cast<std::size_t>(root)] += static_cast<int>(hub_count);
+    // The hubs' leaves (the sub-hubs first), then the sub-hubs'.
+    std::size_t parent = 0;
+    const auto attach_next = [&](int p) {
+      while (parent < parents.size() && parents[parent].second == 0) ++parent;
+      if (parent == parents.size()) return false;
+      attach(tree, p, parents[parent].first);
+      --parents[parent].second;
+      ++children[static_cast<std::size_t>(parents[parent].first)];
+      return true;
+    };
+    for (std::size_t h = hub_count; h < parents.size(); ++h)
+      if (!attach_next(parents[h].first)) return std::nullopt;
+    for (int j = 1; j < k; ++j) {
+      const int p = (root + j) % k;
+      if (!placed[static_cast<std::size_t>(p)] && !attach_next(p)) return std::nullopt;
+    }
+    for (int p : leaves_deep)
+      if (!attach_next(p)) return std::nullopt;
+    forest.height = std::max(forest.height, tree.height);
+    forest.trees[t] = std::move(tree);
+  }
+  if (next_position() >= 0) return std::nullopt;  // every non-root is some tree's hub
+  for (int c : children) {
+    if (c > trees) return std::nullopt;
+    forest.fan_out = std::max(forest.fan_out, c);
+  }
+  return forest;
+}
+
 // Breadth first from each root, roots never relaying: always has a slot for every position.
 RelayForest breadth_first_forest(int k, int fan_out) {
   RelayForest forest;
@@ -346,6 +489,10 @@ RelayForest relay_forest(int k, int fan_out, std::span<const ColumnSpan> spans) 
       for (int first = 0; first < fan_out; ++first)
         if (std::optional<RelayForest> forest = tape_forest(k, fan_out, spans, order, first))
           if (!best || root_load(*forest) < root_load(*best)) best = std::move(forest);
+    // Where every tape leaves some root forwarding to all T in the round it receives, a third level for a
+    // few positions instead.
+    if (best && root_load(*best).second >= fan_out)
+      if (std::optional<RelayForest> forest = sub_hub_forest(k, fan_out)) best = std::move(forest);
     if (best) return std::move(*best);
     if (std::optional<RelayForest> forest = hub_forest(k, fan_out, spans)) return std::move(*forest);
   }

@@ -41,6 +41,9 @@ struct ColumnSpan {
 /// forwarding in the round it received) is charged by the root's share: the root gives only as many children
 /// as it takes to reach all k positions within the fewest levels (hubs), and the hubs, which forward a round
 /// later, take the rest. Hubs are the positions with the most child slots left, so that the levels stay few.
+/// A root never gives all T of its slots to its own tree where fewer hubs reach everyone in two levels (it
+/// would spend its whole share of the round forwarding in the round it receives): where the slots cannot be
+/// cut for that, a few positions go a level deeper, below leaves that forward to one position each.
 ///
 /// A root never relays in a tree whose columns overlap its own (`spans`, one per tree; empty: in no other
 /// tree): that worker takes the trainer's next rounds into the slot such a relay would still be forwarding
