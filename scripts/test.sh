@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The test command: installs what is missing, builds, and runs the whole suite through ctest.
-# Extra arguments go to ctest (e.g. -L mpi, -R Hdf5). Tests that need a GPU or an RDMA device are
-# labelled gpu / ibverbs and report themselves skipped on machines without one.
+# The test command: installs what is missing, builds, and runs the whole suite through ctest; then, for the
+# whole suite only, the coordinator tests again under AddressSanitizer + UBSan (scripts/sanitize.sh).
+# Extra arguments go to ctest (e.g. -L mpi, -R Hdf5) and skip the sanitizer leg; so does
+# WB_SANITIZE_COORD=0. Tests that need a GPU or an RDMA device are labelled gpu / ibverbs and report
+# themselves skipped on machines without one.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${WB_BUILD_DIR:-$root/build}
@@ -9,14 +11,27 @@ bash "$root/scripts/install-deps.sh"
 bash "$root/scripts/build.sh"
 # Open MPI refuses to run as root without these (CI runs as root).
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-cd "$build"
-if ctest --output-on-failure --timeout 900 -j "${WB_TEST_JOBS:-2}" "$@"; then exit 0; fi
-# The fault-injection and multi-host tests run against 3 s deadlines on shared, oversubscribed cores: a
-# failure is run once more, alone, and one that then passes is named as flaky rather than hidden.
-failed=$(sed -n 's/^[0-9]*:\(.*\)$/\1/p' Testing/Temporary/LastTestsFailed.log | tr '\n' ' ')
-echo "test.sh: failed: $failed; running them once more, one at a time"
-if ctest --output-on-failure --timeout 900 -j 1 --rerun-failed; then
-  echo "test.sh: FLAKY (failed once, then passed alone): $failed"
-  exit 0
+
+run_suite() {
+  cd "$build"
+  if ctest --output-on-failure --timeout 900 -j "${WB_TEST_JOBS:-2}" "$@"; then return 0; fi
+  # The fault-injection and multi-host tests run against 3 s deadlines on shared, oversubscribed cores: a
+  # failure is run once more, alone, and one that then passes is named as flaky rather than hidden.
+  local failed
+  failed=$(sed -n 's/^[0-9]*:\(.*\)$/\1/p' Testing/Temporary/LastTestsFailed.log | tr '\n' ' ')
+  echo "test.sh: failed: $failed; running them once more, one at a time"
+  if ctest --output-on-failure --timeout 900 -j 1 --rerun-failed; then
+    echo "test.sh: FLAKY (failed once, then passed alone): $failed"
+    return 0
+  fi
+  return 1
+}
+( run_suite "$@" )
+
+if [[ $# -eq 0 && "${WB_SANITIZE_COORD:-1}" != "0" ]]; then
+  # The coordinator under ASan+UBSan: its contract and failure paths in the four modes (adapter), verify,
+  # a world whose errors are fatal, and wb-replay in the four modes (a MoE layout, and relay trees), with
+  # their staging threads. Only what those tests run is built (build-asan/).
+  WB_SANITIZE_TARGETS="wb-replay wb-mkckpt wb_mpi_adapter_tests wb_mpi_verify_tests wb_fatal_world" \
+    bash "$root/scripts/sanitize.sh" address -R '^(adapter\.|verify\.|replay\.[a-z-]+\.(qwen3_moe_hdf5|relay_trees)\.)'
 fi
-exit 1

@@ -55,6 +55,7 @@ void digest_blocks(const std::byte* data, std::size_t blocks, std::uint64_t sum[
 }
 
 void Digest::update(const std::byte* data, std::size_t bytes) {
+  if (bytes == 0) return;  // data may be null then, which memcpy may not take even for no bytes
   length_ += bytes;
   if (tail_bytes_ > 0) {
     const std::size_t take = std::min(bytes, sizeof tail_ - tail_bytes_);

@@ -130,8 +130,14 @@ TEST(H5pyCheckpointTest, CorruptHeapIsAnErrorAfterAnotherFileWasOpened) {
   // A huge size: libhdf5 reads past its buffer and faults.
   const std::string faults = dir.file("faults.h5");
   testing::write_file(faults, with_heap_object_size(strings, std::uint64_t{1} << 20));
-  expect_error([&] { open_checkpoint(faults); }, ErrorCode::kCorruptData,
-               {faults, "tensor a.vlen_utf8", "metadata is corrupt", "crashed the HDF5 library"});
+  const std::string crashed = expect_error([&] { open_checkpoint(faults); }, ErrorCode::kCorruptData,
+                                           {faults, "tensor a.vlen_utf8", "metadata is corrupt", "child process that checks"});
+#if defined(__SANITIZE_ADDRESS__)
+  // AddressSanitizer takes the child's fault and ends it with its own exit status instead of the signal.
+  EXPECT_NE(crashed.find("with exit status"), std::string::npos) << crashed;
+#else
+  EXPECT_NE(crashed.find("crashed the HDF5 library"), std::string::npos) << crashed;
+#endif
   // A size that leaves the collection's end unreachable: libhdf5 decodes it forever.
   const std::string loops = dir.file("loops.h5");
   testing::write_file(loops, with_heap_object_size(strings, 4000));
