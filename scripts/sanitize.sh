@@ -6,7 +6,8 @@
 #   bash scripts/sanitize.sh thread  [CTEST ARGS...]   ThreadSanitizer (build-tsan/); default: the coordinator
 #                                                      and executor tests (the staged modes' transfer threads)
 #
-# CTEST ARGS replace the default selection, e.g. `bash scripts/sanitize.sh address -L coord` (what CI runs).
+# CTEST ARGS replace the default selection, e.g. `bash scripts/sanitize.sh address -L coord`; scripts/test.sh
+# runs the coordinator's tests this way after the suite.
 # A finding fails the test it happens in: every sanitizer stops the process at its first report
 # (halt_on_error), and leaks are reported when a process ends (in MPI ranks only with
 # WB_SANITIZE_MPI_LEAKS=1, below). Reports inside Open MPI and its helpers (PMIx, hwloc, libevent) are
@@ -14,7 +15,8 @@
 # Not run under a sanitizer: python (the interpreter would need the runtime preloaded), slurm and multinode
 # (their ranks start from daemons or in network namespaces that do not pass the sanitizer settings on),
 # install (a consumer built without the sanitizer), gpu (no device here), bench (benchmarks are not built).
-# WB_SANITIZE_BUILD_DIR and WB_JOBS (default: every core) are read from the environment.
+# WB_SANITIZE_BUILD_DIR, WB_JOBS (build; default: every core) and WB_TEST_JOBS (ctest; default 2) are read
+# from the environment.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 kind=${1:-}
@@ -22,10 +24,12 @@ shift || true
 case "$kind" in
   address)
     sanitizers=address,undefined
+    build_name=build-asan
     default_selection=(-LE 'python|slurm|multinode|install|gpu|bench')
     ;;
   thread)
     sanitizers=thread
+    build_name=build-tsan
     # The coordinator (adapters in the four modes, wb-replay, faults) and the executor: where threads are.
     default_selection=(-R '^(adapter|verify|executor|replay\.|faults\.)')
     ;;
@@ -34,8 +38,7 @@ case "$kind" in
     exit 2
     ;;
 esac
-build=${WB_SANITIZE_BUILD_DIR:-$root/build-${kind/address/asan}}
-build=${build/build-thread/build-tsan}
+build=${WB_SANITIZE_BUILD_DIR:-$root/$build_name}
 jobs=${WB_JOBS:-$(nproc)}
 selection=("$@")
 if [[ ${#selection[@]} -eq 0 ]]; then selection=("${default_selection[@]}"); fi
