@@ -16,7 +16,7 @@
 // down, as wb-replay does: every update starts with a barrier bounded by the timeout (WB_TIMEOUT_SECONDS;
 // the rollouts keep serving in it, so that they hear the trainers give up), a rank whose part failed runs
 // no further update and no further collective, the samples travel to rank 0 in one report per rank at the
-// end, and the ending is emu/bounded_exit's (reports point to point, rank 0's verdict, MPI_Finalize only
+// end, and the ending is emu/process/bounded_exit's (reports point to point, rank 0's verdict, MPI_Finalize only
 // after a run that succeeded everywhere).
 #include <mpi.h>
 
@@ -39,16 +39,17 @@
 #include "core/checks.hpp"
 #include "core/log.hpp"
 #include "core/settings.hpp"
-#include "emu/backend.hpp"
-#include "emu/bounded_exit.hpp"
-#include "emu/deployment_options.hpp"
-#include "emu/fault_injection.hpp"
-#include "emu/mpi_main.hpp"
-#include "emu/run_options.hpp"
-#include "emu/run_setup.hpp"
-#include "emu/trace_file.hpp"
-#include "emu/versioned_checkpoint.hpp"
-#include "emu/worker_parameters.hpp"
+#include "emu/checkpoints/versioned_checkpoint.hpp"
+#include "emu/faults/fault_injection.hpp"
+#include "emu/frameworks/backend.hpp"
+#include "emu/frameworks/worker_parameters.hpp"
+#include "emu/options/deployment_options.hpp"
+#include "emu/options/run_options.hpp"
+#include "emu/process/bounded_exit.hpp"
+#include "emu/process/mpi_main.hpp"
+#include "emu/process/start_line.hpp"
+#include "emu/reports/trace_file.hpp"
+#include "emu/setup/run_setup.hpp"
 #include "transport/transport.hpp"
 #include "weightbridge/adapter.hpp"
 #include "weightbridge/job_clock.hpp"
@@ -130,132 +131,6 @@ double median(std::vector<double> values) {
   const std::size_t n = values.size();
   return n == 0 ? 0 : n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
-
-/// The start of every update, bounded and through world rank 0: each rank tells rank 0 it is ready (or that
-/// its part failed, and why), and rank 0 answers every rank with go, or with why not: a rank that failed,
-/// or the ranks that did not come within the timeout, by name. Unlike MPI_Barrier it ends whatever the
-/// others do, and unlike an MPI_Ibarrier given up on it says who held it. A rank past a stop, or one that
-/// left, takes part in no further start.
-class StartLine {
- public:
-  StartLine(int rank, int world, double seconds, std::function<std::string(int)> name)
-      : rank_(rank), world_(world), seconds_(seconds), name_(std::move(name)) {}
-
-  /// Every rank ready for `what` (version `version`): "" when all are, else why not. `idle` runs while
-  /// this rank waits; when it returns false the wait ends ("", and the caller leaves).
-  std::string wait(std::uint64_t version, const std::string& what, const std::function<bool()>& idle) {
-    if (rank_ != 0) {
-      send(0, version, kReady, "");
-      auto answer = std::make_shared<PendingOp>();
-      answer->in.assign(kMaxBytes, std::byte{0});
-      WB_CHECK_MPI(MPI_Irecv(answer->in.data(), static_cast<int>(kMaxBytes), MPI_BYTE, 0, kStartTag, MPI_COMM_WORLD,
-                             &answer->request));
-      // Rank 0 answers within the timeout of its own arrival, which is later than this one's by no more
-      // than the last update's acknowledgements: one timeout more is ample.
-      bool interrupted = false;
-      const auto waiting = [&] {
-        if (idle && !idle()) interrupted = true;
-        return !interrupted;
-      };
-      if (!complete_within(answer, 2 * seconds_, waiting))
-        return interrupted ? "" : name_(0) + " did not start " + what + " within " + seconds_text(2 * seconds_) + " s";
-      const auto [kind, text] = decode(answer->in);
-      if (kind == kGo) return "";
-      left_ = true;
-      return text;
-    }
-    // Rank 0: every other rank's note, or a failure, or the deadline.
-    std::vector<bool> arrived(static_cast<std::size_t>(world_), false);
-    arrived[0] = true;
-    int missing = world_ - 1;
-    const double start = wall_seconds();
-    while (missing > 0 && failed_.empty()) {
-      int found = 0;
-      MPI_Message message = MPI_MESSAGE_NULL;
-      MPI_Status probe;
-      WB_CHECK_MPI(MPI_Improbe(MPI_ANY_SOURCE, kStartTag, MPI_COMM_WORLD, &found, &message, &probe));
-      if (found) {
-        int count = 0;
-        WB_CHECK_MPI(MPI_Get_count(&probe, MPI_BYTE, &count));
-        std::vector<std::byte> bytes(static_cast<std::size_t>(count));
-        WB_CHECK_MPI(MPI_Mrecv(bytes.data(), count, MPI_BYTE, &message, MPI_STATUS_IGNORE));
-        const auto [kind, text] = decode(bytes);
-        if (kind == kFailed) {
-          failed_ = what + " not started: " + name_(probe.MPI_SOURCE) + " failed: " + text;
-        } else if (!arrived[static_cast<std::size_t>(probe.MPI_SOURCE)] && version_of(bytes) == version) {
-          arrived[static_cast<std::size_t>(probe.MPI_SOURCE)] = true;
-          --missing;
-        }
-        continue;
-      }
-      if (wall_seconds() - start > seconds_) {
-        std::string absent;
-        for (int r = 0; r < world_; ++r)
-          if (!arrived[static_cast<std::size_t>(r)]) absent += (absent.empty() ? "" : ", ") + name_(r);
-        failed_ = what + " not started: " + absent + " did not come to it within " +
-                  seconds_text(seconds_) + " s (stopped, dead, or busy outside WeightBridge)";
-        break;
-      }
-      if (idle && !idle()) return "";
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-    }
-    for (int r = 1; r < world_; ++r) send(r, version, failed_.empty() ? kGo : kStop, failed_);
-    if (!failed_.empty()) left_ = true;
-    return failed_;
-  }
-
-  /// This rank's part failed (before or during update `version`): nobody waits for it at a start. Rank 0
-  /// tells every rank; the others tell rank 0. Once per rank, and not after a start that stopped.
-  void leave(std::uint64_t version, const std::string& why) {
-    if (left_) return;
-    left_ = true;
-    if (rank_ != 0) {
-      send(0, version, kFailed, why);
-      return;
-    }
-    for (int r = 1; r < world_; ++r) send(r, version, kStop, "version " + std::to_string(version) + ": " + name_(0) + " failed: " + why);
-  }
-
- private:
-  static constexpr int kStartTag = 0x7e03;  // beside emu/bounded_exit's report and verdict tags
-  static constexpr std::size_t kMaxBytes = 2048;
-  enum Kind : std::int64_t { kReady = 0, kFailed = 1, kGo = 2, kStop = 3 };
-
-  // [version, kind] as int64, then the text; cut to kMaxBytes. Not waited for: the peer may be gone.
-  void send(int peer, std::uint64_t version, Kind kind, const std::string& text) {
-    auto op = std::make_shared<PendingOp>();
-    const std::int64_t head[2] = {static_cast<std::int64_t>(version), kind};
-    const std::size_t bytes = std::min(text.size(), kMaxBytes - sizeof head);
-    op->out.resize(sizeof head + bytes);
-    std::memcpy(op->out.data(), head, sizeof head);
-    std::memcpy(op->out.data() + sizeof head, text.data(), bytes);
-    WB_CHECK_MPI(MPI_Isend(op->out.data(), static_cast<int>(op->out.size()), MPI_BYTE, peer, kStartTag, MPI_COMM_WORLD, &op->request));
-    keep_pending(std::move(op));
-  }
-  static std::uint64_t version_of(const std::vector<std::byte>& bytes) {
-    std::int64_t head[2] = {0, 0};
-    std::memcpy(head, bytes.data(), std::min(bytes.size(), sizeof head));
-    return static_cast<std::uint64_t>(head[0]);
-  }
-  static std::pair<std::int64_t, std::string> decode(const std::vector<std::byte>& bytes) {
-    std::int64_t head[2] = {0, kStop};
-    std::memcpy(head, bytes.data(), std::min(bytes.size(), sizeof head));
-    std::string text;
-    for (std::size_t i = sizeof head; i < bytes.size() && bytes[i] != std::byte{0}; ++i) text.push_back(static_cast<char>(bytes[i]));
-    return {head[1], text};
-  }
-  static std::string seconds_text(double seconds) {
-    char text[32];
-    std::snprintf(text, sizeof text, "%g", seconds);
-    return text;
-  }
-
-  int rank_, world_;
-  double seconds_;
-  std::function<std::string(int)> name_;
-  std::string failed_;  // rank 0: why the starts stop (sticky)
-  bool left_ = false;   // this rank takes part in no further start
-};
 
 /// What the updates need, set up before them (the adapters are made by measure itself).
 struct Bench {

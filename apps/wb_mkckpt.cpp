@@ -19,8 +19,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "emu/model.hpp"
-#include "emu/synthetic.hpp"
+#include "emu/checkpoints/synthetic.hpp"
+#include "emu/models/model.hpp"
 #include "weightbridge/checkpoint.hpp"
 #include "weightbridge/status.hpp"
 

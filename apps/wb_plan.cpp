@@ -24,10 +24,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "emu/backend.hpp"
-#include "emu/deployment_options.hpp"
-#include "emu/described_map.hpp"
-#include "emu/presets.hpp"
+#include "emu/frameworks/backend.hpp"
+#include "emu/frameworks/described_map.hpp"
+#include "emu/models/presets.hpp"
+#include "emu/options/deployment_options.hpp"
 #include "plan/round_schedule.hpp"
 #include "weightbridge/correspondence.hpp"
 #include "weightbridge/plan.hpp"

@@ -15,7 +15,7 @@
 //
 // After a failure every rank exits non-zero within a bounded time whether or not the launcher tears the job
 // down: the adapters fail within about one timeout (WB_TIMEOUT_SECONDS), wb-replay's own waits after them
-// are bounded by the same timeout, and the ending is emu/bounded_exit's: the reports reach rank 0 point to
+// are bounded by the same timeout, and the ending is emu/process/bounded_exit's: the reports reach rank 0 point to
 // point, rank 0's verdict says whether to call MPI_Finalize, and after a failure no rank calls it.
 #include <mpi.h>
 
@@ -33,20 +33,20 @@
 #include "core/checks.hpp"
 #include "core/log.hpp"
 #include "core/settings.hpp"
-#include "emu/backend.hpp"
-#include "emu/bounded_exit.hpp"
-#include "emu/deployment_options.hpp"
-#include "emu/fault_injection.hpp"
-#include "emu/mpi_main.hpp"
-#include "emu/network_report.hpp"
-#include "emu/presets.hpp"
-#include "emu/run_options.hpp"
-#include "emu/run_setup.hpp"
-#include "emu/synthetic.hpp"
-#include "emu/trace_file.hpp"
-#include "emu/verify.hpp"
-#include "emu/versioned_checkpoint.hpp"
-#include "emu/worker_parameters.hpp"
+#include "emu/check/checkpoint_check.hpp"
+#include "emu/checkpoints/synthetic.hpp"
+#include "emu/checkpoints/versioned_checkpoint.hpp"
+#include "emu/faults/fault_injection.hpp"
+#include "emu/frameworks/backend.hpp"
+#include "emu/frameworks/worker_parameters.hpp"
+#include "emu/models/presets.hpp"
+#include "emu/options/deployment_options.hpp"
+#include "emu/options/run_options.hpp"
+#include "emu/process/bounded_exit.hpp"
+#include "emu/process/mpi_main.hpp"
+#include "emu/reports/network_report.hpp"
+#include "emu/reports/trace_file.hpp"
+#include "emu/setup/run_setup.hpp"
 #include "transport/transport.hpp"
 #include "weightbridge/adapter.hpp"
 #include "weightbridge/plan.hpp"

@@ -51,11 +51,11 @@
 #include <vector>
 
 #include "core/checks.hpp"
-#include "emu/backend.hpp"
-#include "emu/deployment_options.hpp"
-#include "emu/emulated_connect.hpp"
-#include "emu/presets.hpp"
-#include "emu/synthetic.hpp"
+#include "emu/checkpoints/synthetic.hpp"
+#include "emu/frameworks/backend.hpp"
+#include "emu/models/presets.hpp"
+#include "emu/options/deployment_options.hpp"
+#include "emu/setup/emulated_connect.hpp"
 #include "exec/round_executor.hpp"  // private (wb_private_headers): the bench drives the executor directly
 #include "plan/round_schedule.hpp"
 #include "weightbridge/plan.hpp"

@@ -14,9 +14,9 @@
 #include <utility>
 #include <vector>
 
-#include "emu/backend.hpp"
-#include "emu/described_map.hpp"
-#include "emu/presets.hpp"
+#include "emu/frameworks/backend.hpp"
+#include "emu/frameworks/described_map.hpp"
+#include "emu/models/presets.hpp"
 #include "plan/round_schedule.hpp"
 #include "weightbridge/correspondence.hpp"
 #include "weightbridge/plan.hpp"

@@ -3,7 +3,7 @@
 //   static wb::Setting<double> timeout_seconds("timeout_seconds", 120.0, "Deadline of every wait, in seconds.");
 //
 // The value is resolved on first read: a command-line override (override_from_text; the apps' flags,
-// apps/emu/setting_flags.hpp) wins over
+// apps/emu/options/setting_flags.hpp) wins over
 // the environment variable WB_<NAME> (upper case), which wins over the default. The flag of a setting is
 // --<name> with '_' written as '-'. Rank 0 logs the effective settings once (log_effective_settings).
 #pragma once

@@ -1,6 +1,6 @@
 // World rank 0's part of connect: from every worker's source map to every rank's serialized round schedule
 // (correspondence, plan, schedules), as one function, so that the executor's tests and benchmark plan
-// exactly as connect does (apps/emu/emulated_connect.hpp) instead of restating the steps.
+// exactly as connect does (apps/emu/setup/emulated_connect.hpp) instead of restating the steps.
 #pragma once
 
 #include <cstddef>

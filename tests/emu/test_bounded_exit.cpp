@@ -1,13 +1,13 @@
-// What wb-replay and wb-bench say when they end after a failure (emu/bounded_exit), the faults the tests
-// inject (emu/fault_injection), and how a rank is named. The MPI side runs in the fault suite (tests/faults).
+// What wb-replay and wb-bench say when they end after a failure (emu/process/bounded_exit), the faults the tests
+// inject (emu/faults/fault_injection), and how a rank is named. The MPI side runs in the fault suite (tests/faults).
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
-#include "emu/bounded_exit.hpp"
-#include "emu/fault_injection.hpp"
-#include "emu/layout_spec.hpp"
+#include "emu/faults/fault_injection.hpp"
+#include "emu/frameworks/layout_spec.hpp"
+#include "emu/process/bounded_exit.hpp"
 #include "weightbridge/status.hpp"
 
 namespace wb::emu {

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "emu/deployment_options.hpp"
+#include "emu/options/deployment_options.hpp"
 #include "weightbridge/status.hpp"
 
 namespace wb::emu {

@@ -5,11 +5,11 @@
 #include <chrono>
 #include <cstring>
 
-#include "emu/backend.hpp"
-#include "emu/described_map.hpp"
-#include "emu/presets.hpp"
+#include "emu/checkpoints/synthetic.hpp"
+#include "emu/frameworks/backend.hpp"
+#include "emu/frameworks/described_map.hpp"
+#include "emu/models/presets.hpp"
 #include "preset_params.hpp"
-#include "emu/synthetic.hpp"
 
 namespace wb::emu {
 namespace {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "../support/expect_error.hpp"
-#include "emu/model.hpp"
+#include "emu/models/model.hpp"
 #include "weightbridge/checkpoint.hpp"
 #include "weightbridge/status.hpp"
 

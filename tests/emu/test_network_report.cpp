@@ -1,8 +1,8 @@
-// The measured-against-planned network check of wb-replay and wb-bench (emu/network_report.hpp) on
+// The measured-against-planned network check of wb-replay and wb-bench (emu/reports/network_report.hpp) on
 // canned runs: it passes exactly when the bytes between machines are the plan's, and names what differs.
 #include <gtest/gtest.h>
 
-#include "emu/network_report.hpp"
+#include "emu/reports/network_report.hpp"
 
 namespace wb::emu {
 namespace {

@@ -7,11 +7,11 @@
 #include <cstring>
 #include <map>
 
-#include "emu/backend.hpp"
-#include "emu/presets.hpp"
+#include "emu/check/checkpoint_check.hpp"
+#include "emu/checkpoints/synthetic.hpp"
+#include "emu/frameworks/backend.hpp"
+#include "emu/models/presets.hpp"
 #include "preset_params.hpp"
-#include "emu/synthetic.hpp"
-#include "emu/verify.hpp"
 #include "weightbridge/correspondence.hpp"
 
 namespace wb::emu {

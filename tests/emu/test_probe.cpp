@@ -8,11 +8,11 @@
 #include <algorithm>
 #include <random>
 
-#include "emu/backend.hpp"
-#include "emu/described_map.hpp"
-#include "emu/load_util.hpp"
-#include "emu/presets.hpp"
-#include "emu/synthetic.hpp"
+#include "emu/checkpoints/synthetic.hpp"
+#include "emu/frameworks/backend.hpp"
+#include "emu/frameworks/described_map.hpp"
+#include "emu/frameworks/load_util.hpp"
+#include "emu/models/presets.hpp"
 #include "layout/probe.hpp"
 #include "preset_params.hpp"
 #include "weightbridge/status.hpp"

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "emu/model.hpp"
+#include "emu/models/model.hpp"
 #include "layout/probe_code.hpp"
 
 namespace wb::emu {

@@ -8,10 +8,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "emu/backend.hpp"
-#include "emu/layout_spec.hpp"
-#include "emu/model.hpp"
-#include "emu/synthetic.hpp"
+#include "emu/checkpoints/synthetic.hpp"
+#include "emu/frameworks/backend.hpp"
+#include "emu/frameworks/layout_spec.hpp"
+#include "emu/models/model.hpp"
 #include "weightbridge/status.hpp"
 
 namespace wb::emu {

@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "../support/expect_error.hpp"
-#include "emu/model.hpp"
-#include "emu/synthetic.hpp"
+#include "emu/checkpoints/synthetic.hpp"
+#include "emu/models/model.hpp"
 #include "weightbridge/status.hpp"
 
 namespace wb::emu {

@@ -16,9 +16,9 @@
 #include <thread>
 
 #include "core/device.hpp"
-#include "emu/backend.hpp"
-#include "emu/synthetic.hpp"
-#include "emu/versioned_checkpoint.hpp"
+#include "emu/checkpoints/synthetic.hpp"
+#include "emu/checkpoints/versioned_checkpoint.hpp"
+#include "emu/frameworks/backend.hpp"
 #include "weightbridge/adapter.hpp"
 
 namespace wb::emu {

@@ -8,8 +8,8 @@
 
 #include "core/checks.hpp"
 #include "core/log.hpp"
-#include "emu/model.hpp"
-#include "emu/synthetic.hpp"
+#include "emu/checkpoints/synthetic.hpp"
+#include "emu/models/model.hpp"
 #include "weightbridge/checkpoint.hpp"
 
 namespace wb::emu {

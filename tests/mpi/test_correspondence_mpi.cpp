@@ -6,10 +6,10 @@
 
 #include <cstring>
 
-#include "emu/backend.hpp"
-#include "emu/described_map.hpp"
-#include "emu/emulated_rank.hpp"
-#include "emu/synthetic.hpp"
+#include "emu/checkpoints/synthetic.hpp"
+#include "emu/frameworks/backend.hpp"
+#include "emu/frameworks/described_map.hpp"
+#include "emu/setup/emulated_rank.hpp"
 #include "layout/probe.hpp"
 #include "layout/source_map_exchange.hpp"
 #include "weightbridge/correspondence.hpp"

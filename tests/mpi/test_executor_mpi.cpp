@@ -10,9 +10,9 @@
 #include <cstring>
 
 #include "../support/executor_rank.hpp"
-#include "emu/backend.hpp"
-#include "emu/synthetic.hpp"
-#include "emu/verify.hpp"
+#include "emu/check/checkpoint_check.hpp"
+#include "emu/checkpoints/synthetic.hpp"
+#include "emu/frameworks/backend.hpp"
 #include "exec/round_executor.hpp"
 #include "exec/round_work.hpp"
 #include "weightbridge/plan.hpp"

@@ -12,9 +12,9 @@
 #include <memory>
 
 #include "coord/control.hpp"
-#include "emu/backend.hpp"
-#include "emu/synthetic.hpp"
-#include "emu/versioned_checkpoint.hpp"
+#include "emu/checkpoints/synthetic.hpp"
+#include "emu/checkpoints/versioned_checkpoint.hpp"
+#include "emu/frameworks/backend.hpp"
 #include "weightbridge/adapter.hpp"
 
 using namespace wb;

@@ -25,9 +25,9 @@
 #include <vector>
 
 #include "../support/schedule_replay.hpp"
-#include "emu/backend.hpp"
-#include "emu/emulated_rank.hpp"
-#include "emu/synthetic.hpp"
+#include "emu/checkpoints/synthetic.hpp"
+#include "emu/frameworks/backend.hpp"
+#include "emu/setup/emulated_rank.hpp"
 #include "layout/probe.hpp"
 #include "layout/source_map_exchange.hpp"
 #include "plan/planned_schedules.hpp"

@@ -8,9 +8,9 @@
 #include <cstdint>
 #include <utility>
 
-#include "emu/backend.hpp"
-#include "emu/emulated_connect.hpp"
-#include "emu/emulated_rank.hpp"
+#include "emu/frameworks/backend.hpp"
+#include "emu/setup/emulated_connect.hpp"
+#include "emu/setup/emulated_rank.hpp"
 #include "plan/round_schedule.hpp"
 #include "weightbridge/plan.hpp"
 

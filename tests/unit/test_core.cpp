@@ -11,9 +11,9 @@
 #include <unistd.h>
 #include <vector>
 
+#include "../support/expect_error.hpp"
 #include "core/checks.hpp"
 #include "core/log.hpp"
-#include "../support/expect_error.hpp"
 #include "core/settings.hpp"
 #include "weightbridge/dtype.hpp"
 #include "weightbridge/status.hpp"
@@ -211,7 +211,7 @@ TEST(Settings, DefaultThenEnvironmentThenCommandLine) {
   EXPECT_TRUE(test_bool_setting.get());
   EXPECT_EQ(test_bool_setting.source(), SettingSource::kEnvironment);
 
-  // What the apps' --test-chunk-bytes flag does (apps/emu/setting_flags.cpp).
+  // What the apps' --test-chunk-bytes flag does (apps/emu/options/setting_flags.cpp).
   find_setting("test_chunk_bytes")->override_from_text("8192");
   EXPECT_EQ(test_int_setting.get(), 8192);
   EXPECT_EQ(test_int_setting.source(), SettingSource::kCommandLine);

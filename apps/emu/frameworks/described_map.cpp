@@ -1,0 +1,82 @@
+#include "emu/frameworks/described_map.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <string_view>
+#include <unordered_map>
+
+#include "weightbridge/status.hpp"
+
+namespace wb::emu {
+
+SourceMap described_source_map(const EmulatedWorker& worker, const std::vector<TensorInfo>& checkpoint_tensors) {
+  SourceMap map;
+  map.parameters = worker.parameter_infos();
+  // Each parameter gets a disjoint range of a fake address space: export_weights only computes views,
+  // so offsets and strides come out right without memory behind them.
+  ParameterSet fake;
+  std::vector<std::uintptr_t> base(map.parameters.size());
+  std::uintptr_t next = 4096;
+  for (std::size_t i = 0; i < map.parameters.size(); ++i) {
+    const TensorInfo& info = map.parameters[i];
+    base[i] = next;
+    next += (info.nbytes() + 4095) / 4096 * 4096 + 4096;
+    fake.add(info.name, TensorView::contiguous(reinterpret_cast<void*>(base[i]), info.dtype, info.shape));
+  }
+  std::unordered_map<std::string_view, std::uint32_t> tensor_index;
+  for (std::size_t t = 0; t < checkpoint_tensors.size(); ++t)
+    tensor_index.emplace(checkpoint_tensors[t].name, static_cast<std::uint32_t>(t));
+
+  for (const CheckpointPiece& piece : worker.export_weights(fake)) {
+    const auto address = reinterpret_cast<std::uintptr_t>(piece.view.data);
+    // The owning parameter: the last base at or below the address.
+    const auto it = std::upper_bound(base.begin(), base.end(), address);
+    if (it == base.begin())
+      throw Error(ErrorCode::kInternal, worker.describe() + ": piece of " + piece.tensor + " outside its parameters");
+    const auto parameter = static_cast<std::size_t>(it - base.begin() - 1);
+    const auto found = tensor_index.find(piece.tensor);
+    if (found == tensor_index.end())
+      throw Error(ErrorCode::kNotFound, worker.describe() + ": holds " + piece.tensor + ", not in the checkpoint");
+    SliceCopy copy;
+    copy.tensor = found->second;
+    copy.parameter = static_cast<std::uint32_t>(parameter);
+    copy.box = piece.box;
+    copy.offset = static_cast<std::int64_t>(address - base[parameter]) /
+                  static_cast<std::int64_t>(dtype_size(map.parameters[parameter].dtype));
+    copy.strides = piece.view.strides;
+    map.copies.push_back(std::move(copy));
+  }
+  validate_source_map(map, checkpoint_tensors);
+  return normalize_source_map(std::move(map));
+}
+
+DescribedDeployment describe_deployment(const ModelConfig& model, const Deployment& deployment,
+                                        const std::vector<TensorInfo>& checkpoint_tensors) {
+  DescribedDeployment result;
+  std::map<int, SourceMap> by_rank_in_engine;
+  const int trainers = deployment.trainer.world_size();
+  for (int rank = 0; rank < deployment.world_size(); ++rank) {
+    if (deployment.is_trainer(rank)) {
+      result.maps.push_back(described_source_map(*make_trainer_worker(model, deployment.trainer, rank), checkpoint_tensors));
+      result.sides.push_back(Side::kTrainer);
+      result.engine_of_worker.push_back(-1);
+    } else {
+      const int rollout_rank = rank - trainers;
+      const int in_engine = rollout_rank % deployment.rollout.tp;
+      auto it = by_rank_in_engine.find(in_engine);
+      if (it == by_rank_in_engine.end())
+        it = by_rank_in_engine
+                 .emplace(in_engine, described_source_map(*make_rollout_worker(model, deployment.rollout, rollout_rank),
+                                                          checkpoint_tensors))
+                 .first;
+      result.maps.push_back(it->second);
+      result.sides.push_back(Side::kRollout);
+      result.engine_of_worker.push_back(rollout_rank / deployment.rollout.tp);
+    }
+    result.copies += result.maps.back().copies.size();
+  }
+  return result;
+}
+
+}  // namespace wb::emu

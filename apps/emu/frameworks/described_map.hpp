@@ -1,0 +1,29 @@
+// Described source maps: the slice copies an emulated worker's load_weights performs, derived from its
+// export_weights without touching any data, so that plans can be made for deployments far larger than
+// this machine. The library itself never uses these: it probes (docs/architecture.md); tests compare the two.
+#pragma once
+
+#include <vector>
+
+#include "emu/frameworks/backend.hpp"
+#include "weightbridge/correspondence.hpp"
+#include "weightbridge/source_map.hpp"
+
+namespace wb::emu {
+
+/// The worker's source map, in terms of `checkpoint_tensors` (the checkpoint's tensor list), normalized.
+/// No parameter memory is allocated: views point into an address range that is never dereferenced.
+SourceMap described_source_map(const EmulatedWorker& worker, const std::vector<TensorInfo>& checkpoint_tensors);
+
+/// Every worker of a deployment, in world-rank order: its described map, its side and its rollout engine
+/// (-1 for trainers). Rollout engines are identical, so each rank-in-engine's map is built once.
+struct DescribedDeployment {
+  std::vector<SourceMap> maps;
+  std::vector<Side> sides;
+  std::vector<int> engine_of_worker;
+  std::size_t copies = 0;  // over all maps
+};
+DescribedDeployment describe_deployment(const ModelConfig& model, const Deployment& deployment,
+                                        const std::vector<TensorInfo>& checkpoint_tensors);
+
+}  // namespace wb::emu
