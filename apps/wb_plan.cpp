@@ -159,13 +159,13 @@ Evaluation evaluate(const std::vector<TensorInfo>& tensors, DescribedDeployment 
   const auto simulate_start = Clock::now();
   StrategyResult weightbridge{"weightbridge", simulate(traffic_of(correspondence, result.plan), topology), result.plan.rounds};
   result.strategies.push_back(std::move(weightbridge));
-  BaselineOptions baseline;
+  BaselineTrafficOptions baseline;
   baseline.bucket_bytes = options.buffer_bytes_per_worker / options.pipeline_depth;
   baseline.pipeline_depth = options.pipeline_depth;
   baseline.engine_of_worker = engines;
-  const TrafficSchedule broadcast = broadcast_baseline(correspondence, topology, baseline);
+  const TrafficSchedule broadcast = broadcast_baseline_traffic(correspondence, topology, baseline);
   result.strategies.push_back({"broadcast", simulate(broadcast, topology), static_cast<int>(broadcast.rounds.size())});
-  const TrafficSchedule p2p = p2p_baseline(correspondence, topology, baseline);
+  const TrafficSchedule p2p = p2p_baseline_traffic(correspondence, topology, baseline);
   result.strategies.push_back({"p2p", simulate(p2p, topology), static_cast<int>(p2p.rounds.size())});
   result.simulate_seconds = seconds_since(simulate_start);
   return result;

@@ -30,6 +30,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "comm/group.hpp"
 #include "core/checks.hpp"
 #include "core/log.hpp"
 #include "core/settings.hpp"
@@ -118,9 +119,9 @@ bool preflight(const Setup& setup, const EmulatedWorker& worker, const WorkerPar
   stored.load(worker, *setup.checkpoint);
   const double load_seconds = seconds_since(load_start);
   const ParameterSet& params = stored.read();
-  const WorkerVerification verification = verify_worker(worker, params, *setup.checkpoint);
-  for (const std::string& failure : verification.failures) WB_LOG(kError) << failure;
-  WB_LOG(kInfo) << worker.describe() << ": " << params.total_bytes() << " parameter bytes, " << verification.pieces
+  const CheckpointCheck checked = check_against_checkpoint(worker, params, *setup.checkpoint);
+  for (const std::string& failure : checked.failures) WB_LOG(kError) << failure;
+  WB_LOG(kInfo) << worker.describe() << ": " << params.total_bytes() << " parameter bytes, " << checked.pieces
                 << " pieces verified in " << load_seconds << " s load";
 
   // Coverage: rank 0 gathers every worker's boxes. Group 0 = trainers, group 1 + e = rollout engine e.
@@ -141,13 +142,13 @@ bool preflight(const Setup& setup, const EmulatedWorker& worker, const WorkerPar
                            MPI_COMM_WORLD));
   struct Totals {
     std::int64_t failed_ranks, bytes, pieces, unsourced;
-  } mine{verification.ok() ? 0 : 1, static_cast<std::int64_t>(verification.bytes_compared),
-         static_cast<std::int64_t>(verification.pieces), static_cast<std::int64_t>(verification.unsourced_bytes)},
+  } mine{checked.ok() ? 0 : 1, static_cast<std::int64_t>(checked.bytes_compared),
+         static_cast<std::int64_t>(checked.pieces), static_cast<std::int64_t>(checked.unsourced_bytes)},
       sum{};
   WB_CHECK_MPI(MPI_Reduce(&mine, &sum, 4, MPI_INT64_T, MPI_SUM, 0, MPI_COMM_WORLD));
   double max_load = 0;
   WB_CHECK_MPI(MPI_Reduce(&load_seconds, &max_load, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD));
-  int ok = verification.ok() ? 1 : 0;
+  int ok = checked.ok() ? 1 : 0;
   if (rank == 0) {
     const auto& tensors = setup.checkpoint->tensors();
     const int groups = 1 + deployment.rollout.engines;
@@ -276,6 +277,8 @@ WorkerOutcome run_rollout(const Setup& setup, EmulatedWorker& worker, const Work
   adapter.node = setup.deployment.node_of(process_rank());
   if (!options.trace.empty()) adapter.trace = true;
   ReceiverAdapter receiver(MPI_COMM_WORLD, engine, stored.parameters(), stored.loader(worker), adapter, hook);
+  // The engine's own check of which version it holds: a step of the engine's group (comm/group.hpp).
+  comm::Group versions(engine, "the engine's version check", nullptr);
   for (;;) {
     const PollResult result = receiver.poll_requests();
     ++outcome.steps;
@@ -310,19 +313,13 @@ WorkerOutcome run_rollout(const Setup& setup, EmulatedWorker& worker, const Work
              std::to_string(installed) + ": " + difference);
     }
     // Within the adapters' timeout: a rank of the engine that stopped must not hold this one here for good.
-    auto check = std::make_shared<PendingOp>();
-    check->out.resize(16);
-    check->in.resize(16);
-    const std::int64_t mine[2] = {static_cast<std::int64_t>(installed), -static_cast<std::int64_t>(installed)};
-    std::memcpy(check->out.data(), mine, sizeof mine);
-    WB_CHECK_MPI(MPI_Iallreduce(check->out.data(), check->in.data(), 2, MPI_INT64_T, MPI_MAX, engine, &check->request));
-    if (!complete_within(check, timeout)) {
+    std::int64_t range[comm::Group::kValues] = {static_cast<std::int64_t>(installed), -static_cast<std::int64_t>(installed)};
+    if (!versions.step(Status::ok(), std::span<std::int64_t, comm::Group::kValues>(range), comm::Waiter{timeout, {}},
+                       "the engine's version check")) {
       note(worker.describe() + ": step " + std::to_string(outcome.steps) + ": the engine's version check did not complete within " +
            std::to_string(timeout) + " s (a rank of the engine stopped serving)");
       break;
     }
-    std::int64_t range[2];
-    std::memcpy(range, check->in.data(), sizeof range);
     if (range[0] != -range[1])
       note(worker.describe() + ": step " + std::to_string(outcome.steps) + ": the engine holds versions " +
            std::to_string(-range[1]) + " to " + std::to_string(range[0]) + " at once");

@@ -198,7 +198,7 @@ enum Field { kSeconds, kAssembled, kWritten, kPackSeconds, kAssembleSeconds, kFi
 
 // Compares the rollout's parameters with its own load_weights of `checkpoint` (after the same fill):
 // the first difference, or an empty string.
-std::string verify_rollout(const EmulatedWorker& worker, const ParameterSet& got, const CheckpointReader& checkpoint,
+std::string check_rollout(const EmulatedWorker& worker, const ParameterSet& got, const CheckpointReader& checkpoint,
                            unsigned char fill) {
   HostParameters expected(worker.parameter_infos());
   for (const Parameter& p : expected.parameters()) std::memset(p.view.data, fill, p.view.nbytes());
@@ -305,7 +305,7 @@ int run(int argc, char** argv) {
   }
 
   // Bit-exactness of every rollout; a rate over wrong bytes is no rate.
-  std::string failure = trainer ? std::string() : verify_rollout(*worker, host.parameters(), *checkpoint, kFill);
+  std::string failure = trainer ? std::string() : check_rollout(*worker, host.parameters(), *checkpoint, kFill);
   if (!failure.empty()) std::fprintf(stderr, "bench_executor: rank %d: %s\n", rank, failure.c_str());
   const int failed_mine = failure.empty() ? 0 : 1;
   int failed = 0;

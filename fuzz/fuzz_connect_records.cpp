@@ -4,12 +4,17 @@
 //      the parser is reached)
 //   2  an ibverbs endpoint record, 3  an ibverbs memory key
 //   4  a libfabric endpoint record, 5  a libfabric memory key (when the build has libfabric)
-// Each either throws wb::Error or decodes into something that encodes back to an equal value.
+//   6  a worker's configuration, 7  the plan's summary (coord/connect_records), 8  a status as bytes
+//      (comm/status_message: every failure a collective delivers)
+// Each either throws wb::Error (a status: decodes to kCorruptData) or decodes into something that encodes
+// back to an equal value.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <vector>
 
+#include "comm/status_message.hpp"
+#include "coord/connect_records.hpp"
 #include "exec/connect_record.hpp"
 #include "fuzz_util.hpp"
 #include "transport/ibverbs/ibverbs_wire.hpp"
@@ -23,7 +28,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (size == 0) return 0;
   const std::span<const std::byte> body = wb::fuzz::as_bytes(data + 1, size - 1);
   try {
-    switch (data[0] % 6) {
+    switch (data[0] % 9) {
       case 0: {
         const wb::exec::ConnectRecord record = wb::exec::decode_connect_record(body, 3, 64);
         if (!(wb::exec::decode_connect_record(wb::exec::encode_connect_record(record), 3, 64) == record)) std::abort();
@@ -71,6 +76,29 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         break;
       }
 #endif
+      case 6: {
+        const wb::coord::WorkerConfig config = wb::coord::decode_worker_config(body);
+        if (!(wb::coord::decode_worker_config(wb::coord::encode_worker_config(config)) == config)) std::abort();
+        break;
+      }
+      case 7: {
+        const wb::TransferSummary summary = wb::coord::decode_summary(body);
+        const std::vector<std::byte> again = wb::coord::encode_summary(summary);
+        if (wb::coord::encode_summary(wb::coord::decode_summary(again)) != again) std::abort();
+        break;
+      }
+      case 8: {
+        std::int64_t a = 0, b = 0;
+        std::vector<int> ranks;
+        const wb::Status status = wb::comm::decode_status(body, &a, &b, &ranks);
+        if (status.code() == wb::ErrorCode::kCorruptData) break;
+        std::int64_t a2 = 0, b2 = 0;
+        std::vector<int> ranks2;
+        const wb::Status again = wb::comm::decode_status(wb::comm::encode_status(status, a, b, ranks), &a2, &b2, &ranks2);
+        if (again.code() != status.code() || again.message() != status.message() || a2 != a || b2 != b || ranks2 != ranks)
+          std::abort();
+        break;
+      }
     }
   } catch (const wb::Error&) {
   }

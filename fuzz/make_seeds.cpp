@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "comm/status_message.hpp"
+#include "coord/connect_records.hpp"
 #include "exec/connect_record.hpp"
 #include "plan/round_schedule.hpp"
 #include "transport/ibverbs/ibverbs_wire.hpp"
@@ -200,5 +202,24 @@ int main(int argc, char** argv) {
   fabric_key.key = 77;
   put("connect_records", "fabric_key.bin", with_selector(5, fabric::encode_memory_key(fabric_key)));
 #endif
+  coord::WorkerConfig config;
+  config.trainer = true;
+  config.node_key = 1LL << 33;
+  config.buffer_bytes = 1LL << 30;
+  config.pipeline_depth = 2;
+  put("connect_records", "worker_config.bin", with_selector(6, coord::encode_worker_config(config)));
+  TransferSummary summary;
+  summary.workers = 2;
+  summary.trainer_nodes = summary.rollout_nodes = 1;
+  summary.rounds = 3;
+  summary.model_bytes = summary.max_node_need_bytes = 4096;
+  summary.t_min_seconds = 0.25;
+  summary.node_of_worker = {0, 1};
+  summary.node_ingress_bytes = {0, 4096};
+  summary.node_egress_bytes = {4096, 0};
+  summary.node_need_bytes = {0, 4096};
+  put("connect_records", "summary.bin", with_selector(7, coord::encode_summary(summary)));
+  put("connect_records", "status.bin",
+      with_selector(8, comm::encode_status(Status(ErrorCode::kTimeout, "rank 3: the source maps did not complete"), 1, 2, {3})));
   return 0;
 }

@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "baselines/box_reader.hpp"
+#include "comm/backoff.hpp"
 #include "core/checks.hpp"
 #include "layout/source_map_exchange.hpp"
 #include "transport/transport.hpp"
@@ -28,15 +29,15 @@ constexpr int kSetupTag = 0x5762;  // P2P endpoint records and keys
 void wait_for(MPI_Request& request, double timeout_seconds, const std::string& what,
               const std::function<void()>& progress = {}) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
-  for (int spins = 0;; ++spins) {
+  comm::Backoff backoff;
+  for (;;) {
     int done = 0;
     WB_CHECK_MPI(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
     if (done) return;
     if (std::chrono::steady_clock::now() > deadline)
       throw Error(ErrorCode::kTimeout, what + " did not finish within " + std::to_string(timeout_seconds) + " s");
     if (progress) progress();
-    if (spins < 64) std::this_thread::yield();
-    else std::this_thread::sleep_for(std::chrono::microseconds(50));
+    backoff.pause();
   }
 }
 
@@ -187,7 +188,9 @@ Baselines::Baselines(MPI_Comm world, bool trainer, std::vector<TensorInfo> tenso
 
   // What every worker's load_weights reads, from its own probe, as connect learns it.
   s.map = probe_source_map(s.tensors, s.params, s.load_weights);
-  const std::vector<SourceMap> maps = allgather_source_maps(s.map, s.world);
+  comm::Call call;
+  call.waiter.timeout = comm::normalize_timeout(options.timeout_seconds);
+  const std::vector<SourceMap> maps = allgather_source_maps(s.map, s.world, call);
   s.setup_gather(maps, trainer_ranks);
   s.setup_p2p(maps);
 }

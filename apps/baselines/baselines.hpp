@@ -31,7 +31,7 @@ namespace wb::bench {
 
 struct BaselineOptions {
   std::int64_t bucket_bytes = std::int64_t{512} << 20;  // whole tensors per gather and broadcast step
-  double timeout_seconds = exec::default_timeout_seconds();  // every wait (WB_TIMEOUT_SECONDS)
+  double timeout_seconds = comm::default_timeout_seconds();  // every wait (WB_TIMEOUT_SECONDS)
 };
 
 /// One update of a baseline as this rank saw it.

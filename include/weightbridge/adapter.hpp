@@ -1,4 +1,4 @@
-// The worker coordinator (DESIGN.md, component 4): the whole API a trainer and an inference server need.
+// The worker coordinator (docs/architecture.md, component 4): the whole API a trainer and an inference server need.
 //
 //   trainer (every rank of trainer_comm)              rollout (every rank of every engine)
 //   ------------------------------------              ------------------------------------
@@ -16,7 +16,7 @@
 // its next poll_requests, so that every rank of an engine acts at the same step. MPI carries the control
 // messages only; the weight bytes travel over the transports (ibverbs, cma, cuda_ipc).
 //
-// Two switches give the four synchronization modes of DESIGN.md:
+// Two switches give the four synchronization modes (docs/architecture.md, "Synchronization modes"):
 //   sender staging   off: send_weights returns when the trainer's writes are done (and, with receiver
 //                         staging off too, when every rollout installed the version);
 //                    on:  send_weights returns once the parameters are copied to host staging; the
@@ -111,7 +111,8 @@ struct TransferSummary {
   std::int64_t bytes_per_update = 0;       // all one-sided writes of one update, every stage
   std::int64_t inter_node_bytes = 0;       // of which over the inter-node network
   double t_min_seconds = 0;                // the lower bound on the planned topology
-  double simulated_seconds = 0;            // the plan on the network model (simulator.hpp)
+  double simulated_seconds = 0;            // the planner's simulation of the plan it chose (simulator.hpp);
+                                           // 0 when it chose none (a relay fan-out given): wb-plan simulates any
   double connect_seconds = 0;              // probe, exchange, plan, scatter, register (world rank 0)
   // Per planned node (trainers and rollouts of one machine are different nodes), per update:
   std::vector<int> node_of_worker;               // by world rank

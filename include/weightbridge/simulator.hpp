@@ -78,7 +78,9 @@ SimulationResult simulate(const TrafficSchedule& schedule, const Topology& topol
 /// segment, naming the segment.
 TrafficSchedule traffic_of(const Correspondence& correspondence, const TransferPlan& plan);
 
-struct BaselineOptions {
+/// The baselines as traffic, for the simulator (the same baselines as real transfers are wb-bench's,
+/// apps/baselines/).
+struct BaselineTrafficOptions {
   std::int64_t bucket_bytes = std::int64_t{1} << 30;  // bytes per round (Miles' update buckets)
   int pipeline_depth = setting_defaults::pipeline_depth();
   std::vector<int> engine_of_worker;                  // per worker; -1 for trainers (P2P needs the engines)
@@ -100,8 +102,8 @@ struct BaselineOptions {
 /// Stage "gather": each atom comes from one of its holders (the head when it holds it, else the holder
 /// with the least gather load so far). Stage "broadcast": a chain head -> rollout workers in (node, rank)
 /// order, every hop carrying the whole bucket.
-TrafficSchedule broadcast_baseline(const Correspondence& correspondence, const Topology& topology,
-                                   const BaselineOptions& options);
+TrafficSchedule broadcast_baseline_traffic(const Correspondence& correspondence, const Topology& topology,
+                                           const BaselineTrafficOptions& options);
 /// Miles' P2P path (§4.1): per engine one trainer source gathers the model, then writes each rollout
 /// worker of its engine exactly what that worker needs (no exchange between rollouts). The k-th engine
 /// (ascending id) takes trainer node k mod T (T trainer nodes in ascending order) and the
@@ -110,7 +112,7 @@ TrafficSchedule broadcast_baseline(const Correspondence& correspondence, const T
 /// "write": source -> every distinct needer worker of its engines, the bytes that worker needs. Throws
 /// wb::Error (kInvalidArgument) when engine_of_worker does not have one entry per worker, a rollout worker
 /// has no engine (< 0) or a trainer has one, or there is no trainer worker.
-TrafficSchedule p2p_baseline(const Correspondence& correspondence, const Topology& topology,
-                             const BaselineOptions& options);
+TrafficSchedule p2p_baseline_traffic(const Correspondence& correspondence, const Topology& topology,
+                                     const BaselineTrafficOptions& options);
 
 }  // namespace wb

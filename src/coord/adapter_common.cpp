@@ -1,9 +1,10 @@
 #include "coord/adapter_common.hpp"
 
 #include <algorithm>
-#include <chrono>
-#include <thread>
 
+#include "comm/backoff.hpp"
+#include "comm/collectives.hpp"
+#include "coord/clock_offset.hpp"
 #include "core/checks.hpp"
 #include "core/cuda_device.hpp"
 #include "core/device.hpp"
@@ -53,11 +54,12 @@ AdapterBase::AdapterBase(MPI_Comm world_comm, MPI_Comm group_comm_in, bool train
   const bool stages = trainer ? options.sender_staging : options.receiver_staging;
   int level = MPI_THREAD_SINGLE;
   WB_CHECK_MPI(MPI_Query_thread(&level));
-  world = duplicate(world_comm);
-  group_comm = duplicate(group_comm_in);
+  world = comm::duplicate(world_comm);
+  group_comm = comm::duplicate(group_comm_in);
   roles = exchange_roles(world, group_comm, trainer, options.timeout_seconds);
   faults = std::make_unique<FaultChannel>(world, roles);
-  group = std::make_unique<Group>(group_comm, roles, trainer ? "the trainers" : "engine " + std::to_string(roles.engine));
+  group = std::make_unique<comm::Group>(group_comm, trainer ? "the trainers" : "engine " + std::to_string(roles.engine),
+                                        faults.get(), roles.group(), roles.world_rank);
   // Agreed, so that every rank fails alike instead of some waiting for the others.
   Status usable = check_parameter_memory(params, who());
   if (usable && options.verify && !stages && !params.empty() && params[0].view.memory == MemoryKind::kCuda)
@@ -70,8 +72,8 @@ AdapterBase::AdapterBase(MPI_Comm world_comm, MPI_Comm group_comm_in, bool train
                     who() + ": " + (trainer ? "sender" : "receiver") +
                         " staging runs the transfer on a background thread and needs MPI_THREAD_MULTIPLE, but MPI "
                         "was initialized with " + thread_level_name(level) + " (use MPI_Init_thread)");
-  Group job(world, roles, "the job", false);
-  throw_if_error(job.step(usable, waiter(), *faults, "constructing the adapters"));
+  comm::Group job(world, "the job", faults.get());
+  throw_if_error(job.step(usable, waiter(), "constructing the adapters"));
   clock_offset = measure_clock_offset(world, roles, options.timeout_seconds);
   group->set_clock_offset(clock_offset);
 }
@@ -87,8 +89,8 @@ AdapterBase::~AdapterBase() {
   // acknowledgement nobody waits for) would then be delivered to that communicator's receives.
 }
 
-Waiter AdapterBase::waiter() const {
-  Waiter w;
+comm::Waiter AdapterBase::waiter() const {
+  comm::Waiter w;
   w.timeout = options.timeout_seconds;
   AdapterBase* self = const_cast<AdapterBase*>(this);
   w.service = [self](bool interruptible) { return self->service(interruptible); };
@@ -107,8 +109,9 @@ Status AdapterBase::give_up(Status status, const std::string& context) {
   // A peer that left makes this rank's operations fail too (a write into memory it released, a timeout);
   // its notice, the cause, may be a moment behind: it gets that moment.
   Status known = faults->poll();
-  for (const double until = local_seconds() + std::min(0.2, 0.1 * options.timeout_seconds); known && local_seconds() < until;) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  comm::Backoff backoff;
+  for (const double until = comm::local_seconds() + std::min(0.2, 0.1 * options.timeout_seconds); known && comm::local_seconds() < until;) {
+    backoff.pause();
     known = faults->poll();
   }
   if (!known) return fail(known);
@@ -130,8 +133,8 @@ void AdapterBase::announce_departure(const std::string& why) {
   faults->announce(gone, group->first_incomplete());
   faults->raise(gone);  // its own background transfer stops too
   // The notices are eager sends; a moment of progress lets them leave before the process may exit.
-  const double until = local_seconds() + 0.05;
-  while (local_seconds() < until) (void)faults->poll();
+  comm::Backoff backoff;
+  for (const double until = comm::local_seconds() + 0.05; comm::local_seconds() < until; backoff.pause()) (void)faults->poll();
 }
 
 void AdapterBase::connected(Connection established) {
@@ -191,8 +194,8 @@ Status AdapterBase::claim_background(const std::string& what) {
   if (!thread.active()) return Status::ok();
   // No deadline of its own: the transfer ends within the timeout of its last progress (the executor's
   // deadline), and this wait ends at once on a peer's failure.
-  Waiter w = waiter();
-  w.timeout = kNoDeadline;
+  comm::Waiter w = waiter();
+  w.timeout = comm::kNoDeadline;
   const Status status = thread.wait(w, what);
   if (thread.active()) {
     // Still running: its figures cannot be read now; the update counts as failed.

@@ -10,7 +10,9 @@
 #include <vector>
 
 #include "coord/connection.hpp"
-#include "coord/control.hpp"
+#include "comm/group.hpp"
+#include "coord/fault_channel.hpp"
+#include "coord/roles.hpp"
 #include "coord/transfer_thread.hpp"
 
 namespace wb::coord {
@@ -28,7 +30,7 @@ struct AdapterBase {
   LoadWeightsFn load_weights;
   double clock_offset = 0;
   std::unique_ptr<FaultChannel> faults;
-  std::unique_ptr<Group> group;          // the trainers, or this rank's engine
+  std::unique_ptr<comm::Group> group;          // the trainers, or this rank's engine
   std::optional<Connection> connection;
   Status failure;  // once set, every call returns it
   bool shut_down = false;
@@ -47,10 +49,10 @@ struct AdapterBase {
               const AdapterOptions& options);
   ~AdapterBase();
 
-  double now() const { return local_seconds() + clock_offset; }
+  double now() const { return comm::local_seconds() + clock_offset; }
   std::string who() const { return describe_worker(roles, roles.world_rank); }
   /// Every wait of this adapter: the timeout, and the fault channel served while waiting.
-  Waiter waiter() const;
+  comm::Waiter waiter() const;
   /// Answers queries and takes notices; the first failure a peer announced, when `interruptible`.
   Status service(bool interruptible);
   /// A failure this rank met in its own work (a transfer, a hook, a wait): it gives up. When a peer's

@@ -12,7 +12,9 @@
 #include <utility>
 #include <vector>
 
-#include "coord/control.hpp"
+#include "comm/operation.hpp"
+#include "coord/fault_channel.hpp"
+#include "coord/roles.hpp"
 #include "coord/staging.hpp"
 #include "exec/round_executor.hpp"
 #include "weightbridge/adapter.hpp"
@@ -27,7 +29,7 @@ struct ResolvedOptions {
   bool trace = false;
   std::int64_t buffer_bytes = 0;
   int pipeline_depth = setting_defaults::pipeline_depth();
-  double timeout_seconds = exec::default_timeout_seconds();  // kNoDeadline for none
+  double timeout_seconds = comm::default_timeout_seconds();  // comm::kNoDeadline for none
   int node = -1;
   std::string transport;  // empty: WB_TRANSPORT
 };
@@ -45,7 +47,7 @@ struct ConnectInput {
   MPI_Comm world = MPI_COMM_NULL;       // the adapters' duplicate of the world communicator
   const Roles* roles = nullptr;
   FaultChannel* faults = nullptr;
-  Waiter waiter;
+  comm::Waiter waiter;
   const ParameterSet* params = nullptr;
   const LoadWeightsFn* load_weights = nullptr;
   const std::vector<TensorInfo>* checkpoint_tensors = nullptr;  // read on the trainer leader only

@@ -1,12 +1,13 @@
 // The rollout side of the coordinator. Every poll_requests is one step of the engine (a small all-reduce):
 // rank 0 contributes the request it found (if any), every rank whether its staged transfer has finished,
 // so that all ranks of the engine take the same decision at the same step.
-#include <chrono>
 #include <cstring>
 #include <exception>
-#include <thread>
 
+#include "comm/backoff.hpp"
+#include "comm/status_message.hpp"
 #include "coord/adapter_common.hpp"
+#include "coord/messages.hpp"
 #include "core/checks.hpp"
 #include "core/log.hpp"
 #include "weightbridge/adapter.hpp"
@@ -50,12 +51,12 @@ struct ReceiverAdapter::State : AdapterBase {
   // Engine rank 0 tells trainer rank 0 that version v is installed on the whole engine, or why not.
   Status acknowledge(std::uint64_t v, const Status& outcome) {
     if (!roles.leader) return Status::ok();
-    OperationPtr op = make_operation();
-    op->out = encode_status(outcome, static_cast<std::int64_t>(v));
+    comm::OperationPtr op = comm::make_operation();
+    op->out = comm::encode_status(outcome, static_cast<std::int64_t>(v));
     WB_TRY_MPI(MPI_Isend(op->out.data(), static_cast<int>(op->out.size()), MPI_BYTE, roles.trainer_leader, kAckTag, world,
                          &op->request));
     // Not waited for: trainer rank 0 waits for it (with its deadline), or is gone and never will.
-    abandon(std::move(op));
+    comm::abandon(std::move(op));
     return Status::ok();
   }
 
@@ -82,7 +83,7 @@ struct ReceiverAdapter::State : AdapterBase {
     }
     // Staged, this step decides the install: all ranks copy the version in, or none does. A rank that gave
     // up does not take it (its announcement ends it on the others).
-    if (status) status = group->step(Status::ok(), waiter(), *faults, what, !transfer);
+    if (status) status = group->step(Status::ok(), waiter(), what, !transfer);
     else status = give_up(status, hook_failed ? "" : "version " + std::to_string(v) + ": ");
     if (status && !transfer) {
       status = connection->staging.copy_to(params, cuda_stream);
@@ -121,10 +122,10 @@ struct ReceiverAdapter::State : AdapterBase {
       return Status::ok();
     }
     // Tell trainer rank 0 that this engine took the update (names silent engines when one fails).
-    OperationPtr note = make_operation(sizeof(std::int64_t));
+    comm::OperationPtr note = comm::make_operation(sizeof(std::int64_t));
     std::memcpy(note->out.data(), &values[1], sizeof(std::int64_t));
     WB_TRY_MPI(MPI_Isend(note->out.data(), 1, MPI_INT64_T, roles.trainer_leader, kStartedTag, world, &note->request));
-    abandon(std::move(note));
+    comm::abandon(std::move(note));
     return Status::ok();
   }
 
@@ -135,7 +136,7 @@ struct ReceiverAdapter::State : AdapterBase {
     if (Status noticed = service(true); !noticed) return failed(noticed);
 
     // Rank 0 looks for a request; every rank reports its staged transfer.
-    std::int64_t values[Group::kValues] = {0, 0, 0, 0};  // request kind, request version, still arriving
+    std::int64_t values[comm::Group::kValues] = {0, 0, 0, 0};  // request kind, request version, still arriving
     if (receiving != 0 && !staged_done && thread.finished()) {
       staged_status = claim_background(who() + ": receiving version " + std::to_string(receiving));
       staged_done = true;
@@ -153,7 +154,7 @@ struct ReceiverAdapter::State : AdapterBase {
       values[0] = request[0];
       values[1] = request[1];
     }
-    Status status = group->step(Status::ok(), std::span<std::int64_t, Group::kValues>(values), waiter(), *faults,
+    Status status = group->step(Status::ok(), std::span<std::int64_t, comm::Group::kValues>(values), waiter(),
                                 who() + ": the engine's poll_requests step");
     if (!status) {
       if (receiving != 0) (void)acknowledge(receiving, status);
@@ -210,9 +211,10 @@ struct ReceiverAdapter::State : AdapterBase {
       case RequestKind::kAbort: {
         // The trainers announced why before they sent this; the notice may still be on its way here.
         Status why;
-        for (const double until = local_seconds() + std::min(1.0, 0.5 * options.timeout_seconds);
-             (why = faults->poll()).is_ok() && local_seconds() < until;)
-          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        comm::Backoff backoff;
+        for (const double until = comm::local_seconds() + std::min(1.0, 0.5 * options.timeout_seconds);
+             (why = faults->poll()).is_ok() && comm::local_seconds() < until;)
+          backoff.pause();
         if (why) why = Status(ErrorCode::kInternal, who() + ": the trainers shut down after a failure");
         return failed(why);
       }

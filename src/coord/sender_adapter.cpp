@@ -2,12 +2,13 @@
 // every engine's rank 0 and collects their acknowledgements; the other trainers learn the outcome through
 // a step of the trainer group, so every trainer returns the same status.
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <exception>
-#include <thread>
 
+#include "comm/backoff.hpp"
+#include "comm/status_message.hpp"
 #include "coord/adapter_common.hpp"
+#include "coord/messages.hpp"
 #include "core/checks.hpp"
 #include "core/log.hpp"
 #include "weightbridge/adapter.hpp"
@@ -34,11 +35,11 @@ struct SenderAdapter::State : AdapterBase {
   Status send_request(RequestKind kind, std::uint64_t v) {
     if (!roles.leader) return Status::ok();
     for (int leader : roles.engine_leaders) {
-      OperationPtr op = make_operation(2 * sizeof(std::int64_t));
+      comm::OperationPtr op = comm::make_operation(2 * sizeof(std::int64_t));
       const std::int64_t message[2] = {static_cast<std::int64_t>(kind), static_cast<std::int64_t>(v)};
       std::memcpy(op->out.data(), message, sizeof message);
       WB_TRY_MPI(MPI_Isend(op->out.data(), 2, MPI_INT64_T, leader, kRequestTag, world, &op->request));
-      abandon(std::move(op));
+      comm::abandon(std::move(op));
     }
     return Status::ok();
   }
@@ -69,7 +70,7 @@ struct SenderAdapter::State : AdapterBase {
       if (started[e] < v) silent += (silent.empty() ? "" : ", ") + engine_name(e);
     if (silent.empty()) return cause;
     return Status(cause.code(), silent + " never took it (no poll_requests in the " +
-                                    seconds_text(local_seconds() - requested_at) + " since the request); the first error was: " +
+                                    comm::seconds_text(comm::local_seconds() - requested_at) + " since the request); the first error was: " +
                                     cause.message());
   }
 
@@ -86,7 +87,8 @@ struct SenderAdapter::State : AdapterBase {
     const std::size_t engines = roles.engine_leaders.size();
     std::vector<bool> acknowledged(engines, false);
     std::size_t pending = engines;
-    const double start = local_seconds();
+    const double start = comm::local_seconds();
+    comm::Backoff backoff;
     for (int polls = 0; pending > 0; ++polls) {
       for (std::size_t e = 0; e < engines; ++e) {
         if (acknowledged[e]) continue;
@@ -100,17 +102,18 @@ struct SenderAdapter::State : AdapterBase {
         std::vector<std::byte> bytes(static_cast<std::size_t>(std::max(count, 0)));
         WB_TRY_MPI(MPI_Mrecv(bytes.data(), count, MPI_BYTE, &message, MPI_STATUS_IGNORE));
         std::int64_t acked = 0;
-        Status status = decode_status(bytes, &acked);
+        Status status = comm::decode_status(bytes, &acked);
         if (!status) return status;
         if (acked != static_cast<std::int64_t>(v))
           return Status(ErrorCode::kInternal, describe_worker(roles, roles.engine_leaders[e]) + " acknowledged version " +
                                                   std::to_string(acked) + " while " + std::to_string(v) + " was in flight");
         acknowledged[e] = true;
         --pending;
+        backoff.progressed();
       }
       if (pending == 0) break;
       if (polls % 16 == 0) WB_RETURN_IF_ERROR(service(true));
-      if (local_seconds() - start > options.timeout_seconds) {
+      if (comm::local_seconds() - start > options.timeout_seconds) {
         std::string missing;
         std::vector<int> ranks;
         for (std::size_t e = 0; e < engines; ++e)
@@ -120,11 +123,11 @@ struct SenderAdapter::State : AdapterBase {
           }
         faults->set_waits(ranks);
         return Status(ErrorCode::kTimeout, about(v) + ": " + missing + " did not install it within " +
-                                               seconds_text(options.timeout_seconds) +
+                                               comm::seconds_text(options.timeout_seconds) +
                                                " (it stopped calling poll_requests, or its transfer is stuck)" +
                                                faults->trace(ranks, std::min(1.0, 0.5 * options.timeout_seconds)));
       }
-      std::this_thread::sleep_for(std::chrono::microseconds(polls < 1000 ? 20 : 500));
+      backoff.pause();
     }
     return take_started_notes();
   }
@@ -140,9 +143,9 @@ struct SenderAdapter::State : AdapterBase {
     if (!local) return give_up(diagnose(version, local), "");
     // Trainer rank 0 may wait up to a whole timeout for the acknowledgements before it takes this step;
     // the others wait for it as long, and a margin more.
-    Waiter longer = waiter();
+    comm::Waiter longer = waiter();
     longer.timeout = 1.5 * options.timeout_seconds;
-    const Status agreed = group->step(Status::ok(), longer, *faults, about(version) + ": the trainers' outcome");
+    const Status agreed = group->step(Status::ok(), longer, about(version) + ": the trainers' outcome");
     if (!agreed) return fail(agreed);
     return Status::ok();
   }
@@ -198,7 +201,7 @@ Status SenderAdapter::send_weights(std::uint64_t version, void* cuda_stream) {
   if (Status noticed = s.service(true); !noticed) return s.fail(noticed);
   Status status = s.finish_in_flight();
   if (!status) return status;
-  s.requested_at = local_seconds();
+  s.requested_at = comm::local_seconds();
   s.faults->set_activity(s.group->first_incomplete(), s.about(version) + ": sending");
   status = s.send_request(RequestKind::kUpdate, version);
   if (!status) return s.fail(status);
@@ -215,7 +218,7 @@ Status SenderAdapter::send_weights(std::uint64_t version, void* cuda_stream) {
   } else {
     // Every trainer takes part in the same steps whatever happened, so a failure on one reaches all.
     status = s.run_transfer(version, cuda_stream);
-    if (status) status = s.group->step(Status::ok(), s.waiter(), *s.faults, s.about(version) + ": the trainers' writes");
+    if (status) status = s.group->step(Status::ok(), s.waiter(), s.about(version) + ": the trainers' writes");
     else status = s.give_up(s.diagnose(version, status), "version " + std::to_string(version) + ": ");
     if (!status) {
       s.in_flight = false;

@@ -38,8 +38,8 @@ bool TransferThread::finished() const {
   return active_ && !running_;
 }
 
-Status TransferThread::wait(const Waiter& waiter, const std::string& what) {
-  const double start = local_seconds();
+Status TransferThread::wait(const comm::Waiter& waiter, const std::string& what) {
+  const double start = comm::local_seconds();
   std::unique_lock lock(mutex_);
   if (!active_) return Status::ok();
   while (running_) {
@@ -49,8 +49,8 @@ Status TransferThread::wait(const Waiter& waiter, const std::string& what) {
     if (!running_) break;
     lock.unlock();
     Status status = waiter.service ? waiter.service(true) : Status::ok();
-    if (status && local_seconds() - start > waiter.timeout)
-      status = Status(ErrorCode::kTimeout, what + " did not finish within " + seconds_text(waiter.timeout));
+    if (status && comm::local_seconds() - start > waiter.timeout)
+      status = Status(ErrorCode::kTimeout, what + " did not finish within " + comm::seconds_text(waiter.timeout));
     lock.lock();
     if (!status && running_) return status;
   }

@@ -8,7 +8,7 @@
 #include <string>
 #include <thread>
 
-#include "coord/control.hpp"
+#include "comm/operation.hpp"
 #include "weightbridge/status.hpp"
 
 namespace wb::coord {
@@ -31,7 +31,7 @@ class TransferThread {
   /// Waits for the job and returns its status (ok when none was started). Returns early, the job still
   /// running and unclaimed, with kTimeout naming `what` when it runs past the waiter's timeout, or with the
   /// failure a peer announced (the job, which watches the same notices, ends soon after).
-  Status wait(const Waiter& waiter, const std::string& what);
+  Status wait(const comm::Waiter& waiter, const std::string& what);
 
  private:
   void loop();

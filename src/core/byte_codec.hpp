@@ -6,6 +6,7 @@
 // from an unchecked count.
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -46,6 +47,11 @@ class ByteWriter {
   }
   void signed_varint(std::int64_t v) { varint(zigzag_encode(v)); }
   void byte(std::uint8_t b) { bytes_.push_back(static_cast<std::byte>(b)); }
+  /// A double's bit pattern, 8 bytes, low byte first.
+  void float64(double v) {
+    const auto bits = std::bit_cast<std::uint64_t>(v);
+    for (int shift = 0; shift < 64; shift += 8) byte(static_cast<std::uint8_t>(bits >> shift));
+  }
   void bytes(std::span<const std::byte> data) { bytes_.insert(bytes_.end(), data.begin(), data.end()); }
   /// Length (varint), then the characters.
   void text(const std::string& s) {
@@ -106,6 +112,11 @@ class ByteReader {
   std::uint8_t byte() {
     if (at_ >= bytes_.size()) fail("truncated");
     return static_cast<std::uint8_t>(bytes_[at_++]);
+  }
+  double float64() {
+    std::uint64_t bits = 0;
+    for (int shift = 0; shift < 64; shift += 8) bits |= static_cast<std::uint64_t>(byte()) << shift;
+    return std::bit_cast<double>(bits);
   }
   /// The next `n` bytes (a view into the input).
   std::span<const std::byte> bytes(std::size_t n) {

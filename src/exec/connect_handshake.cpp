@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "comm/collectives.hpp"
 #include "core/checks.hpp"
 
 namespace wb::exec {
@@ -12,17 +13,11 @@ constexpr std::size_t kIdBytes = 256;  // a machine id and the CUDA flag, per ra
 
 }  // namespace
 
-std::vector<std::byte> swap_record(int peer, const std::vector<std::byte>& bytes, MPI_Comm comm) {
-  std::uint64_t size = bytes.size(), peer_size = 0;
-  WB_CHECK_MPI(MPI_Sendrecv(&size, 1, MPI_UINT64_T, peer, kEndpointTag, &peer_size, 1, MPI_UINT64_T, peer, kEndpointTag,
-                            comm, MPI_STATUS_IGNORE));
-  std::vector<std::byte> received(peer_size);
-  WB_CHECK_MPI(MPI_Sendrecv(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, peer, kEndpointTag, received.data(),
-                            static_cast<int>(peer_size), MPI_BYTE, peer, kEndpointTag, comm, MPI_STATUS_IGNORE));
-  return received;
+std::vector<std::byte> swap_record(int peer, const std::vector<std::byte>& bytes, MPI_Comm comm, const comm::Waiter& waiter) {
+  return wb::comm::swap(peer, bytes, kEndpointTag, comm, waiter, "connecting the transports: the record swapped with rank " + std::to_string(peer));
 }
 
-RankPlaces gather_rank_places(bool cuda_parameters, MPI_Comm comm) {
+RankPlaces gather_rank_places(bool cuda_parameters, MPI_Comm comm, const comm::Waiter& waiter) {
   int size = 0;
   WB_CHECK_MPI(MPI_Comm_size(comm, &size));
   // Per rank: the machine id, NUL-terminated, in the first kIdBytes - 1 bytes; the CUDA flag in the last.
@@ -30,8 +25,9 @@ RankPlaces gather_rank_places(bool cuda_parameters, MPI_Comm comm) {
   char mine[kIdBytes] = {};
   std::strncpy(mine, machine_id().c_str(), kIdBytes - 2);
   mine[kIdBytes - 1] = cuda_parameters ? 1 : 0;
-  WB_CHECK_MPI(MPI_Allgather(mine, static_cast<int>(kIdBytes), MPI_CHAR, gathered.data(), static_cast<int>(kIdBytes),
-                             MPI_CHAR, comm));
+  const std::vector<std::byte> all = wb::comm::allgather_fixed(std::as_bytes(std::span(mine)), comm, waiter,
+                                                              "connecting the transports: every rank's machine");
+  std::memcpy(gathered.data(), all.data(), std::min(all.size(), gathered.size()));
   RankPlaces places;
   for (int r = 0; r < size; ++r) {
     const char* record = &gathered[static_cast<std::size_t>(r) * kIdBytes];
@@ -42,12 +38,13 @@ RankPlaces gather_rank_places(bool cuda_parameters, MPI_Comm comm) {
   return places;
 }
 
-void gather_device_buffers(RankPlaces& places, bool mine, MPI_Comm comm) {
-  char flag = mine ? 1 : 0;
-  std::vector<char> flags(places.machines.size(), 0);
-  WB_CHECK_MPI(MPI_Allgather(&flag, 1, MPI_CHAR, flags.data(), 1, MPI_CHAR, comm));
-  places.device_buffers.assign(flags.size(), false);
-  for (std::size_t r = 0; r < flags.size(); ++r) places.device_buffers[r] = flags[r] != 0;
+void gather_device_buffers(RankPlaces& places, bool mine, MPI_Comm comm, const comm::Waiter& waiter) {
+  const std::byte flag{static_cast<unsigned char>(mine ? 1 : 0)};
+  const std::vector<std::byte> flags = wb::comm::allgather_fixed(std::span(&flag, 1), comm, waiter,
+                                                                "connecting the transports: every rank's device buffers");
+  places.device_buffers.assign(places.machines.size(), false);
+  for (std::size_t r = 0; r < flags.size() && r < places.device_buffers.size(); ++r)
+    places.device_buffers[r] = flags[r] != std::byte{0};
 }
 
 MemoryKind pair_memory(const RankPlaces& places, int rank, int peer) {

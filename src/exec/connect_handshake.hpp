@@ -1,8 +1,10 @@
 // The round executor's connect handshake (collective, at construction): every rank learns on which machine
 // every other rank is, which decides the transport of each pair; then every pair swaps one record
-// (MPI_Sendrecv, peers in ascending order on both sides, so the pairwise exchanges cannot deadlock):
+// (comm::swap, peers in ascending order on both sides, so the pairwise exchanges cannot deadlock):
 // the transport, the endpoint for the other side, the key of the receive buffer and its slot stride, and
-// the batches this side splits into several posts (the receiver then expects that many arrivals).
+// the batches this side splits into several posts (the receiver then expects that many arrivals). Every
+// wait has the executor's deadline and serves the coordinator's notices (`waiter`): a peer that never
+// arrives fails the construction, naming the step, instead of holding this rank.
 #pragma once
 
 #include <mpi.h>
@@ -13,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/operation.hpp"
 #include "exec/connect_record.hpp"
 #include "transport/transport.hpp"
 
@@ -23,8 +26,8 @@ struct ExecutorStats;
 namespace wb::exec {
 
 /// Sends `bytes` to `peer` over `comm` and returns the peer's (both directions at once). Throws wb::Error
-/// (kMpi).
-std::vector<std::byte> swap_record(int peer, const std::vector<std::byte>& bytes, MPI_Comm comm);
+/// (kMpi, kTimeout).
+std::vector<std::byte> swap_record(int peer, const std::vector<std::byte>& bytes, MPI_Comm comm, const comm::Waiter& waiter);
 
 /// Every rank's machine (machine_id) and whether it has CUDA parameters, all-gathered over `comm`.
 struct RankPlaces {
@@ -35,9 +38,9 @@ struct RankPlaces {
   bool any_cuda = false;
 };
 /// Fills machines, cuda and any_cuda.
-RankPlaces gather_rank_places(bool cuda_parameters, MPI_Comm comm);
+RankPlaces gather_rank_places(bool cuda_parameters, MPI_Comm comm, const comm::Waiter& waiter);
 /// Fills device_buffers from every rank's own answer (all-gathered over `comm`).
-void gather_device_buffers(RankPlaces& places, bool mine, MPI_Comm comm);
+void gather_device_buffers(RankPlaces& places, bool mine, MPI_Comm comm, const comm::Waiter& waiter);
 
 /// The memory the pair (rank, peer) moves through, which with the machines decides its transport
 /// (choose_transport): between machines, the rank's own parameters' memory (the network transport then

@@ -29,8 +29,6 @@ namespace exec {
 /// MPI tags on the executor's communicator: connect-time records 0x5742 (connect_handshake.cpp), grants
 /// 0x5743 (progress_loop.cpp), and the verify digests of an update:
 inline constexpr int kDigestTag = 0x5744;
-/// The idle_sleep_us setting (progress_loop.cpp), validated: set-up, throws wb::Error (kInvalidArgument).
-std::int64_t idle_sleep_setting();
 }  // namespace exec
 
 // A peer this rank writes to or hears from.

@@ -28,6 +28,7 @@
 #include <string>
 #include <thread>
 
+#include "comm/backoff.hpp"
 #include "core/checks.hpp"
 #include "core/settings.hpp"
 #include "exec/executor_state.hpp"
@@ -93,6 +94,7 @@ Status timed_out(RoundExecutor::State& s, std::uint64_t oldest) {
 Status run_rounds(RoundExecutor::State& s) {
   const auto started = Clock::now();
   auto last_progress = started;
+  comm::Backoff backoff(s.idle_sleep_us);
   const auto depth = static_cast<std::uint64_t>(s.depth);
   const std::uint64_t first = s.next_round, end = first + static_cast<std::uint64_t>(s.rounds);
   std::uint64_t oldest = first;  // the oldest round of this update this rank has not finished
@@ -252,6 +254,7 @@ Status run_rounds(RoundExecutor::State& s) {
     const auto now = Clock::now();
     if (progressed) {
       last_progress = now;
+      backoff.progressed();
     } else if (s.options.interrupt && now - last_interrupt_check > std::chrono::milliseconds(1)) {
       // Idle: a peer that gave up ends this update at once rather than at the deadline; a peer that asks
       // what this rank waits for is told.
@@ -261,16 +264,8 @@ Status run_rounds(RoundExecutor::State& s) {
     if (!progressed && std::chrono::duration<double>(now - last_progress).count() > s.options.timeout_seconds)
       return timed_out(s, oldest);
     // Nothing moved: let the processes that have work run first (on one machine ranks often outnumber
-    // cores, and a spinning rank would take the core from the peer it waits for). Yield at first; once idle
-    // for longer, sleep a little, growing to idle_sleep_us: a wait of milliseconds (a round on the wire)
-    // then costs no core, and a busy link is noticed within the sleep.
-    if (!progressed) {
-      const auto idle = std::chrono::duration_cast<std::chrono::microseconds>(now - last_progress).count();
-      if (idle < 50 || s.idle_sleep_us == 0)
-        std::this_thread::yield();
-      else
-        std::this_thread::sleep_for(std::chrono::microseconds(std::min<std::int64_t>(idle / 8 + 1, s.idle_sleep_us)));
-    }
+    // cores, and a spinning rank would take the core from the peer it waits for): the one wait policy.
+    if (!progressed) backoff.pause();
   }
   // Grants still in flight complete in the background; reap the finished ones.
   for (MPI_Request& request : s.grant_requests) {

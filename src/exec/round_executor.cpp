@@ -3,13 +3,13 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <deque>
 #include <map>
 #include <string>
-#include <thread>
 #include <utility>
 
+#include "comm/backoff.hpp"
+#include "comm/collectives.hpp"
 #include "core/checks.hpp"
 #include "core/cuda_device.hpp"
 #include "core/device.hpp"
@@ -25,43 +25,8 @@ namespace {
 // How long a teardown waits for the peers once an update of this executor failed (they may be gone).
 constexpr double kFailedTeardownSeconds = 10;
 
-using Clock = std::chrono::steady_clock;
-using Deadline = std::chrono::time_point<Clock, std::chrono::duration<double>>;  // infinite: no deadline
-
-Deadline deadline_in(double seconds) {
-  return std::chrono::time_point_cast<std::chrono::duration<double>>(Clock::now()) + std::chrono::duration<double>(seconds);
-}
-
-// Waits until every request in `requests` completed, or `deadline` passed. False on the deadline (or an MPI
-// error): then some are still pending, and MPI may still read their buffers.
-bool all_complete(std::vector<MPI_Request>& requests, Deadline deadline) noexcept {
-  for (;;) {
-    bool pending = false;
-    for (MPI_Request& request : requests) {
-      if (request == MPI_REQUEST_NULL) continue;
-      int done = 0;
-      if (MPI_Test(&request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return false;
-      pending = pending || !done;
-    }
-    if (!pending) return true;
-    if (Clock::now() > deadline) return false;  // the requests stay pending: MPI owns them
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-}
-
-// Waits until every rank of `comm` reached this point, or `deadline` passed. False on the deadline (or an
-// MPI error): then some peer may still hold what this rank is about to release.
-bool all_ranks_reach(MPI_Comm comm, Deadline deadline) noexcept {
-  MPI_Request request = MPI_REQUEST_NULL;
-  if (MPI_Ibarrier(comm, &request) != MPI_SUCCESS) return false;
-  for (;;) {
-    int done = 0;
-    if (MPI_Test(&request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return false;
-    if (done) return true;
-    if (Clock::now() > deadline) return false;  // the request stays pending: MPI owns it
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-}
+// Seconds left until `deadline` (comm::local_seconds()), never negative.
+double left_until(double deadline) { return std::max(0.0, deadline - comm::local_seconds()); }
 
 }  // namespace
 
@@ -72,11 +37,15 @@ RoundExecutor::RoundExecutor(RoundSchedule schedule, ParameterMemory parameters,
   s.parameters = std::move(parameters);
   // A communicator of its own: grants left over from this executor's last update can never be taken
   // for another executor's. Errors return (to the checks) even where the job's handler aborts.
-  WB_CHECK_MPI(MPI_Comm_dup(comm, &s.comm));
-  WB_CHECK_MPI(MPI_Comm_set_errhandler(s.comm, MPI_ERRORS_RETURN));
+  s.comm = wb::comm::duplicate(comm);
   comm = s.comm;
   s.options = options;
-  s.idle_sleep_us = exec::idle_sleep_setting();
+  // The handshake's waits: the update's deadline, and the coordinator's notices served meanwhile (a peer
+  // that gave up ends them at once).
+  const wb::comm::Waiter waiter{options.timeout_seconds, [&s](bool) {
+                                  return s.options.interrupt ? s.options.interrupt(nullptr) : Status::ok();
+                                }};
+  s.idle_sleep_us = comm::idle_sleep_setting();
   WB_CHECK_MPI(MPI_Comm_rank(comm, &s.rank));
   int size = 0;
   WB_CHECK_MPI(MPI_Comm_size(comm, &size));
@@ -100,7 +69,7 @@ RoundExecutor::RoundExecutor(RoundSchedule schedule, ParameterMemory parameters,
   // The machine every rank is on decides the transport of each pair.
   // Pairs between machines first: whether their transport registers device memory decides, with the
   // others of this machine, whether the pairs on it go device to device (exec::pair_memory).
-  exec::RankPlaces places = exec::gather_rank_places(cuda_parameters, comm);
+  exec::RankPlaces places = exec::gather_rank_places(cuda_parameters, comm, waiter);
   s.collective_teardown = places.any_cuda;
   const auto same_machine = [&](int peer) {
     return places.machines[static_cast<std::size_t>(peer)] == places.machines[static_cast<std::size_t>(s.rank)];
@@ -117,7 +86,7 @@ RoundExecutor::RoundExecutor(RoundSchedule schedule, ParameterMemory parameters,
     use(peer, choose_transport(false, s.parameters.memory, options.transport));
     device_buffers = device_buffers && s.peers[peer].transport->capabilities().cuda_memory;
   }
-  exec::gather_device_buffers(places, device_buffers, comm);
+  exec::gather_device_buffers(places, device_buffers, comm, waiter);
   for (int peer : s.schedule.peers)
     if (same_machine(peer)) use(peer, choose_transport(true, exec::pair_memory(places, s.rank, peer), options.transport));
 
@@ -132,7 +101,7 @@ RoundExecutor::RoundExecutor(RoundSchedule schedule, ParameterMemory parameters,
     }
     std::map<int, exec::SlotLayout> peer_layouts;
     for (int peer : s.schedule.peers)
-      peer_layouts.emplace(peer, exec::decode_layout(exec::swap_record(peer, exec::encode_layout_for(receive, s.schedule, peer), comm),
+      peer_layouts.emplace(peer, exec::decode_layout(exec::swap_record(peer, exec::encode_layout_for(receive, s.schedule, peer), comm, waiter),
                                                      peer, s.rounds));
     s.schedule = exec::apply_layouts(s.schedule, send, receive, peer_layouts);
   }
@@ -186,7 +155,7 @@ RoundExecutor::RoundExecutor(RoundSchedule schedule, ParameterMemory parameters,
     mine.receive_key = s.receive_keys[mine.transport];
     if (auto it = splits.find(peer); it != splits.end()) mine.splits = it->second;
     const exec::ConnectRecord theirs =
-        exec::decode_connect_record(exec::swap_record(peer, exec::encode_connect_record(mine), comm), peer, s.rounds);
+        exec::decode_connect_record(exec::swap_record(peer, exec::encode_connect_record(mine), comm, waiter), peer, s.rounds);
     if (theirs.transport != mine.transport)
       throw Error(ErrorCode::kInvalidArgument, "rank " + std::to_string(s.rank) + " would reach rank " + std::to_string(peer) +
                                                    " over " + transport_name(mine.transport) + ", the peer over " +
@@ -226,7 +195,7 @@ RoundExecutor::RoundExecutor(RoundSchedule schedule, ParameterMemory parameters,
   for (RoundProgress& p : s.ring) p.arrived_from.assign(most_writers, std::array<int, kStageCount>{});
   s.completions.reserve(1024);
   s.grant_requests.reserve(256);
-  WB_CHECK_MPI(MPI_Barrier(comm));  // every pair connected before anyone writes
+  wb::comm::barrier(comm, waiter, "connecting the transports: every pair connected before anyone writes");
 }
 
 RoundExecutor::~RoundExecutor() {
@@ -237,15 +206,14 @@ RoundExecutor::~RoundExecutor() {
   // stopped or gone).
   const bool failed = s.failed || s.peers_failed;
   const double seconds = failed ? std::min(s.options.timeout_seconds, kFailedTeardownSeconds) : s.options.timeout_seconds;
-  const Deadline deadline = deadline_in(seconds);
+  const double deadline = comm::local_seconds() + seconds;
   // Grants are eager 8-byte messages: their sends complete whether or not anyone receives them, unless the
   // transport to a peer that stopped is full. Those still pending at the deadline keep their buffers for
   // the rest of the process (a small, deliberate leak), since MPI may still read them.
-  if (!all_complete(s.grant_requests, deadline)) {
+  if (!comm::complete_within(s.grant_requests, left_until(deadline))) {
     WB_LOG(kWarn) << "rank " << s.rank << ": grants to peers did not complete within " << seconds
                   << " s; their buffers are kept";
-    static auto* kept = new std::vector<std::unique_ptr<std::deque<std::uint64_t>>>;  // never destroyed
-    kept->push_back(std::make_unique<std::deque<std::uint64_t>>(std::move(s.grant_buffers)));  // the elements stay put
+    comm::keep_alive(std::make_shared<std::deque<std::uint64_t>>(std::move(s.grant_buffers)));  // the elements stay put
   }
   if (s.collective_teardown) {
     // No exported memory freed while a peer has it open (CUDA IPC: undefined behaviour): this rank's own
@@ -254,7 +222,7 @@ RoundExecutor::~RoundExecutor() {
     // device buffers allocated.
     if (s.engine) s.engine->synchronize();
     s.transports.clear();
-    if (!all_ranks_reach(s.comm, deadline)) {
+    if (!comm::barrier_within(s.comm, left_until(deadline))) {
       WB_LOG(kWarn) << "rank " << s.rank << ": not every peer closed its CUDA IPC imports within " << seconds
                     << " s; the transfer buffers stay allocated";
       if (s.buffers.send) s.buffers.send->abandon();

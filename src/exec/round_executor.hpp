@@ -27,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "comm/deadline.hpp"
 #include "plan/round_schedule.hpp"
 #include "transport/transport.hpp"
 #include "weightbridge/status.hpp"
@@ -58,12 +59,9 @@ using WaitState = std::pair<std::string, std::vector<int>>;
 
 namespace exec {
 /// The executor's settings (exec/executor_settings.cpp): each one's value (environment or flag) and its
-/// declared default, which ExecutorOptions and the coordinator's options start from.
-/// timeout_seconds (WB_TIMEOUT_SECONDS / --timeout-seconds; 0 or infinite: no deadline), declared here because
-/// the executor's waits are the innermost ones.
-double timeout_setting();
-double default_timeout_seconds();
-/// verify (WB_VERIFY) and timeline (WB_TIMELINE).
+/// declared default, which ExecutorOptions and the coordinator's options start from: verify (WB_VERIFY)
+/// and timeline (WB_TIMELINE). The deadline of every wait, timeout_seconds, is the control plane's
+/// (comm/deadline.hpp).
 bool verify_setting_value();
 bool default_verify();
 bool timeline_setting_value();
@@ -72,7 +70,7 @@ bool default_timeline();
 
 struct ExecutorOptions {
   /// An update that makes no progress for this long fails, naming what it waits for (infinite: no deadline).
-  double timeout_seconds = exec::default_timeout_seconds();
+  double timeout_seconds = comm::default_timeout_seconds();
   std::string transport;         // forces the transport of every pair (an adapter's option); empty: WB_TRANSPORT
   /// Check every update end to end (exec/verify.hpp): digests of the segments each writer sent, compared
   /// with what each receiver assembles. Host buffers only.

@@ -6,8 +6,8 @@
 #include <chrono>
 #include <map>
 #include <sstream>
-#include <thread>
 
+#include "comm/backoff.hpp"
 #include "core/checks.hpp"
 
 namespace wb::exec {
@@ -219,6 +219,7 @@ Status Verifier::exchange(double timeout, const std::function<Status()>& poll, c
   for (State::Link& l : s.incoming) l.done = false;
   const auto stage_text = [](Stage stage) { return std::string(stage_name(stage)); };
   auto last_progress = std::chrono::steady_clock::now();
+  comm::Backoff backoff(idle_sleep_us);
   for (int polls = 0;; ++polls) {
     bool progressed = false, waiting = false;
     for (State::Link& l : s.incoming) {
@@ -272,6 +273,7 @@ Status Verifier::exchange(double timeout, const std::function<Status()>& poll, c
     const auto now = std::chrono::steady_clock::now();
     if (progressed) {
       last_progress = now;
+      backoff.progressed();
       continue;
     }
     if (poll && polls % 16 == 0) WB_RETURN_IF_ERROR(poll());
@@ -285,11 +287,7 @@ Status Verifier::exchange(double timeout, const std::function<Status()>& poll, c
       text << "verify: the segment digests of " << missing << " did not come within " << timeout << " s";
       return Status(ErrorCode::kTimeout, text.str());
     }
-    const auto idle = std::chrono::duration_cast<std::chrono::microseconds>(now - last_progress).count();
-    if (idle < 50 || idle_sleep_us == 0)
-      std::this_thread::yield();
-    else
-      std::this_thread::sleep_for(std::chrono::microseconds(std::min<std::int64_t>(idle / 8 + 1, idle_sleep_us)));
+    backoff.pause();
   }
   // Compare: every segment that arrived, against what its writer says was packed.
   for (const State::Link& l : s.incoming)

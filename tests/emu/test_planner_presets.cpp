@@ -211,10 +211,10 @@ TEST(PlannerOnReplicas, FullScaleSweepStaysExactBoundedAndNearTheLowerBound) {
     EXPECT_LE(simulated.ewtt_seconds, 1.10 * plan.bound.t_min_seconds);
     // And within 5 % of the broadcast relay (which the network model lets forward a bucket through every
     // node at once: no store-and-forward), as wb-plan runs it.
-    BaselineOptions baseline;
+    BaselineTrafficOptions baseline;
     baseline.bucket_bytes = options.buffer_bytes_per_worker / options.pipeline_depth;
     baseline.pipeline_depth = options.pipeline_depth;
-    const double broadcast = simulate(broadcast_baseline(correspondence, topology, baseline), topology).ewtt_seconds;
+    const double broadcast = simulate(broadcast_baseline_traffic(correspondence, topology, baseline), topology).ewtt_seconds;
     EXPECT_LE(simulated.ewtt_seconds, 1.05 * broadcast);
   }
 }

@@ -91,8 +91,8 @@ void check_deployment(const ModelConfig& model, const Deployment& deployment) {
     auto worker = make_trainer_worker(model, deployment.trainer, rank);
     HostParameters params(worker->parameter_infos());
     worker->load_weights(checkpoint, params.parameters());
-    const WorkerVerification verification = verify_worker(*worker, params.parameters(), checkpoint);
-    ASSERT_TRUE(verification.ok()) << verification.failures.front();
+    const CheckpointCheck checked = check_against_checkpoint(*worker, params.parameters(), checkpoint);
+    ASSERT_TRUE(checked.ok()) << checked.failures.front();
     trainers.add(worker->export_weights(params.parameters()), worker->describe());
   }
   trainers.expect_equals(checkpoint, "the trainers");
@@ -104,8 +104,8 @@ void check_deployment(const ModelConfig& model, const Deployment& deployment) {
       auto worker = make_rollout_worker(model, rollout, engine * rollout.tp + local);
       HostParameters params(worker->parameter_infos());
       worker->load_weights(checkpoint, params.parameters());
-      const WorkerVerification verification = verify_worker(*worker, params.parameters(), checkpoint);
-      ASSERT_TRUE(verification.ok()) << verification.failures.front();
+      const CheckpointCheck checked = check_against_checkpoint(*worker, params.parameters(), checkpoint);
+      ASSERT_TRUE(checked.ok()) << checked.failures.front();
       engine_assembly.add(worker->export_weights(params.parameters()), worker->describe());
     }
     engine_assembly.expect_equals(checkpoint, "rollout engine " + std::to_string(engine));

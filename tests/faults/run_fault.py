@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""One fault-injection run of wb-replay (--replay) or wb-bench (--bench), and the checks DESIGN.md's property 7
-asks of it.
+"""One fault-injection run of wb-replay (--replay) or wb-bench (--bench), and the checks that "fail loudly, never
+hang" asks of it (docs/architecture.md, property 7): a bounded exit, the failing rank named, no partial version.
 
 6 ranks: trainers tp=2 (world ranks 0, 1), two rollout engines of two workers (2, 3 and 4, 5). At version 2
 the victim (trainer 1, or engine 1 worker 0, the engine's leader) stops past the timeout and resumes, kills

@@ -11,7 +11,7 @@
 #include <cstdlib>
 #include <memory>
 
-#include "coord/control.hpp"
+#include "comm/collectives.hpp"
 #include "emu/checkpoints/synthetic.hpp"
 #include "emu/checkpoints/versioned_checkpoint.hpp"
 #include "emu/frameworks/backend.hpp"
@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
   }
   // A duplicate made by the library returns an error for a call MPI refuses (here: a send to a rank that
   // does not exist) instead of aborting, although the world's handler is MPI_ERRORS_ARE_FATAL.
-  MPI_Comm copy = coord::duplicate(MPI_COMM_WORLD);
+  MPI_Comm copy = comm::duplicate(MPI_COMM_WORLD);
   int value = 0;
   if (MPI_Send(&value, 1, MPI_INT, size, 0, copy) == MPI_SUCCESS) {
     std::fprintf(stderr, "fatal_world: world rank %d: a send to rank %d succeeded\n", rank, size);

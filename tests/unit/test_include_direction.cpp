@@ -24,13 +24,16 @@ namespace fs = std::filesystem;
 const fs::path kRoot = WB_SOURCE_DIR;
 
 // Who may include whom: each component and the ones it builds on directly (docs/architecture.md):
-//   core <- io <- layout <- plan <- exec <- coord <- apps;  core <- transport <- exec;  exec <- kernels.
-// A component may include those reachable from it. Nothing builds on kernels: exec reaches the kernels only
-// through the host functions it declares (exec/copy_kernel_launch.hpp).
+//   core <- io <- layout <- plan <- exec <- coord <- apps;  core <- comm <- layout;  core <- transport <- exec;
+//   exec <- kernels.
+// A component may include those reachable from it: the control plane (comm) from layout on, never from io
+// or transport. Nothing builds on kernels: exec reaches the kernels only through the host functions it
+// declares (exec/copy_kernel_launch.hpp).
 const std::map<std::string, std::vector<std::string>> kBuildsOn = {
     {"core", {}},
+    {"comm", {"core"}},
     {"io", {"core"}},
-    {"layout", {"io"}},
+    {"layout", {"io", "comm"}},
     {"plan", {"layout"}},
     {"transport", {"core"}},
     {"exec", {"plan", "transport"}},
@@ -158,6 +161,33 @@ TEST(IncludeDirection, EveryIncludeFollowsTheDependencyDirection) {
           << " (docs/architecture.md, dependency direction)";
     }
   }
+}
+
+// Every MPI collective of the library (and every call that makes or joins a communicator, collective too)
+// is called in src/comm/, where the collectives have deadlines and one error behaviour: nothing else may
+// run its own all-gather or scatter beside connect's.
+TEST(CommRoom, EveryMpiCollectiveOfTheLibraryIsCalledInComm) {
+  static const std::regex collective(
+      R"(\bMPI_I?(Allgatherv?|Gatherv?|Scatterv?|Bcast|Barrier|Allreduce|Reduce|Reduce_scatter(_block)?|Alltoall[vw]?|Scan|)"
+      R"(Exscan|Comm_dup|Comm_split(_type)?|Comm_create(_group)?|Intercomm_create|Intercomm_merge|Comm_accept|Comm_connect)\s*\()");
+  int files = 0;
+  for (const auto& entry : fs::recursive_directory_iterator(kRoot / "src")) {
+    const std::string ext = entry.path().extension().string();
+    if (!entry.is_regular_file() || (ext != ".hpp" && ext != ".cpp")) continue;
+    const fs::path relative = fs::relative(entry.path(), kRoot);
+    if (*std::next(relative.begin()) == "comm") continue;
+    ++files;
+    std::ifstream in(entry.path());
+    std::string text;
+    for (int number = 1; std::getline(in, text); ++number) {
+      const std::string code = text.substr(0, text.find("//"));
+      std::smatch match;
+      if (std::regex_search(code, match, collective))
+        ADD_FAILURE() << relative.string() << ":" << number << ": " << match[0]
+                      << " outside src/comm/ (use comm/collectives.hpp: deadlines, one error behaviour)";
+    }
+  }
+  EXPECT_GT(files, 50);
 }
 
 TEST(IncludeDirection, NoHeaderIncludesItselfBack) {

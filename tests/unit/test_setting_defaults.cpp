@@ -42,7 +42,7 @@ TEST(SettingDefaults, OptionStructsStartFromTheDeclaredDefaults) {
   EXPECT_EQ(TransferPlan{}.pipeline_depth, plan.pipeline_depth);
   EXPECT_EQ(RoundSchedule{}.pipeline_depth, plan.pipeline_depth);
   EXPECT_EQ(TrafficSchedule{}.pipeline_depth, plan.pipeline_depth);
-  EXPECT_EQ(BaselineOptions{}.pipeline_depth, plan.pipeline_depth);
+  EXPECT_EQ(BaselineTrafficOptions{}.pipeline_depth, plan.pipeline_depth);
 
   const NetworkSettings network;
   EXPECT_EQ(network.node_bandwidth, declared_default("node_gbps") * 1e9);
@@ -68,7 +68,7 @@ TEST(SettingDefaults, UnsetSettingsGiveTheDefaultsOfCode) {
   EXPECT_EQ(read.pipeline_depth, built.pipeline_depth);
   EXPECT_EQ(read.relay_fan_out, built.relay_fan_out);
   EXPECT_EQ(network_from_settings().node_bandwidth, NetworkSettings{}.node_bandwidth);
-  EXPECT_EQ(exec::timeout_setting(), ExecutorOptions{}.timeout_seconds);
+  EXPECT_EQ(comm::timeout_setting(), ExecutorOptions{}.timeout_seconds);
 }
 
 }  // namespace

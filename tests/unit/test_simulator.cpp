@@ -261,9 +261,9 @@ std::int64_t stage_bytes(const TrafficSchedule& schedule, std::size_t stage) {
 TEST(Baseline, BroadcastGathersToTheHeadAndRelaysTheWholeModelThroughEveryRolloutWorker) {
   // One trainer node (TP2), two rollout nodes of two TP2 workers: each rollout worker needs half of w.
   const Deployment d = deployment(1, 2, 2, 2, true, 64, 32);
-  BaselineOptions options;
+  BaselineTrafficOptions options;
   options.bucket_bytes = d.model_bytes / 4 + 1;
-  const TrafficSchedule schedule = broadcast_baseline(d.correspondence, d.topology, options);
+  const TrafficSchedule schedule = broadcast_baseline_traffic(d.correspondence, d.topology, options);
   EXPECT_EQ(schedule.strategy, "broadcast");
   EXPECT_THAT(schedule.stage_names, ElementsAre("gather", "broadcast"));
   ASSERT_EQ(schedule.rounds.size(), 4u);
@@ -293,10 +293,10 @@ TEST(Baseline, P2PSourceWritesEachWorkerWhatItNeedsWithoutDeduplication) {
   // Two trainer nodes, each a full replica on one worker; two one-node engines of two TP2 workers: each
   // worker needs half of w and the whole norm.
   const Deployment d = deployment(2, 1, 2, 2, true, 64, 32);
-  BaselineOptions options;
+  BaselineTrafficOptions options;
   options.engine_of_worker = d.engine_of_worker;
   options.bucket_bytes = 1000;
-  const TrafficSchedule schedule = p2p_baseline(d.correspondence, d.topology, options);
+  const TrafficSchedule schedule = p2p_baseline_traffic(d.correspondence, d.topology, options);
   EXPECT_EQ(schedule.strategy, "p2p");
   EXPECT_THAT(schedule.stage_names, ElementsAre("gather", "write"));
   const auto rounds = static_cast<std::size_t>((d.model_bytes + 999) / 1000);
@@ -314,9 +314,9 @@ TEST(Baseline, P2PSourceWritesEachWorkerWhatItNeedsWithoutDeduplication) {
 TEST(Baseline, P2PSourcesGatherWhatTheirEnginesNeed) {
   // One trainer node of two TP2 workers serves two engines: engine 0 from worker 0, engine 1 from worker 1.
   const Deployment d = deployment(1, 2, 2, 2, false, 64, 32);
-  BaselineOptions options;
+  BaselineTrafficOptions options;
   options.engine_of_worker = d.engine_of_worker;
-  const TrafficSchedule schedule = p2p_baseline(d.correspondence, d.topology, options);
+  const TrafficSchedule schedule = p2p_baseline_traffic(d.correspondence, d.topology, options);
   ASSERT_EQ(schedule.rounds.size(), 1u);
   std::vector<std::tuple<int, int, std::int64_t>> gather;
   for (const Transfer& t : schedule.rounds[0][0]) gather.emplace_back(t.from, t.to, t.bytes);
@@ -327,20 +327,20 @@ TEST(Baseline, P2PSourcesGatherWhatTheirEnginesNeed) {
 
 TEST(Baseline, P2PNeedsAnEngineForEveryRolloutWorker) {
   const Deployment d = deployment(1, 2, 1, 2, true, 8, 4);
-  BaselineOptions options;
+  BaselineTrafficOptions options;
   options.engine_of_worker = {-1, -1, 0};
-  EXPECT_THROW(p2p_baseline(d.correspondence, d.topology, options), Error);
+  EXPECT_THROW(p2p_baseline_traffic(d.correspondence, d.topology, options), Error);
   options.engine_of_worker = {-1, -1, 0, -1};
-  expect_error([&] { p2p_baseline(d.correspondence, d.topology, options); }, ErrorCode::kInvalidArgument,
+  expect_error([&] { p2p_baseline_traffic(d.correspondence, d.topology, options); }, ErrorCode::kInvalidArgument,
                {"rollout worker 3 has no engine"});
 }
 
 TEST(Baseline, TransfersGoAsChunkedMessages) {
   const Deployment d = deployment(1, 2, 2, 2, true, std::int64_t{1} << 12, 4096);  // 32 MiB of w
-  BaselineOptions options;
+  BaselineTrafficOptions options;
   options.bucket_bytes = std::int64_t{16} << 20;
   options.message_bytes = std::int64_t{4} << 20;
-  TrafficSchedule schedule = broadcast_baseline(d.correspondence, d.topology, options);
+  TrafficSchedule schedule = broadcast_baseline_traffic(d.correspondence, d.topology, options);
   ASSERT_EQ(schedule.rounds.size(), 3u);  // 32 MiB + the norm
   const Transfer& hop = schedule.rounds[0][1].front();
   EXPECT_EQ(hop.messages, (hop.bytes + (4 << 20) - 1) >> 22);
@@ -348,7 +348,7 @@ TEST(Baseline, TransfersGoAsChunkedMessages) {
   // Each message costs the latency on its links: the chunked broadcast is slower by about that much.
   const double chunked = simulate(schedule, d.topology).ewtt_seconds;
   options.message_bytes = 0;
-  schedule = broadcast_baseline(d.correspondence, d.topology, options);
+  schedule = broadcast_baseline_traffic(d.correspondence, d.topology, options);
   for (const auto& round : schedule.rounds)
     for (const auto& stage : round)
       for (const Transfer& t : stage) EXPECT_EQ(t.messages, 1);
@@ -360,11 +360,11 @@ TEST(Baseline, P2PGrowsWithRolloutReplicasBroadcastDoesNot) {
   // One trainer node (TP2), N one-node engines of two workers that each need the whole 512 MiB model.
   const auto ewtt = [](int engines, bool p2p) {
     const Deployment d = deployment(1, 2, engines, 2, false, std::int64_t{1} << 16, 4096);
-    BaselineOptions options;
+    BaselineTrafficOptions options;
     options.bucket_bytes = std::int64_t{64} << 20;
     options.engine_of_worker = d.engine_of_worker;
-    const TrafficSchedule schedule = p2p ? p2p_baseline(d.correspondence, d.topology, options)
-                                         : broadcast_baseline(d.correspondence, d.topology, options);
+    const TrafficSchedule schedule = p2p ? p2p_baseline_traffic(d.correspondence, d.topology, options)
+                                         : broadcast_baseline_traffic(d.correspondence, d.topology, options);
     return simulate(schedule, d.topology).ewtt_seconds;
   };
   const double p2p_1 = ewtt(1, true), p2p_4 = ewtt(4, true);

@@ -42,9 +42,9 @@ const Parameter* owner_of(const ParameterSet& params, const TensorView& view) {
 
 }  // namespace
 
-WorkerVerification verify_worker(const EmulatedWorker& worker, const ParameterSet& params,
-                                 const CheckpointReader& checkpoint) {
-  WorkerVerification result;
+CheckpointCheck check_against_checkpoint(const EmulatedWorker& worker, const ParameterSet& params,
+                                         const CheckpointReader& checkpoint) {
+  CheckpointCheck result;
   const std::vector<CheckpointPiece> pieces = worker.export_weights(params);
   result.pieces = pieces.size();
   std::vector<std::vector<bool>> covered(params.size());

@@ -1,5 +1,5 @@
-// Verification of emulated layouts against an independent reference: the checkpoint read directly,
-// never through load_weights.
+// The check of an emulated worker's parameters against an independent reference: the checkpoint read
+// directly, never through load_weights. ("verify" is the library's own end-to-end digests, exec/verify.hpp.)
 #pragma once
 
 #include <cstdint>
@@ -12,7 +12,7 @@
 
 namespace wb::emu {
 
-struct WorkerVerification {
+struct CheckpointCheck {
   std::size_t pieces = 0;           // checkpoint pieces the worker's parameters hold
   std::size_t bytes_compared = 0;   // bytes compared against the file
   std::size_t unsourced_bytes = 0;  // parameter bytes no checkpoint element reaches (padding)
@@ -22,8 +22,8 @@ struct WorkerVerification {
 
 /// Compares every piece export_weights reports with the same box read from `checkpoint`, and checks
 /// that parameter elements no piece covers are still zero (padding that load_weights must not touch).
-WorkerVerification verify_worker(const EmulatedWorker& worker, const ParameterSet& params,
-                                 const CheckpointReader& checkpoint);
+CheckpointCheck check_against_checkpoint(const EmulatedWorker& worker, const ParameterSet& params,
+                                         const CheckpointReader& checkpoint);
 
 /// Boxes of one checkpoint tensor covered by a group of workers.
 struct TensorBoxes {

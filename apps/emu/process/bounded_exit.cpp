@@ -9,8 +9,8 @@
 #include <thread>
 #include <utility>
 
+#include "comm/backoff.hpp"
 #include "core/checks.hpp"
-#include "core/settings.hpp"
 
 namespace wb::emu {
 namespace {
@@ -19,11 +19,6 @@ constexpr int kReportTag = 0x7e01, kVerdictTag = 0x7e02;
 // A verdict: exit code and finalize flag (two int32), then rank 0's account of the first failure, cut to
 // fit and NUL-terminated: one eager message.
 constexpr std::size_t kVerdictBytes = 2048;
-
-std::vector<std::shared_ptr<PendingOp>>& kept() {
-  static auto* list = new std::vector<std::shared_ptr<PendingOp>>;  // never destroyed: MPI may still use them
-  return *list;
-}
 
 std::string seconds_text(double seconds) {
   char text[32];
@@ -37,26 +32,12 @@ double wall_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-double job_timeout() {
-  const SettingBase* setting = find_setting("timeout_seconds");
-  const double seconds = setting != nullptr ? std::strtod(setting->value_text().c_str(), nullptr) : 120.0;
-  return seconds > 0 && seconds < 1e9 ? seconds : std::numeric_limits<double>::infinity();
-}
+double job_timeout() { return comm::normalize_timeout(comm::timeout_setting()); }
 
-void keep_pending(std::shared_ptr<PendingOp> op) { kept().push_back(std::move(op)); }
-
-bool complete_within(const std::shared_ptr<PendingOp>& op, double seconds, const std::function<bool()>& idle) {
-  const double start = wall_seconds();
-  for (int polls = 0;; ++polls) {
-    int done = 0;
-    if (MPI_Test(&op->request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) done = 0;
-    if (done) return true;
-    if (wall_seconds() - start > seconds || (idle && !idle())) {
-      keep_pending(op);
-      return false;
-    }
-    if (polls > 100 || idle) std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
+bool wait_within(const comm::OperationPtr& op, double seconds, const std::function<bool()>& idle) {
+  comm::Waiter waiter{seconds, {}};
+  if (idle) waiter.service = [&idle](bool) { return idle() ? Status::ok() : Status(ErrorCode::kInternal, "left the wait"); };
+  return comm::wait_for(op, waiter, true, "").is_ok();
 }
 
 std::vector<nlohmann::json> gather_reports(const nlohmann::json& mine, double seconds) {
@@ -64,26 +45,28 @@ std::vector<nlohmann::json> gather_reports(const nlohmann::json& mine, double se
   WB_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   WB_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &world));
   if (rank != 0) {
-    auto op = std::make_shared<PendingOp>();
+    comm::OperationPtr op = comm::make_operation();
     const std::string text = mine.dump();
     op->out.assign(reinterpret_cast<const std::byte*>(text.data()), reinterpret_cast<const std::byte*>(text.data()) + text.size());
     WB_CHECK_MPI(MPI_Isend(op->out.data(), static_cast<int>(op->out.size()), MPI_BYTE, 0, kReportTag, MPI_COMM_WORLD, &op->request));
-    keep_pending(std::move(op));
+    comm::abandon(std::move(op));  // not waited for: kept until MPI completes it
     return {};
   }
   std::vector<nlohmann::json> reports(static_cast<std::size_t>(world));
   reports[0] = mine;
   int missing = world - 1;
   const double start = wall_seconds();
+  comm::Backoff backoff;
   while (missing > 0 && wall_seconds() - start <= seconds) {
     int found = 0;
     MPI_Message message = MPI_MESSAGE_NULL;
     MPI_Status probe;
     WB_CHECK_MPI(MPI_Improbe(MPI_ANY_SOURCE, kReportTag, MPI_COMM_WORLD, &found, &message, &probe));
     if (!found) {
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      backoff.pause();
       continue;
     }
+    backoff.progressed();
     int count = 0;
     WB_CHECK_MPI(MPI_Get_count(&probe, MPI_BYTE, &count));
     std::string text(static_cast<std::size_t>(count), '\0');
@@ -128,9 +111,9 @@ Verdict exchange_verdict(int exit_code, bool everyone, const std::string& failur
     verdict.failure = exit_code != 0 ? failure : std::string();
     const std::int32_t head[2] = {exit_code, verdict.finalize ? 1 : 0};
     const std::size_t text = std::min(verdict.failure.size(), kVerdictBytes - sizeof head - 1);
-    std::vector<std::shared_ptr<PendingOp>> sends;
+    std::vector<comm::OperationPtr> sends;
     for (int r = 1; r < world; ++r) {
-      auto op = std::make_shared<PendingOp>();
+      comm::OperationPtr op = comm::make_operation();
       op->out.assign(sizeof head + text + 1, std::byte{0});
       std::memcpy(op->out.data(), head, sizeof head);
       std::memcpy(op->out.data() + sizeof head, verdict.failure.data(), text);
@@ -139,14 +122,13 @@ Verdict exchange_verdict(int exit_code, bool everyone, const std::string& failur
       sends.push_back(std::move(op));
     }
     // After a failure the sends are not waited for long: a stopped rank takes its verdict when it resumes.
-    for (const auto& op : sends) (void)complete_within(op, verdict.finalize ? seconds : 0.1);
+    for (const auto& op : sends) (void)wait_within(op, verdict.finalize ? seconds : 0.1);
     return verdict;
   }
-  auto op = std::make_shared<PendingOp>();
-  op->in.assign(kVerdictBytes, std::byte{0});
+  comm::OperationPtr op = comm::make_operation(0, kVerdictBytes);
   WB_CHECK_MPI(MPI_Irecv(op->in.data(), static_cast<int>(kVerdictBytes), MPI_BYTE, 0, kVerdictTag, MPI_COMM_WORLD, &op->request));
   Verdict verdict;
-  if (!complete_within(op, seconds)) {
+  if (!wait_within(op, seconds)) {
     verdict.exit_code = exit_code != 0 ? exit_code : 1;
     verdict.heard = false;
     return verdict;

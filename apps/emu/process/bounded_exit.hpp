@@ -12,9 +12,9 @@
 //                     the job (Open MPI 4.1: a PMIx fence), and under a launcher that leaves the job up its
 //                     fence does not end, in most runs, once another process exited without it.
 //
-// Every wait here is a non-blocking MPI operation polled against a deadline; one given up on is kept, with
-// its buffers, for the rest of the process (MPI may still use them). The unit uses MPI_COMM_WORLD's tags
-// 0x7e01 (reports) and 0x7e02 (verdicts).
+// Every wait here is an operation of the library's control plane (comm/operation.hpp) polled against a
+// deadline; one given up on is kept, with its buffers, until MPI completes it. The unit uses
+// MPI_COMM_WORLD's tags 0x7e01 (reports) and 0x7e02 (verdicts).
 #pragma once
 
 #include <mpi.h>
@@ -28,6 +28,8 @@
 #include <string>
 #include <vector>
 
+#include "comm/operation.hpp"
+
 namespace wb::emu {
 
 /// Seconds of the system clock: the t= of the programs' fault and exit lines, comparable between processes.
@@ -37,19 +39,10 @@ double wall_seconds();
 /// programs' own waits end within it too.
 double job_timeout();
 
-/// A non-blocking MPI operation and the buffers it reads or writes.
-struct PendingOp {
-  MPI_Request request = MPI_REQUEST_NULL;
-  std::vector<std::byte> out, in;
-};
-
-/// Polls `op` until it completes (true) or `seconds` have passed (false: `op` is then kept, never freed).
-/// `idle`, when given, runs between polls (a rollout keeps serving while it waits); when it returns false,
-/// the wait ends there too (false, `op` kept).
-bool complete_within(const std::shared_ptr<PendingOp>& op, double seconds, const std::function<bool()>& idle = {});
-
-/// Keeps `op` and its buffers for the rest of the process: an operation nobody waits for.
-void keep_pending(std::shared_ptr<PendingOp> op);
+/// Waits for `op` (comm::wait_for) until it completes (true) or `seconds` have passed (false: `op` is then
+/// kept until MPI completes it). `idle`, when given, runs between polls (a rollout keeps serving while it
+/// waits); when it returns false, the wait ends there too (false).
+bool wait_within(const comm::OperationPtr& op, double seconds, const std::function<bool()>& idle = {});
 
 /// Every rank's report, on world rank 0 (one per rank, null where none arrived within `seconds` of rank 0
 /// starting to wait); an empty vector elsewhere, where the report is sent and not waited for (a report

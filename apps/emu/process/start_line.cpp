@@ -3,12 +3,11 @@
 #include <mpi.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <memory>
-#include <thread>
 
+#include "comm/backoff.hpp"
 #include "core/checks.hpp"
 #include "emu/process/bounded_exit.hpp"
 
@@ -26,8 +25,7 @@ std::string seconds_text(double seconds) {
 std::string StartLine::wait(std::uint64_t version, const std::string& what, const std::function<bool()>& idle) {
   if (rank_ != 0) {
     send(0, version, kReady, "");
-    auto answer = std::make_shared<PendingOp>();
-    answer->in.assign(kMaxBytes, std::byte{0});
+    comm::OperationPtr answer = comm::make_operation(0, kMaxBytes);
     WB_CHECK_MPI(MPI_Irecv(answer->in.data(), static_cast<int>(kMaxBytes), MPI_BYTE, 0, kStartTag, MPI_COMM_WORLD,
                            &answer->request));
     // Rank 0 answers within the timeout of its own arrival, which is later than this one's by no more
@@ -37,7 +35,7 @@ std::string StartLine::wait(std::uint64_t version, const std::string& what, cons
       if (idle && !idle()) interrupted = true;
       return !interrupted;
     };
-    if (!complete_within(answer, 2 * seconds_, waiting))
+    if (!wait_within(answer, 2 * seconds_, waiting))
       return interrupted ? "" : name_(0) + " did not start " + what + " within " + seconds_text(2 * seconds_) + " s";
     const auto [kind, text] = decode(answer->in);
     if (kind == kGo) return "";
@@ -49,6 +47,7 @@ std::string StartLine::wait(std::uint64_t version, const std::string& what, cons
   arrived[0] = true;
   int missing = world_ - 1;
   const double start = wall_seconds();
+  comm::Backoff backoff;
   while (missing > 0 && failed_.empty()) {
     int found = 0;
     MPI_Message message = MPI_MESSAGE_NULL;
@@ -66,6 +65,7 @@ std::string StartLine::wait(std::uint64_t version, const std::string& what, cons
         arrived[static_cast<std::size_t>(probe.MPI_SOURCE)] = true;
         --missing;
       }
+      backoff.progressed();
       continue;
     }
     if (wall_seconds() - start > seconds_) {
@@ -77,7 +77,7 @@ std::string StartLine::wait(std::uint64_t version, const std::string& what, cons
       break;
     }
     if (idle && !idle()) return "";
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    backoff.pause();
   }
   for (int r = 1; r < world_; ++r) send(r, version, failed_.empty() ? kGo : kStop, failed_);
   if (!failed_.empty()) left_ = true;
@@ -95,14 +95,14 @@ void StartLine::leave(std::uint64_t version, const std::string& why) {
 }
 
 void StartLine::send(int peer, std::uint64_t version, Kind kind, const std::string& text) {
-  auto op = std::make_shared<PendingOp>();
+  comm::OperationPtr op = comm::make_operation();
   const std::int64_t head[2] = {static_cast<std::int64_t>(version), kind};
   const std::size_t bytes = std::min(text.size(), kMaxBytes - sizeof head);
   op->out.resize(sizeof head + bytes);
   std::memcpy(op->out.data(), head, sizeof head);
   std::memcpy(op->out.data() + sizeof head, text.data(), bytes);
   WB_CHECK_MPI(MPI_Isend(op->out.data(), static_cast<int>(op->out.size()), MPI_BYTE, peer, kStartTag, MPI_COMM_WORLD, &op->request));
-  keep_pending(std::move(op));
+  comm::abandon(std::move(op));  // not waited for: kept until MPI completes it
 }
 
 std::uint64_t StartLine::version_of(const std::vector<std::byte>& bytes) {

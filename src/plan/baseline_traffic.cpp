@@ -1,9 +1,9 @@
 // The paper's two baselines (§4.1), Miles' native weight-update paths, expressed as traffic so that they
 // are simulated on the same network model as WeightBridge's plans.
 //
-// Both cut the model into buckets (rounds) of about BaselineOptions::bucket_bytes and pipeline them; every
+// Both cut the model into buckets (rounds) of about BaselineTrafficOptions::bucket_bytes and pipeline them; every
 // worker-to-worker total is split evenly over the rounds, one message per pair and round (or chunks of
-// BaselineOptions::message_bytes when set).
+// BaselineTrafficOptions::message_bytes when set).
 //
 // Broadcast: stage "gather" brings every needed element to the head (the first trainer worker, world rank
 // 0 in Miles' layouts): each atom from one of its holders, chosen to spread the gather; stage
@@ -41,7 +41,7 @@ std::int64_t model_bytes(const Correspondence& correspondence) {
   return total;
 }
 
-void check_common(const Correspondence& correspondence, const Topology& topology, const BaselineOptions& options,
+void check_common(const Correspondence& correspondence, const Topology& topology, const BaselineTrafficOptions& options,
                   const char* strategy) {
   const std::string who = std::string(strategy) + " baseline: ";
   if (options.bucket_bytes <= 0) throw invalid(who + "bucket bytes must be positive");
@@ -52,7 +52,7 @@ void check_common(const Correspondence& correspondence, const Topology& topology
                   " workers, the correspondence has " + std::to_string(correspondence.sides.size()));
 }
 
-int round_count(std::int64_t model, const BaselineOptions& options) {
+int round_count(std::int64_t model, const BaselineTrafficOptions& options) {
   return static_cast<int>(std::max<std::int64_t>(1, (model + options.bucket_bytes - 1) / options.bucket_bytes));
 }
 
@@ -112,8 +112,8 @@ std::vector<int> trainer_workers(const Correspondence& correspondence) {
 
 }  // namespace
 
-TrafficSchedule broadcast_baseline(const Correspondence& correspondence, const Topology& topology,
-                                   const BaselineOptions& options) {
+TrafficSchedule broadcast_baseline_traffic(const Correspondence& correspondence, const Topology& topology,
+                                           const BaselineTrafficOptions& options) {
   check_common(correspondence, topology, options, "broadcast");
   const std::vector<int> trainers = trainer_workers(correspondence);
   if (trainers.empty()) throw invalid("broadcast baseline: no trainer worker to gather to");
@@ -146,8 +146,8 @@ TrafficSchedule broadcast_baseline(const Correspondence& correspondence, const T
   return schedule;
 }
 
-TrafficSchedule p2p_baseline(const Correspondence& correspondence, const Topology& topology,
-                             const BaselineOptions& options) {
+TrafficSchedule p2p_baseline_traffic(const Correspondence& correspondence, const Topology& topology,
+                                     const BaselineTrafficOptions& options) {
   check_common(correspondence, topology, options, "p2p");
   const std::size_t workers = correspondence.sides.size();
   if (options.engine_of_worker.size() != workers)

@@ -1,0 +1,46 @@
+#include "comm/backoff.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "comm/deadline.hpp"
+#include "core/settings.hpp"
+
+namespace wb::comm {
+namespace {
+
+Setting<std::int64_t> idle_sleep_us_setting(
+    "idle_sleep_us", 100,
+    "Longest sleep of any wait (an update's progress loop, the control plane's operations, acknowledgements, "
+    "teardowns) once nothing has moved for a while, microseconds (0: only yield). Idle ranks then leave the "
+    "cores to those that work: the peers they wait for on an oversubscribed machine, and the kernel's network "
+    "stack with TCP providers.",
+    0, 100000);
+
+// Below this idle time a pause only yields.
+constexpr double kYieldSeconds = 50e-6;
+
+}  // namespace
+
+std::int64_t idle_sleep_setting() { return *idle_sleep_us_setting; }  // its range is checked as it is read
+
+Backoff::Backoff() : Backoff(idle_sleep_setting()) {}
+
+Backoff::Backoff(std::int64_t longest_sleep_us) : longest_sleep_us_(std::max<std::int64_t>(0, longest_sleep_us)), idle_since_(local_seconds()) {}
+
+void Backoff::progressed() { idle_since_ = local_seconds(); }
+
+double Backoff::idle_seconds() const { return local_seconds() - idle_since_; }
+
+void Backoff::pause() {
+  const double idle = idle_seconds();
+  if (idle < kYieldSeconds || longest_sleep_us_ == 0) {
+    std::this_thread::yield();
+    return;
+  }
+  const auto sleep_us = std::min<std::int64_t>(static_cast<std::int64_t>(idle * 1e6) / 8 + 1, longest_sleep_us_);
+  std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
+}
+
+}  // namespace wb::comm

@@ -1,0 +1,37 @@
+// The one wait policy of the library: what a rank does between two polls of something that has not moved.
+// Every wait loop (an MPI operation with a deadline, an update's progress loop, the verify digests, the
+// acknowledgements, a teardown) pauses through a Backoff, so that one setting (WB_IDLE_SLEEP_US) says how
+// much of a core a waiting rank takes.
+//
+// Yield while the wait is young (answers usually come within microseconds, and on a machine whose ranks
+// outnumber its cores the peer waited for gets the core); once idle for longer, sleep a little, growing
+// with the idle time (an eighth of it) up to the setting: a wait of milliseconds then costs no core, and
+// progress is still noticed within one sleep.
+#pragma once
+
+#include <cstdint>
+
+namespace wb::comm {
+
+/// The idle_sleep_us setting, validated (throws wb::Error kInvalidArgument outside its range).
+std::int64_t idle_sleep_setting();
+
+class Backoff {
+ public:
+  /// `longest_sleep_us`: the cap of a sleep; 0 only yields. Default: the setting.
+  Backoff();
+  explicit Backoff(std::int64_t longest_sleep_us);
+
+  /// Something moved: the next pauses start short again.
+  void progressed();
+  /// Nothing moved since the last poll: yield or sleep, by how long nothing has.
+  void pause();
+  /// Seconds since the last progress (or since construction).
+  double idle_seconds() const;
+
+ private:
+  std::int64_t longest_sleep_us_ = 0;
+  double idle_since_ = 0;
+};
+
+}  // namespace wb::comm

@@ -1,0 +1,22 @@
+// The coordinator's control messages: the tags on the adapters' own duplicate of the world communicator,
+// and the requests trainer rank 0 sends to every engine's rank 0. Small MPI messages only: never the
+// training or inference engine's own control plane, never weight bytes.
+#pragma once
+
+#include <cstdint>
+
+namespace wb::coord {
+
+inline constexpr int kRequestTag = 0x5701;  // trainer rank 0 -> engine rank 0
+inline constexpr int kAckTag = 0x5702;      // engine rank 0 -> trainer rank 0
+inline constexpr int kClockTag = 0x5703;    // clock offset ping-pong at construction
+inline constexpr int kStartedTag = 0x5704;  // engine rank 0 -> trainer rank 0: "took update v" (diagnostics)
+inline constexpr int kNoticeTag = 0x5705;   // "I gave up", to a rank's neighbours
+inline constexpr int kQueryTag = 0x5706;    // "where are you?" from a rank whose step timed out
+inline constexpr int kAnswerTag = 0x5707;   // its answer
+
+// kAbort: the trainers shut down after a failure (the engines fail too, with the reason their notices carry).
+enum class RequestKind : std::int64_t { kNone = 0, kConnect = 1, kUpdate = 2, kShutdown = 3, kAbort = 4 };
+const char* request_name(RequestKind kind);
+
+}  // namespace wb::coord
