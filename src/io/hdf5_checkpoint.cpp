@@ -8,18 +8,12 @@
 // Only the serial API with default drivers is used, so the same code works against serial HDF5 and the
 // parallel (MPI) build. HDF5 is not thread-safe in the parallel build, so every call into it holds one
 // process-wide mutex, as h5py does.
-#include <fcntl.h>
 #include <hdf5.h>
-#include <poll.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
-#include <csignal>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -28,7 +22,6 @@
 #include <string>
 #include <string_view>
 #include <system_error>
-#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -37,6 +30,7 @@
 #include "core/log.hpp"
 #include "core/settings.hpp"
 #include "io/checkpoint_internal.hpp"
+#include "io/hdf5_check.hpp"
 #include "weightbridge/checkpoint.hpp"
 #include "weightbridge/status.hpp"
 
@@ -87,17 +81,6 @@ namespace io {
 namespace {
 
 constexpr std::string_view kWhat = "HDF5 checkpoint";
-
-Setting<bool> check_in_child_setting(
-    "hdf5_check_in_child", true,
-    "Walk an HDF5 checkpoint's metadata in a forked child before opening it, so that a corrupt file that "
-    "crashes libhdf5 is refused with an error instead of crashing this process.");
-// A dataset's metadata takes milliseconds to walk, even on a slow parallel file system.
-Setting<std::int64_t> check_idle_setting(
-    "hdf5_check_seconds", 60,
-    "How long the child that checks an HDF5 checkpoint may take over one dataset's metadata before the "
-    "file is refused as one that makes libhdf5 loop.",
-    1, std::int64_t{1} << 30);  // far beyond any walk, and within the steady clock's range
 
 std::mutex& hdf5_mutex() {
   static std::mutex mutex;
@@ -365,9 +348,10 @@ class Hdf5Reader final : public CheckpointReader {
  public:
   explicit Hdf5Reader(std::string path) : path_(std::move(path)) {
     require_regular_file(kWhat, path_);  // HDF5 would block opening a FIFO
+    // A file that crashes or hangs libhdf5 is refused before this process opens it (io/hdf5_check.hpp).
+    check_hdf5_file(path_);
     std::lock_guard<std::mutex> lock(hdf5_mutex());
     silence_hdf5();
-    if (check_in_child_setting.get()) check_in_child();
     try {
       open_file();
     } catch (...) {
@@ -411,18 +395,23 @@ class Hdf5Reader final : public CheckpointReader {
           H5Dread(dataset.get(), memory_type, memory_space.get(), file_space.get(), H5P_DEFAULT, destination));
   }
 
- private:
-  /// The forked checker's reader: the parent holds hdf5_mutex for it (the child, a copy of the parent's
-  /// locking thread, must not lock it again); it logs nothing and writes the name of each dataset it
-  /// turns to, one per line, to `progress_fd`.
-  struct InChild {
+  /// The checker's walk (walk_hdf5_metadata): opens the file as a reader does, logs nothing, and writes
+  /// the name of each dataset it turns to, one per line, to `progress_fd`.
+  struct Walk {
     int progress_fd;
   };
-  Hdf5Reader(std::string path, InChild child) : path_(std::move(path)), progress_fd_(child.progress_fd) {
+  Hdf5Reader(std::string path, Walk walk) : path_(std::move(path)), progress_fd_(walk.progress_fd) {
+    std::lock_guard<std::mutex> lock(hdf5_mutex());
     silence_hdf5();
-    open_file();
+    try {
+      open_file();
+    } catch (...) {
+      close();
+      throw;
+    }
   }
 
+ private:
   void open_file() {
     const Where where{path_, {}};
     Handle fapl = file_access(false, where);
@@ -441,111 +430,6 @@ class Hdf5Reader final : public CheckpointReader {
       if (!seen.insert(name).second) throw_corrupt(Where{path_, name}, "the file's root group names it twice");
       add_tensor(name, file_bytes);
     }
-  }
-
-  /// libhdf5 (1.10 at least) trusts some metadata it decodes: a corrupt global heap behind a
-  /// variable-length string attribute makes it read out of bounds and crash, corrupt its own heap so
-  /// that the process aborts later ("free(): invalid size"), or loop forever. So the same walk of the
-  /// metadata runs first in a forked child, which inherits this process's exact state and reports each
-  /// dataset it turns to; if it dies from a signal, exits other than normally, or stops making progress,
-  /// the file is refused here, naming the dataset. A child that fails with wb::Error, or cannot be
-  /// forked, changes nothing: the walk below gives the error, or reads the file unchecked. Called under
-  /// hdf5_mutex, so no other thread of ours is inside HDF5 at the fork.
-  void check_in_child() const {
-    const std::int64_t idle_seconds = *check_idle_setting;  // its range is checked as it is read
-    int pipe_fds[2];
-    if (::pipe2(pipe_fds, O_CLOEXEC) != 0) return;
-    const pid_t child = ::fork();
-    if (child < 0) {
-      ::close(pipe_fds[0]);
-      ::close(pipe_fds[1]);
-      return;
-    }
-    if (child == 0) {
-      ::close(pipe_fds[0]);
-      for (const int signal : {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL}) ::signal(signal, SIG_DFL);
-      const int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);  // glibc's "free(): invalid size" and the like
-      if (null >= 0) ::dup2(null, STDERR_FILENO);
-      try {
-        const Hdf5Reader walk(path_, InChild{pipe_fds[1]});
-        ::_exit(0);  // no destructors, no atexit handlers: the parent's HDF5 files stay untouched
-      } catch (...) {
-        ::_exit(kChildFoundError);
-      }
-    }
-    ::close(pipe_fds[1]);
-    const ChildOutcome outcome = watch_child(child, pipe_fds[0], idle_seconds);
-    ::close(pipe_fds[0]);
-    const Where where{path_, outcome.dataset};
-    if (outcome.stalled)
-      throw_corrupt(where, "its metadata is corrupt: reading it made no progress for " +
-                               std::to_string(idle_seconds) +
-                               " s (libhdf5 loops on some corrupt files; seen in the child process that checks "
-                               "each file before this one opens it)");
-    if (outcome.signal != 0)
-      throw_corrupt(where, std::string("its metadata is corrupt: reading it crashed the HDF5 library (") +
-                               ::strsignal(outcome.signal) +
-                               ", in the child process that checks each file before this one opens it)");
-    if (outcome.exit_status != 0 && outcome.exit_status != kChildFoundError)  // exit() inside a library, a sanitizer
-      throw_corrupt(where, "its metadata is corrupt: reading it ended the child process that checks each file "
-                           "before this one opens it, with exit status " + std::to_string(outcome.exit_status));
-  }
-
-  struct ChildOutcome {
-    std::string dataset;  // the last dataset the child turned to
-    int signal = 0;       // that killed it
-    int exit_status = 0;  // when it exited
-    bool stalled = false;
-  };
-  static constexpr int kChildFoundError = 86;  // the walk threw wb::Error: the parent's own walk reports it
-
-  /// Follows the child's progress lines until it exits; kills it after `idle_seconds` without one.
-  static ChildOutcome watch_child(pid_t child, int progress_fd, std::int64_t idle_seconds) {
-    ChildOutcome outcome;
-    std::string pending;
-    auto last_progress = std::chrono::steady_clock::now();
-    const auto idle_limit = std::chrono::seconds(idle_seconds);
-    bool open = true;
-    while (open) {
-      pollfd ready{progress_fd, POLLIN, 0};
-      const int polled = ::poll(&ready, 1, 200);
-      if (polled < 0 && errno != EINTR) break;
-      if (polled > 0) {
-        char buffer[4096];
-        const ssize_t got = ::read(progress_fd, buffer, sizeof buffer);
-        if (got > 0) {
-          pending.append(buffer, static_cast<std::size_t>(got));
-          for (std::size_t newline; (newline = pending.find('\n')) != std::string::npos; pending.erase(0, newline + 1))
-            if (newline > 0) outcome.dataset = pending.substr(0, newline);  // empty: still listing
-          last_progress = std::chrono::steady_clock::now();
-        } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
-          open = false;  // the child exited (or closed its end)
-        }
-      }
-      if (open && std::chrono::steady_clock::now() - last_progress > idle_limit) {
-        int status = 0;
-        if (::waitpid(child, &status, WNOHANG) == child) {  // exited, but someone else holds the pipe
-          record_status(status, outcome);
-          return outcome;
-        }
-        ::kill(child, SIGKILL);
-        while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
-        }
-        outcome.stalled = true;
-        return outcome;
-      }
-    }
-    int status = 0;
-    pid_t done = -1;
-    while ((done = ::waitpid(child, &status, 0)) < 0 && errno == EINTR) {
-    }
-    if (done == child) record_status(status, outcome);
-    return outcome;
-  }
-
-  static void record_status(int status, ChildOutcome& outcome) {
-    if (WIFSIGNALED(status)) outcome.signal = WTERMSIG(status);
-    if (WIFEXITED(status)) outcome.exit_status = WEXITSTATUS(status);
   }
 
   /// Links of the root group, in creation order when the file tracks it, else in name order.
@@ -576,13 +460,13 @@ class Hdf5Reader final : public CheckpointReader {
     file_.reset();
   }
 
-  /// In the checking child: tells the parent which dataset comes next (one line; a newline in a name
-  /// would split it, so it is replaced; an empty line says the listing goes on).
+  /// In the checker: tells the process that waits for it which dataset comes next (one line, "d NAME"; a
+  /// newline in a name would split it, so it is replaced; "d " alone says the listing goes on).
   void report_progress(std::string name) const {
     if (progress_fd_ < 0) return;
     for (char& c : name)
       if (c == '\n') c = ' ';
-    name.push_back('\n');
+    name = "d " + name + '\n';
     for (std::size_t done = 0; done < name.size();) {
       const ssize_t wrote = ::write(progress_fd_, name.data() + done, name.size() - done);
       if (wrote < 0 && errno == EINTR) continue;
@@ -684,7 +568,7 @@ class Hdf5Reader final : public CheckpointReader {
   Handle file_;
   std::vector<TensorInfo> tensors_;
   std::vector<Handle> memory_types_;  // parallel to tensors_
-  int progress_fd_ = -1;  // >= 0 only in the checking child
+  int progress_fd_ = -1;  // >= 0 only in the checker's walk
 };
 
 // --- writer ----------------------------------------------------------------------------------------
@@ -794,6 +678,11 @@ class Hdf5Writer final : public CheckpointWriter {
 };
 
 }  // namespace
+
+void walk_hdf5_metadata(const std::string& path, int progress_fd) {
+  require_regular_file(kWhat, path);
+  const Hdf5Reader walk(path, Hdf5Reader::Walk{progress_fd});
+}
 
 std::unique_ptr<CheckpointWriter> create_hdf5_writer(const std::string& path, std::vector<TensorInfo> tensors) {
   return std::make_unique<Hdf5Writer>(path, std::move(tensors));
