@@ -2,13 +2,16 @@
 // core). Each parameter is a fused [gate; up] pair of row-sharded checkpoint tensors, or a column shard
 // stored transposed, so the decoder sees concatenation, sharding and transposes. Counters: decode time
 // (second differences and decoding, without load_weights), decode throughput in parameter elements per
-// second summed over all passes' scans, the probe's total time, copies and extra memory.
+// second summed over all passes' scans, the probe's total time, copies and extra memory. Beside it, the probe
+// checkpoint serving a large bf16 box in each pass (elements per second), checked against element-wise reads
+// first.
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
 #include <memory>
 
 #include "layout/probe.hpp"
+#include "layout/probe_checkpoint.hpp"
 #include "weightbridge/status.hpp"
 
 namespace {
@@ -78,6 +81,35 @@ void BM_ProbeOneGiBWorker(benchmark::State& state) {
   state.counters["scratch_bytes"] = static_cast<double>(report.scratch_bytes);
 }
 BENCHMARK(BM_ProbeOneGiBWorker)->Unit(benchmark::kSecond)->Iterations(1);
+
+// One large bf16 box (29.4 M elements, 59 MB) of an embedding-sized tensor, read in pass state.range(0)
+// (one past the last pass: the verification values).
+const std::vector<TensorInfo> kEmbedding = {{"embed", DType::kBF16, {163840, 7168}}};
+const int kEmbeddingPasses = layout::ProbePlan(kEmbedding).num_passes();
+
+void BM_ProbeCheckpointReadBox(benchmark::State& state) {
+  layout::ProbeCheckpoint checkpoint(kEmbedding, layout::ProbePlan(kEmbedding));
+  const auto pass = static_cast<int>(state.range(0));
+  if (pass >= checkpoint.plan().num_passes()) checkpoint.set_verification(9);
+  else checkpoint.set_pass(pass);
+  const Box box{{40000, 0}, {4096, 7168}};
+  std::vector<std::uint16_t> out(static_cast<std::size_t>(box.numel()));
+  checkpoint.read_box("embed", box, out.data());
+  // Validate first: a few elements of the box equal their own one-element reads.
+  for (const std::int64_t row : {0, 1, 2047, 4095})
+    for (const std::int64_t column : {0, 1, 3583, 7167}) {
+      std::uint16_t one = 0;
+      checkpoint.read_box("embed", Box{{40000 + row, column}, {1, 1}}, &one);
+      if (one != out[static_cast<std::size_t>(row * 7168 + column)]) state.SkipWithError("box read differs from element reads");
+    }
+  for (auto _ : state) {
+    checkpoint.read_box("embed", box, out.data());
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations() * box.numel());
+  state.SetLabel(checkpoint.source());
+}
+BENCHMARK(BM_ProbeCheckpointReadBox)->DenseRange(0, kEmbeddingPasses)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 

@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <bit>
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -495,28 +494,6 @@ TEST(ProbeCheckpoint, ConcurrentReadsAgree) {
     });
   for (auto& t : pool) t.join();
   for (int v : ok) EXPECT_TRUE(v);
-}
-
-// Prints elements per second for a large bf16 box in every pass (no threshold: machines differ).
-TEST(ProbeCheckpoint, ReadBoxThroughput) {
-  const std::vector<TensorInfo> tensors = {{"embed", DType::kBF16, {163840, 7168}}};
-  ProbeCheckpoint ckpt(tensors, ProbePlan(tensors));
-  const Box box{{40000, 0}, {4096, 7168}};  // 29.4 M elements, 59 MB
-  std::vector<std::uint16_t> out(static_cast<std::size_t>(box.numel()));
-  auto measure = [&](const std::string& what) {
-    ckpt.read_box("embed", box, out.data());  // warm the pages
-    const auto start = std::chrono::steady_clock::now();
-    constexpr int kReps = 3;
-    for (int r = 0; r < kReps; ++r) ckpt.read_box("embed", box, out.data());
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / kReps;
-    std::printf("  read_box %s: %.2f G elements/s\n", what.c_str(), static_cast<double>(box.numel()) / s / 1e9);
-  };
-  for (int p = 0; p < ckpt.plan().num_passes(); ++p) {
-    ckpt.set_pass(p);
-    measure(ckpt.source());
-  }
-  ckpt.set_verification(9);
-  measure(ckpt.source());
 }
 
 }  // namespace
