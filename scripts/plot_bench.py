@@ -20,14 +20,27 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-COLORS = {"weightbridge": "#1f77b4", "broadcast": "#ff7f0e", "p2p": "#2ca02c"}
+# One colour per method, the same in every figure: each WeightBridge mode its own shade of blue, the
+# baselines their own; a method not named here gets the next colour of the palette, never a shared one.
+COLORS = {
+    "weightbridge-sync": "#1f77b4",
+    "weightbridge-sender-staged": "#17becf",
+    "weightbridge-receiver-staged": "#9467bd",
+    "weightbridge-async": "#08306b",
+    "weightbridge": "#1f77b4",
+    "broadcast": "#ff7f0e",
+    "p2p": "#2ca02c",
+}
+_PALETTE = ["#d62728", "#8c564b", "#e377c2", "#bcbd22", "#7f7f7f", "#aec7e8", "#ffbb78", "#98df8a"]
+_assigned = {}
 
 
 def color_of(method):
-    for key, value in COLORS.items():
-        if method.startswith(key):
-            return value
-    return "#7f7f7f"
+    if method in COLORS:
+        return COLORS[method]
+    if method not in _assigned:
+        _assigned[method] = _PALETTE[len(_assigned) % len(_PALETTE)]
+    return _assigned[method]
 
 
 def bench_bars(name, run, out):
