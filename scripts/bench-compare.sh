@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# WeightBridge against the paper's two baselines (broadcast, P2P), measured on an emulated cluster with
+# WeightBridge against the paper's two baselines (broadcast, P2P) and the broadcast NCCL runs (ring-broadcast), measured on an emulated cluster with
 # shaped links (scripts/cluster.sh; needs root): the network, not this machine's cores, is the bottleneck.
 # Runs wb-bench on
 #   two_rollout_hosts     1 trainer host -> 2 rollout hosts, one engine each (the paper's Figure 11 shape)
 #   engine_across_hosts   1 trainer host -> one engine spread over 2 hosts (a host needs part of the model)
 #   sweep_N               1 trainer host -> N rollout hosts, one replica each, N = 1..SWEEP (Figure 12)
-# and writes every wb-bench JSON, a summary JSON and the plots (scripts/plot_bench.py) under OUT.
+# and writes every wb-bench JSON, a summary JSON, a table (summary.md) and the plots (scripts/plot_bench.py) under OUT.
 #
 #   sudo bash scripts/bench-compare.sh [--rate 1gbit] [--reps 3] [--sweep 4] [--modes sync] [--out DIR]
 set -euo pipefail
@@ -33,7 +33,8 @@ m = re.fullmatch(r'([0-9.]+)([kmg]?)bit', sys.argv[1].lower())
 if not m: sys.exit('bench-compare.sh: rate %r is not like 1gbit or 500mbit' % sys.argv[1])
 print(float(m.group(1)) * {'': 1, 'k': 1e3, 'm': 1e6, 'g': 1e9}[m.group(2)] / 8e9)" "$rate")
 
-export WB_CLUSTER_NAME=wbcmp OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# WB_CLUSTER_NAME / WB_CLUSTER_SUBNET name a cluster of your own beside others' (default wbcmp).
+export WB_CLUSTER_NAME=${WB_CLUSTER_NAME:-wbcmp} OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 cluster=$root/scripts/cluster.sh
 trap 'bash "$cluster" down' EXIT
 hosts=$((sweep + 1))
@@ -69,7 +70,23 @@ import glob, json, os, sys
 out, rate = sys.argv[1], sys.argv[2]
 runs = {os.path.basename(p)[:-5]: json.load(open(p)) for p in sorted(glob.glob(os.path.join(out, "*.json"))) if not p.endswith("summary.json")}
 json.dump({"rate": rate, "runs": runs}, open(os.path.join(out, "summary.json"), "w"), indent=2)
-print("bench-compare.sh: summary in", os.path.join(out, "summary.json"))
+# One table: per layout, each method's median EWTT, its ratio to T_min, its spread (max/min over the
+# repetitions), and every WeightBridge mode against the stronger of the two broadcasts and P2P.
+lines = ["| layout | T_min | method | EWTT median | x T_min | min-max | spread | vs stronger broadcast | vs P2P |", "|---|---|---|---|---|---|---|---|---|"]
+for name, r in sorted(runs.items()):
+    by = {m["method"]: m for m in r["methods"]}
+    best = r.get("strongest_broadcast") or {}
+    p2p = by.get("p2p", {}).get("ewtt_median_s")
+    for m in r["methods"]:
+        e, lo, hi = m["ewtt_median_s"], m["ewtt_min_s"], m["ewtt_max_s"]
+        wb = m["method"].startswith("weightbridge")
+        vs_b = "%.2f x (%s)" % (e / best["ewtt_median_s"], best["method"]) if wb and best else ""
+        vs_p = "%.2f x" % (e / p2p) if wb and p2p else ""
+        lines.append("| %s | %.3f s | %s | %.3f s | %.2f | %.2f-%.2f | %.2f | %s | %s |" % (
+            name, r["t_min_s"], m["method"], e, e / r["t_min_s"], lo, hi, hi / lo if lo > 0 else 0, vs_b, vs_p))
+open(os.path.join(out, "summary.md"), "w").write("\n".join(lines) + "\n")
+print("\n".join(lines))
+print("bench-compare.sh: summary in", os.path.join(out, "summary.json"), "and summary.md")
 PY
 if /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
   /usr/bin/python3 "$root/scripts/plot_bench.py" --summary "$out/summary.json" --out "$out"

@@ -29,9 +29,10 @@ COLORS = {
     "weightbridge-async": "#08306b",
     "weightbridge": "#1f77b4",
     "broadcast": "#ff7f0e",
+    "ring-broadcast": "#d62728",
     "p2p": "#2ca02c",
 }
-_PALETTE = ["#d62728", "#8c564b", "#e377c2", "#bcbd22", "#7f7f7f", "#aec7e8", "#ffbb78", "#98df8a"]
+_PALETTE = ["#8c564b", "#e377c2", "#bcbd22", "#7f7f7f", "#aec7e8", "#ffbb78", "#98df8a"]
 _assigned = {}
 
 

@@ -1,4 +1,5 @@
 #include "baselines/baselines.hpp"
+#include "baselines/baseline_state.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -22,24 +23,6 @@ namespace wb::bench {
 namespace {
 
 constexpr int kSetupTag = 0x5762;  // P2P endpoint records and keys
-
-/// Waits for a non-blocking MPI operation without spinning a core away, failing past the deadline. `progress`
-/// runs between tests: providers with manual progress (tcp;ofi_rxm) finish a peer's writes only while the
-/// target polls, so a rank that stops polling can hold its sender's completions back indefinitely.
-void wait_for(MPI_Request& request, double timeout_seconds, const std::string& what,
-              const std::function<void()>& progress = {}) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
-  comm::Backoff backoff;
-  for (;;) {
-    int done = 0;
-    WB_CHECK_MPI(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
-    if (done) return;
-    if (std::chrono::steady_clock::now() > deadline)
-      throw Error(ErrorCode::kTimeout, what + " did not finish within " + std::to_string(timeout_seconds) + " s");
-    if (progress) progress();
-    backoff.pause();
-  }
-}
 
 /// One box of a checkpoint tensor.
 struct BoxKey {
@@ -83,69 +66,19 @@ std::vector<Run> runs_of(const Box& box, const Shape& shape) {
 
 }  // namespace
 
-struct Baselines::State {
-  MPI_Comm world = MPI_COMM_NULL, trainers = MPI_COMM_NULL, fanout = MPI_COMM_NULL;
-  int rank = 0, size = 0, head = 0;
-  bool trainer = false;
-  std::vector<TensorInfo> tensors;
-  std::vector<std::int64_t> tensor_offset;  // bytes, in the head's staging and a broadcast receiver's copy
-  std::int64_t total_bytes = 0;
-  ParameterSet params;
-  LoadWeightsFn load_weights;
-  const JobClock* clock = nullptr;
-  BaselineOptions options;
-  std::vector<std::string> machines;  // by world rank
-  std::vector<int> roles;             // by world rank: 1 for trainers
-
-  // Gather: buckets of whole tensors [first, last); per bucket this trainer's copies to pack, and on the
-  // head, per trainer (in trainer-communicator order) the boxes it sends and their byte counts.
-  struct Bucket {
-    std::size_t first = 0, last = 0;
-    std::int64_t offset = 0, bytes = 0;
-    std::vector<std::size_t> mine;                             // indices into map.copies
-    std::vector<std::vector<std::pair<std::uint32_t, Box>>> from;  // head: per trainer, in order
-    std::vector<int> counts, displs;                           // head: bytes per trainer
-    int my_bytes = 0;
-  };
-  SourceMap map;
-  std::vector<Bucket> buckets;
-  std::vector<std::byte> pack_buffer, gather_buffer;
-  std::vector<std::byte> staging;  // head: every tensor in full; broadcast receivers: their copy
-
-  // P2P.
-  struct Need {
-    std::uint32_t tensor;
-    Box box;
-    std::int64_t offset;  // in this rollout's receive buffer
-  };
-  std::vector<Need> needs;        // rollout: the boxes its source map reads, each once
-  std::vector<std::byte> receive; // rollout: the boxes, back to back
-  std::map<TransportKind, std::unique_ptr<Transport>> transports;
-  std::map<TransportKind, std::uint32_t> staging_memory;  // head: staging registered with each transport
-  std::map<int, Transport*> transport_of;                  // head: per rollout; rollout: the head's
-  std::map<int, std::uint32_t> remote_memory;              // head: each rollout's receive buffer
-  struct PostedBatch {
-    int peer;
-    std::vector<WriteRequest> writes;
-    std::int64_t bytes;
-  };
-  std::vector<PostedBatch> batches;  // head: every batch of an update, in posting order
-  std::int64_t expected_arrivals = 0;  // rollout
-
-  bool same_machine(int a, int b) const { return machines[static_cast<std::size_t>(a)] == machines[static_cast<std::size_t>(b)]; }
-  std::string who() const { return (trainer ? "trainer" : "rollout") + std::string(" (world rank ") + std::to_string(rank) + ")"; }
-
-  void setup_gather(const std::vector<SourceMap>& maps, const std::vector<int>& trainer_ranks);
-  void setup_p2p(const std::vector<SourceMap>& maps);
-  void gather(std::size_t b, BaselineUpdate& update);
-  void load_from(const BoxReader& reader);
-  /// Every rank at the start of an update, within the timeout (throws wb::Error naming `what` past it).
-  void start_together(const std::string& what) {
-    MPI_Request request;
-    WB_CHECK_MPI(MPI_Ibarrier(world, &request));
-    wait_for(request, options.timeout_seconds, who() + ": " + what);
+void wait_for(MPI_Request& request, double timeout_seconds, const std::string& what, const std::function<void()>& progress) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
+  comm::Backoff backoff;
+  for (;;) {
+    int done = 0;
+    WB_CHECK_MPI(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+    if (done) return;
+    if (std::chrono::steady_clock::now() > deadline)
+      throw Error(ErrorCode::kTimeout, what + " did not finish within " + std::to_string(timeout_seconds) + " s");
+    if (progress) progress();
+    backoff.pause();
   }
-};
+}
 
 Baselines::Baselines(MPI_Comm world, bool trainer, std::vector<TensorInfo> tensors, const ParameterSet& params,
                      LoadWeightsFn load_weights, const JobClock& clock, BaselineOptions options)
@@ -193,6 +126,7 @@ Baselines::Baselines(MPI_Comm world, bool trainer, std::vector<TensorInfo> tenso
   const std::vector<SourceMap> maps = allgather_source_maps(s.map, s.world, call);
   s.setup_gather(maps, trainer_ranks);
   s.setup_p2p(maps);
+  s.setup_ring();
 }
 
 Baselines::~Baselines() = default;
@@ -411,31 +345,36 @@ void Baselines::State::load_from(const BoxReader& reader) {
 
 BaselineUpdate Baselines::broadcast() {
   State& s = *s_;
-  BaselineUpdate update;
-  s.start_together("the start of the broadcast update");
-  update.begin = s.clock->now();
-  for (std::size_t b = 0; b < s.buckets.size(); ++b) {
-    s.gather(b, update);
-    if (s.fanout == MPI_COMM_NULL) continue;
-    const State::Bucket& bucket = s.buckets[b];
+  return s.run_broadcast("broadcast", [&s](const State::Bucket& bucket, BaselineUpdate& update) {
+    if (s.fanout == MPI_COMM_NULL) return;
     MPI_Request request;
     WB_CHECK_MPI(MPI_Ibcast(s.staging.data() + bucket.offset, static_cast<int>(bucket.bytes), MPI_BYTE, 0, s.fanout, &request));
     wait_for(request, s.options.timeout_seconds, s.who() + ": broadcast of tensors " + s.tensors[bucket.first].name + " ...");
     if (s.rank == s.head)  // what the head's fan-out carries logically (MPI may relay it through the receivers)
       for (int r = 0; r < s.size; ++r)
         if (!s.roles[static_cast<std::size_t>(r)]) (s.same_machine(s.head, r) ? update.within_machine : update.between_machines) += bucket.bytes;
+  });
+}
+
+BaselineUpdate Baselines::State::run_broadcast(const std::string& method,
+                                               const std::function<void(const Bucket&, BaselineUpdate&)>& pass) {
+  BaselineUpdate update;
+  start_together("the start of the " + method + " update");
+  update.begin = clock->now();
+  for (std::size_t b = 0; b < buckets.size(); ++b) {
+    gather(b, update);
+    pass(buckets[b], update);
   }
-  if (!s.trainer) {
-    BoxReader reader(s.tensors, "the broadcast");
-    for (std::size_t t = 0; t < s.tensors.size(); ++t)
-      reader.add(t, Box::whole(s.tensors[t].shape), s.staging.data() + s.tensor_offset[t]);
-    s.load_from(reader);
-    update.end = s.clock->now();
+  if (!trainer) {
+    BoxReader reader(tensors, "the " + method);
+    for (std::size_t t = 0; t < tensors.size(); ++t) reader.add(t, Box::whole(tensors[t].shape), staging.data() + tensor_offset[t]);
+    load_from(reader);
+    update.end = clock->now();
   }
   MPI_Request request;
-  WB_CHECK_MPI(MPI_Ibarrier(s.world, &request));
-  wait_for(request, s.options.timeout_seconds, s.who() + ": the end of the broadcast update");
-  if (s.trainer) update.end = s.clock->now();
+  WB_CHECK_MPI(MPI_Ibarrier(world, &request));
+  wait_for(request, options.timeout_seconds, who() + ": the end of the " + method + " update");
+  if (trainer) update.end = clock->now();
   return update;
 }
 

@@ -5,6 +5,11 @@
 //              first trainer that holds it, as the trainers' source maps say, so any layout works); the
 //              head broadcasts each bucket of whole tensors to every rollout worker (MPI_Bcast over the
 //              head and the rollouts); each rollout worker runs its own load_weights on what it received.
+//   ring       the same gather; the head sends each bucket down a chain of the rollout workers, ordered so
+//              that the workers of one machine follow each other, in segments that each worker passes on
+//              as soon as it has them (a pipelined chain broadcast, as NCCL's ring broadcast runs): every
+//              machine's link carries the model once in and once out, whatever the number of replicas,
+//              where the plain broadcast (Open MPI's MPI_Bcast) carries it about twice per replica.
 //   p2p        the same gather; the head stages the model in host memory and writes each rollout worker
 //              exactly the boxes its source map needs, one-sided (cma on one machine, libfabric or ibverbs
 //              between machines), tensor by tensor, from that single source, with no de-duplication
@@ -32,6 +37,8 @@ namespace wb::bench {
 struct BaselineOptions {
   std::int64_t bucket_bytes = std::int64_t{512} << 20;  // whole tensors per gather and broadcast step
   double timeout_seconds = comm::default_timeout_seconds();  // every wait (WB_TIMEOUT_SECONDS)
+  std::int64_t ring_segment_bytes = std::int64_t{1} << 20;   // ring: bytes a worker passes on at once
+  int ring_window = 8;                                       // ring: segments in flight per link
 };
 
 /// One update of a baseline as this rank saw it.
@@ -55,6 +62,7 @@ class Baselines {
   /// return every rollout worker's parameters hold it (loaded by its own load_weights). Throws wb::Error
   /// naming the rank and the step on a failure or a wait past the timeout.
   BaselineUpdate broadcast();
+  BaselineUpdate ring_broadcast();
   BaselineUpdate p2p();
 
   int head() const;

@@ -20,6 +20,8 @@ problems = []
 if not r["verified"] or r["machines"] != 3: problems.append("verified %s on %s machines" % (r["verified"], r["machines"]))
 if by["weightbridge-sync"]["between_machines_bytes"] != 2 * M: problems.append("weightbridge: %d bytes between hosts, 2 M = %d" % (by["weightbridge-sync"]["between_machines_bytes"], 2 * M))
 if by["broadcast"]["between_machines_bytes"] != 4 * M: problems.append("broadcast: %d bytes between hosts, 4 M = %d" % (by["broadcast"]["between_machines_bytes"], 4 * M))
+# The ring enters each rollout host once: the head to the first host's chain, its last worker to the next host.
+if by["ring-broadcast"]["between_machines_bytes"] != 2 * M: problems.append("ring broadcast: %d bytes between hosts, 2 M = %d" % (by["ring-broadcast"]["between_machines_bytes"], 2 * M))
 if by["p2p"]["between_machines_bytes"] < 2 * M: problems.append("p2p: %d bytes between hosts, under 2 M" % by["p2p"]["between_machines_bytes"])
 for p in problems: print("bench_on_cluster: " + p)
 print("bench_on_cluster:", "FAILED" if problems else "OK", {k: v["between_machines_bytes"] for k, v in by.items()}, "M =", M)
