@@ -121,6 +121,10 @@ void install_stop_handlers() {
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESETHAND;
   for (const int signal : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(signal, &action, nullptr);
+  // A file size limit (ulimit -f) would kill the process with SIGXFSZ and leave the partial file; ignored,
+  // the write fails with EFBIG instead, and the writer names the file and tensor and removes it, as after
+  // a full disk.
+  std::signal(SIGXFSZ, SIG_IGN);
 }
 
 void stop_if_signalled() {

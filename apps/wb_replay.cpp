@@ -30,6 +30,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "comm/deadline.hpp"
 #include "comm/group.hpp"
 #include "core/checks.hpp"
 #include "core/log.hpp"
@@ -58,6 +59,8 @@ using namespace wb::emu;
 
 namespace {
 
+constexpr double kMaxStepMs = 3600e3;  // an hour: an emulated step longer than that is a typo
+
 struct Options : RunOptions {
   int steps = 3;
   double step_ms = 2;
@@ -85,7 +88,21 @@ bool parse_options(int argc, char** argv, Options& options, int rank) {
       ("step-ms", po::value(&options.step_ms)->default_value(options.step_ms), "Emulated compute per training step and per inference step, in milliseconds.");
   if (!parse_run_options(argc, argv, general, options, rank == 0)) return false;
   if (options.steps < 1) throw Error(ErrorCode::kInvalidArgument, "--steps must be at least 1");
-  if (options.step_ms < 0) throw Error(ErrorCode::kInvalidArgument, "--step-ms must not be negative");
+  // nan, inf and 1e300 would pass a "not negative" check and then sleep for no time or for ever.
+  const auto text = [](double value) {
+    char buffer[32];
+    std::snprintf(buffer, sizeof buffer, "%g", value);
+    return std::string(buffer);
+  };
+  if (!(options.step_ms >= 0 && options.step_ms <= kMaxStepMs))
+    throw Error(ErrorCode::kInvalidArgument,
+                "--step-ms " + text(options.step_ms) + " is not in [0, " + text(kMaxStepMs) + "] milliseconds");
+  // Each rank waits for its peers' steps within the deadline: a longer step fails in whatever wait it
+  // falls on, with a message about that wait rather than the step.
+  if (const double timeout = comm::normalize_timeout(comm::timeout_setting());
+      timeout != comm::kNoDeadline && options.step_ms * 1e-3 >= timeout)
+    throw Error(ErrorCode::kInvalidArgument, "--step-ms " + text(options.step_ms) + " is not shorter than timeout_seconds " +
+                                                 text(timeout) + ": every wait for a peer's step would time out");
   return true;
 }
 

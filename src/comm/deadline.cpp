@@ -21,6 +21,10 @@ Setting<double> timeout_seconds_setting("timeout_seconds", 120.0,
 
 double normalize_timeout(double seconds) {
   if (std::isnan(seconds)) throw Error(ErrorCode::kInvalidArgument, "timeout_seconds is not a number");
+  // Refused where it is given: a negative deadline would otherwise fail the first wait "within -1 s".
+  if (seconds < 0)
+    throw Error(ErrorCode::kInvalidArgument,
+                "timeout_seconds " + std::to_string(seconds) + " is negative (0 or inf: no deadline)");
   if (seconds <= 0 || seconds >= 1e9) return kNoDeadline;  // 0 = none; 1e9 s (31 years) is none too
   return seconds;
 }

@@ -9,7 +9,7 @@ namespace wb::comm {
 
 inline constexpr double kNoDeadline = std::numeric_limits<double>::infinity();
 
-/// A timeout as the user gives it: <= 0 or infinite means no deadline (kNoDeadline); NaN is refused
+/// A timeout as the user gives it: 0 or infinite means no deadline (kNoDeadline); NaN and negatives are refused
 /// (kInvalidArgument). Values are only ever compared, never turned into a clock duration, so none overflows.
 double normalize_timeout(double seconds);
 

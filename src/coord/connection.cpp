@@ -337,6 +337,9 @@ ResolvedOptions resolve_options(const AdapterOptions& options) {
   resolved.pipeline_depth = options.pipeline_depth.value_or(planned.pipeline_depth);
   resolved.timeout_seconds = comm::normalize_timeout(options.timeout_seconds.value_or(comm::timeout_setting()));
   resolved.node = options.node.value_or(static_cast<int>(*node_setting));
+  if (resolved.node < -1)
+    throw Error(ErrorCode::kInvalidArgument,
+                "node " + std::to_string(resolved.node) + " is not in [-1, " + std::to_string(INT_MAX) + "] (-1: this machine)");
   if (resolved.buffer_bytes < 4096)
     throw Error(ErrorCode::kInvalidArgument, "buffer_bytes " + std::to_string(resolved.buffer_bytes) + " is below 4 KiB");
   if (resolved.pipeline_depth < 1 || resolved.pipeline_depth > 64)

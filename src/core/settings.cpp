@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -109,20 +110,32 @@ void parse_text(const SettingBase& setting, std::string_view raw, bool& value) {
   else if (text == "0" || text == "false" || text == "no" || text == "off") value = false;
   else bad_value(setting, raw, "a boolean (1/0, true/false, yes/no, on/off)");
 }
+// Decimal only: strtoll's base 0 would read 010 as 8 and 0x10 as 16. Leading zeros are decimal (010 is
+// 10, as a user who pads numbers means); a hexadecimal or octal-looking prefix other than zeros is refused.
+bool has_hex_prefix(const std::string& text) {
+  const std::size_t digits = (!text.empty() && (text[0] == '+' || text[0] == '-')) ? 1 : 0;
+  return text.size() > digits + 1 && text[digits] == '0' && (text[digits + 1] == 'x' || text[digits + 1] == 'X');
+}
 void parse_text(const SettingBase& setting, std::string_view raw, std::int64_t& value) {
   const std::string text = trim(raw);
+  if (has_hex_prefix(text)) bad_value(setting, raw, "a decimal integer (hexadecimal is not read)");
   char* end = nullptr;
   errno = 0;
-  const long long parsed = std::strtoll(text.c_str(), &end, 0);
-  if (text.empty() || errno != 0 || *end != '\0') bad_value(setting, raw, "an integer");
+  const long long parsed = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0') bad_value(setting, raw, "a decimal integer");
+  if (errno == ERANGE) bad_value(setting, raw, "in the range of a 64-bit integer");
   value = parsed;
 }
 void parse_text(const SettingBase& setting, std::string_view raw, double& value) {
   const std::string text = trim(raw);
+  // strtod also reads hexadecimal floats and nan: neither is a number a user means by a setting.
+  if (has_hex_prefix(text)) bad_value(setting, raw, "a decimal number (hexadecimal is not read)");
   char* end = nullptr;
   errno = 0;
   const double parsed = std::strtod(text.c_str(), &end);
-  if (text.empty() || errno != 0 || *end != '\0') bad_value(setting, raw, "a number");
+  if (text.empty() || *end != '\0' || std::isnan(parsed)) bad_value(setting, raw, "a number");
+  // ERANGE: overflow (1e400) or a value below the smallest normal double (1e-320), which is a number.
+  if (errno == ERANGE) bad_value(setting, raw, "in the range of a double (about 2.2e-308 to 1.8e308 in magnitude)");
   value = parsed;
 }
 void parse_text(const SettingBase&, std::string_view raw, std::string& value) { value = trim(raw); }
@@ -197,6 +210,7 @@ void log_effective_settings() {
   std::call_once(once, [] {
     if (process_rank() > 0) return;
     WB_LOG(kInfo) << "effective settings:\n" << describe_settings();
+    warn_unknown_environment();
   });
 }
 

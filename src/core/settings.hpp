@@ -4,7 +4,8 @@
 //
 // The value is resolved on first read: a command-line override (override_from_text; the apps' flags,
 // apps/emu/options/setting_flags.hpp) wins over
-// the environment variable WB_<NAME> (upper case), which wins over the default. The flag of a setting is
+// the environment variable WB_<NAME> (upper case), which wins over the default. Numbers are decimal
+// (WB_BUFFER_MIB=010 is 10; 0x10 is refused). The flag of a setting is
 // --<name> with '_' written as '-'. Rank 0 logs the effective settings once (log_effective_settings).
 #pragma once
 
@@ -101,7 +102,14 @@ SettingBase* find_setting(std::string_view name);
 
 /// One line per setting: "name = value (default|WB_NAME|--flag)".
 std::string describe_settings();
-/// Logs describe_settings() at info level on world rank 0, once per process.
+/// Logs describe_settings() at info level on world rank 0, once per process, and warns about each
+/// unknown WB_* variable there (warn_unknown_environment).
 void log_effective_settings();
+
+/// One message per WB_* environment variable that is neither a setting's nor one of the project's script
+/// variables, naming the closest setting (a typo such as WB_BUFER_MIB is otherwise ignored silently).
+std::vector<std::string> unknown_environment_warnings();
+/// Logs unknown_environment_warnings() at warning level.
+void warn_unknown_environment();
 
 }  // namespace wb

@@ -4,6 +4,8 @@
 #   names      wb-mkckpt refuses an output name under which it could not read the checkpoint back, before
 #              writing anything
 #   interrupt  SIGINT and SIGTERM during a write remove the partial files; the process ends by the signal
+#   filesize   a file size limit (ulimit -f) fails the write with EFBIG, not SIGXFSZ: one error naming the
+#              file and the cause, exit 1, nothing left in the output folder
 #   unused     a checkpoint holding more than the model (a multi-token-prediction layer) loads: wb-replay
 #              names the extra tensors in one warning and verifies the transfer
 set -uo pipefail
@@ -66,6 +68,26 @@ interrupt)
       grep -q "removed the partial checkpoint" stderr.txt || fail "SIG$signal: no message"
       left=$(find . -name '*partial*' -o -name 'big.*' -o -name 'model*' | tr '\n' ' ')
       [[ -z $left ]] || fail "SIG$signal while writing $output left: $left"
+      rm -rf sharded stderr.txt
+    done
+  done
+  ;;
+
+filesize)
+  # 64 KiB: the header write fails; 512 KiB: the size set up front (ftruncate) fails. Safetensors only: for
+  # HDF5, libhdf5 crashes at exit after a file close that failed (the partial file is removed first).
+  for limit in 64 512; do
+    for output in m.safetensors sharded/model.safetensors.index.json; do
+      mkdir -p sharded
+      shard=()
+      [[ $output == sharded/* ]] && shard=(--max-shard-mib 1)
+      (ulimit -f "$limit"; exec "$mkckpt" --model qwen3-30b-a3b --scale tiny "${shard[@]}" --output "$output") 2>stderr.txt
+      status=$?
+      cat stderr.txt
+      [[ $status -eq 1 ]] || fail "ulimit -f $limit, $output: exit status $status, expected 1 (153 is SIGXFSZ)"
+      grep -q "safetensors checkpoint .*: .*File too large" stderr.txt || fail "ulimit -f $limit, $output: no message naming the file and EFBIG"
+      left=$(find . -name '*partial*' -o -name 'm.*' -o -name 'model*' -o -name '*.btr' | tr '\n' ' ')
+      [[ -z $left ]] || fail "ulimit -f $limit, $output left: $left"
       rm -rf sharded stderr.txt
     done
   done

@@ -13,22 +13,40 @@
 #include "comm/deadline.hpp"
 #include "comm/status_message.hpp"
 #include "coord/connect_records.hpp"
+#include "coord/connection.hpp"
 #include "core/settings.hpp"
 
 namespace wb {
 namespace {
 
 using ::testing::HasSubstr;
+using wb::testing::expect_error;
 
 TEST(CommDeadline, TimeoutsAsUsersGiveThem) {
   EXPECT_EQ(comm::normalize_timeout(2.5), 2.5);
   EXPECT_EQ(comm::normalize_timeout(0), comm::kNoDeadline);
-  EXPECT_EQ(comm::normalize_timeout(-1), comm::kNoDeadline);
+  // Refused where it is given (it used to mean none here and fail the first wait "within -1 s" elsewhere).
+  expect_error([] { (void)comm::normalize_timeout(-1); }, ErrorCode::kInvalidArgument,
+               {"timeout_seconds -1", "negative", "0 or inf: no deadline"});
   EXPECT_EQ(comm::normalize_timeout(std::numeric_limits<double>::infinity()), comm::kNoDeadline);
   EXPECT_THROW((void)comm::normalize_timeout(std::nan("")), Error);
   EXPECT_EQ(comm::seconds_text(2), "2 s");
   EXPECT_EQ(comm::seconds_text(comm::kNoDeadline), "no deadline");
   EXPECT_EQ(comm::default_timeout_seconds(), 120.0);
+}
+
+TEST(CommDeadline, AdapterOptionsOutOfTheirRangeAreRefusedWhereGiven) {
+  AdapterOptions options;
+  options.timeout_seconds = -1;
+  expect_error([&] { (void)coord::resolve_options(options); }, ErrorCode::kInvalidArgument, {"timeout_seconds -1"});
+  options.timeout_seconds = 0;  // 0 and inf keep meaning no deadline
+  EXPECT_EQ(coord::resolve_options(options).timeout_seconds, comm::kNoDeadline);
+  options.timeout_seconds = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(coord::resolve_options(options).timeout_seconds, comm::kNoDeadline);
+  options.node = -7;  // the range starts at -1 (this machine)
+  expect_error([&] { (void)coord::resolve_options(options); }, ErrorCode::kInvalidArgument, {"node -7", "[-1, "});
+  options.node = -1;
+  EXPECT_EQ(coord::resolve_options(options).node, -1);
 }
 
 TEST(CommBackoff, YieldsWhileYoungThenSleepsNoLongerThanTheCap) {

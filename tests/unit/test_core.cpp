@@ -7,7 +7,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <numeric>
+#include <string>
 #include <unistd.h>
 #include <vector>
 
@@ -227,12 +229,57 @@ TEST(Settings, RangesAreCheckedWhereverTheValueComesFrom) {
   EXPECT_EQ(test_int_setting.range_text(), "");
   test_ranged_setting.override_from_text("1");
   EXPECT_EQ(*test_ranged_setting, 1.0);
-  for (const char* bad : {"1.5", "-0.1", "nan"}) {
+  for (const char* bad : {"1.5", "-0.1", "inf"}) {
     SCOPED_TRACE(bad);
     expect_error([&] { test_ranged_setting.override_from_text(bad); }, ErrorCode::kInvalidArgument,
                  {"WB_TEST_RANGED_RATIO", "in [0, 1]"});
     EXPECT_EQ(*test_ranged_setting, 1.0) << "a refused value leaves the setting as it was";
   }
+  expect_error([&] { test_ranged_setting.override_from_text("nan"); }, ErrorCode::kInvalidArgument,
+               {"WB_TEST_RANGED_RATIO", "'nan' is not a number"});
+}
+
+TEST(Settings, NumbersAreDecimal) {
+  // 010 is ten, as a user padding numbers means (strtoll's base 0 read it as octal 8); 0x10 is refused.
+  find_setting("test_chunk_bytes")->override_from_text("010");
+  EXPECT_EQ(*test_int_setting, 10);
+  find_setting("test_chunk_bytes")->override_from_text("-007");
+  EXPECT_EQ(*test_int_setting, -7);
+  for (const char* bad : {"0x10", "0X10", "-0x10"}) {
+    SCOPED_TRACE(bad);
+    expect_error([&] { test_int_setting.override_from_text(bad); }, ErrorCode::kInvalidArgument,
+                 {"WB_TEST_CHUNK_BYTES", "hexadecimal"});
+  }
+  expect_error([&] { test_int_setting.override_from_text("99999999999999999999"); }, ErrorCode::kInvalidArgument,
+               {"WB_TEST_CHUNK_BYTES", "range of a 64-bit integer"});
+  EXPECT_EQ(*test_int_setting, -7);
+  test_ranged_setting.override_from_text("0.25");
+  expect_error([&] { test_ranged_setting.override_from_text("0x1p-2"); }, ErrorCode::kInvalidArgument,
+               {"hexadecimal"});
+  // Out of range, not "not a number": below the smallest normal double, and above the largest.
+  for (const char* bad : {"1e-320", "1e400"}) {
+    SCOPED_TRACE(bad);
+    expect_error([&] { test_ranged_setting.override_from_text(bad); }, ErrorCode::kInvalidArgument,
+                 {"WB_TEST_RANGED_RATIO", "in the range of a double"});
+  }
+  EXPECT_EQ(*test_ranged_setting, 0.25);
+}
+
+TEST(Settings, UnknownEnvironmentVariablesAreNamedWithTheClosestSetting) {
+  ASSERT_EQ(::setenv("WB_TEST_CHUNK_BYTE", "1", 1), 0);
+  ASSERT_EQ(::setenv("WB_CLUSTER_NAME", "wb28", 1), 0);  // a script variable: known, not a setting
+  const std::vector<std::string> warnings = unknown_environment_warnings();
+  ::unsetenv("WB_TEST_CHUNK_BYTE");
+  ::unsetenv("WB_CLUSTER_NAME");
+  const auto mentions = [&](const std::string& what) {
+    return std::count_if(warnings.begin(), warnings.end(),
+                         [&](const std::string& w) { return w.find(what) != std::string::npos; });
+  };
+  EXPECT_EQ(mentions("WB_TEST_CHUNK_BYTE is no WeightBridge setting and is ignored; the closest setting is "
+                     "WB_TEST_CHUNK_BYTES"),
+            1);
+  EXPECT_EQ(mentions("WB_CLUSTER_NAME"), 0);
+  EXPECT_EQ(mentions("WB_TEST_ENABLE_THING "), 0) << "a declared setting's variable is known";
 }
 
 TEST(Log, ParsesLevels) {
