@@ -82,6 +82,10 @@ struct AdapterOptions {
   std::optional<int> node;
   /// Record this worker's timeline of every update into AdapterStats::trace (WB_TIMELINE, false).
   std::optional<bool> trace;
+  /// Parameters that load_weights does not fill and that no update writes (no setting): a rotary cache the
+  /// engine computes itself, say. Every other rollout parameter that load_weights never writes fails
+  /// connect, naming it; a parameter named here that load_weights writes fails it too.
+  std::vector<std::string> not_loaded;
 };
 
 /// A span during which a worker did not compute because of a transfer, on the job's common clock
