@@ -27,6 +27,13 @@
 //                         arrives in host staging, and installs it, engine-wide, at one later step.
 // A staged side runs the transfer on a background thread, so its process needs MPI_THREAD_MULTIPLE.
 //
+// Lifetime of the parameters: the adapters keep the views they are given (raw addresses, shapes, strides),
+// never copies. The memory each parameter views must stay valid and in place, with the same size, from the
+// constructor until shutdown() (trainers) or the end of serving, and in any case until the adapter is
+// destroyed: a tensor that is freed, resized or moved by its framework (resize_, a rebound storage) after
+// construction is written into (rollouts) or read from (trainers) where it was. Keep such tensors out of
+// the ParameterSet, or construct the adapter after the framework has finished moving them.
+//
 // Error convention (status.hpp): constructors and connect throw wb::Error; send_weights, wait and
 // poll_requests return a Status. After a failed update an adapter stays failed: every later call returns
 // the same error. A failure anywhere reaches every adapter of the job within about one timeout (twice at
@@ -82,6 +89,10 @@ struct AdapterOptions {
   std::optional<int> node;
   /// Record this worker's timeline of every update into AdapterStats::trace (WB_TIMELINE, false).
   std::optional<bool> trace;
+  /// Parameters that load_weights does not fill and that no update writes (no setting): a rotary cache the
+  /// engine computes itself, say. Every other rollout parameter that load_weights never writes fails
+  /// connect, naming it; a parameter named here that load_weights writes fails it too.
+  std::vector<std::string> not_loaded;
 };
 
 /// A span during which a worker did not compute because of a transfer, on the job's common clock

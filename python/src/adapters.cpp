@@ -160,10 +160,20 @@ class CheckpointView {
   std::shared_ptr<ReaderSlot> slot_;
 };
 
+// "a, b, c" for up to 64 names, then how many more.
+std::string parameter_names(const ParameterSet& params) {
+  std::string out;
+  for (std::size_t i = 0; i < params.size() && i < 64; ++i) out += (i == 0 ? "" : ", ") + params[i].name;
+  if (params.size() > 64) out += " and " + std::to_string(params.size() - 64) + " more";
+  return out;
+}
+
 // load_weights(checkpoint, params) for C++: the Python callable gets the checkpoint's (name, tensor) pairs
-// through weightbridge._loader. Its own parameters are the ones the adapter holds, so `params` is unused.
+// through weightbridge._loader. Its own parameters are the ones the adapter holds, so `params` serves only
+// to name them. A loader whose call ran none of its body (a generator function) is refused here, in those
+// words: it writes nothing on any rank.
 LoadWeightsFn make_load_weights(Callbacks* callbacks) {
-  return [callbacks](const CheckpointReader& checkpoint, const ParameterSet&) {
+  return [callbacks](const CheckpointReader& checkpoint, const ParameterSet& params) {
     py::gil_scoped_acquire gil;
     auto slot = std::make_shared<ReaderSlot>();
     slot->reader = &checkpoint;
@@ -171,13 +181,21 @@ LoadWeightsFn make_load_weights(Callbacks* callbacks) {
       ReaderSlot& slot;
       ~Close() { slot.reader = nullptr; }
     } close{*slot};
+    py::object ran_nothing;
     try {
-      py::module_::import("weightbridge._loader").attr("call_load_weights")(callbacks->load_weights, CheckpointView(slot));
+      ran_nothing = py::module_::import("weightbridge._loader").attr("call_load_weights")(callbacks->load_weights,
+                                                                                          CheckpointView(slot));
     } catch (py::error_already_set& error) {
       callbacks->error = error.value();
       // Not a wb::Error: the probe adds the rank and the cause; this is only what Python said.
       throw std::runtime_error("load_weights raised " + describe_python_error(error));
     }
+    if (!ran_nothing.is_none())
+      throw Error(ErrorCode::kInvalidArgument,
+                  "load_weights is " + ran_nothing.cast<std::string>() +
+                      ": calling it returned an object that nothing iterates, and ran none of its body (a stray yield?), so it wrote nothing on "
+                      "this rank: no update would reach its " + std::to_string(params.size()) + " parameters (" +
+                      parameter_names(params) + ")");
   };
 }
 
@@ -362,7 +380,7 @@ class PyReceiverAdapter {
 
 constexpr const char* kOptionNames[] = {"sender_staging", "receiver_staging", "buffer_bytes", "pipeline_depth",
                                         "transport",      "timeout_seconds",  "verify",       "node",
-                                        "trace"};
+                                        "trace",          "not_loaded"};
 
 }  // namespace
 

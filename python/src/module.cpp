@@ -59,12 +59,18 @@ std::string optional_text(const std::optional<T>& value) {
   return out.str();
 }
 
+std::string names_text(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "'" : ", '") + n + "'";
+  return out;
+}
+
 std::string options_repr(const AdapterOptions& o) {
   return "AdapterOptions(sender_staging=" + optional_text(o.sender_staging) +
          ", receiver_staging=" + optional_text(o.receiver_staging) + ", buffer_bytes=" + optional_text(o.buffer_bytes) +
          ", pipeline_depth=" + optional_text(o.pipeline_depth) + ", transport=" + optional_text(o.transport) +
          ", timeout_seconds=" + optional_text(o.timeout_seconds) + ", verify=" + optional_text(o.verify) +
-         ", node=" + optional_text(o.node) + ", trace=" + optional_text(o.trace) + ")";
+         ", node=" + optional_text(o.node) + ", trace=" + optional_text(o.trace) + ", not_loaded=[" + names_text(o.not_loaded) + "])";
 }
 
 py::tuple shape_tuple(const Shape& shape) {
@@ -159,20 +165,25 @@ void bind_values(py::module_& m) {
                              "timeout_seconds (WB_TIMEOUT_SECONDS, 120): deadline of every wait.\n"
                              "verify (WB_VERIFY, False): digest every update's bytes on both sides and fail on a mismatch.\n"
                              "trace (WB_TIMELINE, False): record this worker's timeline in AdapterStats.trace.\n"
-                             "node (WB_NODE, -1): the node this worker is on, for the planner (-1: this machine).\n\n"
+                             "node (WB_NODE, -1): the node this worker is on, for the planner (-1: this machine).\n"
+                             "not_loaded (no setting, []): names of parameters load_weights does not fill and no\n"
+                             "    update writes (a rotary cache the engine computes itself). Any other rollout\n"
+                             "    parameter load_weights never writes fails connect, naming it.\n\n"
                              "The staged modes run a background thread: MPI must be initialized with\n"
                              "MPI_THREAD_MULTIPLE (mpi4py's default thread level, mpi4py.rc.thread_level).")
       .def(py::init([](std::optional<bool> sender_staging, std::optional<bool> receiver_staging,
                        std::optional<std::int64_t> buffer_bytes, std::optional<int> pipeline_depth,
                        std::optional<std::string> transport, std::optional<double> timeout_seconds,
-                       std::optional<bool> verify, std::optional<int> node, std::optional<bool> trace) {
+                       std::optional<bool> verify, std::optional<int> node, std::optional<bool> trace,
+                       std::vector<std::string> not_loaded) {
              return AdapterOptions{sender_staging, receiver_staging, buffer_bytes, pipeline_depth,
-                                   std::move(transport), timeout_seconds, verify, node, trace};
+                                   std::move(transport), timeout_seconds, verify, node, trace, std::move(not_loaded)};
            }),
            py::kw_only(), py::arg("sender_staging") = py::none(), py::arg("receiver_staging") = py::none(),
            py::arg("buffer_bytes") = py::none(), py::arg("pipeline_depth") = py::none(),
            py::arg("transport") = py::none(), py::arg("timeout_seconds") = py::none(), py::arg("verify") = py::none(),
-           py::arg("node") = py::none(), py::arg("trace") = py::none())
+           py::arg("node") = py::none(), py::arg("trace") = py::none(),
+           py::arg("not_loaded") = std::vector<std::string>{})
       .def_readwrite("sender_staging", &AdapterOptions::sender_staging)
       .def_readwrite("receiver_staging", &AdapterOptions::receiver_staging)
       .def_readwrite("buffer_bytes", &AdapterOptions::buffer_bytes)
@@ -182,6 +193,7 @@ void bind_values(py::module_& m) {
       .def_readwrite("verify", &AdapterOptions::verify)
       .def_readwrite("trace", &AdapterOptions::trace)
       .def_readwrite("node", &AdapterOptions::node)
+      .def_readwrite("not_loaded", &AdapterOptions::not_loaded)
       .def("__repr__", &options_repr);
 
   py::class_<StallInterval>(m, "StallInterval",

@@ -50,12 +50,29 @@ def _numpy_pairs(view):
         yield name, array
 
 
+def _ran_nothing(result):
+    """What a loader's return value says when it ran none of its body: a generator function (a stray
+    `yield`) or a coroutine function (`async def`) returns an object that nothing here iterates or awaits.
+    None when the value says nothing of the kind."""
+    import inspect
+
+    if inspect.isgenerator(result):
+        result.close()
+        return "a generator function"
+    if inspect.iscoroutine(result):
+        result.close()  # never awaited: no RuntimeWarning either
+        return "a coroutine function"
+    if inspect.isasyncgen(result):
+        return "an asynchronous generator function"
+    return None
+
+
 def call_load_weights(load_weights, view):
-    """Called by the C++ side (with the GIL) once per probe pass."""
+    """Called by the C++ side (with the GIL) once per probe pass. Returns None, or what load_weights is
+    when its call returned without running its body ("a generator function", ...)."""
     torch = _torch()
     if torch is None:
-        load_weights(_numpy_pairs(view))
-        return
+        return _ran_nothing(load_weights(_numpy_pairs(view)))
     # As the engines run their loaders: no autograd, so copy_ into an nn.Parameter is allowed.
     with torch.no_grad():
-        load_weights(_torch_pairs(view, torch))
+        return _ran_nothing(load_weights(_torch_pairs(view, torch)))

@@ -67,6 +67,7 @@ class AdapterOptions:
     verify: Optional[bool]
     node: Optional[int]
     trace: Optional[bool]
+    not_loaded: list[str]
     def __init__(
         self,
         *,
@@ -79,6 +80,7 @@ class AdapterOptions:
         verify: Optional[bool] = None,
         node: Optional[int] = None,
         trace: Optional[bool] = None,
+        not_loaded: list[str] = ...,
     ) -> None: ...
 
 class StallInterval:

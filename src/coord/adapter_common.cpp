@@ -5,6 +5,7 @@
 #include "comm/backoff.hpp"
 #include "comm/collectives.hpp"
 #include "coord/clock_offset.hpp"
+#include "coord/element_accounting.hpp"
 #include "core/checks.hpp"
 #include "core/cuda_device.hpp"
 #include "core/device.hpp"
@@ -67,6 +68,9 @@ AdapterBase::AdapterBase(MPI_Comm world_comm, MPI_Comm group_comm_in, bool train
                                                      "CUDA memory: turn on " + (trainer ? "sender" : "receiver") +
                                                      " staging on this side, or verify off");
   if (usable && !load_weights) usable = Status(ErrorCode::kInvalidArgument, who() + ": load_weights is empty");
+  if (const std::string unknown = unknown_not_loaded(params, options.not_loaded); usable && !unknown.empty())
+    usable = Status(ErrorCode::kInvalidArgument, who() + ": not_loaded names " + unknown + ", which " +
+                                                     "this worker's parameters do not have");
   if (usable && stages && level < MPI_THREAD_MULTIPLE)
     usable = Status(ErrorCode::kUnsupported,
                     who() + ": " + (trainer ? "sender" : "receiver") +

@@ -7,6 +7,7 @@
 
 #include "comm/collectives.hpp"
 #include "coord/connect_records.hpp"
+#include "coord/element_accounting.hpp"
 #include "core/checks.hpp"
 #include "core/log.hpp"
 #include "core/settings.hpp"
@@ -74,33 +75,6 @@ class TrainersTensors final : public CheckpointReader {
   const CheckpointReader& probe_;
 };
 
-// World rank 0, once: the parameters load_weights never writes (a rotary cache, say) keep their own
-// contents at every update; said once, so nobody wonders, with the names at debug level.
-void report_untouched(const std::vector<SourceMap>& maps, const Roles& roles) {
-  std::size_t count = 0, workers = 0;
-  for (std::size_t r = 0; r < maps.size(); ++r) {
-    std::vector<bool> written(maps[r].parameters.size(), false);
-    for (const SliceCopy& copy : maps[r].copies)
-      if (copy.parameter < written.size()) written[copy.parameter] = true;
-    std::string names;
-    std::size_t here = 0;
-    for (std::size_t p = 0; p < written.size(); ++p)
-      if (!written[p]) {
-        ++here;
-        names += (names.empty() ? "" : ", ") + maps[r].parameters[p].name;
-      }
-    if (here == 0) continue;
-    count += here;
-    ++workers;
-    WB_LOG(kDebug) << describe_worker(roles, static_cast<int>(r)) << ": load_weights never writes " << names;
-  }
-  if (count > 0) {
-    WB_LOG(kInfo) << "connect: " << count << " parameters on " << workers
-                  << " workers are never written by their load_weights (e.g. rotary caches); the transfers leave them "
-                     "alone (WB_LOG_LEVEL=debug names them)";
-  }
-}
-
 // The checkpoint's tensor list, from the trainer leader (a source map with no copies carries it).
 std::vector<TensorInfo> share_tensor_list(const Connect& c) {
   c.doing("the checkpoint's tensor list");
@@ -118,9 +92,11 @@ Status probe_worker(const Connect& c, const std::vector<TensorInfo>& tensors, So
   Status probed;
   try {
     const LoadWeightsFn& load = *c.in.load_weights;
-    map = probe_source_map(tensors, *c.in.params, [&load](const CheckpointReader& probe, const ParameterSet& p) {
-      load(TrainersTensors(probe), p);
-    });
+    ProbeReport report;
+    map = probe_source_map(
+        tensors, *c.in.params,
+        [&load](const CheckpointReader& probe, const ParameterSet& p) { load(TrainersTensors(probe), p); }, {}, &report);
+    probed = account_elements(*c.in.params, report.accounts, c.options.not_loaded, !c.roles.trainer, who);
   } catch (const Error& error) {
     probed = Status(error.code() == ErrorCode::kNotFound ? ErrorCode::kNotFound : ErrorCode::kInvalidArgument,
                     who + "probing load_weights failed: " + error.status().message());
@@ -340,6 +316,7 @@ ResolvedOptions resolve_options(const AdapterOptions& options) {
   if (resolved.node < -1)
     throw Error(ErrorCode::kInvalidArgument,
                 "node " + std::to_string(resolved.node) + " is not in [-1, " + std::to_string(INT_MAX) + "] (-1: this machine)");
+  resolved.not_loaded = options.not_loaded;
   if (resolved.buffer_bytes < 4096)
     throw Error(ErrorCode::kInvalidArgument, "buffer_bytes " + std::to_string(resolved.buffer_bytes) + " is below 4 KiB");
   if (resolved.pipeline_depth < 1 || resolved.pipeline_depth > 64)
@@ -359,7 +336,6 @@ Connection establish_connection(const ConnectInput& input) {
   const Status probed = probe_worker(c, tensors, map);
   c.doing("the source maps");
   std::vector<SourceMap> maps = allgather_source_maps(map, input.world, c.call, probed);
-  if (c.rank == 0) report_untouched(maps, c.roles);
   const std::vector<WorkerConfig> configs = gather_worker_configs(c);
   Connection connection;
   connection.rollouts_stage = check_one_mode(c, configs);

@@ -32,6 +32,7 @@ struct ResolvedOptions {
   double timeout_seconds = comm::default_timeout_seconds();  // comm::kNoDeadline for none
   int node = -1;
   std::string transport;  // empty: WB_TRANSPORT
+  std::vector<std::string> not_loaded;
 };
 /// Throws on values out of range.
 ResolvedOptions resolve_options(const AdapterOptions& options);

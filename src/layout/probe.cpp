@@ -69,9 +69,18 @@ class SavedParameters {
   std::vector<std::vector<std::byte>> saved_;
 };
 
-void zero_parameters(const ParameterSet& params) {
-  for (const Parameter& p : params) std::memset(p.view.data, 0, p.view.nbytes());
+// What the parameters hold when load_weights is called: zeros in the digit passes (a region no copy reaches
+// then decodes as unsourced), every byte kMarker in the verification pass, so that an element still holding
+// the marker afterwards was never written, and one holding 0 was written with a constant.
+enum class Fill { kZero, kMarker };
+constexpr unsigned char kMarker = 0xA5;
+
+void fill_parameters(const ParameterSet& params, Fill fill) {
+  for (const Parameter& p : params) std::memset(p.view.data, fill == Fill::kZero ? 0 : kMarker, p.view.nbytes());
 }
+
+// One probe pass: prepare the parameters as `fill` says, then run load_weights on `probe`.
+using PassLoader = std::function<void(const CheckpointReader& probe, Fill fill)>;
 
 // One cell of the cut grid of a parameter, with the affine map of every field over it.
 struct Cell {
@@ -320,9 +329,54 @@ class ParameterDecoder {
   std::int64_t splits_ = 0;
 };
 
-// Replays the decoded copies against the verification values load_weights just wrote: each copied
-// element must match and is then cleared, so that afterwards every element must be zero.
-void verify_against_load(const SourceMap& map, const ProbeCheckpoint& probe, const ParameterSet& params) {
+// The elements of a parameter after the verification pass, by what they hold.
+struct MarkedElements {
+  std::int64_t marker = 0;  // the marker: never written, or a copy set back to the marker
+  std::int64_t zero = 0;    // 0: written with a constant
+};
+
+// Counts the parameter's elements that hold the marker and those that are 0; any other element is a value
+// no decoded copy explains.
+MarkedElements count_marked(const Parameter& param) {
+  const auto* bytes = static_cast<const unsigned char*>(param.view.data);
+  const std::size_t element = param.view.element_size();
+  const std::int64_t n = param.view.numel();
+  MarkedElements count;
+  const auto one = [&](std::int64_t e) {
+    const unsigned char* at = bytes + e * static_cast<std::int64_t>(element);
+    bool marker = true, zero = true;
+    for (std::size_t b = 0; b < element; ++b) {
+      marker = marker && at[b] == kMarker;
+      zero = zero && at[b] == 0;
+    }
+    if (marker) ++count.marker;
+    else if (zero) ++count.zero;
+    else not_a_copy(param, e, kComputed, "a value that no decoded copy explains");
+  };
+  std::int64_t e = 0;
+  if (8 % element == 0) {
+    // Eight bytes at a time: long runs of one kind are the common case.
+    constexpr std::uint64_t kMarkerWord = 0x0101010101010101ULL * kMarker;
+    const auto per_word = static_cast<std::int64_t>(8 / element);
+    for (; e + per_word <= n; e += per_word) {
+      std::uint64_t word;
+      std::memcpy(&word, bytes + e * static_cast<std::int64_t>(element), 8);
+      if (word == kMarkerWord) count.marker += per_word;
+      else if (word == 0) count.zero += per_word;
+      else
+        for (std::int64_t k = 0; k < per_word; ++k) one(e + k);
+    }
+  }
+  for (; e < n; ++e) one(e);
+  return count;
+}
+
+// Replays the decoded copies against the verification values load_weights just wrote (into parameters that
+// held the marker): each copied element must match and is then set back to the marker, so that afterwards
+// every element holds the marker (never written) or 0 (a constant load_weights wrote). Returns the accounting
+// of every parameter's elements.
+std::vector<ParameterAccount> verify_against_load(const SourceMap& map, const ProbeCheckpoint& probe,
+                                                  const ParameterSet& params) {
   constexpr std::int64_t kChunk = 1 << 20;
   std::vector<std::byte> expected;
   for (const SliceCopy& copy : map.copies) {
@@ -370,24 +424,95 @@ void verify_against_load(const SourceMap& map, const ProbeCheckpoint& probe, con
                        part.to_string() + ")",
                    "the decoded copy does not reproduce load_weights when the values are not coordinates");
       }
-      // Cleared elements let the final scan find anything load_weights wrote that no copy explains.
-      std::vector<std::byte> zeros(expected.size(), std::byte{0});
-      copy_tensor(target, TensorView::contiguous(zeros.data(), tensor.dtype, part.extent));
+      // Copied elements back to the marker: the final scan then finds anything load_weights wrote that no
+      // copy explains.
+      std::vector<std::byte> marks(expected.size(), std::byte{kMarker});
+      copy_tensor(target, TensorView::contiguous(marks.data(), tensor.dtype, part.extent));
     }
   }
-  for (const Parameter& param : params) {
-    const auto* bytes = static_cast<const std::byte*>(param.view.data);
-    const std::size_t n = param.view.nbytes();
-    for (std::size_t b = 0; b < n; ++b)
-      if (bytes[b] != std::byte{0})
-        not_a_copy(param, static_cast<std::int64_t>(b / param.view.element_size()), kComputed,
-                   "a value that no decoded copy explains");
+  std::vector<std::int64_t> copied(params.size(), 0);
+  for (const SliceCopy& copy : map.copies) copied[copy.parameter] += copy.box.numel();
+  std::vector<ParameterAccount> accounts;
+  accounts.reserve(params.size());
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const MarkedElements marked = count_marked(params[i]);
+    // Copies of one parameter never overlap (the map is normalized): their elements are among the marked.
+    if (marked.marker < copied[i])
+      not_a_copy(params[i], 0, kComputed,
+                 "the decoded copies cover " + std::to_string(copied[i]) + " elements, more than the " +
+                     std::to_string(marked.marker) + " that the verification pass found copied or unwritten");
+    accounts.push_back({copied[i], marked.zero, marked.marker - copied[i]});
   }
+  return accounts;
 }
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
+
+// The probe on host parameters; `run` prepares them and calls load_weights for each pass.
+SourceMap probe_host(const std::vector<TensorInfo>& checkpoint_tensors, const ParameterSet& params, const PassLoader& run,
+                     const ProbeOptions& options, ProbeReport* report) {
+  const auto start = std::chrono::steady_clock::now();
+  ProbePlan plan(checkpoint_tensors);
+  ProbeCheckpoint probe(checkpoint_tensors, plan);
+  SavedParameters saved(params);
+  double decode_seconds = 0;
+
+  // passes[p][i]: the nonzeros of pass p in parameter i.
+  std::vector<std::vector<SparseField>> passes(static_cast<std::size_t>(plan.num_passes()));
+  std::size_t sparse_bytes = 0;
+  for (int p = 0; p < plan.num_passes(); ++p) {
+    probe.set_pass(p);
+    run(probe, Fill::kZero);
+    const auto decode_start = std::chrono::steady_clock::now();
+    auto& fields = passes[static_cast<std::size_t>(p)];
+    fields.reserve(params.size());
+    for (const Parameter& param : params) {
+      const layout::CodeSpace space = layout::code_space(param.view.dtype);
+      fields.push_back(layout::second_differences(param.view.data, static_cast<int>(param.view.element_size()),
+                                                  param.view.shape, space.lo));
+      if (!fields.back().complete)
+        not_a_copy(param, fields.back().covered, kComputed, "the values are not piecewise affine (too many breaks to be copies)");
+      sparse_bytes += fields.back().flat_positions.size() * 16;
+    }
+    decode_seconds += seconds_since(decode_start);
+  }
+
+  const auto decode_start = std::chrono::steady_clock::now();
+  SourceMap map;
+  for (const Parameter& param : params) map.parameters.push_back(TensorInfo{param.name, param.view.dtype, param.view.shape});
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    std::vector<const SparseField*> fields;
+    for (const auto& pass : passes) fields.push_back(&pass[i]);
+    ParameterDecoder decoder(params[i], static_cast<std::uint32_t>(i), plan, checkpoint_tensors, fields);
+    decoder.decode(map.copies);
+  }
+  passes.clear();
+  map = normalize_source_map(std::move(map));
+  validate_source_map(map, checkpoint_tensors);
+  decode_seconds += seconds_since(decode_start);
+
+  probe.set_verification(options.verification_seed);
+  run(probe, Fill::kMarker);
+  std::vector<ParameterAccount> accounts = verify_against_load(map, probe, params);
+
+  if (report != nullptr) {
+    report->passes = plan.num_passes() + 1;
+    report->decode_seconds = decode_seconds;
+    report->parameter_bytes = params.total_bytes();
+    report->scratch_bytes = saved.bytes();
+    report->sparse_bytes = sparse_bytes;
+    report->copies = map.copies.size();
+    report->serialized_bytes = serialize_source_map(map).size();
+    report->seconds = seconds_since(start);
+    report->accounts = std::move(accounts);
+  }
+  WB_LOG(kDebug) << "probe: " << params.size() << " parameters, " << map.copies.size() << " copies, "
+                 << plan.num_passes() + 1 << " load_weights passes";
+  return map;
+}
+
 
 SourceMap probe_device_parameters(const std::vector<TensorInfo>& checkpoint_tensors, const ParameterSet& params,
                                   const ProbeLoader& load_weights, const ProbeOptions& options, ProbeReport* report) {
@@ -449,8 +574,13 @@ SourceMap probe_source_map_through(const std::vector<TensorInfo>& checkpoint_ten
   }
   for (std::size_t i = 0; i < params.size(); ++i) access.read(params[i], copies[i].view.data);
   done();
-  const ProbeLoader through = [&](const CheckpointReader& probe, const ParameterSet&) {
-    for (const Parameter& p : params) access.zero(p);
+  const PassLoader through = [&](const CheckpointReader& probe, Fill fill) {
+    if (fill == Fill::kZero) {
+      for (const Parameter& p : params) access.zero(p);
+    } else {
+      fill_parameters(copies, fill);  // the host copies are read back after load_weights anyway
+      for (std::size_t i = 0; i < params.size(); ++i) access.write(params[i], copies[i].view.data);
+    }
     done();
     load_weights(probe, params);
     done();
@@ -464,7 +594,7 @@ SourceMap probe_source_map_through(const std::vector<TensorInfo>& checkpoint_ten
   SourceMap map;
   try {
     // The host probe restores the copies' contents when it ends, failed or not; they go back to the parameters.
-    map = probe_source_map(checkpoint_tensors, copies, through, options, report);
+    map = probe_host(checkpoint_tensors, copies, through, options, report);
   } catch (...) {
     try {
       restore();
@@ -480,71 +610,18 @@ SourceMap probe_source_map_through(const std::vector<TensorInfo>& checkpoint_ten
 
 SourceMap probe_source_map(const std::vector<TensorInfo>& checkpoint_tensors, const ParameterSet& params,
                            const ProbeLoader& load_weights, const ProbeOptions& options, ProbeReport* report) {
-  const auto start = std::chrono::steady_clock::now();
   bool any_cuda = false;
   for (const Parameter& p : params) {
     if (!p.view.is_contiguous()) throw Error(ErrorCode::kInvalidArgument, "probe: parameter " + p.name + " is not contiguous");
     any_cuda = any_cuda || p.view.memory == MemoryKind::kCuda;
   }
   if (any_cuda) return probe_device_parameters(checkpoint_tensors, params, load_weights, options, report);
-  ProbePlan plan(checkpoint_tensors);
-  ProbeCheckpoint probe(checkpoint_tensors, plan);
-  SavedParameters saved(params);
-  double decode_seconds = 0;
-
-  // passes[p][i]: the nonzeros of pass p in parameter i.
-  std::vector<std::vector<SparseField>> passes(static_cast<std::size_t>(plan.num_passes()));
-  std::size_t sparse_bytes = 0;
-  for (int p = 0; p < plan.num_passes(); ++p) {
-    zero_parameters(params);
-    probe.set_pass(p);
-    load_weights(probe, params);
-    const auto decode_start = std::chrono::steady_clock::now();
-    auto& fields = passes[static_cast<std::size_t>(p)];
-    fields.reserve(params.size());
-    for (const Parameter& param : params) {
-      const layout::CodeSpace space = layout::code_space(param.view.dtype);
-      fields.push_back(layout::second_differences(param.view.data, static_cast<int>(param.view.element_size()),
-                                                  param.view.shape, space.lo));
-      if (!fields.back().complete)
-        not_a_copy(param, fields.back().covered, kComputed, "the values are not piecewise affine (too many breaks to be copies)");
-      sparse_bytes += fields.back().flat_positions.size() * 16;
-    }
-    decode_seconds += seconds_since(decode_start);
-  }
-
-  const auto decode_start = std::chrono::steady_clock::now();
-  SourceMap map;
-  for (const Parameter& param : params) map.parameters.push_back(TensorInfo{param.name, param.view.dtype, param.view.shape});
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    std::vector<const SparseField*> fields;
-    for (const auto& pass : passes) fields.push_back(&pass[i]);
-    ParameterDecoder decoder(params[i], static_cast<std::uint32_t>(i), plan, checkpoint_tensors, fields);
-    decoder.decode(map.copies);
-  }
-  passes.clear();
-  map = normalize_source_map(std::move(map));
-  validate_source_map(map, checkpoint_tensors);
-  decode_seconds += seconds_since(decode_start);
-
-  zero_parameters(params);
-  probe.set_verification(options.verification_seed);
-  load_weights(probe, params);
-  verify_against_load(map, probe, params);
-
-  if (report != nullptr) {
-    report->passes = plan.num_passes() + 1;
-    report->decode_seconds = decode_seconds;
-    report->parameter_bytes = params.total_bytes();
-    report->scratch_bytes = saved.bytes();
-    report->sparse_bytes = sparse_bytes;
-    report->copies = map.copies.size();
-    report->serialized_bytes = serialize_source_map(map).size();
-    report->seconds = seconds_since(start);
-  }
-  WB_LOG(kDebug) << "probe: " << params.size() << " parameters, " << map.copies.size() << " copies, "
-                 << plan.num_passes() + 1 << " load_weights passes";
-  return map;
+  return probe_host(checkpoint_tensors, params,
+                    [&](const CheckpointReader& probe, Fill fill) {
+                      fill_parameters(params, fill);
+                      load_weights(probe, params);
+                    },
+                    options, report);
 }
 
 }  // namespace wb

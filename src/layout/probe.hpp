@@ -5,7 +5,10 @@
 // the parameters, keeps only the nonzeros of their second differences, and decodes those into slice
 // copies. A final verification pass with hashed values checks that the decoded copies reproduce
 // load_weights exactly, so a load_weights that is not a pure copy (arithmetic, a scale, a dtype
-// conversion) is reported, never silently mis-mapped. The parameters' contents are restored afterwards.
+// conversion) is reported, never silently mis-mapped. The verification pass starts from a marker instead of
+// zeros, so that it also tells elements load_weights never writes from elements it writes with a constant 0
+// (padding rows a loader zeroes): the accounting of every element (ParameterAccount). The parameters'
+// contents are restored afterwards.
 #pragma once
 
 #include <cstddef>
@@ -28,7 +31,14 @@ struct ProbeOptions {
   std::uint64_t verification_seed = 0x5eedf00dULL;
 };
 
-/// What probing cost, for the measurements the tools print.
+/// What load_weights made of one parameter's elements: every element is one of the three.
+struct ParameterAccount {
+  std::int64_t copied = 0;     // a copy of a checkpoint element (updated at every version)
+  std::int64_t constant = 0;   // written with a constant (0) by load_weights, no checkpoint element
+  std::int64_t unwritten = 0;  // never written by load_weights
+};
+
+/// What probing cost, for the measurements the tools print, and what it found.
 struct ProbeReport {
   int passes = 0;                      // load_weights calls, verification included
   double seconds = 0;                  // wall time of the whole probe
@@ -38,6 +48,7 @@ struct ProbeReport {
   std::size_t sparse_bytes = 0;        // the kept nonzeros of every pass
   std::size_t copies = 0;              // slice copies in the decoded map
   std::size_t serialized_bytes = 0;    // the map's compact form
+  std::vector<ParameterAccount> accounts;  // per parameter, in the order of `params`
 };
 
 /// Probes `load_weights` on `params` (contiguous; host memory, or all in the memory of one CUDA device)

@@ -110,7 +110,8 @@ TEST(Probe, ThroughAccessFunctionsAsForDeviceParameters) {
   };
   const ProbeLoader load = [&](const CheckpointReader& c, const ParameterSet& s) {
     loaded_real = loaded_real && s[0].view.data == device.parameters()[0].view.data;
-    zeroed_first = zeroed_first && zeroed == (loads + 1) * s.size();
+    // Zeroed before every digit pass; before the verification pass (the last) the marker is written instead.
+    zeroed_first = zeroed_first && (zeroed == (loads + 1) * s.size() || (zeroed == loads * s.size() && writes == s.size()));
     ++loads;
     worker->load_weights(c, s);
   };
@@ -120,11 +121,17 @@ TEST(Probe, ThroughAccessFunctionsAsForDeviceParameters) {
   const SourceMap direct = probe_source_map(tensors, host.parameters(), loader_of(*worker));
   EXPECT_EQ(through.copies, direct.copies);
   EXPECT_TRUE(loaded_real) << "load_weights was given the host copies";
-  EXPECT_TRUE(zeroed_first) << "load_weights ran on parameters that were not all zeroed";
+  EXPECT_TRUE(zeroed_first) << "load_weights ran on parameters that were not all zeroed (or marked)";
   EXPECT_EQ(static_cast<int>(loads), report.passes);
   const std::size_t n = device.parameters().size();
+  EXPECT_EQ(zeroed, n * (loads - 1));
   EXPECT_EQ(reads, n * (loads + 1));  // after every load, and the contents once at the start
-  EXPECT_EQ(writes, n);
+  EXPECT_EQ(writes, 2 * n);           // the marker, and the contents at the end
+  ASSERT_EQ(report.accounts.size(), n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const ParameterAccount& a = report.accounts[i];
+    EXPECT_EQ(a.copied + a.constant + a.unwritten, device.parameters()[i].view.numel()) << device.parameters()[i].name;
+  }
   for (std::size_t i = 0; i < n; ++i)
     ASSERT_EQ(std::memcmp(before.parameters()[i].view.data, device.parameters()[i].view.data,
                           device.parameters()[i].view.nbytes()), 0)
@@ -285,6 +292,57 @@ TEST(Probe, AShardOfALargeMatrixIsOneCopy) {
   EXPECT_LE(report.serialized_bytes, 64u + 64u);
   std::printf("probe of a [1024, 4096] bf16 shard: %d passes, %.3f s (decode %.3f s), %zu sparse bytes\n",
               report.passes, report.seconds, report.decode_seconds, report.sparse_bytes);
+}
+
+// Every element is accounted for: copied, written with 0 by load_weights (padding a loader zeroes), or never
+// written; the parameters' contents come back, and the counts are the same through the access functions.
+TEST(Probe, EveryElementIsCopiedConstantOrUnwritten) {
+  const std::vector<TensorInfo> tensors = {{"w", DType::kBF16, {16, 8}}, {"n", DType::kF32, {5}}};
+  const std::vector<TensorInfo> infos = {{"padded", DType::kBF16, {20, 8}},  // rows 0-15 copied, 16-19 zeroed
+                                         {"partly", DType::kF32, {7}},       // 0-4 copied, 5-6 left as they are
+                                         {"cache", DType::kF32, {3}},        // never written
+                                         {"zeros", DType::kBF16, {4}}};      // written with 0 only
+  HostParameters params(infos);
+  const ProbeLoader load = [](const CheckpointReader& c, const ParameterSet& s) {
+    load_tensor(c, "w", s[0].view.box(Box{{0, 0}, {16, 8}}));
+    std::memset(static_cast<std::byte*>(s[0].view.data) + 16 * 8 * 2, 0, 4 * 8 * 2);
+    load_tensor(c, "n", s[1].view.box(Box{{0}, {5}}));
+    std::memset(s[3].view.data, 0, s[3].view.nbytes());
+  };
+  for (std::size_t i = 0; i < params.parameters().size(); ++i)
+    std::memset(params.parameters()[i].view.data, 0x11 + static_cast<int>(i), params.parameters()[i].view.nbytes());
+  HostParameters before(infos);
+  for (std::size_t i = 0; i < params.parameters().size(); ++i)
+    std::memcpy(before.parameters()[i].view.data, params.parameters()[i].view.data, params.parameters()[i].view.nbytes());
+  ProbeReport report;
+  (void)probe_source_map(tensors, params.parameters(), load, {}, &report);
+  ASSERT_EQ(report.accounts.size(), 4u);
+  const auto expect = [&](std::size_t i, std::int64_t copied, std::int64_t constant, std::int64_t unwritten) {
+    EXPECT_EQ(report.accounts[i].copied, copied) << params.parameters()[i].name;
+    EXPECT_EQ(report.accounts[i].constant, constant) << params.parameters()[i].name;
+    EXPECT_EQ(report.accounts[i].unwritten, unwritten) << params.parameters()[i].name;
+  };
+  expect(0, 128, 32, 0);
+  expect(1, 5, 0, 2);
+  expect(2, 0, 0, 3);
+  expect(3, 0, 4, 0);
+  for (std::size_t i = 0; i < params.parameters().size(); ++i)
+    EXPECT_EQ(std::memcmp(before.parameters()[i].view.data, params.parameters()[i].view.data,
+                          params.parameters()[i].view.nbytes()), 0)
+        << "not restored: " << params.parameters()[i].name;
+
+  ParameterAccess access;
+  access.read = [](const Parameter& p, void* host) { std::memcpy(host, p.view.data, p.view.nbytes()); };
+  access.write = [](const Parameter& p, const void* host) { std::memcpy(p.view.data, host, p.view.nbytes()); };
+  access.zero = [](const Parameter& p) { std::memset(p.view.data, 0, p.view.nbytes()); };
+  ProbeReport through;
+  (void)probe_source_map_through(tensors, params.parameters(), load, access, {}, &through);
+  ASSERT_EQ(through.accounts.size(), 4u);
+  for (std::size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(through.accounts[i].copied, report.accounts[i].copied);
+    EXPECT_EQ(through.accounts[i].constant, report.accounts[i].constant);
+    EXPECT_EQ(through.accounts[i].unwritten, report.accounts[i].unwritten);
+  }
 }
 
 // --- load_weights that are not pure copies ----------------------------------------------------------

@@ -3,7 +3,8 @@
 // synchronization modes (docs/architecture.md), checked on stall intervals read on the job's common clock, with and without
 // verify; the failure paths (a rollout that stops polling, a hook that throws, a version that does not
 // increase, a loader that computes or reads a tensor the trainers lack); staging only what is sent; roles
-// anywhere in the world; parameters load_weights never writes; timeouts of none.
+// anywhere in the world; parameters load_weights never writes (declared, or an error at connect); timeouts
+// of none.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -479,13 +480,72 @@ TEST(AdapterFailures, ATensorTheTrainersDoNotListIsNamedAsSuch) {
   EXPECT_NE(message.find("engine 0 worker 0 (world rank 2)"), std::string::npos) << message;
 }
 
-// A parameter that load_weights never writes (a rotary cache) is left alone by every update, and a
-// timeout of 0 (none) and one of infinity are accepted.
-TEST(AdapterOptionsTest, UnwrittenParametersAreLeftAloneAndTimeoutsOfNoneWork) {
+// What connect ends with on this rank: the error's message, or "" when it connected.
+std::string connect_outcome(World& w, const ParameterSet& params, const LoadWeightsFn& load, const AdapterOptions& options) {
+  if (w.trainer) {
+    SenderAdapter sender(MPI_COMM_WORLD, w.group, params, w.tensors, load, options);
+    try {
+      sender.connect();
+    } catch (const Error& error) {
+      return error.status().message();
+    }
+    return "";
+  }
+  ReceiverAdapter receiver(MPI_COMM_WORLD, w.group, params, load, options);
+  PollResult result;
+  while (result.event != PollResult::Event::kFailed && result.event != PollResult::Event::kConnected)
+    result = receiver.poll_requests();
+  return result.status.message();
+}
+
+// A rollout parameter that load_weights never writes and nobody declared fails connect on every rank,
+// naming the rank, the parameter and the cause; a declared one that load_weights writes after all, too.
+TEST(AdapterFailures, UndeclaredUnwrittenRolloutParametersFailConnect) {
+  World w;
+  const int victim = kTrainers + 1;  // engine 1's worker
+  AdapterOptions options = w.options(false, false, 30);
+  std::vector<TensorInfo> infos = w.worker->parameter_infos();
+  if (w.rank == victim) infos.push_back({"rotary.inv_freq", DType::kF32, {16}});
+  HostParameters params(infos);
+  std::string message = connect_outcome(w, params.parameters(), w.load(), options);
+  // The victim's count, on every rank.
+  EXPECT_NE(message.find("engine 1 worker 0 (world rank 3): no update would reach 1 parameter of 22 on this rank: "
+                         "rotary.inv_freq. Cause: load_weights never writes them"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("not_loaded"), std::string::npos) << message;
+
+  // Declared, but load_weights writes it.
+  AdapterOptions declared = w.options(false, false, 30);
+  if (w.rank == victim) declared.not_loaded = {w.worker->parameter_infos()[0].name};
+  message = connect_outcome(w, w.params->parameters(), w.load(), declared);
+  EXPECT_NE(message.find("engine 1 worker 0 (world rank 3): parameters declared not loaded (not_loaded) are written by "
+                         "load_weights after all: model.embed_tokens.weight (64000 of 64000 elements)"),
+            std::string::npos)
+      << message;
+}
+
+// A rank whose load_weights writes nothing: connect fails on every rank with that cause, naming the rank.
+TEST(AdapterFailures, ALoaderThatWritesNothingFailsConnectOnEveryRank) {
+  World w;
+  const int victim = kTrainers;  // engine 0's worker
+  const LoadWeightsFn load = [&w, victim](const CheckpointReader& c, const ParameterSet& p) {
+    if (w.rank != victim) w.worker->load_weights(c, p);
+  };
+  const std::string message = connect_outcome(w, w.params->parameters(), load, w.options(false, false, 30));
+  EXPECT_NE(message.find("engine 0 worker 0 (world rank 2): no update would reach"), std::string::npos) << message;
+  EXPECT_NE(message.find("Cause: load_weights wrote nothing on this rank"), std::string::npos) << message;
+}
+
+
+// A parameter that load_weights never writes (a rotary cache), declared not loaded, is left alone by every
+// update, and a timeout of 0 (none) and one of infinity are accepted.
+TEST(AdapterOptionsTest, DeclaredUnwrittenParametersAreLeftAloneAndTimeoutsOfNoneWork) {
   for (const double timeout : {0.0, std::numeric_limits<double>::infinity(), 1e10}) {
     World w;
     AdapterOptions options = w.options(false, true, 30);
     options.timeout_seconds = timeout;
+    options.not_loaded = {"rotary.inv_freq"};
     // One more parameter, never written by load_weights.
     std::vector<TensorInfo> infos = w.worker->parameter_infos();
     infos.push_back({"rotary.inv_freq", DType::kF32, {16}});
