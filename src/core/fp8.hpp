@@ -1,0 +1,91 @@
+// FP8 (e4m3fn) block quantization arithmetic: the cast, the scale rules, amax. Everything here is float32,
+// as the engines' own quantizers compute, so that a block quantized here equals theirs bit for bit.
+//
+// A block of elements x (edge blocks padded with zeros, which never change an amax) gets one f32 scale s,
+// stored as `<name>_scale_inv` (dequantized value = q * s), and every element q = e4m3(x / s) or
+// e4m3(x * f), by the rule:
+//   kPlain        s = amax / 448, q = e4m3(x / s)                           (DeepSeek's act_quant). An all-zero
+//                 block would divide 0 by 0 there (NaN): we give it s = 1 and zeros.
+//   kPerBlockCast a = max(amax, 1e-4), s = a / 448, q = e4m3(x * (448 / a))  (SGLang's and DeepGEMM's
+//                 per_block_cast_to_fp8)
+//   kUe8m0        s = 2^ceil(log2(max(amax, 1e-4) / 448)), q = e4m3(x * (1 / s)) (power-of-two scales for
+//                 UE8M0 kernels; the exact smallest power of two >= the quotient, as DeepGEMM's
+//                 fast_log2_ceil computes it from the float's bits, not a rounded log2)
+// The cast rounds to nearest even and saturates at +-448 (e4m3fn has no infinity); NaN stays NaN (0x7F
+// with the sign). A NaN element makes the block's amax NaN (as torch's amax does), hence its scale and
+// every element NaN; an infinite element makes the scale infinite. Subnormal inputs and outputs are exact
+// (no flush to zero).
+#pragma once
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <string_view>
+
+#include "weightbridge/dtype.hpp"
+
+namespace wb::fp8 {
+
+inline constexpr float kE4m3Max = 448.0f;
+/// The clamp below which kPerBlockCast and kUe8m0 do not let an amax fall.
+inline constexpr float kAmaxFloor = 1e-4f;
+
+enum class ScaleRule : std::uint8_t { kPlain, kPerBlockCast, kUe8m0 };
+inline constexpr int kNumScaleRules = 3;
+
+/// "plain", "per-block-cast", "ue8m0".
+std::string_view scale_rule_name(ScaleRule rule);
+/// Also accepts "per_block_cast_to_fp8", "sglang", "deepgemm", "amax", "pow2"; nullopt when unknown.
+std::optional<ScaleRule> parse_scale_rule(std::string_view text);
+
+/// float32 -> e4m3fn bits: round to nearest even, saturate at +-448, NaN -> 0x7F | sign.
+inline std::uint8_t e4m3_from_float(float x) {
+  const std::uint32_t bits = std::bit_cast<std::uint32_t>(x);
+  const auto sign = static_cast<std::uint8_t>((bits >> 24) & 0x80u);
+  const std::uint32_t a = bits & 0x7FFFFFFFu;
+  if (a > 0x7F800000u) return static_cast<std::uint8_t>(sign | 0x7Fu);  // NaN
+  if (a >= 0x43E00000u) return static_cast<std::uint8_t>(sign | 0x7Eu);  // >= 448 (inf included): saturate
+  if (a >= 0x3C800000u) {  // >= 2^-6: normal in e4m3; round the 23-bit mantissa to 3 bits, ties to even
+    const std::uint32_t rounded = a + 0x7FFFFu + ((a >> 20) & 1u);
+    return static_cast<std::uint8_t>(sign | ((rounded >> 20) - ((127u - 7u) << 3)));
+  }
+  // Subnormal in e4m3: multiples of 2^-9. The product is exact; nearbyint rounds to nearest even in the
+  // default rounding mode. A result of 8 is the smallest normal, whose code is 0x08 as well.
+  const float units = std::nearbyint(std::bit_cast<float>(a) * 512.0f);
+  return static_cast<std::uint8_t>(sign | static_cast<std::uint8_t>(units));
+}
+
+/// e4m3fn bits -> float32 (exact).
+float e4m3_to_float(std::uint8_t code);
+
+/// The larger of two amaxes; NaN when either is NaN (a NaN element poisons its block, as in torch).
+inline float amax_combine(float a, float b) {
+  if (a != a || b != b) return std::numeric_limits<float>::quiet_NaN();
+  return a > b ? a : b;
+}
+
+/// One block's scale and how its elements are scaled.
+struct BlockScale {
+  float scale_inv = 1.0f;  // stored in `<name>_scale_inv`
+  float factor = 1.0f;     // q = x / factor when divide, else x * factor
+  bool divide = false;
+};
+
+BlockScale block_scale(ScaleRule rule, float amax);
+
+inline std::uint8_t quantize(const BlockScale& scale, float x) {
+  return e4m3_from_float(scale.divide ? x / scale.factor : x * scale.factor);
+}
+
+/// Whether a trainer tensor of this dtype can be quantized (bf16, f16, f32, f64).
+bool quantizable(DType dtype);
+
+/// One element of a quantizable dtype as float32 (bf16 and f16 exactly; f64 rounded to nearest).
+float load_float(DType dtype, const void* element);
+
+inline float bf16_to_float(std::uint16_t bits) { return std::bit_cast<float>(std::uint32_t{bits} << 16); }
+
+}  // namespace wb::fp8

@@ -1,0 +1,407 @@
+// FP8 block quantization against an independent reference written here: the e4m3fn values enumerated
+// from the format's definition and the nearest one searched in double precision (ties to the even code),
+// the three scale rules as the engines write them, in float32, and the block grid walked element by element.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/fp8.hpp"
+#include "layout/fp8_form.hpp"
+#include "../support/expect_error.hpp"
+#include "../support/setting_scope.hpp"
+
+namespace wb {
+namespace {
+
+using layout::QuantizationConfig;
+using fp8::ScaleRule;
+
+// ---- the reference ----
+
+/// Value of every non-negative finite e4m3fn code 0x00..0x7E, from the definition: subnormals k * 2^-9,
+/// normals (8 + m) * 2^(e - 10) for exponent field e in 1..15 (e = 15, m = 7 is NaN).
+const std::vector<double>& reference_values() {
+  static const std::vector<double> values = [] {
+    std::vector<double> v;
+    for (int k = 0; k < 8; ++k) v.push_back(k / 512.0);
+    for (int e = 1; e <= 15; ++e)
+      for (int m = 0; m < 8; ++m)
+        if (!(e == 15 && m == 7)) v.push_back((8 + m) * std::pow(2.0, e - 10));
+    return v;
+  }();
+  return values;
+}
+
+std::uint8_t reference_cast(float x) {
+  const std::uint8_t sign = std::signbit(x) ? 0x80 : 0x00;
+  if (std::isnan(x)) return sign | 0x7F;
+  const double a = std::fabs(static_cast<double>(x));
+  const std::vector<double>& values = reference_values();
+  if (a >= values.back()) return sign | 0x7E;
+  std::size_t best = 0;
+  for (std::size_t code = 1; code < values.size(); ++code) {
+    const double d = std::fabs(values[code] - a), best_d = std::fabs(values[best] - a);
+    if (d < best_d || (d == best_d && code % 2 == 0)) best = code;
+  }
+  return static_cast<std::uint8_t>(sign | best);
+}
+
+float reference_pow2_at_least(float m) {
+  double p = std::pow(2.0, -150);
+  while (p < static_cast<double>(m)) p *= 2.0;
+  return static_cast<float>(p);
+}
+
+struct RefScale {
+  float scale_inv;
+  std::function<float(float)> scaled;
+};
+
+RefScale reference_scale(ScaleRule rule, float amax) {
+  switch (rule) {
+    case ScaleRule::kPlain: {
+      const float s = amax == 0.0f ? 1.0f : amax / 448.0f;
+      return {s, [s](float x) { return x / s; }};
+    }
+    case ScaleRule::kPerBlockCast: {
+      const float a = std::isnan(amax) ? amax : std::max(amax, 1e-4f);
+      const float f = 448.0f / a;
+      return {a / 448.0f, [f](float x) { return x * f; }};
+    }
+    case ScaleRule::kUe8m0: {
+      const float a = std::isnan(amax) ? amax : std::max(amax, 1e-4f);
+      const float q = a / 448.0f;
+      const float s = std::isnan(q) || std::isinf(q) ? q : reference_pow2_at_least(q);
+      const float inv = 1.0f / s;
+      return {s, [inv](float x) { return x * inv; }};
+    }
+  }
+  return {};
+}
+
+float bf16_value(std::uint16_t bits) {
+  std::uint32_t wide = std::uint32_t{bits} << 16;
+  float f;
+  std::memcpy(&f, &wide, 4);
+  return f;
+}
+
+std::uint16_t bf16_bits(float f) {  // truncation: any bf16 pattern is as good as another for the tests
+  std::uint32_t wide;
+  std::memcpy(&wide, &f, 4);
+  return static_cast<std::uint16_t>(wide >> 16);
+}
+
+/// The whole tensor quantized element by element on the block grid.
+void reference_quantize(const std::vector<std::uint16_t>& x, std::int64_t rows, std::int64_t cols,
+                        const QuantizationConfig& config, std::vector<std::uint8_t>& q, std::vector<float>& s) {
+  const std::int64_t br = (rows + config.block_rows - 1) / config.block_rows;
+  const std::int64_t bc = (cols + config.block_cols - 1) / config.block_cols;
+  std::vector<float> amax(static_cast<std::size_t>(br * bc), 0.0f);
+  std::vector<bool> nan(amax.size(), false);
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < cols; ++c) {
+      const std::size_t b = static_cast<std::size_t>((r / config.block_rows) * bc + c / config.block_cols);
+      const float v = std::fabs(bf16_value(x[static_cast<std::size_t>(r * cols + c)]));
+      if (std::isnan(v)) nan[b] = true;
+      else amax[b] = std::max(amax[b], v);
+    }
+  s.assign(amax.size(), 0.0f);
+  std::vector<RefScale> scales;
+  for (std::size_t b = 0; b < amax.size(); ++b) {
+    scales.push_back(reference_scale(config.rule, nan[b] ? std::numeric_limits<float>::quiet_NaN() : amax[b]));
+    s[b] = scales.back().scale_inv;
+  }
+  q.assign(x.size(), 0);
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < cols; ++c) {
+      const std::size_t i = static_cast<std::size_t>(r * cols + c);
+      const std::size_t b = static_cast<std::size_t>((r / config.block_rows) * bc + c / config.block_cols);
+      q[i] = reference_cast(scales[b].scaled(bf16_value(x[i])));
+    }
+}
+
+// ---- a checkpoint in memory ----
+
+class MemoryCheckpoint final : public CheckpointReader {
+ public:
+  void add(TensorInfo info, std::vector<std::uint16_t> data) {
+    tensors_.push_back(std::move(info));
+    data_.push_back(std::move(data));
+  }
+  const std::vector<TensorInfo>& tensors() const override { return tensors_; }
+  void read_box(std::string_view name, const Box& box, void* destination) const override {
+    for (std::size_t t = 0; t < tensors_.size(); ++t) {
+      if (tensors_[t].name != name) continue;
+      auto whole = TensorView::contiguous(const_cast<std::uint16_t*>(data_[t].data()), DType::kBF16, tensors_[t].shape);
+      copy_tensor(TensorView::contiguous(destination, DType::kBF16, box.extent), whole.box(box));
+      return;
+    }
+    throw Error(ErrorCode::kNotFound, std::string(name));
+  }
+  std::string source() const override { return "memory"; }
+
+ private:
+  std::vector<TensorInfo> tensors_;
+  std::vector<std::vector<std::uint16_t>> data_;
+};
+
+bool same_bits(float a, float b) { return std::bit_cast<std::uint32_t>(a) == std::bit_cast<std::uint32_t>(b); }
+
+// ---- the cast ----
+
+TEST(Fp8Cast, EveryBf16ValueRoundsAsTheReference) {
+  for (std::uint32_t bits = 0; bits < 0x10000; ++bits) {
+    const float x = bf16_value(static_cast<std::uint16_t>(bits));
+    ASSERT_EQ(fp8::e4m3_from_float(x), reference_cast(x)) << "bf16 0x" << std::hex << bits << " = " << x;
+  }
+}
+
+TEST(Fp8Cast, TiesAndNeighboursOfEveryMidpointRoundToEven) {
+  const std::vector<double>& values = reference_values();
+  int ties = 0;
+  for (std::size_t code = 0; code + 1 < values.size(); ++code) {
+    const float mid = static_cast<float>((values[code] + values[code + 1]) / 2);  // exact in float32
+    ASSERT_EQ(static_cast<double>(mid), (values[code] + values[code + 1]) / 2);
+    for (const float x : {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e9f), -mid}) {
+      ASSERT_EQ(fp8::e4m3_from_float(x), reference_cast(x)) << x;
+    }
+    EXPECT_EQ(fp8::e4m3_from_float(mid) % 2, 0) << "tie at " << mid << " not to even";
+    ++ties;
+  }
+  EXPECT_EQ(ties, 126);  // between the 127 non-negative finite codes
+  // Saturation, infinities, NaN, float32 subnormals.
+  EXPECT_EQ(fp8::e4m3_from_float(448.0f), 0x7E);
+  EXPECT_EQ(fp8::e4m3_from_float(463.99f), 0x7E);
+  EXPECT_EQ(fp8::e4m3_from_float(1e30f), 0x7E);
+  EXPECT_EQ(fp8::e4m3_from_float(-std::numeric_limits<float>::infinity()), 0xFE);
+  EXPECT_EQ(fp8::e4m3_from_float(std::numeric_limits<float>::quiet_NaN()) & 0x7F, 0x7F);
+  EXPECT_EQ(fp8::e4m3_from_float(std::numeric_limits<float>::denorm_min()), 0x00);
+  EXPECT_EQ(fp8::e4m3_from_float(-std::numeric_limits<float>::denorm_min()), 0x80);
+}
+
+TEST(Fp8Cast, RandomFloat32AndDecodeRoundTrip) {
+  std::mt19937 gen(7);
+  std::uniform_int_distribution<std::uint32_t> any;
+  for (int i = 0; i < 200000; ++i) {
+    std::uint32_t bits = any(gen);
+    // Most random patterns are far outside e4m3's range: bring the exponent near it half of the time.
+    if (i % 2 == 0) bits = (bits & 0x807FFFFFu) | ((110u + bits % 30u) << 23);
+    const float x = std::bit_cast<float>(bits);
+    ASSERT_EQ(fp8::e4m3_from_float(x), reference_cast(x)) << x;
+  }
+  for (int code = 0; code < 256; ++code) {
+    const float v = fp8::e4m3_to_float(static_cast<std::uint8_t>(code));
+    if ((code & 0x7F) == 0x7F) EXPECT_TRUE(std::isnan(v));
+    else EXPECT_EQ(fp8::e4m3_from_float(v), code) << code;
+  }
+}
+
+// ---- the scale rules on blocks ----
+
+enum class Fill { kRandom, kConstant, kZero, kSubnormal, kHuge, kNan, kInf, kTiny };
+
+std::vector<std::uint16_t> fill(Fill kind, std::int64_t n, std::mt19937& gen) {
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  std::vector<std::uint16_t> x(static_cast<std::size_t>(n));
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    switch (kind) {
+      case Fill::kRandom: x[i] = bf16_bits(normal(gen) * (i % 7 == 0 ? 50.0f : 1.0f)); break;
+      case Fill::kConstant: x[i] = bf16_bits(-0.3125f); break;
+      case Fill::kZero: x[i] = (i % 3 == 0) ? 0x8000 : 0x0000; break;  // zeros of both signs
+      case Fill::kSubnormal: x[i] = static_cast<std::uint16_t>((gen() % 0x7F) + 1 + (i % 2 ? 0x8000 : 0)); break;
+      case Fill::kHuge: x[i] = static_cast<std::uint16_t>(0x7F00 + gen() % 0x7F + (i % 2 ? 0x8000 : 0)); break;
+      case Fill::kNan: x[i] = (i == 5) ? 0x7FC1 : bf16_bits(normal(gen)); break;
+      case Fill::kInf: x[i] = (i == 9) ? 0xFF80 : bf16_bits(normal(gen)); break;
+      case Fill::kTiny: x[i] = bf16_bits(normal(gen) * 1e-5f); break;  // amax under the 1e-4 clamp
+    }
+  }
+  return x;
+}
+
+struct BlockCase {
+  ScaleRule rule;
+  Fill fill;
+  std::int64_t block_rows, block_cols;
+};
+
+class Fp8Blocks : public ::testing::TestWithParam<BlockCase> {};
+
+// A tensor of several blocks with edge blocks on both axes, read whole and by odd boxes through the FP8
+// form, against the reference bit for bit.
+TEST_P(Fp8Blocks, FormEqualsTheReference) {
+  const BlockCase& c = GetParam();
+  std::mt19937 gen(static_cast<unsigned>(c.block_rows * 31 + c.block_cols + static_cast<int>(c.fill) * 7 +
+                                         static_cast<int>(c.rule) * 1000));
+  const std::int64_t rows = 2 * c.block_rows + c.block_rows / 2 + 1, cols = 3 * c.block_cols - c.block_cols / 3;
+  MemoryCheckpoint source;
+  source.add({"model.layers.0.mlp.down_proj.weight", DType::kBF16, {rows, cols}}, fill(c.fill, rows * cols, gen));
+  source.add({"model.norm.weight", DType::kBF16, {cols}}, fill(Fill::kRandom, cols, gen));
+  QuantizationConfig config;
+  config.block_rows = c.block_rows;
+  config.block_cols = c.block_cols;
+  config.rule = c.rule;
+  const layout::Fp8Form form = layout::derive_fp8_form(source.tensors(), config);
+  ASSERT_EQ(form.tensors.size(), 3u);
+  const auto reader = layout::open_fp8_form(source, form);
+
+  std::vector<std::uint16_t> x(static_cast<std::size_t>(rows * cols));
+  source.read("model.layers.0.mlp.down_proj.weight", x.data());
+  std::vector<std::uint8_t> want_q;
+  std::vector<float> want_s;
+  reference_quantize(x, rows, cols, config, want_q, want_s);
+
+  std::vector<std::uint8_t> got_q(want_q.size());
+  reader->read("model.layers.0.mlp.down_proj.weight", got_q.data());
+  const Shape sshape = form.tensors[1].shape;
+  ASSERT_EQ(sshape, (Shape{(rows + c.block_rows - 1) / c.block_rows, (cols + c.block_cols - 1) / c.block_cols}));
+  std::vector<float> got_s(want_s.size());
+  reader->read("model.layers.0.mlp.down_proj.weight_scale_inv", got_s.data());
+  for (std::size_t b = 0; b < want_s.size(); ++b)
+    ASSERT_TRUE(same_bits(got_s[b], want_s[b])) << "block " << b << ": " << got_s[b] << " vs " << want_s[b];
+  for (std::size_t i = 0; i < want_q.size(); ++i)
+    ASSERT_EQ(got_q[i], want_q[i]) << "element " << i << " (" << bf16_value(x[i]) << ")";
+  if (c.fill == Fill::kZero) {
+    for (float s : got_s) EXPECT_TRUE(std::isfinite(s) && s > 0.0f) << s;
+    for (std::uint8_t q : got_q) EXPECT_EQ(q & 0x7F, 0);
+  }
+
+  // Odd boxes of both tensors.
+  const Box box{{c.block_rows / 2 + 1, 1}, {rows - c.block_rows / 2 - 2, cols - 2}};
+  std::vector<std::uint8_t> part(static_cast<std::size_t>(box.numel()));
+  reader->read_box("model.layers.0.mlp.down_proj.weight", box, part.data());
+  for (std::int64_t r = 0; r < box.extent[0]; ++r)
+    for (std::int64_t col = 0; col < box.extent[1]; ++col)
+      ASSERT_EQ(part[static_cast<std::size_t>(r * box.extent[1] + col)],
+                want_q[static_cast<std::size_t>((r + box.offset[0]) * cols + col + box.offset[1])]);
+  std::vector<float> scale_part(static_cast<std::size_t>(sshape[0] - 1));
+  reader->read_box("model.layers.0.mlp.down_proj.weight_scale_inv", Box{{1, sshape[1] - 1}, {sshape[0] - 1, 1}},
+                   scale_part.data());
+  for (std::int64_t r = 0; r + 1 < sshape[0]; ++r)
+    ASSERT_TRUE(same_bits(scale_part[static_cast<std::size_t>(r)],
+                          want_s[static_cast<std::size_t>((r + 1) * sshape[1] + sshape[1] - 1)]));
+  // The norm is copied.
+  std::vector<std::uint16_t> norm(static_cast<std::size_t>(cols)), norm_form(norm.size());
+  source.read("model.norm.weight", norm.data());
+  reader->read("model.norm.weight", norm_form.data());
+  EXPECT_EQ(norm, norm_form);
+}
+
+std::vector<BlockCase> block_cases() {
+  std::vector<BlockCase> cases;
+  for (ScaleRule rule : {ScaleRule::kPlain, ScaleRule::kPerBlockCast, ScaleRule::kUe8m0})
+    for (Fill f : {Fill::kRandom, Fill::kConstant, Fill::kZero, Fill::kSubnormal, Fill::kHuge, Fill::kNan, Fill::kInf,
+                   Fill::kTiny})
+      cases.push_back({rule, f, 128, 128});
+  for (ScaleRule rule : {ScaleRule::kPlain, ScaleRule::kPerBlockCast, ScaleRule::kUe8m0}) {
+    cases.push_back({rule, Fill::kRandom, 64, 32});
+    cases.push_back({rule, Fill::kRandom, 1, 32});
+    cases.push_back({rule, Fill::kSubnormal, 16, 8});
+  }
+  return cases;
+}
+
+std::string case_name(const ::testing::TestParamInfo<BlockCase>& info) {
+  static const char* fills[] = {"random", "constant", "zero", "subnormal", "huge", "nan", "inf", "tiny"};
+  std::string name(fp8::scale_rule_name(info.param.rule));
+  for (char& ch : name)
+    if (ch == '-') ch = '_';
+  return name + "_" + fills[static_cast<int>(info.param.fill)] + "_" + std::to_string(info.param.block_rows) + "x" +
+         std::to_string(info.param.block_cols);
+}
+
+INSTANTIATE_TEST_SUITE_P(Rules, Fp8Blocks, ::testing::ValuesIn(block_cases()), case_name);
+
+TEST(Fp8Rules, AllZeroAndNonFiniteBlocks) {
+  // Plain: 0 / 0 would be NaN; we give scale 1 and zeros.
+  const fp8::BlockScale plain = fp8::block_scale(ScaleRule::kPlain, 0.0f);
+  EXPECT_EQ(plain.scale_inv, 1.0f);
+  EXPECT_EQ(fp8::quantize(plain, 0.0f), 0x00);
+  EXPECT_EQ(fp8::quantize(plain, -0.0f), 0x80);
+  EXPECT_TRUE(same_bits(fp8::block_scale(ScaleRule::kPerBlockCast, 0.0f).scale_inv, 1e-4f / 448.0f));
+  EXPECT_TRUE(same_bits(fp8::block_scale(ScaleRule::kUe8m0, 0.0f).scale_inv, 0x1p-22f));  // >= 1e-4/448 = 2.23e-7
+  // UE8M0 scales are powers of two, the smallest not below amax / 448: an amax of 448 * 2^k gives 2^k.
+  EXPECT_EQ(fp8::block_scale(ScaleRule::kUe8m0, 448.0f).scale_inv, 1.0f);
+  EXPECT_EQ(fp8::block_scale(ScaleRule::kUe8m0, std::nextafter(448.0f, 1e9f)).scale_inv, 2.0f);
+  for (ScaleRule rule : {ScaleRule::kPlain, ScaleRule::kPerBlockCast, ScaleRule::kUe8m0}) {
+    EXPECT_TRUE(std::isnan(fp8::block_scale(rule, std::numeric_limits<float>::quiet_NaN()).scale_inv));
+    EXPECT_TRUE(std::isinf(fp8::block_scale(rule, std::numeric_limits<float>::infinity()).scale_inv));
+  }
+  EXPECT_TRUE(std::isnan(fp8::amax_combine(1.0f, std::numeric_limits<float>::quiet_NaN())));
+  EXPECT_TRUE(std::isnan(fp8::amax_combine(std::numeric_limits<float>::quiet_NaN(), 1.0f)));
+  EXPECT_EQ(fp8::amax_combine(2.0f, 3.0f), 3.0f);
+}
+
+// ---- the form's tensor list ----
+
+TEST(Fp8Form, TensorListFromTheConfig) {
+  std::vector<TensorInfo> bf16 = {
+      {"model.embed_tokens.weight", DType::kBF16, {1000, 512}},
+      {"model.layers.0.self_attn.q_proj.weight", DType::kBF16, {513, 512}},
+      {"model.layers.0.mlp.gate.weight", DType::kBF16, {8, 512}},
+      {"model.layers.0.mlp.gate_proj.weight", DType::kBF16, {1024, 512}},
+      {"model.layers.0.input_layernorm.weight", DType::kBF16, {512}},
+      {"model.layers.0.self_attn.q_proj.bias", DType::kBF16, {513}},
+      {"model.layers.0.counts.weight", DType::kI32, {4, 4}},
+      {"lm_head.weight", DType::kBF16, {1000, 512}},
+  };
+  QuantizationConfig config;
+  config.modules_to_not_convert = {"lm_head", "embed_tokens"};
+  config.ignored_layers = {"model.layers.0.mlp.gate"};  // a module path: not gate_proj
+  config.block_rows = 256;
+  config.block_cols = 100;
+  const layout::Fp8Form form = layout::derive_fp8_form(bf16, config);
+  std::vector<std::string> names;
+  for (const TensorInfo& t : form.tensors) names.push_back(t.name + ":" + std::string(dtype_name(t.dtype)) + shape_to_string(t.shape));
+  EXPECT_EQ(names, (std::vector<std::string>{
+                       "model.embed_tokens.weight:bf16[1000, 512]",
+                       "model.layers.0.self_attn.q_proj.weight:f8e4m3[513, 512]",
+                       "model.layers.0.self_attn.q_proj.weight_scale_inv:f32[3, 6]",
+                       "model.layers.0.mlp.gate.weight:bf16[8, 512]",
+                       "model.layers.0.mlp.gate_proj.weight:f8e4m3[1024, 512]",
+                       "model.layers.0.mlp.gate_proj.weight_scale_inv:f32[4, 6]",
+                       "model.layers.0.input_layernorm.weight:bf16[512]",
+                       "model.layers.0.self_attn.q_proj.bias:bf16[513]",
+                       "model.layers.0.counts.weight:i32[4, 4]",
+                       "lm_head.weight:bf16[1000, 512]",
+                   }));
+  EXPECT_EQ(form.sources[2].role, layout::FormRole::kScale);
+  EXPECT_EQ(form.sources[2].source, 1u);
+  EXPECT_EQ(form.total_bytes(), 1000u * 512 * 2 * 2 + 513u * 512 + 18 * 4 + 8 * 512 * 2 + 1024 * 512 + 24 * 4 + 512 * 2 +
+                                    513 * 2 + 16 * 4);
+
+  bf16.push_back({"model.layers.0.self_attn.q_proj.weight_scale_inv", DType::kF32, {3, 6}});
+  testing::expect_error([&] { layout::derive_fp8_form(bf16, config); }, ErrorCode::kInvalidArgument,
+                        {"q_proj.weight_scale_inv", "already"});
+}
+
+TEST(Fp8Form, ConfigFromSettings) {
+  {
+    testing::SettingScope scope;
+    scope.set("fp8_block", "1x32");
+    scope.set("fp8_scale_rule", "ue8m0");
+    const QuantizationConfig config = QuantizationConfig::from_settings();
+    EXPECT_EQ(config.block_rows, 1);
+    EXPECT_EQ(config.block_cols, 32);
+    EXPECT_EQ(config.rule, ScaleRule::kUe8m0);
+  }
+  const QuantizationConfig defaults = QuantizationConfig::from_settings();
+  EXPECT_EQ(defaults.block_rows, 128);
+  EXPECT_EQ(defaults.block_cols, 128);
+  std::int64_t r = 0, c = 0;
+  testing::expect_error([&] { layout::parse_block_shape("128x0", r, c, "test"); }, ErrorCode::kInvalidArgument,
+                        {"128x0", "positive"});
+  testing::expect_error([&] { layout::parse_scale_rule_or_throw("fast", "test"); }, ErrorCode::kInvalidArgument,
+                        {"fast", "ue8m0"});
+  EXPECT_EQ(fp8::parse_scale_rule("per_block_cast_to_fp8"), ScaleRule::kPerBlockCast);
+}
+
+}  // namespace
+}  // namespace wb
