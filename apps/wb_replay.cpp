@@ -21,6 +21,7 @@
 
 #include <boost/program_options.hpp>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -28,6 +29,7 @@
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "comm/deadline.hpp"
@@ -503,6 +505,25 @@ int run(int argc, char** argv, Ending& ending) {
       const double agst = total_stall[v] / world;
       const double ratio = summary.t_min_seconds > 0 ? ewtt / summary.t_min_seconds : 0;
       nlohmann::json step = {{"version", k}, {"ewtt_s", ewtt}, {"agst_s", agst}, {"bytes_moved", moved[v]}, {"completed", done}};
+      // Rank 0 is trainer rank 0: the library's own figures (from the acknowledgements) must be the gathered ones.
+      const UpdateRecord* library = nullptr;
+      for (const UpdateRecord& u : outcome.stats.history)
+        if (u.version == v) library = &u;
+      step["library_ewtt_s"] = library && library->ewtt_seconds ? nlohmann::json(*library->ewtt_seconds) : nlohmann::json(nullptr);
+      step["library_agst_s"] = library && library->agst_seconds ? nlohmann::json(*library->agst_seconds) : nlohmann::json(nullptr);
+      if (done && everyone) {
+        // The same intervals summed in another order: equal but for rounding.
+        const auto differs = [](const std::optional<double>& mine, double gathered) {
+          return !mine || std::abs(*mine - gathered) > 1e-9 + 1e-9 * std::abs(gathered);
+        };
+        if (!library || differs(library->ewtt_seconds, ewtt) || differs(library->agst_seconds, agst)) {
+          verified = false;
+          failed.push_back({{"rank", 0},
+                            {"error", "version " + std::to_string(k) + ": the trainers' stats() give EWTT " +
+                                          step["library_ewtt_s"].dump() + " s, AGST " + step["library_agst_s"].dump() +
+                                          " s; the gathered reports " + std::to_string(ewtt) + " s, " + std::to_string(agst) + " s"}});
+        }
+      }
       step["ewtt_over_t_min"] = between_hosts ? nlohmann::json(ratio) : nlohmann::json(nullptr);
       steps.push_back(std::move(step));
       char ratio_text[32] = "";

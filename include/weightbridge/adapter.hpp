@@ -145,6 +145,13 @@ struct UpdateRecord {
   std::uint64_t version = 0;
   std::int64_t bytes_written = 0;  // by this worker's one-sided writes for this version (also when it failed)
   bool completed = false;          // its part of the transfer finished (false: the update failed)
+  /// Trainers, once every engine acknowledged the version (see SenderAdapter::send_weights): the job's
+  /// figures for this update from every worker's stall interval, on the common clock. EWTT: from the first
+  /// worker's stall begin to the last worker's stall end; AGST: the stalls' total over the number of
+  /// workers (trainers and rollouts). The rollouts' stalls travel with their engines' acknowledgements.
+  /// Unset on rollouts and for an update that failed.
+  std::optional<double> ewtt_seconds;
+  std::optional<double> agst_seconds;
 };
 
 struct AdapterStats {
@@ -187,6 +194,9 @@ class SenderAdapter {
   /// CUDA parameters: read after the work enqueued on `cuda_stream` (a cudaStream_t of the parameters'
   /// device, e.g. the optimizer's) so far, so the trainer need not synchronize its device; null: after the
   /// legacy default stream (and every blocking stream), which is PyTorch's default stream.
+  /// The version's EWTT and AGST enter stats().history when every engine has acknowledged it: before
+  /// send_weights returns without staging on either side, otherwise at the next send_weights, wait or
+  /// shutdown.
   Status send_weights(std::uint64_t version, void* cuda_stream = nullptr);
 
   /// Waits until the version in flight is installed on every rollout (collective over the trainers).

@@ -465,7 +465,9 @@ void bind_adapters(py::module_& m) {
            "Event.SHUTDOWN). Collective over the trainers. Also done when the adapter is destroyed.")
       .def_property_readonly("connected", &PySenderAdapter::connected)
       .def("summary", &PySenderAdapter::summary, "What connect planned (TransferSummary); the same on every rank.")
-      .def("stats", &PySenderAdapter::stats, "This worker's counters and stall intervals (AdapterStats).");
+      .def("stats", &PySenderAdapter::stats,
+           "This worker's counters and stall intervals (AdapterStats); its history holds each update's EWTT and\n"
+           "AGST once every engine acknowledged it.");
 
   py::class_<PyReceiverAdapter>(
       m, "ReceiverAdapter",
@@ -477,7 +479,9 @@ void bind_adapters(py::module_& m) {
       "        if result.event == weightbridge.Event.SHUTDOWN:\n"
       "            break\n"
       "        generate_step()                        # result.version is in the parameters\n\n"
-      "Failures raise weightbridge.Error; after one every later poll_requests raises the same error.")
+      "Failures raise weightbridge.Error; after one every later poll_requests raises the same error. An update\n"
+      "that fails after before_update_hook ran for it is returned once as Event.ABORTED instead (undo what the\n"
+      "hook did; result.status says why, result.parameters_intact whether the parameters may serve).")
       .def(py::init<py::object, py::object, py::object, py::object, py::object, py::object, py::kwargs>(),
            py::arg("world"), py::arg("engine_comm"), py::arg("params"), py::arg("load_weights"),
            py::arg("options") = py::none(), py::arg("before_update_hook") = py::none(),
@@ -499,7 +503,8 @@ void bind_adapters(py::module_& m) {
            "and installed inside this call (the GIL is released meanwhile); CUDA parameters are written after\n"
            "the work enqueued so far on `cuda_stream` (an int; 0: the legacy default stream), and the install is\n"
            "complete on the device when the call returns. Raises weightbridge.Error when connect or an update\n"
-           "failed.")
+           "failed, except once for an update that failed after before_update_hook ran for it: Event.ABORTED,\n"
+           "with aborted_version, status and parameters_intact (the next call raises).")
       .def_property_readonly("installed_version", &PyReceiverAdapter::installed_version)
       .def_property_readonly("connected", &PyReceiverAdapter::connected)
       .def_property_readonly("closed", &PyReceiverAdapter::closed, "shut down or failed")

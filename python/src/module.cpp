@@ -98,6 +98,20 @@ void bind_errors(py::module_& m) {
   m.def("error_code_name", [](ErrorCode code) { return std::string(error_code_name(code)); }, py::arg("code"),
         "The words C++ uses for an error code in messages: 'invalid argument', 'timeout', ...");
 
+  py::class_<Status>(m, "Status",
+                     "The outcome of an update as C++ returns it (wb::Status): ok, or a code and a message naming the\n"
+                     "rank, what it was doing and the cause. bool(status) is True when ok; str(status) is the text a\n"
+                     "weightbridge.Error of it would give.")
+      .def_property_readonly("ok", &Status::is_ok)
+      .def_property_readonly("code", &Status::code)
+      .def_property_readonly("message", &Status::message)
+      .def("__bool__", &Status::is_ok)
+      .def("__str__", [](const Status& st) { return st.is_ok() ? std::string("ok") : st.to_string(); })
+      .def("__repr__", [](const Status& st) {
+        return st.is_ok() ? std::string("Status(ok)")
+                          : "Status(" + std::string(error_code_name(st.code())) + ": " + st.message() + ")";
+      });
+
   // C++ errors raised anywhere in the module (set-up code throws) become weightbridge.Error; bad Python
   // input found while converting becomes an invalid-argument weightbridge.Error.
   py::register_exception_translator([](std::exception_ptr pointer) {
@@ -244,9 +258,30 @@ void bind_values(py::module_& m) {
       .def_readonly("begin_seconds", &TraceSpan::begin_seconds)
       .def_readonly("end_seconds", &TraceSpan::end_seconds);
 
+  py::class_<UpdateRecord>(m, "UpdateRecord",
+                           "One transfer this worker took part in. On trainers, once every engine acknowledged the\n"
+                           "version, the job's figures for it, from every worker's stall on the common clock:\n"
+                           "ewtt_seconds (first worker's stall begin to last worker's stall end) and agst_seconds\n"
+                           "(all stalls over the number of workers); None on rollouts and for a failed update.\n"
+                           "Without staging on either side they are there when send_weights returns, otherwise\n"
+                           "after the next send_weights, wait or shutdown.")
+      .def_readonly("version", &UpdateRecord::version)
+      .def_readonly("bytes_written", &UpdateRecord::bytes_written,
+                    "by this worker's one-sided writes for this version (also when it failed)")
+      .def_readonly("completed", &UpdateRecord::completed, "its part of the transfer finished (False: the update failed)")
+      .def_readonly("ewtt_seconds", &UpdateRecord::ewtt_seconds)
+      .def_readonly("agst_seconds", &UpdateRecord::agst_seconds)
+      .def("__repr__", [](const UpdateRecord& u) {
+        auto figure = [](const std::optional<double>& x) { return x ? std::to_string(*x) : std::string("None"); };
+        return "UpdateRecord(version=" + std::to_string(u.version) + ", completed=" + (u.completed ? "True" : "False") +
+               ", bytes_written=" + std::to_string(u.bytes_written) + ", ewtt_seconds=" + figure(u.ewtt_seconds) +
+               ", agst_seconds=" + figure(u.agst_seconds) + ")";
+      });
+
   py::class_<AdapterStats>(m, "AdapterStats", "This worker's counters, all updates so far.")
       .def_readonly("version", &AdapterStats::version, "sender: last sent; receiver: installed")
       .def_readonly("stalls", &AdapterStats::stalls, "one StallInterval per update this worker stalled for")
+      .def_readonly("history", &AdapterStats::history, "one UpdateRecord per transfer this worker took part in, in order")
       .def_readonly("updates", &AdapterStats::updates)
       .def_readonly("bytes_written", &AdapterStats::bytes_written)
       .def_readonly("bytes_assembled", &AdapterStats::bytes_assembled)
@@ -257,7 +292,10 @@ void bind_values(py::module_& m) {
 
   py::class_<PollResult> poll(m, "PollResult",
                               "What ReceiverAdapter.poll_requests did: `event` and the `version` now in the parameters.\n"
-                              "A failure is raised as weightbridge.Error, never returned.");
+                              "A failure is raised as weightbridge.Error, except an update that failed after\n"
+                              "before_update_hook ran for it: that one is returned once as Event.ABORTED, with\n"
+                              "`aborted_version`, `status` (why) and `parameters_intact`, so that the caller can undo\n"
+                              "what the hook did; the adapter stays failed (the next poll_requests raises).");
   py::enum_<PollResult::Event>(poll, "Event")
       .value("NONE", PollResult::Event::kNone, "nothing pending (or a staged transfer still arriving)")
       .value("CONNECTED", PollResult::Event::kConnected, "took part in connect")
@@ -265,11 +303,24 @@ void bind_values(py::module_& m) {
              "a staged transfer started; the parameters still hold the installed version")
       .value("INSTALLED", PollResult::Event::kInstalled, "`version` is now in the parameters")
       .value("SHUTDOWN", PollResult::Event::kShutdown, "the trainers closed the connection; stop polling")
-      .value("FAILED", PollResult::Event::kFailed, "never returned by Python's poll_requests, which raises instead");
+      .value("FAILED", PollResult::Event::kFailed, "never returned by Python's poll_requests, which raises instead")
+      .value("ABORTED", PollResult::Event::kAborted,
+             "the update to `aborted_version` failed after before_update_hook(aborted_version) ran: undo what the\n"
+             "hook did (e.g. resume the scheduler); `status` says why. Returned once; the next call raises.");
   poll.def_readonly("event", &PollResult::event)
-      .def_readonly("version", &PollResult::version)
+      .def_readonly("version", &PollResult::version, "the version installed in the parameters after this call")
+      .def_readonly("status", &PollResult::status, "ok, or (Event.ABORTED) why the update failed")
+      .def_readonly("aborted_version", &PollResult::aborted_version, "Event.ABORTED: the version given up (else 0)")
+      .def_readonly("parameters_intact", &PollResult::parameters_intact,
+                    "Event.ABORTED: the parameters still hold `version`, complete, and may serve. False only without\n"
+                    "receiver staging, when the failed update had already written part of the aborted version into\n"
+                    "the parameters: reload them (e.g. with load_weights from a checkpoint) before use.")
       .def("__repr__", [](const PollResult& r) {
-        return std::string("PollResult(event=") + poll_event_name(r.event) + ", version=" + std::to_string(r.version) + ")";
+        std::string text = std::string("PollResult(event=") + poll_event_name(r.event) + ", version=" + std::to_string(r.version);
+        if (r.event == PollResult::Event::kAborted)
+          text += ", aborted_version=" + std::to_string(r.aborted_version) +
+                  ", parameters_intact=" + (r.parameters_intact ? "True" : "False") + ", status=" + r.status.to_string();
+        return text + ")";
       });
   m.attr("Event") = poll.attr("Event");
 }

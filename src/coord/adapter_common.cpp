@@ -182,7 +182,7 @@ Status AdapterBase::run_transfer(std::uint64_t v, void* cuda_stream) {
   if (!params.empty() && params[0].view.memory == MemoryKind::kCuda)
     after.wait_stream = cuda_stream != nullptr ? cuda_stream : cuda_legacy_stream();
   const Status status = executor.run_update(after);
-  history.push_back({v, executor.stats().bytes_written - before, status.is_ok()});
+  history.push_back({v, executor.stats().bytes_written - before, status.is_ok(), {}, {}});
   refresh_stats();
   return status;
 }
@@ -203,10 +203,11 @@ Status AdapterBase::claim_background(const std::string& what) {
   const Status status = thread.wait(w, what);
   if (thread.active()) {
     // Still running: its figures cannot be read now; the update counts as failed.
-    history.push_back({background_version, 0, false});
+    history.push_back({background_version, 0, false, {}, {}});
     return status;
   }
-  history.push_back({background_version, connection->executor->stats().bytes_written - background_bytes_before, status.is_ok()});
+  history.push_back({background_version, connection->executor->stats().bytes_written - background_bytes_before,
+                     status.is_ok(), {}, {}});
   refresh_stats();
   return status;
 }

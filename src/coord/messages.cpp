@@ -1,5 +1,8 @@
 #include "coord/messages.hpp"
 
+#include "comm/status_message.hpp"
+#include "core/byte_codec.hpp"
+
 namespace wb::coord {
 
 const char* request_name(RequestKind kind) {
@@ -11,6 +14,43 @@ const char* request_name(RequestKind kind) {
     case RequestKind::kAbort: return "abort";
   }
   return "unknown";
+}
+
+namespace {
+constexpr std::uint8_t kAcknowledgementVersion = 1;
+}
+
+std::vector<std::byte> encode_acknowledgement(const Acknowledgement& ack) {
+  codec::ByteWriter out;
+  out.byte(kAcknowledgementVersion);
+  out.varint(ack.version);
+  const std::vector<std::byte> status = comm::encode_status(ack.status);
+  out.varint(status.size());
+  out.bytes(status);
+  out.float64(ack.stalls.earliest_begin);
+  out.float64(ack.stalls.latest_end);
+  out.float64(ack.stalls.total_seconds);
+  out.float64(ack.stalls.spans);
+  return out.take();
+}
+
+Status decode_acknowledgement(std::span<const std::byte> bytes, Acknowledgement& ack) {
+  try {
+    codec::ByteReader in(bytes, "acknowledgement");
+    if (const std::uint8_t got = in.byte(); got != kAcknowledgementVersion)
+      in.fail("version " + std::to_string(got) + ", expected " + std::to_string(kAcknowledgementVersion));
+    ack.version = in.varint();
+    const auto status = in.bytes(static_cast<std::size_t>(in.bounded(in.remaining(), "status length")));
+    ack.status = comm::decode_status(status);
+    ack.stalls.earliest_begin = in.float64();
+    ack.stalls.latest_end = in.float64();
+    ack.stalls.total_seconds = in.float64();
+    ack.stalls.spans = in.float64();
+    in.expect_done();
+  } catch (const Error& error) {
+    return error.status();
+  }
+  return Status::ok();
 }
 
 }  // namespace wb::coord

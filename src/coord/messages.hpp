@@ -3,7 +3,13 @@
 // training or inference engine's own control plane, never weight bytes.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <span>
+#include <vector>
+
+#include "comm/span_summary.hpp"
+#include "weightbridge/status.hpp"
 
 namespace wb::coord {
 
@@ -18,5 +24,18 @@ inline constexpr int kAnswerTag = 0x5707;   // its answer
 // kAbort: the trainers shut down after a failure (the engines fail too, with the reason their notices carry).
 enum class RequestKind : std::int64_t { kNone = 0, kConnect = 1, kUpdate = 2, kShutdown = 3, kAbort = 4 };
 const char* request_name(RequestKind kind);
+
+/// What engine rank 0 tells trainer rank 0 about an update (kAckTag): installed on the whole engine, or
+/// why not, and the engine's stalls for it (every rank's, summed over the engine), from which the trainers
+/// compute the update's EWTT and AGST without gathering reports.
+struct Acknowledgement {
+  std::uint64_t version = 0;
+  Status status;
+  comm::SpanSummary stalls;  // empty when the update failed
+};
+
+std::vector<std::byte> encode_acknowledgement(const Acknowledgement& ack);
+/// kCorruptData when the bytes are not one (update path: never throws).
+Status decode_acknowledgement(std::span<const std::byte> bytes, Acknowledgement& ack);
 
 }  // namespace wb::coord

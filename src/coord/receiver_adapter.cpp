@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "comm/backoff.hpp"
-#include "comm/status_message.hpp"
+#include "comm/span_summary.hpp"
 #include "coord/adapter_common.hpp"
 #include "coord/messages.hpp"
 #include "core/checks.hpp"
@@ -80,11 +80,12 @@ struct ReceiverAdapter::State : AdapterBase {
     return result;
   }
 
-  // Engine rank 0 tells trainer rank 0 that version v is installed on the whole engine, or why not.
-  Status acknowledge(std::uint64_t v, const Status& outcome) {
+  // Engine rank 0 tells trainer rank 0 that version v is installed on the whole engine, with the engine's
+  // stalls for it, or why not.
+  Status acknowledge(std::uint64_t v, const Status& outcome, const comm::SpanSummary& engine_stalls = {}) {
     if (!roles.leader) return Status::ok();
     comm::OperationPtr op = comm::make_operation();
-    op->out = comm::encode_status(outcome, static_cast<std::int64_t>(v));
+    op->out = encode_acknowledgement({v, outcome, engine_stalls});
     WB_TRY_MPI(MPI_Isend(op->out.data(), static_cast<int>(op->out.size()), MPI_BYTE, roles.trainer_leader, kAckTag, world,
                          &op->request));
     // Not waited for: trainer rank 0 waits for it (with its deadline), or is gone and never will.
@@ -125,8 +126,22 @@ struct ReceiverAdapter::State : AdapterBase {
         status = give_up(status, "version " + std::to_string(v) + ": installing from staging: ");
       }
     }
-    const Status acknowledged = acknowledge(v, status);
     stalls.push_back({v, began, now()});
+    comm::SpanSummary engine_stalls;
+    if (status) {
+      // Every rank's stall for v, summed over the engine, travels with the acknowledgement: the trainers
+      // compute the update's EWTT and AGST from them. The version is installed whatever happens here.
+      engine_stalls.add(began, stalls.back().end_seconds);
+      faults->set_activity(group->first_incomplete(), what + " (summing the engine's stalls)");
+      if (Status summed = comm::reduce_spans(engine_stalls, group->comm(), waiter(), what + ": summing the engine's stalls");
+          !summed) {
+        version = v;
+        const Status gave_up = give_up(summed, "");
+        (void)acknowledge(v, gave_up);
+        return failed(gave_up);
+      }
+    }
+    const Status acknowledged = acknowledge(v, status, engine_stalls);
     if (status && !acknowledged) status = acknowledged;
     if (!status) {
       PollResult result = failed(status);

@@ -4,9 +4,10 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <optional>
 
 #include "comm/backoff.hpp"
-#include "comm/status_message.hpp"
+#include "comm/span_summary.hpp"
 #include "coord/adapter_common.hpp"
 #include "coord/messages.hpp"
 #include "core/checks.hpp"
@@ -22,6 +23,8 @@ struct SenderAdapter::State : AdapterBase {
   bool in_flight = false;              // `version` was sent and not yet acknowledged by every engine
   std::vector<std::uint64_t> started;  // trainer rank 0: last update each engine said it took
   double requested_at = 0;             // when the version in flight was requested
+  std::optional<StallInterval> open_stall;  // send_weights' stall, while it lasts
+  comm::SpanSummary rollout_stalls;    // trainer rank 0: the engines' stalls for the version in flight
 
   State(MPI_Comm world, MPI_Comm trainers, ParameterSet params, std::vector<TensorInfo> tensors, LoadWeightsFn load,
         const AdapterOptions& options)
@@ -84,6 +87,7 @@ struct SenderAdapter::State : AdapterBase {
 
   // Trainer rank 0: every engine's acknowledgement of version v, all within the timeout.
   Status collect_acknowledgements(std::uint64_t v) {
+    rollout_stalls = {};
     const std::size_t engines = roles.engine_leaders.size();
     std::vector<bool> acknowledged(engines, false);
     std::size_t pending = engines;
@@ -101,12 +105,14 @@ struct SenderAdapter::State : AdapterBase {
         WB_TRY_MPI(MPI_Get_count(&probe, MPI_BYTE, &count));
         std::vector<std::byte> bytes(static_cast<std::size_t>(std::max(count, 0)));
         WB_TRY_MPI(MPI_Mrecv(bytes.data(), count, MPI_BYTE, &message, MPI_STATUS_IGNORE));
-        std::int64_t acked = 0;
-        Status status = comm::decode_status(bytes, &acked);
-        if (!status) return status;
-        if (acked != static_cast<std::int64_t>(v))
+        Acknowledgement ack;
+        if (Status decoded = decode_acknowledgement(bytes, ack); !decoded)
+          return Status(decoded.code(), describe_worker(roles, roles.engine_leaders[e]) + ": " + decoded.message());
+        if (!ack.status) return ack.status;
+        if (ack.version != v)
           return Status(ErrorCode::kInternal, describe_worker(roles, roles.engine_leaders[e]) + " acknowledged version " +
-                                                  std::to_string(acked) + " while " + std::to_string(v) + " was in flight");
+                                                  std::to_string(ack.version) + " while " + std::to_string(v) + " was in flight");
+        rollout_stalls.merge(ack.stalls);
         acknowledged[e] = true;
         --pending;
         backoff.progressed();
@@ -147,6 +153,34 @@ struct SenderAdapter::State : AdapterBase {
     longer.timeout = 1.5 * options.timeout_seconds;
     const Status agreed = group->step(Status::ok(), longer, about(version) + ": the trainers' outcome");
     if (!agreed) return fail(agreed);
+    close_stall(version);  // without staging on either side, send_weights(version) stalled until here
+    return record_figures(version);
+  }
+
+  void close_stall(std::uint64_t v) {
+    if (!open_stall || open_stall->version != v) return;
+    open_stall->end_seconds = now();
+    stalls.push_back(*open_stall);
+    open_stall.reset();
+  }
+
+  // Version v's EWTT and AGST into history, on every trainer: the trainers' stalls and (from trainer rank
+  // 0) the engines', summed over the trainers.
+  Status record_figures(std::uint64_t v) {
+    comm::SpanSummary all = roles.leader ? rollout_stalls : comm::SpanSummary{};
+    for (auto it = stalls.rbegin(); it != stalls.rend(); ++it)
+      if (it->version == v) {
+        all.add(it->begin_seconds, it->end_seconds);
+        break;
+      }
+    const Status summed = comm::reduce_spans(all, group->comm(), waiter(), about(v) + ": summing the workers' stalls");
+    if (!summed) return give_up(summed, "");
+    for (auto it = history.rbegin(); it != history.rend(); ++it)
+      if (it->version == v) {
+        it->ewtt_seconds = all.extent();
+        it->agst_seconds = all.total_seconds / roles.world_size;
+        break;
+      }
     return Status::ok();
   }
 };
@@ -197,6 +231,7 @@ Status SenderAdapter::send_weights(std::uint64_t version, void* cuda_stream) {
                                                    "): versions must increase, the last one sent was " +
                                                    std::to_string(s.version));
   const double began = s.now();
+  s.open_stall.reset();
   // A peer that gave up since the last call (this trainer's group steps then end at once too).
   if (Status noticed = s.service(true); !noticed) return s.fail(noticed);
   Status status = s.finish_in_flight();
@@ -207,6 +242,7 @@ Status SenderAdapter::send_weights(std::uint64_t version, void* cuda_stream) {
   if (!status) return s.fail(status);
   s.version = version;
   s.in_flight = true;
+  s.open_stall = StallInterval{version, began, began};
   if (s.options.sender_staging) {
     // The staged copy is what the transfer reads: the trainer may change its parameters from here on.
     status = s.connection->staging.copy_from(s.params, cuda_stream);
@@ -227,7 +263,7 @@ Status SenderAdapter::send_weights(std::uint64_t version, void* cuda_stream) {
       status = s.finish_in_flight();  // synchronous: wait for the installs
     }
   }
-  s.stalls.push_back({version, began, s.now()});
+  s.close_stall(version);
   return status;
 }
 

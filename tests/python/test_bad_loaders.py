@@ -11,6 +11,9 @@ fresh adapters:
   - a before_update_hook that raises at version 1 (receiver-staged): the rollouts' poll_requests and the
     trainers' shutdown (which collects version 1) raise weightbridge.Error naming the hook, the version
     and the exception (each rank also names its own step: the rank that raised, the others that it gave up).
+    Before that, each rollout's poll_requests returns the update once as Event.ABORTED (the hook ran for it)
+    with aborted_version 1, version 0, parameters_intact and a status carrying the same error, and its
+    parameters still hold version 0 bit for bit.
 Every message is also checked against the C++ convention: str(error) == "[rank r] <code words>: <message>".
 """
 
@@ -56,8 +59,9 @@ class RaisingTrainer(GPTModel):
         raise KeyError("decoder.layers.0.self_attention.linear_qkv.weight")
 
 
-def run_case(world, comm, trainer, model, tensors, hook=None, versions=0, receiver_staging=False):
-    """Constructs the adapters, connects, sends `versions` versions. Returns the weightbridge.Error raised."""
+def run_case(world, comm, trainer, model, tensors, hook=None, versions=0, receiver_staging=False, results=None):
+    """Constructs the adapters, connects, sends `versions` versions. Returns the weightbridge.Error raised;
+    a rollout's poll results other than NONE are appended to `results` when given."""
     params = dict(model.named_parameters())
     try:
         if trainer:
@@ -70,7 +74,12 @@ def run_case(world, comm, trainer, model, tensors, hook=None, versions=0, receiv
             receiver = wb.ReceiverAdapter(world, comm, params, model.load_weights, timeout_seconds=TIMEOUT_SECONDS,
                                           before_update_hook=hook, receiver_staging=receiver_staging)
             deadline = time.monotonic() + 3 * TIMEOUT_SECONDS
-            while receiver.poll_requests().event != wb.Event.SHUTDOWN and time.monotonic() < deadline:
+            while time.monotonic() < deadline:
+                result = receiver.poll_requests()
+                if results is not None and result.event != wb.Event.NONE:
+                    results.append(result)
+                if result.event == wb.Event.SHUTDOWN:
+                    break
                 time.sleep(0.002)
     except wb.Error as error:
         return error
@@ -153,10 +162,32 @@ def main():
             if rank == 3:
                 raise RuntimeError(f"cannot pause the scheduler for version {version}")
 
-        error = run_case(world, comm, trainer, models(), tensors, hook=hook, versions=1, receiver_staging=True)
-        expect_error(checks, "raising hook", error,
-                     r"engine 0 worker 1 \(world rank 3\): before_update_hook\(1\) threw: RuntimeError: cannot pause "
-                     r"the scheduler for version 1", gathered(error), same=False)
+        model = models()
+        before = {n: p.detach().clone() for n, p in model.named_parameters()}
+        results = []
+        error = run_case(world, comm, trainer, model, tensors, hook=hook, versions=1, receiver_staging=True,
+                         results=results)
+        cause = (r"engine 0 worker 1 \(world rank 3\): before_update_hook\(1\) threw: RuntimeError: cannot pause "
+                 r"the scheduler for version 1")
+        expect_error(checks, "raising hook", error, cause, gathered(error), same=False)
+        if not trainer:
+            aborted = [r for r in results if r.event == wb.Event.ABORTED]
+            events = [r.event.name for r in results]
+            if checks.check(len(aborted) == 1 and results[-1] is aborted[0],
+                            f"raising hook: poll results {events}, not one ABORTED last"):
+                a = aborted[0]
+                checks.check(a.aborted_version == 1 and a.version == 0 and a.parameters_intact,
+                             f"raising hook: {a!r}")
+                checks.check(not a.status and not a.status.ok and a.status.code != wb.ErrorCode.OK
+                             and re.search(cause, a.status.message, re.S) is not None,
+                             f"raising hook: status {a.status!r} does not name the cause")
+                checks.check(isinstance(error, wb.Error) and error.message == a.status.message
+                             and error.code == a.status.code,
+                             f"raising hook: the error raised next ({error!r}) is not the ABORTED status ({a.status!r})")
+                checks.check(str(a.status) == f"[rank {rank}] {wb.error_code_name(a.status.code)}: {a.status.message}",
+                             f"raising hook: str(status) is {str(a.status)!r}")
+            difference = hf_checkpoint.first_difference(dict(model.named_parameters()), before)
+            checks.check(difference is None, f"raising hook: the parameters reported intact changed: {difference}")
         if rank == 3 and isinstance(error, wb.Error):
             checks.check(isinstance(error.__cause__, RuntimeError), f"raising hook: cause {error.__cause__!r}")
     except Exception:

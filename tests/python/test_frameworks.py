@@ -13,7 +13,9 @@ changes from one version to the next. What is asserted:
   - the trainer changes its parameters as soon as send_weights returns, without affecting the version in
     flight;
   - the plan needs every checkpoint byte (two engines each need the whole model), and each rollout took
-    part in K updates.
+    part in K updates;
+  - every trainer's stats().history gives each version's EWTT and AGST (carried by the acknowledgements),
+    equal to what every worker's gathered stall intervals give (wb-replay's definitions).
 Rank 0 prints one JSON line per mode ("python-frameworks {...}") with the connect time and per-version
 EWTT/AGST (the same definitions as wb-replay), for comparison with wb-replay on the same layout
 (compare_with_replay.py; wb-replay --model qwen3_moe_tiny.json --scale full plans the very same transfer).
@@ -159,9 +161,16 @@ def run_rollout(world, comm, model, reference, checkpoints, mode, mode_index, ve
     return receiver, installed()
 
 
-def report(world, adapter, mode, timing):
-    """Rank 0 prints the mode's timing as one JSON line: EWTT and AGST per version as wb-replay defines them."""
-    stalls = world.gather([(s.version, s.begin_seconds, s.end_seconds) for s in adapter.stats().stalls], root=0)
+def report(world, adapter, mode, timing, trainer, checks):
+    """Rank 0 prints the mode's timing as one JSON line: EWTT and AGST per version as wb-replay defines them,
+    from every worker's gathered stall intervals; every trainer's library figures must be the same."""
+    stats = adapter.stats()
+    stalls = world.gather([(s.version, s.begin_seconds, s.end_seconds) for s in stats.stalls], root=0)
+    figures = world.gather({u.version: (u.ewtt_seconds, u.agst_seconds) for u in stats.history} if trainer else None,
+                           root=0)
+    if not trainer:
+        checks.check(all(u.ewtt_seconds is None and u.agst_seconds is None for u in stats.history),
+                     f"{mode}: a rollout's history has EWTT/AGST: {stats.history}")
     if world.Get_rank() != 0:
         return
     summary = adapter.summary()
@@ -172,6 +181,18 @@ def report(world, adapter, mode, timing):
         spans = [(b, e) for worker in stalls for v, b, e in worker if v == version]
         ewtt.append(max(e for _, e in spans) - min(b for b, _ in spans))
         agst.append(sum(e - b for b, e in spans) / workers)
+        for rank, mine in enumerate(figures):
+            if mine is None:
+                continue
+            library = mine.get(version)
+            # The same intervals summed in another order: equal but for rounding.
+            checks.check(library is not None and None not in library
+                         and abs(library[0] - ewtt[-1]) <= 1e-9 and abs(library[1] - agst[-1]) <= 1e-9,
+                         f"{mode} version {version}: trainer (world rank {rank}) stats() give (EWTT, AGST) "
+                         f"{library}, the gathered stalls ({ewtt[-1]}, {agst[-1]})")
+    checks.check(versions and all(f is None or sorted(f) == versions for f in figures),
+                 f"{mode}: the trainers' histories hold versions {[None if f is None else sorted(f) for f in figures]}, "
+                 f"the stalls {versions}")
     line = {"mode": mode, "connect_s": summary.connect_seconds, "connect_wall_s": timing["connect_wall_s"],
             "ewtt_s": ewtt, "agst_s": agst, "send_call_s": timing["send_call_s"],
             "trainer0_stall_s": [e - b for v, b, e in stalls[0]], "model_bytes": summary.model_bytes,
@@ -212,7 +233,7 @@ def main():
                 adapter, installed_seed = run_rollout(world, comm, model, reference, checkpoints, mode, mode_index,
                                                       args.versions, installed_seed, checks,
                                                       hook_check=args.hook_check == "full")
-            report(world, adapter, mode, timing)
+            report(world, adapter, mode, timing, trainer, checks)
             del adapter
         except Exception:
             checks.exception(mode)
