@@ -203,6 +203,8 @@ class SenderAdapter {
   Status wait();
 
   /// Waits for the version in flight, then tells every engine to close. Collective over the trainers.
+  /// Before connect (or when the adapter is destroyed unconnected) the engines are told too: their
+  /// poll_requests fails with "the trainers shut down before connect" instead of waiting for a connect.
   Status shutdown();
 
   bool connected() const;

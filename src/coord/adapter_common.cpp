@@ -6,6 +6,7 @@
 #include "comm/collectives.hpp"
 #include "coord/clock_offset.hpp"
 #include "coord/element_accounting.hpp"
+#include "coord/group_check.hpp"
 #include "core/checks.hpp"
 #include "core/cuda_device.hpp"
 #include "core/device.hpp"
@@ -55,8 +56,16 @@ AdapterBase::AdapterBase(MPI_Comm world_comm, MPI_Comm group_comm_in, bool train
   const bool stages = trainer ? options.sender_staging : options.receiver_staging;
   int level = MPI_THREAD_SINGLE;
   WB_CHECK_MPI(MPI_Query_thread(&level));
-  world = comm::duplicate(world_comm);
-  group_comm = comm::duplicate(group_comm_in);
+  // Under the deadline, and the groups compared before their duplication: a rank that passed another
+  // communicator (MPI_COMM_SELF as engine_comm, the world as trainer_comm) is named instead of waited for.
+  const comm::Waiter setup{options.timeout_seconds, {}};
+  world = comm::duplicate(world_comm, setup,
+                          "constructing the adapter: duplicating the world communicator (some rank did not "
+                          "construct its adapter, or passed another world communicator)");
+  check_groups(world, group_comm_in, trainer, setup);
+  group_comm = comm::duplicate(group_comm_in, setup,
+                               std::string("constructing the adapter: duplicating the ") +
+                                   (trainer ? "trainer_comm" : "engine_comm"));
   roles = exchange_roles(world, group_comm, trainer, options.timeout_seconds);
   faults = std::make_unique<FaultChannel>(world, roles);
   group = std::make_unique<comm::Group>(group_comm, trainer ? "the trainers" : "engine " + std::to_string(roles.engine),

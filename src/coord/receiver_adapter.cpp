@@ -253,6 +253,10 @@ struct ReceiverAdapter::State : AdapterBase {
         return {PollResult::Event::kReceiving, version, Status::ok()};
       }
       case RequestKind::kShutdown:
+        if (!connection)
+          return failed(Status(ErrorCode::kInvalidArgument,
+                               who() + ": the trainers shut down before connect (SenderAdapter::shutdown or its "
+                                       "destruction without connect): this engine never received weights"));
         shut_down = true;
         return {PollResult::Event::kShutdown, version, Status::ok()};
       case RequestKind::kAbort: {

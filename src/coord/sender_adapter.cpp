@@ -192,7 +192,11 @@ SenderAdapter::SenderAdapter(MPI_Comm world, MPI_Comm trainer_comm, ParameterSet
                                      std::move(load_weights), options)) {}
 
 SenderAdapter::~SenderAdapter() {
-  if (!state_ || !state_->connection || state_->shut_down) return;
+  if (!state_ || state_->shut_down) return;
+  if (!state_->connection) {
+    (void)shutdown();  // not collective: the engines learn that no connect is coming instead of polling for ever
+    return;
+  }
   if (std::uncaught_exceptions() > 0) {
     // Collective calls are out of the question while unwinding: the peers are told instead.
     state_->announce_departure("its SenderAdapter was destroyed by an exception after version " +
@@ -276,11 +280,13 @@ Status SenderAdapter::wait() {
 
 Status SenderAdapter::shutdown() {
   State& s = *state_;
-  if (!s.connection || s.shut_down) return s.failure;
+  if (s.shut_down) return s.failure;
   Status status = s.failure;
-  if (status) status = s.service(true);
-  if (status) status = s.finish_in_flight();
-  else status = s.fail(status);
+  if (s.connection) {
+    if (status) status = s.service(true);
+    if (status) status = s.finish_in_flight();
+    else status = s.fail(status);
+  }
   // Sent after a failure too, so that the engines stop polling; the connection itself stays until the
   // adapter is destroyed (its statistics remain readable).
   const Status sent = s.send_request(status ? RequestKind::kShutdown : RequestKind::kAbort, s.version);
