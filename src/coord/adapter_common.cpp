@@ -11,6 +11,7 @@
 #include "core/cuda_device.hpp"
 #include "core/device.hpp"
 #include "core/log.hpp"
+#include "core/settings.hpp"
 
 namespace wb::coord {
 namespace {
@@ -67,6 +68,7 @@ AdapterBase::AdapterBase(MPI_Comm world_comm, MPI_Comm group_comm_in, bool train
                                std::string("constructing the adapter: duplicating the ") +
                                    (trainer ? "trainer_comm" : "engine_comm"));
   roles = exchange_roles(world, group_comm, trainer, options.timeout_seconds);
+  if (roles.world_rank == 0) warn_unknown_environment();  // a typo'd WB_* variable would be ignored silently
   faults = std::make_unique<FaultChannel>(world, roles);
   group = std::make_unique<comm::Group>(group_comm, trainer ? "the trainers" : "engine " + std::to_string(roles.engine),
                                         faults.get(), roles.group(), roles.world_rank);

@@ -9,7 +9,9 @@ fresh adapters:
     groups are named (before, rank 2 waited in MPI_Comm_dup for ever);
   - the trainers pass the world communicator as trainer_comm: the rollout rank it holds is named;
   - the trainers call shutdown() without connect(): the rollouts' poll_requests fails, naming the cause
-    (before, they polled NONE for ever); the same when the trainers' adapters are just destroyed.
+    (before, they polled NONE for ever); the same when the trainers' adapters are just destroyed;
+  - a 0-element tensor [4, 0] (strides [1, 1]) in the checkpoint and on both sides: accepted, nothing to send (before: "not
+    contiguous (strides [1, 1])"); connect and two versions succeed, every other rollout parameter bit for bit.
 """
 
 import gc
@@ -29,6 +31,30 @@ from rollout_model import Qwen3MoeForCausalLM  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TIMEOUT_SECONDS = 5
+EMPTY = "empty"  # a name the rollout loader takes as is (params[name])
+
+
+class EmptyTrainer(GPTModel):
+    """Holds a 0-element parameter besides the model's (a bias of size 0, an expert slice of no rows)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.empty = torch.nn.Parameter(torch.empty(4, 0, dtype=torch.bfloat16), requires_grad=False)
+
+    def load_weights(self, weights):
+        def others():
+            for name, tensor in weights:
+                if name == EMPTY:
+                    self.empty.data.copy_(tensor)
+                else:
+                    yield name, tensor
+        return super().load_weights(others())
+
+
+class EmptyRollout(Qwen3MoeForCausalLM):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.register_parameter(EMPTY, torch.nn.Parameter(torch.empty(4, 0, dtype=torch.bfloat16), requires_grad=False))
 
 
 def main():
@@ -109,6 +135,43 @@ def main():
                          r"^engine 0 worker [01] \(world rank [23]\): the trainers shut down before connect", ranks=(2, 3),
                          same=False)
             world.Barrier()
+
+        # A 0-element tensor: accepted, nothing to send.
+        with_empty = tensors + [(EMPTY, torch.bfloat16, (4, 0))]
+        if trainer:
+            empty_model = EmptyTrainer(config, comm.Get_rank(), tp=2, dp=1, ep=2)
+        else:
+            empty_model = EmptyRollout(config, comm.Get_rank(), 2)
+        empty_params = dict(empty_model.named_parameters())
+        checks.check(EMPTY in empty_params and empty_params[EMPTY].numel() == 0, f"no 0-element {EMPTY}: {list(empty_params)[:3]}")
+        version_2 = hf_checkpoint.make_checkpoint(with_empty, 2)
+
+        def connect_and_send():
+            if trainer:
+                GPTModel.load_weights(empty_model, (kv for kv in version_2.items() if kv[0] != EMPTY))
+                sender = wb.SenderAdapter(world, comm, empty_params, with_empty, empty_model.load_weights,
+                                          timeout_seconds=TIMEOUT_SECONDS)
+                sender.connect()
+                sender.send_weights(1)
+                sender.shutdown()
+                return
+            receiver = wb.ReceiverAdapter(world, comm, empty_params, empty_model.load_weights,
+                                          timeout_seconds=TIMEOUT_SECONDS)
+            deadline = time.monotonic() + 4 * TIMEOUT_SECONDS
+            while (event := receiver.poll_requests().event) != wb.Event.SHUTDOWN and time.monotonic() < deadline:
+                time.sleep(0.002)
+            if event != wb.Event.SHUTDOWN:
+                raise AssertionError("no SHUTDOWN")
+        error, seconds = attempt(connect_and_send)
+        checks.check(error is None, f"a 0-element tensor: {error!r}")
+        if not trainer and error is None:
+            expected = Qwen3MoeForCausalLM(config, comm.Get_rank(), 2)
+            Qwen3MoeForCausalLM.load_weights(expected, (kv for kv in version_2.items() if kv[0] != EMPTY))
+            mine = dict(empty_model.named_parameters())
+            for name, want in expected.named_parameters():
+                bits = (lambda t: t.view(torch.int16)) if want.dtype == torch.bfloat16 else (lambda t: t)
+                checks.check(torch.equal(bits(mine[name]), bits(want)),
+                             f"a 0-element tensor: {name} is not version 2")
     except Exception:
         checks.exception("misuse")
     checks.finish()
