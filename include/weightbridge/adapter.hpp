@@ -11,7 +11,9 @@
 //   }
 //   sender.shutdown();
 //
-// Both constructors are collective over `world` (every trainer and rollout rank). Trainer rank 0 sends
+// Both constructors are collective over `world` (every trainer and rollout rank). A world of trainers only
+// is a trainer job with no engine yet: connect probes the trainers' load_weights, and send_weights returns
+// at once, sending nothing. Trainer rank 0 sends
 // each request (connect, update, shutdown) to rank 0 of every engine, which relays it inside its engine at
 // its next poll_requests, so that every rank of an engine acts at the same step. MPI carries the control
 // messages only; the weight bytes travel over the transports (ibverbs, cma, cuda_ipc).

@@ -38,7 +38,7 @@ struct ResolvedOptions {
 ResolvedOptions resolve_options(const AdapterOptions& options);
 
 struct Connection {
-  std::unique_ptr<RoundExecutor> executor;
+  std::unique_ptr<RoundExecutor> executor;  // null for a trainer job with no engine (nothing to send)
   Staging staging;              // empty when this side does not stage
   TransferSummary summary;
   bool rollouts_stage = false;  // the engines use receiver staging (they all agree)

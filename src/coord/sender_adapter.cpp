@@ -230,6 +230,12 @@ Status SenderAdapter::send_weights(std::uint64_t version, void* cuda_stream) {
     return Status(ErrorCode::kInvalidArgument, "send_weights(" + std::to_string(version) +
                                                    "): versions must increase, the last one sent was " +
                                                    std::to_string(s.version));
+  if (s.roles.engine_leaders.empty()) {
+    // Nobody to send to: the version is the trainers' latest at once, and nothing was written.
+    s.version = version;
+    s.history.push_back({version, 0, true, 0.0, 0.0});
+    return Status::ok();
+  }
   const double began = s.now();
   s.open_stall.reset();
   // A peer that gave up since the last call (this trainer's group steps then end at once too).
