@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <csignal>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -20,7 +21,7 @@
 namespace wb::comm {
 namespace {
 
-constexpr int kSecretTag = 31001, kVerdictTag = 31002;
+constexpr int kSecretTag = 31001, kVerdictTag = 31002, kWidenTag = 31003;
 constexpr std::size_t kSecretChars = 64;
 constexpr const char* kHeader = "weightbridge-join-address 1";
 
@@ -181,18 +182,28 @@ JoinPort::JoinPort(std::string path, double timeout) : path_(std::move(path)), s
   thread_ = std::thread([shared] { shared->accept_loop(); });
 }
 
-JoinPort::~JoinPort() {
+void JoinPort::stop_accepting() {
   unlink(path_.c_str());  // no new joiner finds the port from here on
   shared_->stopping.store(true);
-  // A joiner being admitted is finished with first (its secret and verdict have deadlines): its MPI calls
-  // must not outlive MPI_Finalize.
+}
+
+bool JoinPort::stopped() const { return shared_->finished.load(); }
+
+const std::string& JoinPort::port_name() const { return shared_->address.port; }
+
+JoinPort::~JoinPort() {
+  stop_accepting();
+  // A joiner being admitted is finished with first (its secret and verdict have deadlines), and a knock
+  // ends the accept: no MPI call of this thread may outlive MPI_Finalize (a thread left in MPI_Comm_accept
+  // hung the process's MPI_Finalize in libevent, measured).
   Backoff backoff;
-  for (const double start = local_seconds(); shared_->admitting.load() && local_seconds() - start < 2 * shared_->timeout;)
+  for (const double start = local_seconds();
+       (shared_->admitting.load() || !shared_->finished.load()) && local_seconds() - start < 2 * shared_->timeout;)
     backoff.pause();
   // Nothing wakes MPI_Comm_accept from inside its own process in Open MPI 4.1 (a connection to one's own
-  // port never completes; measured): a thread still waiting there is left to the end of the process, with
-  // what it reads. A joiner accepted after this point is abandoned unheard (the loop checks `stopping`).
+  // port never completes; measured): a thread still waiting there is left to the end of the process.
   if (!shared_->finished.load()) {
+    WB_LOG(kWarn) << "join port " << path_ << ": the accept thread still waits in MPI_Comm_accept (nobody knocked)";
     thread_.detach();
     keep_alive(shared_);
     return;
@@ -241,6 +252,41 @@ MPI_Comm join_by_address(const std::string& path, double timeout) {
     throw Error(ErrorCode::kInvalidArgument, "joining by " + path + ": the trainers refused the secret (the address file "
                                                                     "is not the one this trainer job wrote)");
   return peer;
+}
+
+bool knock(const std::string& port, double timeout) {
+  auto call = std::make_shared<BlockingCall>();
+  std::thread knocker([call, port] {
+    call->rc = MPI_Comm_connect(port.c_str(), MPI_INFO_NULL, 0, MPI_COMM_SELF, &call->result);
+    call->done.store(true);
+  });
+  // The connection is let go (no disconnect: the accept side abandons its end too).
+  return wait_bounded(call, knocker, timeout) && call->rc == MPI_SUCCESS;
+}
+
+MPI_Comm widen_join(MPI_Comm local, MPI_Comm leaders, bool high, double timeout, const std::string& what) {
+  // Open MPI's TCP links to another job outlive it: a write to one after that job ended raises SIGPIPE,
+  // which killed processes at MPI_Finalize after every check passed (measured). A process connected to
+  // another job ignores it, unless the application installed a handler of its own.
+  struct sigaction current {};
+  if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) std::signal(SIGPIPE, SIG_IGN);
+  auto call = std::make_shared<BlockingCall>();
+  std::thread widener([call, local, leaders, high] {
+    // Open MPI refuses an intercommunicator as the bridge: the two leaders merge theirs first (trainers'
+    // leader rank 0 of the two, the joiner's rank 1).
+    MPI_Comm bridge = MPI_COMM_NULL, inter = MPI_COMM_NULL;
+    if (leaders != MPI_COMM_NULL) call->rc = MPI_Intercomm_merge(leaders, high ? 1 : 0, &bridge);
+    if (call->rc == MPI_SUCCESS) call->rc = MPI_Intercomm_create(local, 0, bridge, high ? 0 : 1, kWidenTag, &inter);
+    if (call->rc == MPI_SUCCESS) call->rc = MPI_Intercomm_merge(inter, high ? 1 : 0, &call->result);
+    call->done.store(true);
+  });
+  if (!wait_bounded(call, widener, timeout))
+    throw Error(ErrorCode::kTimeout, what + ": widening the join to every rank of both jobs did not complete within " +
+                                         seconds_text(timeout));
+  if (call->rc != MPI_SUCCESS)
+    throw Error(ErrorCode::kMpi, what + ": widening the join failed: " + detail::mpi_error_string(call->rc));
+  WB_CHECK_MPI(MPI_Comm_set_errhandler(call->result, MPI_ERRORS_RETURN));
+  return call->result;
 }
 
 }  // namespace wb::comm

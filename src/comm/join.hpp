@@ -43,12 +43,19 @@ class JoinPort {
   /// Opens a port, writes the address file and starts accepting. `timeout`: how long an accepted peer may
   /// take to present its secret. Throws kUnsupported without MPI_THREAD_MULTIPLE.
   JoinPort(std::string path, double timeout);
-  /// Removes the address file and stops taking joins. The accept thread, when still waiting in
-  /// MPI_Comm_accept (nothing wakes it in Open MPI 4.1), is left to the end of the process.
+  /// Removes the address file and stops taking joins; waits (up to the timeout) for the accept thread to end,
+  /// which a knock() after stop_accepting() brings about. One still waiting then is left to the end of the
+  /// process (and MPI_Finalize may then hang: measured).
   ~JoinPort();
   JoinPort(const JoinPort&) = delete;
   JoinPort& operator=(const JoinPort&) = delete;
 
+  /// Takes no joiner from now on. The accept thread still waits in MPI_Comm_accept until some process
+  /// connects (knock(): nothing wakes it from inside its own process in Open MPI 4.1, measured).
+  void stop_accepting();
+  /// True once the accept thread has ended.
+  bool stopped() const;
+  const std::string& port_name() const;
   /// The intercommunicator to a joiner's leader that presented the secret, when one is waiting; never
   /// blocks. The caller owns it.
   std::optional<MPI_Comm> take();
@@ -67,5 +74,17 @@ class JoinPort {
 /// Returns the intercommunicator to the trainers' leader. Throws wb::Error: kTimeout when the connection
 /// or the answer does not come within `timeout`, kInvalidArgument when the trainers refused the secret.
 MPI_Comm join_by_address(const std::string& path, double timeout);
+
+/// Another process of the trainer job ends a port's accept thread after stop_accepting(): it connects to
+/// `port` (bounded by `timeout`) and lets the connection go. False when that did not complete in time.
+bool knock(const std::string& port, double timeout);
+
+/// Both jobs, collective over each side's `local` communicator: widens the leaders' intercommunicator
+/// (`leaders`, significant on local rank 0 only) to every rank of both jobs and merges it into one
+/// intracommunicator, this side's ranks after the other side's when `high`. MPI_Intercomm_create and
+/// MPI_Intercomm_merge have no deadline either: they run on a thread, bounded by `timeout` (kTimeout).
+/// Sets SIGPIPE to be ignored when it has its default action (a link to a job that ended must not kill
+/// this process).
+MPI_Comm widen_join(MPI_Comm local, MPI_Comm leaders, bool high, double timeout, const std::string& what);
 
 }  // namespace wb::comm

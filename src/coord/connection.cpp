@@ -34,6 +34,10 @@ Setting<std::int64_t> node_setting("node", -1,
                                    "of one machine count as different nodes).",
                                    -1, INT_MAX);
 
+Setting<std::string> join_address_setting("join_address", "",
+                                          "Engines as jobs of their own: the address file the trainers publish their "
+                                          "port in, and that a joining engine reads; empty: no joins.");
+
 // One connect: its input, and how its collectives wait and speak (the adapters' deadline and fault
 // channel; "connect: " before every message; ranks named by their role).
 struct Connect {
@@ -338,6 +342,7 @@ ResolvedOptions resolve_options(const AdapterOptions& options) {
     throw Error(ErrorCode::kInvalidArgument,
                 "node " + std::to_string(resolved.node) + " is not in [-1, " + std::to_string(INT_MAX) + "] (-1: this machine)");
   resolved.not_loaded = options.not_loaded;
+  resolved.join_address = options.join_address.value_or(*join_address_setting);
   if (resolved.buffer_bytes < 4096)
     throw Error(ErrorCode::kInvalidArgument, "buffer_bytes " + std::to_string(resolved.buffer_bytes) + " is below 4 KiB");
   if (resolved.pipeline_depth < 1 || resolved.pipeline_depth > 64)

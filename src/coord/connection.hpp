@@ -33,6 +33,7 @@ struct ResolvedOptions {
   int node = -1;
   std::string transport;  // empty: WB_TRANSPORT
   std::vector<std::string> not_loaded;
+  std::string join_address;  // empty: no joins by address
 };
 /// Throws on values out of range.
 ResolvedOptions resolve_options(const AdapterOptions& options);

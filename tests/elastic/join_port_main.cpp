@@ -1,7 +1,8 @@
 // The join-by-address operations of the control plane (comm/join.hpp) between jobs started by separate
 // mpiruns (run_join_port.sh starts them, with one ompi-server):
-//   join_port trainer ADDRESS_FILE JOINS REFUSALS   opens the port; exits 0 once JOINS peers were admitted
-//                                                    (each is sent one value, 42) and REFUSALS refused
+//   join_port trainer ADDRESS_FILE JOINS REFUSALS   2 ranks: rank 0 opens the port; exits 0 once JOINS
+//                                                    peers were admitted (each is sent one value, 42),
+//                                                    REFUSALS refused, and rank 1's knock ended the accept
 //   join_port joiner ADDRESS_FILE ok|refused         every rank of this job ends with the outcome its
 //                                                    leader met; exits 0 when it is the one expected
 #include <mpi.h>
@@ -21,10 +22,29 @@ namespace {
 
 constexpr double kTimeout = 20;
 
+// Trainer rank 1 ends rank 0's accept thread at the end (a knock): nothing wakes it from its own process.
+int run_knocker() {
+  char name[MPI_MAX_PORT_NAME] = {};
+  MPI_Bcast(name, sizeof name, MPI_CHAR, 0, MPI_COMM_WORLD);
+  int go = 0;
+  MPI_Bcast(&go, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (!wb::comm::knock(name, kTimeout)) {
+    std::fprintf(stderr, "trainer 1: the knock did not complete\n");
+    return 1;
+  }
+  return 0;
+}
+
 int run_trainer(const std::string& path, int joins, int refusals) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank == 1) return run_knocker();
   int admitted = 0;
   {
     wb::comm::JoinPort port(path, kTimeout);
+    char name[MPI_MAX_PORT_NAME] = {};
+    std::snprintf(name, sizeof name, "%s", port.port_name().c_str());
+    MPI_Bcast(name, sizeof name, MPI_CHAR, 0, MPI_COMM_WORLD);
     struct stat st {};
     if (stat(path.c_str(), &st) != 0 || (st.st_mode & 0777) != 0600) {
       std::fprintf(stderr, "trainer: the address file %s is not mode 0600 (%o)\n", path.c_str(), st.st_mode & 0777);
@@ -43,6 +63,15 @@ int run_trainer(const std::string& path, int joins, int refusals) {
         ++admitted;
       }
     }
+    port.stop_accepting();
+    int go = 1;
+    MPI_Bcast(&go, 1, MPI_INT, 0, MPI_COMM_WORLD);  // trainer 1 knocks now
+    wb::comm::Backoff wait_stop;
+    for (const double start = wb::comm::local_seconds(); !port.stopped(); wait_stop.pause())
+      if (wb::comm::local_seconds() - start > kTimeout) {
+        std::fprintf(stderr, "trainer: the accept thread did not end after the knock\n");
+        return 1;
+      }
     if (port.refused() != refusals) {
       std::fprintf(stderr, "trainer: %lld refusals, %d expected\n", static_cast<long long>(port.refused()), refusals);
       return 1;
@@ -53,7 +82,7 @@ int run_trainer(const std::string& path, int joins, int refusals) {
     std::fprintf(stderr, "trainer: the address file %s is still there after the port closed\n", path.c_str());
     return 1;
   }
-  std::printf("trainer: %d joins admitted, %d refused, port closed\n", admitted, refusals);
+  std::printf("trainer: %d joins admitted, %d refused, port closed, accept thread ended\n", admitted, refusals);
   return 0;
 }
 

@@ -20,7 +20,7 @@ server=$!
 for _ in $(seq 100); do [[ -s $dir/uri ]] && break; sleep 0.1; done
 [[ -s $dir/uri ]] || { echo "ompi-server wrote no URI"; exit 1; }
 run() { timeout 90 "$mpiexec" --oversubscribe --ompi-server "file:$dir/uri" "$@"; }
-run -np 1 "$program" trainer "$dir/address" 1 1 &
+run -np 2 "$program" trainer "$dir/address" 1 1 &
 trainer=$!
 for _ in $(seq 200); do [[ -s $dir/address ]] && break; sleep 0.1; done
 [[ -s $dir/address ]] || { echo "the trainer job wrote no address file"; exit 1; }
