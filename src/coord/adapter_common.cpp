@@ -154,7 +154,7 @@ void AdapterBase::announce_departure(const std::string& why) {
 
 void AdapterBase::connected(Connection established) {
   connection.emplace(std::move(established));
-  faults->add_neighbours(connection->executor->schedule().peers);
+  if (connection->executor) faults->add_neighbours(connection->executor->schedule().peers);
   refresh_stats();
 }
 
@@ -172,7 +172,7 @@ const char* span_kind_name(ExecutorSpan::Kind kind) {
 }  // namespace
 
 void AdapterBase::refresh_stats() {
-  if (!connection || thread.active()) return;
+  if (!connection || !connection->executor || thread.active()) return;
   // Spans since the last refresh belong to the transfer that just ended (history's last entry).
   const std::uint64_t v = history.empty() ? version : history.back().version;
   for (const ExecutorSpan& e : connection->executor->take_trace())
