@@ -379,6 +379,7 @@ std::vector<ParameterAccount> verify_against_load(const SourceMap& map, const Pr
                                                   const ParameterSet& params) {
   constexpr std::int64_t kChunk = 1 << 20;
   std::vector<std::byte> expected;
+  std::vector<std::byte> marks;  // kMarker bytes, grown once: a fresh buffer per chunk costs page faults
   for (const SliceCopy& copy : map.copies) {
     const Parameter& param = params[copy.parameter];
     const TensorInfo& tensor = probe.tensors()[copy.tensor];
@@ -426,7 +427,7 @@ std::vector<ParameterAccount> verify_against_load(const SourceMap& map, const Pr
       }
       // Copied elements back to the marker: the final scan then finds anything load_weights wrote that no
       // copy explains.
-      std::vector<std::byte> marks(expected.size(), std::byte{kMarker});
+      if (marks.size() < expected.size()) marks.assign(expected.size(), std::byte{kMarker});
       copy_tensor(target, TensorView::contiguous(marks.data(), tensor.dtype, part.extent));
     }
   }
@@ -457,14 +458,16 @@ SourceMap probe_host(const std::vector<TensorInfo>& checkpoint_tensors, const Pa
   ProbePlan plan(checkpoint_tensors);
   ProbeCheckpoint probe(checkpoint_tensors, plan);
   SavedParameters saved(params);
-  double decode_seconds = 0;
+  double decode_seconds = 0, load_seconds = 0;
 
   // passes[p][i]: the nonzeros of pass p in parameter i.
   std::vector<std::vector<SparseField>> passes(static_cast<std::size_t>(plan.num_passes()));
   std::size_t sparse_bytes = 0;
   for (int p = 0; p < plan.num_passes(); ++p) {
     probe.set_pass(p);
+    const auto load_start = std::chrono::steady_clock::now();
     run(probe, Fill::kZero);
+    load_seconds += seconds_since(load_start);
     const auto decode_start = std::chrono::steady_clock::now();
     auto& fields = passes[static_cast<std::size_t>(p)];
     fields.reserve(params.size());
@@ -494,12 +497,18 @@ SourceMap probe_host(const std::vector<TensorInfo>& checkpoint_tensors, const Pa
   decode_seconds += seconds_since(decode_start);
 
   probe.set_verification(options.verification_seed);
+  const auto load_start = std::chrono::steady_clock::now();
   run(probe, Fill::kMarker);
+  load_seconds += seconds_since(load_start);
+  const auto verify_start = std::chrono::steady_clock::now();
   std::vector<ParameterAccount> accounts = verify_against_load(map, probe, params);
+  const double verify_seconds = seconds_since(verify_start);
 
   if (report != nullptr) {
     report->passes = plan.num_passes() + 1;
     report->decode_seconds = decode_seconds;
+    report->load_seconds = load_seconds;
+    report->verify_seconds = verify_seconds;
     report->parameter_bytes = params.total_bytes();
     report->scratch_bytes = saved.bytes();
     report->sparse_bytes = sparse_bytes;
