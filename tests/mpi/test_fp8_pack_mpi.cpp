@@ -8,9 +8,12 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <chrono>
 #include <random>
+#include <thread>
 
 #include "comm/collectives.hpp"
+#include "weightbridge/adapter.hpp"
 #include "comm/max_reduce.hpp"
 #include "exec/quantized_pack.hpp"
 #include "layout/fp8_form.hpp"
@@ -27,12 +30,12 @@ constexpr std::int64_t kFlatRows = 300, kFlatCols = 200, kTpRows = 256, kTpCols 
 std::uint16_t bf16_bits(float x) { return static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(x) >> 16); }
 
 // Values of every magnitude, a zero block, and one NaN in a block the flat shards split.
-testing::MemoryCheckpoint make_checkpoint(std::vector<TensorInfo>& tensors) {
+testing::MemoryCheckpoint make_checkpoint(std::vector<TensorInfo>& tensors, unsigned version = 0) {
   tensors = {{"a.weight", DType::kBF16, {kFlatRows, kFlatCols}},
              {"b.weight", DType::kBF16, {kTpRows, kTpCols}},
              {"norm.weight", DType::kBF16, {kFlatRows}},
              {"lm_head.weight", DType::kBF16, {64, kFlatCols}}};
-  std::mt19937 random(32);
+  std::mt19937 random(32 + version);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_int_distribution<int> exponent(-30, 12);
   testing::MemoryCheckpoint checkpoint;
@@ -90,9 +93,15 @@ Rank make_rank(int rank, const std::vector<TensorInfo>& tensors) {
 class Fp8PackMpi : public ::testing::TestWithParam<fp8::ScaleRule> {};
 
 TEST_P(Fp8PackMpi, EveryCodeAndScaleEqualsTheFormOfTheWholeCheckpoint) {
+  // The first 3 ranks of the world, as trainers.
+  int world_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm trainers = MPI_COMM_NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, world_rank < 3 ? 0 : MPI_UNDEFINED, world_rank, &trainers);
+  if (trainers == MPI_COMM_NULL) return;
   int rank = 0, size = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  MPI_Comm_rank(trainers, &rank);
+  MPI_Comm_size(trainers, &size);
   ASSERT_EQ(size, 3);
   std::vector<TensorInfo> tensors;
   testing::MemoryCheckpoint checkpoint = make_checkpoint(tensors);
@@ -115,7 +124,7 @@ TEST_P(Fp8PackMpi, EveryCodeAndScaleEqualsTheFormOfTheWholeCheckpoint) {
   // The partial blocks' union, once (what connect does); then every update's exchange.
   const comm::Waiter waiter = comm::Waiter::from_settings();
   const auto& partial = pack.partial_blocks();
-  const auto all = comm::allgather(std::as_bytes(std::span(partial)), MPI_COMM_WORLD, waiter, "partial blocks");
+  const auto all = comm::allgather(std::as_bytes(std::span(partial)), trainers, waiter, "partial blocks");
   std::vector<BlockKey> shared;
   for (const auto& bytes : all) {
     const auto* keys = reinterpret_cast<const BlockKey*>(bytes.data());
@@ -137,7 +146,7 @@ TEST_P(Fp8PackMpi, EveryCodeAndScaleEqualsTheFormOfTheWholeCheckpoint) {
     }
     const Status quantized = pack.quantize(bases, [&](std::span<std::uint32_t> bits) {
       ++exchanges;
-      return comm::reduce_max(bits, MPI_COMM_WORLD, waiter, "FP8 amax exchange");
+      return comm::reduce_max(bits, trainers, waiter, "FP8 amax exchange");
     });
     ASSERT_TRUE(quantized.ok()) << quantized.message();
     // The reference: the whole checkpoint of this version, quantized block by block.
@@ -179,7 +188,133 @@ TEST_P(Fp8PackMpi, EveryCodeAndScaleEqualsTheFormOfTheWholeCheckpoint) {
     EXPECT_GT(checked, 0);
   }
   EXPECT_EQ(exchanges, 2);
+  MPI_Comm_free(&trainers);
 }
+
+// An FP8 engine of 2 workers (world ranks 3, 4) behind the 3 trainers: its load_weights copies fp8 weights
+// and f32 scales, sharded in scale units (b.weight's columns at 128, its scales at 1) and transposed
+// (rank 4 holds a.weight and its scales transposed). It is probed against its own form; after every
+// version every engine parameter equals its own load_weights of the FP8 form of that version, bit for bit.
+SourceMap engine_map(int worker, const layout::Fp8Form& form) {
+  const auto index = [&](const std::string& name) {
+    for (std::uint32_t i = 0; i < form.tensors.size(); ++i)
+      if (form.tensors[i].name == name) return i;
+    throw Error(ErrorCode::kNotFound, name);
+  };
+  const auto whole = [](const Shape& shape) { return Box{Shape(shape.size(), 0), shape}; };
+  SourceMap map;
+  const Shape a = {kFlatRows, kFlatCols}, a_scales = {3, 2};
+  if (worker == 0) {
+    map.parameters = {{"a", DType::kF8E4M3, a}, {"a_scales", DType::kF32, a_scales}};
+    map.copies = {{index("a.weight"), 0, whole(a), 0, {kFlatCols, 1}},
+                  {index("a.weight_scale_inv"), 1, whole(a_scales), 0, {2, 1}}};
+  } else {
+    map.parameters = {{"a_t", DType::kF8E4M3, {kFlatCols, kFlatRows}}, {"a_scales_t", DType::kF32, {2, 3}}};
+    map.copies = {{index("a.weight"), 0, whole(a), 0, {1, kFlatRows}},
+                  {index("a.weight_scale_inv"), 1, whole(a_scales), 0, {1, 3}}};
+  }
+  const std::int64_t c0 = worker == 0 ? 0 : 128, cols = worker == 0 ? 128 : kTpCols - 128;
+  map.parameters.push_back({"b", DType::kF8E4M3, {kTpRows, cols}});
+  map.copies.push_back({index("b.weight"), 2, Box{{0, c0}, {kTpRows, cols}}, 0, {cols, 1}});
+  map.parameters.push_back({"b_scales", DType::kF32, {2, 1}});
+  map.copies.push_back({index("b.weight_scale_inv"), 3, Box{{0, worker}, {2, 1}}, 0, {1, 1}});
+  map.parameters.push_back({"norm", DType::kBF16, {kFlatRows}});
+  map.copies.push_back({index("norm.weight"), 4, whole({kFlatRows}), 0, {1}});
+  map.parameters.push_back({"lm_head", DType::kBF16, {64, kFlatCols}});
+  map.copies.push_back({index("lm_head.weight"), 5, whole({64, kFlatCols}), 0, {kFlatCols, 1}});
+  return map;
+}
+
+struct Buffers {
+  std::vector<std::vector<std::byte>> memory;
+  ParameterSet params;
+  explicit Buffers(const SourceMap& map) {
+    for (const TensorInfo& p : map.parameters) {
+      memory.emplace_back(p.nbytes(), std::byte{0});
+      params.add(p.name, TensorView::contiguous(memory.back().data(), p.dtype, p.shape));
+    }
+  }
+};
+
+class Fp8EngineMpi : public ::testing::TestWithParam<std::pair<bool, bool>> {};
+
+TEST_P(Fp8EngineMpi, EveryEngineParameterAndScaleEqualsItsLoaderOfTheFp8Form) {
+  int rank = 0, size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  ASSERT_EQ(size, 5) << "run with 5 ranks";
+  const bool trainer = rank < 3;
+  MPI_Comm group = MPI_COMM_NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, trainer ? 0 : 1, rank, &group);
+  std::vector<TensorInfo> tensors;
+  make_checkpoint(tensors);
+  AdapterOptions options;
+  options.sender_staging = GetParam().first;
+  options.receiver_staging = GetParam().second;
+  options.timeout_seconds = 30;
+  options.node = trainer ? 0 : 1;
+  options.buffer_bytes = 64 << 10;  // several rounds
+  Fp8Engine fp8;
+  fp8.scale_rule = "ue8m0";
+  fp8.modules_to_not_convert = {"lm_head"};
+  layout::QuantizationConfig config;
+  config.rule = fp8::ScaleRule::kUe8m0;
+  config.modules_to_not_convert = fp8.modules_to_not_convert;
+  const layout::Fp8Form form = layout::derive_fp8_form(tensors, config);
+  constexpr unsigned kVersions = 3;
+  if (trainer) {
+    const Rank layout = make_rank(rank, tensors);
+    Buffers buffers(layout.map);
+    const auto load = [&layout](const CheckpointReader& checkpoint, const ParameterSet& p) { apply_source_map(layout.map, checkpoint, p); };
+    SenderAdapter sender(MPI_COMM_WORLD, group, buffers.params, tensors, load, options);
+    sender.connect();
+    // The trainers send one copy of the FP8 form: M is the form's bytes, about half the checkpoint's.
+    EXPECT_EQ(sender.summary().model_bytes, static_cast<std::int64_t>(form.total_bytes()));
+    std::int64_t egress = 0;
+    for (std::int64_t bytes : sender.summary().node_egress_bytes) egress += bytes;
+    EXPECT_EQ(egress, static_cast<std::int64_t>(form.total_bytes()));
+    for (unsigned v = 1; v <= kVersions; ++v) {
+      std::vector<TensorInfo> ignored;
+      apply_source_map(layout.map, make_checkpoint(ignored, v), buffers.params);
+      const Status status = sender.send_weights(v);
+      ASSERT_TRUE(status.is_ok()) << status.to_string();
+      for (auto& m : buffers.memory) std::memset(m.data(), 0x5A, m.size());  // must not reach version v
+    }
+    ASSERT_TRUE(sender.shutdown().is_ok());
+  } else {
+    const SourceMap map = engine_map(rank - 3, form);
+    Buffers buffers(map);
+    options.fp8 = fp8;
+    const auto load = [&map](const CheckpointReader& checkpoint, const ParameterSet& p) { apply_source_map(map, checkpoint, p); };
+    ReceiverAdapter receiver(MPI_COMM_WORLD, group, buffers.params, load, options);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    std::uint64_t installed = 0;
+    for (;;) {
+      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "rank " << rank << " never saw the shutdown";
+      const PollResult result = receiver.poll_requests();
+      ASSERT_NE(result.event, PollResult::Event::kFailed) << result.status.to_string();
+      if (result.event == PollResult::Event::kShutdown) break;
+      if (result.event == PollResult::Event::kInstalled) {
+        installed = result.version;
+        std::vector<TensorInfo> ignored;
+        const testing::MemoryCheckpoint bf16 = make_checkpoint(ignored, static_cast<unsigned>(installed));
+        Buffers expected(map);
+        apply_source_map(map, *layout::open_fp8_form(bf16, form), expected.params);
+        for (std::size_t p = 0; p < map.parameters.size(); ++p)
+          ASSERT_EQ(buffers.memory[p], expected.memory[p])
+              << "engine worker " << rank - 3 << " version " << installed << ": parameter " << map.parameters[p].name
+              << " differs from its load_weights of the FP8 form";
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    EXPECT_EQ(installed, kVersions);
+  }
+  MPI_Comm_free(&group);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, Fp8EngineMpi,
+                         ::testing::Values(std::pair{false, false}, std::pair{true, false}, std::pair{false, true},
+                                           std::pair{true, true}));
 
 INSTANTIATE_TEST_SUITE_P(Rules, Fp8PackMpi,
                          ::testing::Values(fp8::ScaleRule::kPlain, fp8::ScaleRule::kPerBlockCast, fp8::ScaleRule::kUe8m0));
