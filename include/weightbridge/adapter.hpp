@@ -62,6 +62,18 @@ namespace wb {
 /// by copying, as frameworks' load_weights do. Called a few times at connect on a probe checkpoint.
 using LoadWeightsFn = std::function<void(const CheckpointReader& checkpoint, const ParameterSet& params)>;
 
+/// A rollout engine that loads the FP8 form of the checkpoint (config.json's quantization_config): each
+/// converted weight in float8_e4m3fn with a float32 `<name>_scale_inv` of one scale per block. The
+/// trainers quantize their BF16 parameters on the way, by the rule, and the engine's load_weights is probed
+/// against that form's tensor list. Every engine of a job gives the same (mixed fleets: a later step).
+struct Fp8Engine {
+  std::int64_t block_rows = 128, block_cols = 128;  // weight_block_size
+  /// "plain" (s = amax/448, q = x/s), "per-block-cast" (SGLang/DeepGEMM), "ue8m0" (power-of-two scales).
+  std::string scale_rule = "per-block-cast";
+  std::vector<std::string> modules_to_not_convert;  // a tensor whose name contains one stays unconverted
+  std::vector<std::string> ignored_layers;          // a tensor of one of these modules stays unconverted
+};
+
 /// Every field left unset takes the value of its setting (WB_<NAME> environment variable or --<name>
 /// flag, else the default in parentheses).
 struct AdapterOptions {
@@ -101,6 +113,8 @@ struct AdapterOptions {
   /// it is; its first update is the next version they send. Both jobs need MPI_THREAD_MULTIPLE and
   /// `mpirun --ompi-server file:URI` of one ompi-server (README, "Engines as jobs of their own").
   std::optional<std::string> join_address;
+  /// Rollouts: this engine loads the FP8 form (no setting). Trainers leave it unset.
+  std::optional<Fp8Engine> fp8;
 };
 
 /// A span during which a worker did not compute because of a transfer, on the job's common clock

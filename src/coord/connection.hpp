@@ -16,7 +16,9 @@
 #include "coord/fault_channel.hpp"
 #include "coord/roles.hpp"
 #include "coord/staging.hpp"
+#include "exec/quantized_pack.hpp"
 #include "exec/round_executor.hpp"
+#include "layout/fp8_form.hpp"
 #include "weightbridge/adapter.hpp"
 
 namespace wb::coord {
@@ -34,6 +36,7 @@ struct ResolvedOptions {
   std::string transport;  // empty: WB_TRANSPORT
   std::vector<std::string> not_loaded;
   std::string join_address;  // empty: no joins by address
+  std::optional<layout::QuantizationConfig> fp8;  // rollouts: the form this engine loads
 };
 /// Throws on values out of range.
 ResolvedOptions resolve_options(const AdapterOptions& options);
@@ -43,6 +46,8 @@ struct Connection {
   Staging staging;              // empty when this side does not stage
   TransferSummary summary;
   bool rollouts_stage = false;  // the engines use receiver staging (they all agree)
+  /// Trainers, when the engines load the FP8 form: the quantizing pack, run before every update's rounds.
+  std::unique_ptr<exec::QuantizedPack> quantized;
 };
 
 struct ConnectInput {

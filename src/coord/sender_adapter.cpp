@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "comm/backoff.hpp"
+#include "comm/max_reduce.hpp"
 #include "comm/span_summary.hpp"
 #include "coord/adapter_common.hpp"
 #include "coord/join_links.hpp"
@@ -307,6 +308,19 @@ Status SenderAdapter::State::send(std::uint64_t version, void* cuda_stream) {
   s.version = version;
   s.in_flight = true;
   s.open_stall = StallInterval{version, began, began};
+  if (exec::QuantizedPack* quantized = s.connection->quantized.get()) {
+    // FP8 engines: this trainer's elements quantized into the pack's own buffers, before any round and
+    // before send_weights returns (the trainer may change its parameters afterwards, in every mode).
+    std::vector<std::byte*> bases;
+    for (const Parameter& p : s.params) bases.push_back(static_cast<std::byte*>(p.view.data));
+    status = quantized->quantize(bases, [&s, version](std::span<std::uint32_t> bits) {
+      return comm::reduce_max(bits, s.group_comm, s.waiter(), s.about(version) + ": the FP8 amax exchange");
+    });
+    if (!status) {
+      s.in_flight = false;
+      return s.give_up(status, "version " + std::to_string(version) + ": quantizing to FP8: ");
+    }
+  }
   if (s.options.sender_staging) {
     // The staged copy is what the transfer reads: the trainer may change its parameters from here on.
     status = s.connection->staging.copy_from(s.params, cuda_stream);

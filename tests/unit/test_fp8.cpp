@@ -15,6 +15,7 @@
 #include "core/fp8.hpp"
 #include "layout/fp8_form.hpp"
 #include "../support/expect_error.hpp"
+#include "../support/memory_checkpoint.hpp"
 #include "../support/setting_scope.hpp"
 
 namespace wb {
@@ -130,28 +131,7 @@ void reference_quantize(const std::vector<std::uint16_t>& x, std::int64_t rows, 
 
 // ---- a checkpoint in memory ----
 
-class MemoryCheckpoint final : public CheckpointReader {
- public:
-  void add(TensorInfo info, std::vector<std::uint16_t> data) {
-    tensors_.push_back(std::move(info));
-    data_.push_back(std::move(data));
-  }
-  const std::vector<TensorInfo>& tensors() const override { return tensors_; }
-  void read_box(std::string_view name, const Box& box, void* destination) const override {
-    for (std::size_t t = 0; t < tensors_.size(); ++t) {
-      if (tensors_[t].name != name) continue;
-      auto whole = TensorView::contiguous(const_cast<std::uint16_t*>(data_[t].data()), DType::kBF16, tensors_[t].shape);
-      copy_tensor(TensorView::contiguous(destination, DType::kBF16, box.extent), whole.box(box));
-      return;
-    }
-    throw Error(ErrorCode::kNotFound, std::string(name));
-  }
-  std::string source() const override { return "memory"; }
-
- private:
-  std::vector<TensorInfo> tensors_;
-  std::vector<std::vector<std::uint16_t>> data_;
-};
+using testing::MemoryCheckpoint;
 
 bool same_bits(float a, float b) { return std::bit_cast<std::uint32_t>(a) == std::bit_cast<std::uint32_t>(b); }
 

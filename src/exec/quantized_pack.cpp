@@ -1,0 +1,75 @@
+// The update half of the trainers' FP8 pack (exec/quantized_pack.hpp): amaxes, their exchange, scales
+// and codes, once per update before its rounds.
+#include <bit>
+#include <cmath>
+
+#include "core/checks.hpp"
+#include "exec/quantized_pack.hpp"
+
+namespace wb::exec {
+namespace {
+
+// Calls visit(parameter element, flat block index) for every element of a 2-D copy.
+template <typename Visit>
+void for_each_element(const SliceCopy& copy, const layout::QuantizationConfig& config, std::int64_t scale_cols,
+                      Visit&& visit) {
+  const std::int64_t rows = copy.box.extent[0], cols = copy.box.extent[1];
+  for (std::int64_t i = 0; i < rows; ++i) {
+    const std::int64_t block_row = (copy.box.offset[0] + i) / config.block_rows * scale_cols;
+    std::int64_t position = copy.offset + i * copy.strides[0];
+    for (std::int64_t j = 0; j < cols; ++j, position += copy.strides[1])
+      visit(position, block_row + (copy.box.offset[1] + j) / config.block_cols);
+  }
+}
+
+}  // namespace
+
+Status QuantizedPack::quantize(std::span<std::byte* const> parameters, const AmaxExchange& exchange) {
+  for (TensorBlocks& blocks : blocks_) std::fill(blocks.amax.begin(), blocks.amax.end(), 0.0f);
+  for (const Quantized& q : quantized_) {
+    const SliceCopy& copy = trainer_map_.copies[q.copy];
+    TensorBlocks& blocks = blocks_[static_cast<std::size_t>(blocks_of_[copy.tensor])];
+    const DType dtype = trainer_map_.parameters[copy.parameter].dtype;
+    const std::size_t size = dtype_size(dtype);
+    const std::byte* base = parameters[copy.parameter];
+    for_each_element(copy, config_, blocks.scale_cols, [&](std::int64_t position, std::int64_t block) {
+      float& amax = blocks.amax[static_cast<std::size_t>(block)];
+      amax = fp8::amax_combine(amax, std::fabs(fp8::load_float(dtype, base + position * static_cast<std::int64_t>(size))));
+    });
+  }
+  if (!shared_.empty()) {
+    for (std::size_t i = 0; i < shared_.size(); ++i) {
+      const std::int32_t at = blocks_of_[shared_[i].tensor];
+      exchanged_[i] = at < 0 ? 0u
+                             : std::bit_cast<std::uint32_t>(blocks_[static_cast<std::size_t>(at)].amax[static_cast<std::size_t>(shared_[i].block)]);
+    }
+    WB_RETURN_IF_ERROR(exchange(exchanged_));
+    for (std::size_t i = 0; i < shared_.size(); ++i) {
+      const std::int32_t at = blocks_of_[shared_[i].tensor];
+      if (at >= 0)
+        blocks_[static_cast<std::size_t>(at)].amax[static_cast<std::size_t>(shared_[i].block)] = std::bit_cast<float>(exchanged_[i]);
+    }
+  }
+  for (TensorBlocks& blocks : blocks_) {
+    std::vector<float>& scales = scales_[blocks.scale_buffer];
+    for (std::size_t b = 0; b < blocks.amax.size(); ++b) {
+      if (!blocks.touched[b]) continue;
+      blocks.scale[b] = fp8::block_scale(config_.rule, blocks.amax[b]);
+      scales[b] = blocks.scale[b].scale_inv;
+    }
+  }
+  for (const Quantized& q : quantized_) {
+    const SliceCopy& copy = trainer_map_.copies[q.copy];
+    const TensorBlocks& blocks = blocks_[static_cast<std::size_t>(blocks_of_[copy.tensor])];
+    const DType dtype = trainer_map_.parameters[copy.parameter].dtype;
+    const auto size = static_cast<std::int64_t>(dtype_size(dtype));
+    const std::byte* base = parameters[copy.parameter];
+    std::uint8_t* codes = shadows_[q.shadow].data();
+    for_each_element(copy, config_, blocks.scale_cols, [&](std::int64_t position, std::int64_t block) {
+      codes[position] = fp8::quantize(blocks.scale[static_cast<std::size_t>(block)], fp8::load_float(dtype, base + position * size));
+    });
+  }
+  return Status::ok();
+}
+
+}  // namespace wb::exec
