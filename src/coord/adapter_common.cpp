@@ -4,6 +4,7 @@
 
 #include "comm/backoff.hpp"
 #include "comm/collectives.hpp"
+#include "coord/binding_checks.hpp"
 #include "coord/clock_offset.hpp"
 #include "coord/element_accounting.hpp"
 #include "core/checks.hpp"
@@ -56,8 +57,10 @@ AdapterBase::AdapterBase(MPI_Comm world_comm, MPI_Comm group_comm_in, bool train
   int level = MPI_THREAD_SINGLE;
   WB_CHECK_MPI(MPI_Query_thread(&level));
   world = comm::duplicate(world_comm);
+  // The first exchange over the world also agrees on what a language binding found wrong with its caller's
+  // arguments, so that C++ and Python ranks of one job run the same collectives from the first one on.
+  roles = exchange_roles(world, group_comm_in, trainer, options.timeout_seconds, BindingChecks::current());
   group_comm = comm::duplicate(group_comm_in);
-  roles = exchange_roles(world, group_comm, trainer, options.timeout_seconds);
   faults = std::make_unique<FaultChannel>(world, roles);
   group = std::make_unique<comm::Group>(group_comm, trainer ? "the trainers" : "engine " + std::to_string(roles.engine),
                                         faults.get(), roles.group(), roles.world_rank);
