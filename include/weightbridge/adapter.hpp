@@ -11,7 +11,9 @@
 //   }
 //   sender.shutdown();
 //
-// Both constructors are collective over `world` (every trainer and rollout rank). Trainer rank 0 sends
+// Both constructors are collective over `world` (every trainer and rollout rank). A world of trainers only
+// is a trainer job with no engine yet: connect probes the trainers' load_weights, and send_weights returns
+// at once, sending nothing. Trainer rank 0 sends
 // each request (connect, update, shutdown) to rank 0 of every engine, which relays it inside its engine at
 // its next poll_requests, so that every rank of an engine acts at the same step. MPI carries the control
 // messages only; the weight bytes travel over the transports (ibverbs, cma, cuda_ipc).
@@ -93,6 +95,12 @@ struct AdapterOptions {
   /// engine computes itself, say. Every other rollout parameter that load_weights never writes fails
   /// connect, naming it; a parameter named here that load_weights writes fails it too.
   std::vector<std::string> not_loaded;
+  /// Engines started as jobs of their own (WB_JOIN_ADDRESS, none): an address file. Trainers: their rank 0
+  /// publishes its port there (mode 0600, with a secret) and a joining engine is taken at the next
+  /// send_weights. Rollouts: `world` is the engine job's own, and the engine joins the trainers whose file
+  /// it is; its first update is the next version they send. Both jobs need MPI_THREAD_MULTIPLE and
+  /// `mpirun --ompi-server file:URI` of one ompi-server (README, "Engines as jobs of their own").
+  std::optional<std::string> join_address;
 };
 
 /// A span during which a worker did not compute because of a transfer, on the job's common clock
@@ -203,9 +211,14 @@ class SenderAdapter {
   Status wait();
 
   /// Waits for the version in flight, then tells every engine to close. Collective over the trainers.
+  /// Before connect (or when the adapter is destroyed unconnected) the engines are told too: their
+  /// poll_requests fails with "the trainers shut down before connect" instead of waiting for a connect.
   Status shutdown();
 
   bool connected() const;
+  /// The engines updates go to: those of the world, and those that joined by address.
+  int engines() const;
+  /// The plan of the world's engines (the trainers alone when none); each joined engine has its own.
   const TransferSummary& summary() const;
   AdapterStats stats() const;
 

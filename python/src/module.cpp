@@ -191,7 +191,8 @@ void bind_values(py::module_& m) {
                        std::optional<bool> verify, std::optional<int> node, std::optional<bool> trace,
                        std::vector<std::string> not_loaded) {
              return AdapterOptions{sender_staging, receiver_staging, buffer_bytes, pipeline_depth,
-                                   std::move(transport), timeout_seconds, verify, node, trace, std::move(not_loaded)};
+                                   std::move(transport), timeout_seconds, verify, node, trace, std::move(not_loaded),
+                                   std::nullopt};  // join_address: not in Python yet
            }),
            py::kw_only(), py::arg("sender_staging") = py::none(), py::arg("receiver_staging") = py::none(),
            py::arg("buffer_bytes") = py::none(), py::arg("pipeline_depth") = py::none(),

@@ -40,6 +40,9 @@ struct Call {
 /// MPI_ERRORS_ARE_FATAL a failing call still reaches the library's checks (a Status naming the call)
 /// instead of aborting the job.
 MPI_Comm duplicate(MPI_Comm comm);
+/// The same under `waiter`'s deadline (MPI_Comm_idup): a rank of `comm` that never takes part (it passed
+/// another communicator, or constructs no adapter) makes the others throw kTimeout naming `what`.
+MPI_Comm duplicate(MPI_Comm comm, const Waiter& waiter, const std::string& what);
 
 /// Root's `bytes` on every rank (the others pass anything; it is replaced). A root that passes a failure
 /// makes every rank throw it.

@@ -34,6 +34,10 @@ Setting<std::int64_t> node_setting("node", -1,
                                    "of one machine count as different nodes).",
                                    -1, INT_MAX);
 
+Setting<std::string> join_address_setting("join_address", "",
+                                          "Engines as jobs of their own: the address file the trainers publish their "
+                                          "port in, and that a joining engine reads; empty: no joins.");
+
 // One connect: its input, and how its collectives wait and speak (the adapters' deadline and fault
 // channel; "connect: " before every message; ranks named by their role).
 struct Connect {
@@ -139,6 +143,13 @@ bool check_one_mode(const Connect& c, const std::vector<WorkerConfig>& configs) 
   const Roles& roles = c.roles;
   const int size = c.size;
   const WorkerConfig& first_trainer = configs[static_cast<std::size_t>(roles.trainer_leader)];
+  if (roles.engine_leaders.empty()) {
+    for (int r = 0; r < size; ++r)
+      if (configs[static_cast<std::size_t>(r)].verify != first_trainer.verify)
+        throw Error(ErrorCode::kInvalidArgument, describe_worker(roles, r) + " and " +
+                                                     describe_worker(roles, roles.trainer_leader) + " disagree on verify");
+    return false;
+  }
   const WorkerConfig& first_rollout = configs[static_cast<std::size_t>(roles.engine_leaders.front())];
   const auto on_off = [](bool v) { return v ? "on" : "off"; };
   for (int r = 0; r < size; ++r) {
@@ -300,6 +311,20 @@ std::unique_ptr<RoundExecutor> connect_executor(const Connect& c, RoundSchedule 
   return std::make_unique<RoundExecutor>(std::move(schedule), staging.memory(*c.in.params), c.in.world, executor_options);
 }
 
+// A trainer job with no engine yet: its load_weights was probed (a bad one fails now, not when the first
+// engine joins) and nothing is planned: there is nobody to send to. No executor; updates go to nobody.
+Connection connect_without_engines(const Connect& c, Connection connection, double started) {
+  TransferSummary& s = connection.summary;
+  s.workers = c.size;
+  s.connect_seconds = comm::local_seconds() - started;
+  comm::broadcast_fixed(std::as_writable_bytes(std::span(&s.connect_seconds, 1)), 0, c.in.world, c.call.waiter,
+                        "connect: the final handshake");
+  if (c.rank == 0) {
+    WB_LOG(kInfo) << "connected " << c.size << " trainers and no engine: updates go to nobody";
+  }
+  return connection;
+}
+
 }  // namespace
 
 ResolvedOptions resolve_options(const AdapterOptions& options) {
@@ -317,6 +342,7 @@ ResolvedOptions resolve_options(const AdapterOptions& options) {
     throw Error(ErrorCode::kInvalidArgument,
                 "node " + std::to_string(resolved.node) + " is not in [-1, " + std::to_string(INT_MAX) + "] (-1: this machine)");
   resolved.not_loaded = options.not_loaded;
+  resolved.join_address = options.join_address.value_or(*join_address_setting);
   if (resolved.buffer_bytes < 4096)
     throw Error(ErrorCode::kInvalidArgument, "buffer_bytes " + std::to_string(resolved.buffer_bytes) + " is below 4 KiB");
   if (resolved.pipeline_depth < 1 || resolved.pipeline_depth > 64)
@@ -339,6 +365,7 @@ Connection establish_connection(const ConnectInput& input) {
   const std::vector<WorkerConfig> configs = gather_worker_configs(c);
   Connection connection;
   connection.rollouts_stage = check_one_mode(c, configs);
+  if (input.roles->engine_leaders.empty()) return connect_without_engines(c, std::move(connection), started);
   Planned planned = plan_on_rank_zero(c, tensors, std::move(maps), configs);
   RoundSchedule schedule = deliver_schedules(c, planned);
   connection.summary = share_summary(c, planned);

@@ -33,12 +33,13 @@ struct ResolvedOptions {
   int node = -1;
   std::string transport;  // empty: WB_TRANSPORT
   std::vector<std::string> not_loaded;
+  std::string join_address;  // empty: no joins by address
 };
 /// Throws on values out of range.
 ResolvedOptions resolve_options(const AdapterOptions& options);
 
 struct Connection {
-  std::unique_ptr<RoundExecutor> executor;
+  std::unique_ptr<RoundExecutor> executor;  // null for a trainer job with no engine (nothing to send)
   Staging staging;              // empty when this side does not stage
   TransferSummary summary;
   bool rollouts_stage = false;  // the engines use receiver staging (they all agree)

@@ -9,6 +9,7 @@
 #include "comm/backoff.hpp"
 #include "comm/span_summary.hpp"
 #include "coord/adapter_common.hpp"
+#include "coord/join_links.hpp"
 #include "coord/messages.hpp"
 #include "core/checks.hpp"
 #include "core/log.hpp"
@@ -253,6 +254,10 @@ struct ReceiverAdapter::State : AdapterBase {
         return {PollResult::Event::kReceiving, version, Status::ok()};
       }
       case RequestKind::kShutdown:
+        if (!connection)
+          return failed(Status(ErrorCode::kInvalidArgument,
+                               who() + ": the trainers shut down before connect (SenderAdapter::shutdown or its "
+                                       "destruction without connect): this engine never received weights"));
         shut_down = true;
         return {PollResult::Event::kShutdown, version, Status::ok()};
       case RequestKind::kAbort: {
@@ -270,10 +275,19 @@ struct ReceiverAdapter::State : AdapterBase {
   }
 };
 
+namespace {
+// An engine job of its own joins the trainers at the address first: the merged world is its adapter's world.
+MPI_Comm joined_world(MPI_Comm world, MPI_Comm engine_comm, const AdapterOptions& options) {
+  const ResolvedOptions resolved = resolve_options(options);
+  if (resolved.join_address.empty()) return world;
+  return join_trainers(engine_comm, resolved.join_address, resolved.timeout_seconds);
+}
+}  // namespace
+
 ReceiverAdapter::ReceiverAdapter(MPI_Comm world, MPI_Comm engine_comm, ParameterSet params, LoadWeightsFn load_weights,
                                  AdapterOptions options, BeforeUpdateHook before_update_hook)
-    : state_(std::make_unique<State>(world, engine_comm, std::move(params), std::move(load_weights), options,
-                                     std::move(before_update_hook))) {}
+    : state_(std::make_unique<State>(joined_world(world, engine_comm, options), engine_comm, std::move(params),
+                                     std::move(load_weights), options, std::move(before_update_hook))) {}
 
 ReceiverAdapter::~ReceiverAdapter() {
   if (state_)

@@ -18,55 +18,26 @@ std::string describe_worker(const Roles& roles, int world_rank) {
   return "engine " + std::to_string(engine) + " worker " + std::to_string(rank) + world;
 }
 
-namespace {
-
-// The world rank of `group`'s rank 0, found without a message (both communicators name the same processes).
-int group_leader_in(MPI_Comm group, MPI_Comm world) {
-  MPI_Group of_group = MPI_GROUP_NULL, of_world = MPI_GROUP_NULL;
-  WB_CHECK_MPI(MPI_Comm_group(group, &of_group));
-  WB_CHECK_MPI(MPI_Comm_group(world, &of_world));
-  const int first = 0;
-  int leader = MPI_UNDEFINED;
-  WB_CHECK_MPI(MPI_Group_translate_ranks(of_group, 1, &first, of_world, &leader));
-  MPI_Group_free(&of_group);
-  MPI_Group_free(&of_world);
-  return leader;
-}
-
-}  // namespace
-
-Roles exchange_roles(MPI_Comm world, MPI_Comm group, bool trainer, double timeout, const Status& caller) {
+Roles exchange_roles(MPI_Comm world, MPI_Comm group, bool trainer, double timeout) {
   Roles roles;
   WB_CHECK_MPI(MPI_Comm_rank(world, &roles.world_rank));
   WB_CHECK_MPI(MPI_Comm_size(world, &roles.world_size));
   roles.trainer = trainer;
-  Status checks = caller;
-  int leader = -1;
-  if (checks) {
-    WB_CHECK_MPI(MPI_Comm_rank(group, &roles.group_rank));
-    WB_CHECK_MPI(MPI_Comm_size(group, &roles.group_size));
-    leader = group_leader_in(group, world);
-    if (leader == MPI_UNDEFINED)
-      checks = Status(ErrorCode::kInvalidArgument, std::string(trainer ? "trainer" : "rollout") + " (world rank " +
-                                                        std::to_string(roles.world_rank) + "): rank 0 of its " +
-                                                        (trainer ? "trainer_comm" : "engine_comm") +
-                                                        " is not a rank of the world communicator");
-  }
+  WB_CHECK_MPI(MPI_Comm_rank(group, &roles.group_rank));
+  WB_CHECK_MPI(MPI_Comm_size(group, &roles.group_size));
   roles.leader = roles.group_rank == 0;
   const comm::Waiter waiter{timeout, {}};
+  // The group's leader names the group: its world rank, broadcast inside the group.
+  int leader = roles.world_rank;
+  comm::broadcast_fixed(std::as_writable_bytes(std::span(&leader, 1)), 0, group, waiter,
+                        "constructing the adapter: the group's leader");
   const int mine[3] = {trainer ? 1 : 0, leader, roles.group_rank};
   const std::size_t n = static_cast<std::size_t>(roles.world_size);
   std::vector<int> all(3 * n);
-  const std::vector<std::vector<std::byte>> gathered =
-      comm::allgather(std::as_bytes(std::span(mine)), world, waiter,
-                      "constructing the adapter: every world rank's role (some rank did not construct its adapter)",
-                      checks);
-  for (std::size_t r = 0; r < n; ++r) {
-    if (gathered[r].size() != sizeof mine)
-      throw Error(ErrorCode::kInternal, "constructing the adapter: world rank " + std::to_string(r) + " sent a role of " +
-                                            std::to_string(gathered[r].size()) + " bytes");
-    std::memcpy(all.data() + 3 * r, gathered[r].data(), sizeof mine);
-  }
+  const std::vector<std::byte> gathered =
+      comm::allgather_fixed(std::as_bytes(std::span(mine)), world, waiter,
+                            "constructing the adapter: every world rank's role (some rank did not construct its adapter)");
+  std::memcpy(all.data(), gathered.data(), gathered.size());
   for (std::size_t r = 0; r < n; ++r) {
     const bool is_trainer = all[3 * r] != 0;
     const int its_leader = all[3 * r + 1];
@@ -81,7 +52,7 @@ Roles exchange_roles(MPI_Comm world, MPI_Comm group, bool trainer, double timeou
     }
   }
   if (roles.trainer_leader < 0) throw Error(ErrorCode::kInvalidArgument, "no SenderAdapter in the world communicator");
-  if (roles.engine_leaders.empty()) throw Error(ErrorCode::kInvalidArgument, "no ReceiverAdapter in the world communicator");
+  // No engine at all is a trainer job whose engines are still to come: its updates go to nobody.
   std::sort(roles.engine_leaders.begin(), roles.engine_leaders.end());
   roles.engine_of_rank.assign(n, -1);
   roles.group_rank_of.assign(n, 0);

@@ -7,8 +7,6 @@
 #include <string>
 #include <vector>
 
-#include "weightbridge/status.hpp"
-
 namespace wb::coord {
 
 /// The roles of every world rank, learnt at construction (collective over world).
@@ -31,12 +29,9 @@ struct Roles {
 /// "trainer 3 (world rank 3)" or "engine 1 worker 0 (world rank 12)".
 std::string describe_worker(const Roles& roles, int world_rank);
 
-/// Collective over `world`, the adapters' first exchange (one all-gather of every rank's role and the world
-/// rank of its group's rank 0, which each rank finds locally): each rank says whether it trains and gives
-/// its group. `caller`: what the caller's own checks found (a binding's, coord/binding_checks.hpp); when it
-/// is a failure, `group` may be MPI_COMM_NULL and the rank still takes part. Every rank throws the lowest
-/// failing rank's failure, and throws when the groups do not make one trainer group and at least one
-/// engine, or when a rank does not take part within `timeout`.
-Roles exchange_roles(MPI_Comm world, MPI_Comm group, bool trainer, double timeout, const Status& caller = Status::ok());
+/// Collective over `world`: each rank says whether it trains and gives its group. Throws when the groups do
+/// not make exactly one trainer group (no engine is allowed: a trainer job started before its engines), or
+/// when a rank does not take part within `timeout`.
+Roles exchange_roles(MPI_Comm world, MPI_Comm group, bool trainer, double timeout);
 
 }  // namespace wb::coord

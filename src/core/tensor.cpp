@@ -111,6 +111,7 @@ TensorView TensorView::contiguous(void* data, DType dtype, Shape shape, MemoryKi
 }
 
 bool TensorView::is_contiguous() const {
+  if (numel() == 0) return true;  // no element to lay out (PyTorch's rule too): whatever its strides say
   std::int64_t expected = 1;
   for (std::size_t i = shape.size(); i-- > 0;) {
     if (shape[i] != 1 && strides[i] != expected) return false;
