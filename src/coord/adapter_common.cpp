@@ -4,6 +4,7 @@
 
 #include "comm/backoff.hpp"
 #include "comm/collectives.hpp"
+#include "coord/binding_checks.hpp"
 #include "coord/clock_offset.hpp"
 #include "coord/element_accounting.hpp"
 #include "coord/group_check.hpp"
@@ -63,7 +64,9 @@ AdapterBase::AdapterBase(MPI_Comm world_comm, MPI_Comm group_comm_in, bool train
   world = comm::duplicate(world_comm, setup,
                           "constructing the adapter: duplicating the world communicator (some rank did not "
                           "construct its adapter, or passed another world communicator)");
-  check_groups(world, group_comm_in, trainer, setup);
+  // The first exchange over the world also carries what a language binding found wrong with its caller's
+  // arguments, so that C++ and Python ranks of one job run the same collectives from the first one on.
+  check_groups(world, group_comm_in, trainer, setup, BindingChecks::current());
   group_comm = comm::duplicate(group_comm_in, setup,
                                std::string("constructing the adapter: duplicating the ") +
                                    (trainer ? "trainer_comm" : "engine_comm"));

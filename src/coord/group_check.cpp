@@ -53,24 +53,26 @@ std::string first_disagreement(const std::vector<Member>& members) {
 
 }  // namespace
 
-void check_groups(MPI_Comm world, MPI_Comm group, bool trainer, const comm::Waiter& waiter) {
-  int group_size = 0;
-  WB_CHECK_MPI(MPI_Comm_size(group, &group_size));
-  MPI_Group world_group = MPI_GROUP_NULL, own_group = MPI_GROUP_NULL;
-  WB_CHECK_MPI(MPI_Comm_group(world, &world_group));
-  WB_CHECK_MPI(MPI_Comm_group(group, &own_group));
-  std::vector<int> ranks(static_cast<std::size_t>(group_size)), in_world(ranks.size());
-  for (int i = 0; i < group_size; ++i) ranks[static_cast<std::size_t>(i)] = i;
-  WB_CHECK_MPI(MPI_Group_translate_ranks(own_group, group_size, ranks.data(), world_group, in_world.data()));
-  WB_CHECK_MPI(MPI_Group_free(&own_group));
-  WB_CHECK_MPI(MPI_Group_free(&world_group));
-
+void check_groups(MPI_Comm world, MPI_Comm group, bool trainer, const comm::Waiter& waiter, const Status& caller) {
   std::vector<std::int32_t> record{trainer ? 1 : 0};
-  for (const int r : in_world) record.push_back(r == MPI_UNDEFINED ? -1 : r);
+  if (caller.is_ok()) {
+    int group_size = 0;
+    WB_CHECK_MPI(MPI_Comm_size(group, &group_size));
+    MPI_Group world_group = MPI_GROUP_NULL, own_group = MPI_GROUP_NULL;
+    WB_CHECK_MPI(MPI_Comm_group(world, &world_group));
+    WB_CHECK_MPI(MPI_Comm_group(group, &own_group));
+    std::vector<int> ranks(static_cast<std::size_t>(group_size)), in_world(ranks.size());
+    for (int i = 0; i < group_size; ++i) ranks[static_cast<std::size_t>(i)] = i;
+    WB_CHECK_MPI(MPI_Group_translate_ranks(own_group, group_size, ranks.data(), world_group, in_world.data()));
+    WB_CHECK_MPI(MPI_Group_free(&own_group));
+    WB_CHECK_MPI(MPI_Group_free(&world_group));
+    for (const int r : in_world) record.push_back(r == MPI_UNDEFINED ? -1 : r);
+  }
   const std::vector<std::vector<std::byte>> all = comm::allgather(
       std::as_bytes(std::span(record)), world, waiter,
       std::string("constructing the adapter: every world rank's ") + comm_name(trainer) +
-          " (some rank did not construct its adapter, or passed another world communicator)");
+          " (some rank did not construct its adapter, or passed another world communicator)",
+      caller);
   std::vector<Member> members(all.size());
   for (std::size_t r = 0; r < all.size(); ++r) {
     std::vector<std::int32_t> values(all[r].size() / sizeof(std::int32_t));
