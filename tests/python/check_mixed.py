@@ -10,6 +10,7 @@ exchange over the world.
 """
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -38,12 +39,13 @@ problems = []
 if job.returncode != 0:
     problems.append(f"mpirun exited with {job.returncode}")
 if "--bad-input" in extra:
-    # Python trainer 1's load_weights is None: all four ranks, C++ ones too, refuse with its message.
+    # Python trainer 1's load_weights is None: all four ranks, C++ ones too, refuse with its message. Lines are
+    # also cut where a "mixed: " starts, in case two ranks' lines arrive joined.
     cause = "trainer (world rank 1): load_weights is a NoneType, not callable"
     for rank, role, lang in ((0, "trainer", trainer_lang), (1, "trainer", trainer_lang), (2, "rollout", rollout_lang),
                              (3, "rollout", rollout_lang)):
         if not any(line.startswith(f"mixed: {role} {rank} ({lang}): refused: ") and cause in line
-                   for line in output.splitlines()):
+                   for line in re.split(r"\n|(?=mixed: )", output)):
             problems.append(f"{role} {rank} ({lang}) was not refused with {cause!r}")
     print("\n".join(problems) or "mixed job, bad input: PASSED")
     sys.exit(1 if problems else 0)

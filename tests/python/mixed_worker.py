@@ -11,6 +11,7 @@ adapters: the C++ ranks would not take part.
 """
 
 import argparse
+import os
 import sys
 import time
 
@@ -23,6 +24,13 @@ import weightbridge as wb  # noqa: E402
 TENSORS = [("embed.weight", torch.bfloat16, (48, 32)), ("proj.weight", torch.float32, (40, 24)),
            ("norm.weight", torch.float32, (24,))]
 
+
+
+def say(line):
+    """One write(2) per line: mpirun forwards each rank's pipe as it reads it, and print() may hand the text and
+    its newline over separately, so that another rank's line lands in the middle of this one."""
+    sys.stdout.flush()
+    os.write(1, (line + "\n").encode())
 
 def full_tensor(index, version):
     """Version `version` of checkpoint tensor `index`, as mixed_worker.cpp's values()."""
@@ -104,9 +112,9 @@ def main():
                 wb.SenderAdapter(world, group, worker.params, list(TENSORS), load, timeout_seconds=30)
             else:
                 wb.ReceiverAdapter(world, group, worker.params, load, timeout_seconds=30)
-            print(f"mixed: {who}: constructed its adapter", flush=True)
+            say(f"mixed: {who}: constructed its adapter")
         except wb.Error as error:
-            print(f"mixed: {who}: refused: {error}", flush=True)
+            say(f"mixed: {who}: refused: {error}")
         world.Barrier()  # as the C++ half: every line printed before anyone exits
         return 0
     if trainer:
