@@ -37,7 +37,11 @@
 #include <thread>
 
 #include "baselines/baselines.hpp"
+<<<<<<< HEAD
 #include "emu/frameworks/fp8_engine.hpp"
+=======
+#include "comm/backoff.hpp"
+>>>>>>> main
 #include "core/checks.hpp"
 #include "core/log.hpp"
 #include "core/settings.hpp"
@@ -218,6 +222,7 @@ void measure(const Bench& b, Outcome& out) {
       } else {
         receivers.push_back(std::make_unique<ReceiverAdapter>(MPI_COMM_WORLD, b.group, b.params.parameters(), load, adapter, hook));
         const double since = wall_seconds();
+        comm::Backoff backoff;
         for (;;) {
           const PollResult r = receivers.back()->poll_requests();
           if (ended(r)) throw Error(r.status);
@@ -225,7 +230,7 @@ void measure(const Bench& b, Outcome& out) {
           if (wall_seconds() - since > b.timeout)
             throw Error(ErrorCode::kTimeout, b.who + ": the trainers' connect request (mode " + mode.name + ") did not come within " +
                                                  std::to_string(b.timeout) + " s");
-          std::this_thread::sleep_for(std::chrono::microseconds(200));
+          backoff.pause();
         }
         out.summary = receivers.back()->summary();
       }
@@ -340,12 +345,13 @@ void measure(const Bench& b, Outcome& out) {
   }
   if (out.failure.empty()) {
     const double since = wall_seconds();
+    comm::Backoff backoff;
     for (auto& receiver : receivers)
       while (!receiver->closed() && out.failure.empty()) {
         if (ended(receiver->poll_requests())) break;
         if (wall_seconds() - since > b.timeout)
           out.fail(b.who + ": the trainers' shutdown did not come within " + std::to_string(b.timeout) + " s of the last update");
-        std::this_thread::sleep_for(std::chrono::microseconds(200));
+        backoff.pause();
       }
   }
   if (!b.options.trace.empty()) {

@@ -313,6 +313,9 @@ WorkerOutcome run_rollout(const Setup& setup, EmulatedWorker& worker, const Work
       note(result.status.to_string());
       outcome.reported_intact = result.parameters_intact;
       if (result.event == PollResult::Event::kAborted) aborted = result.aborted_version;
+      // `version` is what the parameters hold: an update can fail after it was installed (its stalls'
+      // sum over the engine did not complete), and then holds the new version.
+      if (result.version > installed) installed = result.version;
       break;
     }
     if (result.event == PollResult::Event::kShutdown) break;

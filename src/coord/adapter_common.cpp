@@ -155,8 +155,17 @@ void AdapterBase::announce_departure(const std::string& why) {
   for (const double until = comm::local_seconds() + 0.05; comm::local_seconds() < until; backoff.pause()) (void)faults->poll();
 }
 
-void AdapterBase::connected(Connection established) {
-  connection.emplace(std::move(established));
+void AdapterBase::connect(const std::vector<TensorInfo>* checkpoint_tensors) {
+  ConnectInput input;
+  input.world = world;
+  input.roles = &roles;
+  input.faults = faults.get();
+  input.waiter = waiter();
+  input.params = &params;
+  input.load_weights = &load_weights;
+  input.checkpoint_tensors = checkpoint_tensors;
+  input.options = options;
+  connection.emplace(establish_connection(input));
   if (connection->executor) faults->add_neighbours(connection->executor->schedule().peers);
   refresh_stats();
 }

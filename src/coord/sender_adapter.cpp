@@ -43,16 +43,7 @@ struct SenderAdapter::State : AdapterBase {
 
   void connect_link() {
     throw_if_error(send_request(RequestKind::kConnect, 0));
-    ConnectInput input;
-    input.world = world;
-    input.roles = &roles;
-    input.faults = faults.get();
-    input.waiter = waiter();
-    input.params = &params;
-    input.load_weights = &load_weights;
-    input.checkpoint_tensors = &checkpoint_tensors;
-    input.options = options;
-    connected(establish_connection(input));
+    connect(&checkpoint_tensors);
   }
 
   // A joiner admitted at the port since the last send_weights: its link, constructed and connected with

@@ -2,14 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
-#include <memory>
 #include <sstream>
 
 #include "core/cuda_device.hpp"
 #include "core/device.hpp"
 #include "core/log.hpp"
+#include "layout/parameter_copies.hpp"
 #include "layout/probe_checkpoint.hpp"
 #include "layout/probe_code.hpp"
 #include "layout/second_difference.hpp"
@@ -18,8 +17,10 @@
 namespace wb {
 namespace {
 
+using layout::ParameterCopies;
 using layout::ProbeCheckpoint;
 using layout::ProbePlan;
+using layout::SavedParameters;
 using layout::SparseField;
 
 std::string index_text(const Shape& shape, std::int64_t flat) {
@@ -41,33 +42,6 @@ constexpr const char* kComputed =
   throw Error(ErrorCode::kInvalidArgument, "load_weights is not a pure copy: parameter " + param.name + ", element " +
                                                index_text(param.view.shape, flat) + ": " + what + " (probe: " + detail + ")");
 }
-
-// Saves the parameters' contents and puts them back however the probe ends.
-class SavedParameters {
- public:
-  explicit SavedParameters(const ParameterSet& params) : params_(params) {
-    saved_.reserve(params.size());
-    for (const Parameter& p : params) {
-      const auto* begin = static_cast<const std::byte*>(p.view.data);
-      saved_.emplace_back(begin, begin + p.view.nbytes());
-    }
-  }
-  ~SavedParameters() {
-    for (std::size_t i = 0; i < saved_.size(); ++i)
-      if (!saved_[i].empty()) std::memcpy(params_[i].view.data, saved_[i].data(), saved_[i].size());
-  }
-  SavedParameters(const SavedParameters&) = delete;
-  SavedParameters& operator=(const SavedParameters&) = delete;
-  std::size_t bytes() const {
-    std::size_t total = 0;
-    for (const auto& s : saved_) total += s.size();
-    return total;
-  }
-
- private:
-  const ParameterSet& params_;
-  std::vector<std::vector<std::byte>> saved_;
-};
 
 // What the parameters hold when load_weights is called: zeros in the digit passes (a region no copy reaches
 // then decodes as unsourced), every byte kMarker in the verification pass, so that an element still holding
@@ -564,23 +538,8 @@ SourceMap probe_source_map_through(const std::vector<TensorInfo>& checkpoint_ten
   const auto done = [&access] {
     if (access.done) access.done();
   };
-  struct Aligned {
-    void operator()(std::byte* p) const { std::free(p); }
-  };
-  std::vector<std::unique_ptr<std::byte, Aligned>> storage;
-  ParameterSet copies;
-  for (const Parameter& p : params) {
-    auto* memory = static_cast<std::byte*>(std::aligned_alloc(64, std::max<std::size_t>(64, (p.view.nbytes() + 63) / 64 * 64)));
-    if (memory == nullptr)
-      throw Error(ErrorCode::kSystem, "probe: cannot allocate a host copy of parameter " + p.name + " (" +
-                                          std::to_string(p.view.nbytes()) + " bytes)");
-    storage.emplace_back(memory);
-    TensorView view = p.view;
-    view.data = memory;
-    view.memory = MemoryKind::kHost;
-    view.device = 0;
-    copies.add(p.name, view);
-  }
+  const ParameterCopies host(params);
+  const ParameterSet& copies = host.views();
   for (std::size_t i = 0; i < params.size(); ++i) access.read(params[i], copies[i].view.data);
   done();
   const PassLoader through = [&](const CheckpointReader& probe, Fill fill) {

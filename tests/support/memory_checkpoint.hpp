@@ -30,6 +30,8 @@ class MemoryCheckpoint final : public CheckpointReader {
     throw Error(ErrorCode::kNotFound, std::string(name));
   }
   std::string source() const override { return "memory"; }
+  /// Element `flat` (row-major) of tensor `t`, in the order added.
+  std::uint16_t at(std::size_t t, std::int64_t flat) const { return data_[t][static_cast<std::size_t>(flat)]; }
 
  private:
   std::vector<TensorInfo> tensors_;
