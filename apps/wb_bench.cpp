@@ -37,15 +37,12 @@
 #include <thread>
 
 #include "baselines/baselines.hpp"
-<<<<<<< HEAD
-#include "emu/frameworks/fp8_engine.hpp"
-=======
 #include "comm/backoff.hpp"
->>>>>>> main
 #include "core/checks.hpp"
 #include "core/log.hpp"
 #include "core/settings.hpp"
 #include "emu/checkpoints/versioned_checkpoint.hpp"
+#include "emu/frameworks/fp8_engine.hpp"
 #include "emu/faults/fault_injection.hpp"
 #include "emu/frameworks/backend.hpp"
 #include "emu/frameworks/worker_parameters.hpp"
