@@ -88,7 +88,10 @@ class CheckpointView {
     const TensorInfo& info = checkpoint.info(name);
     py::list keep_alive;
     const TensorView view = view_of(destination, "the destination of " + name, keep_alive);
-    if (view.memory != MemoryKind::kHost || !view.is_contiguous() || view.dtype != info.dtype || view.shape != info.shape)
+    // FP8 tensors may be read into uint8 (a torch without float8 types): the same bytes, the e4m3 codes.
+    const bool fp8_codes = view.dtype == DType::kU8 && (info.dtype == DType::kF8E4M3 || info.dtype == DType::kF8E5M2);
+    if (view.memory != MemoryKind::kHost || !view.is_contiguous() || (view.dtype != info.dtype && !fp8_codes) ||
+        view.shape != info.shape)
       throw InputError("read_into(" + name + "): the destination must be contiguous host memory of " +
                        std::string(dtype_name(info.dtype)) + " " + shape_to_string(info.shape) + ", not " +
                        std::string(dtype_name(view.dtype)) + " " + shape_to_string(view.shape) +
@@ -188,6 +191,16 @@ Input convert_input(py::handle world, bool trainer, py::handle options, const py
   }
   if (!in.checks) in.options = AdapterOptions{};  // a half-converted value must not fail before the exchange
   return in;
+}
+
+ParameterSet uint8_as_e4m3(const ParameterSet& params) {
+  ParameterSet out;
+  for (const Parameter& p : params) {
+    TensorView view = p.view;
+    if (view.dtype == DType::kU8) view.dtype = DType::kF8E4M3;
+    out.add(p.name, view);
+  }
+  return out;
 }
 
 void require_callable(py::handle f, const std::string& what) {
@@ -291,6 +304,8 @@ class PyReceiverAdapter {
       require_callable(load_weights, "load_weights");
       if (!before_update_hook.is_none()) require_callable(before_update_hook, "before_update_hook");
     });
+    // An FP8 engine's uint8 parameters hold e4m3 codes (torch without float8 types): they are its fp8 weights.
+    if (in.options.fp8) in.params = uint8_as_e4m3(in.params);
     callbacks_->load_weights = py::reinterpret_borrow<py::object>(load_weights);
     callbacks_->hook = py::reinterpret_borrow<py::object>(before_update_hook);
     BeforeUpdateHook hook = make_hook(callbacks_.get());
@@ -327,7 +342,7 @@ class PyReceiverAdapter {
 
 constexpr const char* kOptionNames[] = {"sender_staging", "receiver_staging", "buffer_bytes", "pipeline_depth",
                                         "transport",      "timeout_seconds",  "verify",       "node",
-                                        "trace",          "not_loaded"};
+                                        "trace",          "not_loaded",       "fp8"};
 
 }  // namespace
 

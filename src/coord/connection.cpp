@@ -411,7 +411,9 @@ Connection connect_without_engines(const Connect& c, Connection connection, doub
 
 }  // namespace
 
-ResolvedOptions resolve_options(const AdapterOptions& options) {
+namespace {
+
+ResolvedOptions resolve_options_of_this_rank(const AdapterOptions& options) {
   ResolvedOptions resolved;
   resolved.sender_staging = options.sender_staging.value_or(*sender_staging_setting);
   resolved.receiver_staging = options.receiver_staging.value_or(*receiver_staging_setting);
@@ -448,6 +450,17 @@ ResolvedOptions resolve_options(const AdapterOptions& options) {
     (void)choose_transport(true, MemoryKind::kHost, resolved.transport);  // refuses an unknown name now
   }
   return resolved;
+}
+
+}  // namespace
+
+ResolvedOptions resolve_options(const AdapterOptions& options) {
+  try {
+    return resolve_options_of_this_rank(options);
+  } catch (const Error& error) {
+    // Thrown on this rank only (its peers then time out waiting for its adapter): say which rank it is.
+    throw Error(error.code(), "world rank " + std::to_string(process_rank()) + ": adapter options: " + error.status().message());
+  }
 }
 
 Connection establish_connection(const ConnectInput& input) {

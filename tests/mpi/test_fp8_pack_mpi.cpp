@@ -17,6 +17,7 @@
 #include "comm/max_reduce.hpp"
 #include "exec/quantized_pack.hpp"
 #include "layout/fp8_form.hpp"
+#include "../support/expect_error.hpp"
 #include "../support/memory_checkpoint.hpp"
 
 namespace wb {
@@ -310,6 +311,24 @@ TEST_P(Fp8EngineMpi, EveryEngineParameterAndScaleEqualsItsLoaderOfTheFp8Form) {
     EXPECT_EQ(installed, kVersions);
   }
   MPI_Comm_free(&group);
+}
+
+// Bad FP8 options: one error on the rank that gave them, naming it, before any collective (so no rank waits).
+TEST(Fp8EngineOptions, AnUnknownRuleOrABadBlockIsRefusedNamingTheRank) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  ParameterSet params;
+  const auto load = [](const CheckpointReader&, const ParameterSet&) {};
+  const std::string who = "world rank " + std::to_string(rank) + ": adapter options: ";
+  AdapterOptions options;
+  options.fp8 = Fp8Engine{};
+  options.fp8->scale_rule = "bogus";
+  testing::expect_error([&] { ReceiverAdapter receiver(MPI_COMM_WORLD, MPI_COMM_SELF, params, load, options); },
+                        ErrorCode::kInvalidArgument, {who, "fp8.scale_rule: unknown scale rule \"bogus\""});
+  options.fp8 = Fp8Engine{};
+  options.fp8->block_cols = 0;
+  testing::expect_error([&] { ReceiverAdapter receiver(MPI_COMM_WORLD, MPI_COMM_SELF, params, load, options); },
+                        ErrorCode::kInvalidArgument, {who, "fp8: block shape 128x0 is not positive"});
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, Fp8EngineMpi,
