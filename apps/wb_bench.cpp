@@ -44,6 +44,7 @@
 #include "emu/checkpoints/versioned_checkpoint.hpp"
 #include "emu/faults/fault_injection.hpp"
 #include "emu/frameworks/backend.hpp"
+#include "emu/frameworks/fp8_engine.hpp"
 #include "emu/frameworks/worker_parameters.hpp"
 #include "emu/options/deployment_options.hpp"
 #include "emu/options/run_options.hpp"
@@ -209,6 +210,7 @@ void measure(const Bench& b, Outcome& out) {
       adapter.receiver_staging = mode.receiver_staging;
       adapter.node = deployment.node_of(rank);
       if (!b.options.trace.empty()) adapter.trace = true;
+      if (b.setup.engine_form) adapter.fp8 = fp8_engine_option(b.setup.engine_form->config);
       if (trainer) {
         senders.push_back(std::make_unique<SenderAdapter>(MPI_COMM_WORLD, b.group, b.params.parameters(),
                                                           b.setup.checkpoint->tensors(), load, adapter));
@@ -230,7 +232,7 @@ void measure(const Bench& b, Outcome& out) {
         out.summary = receivers.back()->summary();
       }
     }
-  VersionReference reference(b.worker, *b.setup.checkpoint);
+  VersionReference reference(b.worker, b.setup);
 
   // The interleaved schedule: warm-up rounds, then measured ones, each method once per round.
   std::uint64_t version = 0;
@@ -395,7 +397,10 @@ int run(int argc, char** argv, Ending& ending) {
   ending.who = who;
   std::unique_ptr<EmulatedWorker> worker = make_worker(setup.model, deployment, rank);
   const WorkerParameters params(worker->parameter_infos(), place, default_cuda_device());
-  params.load(*worker, *setup.checkpoint);
+  if (trainer)
+    params.load(*worker, *setup.checkpoint);
+  else
+    params.load(*worker, EngineVersion(setup, 0).reader());
   MPI_Comm group = MPI_COMM_NULL;
   WB_CHECK_MPI(MPI_Comm_split(MPI_COMM_WORLD, trainer ? 0 : 1 + engine, rank, &group));
   const JobClock clock(MPI_COMM_WORLD);
@@ -411,6 +416,10 @@ int run(int argc, char** argv, Ending& ending) {
   // The baselines' set-up (collective, like the rest of the set-up above: an error there takes the job down).
   const bool wants_weightbridge = std::any_of(methods.begin(), methods.end(), [](const Method& m) { return m.mode >= 0; });
   const bool wants_baselines = std::any_of(methods.begin(), methods.end(), [](const Method& m) { return m.mode < 0; });
+  if (wants_baselines && setup.engine_form)
+    throw Error(ErrorCode::kInvalidArgument, "--rollout " + deployment.rollout.to_string() +
+                                                 ": the baselines (broadcast, ring-broadcast, p2p) send the trainers' "
+                                                 "BF16 bytes and cannot feed an FP8 engine; run --methods weightbridge");
   std::unique_ptr<bench::Baselines> baselines;
   if (wants_baselines) {
     bench::BaselineOptions baseline_options;
@@ -434,7 +443,7 @@ int run(int argc, char** argv, Ending& ending) {
   }
   if (!trainer) {
     // What the parameters hold now, compared byte for byte: one whole version, or a mix.
-    VersionReference reference(*worker, *setup.checkpoint);
+    VersionReference reference(*worker, setup);
     const ParameterSet& now = params.read();
     if (reference.difference(now, out.held).empty())
       out.parameters = "version " + std::to_string(out.held);

@@ -1,6 +1,6 @@
 // The collectives of connect, with deadlines and one error behaviour: the source maps' all-gather, the
 // round schedules' scatter, broadcasts, barriers, and the exchange of a record with one peer. Every MPI
-// collective of the library is called here (tests/unit/test_comm_room.cpp reads the tree for it).
+// collective of the library is called here (tests/unit/test_include_direction.cpp, CommRoom.*, reads the tree for it).
 //
 // One error behaviour: a rank that cannot give its part (a probe that failed, a plan that failed on the
 // root, a payload past an MPI count) still takes part, with its failure in place of its bytes, and every
