@@ -45,6 +45,7 @@
 #include "emu/frameworks/fp8_engine.hpp"
 #include "emu/faults/fault_injection.hpp"
 #include "emu/frameworks/backend.hpp"
+#include "emu/frameworks/fp8_engine.hpp"
 #include "emu/frameworks/worker_parameters.hpp"
 #include "emu/options/deployment_options.hpp"
 #include "emu/options/run_options.hpp"

@@ -67,12 +67,16 @@ class TrainersTensors final : public CheckpointReader {
   explicit TrainersTensors(const CheckpointReader& probe) : probe_(probe) {}
   const std::vector<TensorInfo>& tensors() const override { return probe_.tensors(); }
   void read_box(std::string_view name, const Box& box, void* destination) const override {
-    if (probe_.find(name) == nullptr)
+    // One lookup per read (the probe checkpoint's own): an unknown name is its only kNotFound.
+    try {
+      probe_.read_box(name, box, destination);
+    } catch (const Error& error) {
+      if (error.code() != ErrorCode::kNotFound) throw;
       throw Error(ErrorCode::kNotFound, "load_weights reads tensor '" + std::string(name) +
                                             "', which the trainers' tensor list (checkpoint_tensors, " +
                                             std::to_string(probe_.tensors().size()) +
                                             " tensors, given to SenderAdapter) does not have");
-    probe_.read_box(name, box, destination);
+    }
   }
   std::string source() const override { return "the trainers' checkpoint_tensors (" + probe_.source() + ")"; }
 

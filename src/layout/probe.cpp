@@ -492,7 +492,8 @@ SourceMap probe_host(const std::vector<TensorInfo>& checkpoint_tensors, const Pa
     report->accounts = std::move(accounts);
   }
   WB_LOG(kDebug) << "probe: " << params.size() << " parameters, " << map.copies.size() << " copies, "
-                 << plan.num_passes() + 1 << " load_weights passes";
+                 << plan.num_passes() + 1 << " load_weights passes, " << seconds_since(start) << " s (load "
+                 << load_seconds << " s, decode " << decode_seconds << " s, verify " << verify_seconds << " s)";
   return map;
 }
 
