@@ -41,7 +41,8 @@ struct RunSetup {
 /// version 0 only otherwise), else computed from the checkpoint's version. `setup` must outlive it.
 class EngineVersion {
  public:
-  EngineVersion(const RunSetup& setup, std::uint64_t version);
+  /// `rollout` false: the trainers' version (the checkpoint's), whatever the engines load.
+  EngineVersion(const RunSetup& setup, std::uint64_t version, bool rollout = true);
   const CheckpointReader& reader() const { return *reader_; }
 
  private:
