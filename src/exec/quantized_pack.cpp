@@ -49,6 +49,7 @@ void for_each_block_run(const SliceCopy& copy, const layout::QuantizationConfig&
 Status QuantizedPack::quantize(std::span<std::byte* const> parameters, const AmaxExchange& exchange) {
   for (TensorBlocks& blocks : blocks_) std::fill(blocks.amax.begin(), blocks.amax.end(), 0.0f);
   for (const Quantized& q : quantized_) {
+    if (q.fused) continue;  // below, after the others
     const SliceCopy& copy = trainer_map_.copies[q.copy];
     TensorBlocks& blocks = blocks_[static_cast<std::size_t>(blocks_of_[copy.tensor])];
     const DType dtype = trainer_map_.parameters[copy.parameter].dtype;
@@ -89,6 +90,7 @@ Status QuantizedPack::quantize(std::span<std::byte* const> parameters, const Ama
     }
   }
   for (const Quantized& q : quantized_) {
+    if (q.fused) continue;
     const SliceCopy& copy = trainer_map_.copies[q.copy];
     const TensorBlocks& blocks = blocks_[static_cast<std::size_t>(blocks_of_[copy.tensor])];
     const DType dtype = trainer_map_.parameters[copy.parameter].dtype;
@@ -105,6 +107,38 @@ Status QuantizedPack::quantize(std::span<std::byte* const> parameters, const Ama
     for_each_element(copy, config_, blocks.scale_cols, [&](std::int64_t position, std::int64_t block) {
       codes[position] = fp8::quantize(blocks.scale[static_cast<std::size_t>(block)], fp8::load_float(dtype, base + position * size));
     });
+  }
+  // The copies that alone hold their blocks: one block row at a time, its amaxes, scales and codes.
+  for (const Quantized& q : quantized_) {
+    if (!q.fused) continue;
+    const SliceCopy& copy = trainer_map_.copies[q.copy];
+    TensorBlocks& blocks = blocks_[static_cast<std::size_t>(blocks_of_[copy.tensor])];
+    std::vector<float>& scales = scales_[blocks.scale_buffer];
+    const auto* values = reinterpret_cast<const std::uint16_t*>(parameters[copy.parameter]);
+    std::uint8_t* codes = shadows_[q.shadow].data();
+    const std::int64_t first_col = copy.box.offset[1] / config_.block_cols;
+    const std::int64_t last_col = (copy.box.offset[1] + copy.box.extent[1] - 1) / config_.block_cols;
+    for (std::int64_t i = 0; i < copy.box.extent[0];) {
+      const std::int64_t block_row = (copy.box.offset[0] + i) / config_.block_rows;
+      const std::int64_t end = std::min(copy.box.extent[0], (block_row + 1) * config_.block_rows - copy.box.offset[0]);
+      SliceCopy band = copy;
+      band.box.offset[0] += i;
+      band.box.extent[0] = end - i;
+      band.offset += i * copy.strides[0];
+      for_each_block_run(band, config_, blocks.scale_cols, [&](std::int64_t first, std::int64_t count, std::int64_t block) {
+        float& amax = blocks.amax[static_cast<std::size_t>(block)];
+        amax = fp8::amax_combine(amax, fp8::bf16_amax(values + first, count));
+      });
+      for (std::int64_t c = first_col; c <= last_col; ++c) {
+        const auto b = static_cast<std::size_t>(block_row * blocks.scale_cols + c);
+        blocks.scale[b] = fp8::block_scale(config_.rule, blocks.amax[b]);
+        scales[b] = blocks.scale[b].scale_inv;
+      }
+      for_each_block_run(band, config_, blocks.scale_cols, [&](std::int64_t first, std::int64_t count, std::int64_t block) {
+        fp8::quantize_bf16(blocks.scale[static_cast<std::size_t>(block)], values + first, count, codes + first);
+      });
+      i = end;
+    }
   }
   return Status::ok();
 }

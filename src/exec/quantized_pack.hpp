@@ -74,6 +74,9 @@ class QuantizedPack {
   struct Quantized {          // one copy of a converted tensor
     std::uint32_t copy = 0;   // in the trainer's map
     std::uint32_t shadow = 0; // index into shadows_
+    // Contiguous bf16 rows whose blocks this copy alone holds, none shared: quantized a block row at a time,
+    // amax then codes while the rows are still in cache.
+    bool fused = false;
   };
   struct TensorBlocks {       // a converted tensor this rank touches
     std::uint32_t tensor = 0; // in the source list

@@ -113,6 +113,23 @@ QuantizedPack::QuantizedPack(const SourceMap& trainer_map, const layout::Fp8Form
       }
   }
   std::sort(partial_.begin(), partial_.end());
+  for (Quantized& q : quantized_) {
+    const SliceCopy& copy = trainer_map_.copies[q.copy];
+    if (trainer_map_.parameters[copy.parameter].dtype != DType::kBF16 || copy.strides[1] != 1) continue;
+    const auto b = static_cast<std::size_t>(blocks_of_[copy.tensor]);
+    const TensorInfo& tensor = source_tensors_[copy.tensor];
+    const std::int64_t r0 = copy.box.offset[0], r1 = r0 + copy.box.extent[0];
+    const std::int64_t c0 = copy.box.offset[1], c1 = c0 + copy.box.extent[1];
+    bool alone = r1 > r0 && c1 > c0;
+    for (std::int64_t br = r0 / config_.block_rows; alone && br * config_.block_rows < r1; ++br)
+      for (std::int64_t bc = c0 / config_.block_cols; alone && bc * config_.block_cols < c1; ++bc) {
+        const std::int64_t rows = std::min(r1, (br + 1) * config_.block_rows) - std::max(r0, br * config_.block_rows);
+        const std::int64_t cols = std::min(c1, (bc + 1) * config_.block_cols) - std::max(c0, bc * config_.block_cols);
+        const std::int64_t held = counts[b][static_cast<std::size_t>(br * blocks_[b].scale_cols + bc)];
+        alone = held == rows * cols && held == block_elements(tensor.shape, config_, br, bc);
+      }
+    q.fused = alone;
+  }
   validate_source_map(form_map_, form.tensors);
 }
 
@@ -125,6 +142,17 @@ void QuantizedPack::set_shared_blocks(std::vector<BlockKey> shared) {
                                                    " block " + std::to_string(key.block) + ", which does not exist");
   shared_ = std::move(shared);
   exchanged_.assign(shared_.size(), 0);
+  // A copy with a shared block waits for the exchange like the others.
+  for (Quantized& q : quantized_) {
+    if (!q.fused) continue;
+    const SliceCopy& copy = trainer_map_.copies[q.copy];
+    const std::int64_t scale_cols = blocks_[static_cast<std::size_t>(blocks_of_[copy.tensor])].scale_cols;
+    for (std::int64_t br = copy.box.offset[0] / config_.block_rows;
+         q.fused && br * config_.block_rows < copy.box.offset[0] + copy.box.extent[0]; ++br)
+      for (std::int64_t bc = copy.box.offset[1] / config_.block_cols;
+           q.fused && bc * config_.block_cols < copy.box.offset[1] + copy.box.extent[1]; ++bc)
+        q.fused = !std::binary_search(shared_.begin(), shared_.end(), BlockKey{copy.tensor, br * scale_cols + bc});
+  }
 }
 
 std::vector<std::byte*> QuantizedPack::form_memory(std::span<std::byte* const> parameters) {
