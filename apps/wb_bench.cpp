@@ -42,6 +42,7 @@
 #include "core/log.hpp"
 #include "core/settings.hpp"
 #include "emu/checkpoints/versioned_checkpoint.hpp"
+#include "emu/frameworks/fp8_engine.hpp"
 #include "emu/faults/fault_injection.hpp"
 #include "emu/frameworks/backend.hpp"
 #include "emu/frameworks/fp8_engine.hpp"

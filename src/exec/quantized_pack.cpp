@@ -1,5 +1,6 @@
 // The update half of the trainers' FP8 pack (exec/quantized_pack.hpp): amaxes, their exchange, scales
 // and codes, once per update before its rounds.
+#include <algorithm>
 #include <bit>
 #include <cmath>
 
@@ -22,6 +23,27 @@ void for_each_element(const SliceCopy& copy, const layout::QuantizationConfig& c
   }
 }
 
+// Whether a copy reads rows of contiguous bf16 elements: the bulk kernels' case (core/fp8.hpp).
+bool bf16_rows(const SliceCopy& copy, DType dtype) { return dtype == DType::kBF16 && copy.strides[1] == 1; }
+
+// Calls visit(first parameter element, count, flat block index) for every run of a row of a 2-D copy that
+// lies in one block (its columns in one block column).
+template <typename Visit>
+void for_each_block_run(const SliceCopy& copy, const layout::QuantizationConfig& config, std::int64_t scale_cols,
+                        Visit&& visit) {
+  const std::int64_t rows = copy.box.extent[0], cols = copy.box.extent[1];
+  for (std::int64_t i = 0; i < rows; ++i) {
+    const std::int64_t block_row = (copy.box.offset[0] + i) / config.block_rows * scale_cols;
+    const std::int64_t row_start = copy.offset + i * copy.strides[0];
+    for (std::int64_t j = 0; j < cols;) {
+      const std::int64_t column = copy.box.offset[1] + j;
+      const std::int64_t run = std::min(cols - j, config.block_cols - column % config.block_cols);
+      visit(row_start + j, run, block_row + column / config.block_cols);
+      j += run;
+    }
+  }
+}
+
 }  // namespace
 
 Status QuantizedPack::quantize(std::span<std::byte* const> parameters, const AmaxExchange& exchange) {
@@ -32,6 +54,14 @@ Status QuantizedPack::quantize(std::span<std::byte* const> parameters, const Ama
     const DType dtype = trainer_map_.parameters[copy.parameter].dtype;
     const std::size_t size = dtype_size(dtype);
     const std::byte* base = parameters[copy.parameter];
+    if (bf16_rows(copy, dtype)) {
+      const auto* values = reinterpret_cast<const std::uint16_t*>(base);
+      for_each_block_run(copy, config_, blocks.scale_cols, [&](std::int64_t first, std::int64_t count, std::int64_t block) {
+        float& amax = blocks.amax[static_cast<std::size_t>(block)];
+        amax = fp8::amax_combine(amax, fp8::bf16_amax(values + first, count));
+      });
+      continue;
+    }
     for_each_element(copy, config_, blocks.scale_cols, [&](std::int64_t position, std::int64_t block) {
       float& amax = blocks.amax[static_cast<std::size_t>(block)];
       amax = fp8::amax_combine(amax, std::fabs(fp8::load_float(dtype, base + position * static_cast<std::int64_t>(size))));
@@ -65,6 +95,13 @@ Status QuantizedPack::quantize(std::span<std::byte* const> parameters, const Ama
     const auto size = static_cast<std::int64_t>(dtype_size(dtype));
     const std::byte* base = parameters[copy.parameter];
     std::uint8_t* codes = shadows_[q.shadow].data();
+    if (bf16_rows(copy, dtype)) {
+      const auto* values = reinterpret_cast<const std::uint16_t*>(base);
+      for_each_block_run(copy, config_, blocks.scale_cols, [&](std::int64_t first, std::int64_t count, std::int64_t block) {
+        fp8::quantize_bf16(blocks.scale[static_cast<std::size_t>(block)], values + first, count, codes + first);
+      });
+      continue;
+    }
     for_each_element(copy, config_, blocks.scale_cols, [&](std::int64_t position, std::int64_t block) {
       codes[position] = fp8::quantize(blocks.scale[static_cast<std::size_t>(block)], fp8::load_float(dtype, base + position * size));
     });

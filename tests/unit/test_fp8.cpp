@@ -144,6 +144,44 @@ TEST(Fp8Cast, EveryBf16ValueRoundsAsTheReference) {
   }
 }
 
+// The bulk kernels (SSE2 / AVX2) against the reference cast: every bf16 value, scaled as each rule scales
+// blocks of several amaxes (tiny ones make many products subnormal or zero in e4m3, huge ones saturate),
+// at every offset of a run so that vector bodies and scalar tails both see every value.
+TEST(Fp8Bulk, QuantizeEveryBf16ValueAsTheReference) {
+  std::vector<std::uint16_t> values(0x10000 + 37);
+  for (std::size_t k = 0; k < values.size(); ++k) values[k] = static_cast<std::uint16_t>(k * 40503u);  // a permutation
+  for (std::uint32_t bits = 0; bits < 0x10000; ++bits) values[bits] = static_cast<std::uint16_t>(bits);
+  std::vector<std::uint8_t> codes(values.size());
+  for (const ScaleRule rule : {ScaleRule::kPlain, ScaleRule::kPerBlockCast, ScaleRule::kUe8m0})
+    for (const float amax : {0.0f, 1e-30f, 3e-5f, 0.02f, 1.0f, 448.0f, 3e9f}) {
+      const fp8::BlockScale scale = fp8::block_scale(rule, amax);
+      for (const std::size_t start : {std::size_t{0}, std::size_t{5}, std::size_t{17}}) {
+        const std::int64_t count = static_cast<std::int64_t>(values.size() - start);
+        fp8::quantize_bf16(scale, values.data() + start, count, codes.data());
+        for (std::int64_t k = 0; k < count; ++k) {
+          const float x = bf16_value(values[start + static_cast<std::size_t>(k)]);
+          const float y = scale.divide ? x / scale.factor : x * scale.factor;
+          ASSERT_EQ(codes[static_cast<std::size_t>(k)], reference_cast(y))
+              << fp8::scale_rule_name(rule) << " amax " << amax << ": bf16 " << x << " at " << k;
+        }
+      }
+    }
+}
+
+TEST(Fp8Bulk, AmaxOfRunsAsTheElementwiseFold) {
+  std::mt19937 generator(3);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<std::uint16_t> values(static_cast<std::size_t>(generator() % 300));
+    for (std::uint16_t& v : values) v = static_cast<std::uint16_t>(generator());
+    if (trial % 3 == 0)  // no NaN or infinity: exponent field below 0xFF
+      for (std::uint16_t& v : values) v = static_cast<std::uint16_t>(v & 0xBFFFu);
+    float expected = 0.0f;
+    for (const std::uint16_t v : values) expected = fp8::amax_combine(expected, std::fabs(bf16_value(v)));
+    const float got = fp8::bf16_amax(values.data(), static_cast<std::int64_t>(values.size()));
+    ASSERT_EQ(std::bit_cast<std::uint32_t>(got), std::bit_cast<std::uint32_t>(expected)) << "trial " << trial;
+  }
+}
+
 TEST(Fp8Cast, TiesAndNeighboursOfEveryMidpointRoundToEven) {
   const std::vector<double>& values = reference_values();
   int ties = 0;
