@@ -18,9 +18,11 @@ std::size_t aligned(std::size_t bytes) { return (bytes + kAlign - 1) / kAlign * 
 
 }  // namespace
 
-ParameterCopies::ParameterCopies(const ParameterSet& params) {
+ParameterCopies::ParameterCopies(const ParameterSet& params) : params_(params) {
   std::size_t total = 0;
+  offsets_.reserve(params.size());
   for (const Parameter& p : params) {
+    offsets_.push_back(total);
     total += aligned(p.view.nbytes());
     bytes_ += p.view.nbytes();
   }
@@ -33,15 +35,20 @@ ParameterCopies::ParameterCopies(const ParameterSet& params) {
                                           std::to_string(total) + " bytes): " + std::strerror(errno));
     memory_ = static_cast<std::byte*>(memory);
   }
-  std::size_t offset = 0;
-  for (const Parameter& p : params) {
-    TensorView view = p.view;
-    view.data = memory_ + offset;
-    view.memory = MemoryKind::kHost;
-    view.device = 0;
-    views_.add(p.name, view);
-    offset += aligned(p.view.nbytes());
+}
+
+const ParameterSet& ParameterCopies::views() const {
+  if (!views_) {
+    views_.emplace();
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      TensorView view = params_[i].view;
+      view.data = data(i);
+      view.memory = MemoryKind::kHost;
+      view.device = 0;
+      views_->add(params_[i].name, view);
+    }
   }
+  return *views_;
 }
 
 ParameterCopies::~ParameterCopies() {

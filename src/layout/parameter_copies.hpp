@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <vector>
 
 #include "weightbridge/tensor.hpp"
@@ -14,22 +15,25 @@ namespace wb::layout {
 /// costs several times the copy itself (a 1 GiB copy into fresh memory 2.5-8.6 s here, 0.6 s populated).
 class ParameterCopies {
  public:
-  /// Set-up: throws wb::Error (kSystem) naming the size when the memory cannot be mapped.
+  /// Set-up: throws wb::Error (kSystem) naming the size when the memory cannot be mapped. `params` must
+  /// outlive the copies.
   explicit ParameterCopies(const ParameterSet& params);
   ~ParameterCopies();
   ParameterCopies(const ParameterCopies&) = delete;
   ParameterCopies& operator=(const ParameterCopies&) = delete;
 
-  /// Parameter i's region (its view, with host memory at the copy).
-  const ParameterSet& views() const { return views_; }
-  std::byte* data(std::size_t i) const { return static_cast<std::byte*>(views_[i].view.data); }
+  /// The regions as parameters (each one's view, with host memory at its copy); made on first use.
+  const ParameterSet& views() const;
+  std::byte* data(std::size_t i) const { return memory_ + offsets_[i]; }
   /// The parameters' bytes, without alignment padding.
   std::size_t bytes() const { return bytes_; }
 
  private:
+  const ParameterSet& params_;
   std::byte* memory_ = nullptr;
   std::size_t mapped_ = 0, bytes_ = 0;
-  ParameterSet views_;
+  std::vector<std::size_t> offsets_;
+  mutable std::optional<ParameterSet> views_;  // a name index per parameter: only the CUDA probe needs it
 };
 
 /// Saves host parameters' contents into ParameterCopies and writes them back when destroyed, however the

@@ -154,6 +154,16 @@ class ParameterDecoder {
     const std::size_t passes = passes_.size();
     std::vector<std::uint64_t> digits(passes);
     std::vector<std::vector<std::int64_t>> steps(ndim, std::vector<std::int64_t>(passes, 0));
+    // The grid point one step along each axis (the same in every pass); npos where the cell is one wide.
+    constexpr std::size_t npos = static_cast<std::size_t>(-1);
+    std::vector<std::size_t> next_index(ndim, npos);
+    Shape next = c.corner;
+    for (std::size_t a = 0; a < ndim; ++a) {
+      if (c.extent[a] < 2) continue;
+      ++next[a];
+      next_index[a] = grid_index(next);
+      --next[a];
+    }
     bool unsourced = false;
     for (std::size_t p = 0; p < passes; ++p) {
       const std::int64_t d = values_[p][corner];
@@ -162,12 +172,8 @@ class ParameterDecoder {
           (!unsourced && (d < 0 || static_cast<std::uint64_t>(d) >= space.size)))
         not_a_copy(param_, flat_of(c.corner), kComputed, "bits that are no probe code in pass " + std::to_string(p));
       digits[p] = unsourced ? 0 : static_cast<std::uint64_t>(d);
-      for (std::size_t a = 0; a < ndim; ++a) {
-        if (c.extent[a] < 2) continue;
-        Shape next = c.corner;
-        ++next[a];
-        steps[a][p] = values_[p][grid_index(next)] - d;
-      }
+      for (std::size_t a = 0; a < ndim; ++a)
+        if (next_index[a] != npos) steps[a][p] = values_[p][next_index[a]] - d;
     }
     for (std::size_t a = 0; a < ndim; ++a)
       for (std::size_t p = 0; p < passes; ++p)

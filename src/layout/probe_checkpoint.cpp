@@ -252,10 +252,14 @@ void ProbeCheckpoint::set_verification(std::uint64_t seed) {
 }
 
 void ProbeCheckpoint::read_box(std::string_view name, const Box& box, void* destination) const {
-  const auto it = by_name_.find(name);
-  if (it == by_name_.end())
-    throw Error(ErrorCode::kNotFound, "checkpoint " + source() + ": no tensor named " + std::string(name));
-  const std::size_t t = it->second;
+  std::size_t t = next_.load(std::memory_order_relaxed);
+  if (t >= tensors_.size() || tensors_[t].name != name) {
+    const auto it = by_name_.find(name);
+    if (it == by_name_.end())
+      throw Error(ErrorCode::kNotFound, "checkpoint " + source() + ": no tensor named " + std::string(name));
+    t = it->second;
+  }
+  next_.store(t + 1, std::memory_order_relaxed);
   const TensorInfo& info = tensors_[t];
   if (box.offset.size() != box.extent.size() || !box.fits_in(info.shape))
     throw Error(ErrorCode::kInvalidArgument, "checkpoint " + source() + ": tensor " + info.name + ": box " +
