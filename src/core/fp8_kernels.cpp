@@ -55,23 +55,31 @@ __attribute__((target("avx2"))) inline __m256i e4m3_lanes_avx2(__m256 y) {
   return _mm256_or_si256(code, sign);
 }
 
-// 32 elements a step; returns how many it quantized.
-__attribute__((target("avx2"))) std::int64_t quantize_bf16_avx2(const BlockScale& scale, const std::uint16_t* values,
-                                                                std::int64_t count, std::uint8_t* codes) {
-  const __m256 factor = _mm256_set1_ps(scale.factor);
+// 32 elements a step; returns how many it quantized. `Divide` a template argument: no test in the loop.
+template <bool Divide>
+__attribute__((target("avx2"))) std::int64_t quantize_bf16_avx2_loop(float scale_factor, const std::uint16_t* values,
+                                                                     std::int64_t count, std::uint8_t* codes) {
+  const __m256 factor = _mm256_set1_ps(scale_factor);
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  const auto lanes_of = [&](const std::uint16_t* at) __attribute__((target("avx2"))) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(at));
+    const __m256 x = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
+    return e4m3_lanes_avx2(Divide ? _mm256_div_ps(x, factor) : _mm256_mul_ps(x, factor));
+  };
   std::int64_t k = 0;
   for (; k + 32 <= count; k += 32) {
-    __m256i lanes[4];
-    for (int part = 0; part < 4; ++part) {
-      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(values + k + 8 * part));
-      const __m256 x = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
-      lanes[part] = e4m3_lanes_avx2(scale.divide ? _mm256_div_ps(x, factor) : _mm256_mul_ps(x, factor));
-    }
-    const __m256i bytes = _mm256_packus_epi16(_mm256_packs_epi32(lanes[0], lanes[1]), _mm256_packs_epi32(lanes[2], lanes[3]));
+    const __m256i l0 = lanes_of(values + k), l1 = lanes_of(values + k + 8);
+    const __m256i l2 = lanes_of(values + k + 16), l3 = lanes_of(values + k + 24);
+    const __m256i bytes = _mm256_packus_epi16(_mm256_packs_epi32(l0, l1), _mm256_packs_epi32(l2, l3));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + k), _mm256_permutevar8x32_epi32(bytes, order));
   }
   return k;
+}
+
+__attribute__((target("avx2"))) std::int64_t quantize_bf16_avx2(const BlockScale& scale, const std::uint16_t* values,
+                                                                std::int64_t count, std::uint8_t* codes) {
+  return scale.divide ? quantize_bf16_avx2_loop<true>(scale.factor, values, count, codes)
+                      : quantize_bf16_avx2_loop<false>(scale.factor, values, count, codes);
 }
 
 using BulkQuantize = std::int64_t (*)(const BlockScale&, const std::uint16_t*, std::int64_t, std::uint8_t*);
