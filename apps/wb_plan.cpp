@@ -50,6 +50,12 @@ std::string gib(double bytes) {
   return text;
 }
 
+std::string digest_text(std::uint64_t digest) {
+  char text[20];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(digest));
+  return text;
+}
+
 // The process's peak resident set since start or since the last reset_peak_rss (Linux: VmHWM).
 std::int64_t peak_rss_bytes() {
   std::ifstream status("/proc/self/status");
@@ -111,6 +117,7 @@ struct StrategyResult {
 struct Evaluation {
   LowerBound bound;
   TransferPlan plan;
+  std::uint64_t schedule_digest = 0;  // round_schedules_digest: equal for equal plans
   std::size_t atoms = 0, schedule_bytes = 0, largest_schedule_bytes = 0, schedule_entries = 0;
   std::size_t most_writes_per_round = 0;   // one-sided writes of one rank in one round, the most of any
   std::size_t most_peers_per_round = 0;    // distinct peers one rank writes to in one round, the most of any
@@ -156,6 +163,7 @@ Evaluation evaluate(const std::vector<TensorInfo>& tensors, DescribedDeployment 
               std::max(result.most_peers_per_round, static_cast<std::size_t>(std::unique(peers.begin(), peers.end()) - peers.begin()));
         }
       });
+  result.schedule_digest = round_schedules_digest(serialized);
   for (const std::vector<std::byte>& bytes : serialized) {
     result.schedule_bytes += bytes.size();
     result.largest_schedule_bytes = std::max(result.largest_schedule_bytes, bytes.size());
@@ -353,6 +361,7 @@ int run(int argc, char** argv) {
   std::printf("  round schedules: %zu entries, %.1f MiB serialized (largest rank %.1f MiB); at most %zu writes to %zu peers "
               "per rank and round\n", e.schedule_entries, static_cast<double>(e.schedule_bytes) / (1 << 20),
               static_cast<double>(e.largest_schedule_bytes) / (1 << 20), e.most_writes_per_round, e.most_peers_per_round);
+  std::printf("  schedule digest %s\n", digest_text(e.schedule_digest).c_str());
   std::printf("  external exchange: %s", plan.exchange.c_str());
   if (!plan.candidates.empty()) {
     std::printf(", the fastest simulated of");
@@ -386,6 +395,7 @@ int run(int argc, char** argv) {
                  {"rounds_bytes_max_over_mean", round_max_over_mean(plan)},
                  {"schedule_bytes", e.schedule_bytes},
                  {"schedule_entries", e.schedule_entries},
+                 {"schedule_digest", digest_text(e.schedule_digest)},
                  {"buffer_bytes_per_worker", network.plan.buffer_bytes_per_worker},
                  {"exchange", exchange_json(e)},
                  {"plan_cpu_seconds", e.plan_cpu_seconds},
