@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "bindings.hpp"
+#include "calls.hpp"
 #include "core/settings.hpp"
 
 namespace wb::python {
@@ -298,38 +299,32 @@ class PySenderAdapter {
   PySenderAdapter& operator=(const PySenderAdapter&) = delete;
 
   void connect() {
-    Status failed;
-    {
-      py::gil_scoped_release release;
+    check(gate_.run("connect", [&] {
       try {
         adapter_->connect();
       } catch (const Error& error) {
-        failed = error.status();
+        return error.status();
       }
-    }
-    if (!failed) raise_error(failed, callbacks_->take_error());
+      return Status::ok();
+    }));
   }
 
   void send_weights(std::uint64_t version, std::uintptr_t cuda_stream) {
-    check(call([&] { return adapter_->send_weights(version, reinterpret_cast<void*>(cuda_stream)); }));
+    check(gate_.run("send_weights", [&] { return adapter_->send_weights(version, reinterpret_cast<void*>(cuda_stream)); }));
   }
-  void wait() { check(call([&] { return adapter_->wait(); })); }
-  void shutdown() { check(call([&] { return adapter_->shutdown(); })); }
+  void wait() { check(gate_.run("wait", [&] { return adapter_->wait(); })); }
+  void shutdown() { check(gate_.run("shutdown", [&] { return adapter_->shutdown(); })); }
   bool connected() const { return adapter_->connected(); }
   TransferSummary summary() const { return adapter_->summary(); }
   AdapterStats stats() const { return adapter_->stats(); }
 
  private:
-  template <class F>
-  static Status call(F&& f) {
-    py::gil_scoped_release release;
-    return f();
-  }
   void check(const Status& status) {
     if (!status) raise_error(status, callbacks_->take_error());
   }
 
   std::unique_ptr<Callbacks> callbacks_ = std::make_unique<Callbacks>();
+  CallGate gate_{"SenderAdapter"};
   py::list keep_alive_;
   std::unique_ptr<SenderAdapter> adapter_;
 };
@@ -357,11 +352,8 @@ class PyReceiverAdapter {
   PyReceiverAdapter& operator=(const PyReceiverAdapter&) = delete;
 
   PollResult poll_requests(std::uintptr_t cuda_stream) {
-    PollResult result;
-    {
-      py::gil_scoped_release release;
-      result = adapter_->poll_requests(reinterpret_cast<void*>(cuda_stream));
-    }
+    const PollResult result =
+        gate_.run("poll_requests", [&] { return adapter_->poll_requests(reinterpret_cast<void*>(cuda_stream)); });
     if (result.event == PollResult::Event::kFailed) raise_error(result.status, callbacks_->take_error());
     return result;
   }
@@ -374,6 +366,7 @@ class PyReceiverAdapter {
 
  private:
   std::unique_ptr<Callbacks> callbacks_ = std::make_unique<Callbacks>();
+  CallGate gate_{"ReceiverAdapter"};
   py::list keep_alive_;
   std::unique_ptr<ReceiverAdapter> adapter_;
 };

@@ -4,6 +4,7 @@
 
 #include "comm/backoff.hpp"
 #include "comm/collectives.hpp"
+#include "comm/interrupt.hpp"
 #include "coord/clock_offset.hpp"
 #include "coord/element_accounting.hpp"
 #include "core/checks.hpp"
@@ -105,7 +106,8 @@ Status AdapterBase::service(bool interruptible) {
   // While a transfer runs on the background thread, it answers queries (it can say what it waits for).
   const bool transferring = thread.active() && !thread.finished();
   Status status = faults->poll(nullptr, !transferring);
-  return interruptible ? status : Status::ok();
+  if (!interruptible) return Status::ok();
+  return status ? comm::poll_interrupt() : status;  // the caller's Ctrl-C (comm/interrupt.hpp)
 }
 
 Status AdapterBase::give_up(Status status, const std::string& context) {

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "comm/collectives.hpp"
+#include "comm/interrupt.hpp"
 #include "coord/connect_records.hpp"
 #include "coord/element_accounting.hpp"
 #include "core/checks.hpp"
@@ -274,6 +275,7 @@ std::unique_ptr<RoundExecutor> connect_executor(const Connect& c, RoundSchedule 
   executor_options.trace = options.trace;
   FaultChannel* faults = c.in.faults;
   executor_options.interrupt = [faults](const std::function<WaitState()>& waiting) {
+    if (Status stop = comm::poll_interrupt(); !stop) return stop;  // the caller's Ctrl-C, on its own thread
     if (!waiting) return faults->poll();
     faults->note_transfer_wait(waiting());  // idle: at most every millisecond
     const FaultChannel::WaitProbe probe = [&waiting] { return waiting(); };
