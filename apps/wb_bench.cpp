@@ -37,12 +37,15 @@
 #include <thread>
 
 #include "baselines/baselines.hpp"
+#include "comm/backoff.hpp"
 #include "core/checks.hpp"
 #include "core/log.hpp"
 #include "core/settings.hpp"
 #include "emu/checkpoints/versioned_checkpoint.hpp"
+#include "emu/frameworks/fp8_engine.hpp"
 #include "emu/faults/fault_injection.hpp"
 #include "emu/frameworks/backend.hpp"
+#include "emu/frameworks/fp8_engine.hpp"
 #include "emu/frameworks/worker_parameters.hpp"
 #include "emu/options/deployment_options.hpp"
 #include "emu/options/run_options.hpp"
@@ -208,6 +211,7 @@ void measure(const Bench& b, Outcome& out) {
       adapter.receiver_staging = mode.receiver_staging;
       adapter.node = deployment.node_of(rank);
       if (!b.options.trace.empty()) adapter.trace = true;
+      if (b.setup.engine_form) adapter.fp8 = fp8_engine_option(b.setup.engine_form->config);
       if (trainer) {
         senders.push_back(std::make_unique<SenderAdapter>(MPI_COMM_WORLD, b.group, b.params.parameters(),
                                                           b.setup.checkpoint->tensors(), load, adapter));
@@ -216,6 +220,7 @@ void measure(const Bench& b, Outcome& out) {
       } else {
         receivers.push_back(std::make_unique<ReceiverAdapter>(MPI_COMM_WORLD, b.group, b.params.parameters(), load, adapter, hook));
         const double since = wall_seconds();
+        comm::Backoff backoff;
         for (;;) {
           const PollResult r = receivers.back()->poll_requests();
           if (ended(r)) throw Error(r.status);
@@ -223,12 +228,12 @@ void measure(const Bench& b, Outcome& out) {
           if (wall_seconds() - since > b.timeout)
             throw Error(ErrorCode::kTimeout, b.who + ": the trainers' connect request (mode " + mode.name + ") did not come within " +
                                                  std::to_string(b.timeout) + " s");
-          std::this_thread::sleep_for(std::chrono::microseconds(200));
+          backoff.pause();
         }
         out.summary = receivers.back()->summary();
       }
     }
-  VersionReference reference(b.worker, *b.setup.checkpoint);
+  VersionReference reference(b.worker, b.setup);
 
   // The interleaved schedule: warm-up rounds, then measured ones, each method once per round.
   std::uint64_t version = 0;
@@ -338,12 +343,13 @@ void measure(const Bench& b, Outcome& out) {
   }
   if (out.failure.empty()) {
     const double since = wall_seconds();
+    comm::Backoff backoff;
     for (auto& receiver : receivers)
       while (!receiver->closed() && out.failure.empty()) {
         if (ended(receiver->poll_requests())) break;
         if (wall_seconds() - since > b.timeout)
           out.fail(b.who + ": the trainers' shutdown did not come within " + std::to_string(b.timeout) + " s of the last update");
-        std::this_thread::sleep_for(std::chrono::microseconds(200));
+        backoff.pause();
       }
   }
   if (!b.options.trace.empty()) {
@@ -392,7 +398,10 @@ int run(int argc, char** argv, Ending& ending) {
   ending.who = who;
   std::unique_ptr<EmulatedWorker> worker = make_worker(setup.model, deployment, rank);
   const WorkerParameters params(worker->parameter_infos(), place, default_cuda_device());
-  params.load(*worker, *setup.checkpoint);
+  if (trainer)
+    params.load(*worker, *setup.checkpoint);
+  else
+    params.load(*worker, EngineVersion(setup, 0).reader());
   MPI_Comm group = MPI_COMM_NULL;
   WB_CHECK_MPI(MPI_Comm_split(MPI_COMM_WORLD, trainer ? 0 : 1 + engine, rank, &group));
   const JobClock clock(MPI_COMM_WORLD);
@@ -408,6 +417,10 @@ int run(int argc, char** argv, Ending& ending) {
   // The baselines' set-up (collective, like the rest of the set-up above: an error there takes the job down).
   const bool wants_weightbridge = std::any_of(methods.begin(), methods.end(), [](const Method& m) { return m.mode >= 0; });
   const bool wants_baselines = std::any_of(methods.begin(), methods.end(), [](const Method& m) { return m.mode < 0; });
+  if (wants_baselines && setup.engine_form)
+    throw Error(ErrorCode::kInvalidArgument, "--rollout " + deployment.rollout.to_string() +
+                                                 ": the baselines (broadcast, ring-broadcast, p2p) send the trainers' "
+                                                 "BF16 bytes and cannot feed an FP8 engine; run --methods weightbridge");
   std::unique_ptr<bench::Baselines> baselines;
   if (wants_baselines) {
     bench::BaselineOptions baseline_options;
@@ -431,7 +444,7 @@ int run(int argc, char** argv, Ending& ending) {
   }
   if (!trainer) {
     // What the parameters hold now, compared byte for byte: one whole version, or a mix.
-    VersionReference reference(*worker, *setup.checkpoint);
+    VersionReference reference(*worker, setup);
     const ParameterSet& now = params.read();
     if (reference.difference(now, out.held).empty())
       out.parameters = "version " + std::to_string(out.held);

@@ -1,5 +1,6 @@
 // wb-mkckpt: writes the deterministic synthetic checkpoint of a model (full size or "tiny"), so tests,
-// demos and benchmarks need no download. Prints one line of JSON describing what it wrote.
+// demos and benchmarks need no download. Prints one line of JSON describing what it wrote. With --fp8 it
+// writes the FP8 form an FP8 engine loads instead (fp8 weights, f32 block scales, config.json beside it).
 #include <boost/program_options.hpp>
 
 #include <cctype>
@@ -19,7 +20,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "emu/checkpoints/fp8_checkpoint.hpp"
 #include "emu/checkpoints/synthetic.hpp"
+#include "emu/checkpoints/versioned_checkpoint.hpp"
+#include "emu/frameworks/fp8_engine.hpp"
 #include "emu/models/model.hpp"
 #include "weightbridge/checkpoint.hpp"
 #include "weightbridge/status.hpp"
@@ -31,8 +35,10 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: wb-mkckpt --model NAME_OR_CONFIG.json [--scale full|tiny] [--layers N] [--experts N]\n"
-    "                 [--hidden N] [--vocab N] [--format hdf5|safetensors] [--max-shard-mib N]\n"
-    "                 [--seed S] [--max-bytes SIZE] (--output PATH | --list)\n"
+    "                 [--hidden N] [--vocab N] [--head-dim N] [--expert-width N] [--format hdf5|safetensors]\n"
+    "                 [--max-shard-mib N] [--seed S] [--version K] [--max-bytes SIZE]\n"
+    "                 [--fp8 BLOCK [--fp8-rule RULE]]\n"
+    "                 (--output PATH | --list)\n"
     "\n"
     "Writes the deterministic synthetic checkpoint of a model and prints one line of JSON:\n"
     "{\"model\":..,\"tensors\":..,\"params\":..,\"bytes\":..,\"path\":..,\"seconds\":..}\n"
@@ -151,10 +157,32 @@ wb::emu::ModelConfig trim_full_model(wb::emu::ModelConfig config, std::optional<
   return config;
 }
 
+// config.json of the model written: the sizes that decide its tensors (an FP8 form adds its
+// quantization_config).
+nlohmann::ordered_json model_config_json(const wb::emu::ModelConfig& c) {
+  nlohmann::ordered_json j;
+  j["name"] = c.name;
+  j["model_type"] = c.model_type;
+  j["torch_dtype"] = "bfloat16";
+  j["hidden_size"] = c.hidden_size;
+  j["num_hidden_layers"] = c.num_hidden_layers;
+  j["num_attention_heads"] = c.num_attention_heads;
+  j["num_key_value_heads"] = c.num_key_value_heads;
+  j["head_dim"] = c.head_dim;
+  j["intermediate_size"] = c.intermediate_size;
+  j["vocab_size"] = c.vocab_size;
+  j["tie_word_embeddings"] = c.tie_word_embeddings;
+  if (c.is_moe()) {
+    j["num_experts"] = c.num_experts;
+    j["moe_intermediate_size"] = c.moe_intermediate_size;
+  }
+  return j;
+}
+
 int run(int argc, char** argv) {
-  std::string model, scale = "full", format_text, output, max_bytes_text = "64GiB";
-  std::int64_t layers = 0, experts = 0, hidden = 0, vocab = 0, max_shard_mib = 0;
-  std::uint64_t seed = 0;
+  std::string model, scale = "full", format_text, output, max_bytes_text = "64GiB", fp8_block, fp8_rule = "per-block-cast";
+  std::int64_t layers = 0, experts = 0, hidden = 0, vocab = 0, head_dim = 0, expert_width = 0, max_shard_mib = 0;
+  std::uint64_t seed = 0, version = 0;
   po::options_description options("options");
   options.add_options()
       ("help,h", "print this help")
@@ -164,9 +192,16 @@ int run(int argc, char** argv) {
       ("experts", po::value(&experts), "routed experts per MoE layer (default: the model's, at most 64 when tiny)")
       ("hidden", po::value(&hidden), "tiny only: hidden size (default 64)")
       ("vocab", po::value(&vocab), "tiny only: vocabulary size (default 1000)")
+      ("head-dim", po::value(&head_dim), "tiny only: attention head width (not MLA; default 4)")
+      ("expert-width", po::value(&expert_width), "tiny only: expert (MoE intermediate) width (default 16)")
+      ("fp8", po::value(&fp8_block), "write the FP8 form an FP8 engine of this block shape loads (128x128): e4m3 weights, "
+                                     "f32 <name>_scale_inv, and config.json with its quantization_config beside --output")
+      ("fp8-rule", po::value(&fp8_rule)->default_value(fp8_rule), "with --fp8: plain, per-block-cast or ue8m0")
       ("format", po::value(&format_text), "hdf5 | safetensors (default: from the --output name)")
       ("max-shard-mib", po::value(&max_shard_mib)->default_value(0), "safetensors: shards of at most N MiB and an index file (0: one file)")
       ("seed", po::value(&seed)->default_value(0), "seed of the synthetic values")
+      ("version", po::value(&version)->default_value(0), "the checkpoint at this version, as wb-replay's trainers make "
+                                                         "version K of it (0: the checkpoint itself)")
       ("max-bytes", po::value(&max_bytes_text)->default_value(max_bytes_text), "refuse to write a checkpoint larger than this (64GiB, 512M, ...)")
       ("output,o", po::value(&output), "checkpoint path (*.h5, *.safetensors or model.safetensors.index.json)")
       ("list", "print the tensor list (name dtype shape) instead of writing");
@@ -198,14 +233,29 @@ int run(int argc, char** argv) {
     scale_options.num_experts = optional_arg("experts", experts);
     scale_options.hidden_size = optional_arg("hidden", hidden);
     scale_options.vocab_size = optional_arg("vocab", vocab);
+    scale_options.head_dim = optional_arg("head-dim", head_dim);
+    scale_options.moe_intermediate_size = optional_arg("expert-width", expert_width);
     config = wb::emu::scale_model(config, scale_options);
   } else {
-    if (vm.count("hidden") || vm.count("vocab")) usage_error("--hidden and --vocab apply to --scale tiny only");
+    if (vm.count("hidden") || vm.count("vocab") || vm.count("head-dim") || vm.count("expert-width"))
+      usage_error("--hidden, --vocab, --head-dim and --expert-width apply to --scale tiny only");
     config = trim_full_model(config, optional_arg("layers", layers), optional_arg("experts", experts));
   }
   // What a file of this model holds: the model's tensors and, where the config has them, the
   // multi-token-prediction layers (which no worker loads).
-  const std::vector<wb::TensorInfo> tensors = wb::emu::checkpoint_tensors(config);
+  std::vector<wb::TensorInfo> tensors = wb::emu::checkpoint_tensors(config);
+  // The FP8 form: of the tensors the engines load (a multi-token-prediction layer is no part of it).
+  std::optional<wb::layout::Fp8Form> form;
+  if (vm.count("fp8")) {
+    wb::emu::RolloutSpec engine;
+    wb::layout::parse_block_shape(fp8_block, engine.fp8_block_rows, engine.fp8_block_cols, "--fp8");
+    (void)wb::layout::parse_scale_rule_or_throw(fp8_rule, "--fp8-rule");
+    engine.fp8_rule = fp8_rule;
+    form = wb::emu::engine_form(config, engine);
+    tensors = form->tensors;
+  } else if (!vm["fp8-rule"].defaulted()) {
+    usage_error("--fp8-rule needs --fp8 BLOCK");
+  }
 
   std::int64_t params = 0;
   std::uint64_t bytes = 0;
@@ -244,7 +294,15 @@ int run(int argc, char** argv) {
   writer_options.max_shard_bytes = static_cast<std::size_t>(max_shard_mib) << 20;
   const auto start = std::chrono::steady_clock::now();
   install_stop_handlers();
-  wb::emu::write_synthetic_checkpoint(output, format, tensors, seed, writer_options, stop_if_signalled);
+  const wb::emu::SyntheticCheckpoint synthetic(form ? form->source_tensors : tensors, seed);
+  const wb::emu::VersionedCheckpoint versioned(synthetic, version);
+  if (form)
+    wb::emu::write_fp8_checkpoint(output, format, *form, versioned, model_config_json(config), writer_options,
+                                  stop_if_signalled);
+  else if (version != 0)
+    wb::emu::write_checkpoint_of(versioned, output, format, writer_options, stop_if_signalled);
+  else
+    wb::emu::write_synthetic_checkpoint(output, format, tensors, seed, writer_options, stop_if_signalled);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   // Read back what a reader finds under this name: the tensor list, from the headers.
   const std::unique_ptr<wb::CheckpointReader> written = wb::open_checkpoint(output);
@@ -265,6 +323,11 @@ int run(int argc, char** argv) {
   line["params"] = params;
   line["bytes"] = bytes;
   line["path"] = output;
+  if (version != 0) line["version"] = version;
+  if (form) {
+    line["fp8"] = form->config.to_string();
+    line["config"] = wb::emu::config_path_beside(output);
+  }
   line["seconds"] = seconds;
   std::cout << line.dump() << std::endl;
   return 0;

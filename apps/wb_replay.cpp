@@ -42,6 +42,7 @@
 #include "emu/checkpoints/versioned_checkpoint.hpp"
 #include "emu/faults/fault_injection.hpp"
 #include "emu/frameworks/backend.hpp"
+#include "emu/frameworks/fp8_engine.hpp"
 #include "emu/frameworks/worker_parameters.hpp"
 #include "emu/models/presets.hpp"
 #include "emu/options/deployment_options.hpp"
@@ -134,17 +135,20 @@ bool preflight(const Setup& setup, const EmulatedWorker& worker, const WorkerPar
   WB_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   WB_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &world));
   const Deployment& deployment = setup.deployment;
+  // What this worker loads: the checkpoint, or (an FP8 engine) its FP8 form.
+  const EngineVersion engine_version(setup, 0);
+  const CheckpointReader& own = deployment.is_trainer(rank) ? *setup.checkpoint : engine_version.reader();
   const auto load_start = std::chrono::steady_clock::now();
-  stored.load(worker, *setup.checkpoint);
+  stored.load(worker, own);
   const double load_seconds = seconds_since(load_start);
   const ParameterSet& params = stored.read();
-  const CheckpointCheck checked = check_against_checkpoint(worker, params, *setup.checkpoint);
+  const CheckpointCheck checked = check_against_checkpoint(worker, params, own);
   for (const std::string& failure : checked.failures) WB_LOG(kError) << failure;
   WB_LOG(kInfo) << worker.describe() << ": " << params.total_bytes() << " parameter bytes, " << checked.pieces
                 << " pieces verified in " << load_seconds << " s load";
 
   // Coverage: rank 0 gathers every worker's boxes. Group 0 = trainers, group 1 + e = rollout engine e.
-  const std::vector<std::int64_t> boxes = encode_boxes(worker.export_weights(params), *setup.checkpoint);
+  const std::vector<std::int64_t> boxes = encode_boxes(worker.export_weights(params), own);
   const int count = static_cast<int>(boxes.size());
   std::vector<int> counts(static_cast<std::size_t>(world)), displs(static_cast<std::size_t>(world));
   WB_CHECK_MPI(MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, MPI_COMM_WORLD));
@@ -169,10 +173,12 @@ bool preflight(const Setup& setup, const EmulatedWorker& worker, const WorkerPar
   WB_CHECK_MPI(MPI_Reduce(&load_seconds, &max_load, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD));
   int ok = checked.ok() ? 1 : 0;
   if (rank == 0) {
-    const auto& tensors = setup.checkpoint->tensors();
     const int groups = 1 + deployment.rollout.engines;
-    std::vector<std::vector<std::vector<Box>>> group_boxes(static_cast<std::size_t>(groups),
-                                                           std::vector<std::vector<Box>>(tensors.size()));
+    const auto tensors_of = [&](int group) -> const std::vector<TensorInfo>& {
+      return group == 0 ? setup.checkpoint->tensors() : setup.engine_tensors();
+    };
+    std::vector<std::vector<std::vector<Box>>> group_boxes;
+    for (int g = 0; g < groups; ++g) group_boxes.emplace_back(tensors_of(g).size());
     for (int r = 0; r < world; ++r) {
       const int group = deployment.is_trainer(r) ? 0 : 1 + (r - deployment.trainer.world_size()) / deployment.rollout.tp;
       std::size_t at = static_cast<std::size_t>(displs[static_cast<std::size_t>(r)]);
@@ -189,7 +195,7 @@ bool preflight(const Setup& setup, const EmulatedWorker& worker, const WorkerPar
     std::vector<std::string> gaps;
     for (int g = 0; g < groups; ++g) {
       const std::string name = g == 0 ? "the trainers" : "rollout engine " + std::to_string(g - 1);
-      for (std::string& gap : coverage_gaps(tensors, group_boxes[static_cast<std::size_t>(g)], name)) gaps.push_back(std::move(gap));
+      for (std::string& gap : coverage_gaps(tensors_of(g), group_boxes[static_cast<std::size_t>(g)], name)) gaps.push_back(std::move(gap));
     }
     for (std::size_t i = 0; i < gaps.size() && i < 10; ++i) std::cerr << "wb-replay: " << gaps[i] << '\n';
     ok = sum.failed_ranks == 0 && gaps.empty() ? 1 : 0;
@@ -272,11 +278,12 @@ WorkerOutcome run_rollout(const Setup& setup, EmulatedWorker& worker, const Work
   // The version the parameters must hold: this worker's own load_weights of it (never the source maps).
   HostParameters expected(worker.parameter_infos());
   std::uint64_t expected_version = 0;
-  worker.load_weights(*setup.checkpoint, expected.parameters());
+  // (An FP8 engine's: of the FP8 form of that version, quantized by its own rule.)
+  worker.load_weights(EngineVersion(setup, 0).reader(), expected.parameters());
   const auto expect = [&](std::uint64_t v) {
     if (v == expected_version) return;
     for (const Parameter& p : expected.parameters()) std::memset(p.view.data, 0, p.view.nbytes());
-    worker.load_weights(VersionedCheckpoint(*setup.checkpoint, v), expected.parameters());
+    worker.load_weights(EngineVersion(setup, v).reader(), expected.parameters());
     expected_version = v;
   };
   std::map<std::uint64_t, int> hook_calls;
@@ -294,6 +301,7 @@ WorkerOutcome run_rollout(const Setup& setup, EmulatedWorker& worker, const Work
   AdapterOptions adapter;
   adapter.receiver_staging = mode.receiver_staging;
   adapter.node = setup.deployment.node_of(process_rank());
+  if (setup.engine_form) adapter.fp8 = fp8_engine_option(setup.engine_form->config);
   if (!options.trace.empty()) adapter.trace = true;
   ReceiverAdapter receiver(MPI_COMM_WORLD, engine, stored.parameters(), stored.loader(worker), adapter, hook);
   // The engine's own check of which version it holds: a step of the engine's group (comm/group.hpp).
@@ -305,6 +313,9 @@ WorkerOutcome run_rollout(const Setup& setup, EmulatedWorker& worker, const Work
       note(result.status.to_string());
       outcome.reported_intact = result.parameters_intact;
       if (result.event == PollResult::Event::kAborted) aborted = result.aborted_version;
+      // `version` is what the parameters hold: an update can fail after it was installed (its stalls'
+      // sum over the engine did not complete), and then holds the new version.
+      if (result.version > installed) installed = result.version;
       break;
     }
     if (result.event == PollResult::Event::kShutdown) break;
@@ -577,6 +588,25 @@ int run(int argc, char** argv, Ending& ending) {
         {"failures", failed},
         {"seconds", seconds_since(start)},
     };
+    // The checkpoint's bytes beside M: an FP8 engine's form is about half of them, plus the scales.
+    std::int64_t checkpoint_bytes = 0;
+    for (const TensorInfo& t : setup.checkpoint->tensors()) checkpoint_bytes += static_cast<std::int64_t>(t.nbytes());
+    result["checkpoint_bytes"] = checkpoint_bytes;
+    if (setup.engine_form) {
+      std::int64_t scale_bytes = 0;
+      for (std::size_t t = 0; t < setup.engine_form->tensors.size(); ++t)
+        if (setup.engine_form->sources[t].role == layout::FormRole::kScale)
+          scale_bytes += static_cast<std::int64_t>(setup.engine_form->tensors[t].nbytes());
+      result["fp8"] = {{"config", setup.engine_form->config.to_string()},
+                       {"form_bytes", setup.engine_form->total_bytes()},
+                       {"scale_bytes", scale_bytes},
+                       {"model_bytes_over_checkpoint_bytes",
+                        static_cast<double>(summary.model_bytes) / static_cast<double>(std::max<std::int64_t>(checkpoint_bytes, 1))}};
+      std::printf("wb-replay fp8: M %lld bytes (%s form: %lld of them scales) against %lld checkpoint bytes: %.4f x\n",
+                  static_cast<long long>(summary.model_bytes), setup.engine_form->config.to_string().c_str(),
+                  static_cast<long long>(scale_bytes), static_cast<long long>(checkpoint_bytes),
+                  result["fp8"]["model_bytes_over_checkpoint_bytes"].get<double>());
+    }
     write_run_results(options, result, reports);
   }
   const Verdict verdict = exchange_verdict(exit_code, everyone, first_failed, timeout);

@@ -74,6 +74,9 @@ void BM_ProbeOneGiBWorker(benchmark::State& state) {
   state.counters["passes"] = report.passes;
   state.counters["probe_s"] = report.seconds;
   state.counters["decode_s"] = report.decode_seconds;
+  state.counters["load_s"] = report.load_seconds;
+  state.counters["verify_s"] = report.verify_seconds;
+  state.counters["s_per_GiB"] = report.seconds / (static_cast<double>(worker.set.total_bytes()) / (1 << 30));
   state.counters["decode_elements_per_s"] = elements * (report.passes - 1) / report.decode_seconds;
   state.counters["copies"] = static_cast<double>(report.copies);
   state.counters["serialized_bytes"] = static_cast<double>(report.serialized_bytes);

@@ -7,8 +7,14 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${WB_BUILD_DIR:-$root/build}
+# Each leg's time, printed at the end (also when a leg fails): CI's figure in the README is their sum.
+legs=""
+leg_start=$SECONDS
+leg_done() { legs+="$1 $((SECONDS - leg_start)) s, "; leg_start=$SECONDS; }
+trap 'echo "test.sh: ${legs}total $SECONDS s"' EXIT
 bash "$root/scripts/install-deps.sh"
 bash "$root/scripts/build.sh"
+leg_done build
 # Open MPI refuses to run as root without these (CI runs as root).
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
@@ -27,6 +33,7 @@ run_suite() {
   return 1
 }
 ( run_suite "$@" )
+leg_done suite
 
 if [[ $# -eq 0 && "${WB_SANITIZE_COORD:-1}" != "0" ]]; then
   # The coordinator under ASan+UBSan: its contract and failure paths in the four modes (adapter), verify,
@@ -34,4 +41,5 @@ if [[ $# -eq 0 && "${WB_SANITIZE_COORD:-1}" != "0" ]]; then
   # their staging threads. Only what those tests run is built (build-asan/).
   WB_SANITIZE_TARGETS="wb-replay wb-mkckpt wb_mpi_adapter_tests wb_mpi_verify_tests wb_fatal_world" \
     bash "$root/scripts/sanitize.sh" address -R '^(adapter\.|verify\.|replay\.[a-z-]+\.(qwen3_moe_hdf5|relay_trees)\.)'
+  leg_done "sanitizer leg"
 fi

@@ -11,7 +11,9 @@
 //   }
 //   sender.shutdown();
 //
-// Both constructors are collective over `world` (every trainer and rollout rank). Trainer rank 0 sends
+// Both constructors are collective over `world` (every trainer and rollout rank). A world of trainers only
+// is a trainer job with no engine yet: connect probes the trainers' load_weights, and send_weights returns
+// at once, sending nothing. Trainer rank 0 sends
 // each request (connect, update, shutdown) to rank 0 of every engine, which relays it inside its engine at
 // its next poll_requests, so that every rank of an engine acts at the same step. MPI carries the control
 // messages only; the weight bytes travel over the transports (ibverbs, cma, cuda_ipc).
@@ -60,6 +62,18 @@ namespace wb {
 /// by copying, as frameworks' load_weights do. Called a few times at connect on a probe checkpoint.
 using LoadWeightsFn = std::function<void(const CheckpointReader& checkpoint, const ParameterSet& params)>;
 
+/// A rollout engine that loads the FP8 form of the checkpoint (config.json's quantization_config): each
+/// converted weight in float8_e4m3fn with a float32 `<name>_scale_inv` of one scale per block. The
+/// trainers quantize their BF16 parameters on the way, by the rule, and the engine's load_weights is probed
+/// against that form's tensor list. Every engine of a job gives the same (mixed fleets: a later step).
+struct Fp8Engine {
+  std::int64_t block_rows = 128, block_cols = 128;  // weight_block_size
+  /// "plain" (s = amax/448, q = x/s), "per-block-cast" (SGLang/DeepGEMM), "ue8m0" (power-of-two scales).
+  std::string scale_rule = "per-block-cast";
+  std::vector<std::string> modules_to_not_convert;  // a tensor whose name contains one stays unconverted
+  std::vector<std::string> ignored_layers;          // a tensor of one of these modules stays unconverted
+};
+
 /// Every field left unset takes the value of its setting (WB_<NAME> environment variable or --<name>
 /// flag, else the default in parentheses).
 struct AdapterOptions {
@@ -93,6 +107,14 @@ struct AdapterOptions {
   /// engine computes itself, say. Every other rollout parameter that load_weights never writes fails
   /// connect, naming it; a parameter named here that load_weights writes fails it too.
   std::vector<std::string> not_loaded;
+  /// Engines started as jobs of their own (WB_JOIN_ADDRESS, none): an address file. Trainers: their rank 0
+  /// publishes its port there (mode 0600, with a secret) and a joining engine is taken at the next
+  /// send_weights. Rollouts: `world` is the engine job's own, and the engine joins the trainers whose file
+  /// it is; its first update is the next version they send. Both jobs need MPI_THREAD_MULTIPLE and
+  /// `mpirun --ompi-server file:URI` of one ompi-server (README, "Engines as jobs of their own").
+  std::optional<std::string> join_address;
+  /// Rollouts: this engine loads the FP8 form (no setting). Trainers leave it unset.
+  std::optional<Fp8Engine> fp8;
 };
 
 /// A span during which a worker did not compute because of a transfer, on the job's common clock
@@ -203,9 +225,14 @@ class SenderAdapter {
   Status wait();
 
   /// Waits for the version in flight, then tells every engine to close. Collective over the trainers.
+  /// Before connect (or when the adapter is destroyed unconnected) the engines are told too: their
+  /// poll_requests fails with "the trainers shut down before connect" instead of waiting for a connect.
   Status shutdown();
 
   bool connected() const;
+  /// The engines updates go to: those of the world, and those that joined by address.
+  int engines() const;
+  /// The plan of the world's engines (the trainers alone when none); each joined engine has its own.
   const TransferSummary& summary() const;
   AdapterStats stats() const;
 

@@ -57,6 +57,7 @@ class CheckpointReader {
 
  private:
   mutable std::unordered_map<std::string_view, std::size_t> index_;  // built on first lookup
+  mutable std::size_t next_ = 0;  // the tensor after the last one found: loaders mostly read in list order
 };
 
 enum class CheckpointFormat { kHdf5, kSafetensors };

@@ -11,16 +11,13 @@
 #include <mpi4py/mpi4py.h>
 #include <pybind11/stl.h>
 
-#include <chrono>
 #include <cstdint>
-#include <cstring>
 #include <memory>
-#include <thread>
 #include <utility>
 
 #include "bindings.hpp"
 #include "calls.hpp"
-#include "core/settings.hpp"
+#include "coord/binding_checks.hpp"
 
 namespace wb::python {
 namespace {
@@ -47,60 +44,6 @@ int world_rank(MPI_Comm world) {
   int rank = -1;
   MPI_Comm_rank(world, &rank);
   return rank;
-}
-
-// ---- agreeing on the Python-side input ---------------------------------------------------------------
-
-double default_timeout_seconds() {
-  const SettingBase* setting = find_setting("timeout_seconds");
-  return setting != nullptr ? std::stod(setting->value_text()) : 120.0;
-}
-
-// Every rank of `world` learns whether any rank's Python input was bad, and the first such rank's message,
-// before the collective C++ constructor starts: a rank that raised on its own would leave the others
-// waiting there. Called with the GIL held; waits without it.
-void agree_on_input(MPI_Comm world, const Status& mine, double timeout_seconds, const std::string& what) {
-  struct Record {
-    std::int32_t code = 0;
-    char message[1020] = {};
-  };
-  int size = 0;
-  MPI_Comm_size(world, &size);
-  Record record;
-  record.code = static_cast<std::int32_t>(mine.code());
-  std::strncpy(record.message, mine.message().c_str(), sizeof record.message - 1);
-  std::vector<Record> all(static_cast<std::size_t>(size));
-  Status status;
-  {
-    py::gil_scoped_release release;
-    MPI_Request request = MPI_REQUEST_NULL;
-    if (MPI_Iallgather(&record, sizeof record, MPI_BYTE, all.data(), sizeof record, MPI_BYTE, world, &request) !=
-        MPI_SUCCESS) {
-      status = Status(ErrorCode::kMpi, what + ": MPI_Iallgather of the input checks failed");
-    } else {
-      const auto start = std::chrono::steady_clock::now();
-      for (int done = 0; !done;) {
-        if (MPI_Test(&request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
-          status = Status(ErrorCode::kMpi, what + ": MPI_Test failed while agreeing on the input checks");
-          break;
-        }
-        if (done) break;
-        if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > timeout_seconds) {
-          status = Status(ErrorCode::kTimeout, what + ": not every rank of the world constructed an adapter within " +
-                                                   std::to_string(timeout_seconds) + " s");
-          break;
-        }
-        std::this_thread::sleep_for(std::chrono::microseconds(200));
-      }
-    }
-  }
-  if (status)
-    for (const Record& r : all)
-      if (r.code != 0) {
-        status = Status(static_cast<ErrorCode>(r.code), std::string(r.message, strnlen(r.message, sizeof r.message)));
-        break;
-      }
-  if (!status) raise_error(status);
 }
 
 // ---- callbacks ----------------------------------------------------------------------------------------
@@ -146,7 +89,10 @@ class CheckpointView {
     const TensorInfo& info = checkpoint.info(name);
     py::list keep_alive;
     const TensorView view = view_of(destination, "the destination of " + name, keep_alive);
-    if (view.memory != MemoryKind::kHost || !view.is_contiguous() || view.dtype != info.dtype || view.shape != info.shape)
+    // FP8 tensors may be read into uint8 (a torch without float8 types): the same bytes, the e4m3 codes.
+    const bool fp8_codes = view.dtype == DType::kU8 && (info.dtype == DType::kF8E4M3 || info.dtype == DType::kF8E5M2);
+    if (view.memory != MemoryKind::kHost || !view.is_contiguous() || (view.dtype != info.dtype && !fp8_codes) ||
+        view.shape != info.shape)
       throw InputError("read_into(" + name + "): the destination must be contiguous host memory of " +
                        std::string(dtype_name(info.dtype)) + " " + shape_to_string(info.shape) + ", not " +
                        std::string(dtype_name(view.dtype)) + " " + shape_to_string(view.shape) +
@@ -215,35 +161,47 @@ BeforeUpdateHook make_hook(Callbacks* callbacks) {
 
 // ---- construction ---------------------------------------------------------------------------------------
 
-// What both constructors convert, checked on every rank and agreed before the collective C++ constructor.
+// What both constructors convert. A conversion that failed leaves `checks` failed and the rest as far as it
+// got; the C++ constructor is called all the same, inside a coord::BindingChecks scope, and puts the failure
+// into its first exchange over the world, so that every rank raises it: Python ranks agreeing on their own
+// would wait for the C++ ranks of a mixed job, which never join them.
 struct Input {
   MPI_Comm world = MPI_COMM_NULL;
   MPI_Comm group = MPI_COMM_NULL;
   ParameterSet params;
   std::vector<TensorInfo> checkpoint_tensors;
   AdapterOptions options;
+  Status checks;
 };
 
 template <class Convert>
 Input convert_input(py::handle world, bool trainer, py::handle options, const py::kwargs& overrides, Convert convert) {
   Input in;
-  in.world = comm_from_python(world, "world");  // without a world there is nobody to agree with
+  in.world = comm_from_python(world, "world");  // without a world there is nobody to tell
   const std::string who = std::string(trainer ? "trainer" : "rollout") + " (world rank " +
                           std::to_string(world_rank(in.world)) + "): ";
-  Status status;
   try {
     in.options = options_from_python(options, overrides);
     convert(in);
   } catch (const InputError& error) {
-    status = Status(ErrorCode::kInvalidArgument, who + error.what());
+    in.checks = Status(ErrorCode::kInvalidArgument, who + error.what());
   } catch (py::error_already_set& error) {
-    status = Status(ErrorCode::kInvalidArgument, who + describe_python_error(error));
+    in.checks = Status(ErrorCode::kInvalidArgument, who + describe_python_error(error));
   } catch (const py::cast_error& error) {
-    status = Status(ErrorCode::kInvalidArgument, who + error.what());
+    in.checks = Status(ErrorCode::kInvalidArgument, who + error.what());
   }
-  agree_on_input(in.world, status, in.options.timeout_seconds.value_or(default_timeout_seconds()),
-                 trainer ? "SenderAdapter construction" : "ReceiverAdapter construction");
+  if (!in.checks) in.options = AdapterOptions{};  // a half-converted value must not fail before the exchange
   return in;
+}
+
+ParameterSet uint8_as_e4m3(const ParameterSet& params) {
+  ParameterSet out;
+  for (const Parameter& p : params) {
+    TensorView view = p.view;
+    if (view.dtype == DType::kU8) view.dtype = DType::kF8E4M3;
+    out.add(p.name, view);
+  }
+  return out;
 }
 
 void require_callable(py::handle f, const std::string& what) {
@@ -290,6 +248,7 @@ class PySenderAdapter {
       require_callable(load_weights, "load_weights");
     });
     callbacks_->load_weights = py::reinterpret_borrow<py::object>(load_weights);
+    const coord::BindingChecks checks(in.checks);
     py::gil_scoped_release release;
     adapter_ = std::make_unique<SenderAdapter>(in.world, in.group, std::move(in.params), std::move(in.checkpoint_tensors),
                                                make_load_weights(callbacks_.get()), in.options);
@@ -340,9 +299,12 @@ class PyReceiverAdapter {
       require_callable(load_weights, "load_weights");
       if (!before_update_hook.is_none()) require_callable(before_update_hook, "before_update_hook");
     });
+    // An FP8 engine's uint8 parameters hold e4m3 codes (torch without float8 types): they are its fp8 weights.
+    if (in.options.fp8) in.params = uint8_as_e4m3(in.params);
     callbacks_->load_weights = py::reinterpret_borrow<py::object>(load_weights);
     callbacks_->hook = py::reinterpret_borrow<py::object>(before_update_hook);
     BeforeUpdateHook hook = make_hook(callbacks_.get());
+    const coord::BindingChecks checks(in.checks);
     py::gil_scoped_release release;
     adapter_ = std::make_unique<ReceiverAdapter>(in.world, in.group, std::move(in.params),
                                                  make_load_weights(callbacks_.get()), in.options, std::move(hook));
@@ -373,7 +335,7 @@ class PyReceiverAdapter {
 
 constexpr const char* kOptionNames[] = {"sender_staging", "receiver_staging", "buffer_bytes", "pipeline_depth",
                                         "transport",      "timeout_seconds",  "verify",       "node",
-                                        "trace",          "not_loaded"};
+                                        "trace",          "not_loaded",       "fp8"};
 
 }  // namespace
 

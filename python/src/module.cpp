@@ -70,7 +70,11 @@ std::string options_repr(const AdapterOptions& o) {
          ", receiver_staging=" + optional_text(o.receiver_staging) + ", buffer_bytes=" + optional_text(o.buffer_bytes) +
          ", pipeline_depth=" + optional_text(o.pipeline_depth) + ", transport=" + optional_text(o.transport) +
          ", timeout_seconds=" + optional_text(o.timeout_seconds) + ", verify=" + optional_text(o.verify) +
-         ", node=" + optional_text(o.node) + ", trace=" + optional_text(o.trace) + ", not_loaded=[" + names_text(o.not_loaded) + "])";
+         ", node=" + optional_text(o.node) + ", trace=" + optional_text(o.trace) + ", not_loaded=[" + names_text(o.not_loaded) + "]" +
+         (o.fp8 ? ", fp8=Fp8Engine(" + std::to_string(o.fp8->block_rows) + "x" + std::to_string(o.fp8->block_cols) + ", '" +
+                      o.fp8->scale_rule + "')"
+                : std::string()) +
+         ")";
 }
 
 py::tuple shape_tuple(const Shape& shape) {
@@ -165,6 +169,28 @@ void bind_values(py::module_& m) {
       "The tensor list (names, dtypes, shapes) of a checkpoint on disk: an HDF5 file, a .safetensors file, a\n"
       "model.safetensors.index.json with its shards, or a directory holding either. Reads headers only.");
 
+  py::class_<Fp8Engine>(m, "Fp8Engine",
+                        "An FP8 engine's quantization config (C++ wb::Fp8Engine, from its config.json's\n"
+                        "quantization_config): AdapterOptions(fp8=Fp8Engine(...)) on the engine's ranks makes it load the\n"
+                        "FP8 form of the trainers' BF16 checkpoint: each converted weight W in float8_e4m3fn (with a\n"
+                        "torch that has no float8, as torch.uint8 holding the e4m3 codes) and W_scale_inv, float32, one\n"
+                        "scale per block_rows x block_cols block. scale_rule: 'plain', 'per-block-cast' (SGLang,\n"
+                        "DeepGEMM) or 'ue8m0'. modules_to_not_convert: a tensor whose name contains one stays as it\n"
+                        "is; ignored_layers: a tensor of one of these modules (path + '.') stays as it is.")
+      .def(py::init([](std::int64_t block_rows, std::int64_t block_cols, std::string scale_rule,
+                       std::vector<std::string> modules_to_not_convert, std::vector<std::string> ignored_layers) {
+             return Fp8Engine{block_rows, block_cols, std::move(scale_rule), std::move(modules_to_not_convert),
+                              std::move(ignored_layers)};
+           }),
+           py::kw_only(), py::arg("block_rows") = 128, py::arg("block_cols") = 128,
+           py::arg("scale_rule") = "per-block-cast", py::arg("modules_to_not_convert") = std::vector<std::string>{},
+           py::arg("ignored_layers") = std::vector<std::string>{})
+      .def_readwrite("block_rows", &Fp8Engine::block_rows)
+      .def_readwrite("block_cols", &Fp8Engine::block_cols)
+      .def_readwrite("scale_rule", &Fp8Engine::scale_rule)
+      .def_readwrite("modules_to_not_convert", &Fp8Engine::modules_to_not_convert)
+      .def_readwrite("ignored_layers", &Fp8Engine::ignored_layers);
+
   py::class_<AdapterOptions>(m, "AdapterOptions",
                              "The adapters' options (C++ wb::AdapterOptions). A field left None takes its setting:\n"
                              "the WB_<NAME> environment variable, else the default in parentheses.\n\n"
@@ -182,22 +208,24 @@ void bind_values(py::module_& m) {
                              "node (WB_NODE, -1): the node this worker is on, for the planner (-1: this machine).\n"
                              "not_loaded (no setting, []): names of parameters load_weights does not fill and no\n"
                              "    update writes (a rotary cache the engine computes itself). Any other rollout\n"
-                             "    parameter load_weights never writes fails connect, naming it.\n\n"
+                             "    parameter load_weights never writes fails connect, naming it.\n"
+                             "fp8 (no setting, None): rollouts: a weightbridge.Fp8Engine, to load the FP8 form.\n\n"
                              "The staged modes run a background thread: MPI must be initialized with\n"
                              "MPI_THREAD_MULTIPLE (mpi4py's default thread level, mpi4py.rc.thread_level).")
       .def(py::init([](std::optional<bool> sender_staging, std::optional<bool> receiver_staging,
                        std::optional<std::int64_t> buffer_bytes, std::optional<int> pipeline_depth,
                        std::optional<std::string> transport, std::optional<double> timeout_seconds,
                        std::optional<bool> verify, std::optional<int> node, std::optional<bool> trace,
-                       std::vector<std::string> not_loaded) {
+                       std::vector<std::string> not_loaded, std::optional<Fp8Engine> fp8) {
              return AdapterOptions{sender_staging, receiver_staging, buffer_bytes, pipeline_depth,
-                                   std::move(transport), timeout_seconds, verify, node, trace, std::move(not_loaded)};
+                                   std::move(transport), timeout_seconds, verify, node, trace, std::move(not_loaded),
+                                   std::nullopt, std::move(fp8)};  // join_address: not in Python yet
            }),
            py::kw_only(), py::arg("sender_staging") = py::none(), py::arg("receiver_staging") = py::none(),
            py::arg("buffer_bytes") = py::none(), py::arg("pipeline_depth") = py::none(),
            py::arg("transport") = py::none(), py::arg("timeout_seconds") = py::none(), py::arg("verify") = py::none(),
            py::arg("node") = py::none(), py::arg("trace") = py::none(),
-           py::arg("not_loaded") = std::vector<std::string>{})
+           py::arg("not_loaded") = std::vector<std::string>{}, py::arg("fp8") = py::none())
       .def_readwrite("sender_staging", &AdapterOptions::sender_staging)
       .def_readwrite("receiver_staging", &AdapterOptions::receiver_staging)
       .def_readwrite("buffer_bytes", &AdapterOptions::buffer_bytes)
@@ -208,6 +236,7 @@ void bind_values(py::module_& m) {
       .def_readwrite("trace", &AdapterOptions::trace)
       .def_readwrite("node", &AdapterOptions::node)
       .def_readwrite("not_loaded", &AdapterOptions::not_loaded)
+      .def_readwrite("fp8", &AdapterOptions::fp8)
       .def("__repr__", &options_repr);
 
   py::class_<StallInterval>(m, "StallInterval",

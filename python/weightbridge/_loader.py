@@ -22,8 +22,10 @@ def _torch_dtypes(torch):
     if _TORCH_DTYPES is None:
         names = {"bf16": "bfloat16", "f16": "float16", "f32": "float32", "f64": "float64", "i8": "int8",
                  "u8": "uint8", "i32": "int32", "i64": "int64", "f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2"}
-        # fp8 exists from torch 2.1 on.
-        _TORCH_DTYPES = {ours: getattr(torch, theirs) for ours, theirs in names.items() if hasattr(torch, theirs)}
+        # fp8 exists from torch 2.1 on; before, FP8 tensors come as uint8 holding their codes (as FP8 engines
+        # on such a torch keep their weights).
+        _TORCH_DTYPES = {ours: getattr(torch, theirs) if hasattr(torch, theirs) else torch.uint8
+                         for ours, theirs in names.items() if hasattr(torch, theirs) or ours.startswith("f8")}
     return _TORCH_DTYPES
 
 
@@ -41,7 +43,7 @@ def _numpy_pairs(view):
     import numpy
 
     dtypes = {"f16": numpy.float16, "f32": numpy.float32, "f64": numpy.float64, "i8": numpy.int8,
-              "u8": numpy.uint8, "i32": numpy.int32, "i64": numpy.int64}
+              "u8": numpy.uint8, "i32": numpy.int32, "i64": numpy.int64, "f8e4m3": numpy.uint8, "f8e5m2": numpy.uint8}
     for name, dtype, shape in view.tensors():
         if dtype not in dtypes:
             raise TypeError(f"checkpoint tensor {name} is {dtype}, which numpy lacks: install torch")

@@ -66,6 +66,22 @@ class TensorInfo:
 
 def read_tensor_list(path: str) -> list[TensorInfo]: ...
 
+class Fp8Engine:
+    block_rows: int
+    block_cols: int
+    scale_rule: str
+    modules_to_not_convert: list[str]
+    ignored_layers: list[str]
+    def __init__(
+        self,
+        *,
+        block_rows: int = 128,
+        block_cols: int = 128,
+        scale_rule: str = "per-block-cast",
+        modules_to_not_convert: list[str] = ...,
+        ignored_layers: list[str] = ...,
+    ) -> None: ...
+
 class AdapterOptions:
     sender_staging: Optional[bool]
     receiver_staging: Optional[bool]
@@ -77,6 +93,7 @@ class AdapterOptions:
     node: Optional[int]
     trace: Optional[bool]
     not_loaded: list[str]
+    fp8: Optional[Fp8Engine]
     def __init__(
         self,
         *,
@@ -90,6 +107,7 @@ class AdapterOptions:
         node: Optional[int] = None,
         trace: Optional[bool] = None,
         not_loaded: list[str] = ...,
+        fp8: Optional[Fp8Engine] = None,
     ) -> None: ...
 
 class StallInterval:

@@ -43,4 +43,17 @@ void Backoff::pause() {
   std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
 }
 
+Pace::Pace(double interval_seconds) : interval_seconds_(interval_seconds) {}
+
+void Pace::before_step() {
+  if (!quiet_ || interval_seconds_ <= 0) return;
+  const double rest = quiet_at_ + interval_seconds_ - local_seconds();
+  if (rest > 0) std::this_thread::sleep_for(std::chrono::duration<double>(rest));
+}
+
+void Pace::after_step(bool quiet) {
+  quiet_ = quiet;
+  if (quiet) quiet_at_ = local_seconds();
+}
+
 }  // namespace wb::comm

@@ -34,4 +34,22 @@ class Backoff {
   double idle_since_ = 0;
 };
 
+/// The other pause of the policy: a step repeated by a caller's loop (a rollout's poll_requests) that
+/// found nothing new is followed by the next no sooner than `interval_seconds` later; the next call
+/// sleeps the rest first. Steps that found something are not paced.
+class Pace {
+ public:
+  /// `interval_seconds` <= 0: never pauses.
+  explicit Pace(double interval_seconds);
+  /// Before a step: sleeps the rest of the interval when the last step was quiet.
+  void before_step();
+  /// After a step: whether it found nothing new.
+  void after_step(bool quiet);
+
+ private:
+  double interval_seconds_ = 0;
+  double quiet_at_ = 0;  // local_seconds() when the last quiet step ended
+  bool quiet_ = false;
+};
+
 }  // namespace wb::comm

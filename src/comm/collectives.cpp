@@ -3,6 +3,7 @@
 #include <climits>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <utility>
 
 #include "comm/status_message.hpp"
@@ -54,6 +55,17 @@ MPI_Comm duplicate(MPI_Comm comm) {
   WB_CHECK_MPI(MPI_Comm_dup(comm, &copy));
   WB_CHECK_MPI(MPI_Comm_set_errhandler(copy, MPI_ERRORS_RETURN));
   return copy;
+}
+
+MPI_Comm duplicate(MPI_Comm comm, const Waiter& waiter, const std::string& what) {
+  // MPI writes the new communicator when the operation completes, so it lives with the operation.
+  OperationPtr op = make_operation();
+  auto copy = std::make_shared<MPI_Comm>(MPI_COMM_NULL);
+  op->also = copy;
+  WB_CHECK_MPI(MPI_Comm_idup(comm, copy.get(), &op->request));
+  wait_or_throw(op, waiter, what);
+  WB_CHECK_MPI(MPI_Comm_set_errhandler(*copy, MPI_ERRORS_RETURN));
+  return *copy;
 }
 
 std::vector<std::byte> broadcast(std::vector<std::byte> bytes, int root, MPI_Comm comm, const Waiter& waiter,

@@ -1,6 +1,6 @@
 // The collectives of connect, with deadlines and one error behaviour: the source maps' all-gather, the
 // round schedules' scatter, broadcasts, barriers, and the exchange of a record with one peer. Every MPI
-// collective of the library is called here (tests/unit/test_comm_room.cpp reads the tree for it).
+// collective of the library is called here (tests/unit/test_include_direction.cpp, CommRoom.*, reads the tree for it).
 //
 // One error behaviour: a rank that cannot give its part (a probe that failed, a plan that failed on the
 // root, a payload past an MPI count) still takes part, with its failure in place of its bytes, and every
@@ -40,6 +40,9 @@ struct Call {
 /// MPI_ERRORS_ARE_FATAL a failing call still reaches the library's checks (a Status naming the call)
 /// instead of aborting the job.
 MPI_Comm duplicate(MPI_Comm comm);
+/// The same under `waiter`'s deadline (MPI_Comm_idup): a rank of `comm` that never takes part (it passed
+/// another communicator, or constructs no adapter) makes the others throw kTimeout naming `what`.
+MPI_Comm duplicate(MPI_Comm comm, const Waiter& waiter, const std::string& what);
 
 /// Root's `bytes` on every rank (the others pass anything; it is replaced). A root that passes a failure
 /// makes every rank throw it.

@@ -5,12 +5,15 @@
 #include "comm/backoff.hpp"
 #include "comm/collectives.hpp"
 #include "comm/interrupt.hpp"
+#include "coord/binding_checks.hpp"
 #include "coord/clock_offset.hpp"
 #include "coord/element_accounting.hpp"
+#include "coord/group_check.hpp"
 #include "core/checks.hpp"
 #include "core/cuda_device.hpp"
 #include "core/device.hpp"
 #include "core/log.hpp"
+#include "core/settings.hpp"
 
 namespace wb::coord {
 namespace {
@@ -56,9 +59,20 @@ AdapterBase::AdapterBase(MPI_Comm world_comm, MPI_Comm group_comm_in, bool train
   const bool stages = trainer ? options.sender_staging : options.receiver_staging;
   int level = MPI_THREAD_SINGLE;
   WB_CHECK_MPI(MPI_Query_thread(&level));
-  world = comm::duplicate(world_comm);
-  group_comm = comm::duplicate(group_comm_in);
+  // Under the deadline, and the groups compared before their duplication: a rank that passed another
+  // communicator (MPI_COMM_SELF as engine_comm, the world as trainer_comm) is named instead of waited for.
+  const comm::Waiter setup{options.timeout_seconds, {}};
+  world = comm::duplicate(world_comm, setup,
+                          "constructing the adapter: duplicating the world communicator (some rank did not "
+                          "construct its adapter, or passed another world communicator)");
+  // The first exchange over the world also carries what a language binding found wrong with its caller's
+  // arguments, so that C++ and Python ranks of one job run the same collectives from the first one on.
+  check_groups(world, group_comm_in, trainer, setup, BindingChecks::current());
+  group_comm = comm::duplicate(group_comm_in, setup,
+                               std::string("constructing the adapter: duplicating the ") +
+                                   (trainer ? "trainer_comm" : "engine_comm"));
   roles = exchange_roles(world, group_comm, trainer, options.timeout_seconds);
+  if (roles.world_rank == 0) warn_unknown_environment();  // a typo'd WB_* variable would be ignored silently
   faults = std::make_unique<FaultChannel>(world, roles);
   group = std::make_unique<comm::Group>(group_comm, trainer ? "the trainers" : "engine " + std::to_string(roles.engine),
                                         faults.get(), roles.group(), roles.world_rank);
@@ -143,9 +157,18 @@ void AdapterBase::announce_departure(const std::string& why) {
   for (const double until = comm::local_seconds() + 0.05; comm::local_seconds() < until; backoff.pause()) (void)faults->poll();
 }
 
-void AdapterBase::connected(Connection established) {
-  connection.emplace(std::move(established));
-  faults->add_neighbours(connection->executor->schedule().peers);
+void AdapterBase::connect(const std::vector<TensorInfo>* checkpoint_tensors) {
+  ConnectInput input;
+  input.world = world;
+  input.roles = &roles;
+  input.faults = faults.get();
+  input.waiter = waiter();
+  input.params = &params;
+  input.load_weights = &load_weights;
+  input.checkpoint_tensors = checkpoint_tensors;
+  input.options = options;
+  connection.emplace(establish_connection(input));
+  if (connection->executor) faults->add_neighbours(connection->executor->schedule().peers);
   refresh_stats();
 }
 
@@ -163,7 +186,7 @@ const char* span_kind_name(ExecutorSpan::Kind kind) {
 }  // namespace
 
 void AdapterBase::refresh_stats() {
-  if (!connection || thread.active()) return;
+  if (!connection || !connection->executor || thread.active()) return;
   // Spans since the last refresh belong to the transfer that just ended (history's last entry).
   const std::uint64_t v = history.empty() ? version : history.back().version;
   for (const ExecutorSpan& e : connection->executor->take_trace())

@@ -74,8 +74,9 @@ struct AdapterBase {
   /// Waits for the background transfer and records it; returns early with the failure a peer announced or
   /// a timeout (the transfer, watching the same notices and deadline, then ends on its own).
   Status claim_background(const std::string& what);
-  /// Keeps what connect established; its transfer peers hear of this rank's failure first.
-  void connected(Connection established);
+  /// Connects this worker (establish_connection, collective over world) and keeps what that established; its
+  /// transfer peers hear of this rank's failure first. `checkpoint_tensors`: the trainers' (null on rollouts).
+  void connect(const std::vector<TensorInfo>* checkpoint_tensors);
   /// The executor's figures, refreshed when no transfer runs.
   void refresh_stats();
   AdapterStats stats() const;

@@ -9,6 +9,7 @@
 #include "comm/interrupt.hpp"
 #include "coord/connect_records.hpp"
 #include "coord/element_accounting.hpp"
+#include "core/byte_codec.hpp"
 #include "core/checks.hpp"
 #include "core/log.hpp"
 #include "core/settings.hpp"
@@ -34,6 +35,10 @@ Setting<std::int64_t> node_setting("node", -1,
                                    "This worker's node for the planner; -1: its machine (trainers and rollouts "
                                    "of one machine count as different nodes).",
                                    -1, INT_MAX);
+
+Setting<std::string> join_address_setting("join_address", "",
+                                          "Engines as jobs of their own: the address file the trainers publish their "
+                                          "port in, and that a joining engine reads; empty: no joins.");
 
 // One connect: its input, and how its collectives wait and speak (the adapters' deadline and fault
 // channel; "connect: " before every message; ranks named by their role).
@@ -63,12 +68,16 @@ class TrainersTensors final : public CheckpointReader {
   explicit TrainersTensors(const CheckpointReader& probe) : probe_(probe) {}
   const std::vector<TensorInfo>& tensors() const override { return probe_.tensors(); }
   void read_box(std::string_view name, const Box& box, void* destination) const override {
-    if (probe_.find(name) == nullptr)
+    // One lookup per read (the probe checkpoint's own): an unknown name is its only kNotFound.
+    try {
+      probe_.read_box(name, box, destination);
+    } catch (const Error& error) {
+      if (error.code() != ErrorCode::kNotFound) throw;
       throw Error(ErrorCode::kNotFound, "load_weights reads tensor '" + std::string(name) +
                                             "', which the trainers' tensor list (checkpoint_tensors, " +
                                             std::to_string(probe_.tensors().size()) +
                                             " tensors, given to SenderAdapter) does not have");
-    probe_.read_box(name, box, destination);
+    }
   }
   std::string source() const override { return "the trainers' checkpoint_tensors (" + probe_.source() + ")"; }
 
@@ -84,6 +93,78 @@ std::vector<TensorInfo> share_tensor_list(const Connect& c) {
   bytes = comm::broadcast(std::move(bytes), c.roles.trainer_leader, c.in.world, c.call.waiter,
                           c.call.context + "the checkpoint's tensor list");
   return deserialize_source_map(bytes).parameters;
+}
+
+// The form the engines load, from the first engine's leader: the checkpoint's own (BF16) or its FP8 form.
+// One form per job: an engine that asks for another is refused, naming both.
+Status share_form(const Connect& c, const std::vector<TensorInfo>& tensors, std::optional<layout::Fp8Form>& form) {
+  c.doing("the form the engines load");
+  if (c.roles.engine_leaders.empty()) return Status::ok();  // a trainer job with no engine yet
+  const int leader = c.roles.engine_leaders.front();
+  const auto describe = [](const std::optional<layout::QuantizationConfig>& q) {
+    return q ? "the FP8 form (" + q->to_string() + ")" : std::string("the checkpoint's own form");
+  };
+  std::vector<std::byte> bytes;
+  if (c.rank == leader && c.options.fp8) {
+    const std::string text = layout::encode_quantization_config(*c.options.fp8);
+    bytes.assign(reinterpret_cast<const std::byte*>(text.data()), reinterpret_cast<const std::byte*>(text.data()) + text.size());
+  }
+  bytes = comm::broadcast(std::move(bytes), leader, c.in.world, c.call.waiter, c.call.context + "the form the engines load");
+  try {
+    std::optional<layout::QuantizationConfig> config;
+    if (!bytes.empty())
+      config = layout::decode_quantization_config(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+    if (!c.roles.trainer && c.options.fp8 != config)
+      return Status(ErrorCode::kInvalidArgument, c.who() + "loads " + describe(c.options.fp8) + " but " +
+                                                     describe_worker(c.roles, leader) + " loads " + describe(config) +
+                                                     ": every engine of a job loads one form (mixed fleets are not supported yet)");
+    if (config) form = layout::derive_fp8_form(tensors, *config);
+  } catch (const Error& error) {
+    return Status(error.code(), c.who() + error.status().message());
+  }
+  return Status::ok();
+}
+
+// Trainers, for FP8 engines: the quantizing pack of this trainer's map (its map then in the form's
+// coordinates), or why not.
+Status make_quantized_pack(const Connect& c, const layout::Fp8Form& form, SourceMap& map,
+                           std::unique_ptr<exec::QuantizedPack>& quantized) {
+  try {
+    quantized = std::make_unique<exec::QuantizedPack>(map, form);
+    map = quantized->form_map();
+  } catch (const Error& error) {
+    return Status(ErrorCode::kInvalidArgument, c.who() + error.status().message());
+  }
+  return Status::ok();
+}
+
+// The blocks trainers hold in part, the union on every trainer (one all-gather of connect; the rollouts
+// give none): the blocks of every update's amax exchange.
+void share_partial_blocks(const Connect& c, exec::QuantizedPack* quantized) {
+  c.doing("the FP8 blocks the trainers share");
+  codec::ByteWriter writer;
+  if (quantized)
+    for (const exec::BlockKey& key : quantized->partial_blocks()) {
+      writer.varint(key.tensor);
+      writer.varint(static_cast<std::uint64_t>(key.block));
+    }
+  const auto all = comm::allgather(writer.take(), c.in.world, c.call.waiter, c.call.context + "the FP8 blocks the trainers share");
+  if (!quantized) return;
+  std::vector<exec::BlockKey> shared;
+  for (const std::vector<std::byte>& bytes : all) {
+    codec::ByteReader reader(bytes, "the FP8 blocks the trainers share");
+    while (!reader.done()) {
+      exec::BlockKey key;
+      key.tensor = static_cast<std::uint32_t>(reader.varint());
+      key.block = static_cast<std::int64_t>(reader.varint());
+      shared.push_back(key);
+    }
+  }
+  quantized->set_shared_blocks(std::move(shared));
+  if (c.rank == c.roles.trainer_leader) {
+    WB_LOG(kInfo) << "FP8 engines: " << quantized->shared_blocks().size() << " blocks split between trainers, "
+                  << quantized->exchange_bytes() << " control bytes per trainer per update for their amaxes";
+  }
 }
 
 // This worker's load_weights, probed: its source map, or why not (which every rank then throws).
@@ -140,6 +221,13 @@ bool check_one_mode(const Connect& c, const std::vector<WorkerConfig>& configs) 
   const Roles& roles = c.roles;
   const int size = c.size;
   const WorkerConfig& first_trainer = configs[static_cast<std::size_t>(roles.trainer_leader)];
+  if (roles.engine_leaders.empty()) {
+    for (int r = 0; r < size; ++r)
+      if (configs[static_cast<std::size_t>(r)].verify != first_trainer.verify)
+        throw Error(ErrorCode::kInvalidArgument, describe_worker(roles, r) + " and " +
+                                                     describe_worker(roles, roles.trainer_leader) + " disagree on verify");
+    return false;
+  }
   const WorkerConfig& first_rollout = configs[static_cast<std::size_t>(roles.engine_leaders.front())];
   const auto on_off = [](bool v) { return v ? "on" : "off"; };
   for (int r = 0; r < size; ++r) {
@@ -255,7 +343,8 @@ Staging stage_parameters(const Connect& c, const RoundSchedule& schedule) {
   if (stages) {
     std::vector<BufferCopy> copies;
     for (const RoundPlan& round : schedule.rounds)
-      for (const BufferCopy& copy : roles.trainer ? round.pack : round.assemble) copies.push_back(copy);
+      for (const BufferCopy& copy : roles.trainer ? round.pack : round.assemble)
+        if (copy.copy.parameter < c.in.params->size()) copies.push_back(copy);  // not the FP8 pack's own buffers
     staging = Staging(*c.in.params, touched_ranges(copies, c.in.params->size()));
     if (roles.trainer) throw_if_error(staging.copy_from(*c.in.params));
   }
@@ -264,7 +353,8 @@ Staging stage_parameters(const Connect& c, const RoundSchedule& schedule) {
 
 // Buffers, registrations and transport connections, once; the executor's waits serve the fault channel
 // and name ranks by their role.
-std::unique_ptr<RoundExecutor> connect_executor(const Connect& c, RoundSchedule schedule, const Staging& staging) {
+std::unique_ptr<RoundExecutor> connect_executor(const Connect& c, RoundSchedule schedule, const Staging& staging,
+                                               exec::QuantizedPack* quantized) {
   c.doing("connecting the transports");
   const Roles& roles = c.roles;
   const ResolvedOptions& options = c.options;
@@ -299,12 +389,37 @@ std::unique_ptr<RoundExecutor> connect_executor(const Connect& c, RoundSchedule 
     }
     return (*params)[p].name + shape_to_string(index);
   };
-  return std::make_unique<RoundExecutor>(std::move(schedule), staging.memory(*c.in.params), c.in.world, executor_options);
+  ParameterMemory memory = staging.memory(*c.in.params);
+  if (quantized) {  // the shadow and scale buffers the FP8 pack fills, after the trainer's parameters
+    if (memory.memory != MemoryKind::kHost)
+      throw Error(ErrorCode::kUnsupported, c.who() + "FP8 engines need the trainers' parameters in host memory "
+                                                     "(the CUDA quantizing pack is a later step)");
+    memory.data = quantized->form_memory(memory.data);
+    const std::vector<TensorInfo>& parameters = quantized->form_map().parameters;
+    for (std::size_t p = quantized->own_parameters(); p < parameters.size(); ++p) memory.bytes.push_back(parameters[p].nbytes());
+  }
+  return std::make_unique<RoundExecutor>(std::move(schedule), std::move(memory), c.in.world, executor_options);
+}
+
+// A trainer job with no engine yet: its load_weights was probed (a bad one fails now, not when the first
+// engine joins) and nothing is planned: there is nobody to send to. No executor; updates go to nobody.
+Connection connect_without_engines(const Connect& c, Connection connection, double started) {
+  TransferSummary& s = connection.summary;
+  s.workers = c.size;
+  s.connect_seconds = comm::local_seconds() - started;
+  comm::broadcast_fixed(std::as_writable_bytes(std::span(&s.connect_seconds, 1)), 0, c.in.world, c.call.waiter,
+                        "connect: the final handshake");
+  if (c.rank == 0) {
+    WB_LOG(kInfo) << "connected " << c.size << " trainers and no engine: updates go to nobody";
+  }
+  return connection;
 }
 
 }  // namespace
 
-ResolvedOptions resolve_options(const AdapterOptions& options) {
+namespace {
+
+ResolvedOptions resolve_options_of_this_rank(const AdapterOptions& options) {
   ResolvedOptions resolved;
   resolved.sender_staging = options.sender_staging.value_or(*sender_staging_setting);
   resolved.receiver_staging = options.receiver_staging.value_or(*receiver_staging_setting);
@@ -319,6 +434,19 @@ ResolvedOptions resolve_options(const AdapterOptions& options) {
     throw Error(ErrorCode::kInvalidArgument,
                 "node " + std::to_string(resolved.node) + " is not in [-1, " + std::to_string(INT_MAX) + "] (-1: this machine)");
   resolved.not_loaded = options.not_loaded;
+  resolved.join_address = options.join_address.value_or(*join_address_setting);
+  if (options.fp8) {
+    layout::QuantizationConfig q;
+    q.block_rows = options.fp8->block_rows;
+    q.block_cols = options.fp8->block_cols;
+    if (q.block_rows <= 0 || q.block_cols <= 0)
+      throw Error(ErrorCode::kInvalidArgument, "fp8: block shape " + std::to_string(q.block_rows) + "x" +
+                                                   std::to_string(q.block_cols) + " is not positive");
+    q.rule = layout::parse_scale_rule_or_throw(options.fp8->scale_rule, "fp8.scale_rule");
+    q.modules_to_not_convert = options.fp8->modules_to_not_convert;
+    q.ignored_layers = options.fp8->ignored_layers;
+    resolved.fp8 = std::move(q);
+  }
   if (resolved.buffer_bytes < 4096)
     throw Error(ErrorCode::kInvalidArgument, "buffer_bytes " + std::to_string(resolved.buffer_bytes) + " is below 4 KiB");
   if (resolved.pipeline_depth < 1 || resolved.pipeline_depth > 64)
@@ -330,18 +458,36 @@ ResolvedOptions resolve_options(const AdapterOptions& options) {
   return resolved;
 }
 
+}  // namespace
+
+ResolvedOptions resolve_options(const AdapterOptions& options) {
+  try {
+    return resolve_options_of_this_rank(options);
+  } catch (const Error& error) {
+    // Thrown on this rank only (its peers then time out waiting for its adapter): say which rank it is.
+    throw Error(error.code(), "world rank " + std::to_string(process_rank()) + ": adapter options: " + error.status().message());
+  }
+}
+
 Connection establish_connection(const ConnectInput& input) {
   const double started = comm::local_seconds();
   const Connect c(input);
   const std::vector<TensorInfo> tensors = share_tensor_list(c);
+  std::optional<layout::Fp8Form> form;
+  Status probed = share_form(c, tensors, form);
+  // An FP8 engine probes its own loader against its own form; the trainers against the checkpoint.
   SourceMap map;
-  const Status probed = probe_worker(c, tensors, map);
+  if (probed) probed = probe_worker(c, form && !c.roles.trainer ? form->tensors : tensors, map);
+  std::unique_ptr<exec::QuantizedPack> quantized;
+  if (probed && form && c.roles.trainer) probed = make_quantized_pack(c, *form, map, quantized);
   c.doing("the source maps");
   std::vector<SourceMap> maps = allgather_source_maps(map, input.world, c.call, probed);
+  if (form) share_partial_blocks(c, quantized.get());
   const std::vector<WorkerConfig> configs = gather_worker_configs(c);
   Connection connection;
   connection.rollouts_stage = check_one_mode(c, configs);
-  Planned planned = plan_on_rank_zero(c, tensors, std::move(maps), configs);
+  if (input.roles->engine_leaders.empty()) return connect_without_engines(c, std::move(connection), started);
+  Planned planned = plan_on_rank_zero(c, form ? form->tensors : tensors, std::move(maps), configs);
   RoundSchedule schedule = deliver_schedules(c, planned);
   connection.summary = share_summary(c, planned);
   // Staging and the executor are this rank's own work: a rank that fails there warns the others (their
@@ -349,7 +495,8 @@ Connection establish_connection(const ConnectInput& input) {
   Status made;
   try {
     connection.staging = stage_parameters(c, schedule);
-    connection.executor = connect_executor(c, std::move(schedule), connection.staging);
+    connection.executor = connect_executor(c, std::move(schedule), connection.staging, quantized.get());
+    connection.quantized = std::move(quantized);
   } catch (const Error& error) {
     made = error.status();  // names the rank (the executor's errors do), or is a peer's failure passed on
   } catch (const std::exception& error) {

@@ -16,7 +16,9 @@
 #include "coord/fault_channel.hpp"
 #include "coord/roles.hpp"
 #include "coord/staging.hpp"
+#include "exec/quantized_pack.hpp"
 #include "exec/round_executor.hpp"
+#include "layout/fp8_form.hpp"
 #include "weightbridge/adapter.hpp"
 
 namespace wb::coord {
@@ -33,15 +35,19 @@ struct ResolvedOptions {
   int node = -1;
   std::string transport;  // empty: WB_TRANSPORT
   std::vector<std::string> not_loaded;
+  std::string join_address;  // empty: no joins by address
+  std::optional<layout::QuantizationConfig> fp8;  // rollouts: the form this engine loads
 };
 /// Throws on values out of range.
 ResolvedOptions resolve_options(const AdapterOptions& options);
 
 struct Connection {
-  std::unique_ptr<RoundExecutor> executor;
+  std::unique_ptr<RoundExecutor> executor;  // null for a trainer job with no engine (nothing to send)
   Staging staging;              // empty when this side does not stage
   TransferSummary summary;
   bool rollouts_stage = false;  // the engines use receiver staging (they all agree)
+  /// Trainers, when the engines load the FP8 form: the quantizing pack, run before every update's rounds.
+  std::unique_ptr<exec::QuantizedPack> quantized;
 };
 
 struct ConnectInput {

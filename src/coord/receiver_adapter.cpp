@@ -1,14 +1,13 @@
 // The rollout side of the coordinator. Every poll_requests is one step of the engine (a small all-reduce):
 // rank 0 contributes the request it found (if any), every rank whether its staged transfer has finished,
 // so that all ranks of the engine take the same decision at the same step.
-#include <chrono>
 #include <cstring>
 #include <exception>
-#include <thread>
 
 #include "comm/backoff.hpp"
 #include "comm/span_summary.hpp"
 #include "coord/adapter_common.hpp"
+#include "coord/join_links.hpp"
 #include "coord/messages.hpp"
 #include "core/checks.hpp"
 #include "core/log.hpp"
@@ -54,20 +53,7 @@ struct ReceiverAdapter::State : AdapterBase {
   Status staged_status;
   bool intact = true;           // the parameters hold `version`, complete
   void* cuda_stream = nullptr;  // poll_requests' argument: CUDA parameters are written after its work
-  const double poll_interval = *poll_interval_setting * 1e-6;
-  std::chrono::steady_clock::time_point quiet_at{};  // when the last step that found nothing new ended
-  bool quiet = false;
-
-  // A step that follows one that found nothing new within poll_interval waits for the rest of it first.
-  void pace() {
-    if (!quiet || poll_interval <= 0) return;
-    const auto due = quiet_at + std::chrono::duration<double>(poll_interval);
-    if (std::chrono::steady_clock::now() < due) std::this_thread::sleep_until(due);
-  }
-  void paced(const PollResult& result) {
-    quiet = result.event == PollResult::Event::kNone || result.event == PollResult::Event::kReceiving;
-    if (quiet) quiet_at = std::chrono::steady_clock::now();
-  }
+  comm::Pace pace{*poll_interval_setting * 1e-6};  // a step that found nothing new waits poll_interval_us for the next
 
   State(MPI_Comm world, MPI_Comm engine, ParameterSet params, LoadWeightsFn load, const AdapterOptions& options,
         BeforeUpdateHook before_update_hook)
@@ -223,16 +209,8 @@ struct ReceiverAdapter::State : AdapterBase {
         return {receiving != 0 ? PollResult::Event::kReceiving : PollResult::Event::kNone, version, Status::ok()};
       case RequestKind::kConnect: {
         if (connection) return failed(Status(ErrorCode::kInvalidArgument, who() + ": a second connect request"));
-        ConnectInput input;
-        input.world = world;
-        input.roles = &roles;
-        input.faults = faults.get();
-        input.waiter = waiter();
-        input.params = &params;
-        input.load_weights = &load_weights;
-        input.options = options;
         try {
-          connected(establish_connection(input));
+          connect(nullptr);
         } catch (const Error& error) {
           return failed(error.status());
         }
@@ -253,6 +231,10 @@ struct ReceiverAdapter::State : AdapterBase {
         return {PollResult::Event::kReceiving, version, Status::ok()};
       }
       case RequestKind::kShutdown:
+        if (!connection)
+          return failed(Status(ErrorCode::kInvalidArgument,
+                               who() + ": the trainers shut down before connect (SenderAdapter::shutdown or its "
+                                       "destruction without connect): this engine never received weights"));
         shut_down = true;
         return {PollResult::Event::kShutdown, version, Status::ok()};
       case RequestKind::kAbort: {
@@ -270,10 +252,19 @@ struct ReceiverAdapter::State : AdapterBase {
   }
 };
 
+namespace {
+// An engine job of its own joins the trainers at the address first: the merged world is its adapter's world.
+MPI_Comm joined_world(MPI_Comm world, MPI_Comm engine_comm, const AdapterOptions& options) {
+  const ResolvedOptions resolved = resolve_options(options);
+  if (resolved.join_address.empty()) return world;
+  return join_trainers(engine_comm, resolved.join_address, resolved.timeout_seconds);
+}
+}  // namespace
+
 ReceiverAdapter::ReceiverAdapter(MPI_Comm world, MPI_Comm engine_comm, ParameterSet params, LoadWeightsFn load_weights,
                                  AdapterOptions options, BeforeUpdateHook before_update_hook)
-    : state_(std::make_unique<State>(world, engine_comm, std::move(params), std::move(load_weights), options,
-                                     std::move(before_update_hook))) {}
+    : state_(std::make_unique<State>(joined_world(world, engine_comm, options), engine_comm, std::move(params),
+                                     std::move(load_weights), options, std::move(before_update_hook))) {}
 
 ReceiverAdapter::~ReceiverAdapter() {
   if (state_)
@@ -284,9 +275,9 @@ ReceiverAdapter::~ReceiverAdapter() {
 
 PollResult ReceiverAdapter::poll_requests(void* cuda_stream) {
   state_->cuda_stream = cuda_stream;
-  state_->pace();
+  state_->pace.before_step();
   PollResult result = state_->poll();
-  state_->paced(result);
+  state_->pace.after_step(result.event == PollResult::Event::kNone || result.event == PollResult::Event::kReceiving);
   return result;
 }
 std::uint64_t ReceiverAdapter::installed_version() const { return state_->version; }

@@ -52,7 +52,7 @@ Roles exchange_roles(MPI_Comm world, MPI_Comm group, bool trainer, double timeou
     }
   }
   if (roles.trainer_leader < 0) throw Error(ErrorCode::kInvalidArgument, "no SenderAdapter in the world communicator");
-  if (roles.engine_leaders.empty()) throw Error(ErrorCode::kInvalidArgument, "no ReceiverAdapter in the world communicator");
+  // No engine at all is a trainer job whose engines are still to come: its updates go to nobody.
   std::sort(roles.engine_leaders.begin(), roles.engine_leaders.end());
   roles.engine_of_rank.assign(n, -1);
   roles.group_rank_of.assign(n, 0);

@@ -30,7 +30,8 @@ struct Roles {
 std::string describe_worker(const Roles& roles, int world_rank);
 
 /// Collective over `world`: each rank says whether it trains and gives its group. Throws when the groups do
-/// not make one trainer group and at least one engine, or when a rank does not take part within `timeout`.
+/// not make exactly one trainer group (no engine is allowed: a trainer job started before its engines), or
+/// when a rank does not take part within `timeout`.
 Roles exchange_roles(MPI_Comm world, MPI_Comm group, bool trainer, double timeout);
 
 }  // namespace wb::coord

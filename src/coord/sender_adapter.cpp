@@ -7,8 +7,10 @@
 #include <optional>
 
 #include "comm/backoff.hpp"
+#include "comm/max_reduce.hpp"
 #include "comm/span_summary.hpp"
 #include "coord/adapter_common.hpp"
+#include "coord/join_links.hpp"
 #include "coord/messages.hpp"
 #include "core/checks.hpp"
 #include "core/log.hpp"
@@ -26,10 +28,53 @@ struct SenderAdapter::State : AdapterBase {
   std::optional<StallInterval> open_stall;  // send_weights' stall, while it lasts
   comm::SpanSummary rollout_stalls;    // trainer rank 0: the engines' stalls for the version in flight
 
+  AdapterOptions given;                      // what a joined engine's link is constructed with (no port)
+  TrainersJoinPort port;                     // when joins by address are taken
+  std::vector<std::unique_ptr<State>> joined;  // one link per engine job that joined, in join order
+
   State(MPI_Comm world, MPI_Comm trainers, ParameterSet params, std::vector<TensorInfo> tensors, LoadWeightsFn load,
         const AdapterOptions& options)
       : AdapterBase(world, trainers, true, std::move(params), std::move(load), options),
-        checkpoint_tensors(std::move(tensors)) {}
+        checkpoint_tensors(std::move(tensors)), given(options) {
+    given.join_address = std::string();
+    if (!this->options.join_address.empty())
+      port = open_join_port(group_comm, this->options.join_address, this->options.timeout_seconds);
+  }
+
+  void connect_link() {
+    throw_if_error(send_request(RequestKind::kConnect, 0));
+    connect(&checkpoint_tensors);
+  }
+
+  // A joiner admitted at the port since the last send_weights: its link, constructed and connected with
+  // the trainers' latest version as the last one sent (the joiner's first update is the next). A join
+  // that fails is the joiner's failure, not the training's: a warning, and the link is dropped.
+  void take_joins() {
+    if (!port.open) return;
+    try {
+      std::optional<MPI_Comm> merged = take_joiner(port.port.get(), *group, waiter());
+      if (!merged) return;
+      auto link = std::make_unique<State>(*merged, group_comm, params, checkpoint_tensors, load_weights, given);
+      link->connect_link();
+      link->version = version;
+      if (roles.leader) {
+        WB_LOG(kInfo) << "an engine job of " << link->roles.engines.front().size() << " worker(s) joined after version "
+                      << version << " (link " << joined.size() + 1 << ", connect "
+                      << link->connection->summary.connect_seconds << " s)";
+      }
+      joined.push_back(std::move(link));
+    } catch (const Error& error) {
+      WB_LOG(kWarn) << who() << ": an engine's join failed; the training goes on without it: " << error.status().message();
+    }
+  }
+
+  Status send(std::uint64_t version, void* cuda_stream);
+  Status finish_link() {
+    if (!failure.is_ok()) return failure;
+    if (Status noticed = service(true); !noticed) return fail(noticed);
+    return finish_in_flight();
+  }
+  Status shutdown_link();
 
   std::string about(std::uint64_t v) const { return who() + ": version " + std::to_string(v); }
 
@@ -192,7 +237,11 @@ SenderAdapter::SenderAdapter(MPI_Comm world, MPI_Comm trainer_comm, ParameterSet
                                      std::move(load_weights), options)) {}
 
 SenderAdapter::~SenderAdapter() {
-  if (!state_ || !state_->connection || state_->shut_down) return;
+  if (!state_ || state_->shut_down) return;
+  if (!state_->connection) {
+    (void)shutdown();  // not collective: the engines learn that no connect is coming instead of polling for ever
+    return;
+  }
   if (std::uncaught_exceptions() > 0) {
     // Collective calls are out of the question while unwinding: the peers are told instead.
     state_->announce_departure("its SenderAdapter was destroyed by an exception after version " +
@@ -208,21 +257,22 @@ SenderAdapter::~SenderAdapter() {
 void SenderAdapter::connect() {
   State& s = *state_;
   if (s.connection) throw Error(ErrorCode::kInvalidArgument, "SenderAdapter::connect called twice");
-  throw_if_error(s.send_request(RequestKind::kConnect, 0));
-  ConnectInput input;
-  input.world = s.world;
-  input.roles = &s.roles;
-  input.faults = s.faults.get();
-  input.waiter = s.waiter();
-  input.params = &s.params;
-  input.load_weights = &s.load_weights;
-  input.checkpoint_tensors = &s.checkpoint_tensors;
-  input.options = s.options;
-  s.connected(establish_connection(input));
+  s.connect_link();
 }
 
 Status SenderAdapter::send_weights(std::uint64_t version, void* cuda_stream) {
   State& s = *state_;
+  // A call refused (failed, not connected, a version that does not increase) takes no join either.
+  if (!s.failure.is_ok() || !s.connection || s.shut_down || version <= s.version) return s.send(version, cuda_stream);
+  s.take_joins();
+  Status status = s.send(version, cuda_stream);
+  for (const std::unique_ptr<State>& link : s.joined)
+    if (Status sent = link->send(version, cuda_stream); status && !sent) status = sent;
+  return status;
+}
+
+Status SenderAdapter::State::send(std::uint64_t version, void* cuda_stream) {
+  State& s = *this;
   if (!s.failure.is_ok()) return s.failure;
   if (!s.connection || s.shut_down)
     return Status(ErrorCode::kInvalidArgument, "send_weights before connect or after shutdown");
@@ -230,6 +280,12 @@ Status SenderAdapter::send_weights(std::uint64_t version, void* cuda_stream) {
     return Status(ErrorCode::kInvalidArgument, "send_weights(" + std::to_string(version) +
                                                    "): versions must increase, the last one sent was " +
                                                    std::to_string(s.version));
+  if (s.roles.engine_leaders.empty()) {
+    // Nobody to send to: the version is the trainers' latest at once, and nothing was written.
+    s.version = version;
+    s.history.push_back({version, 0, true, 0.0, 0.0});
+    return Status::ok();
+  }
   const double began = s.now();
   s.open_stall.reset();
   // A peer that gave up since the last call (this trainer's group steps then end at once too).
@@ -243,6 +299,19 @@ Status SenderAdapter::send_weights(std::uint64_t version, void* cuda_stream) {
   s.version = version;
   s.in_flight = true;
   s.open_stall = StallInterval{version, began, began};
+  if (exec::QuantizedPack* quantized = s.connection->quantized.get()) {
+    // FP8 engines: this trainer's elements quantized into the pack's own buffers, before any round and
+    // before send_weights returns (the trainer may change its parameters afterwards, in every mode).
+    std::vector<std::byte*> bases;
+    for (const Parameter& p : s.params) bases.push_back(static_cast<std::byte*>(p.view.data));
+    status = quantized->quantize(bases, [&s, version](std::span<std::uint32_t> bits) {
+      return comm::reduce_max(bits, s.group_comm, s.waiter(), s.about(version) + ": the FP8 amax exchange");
+    });
+    if (!status) {
+      s.in_flight = false;
+      return s.give_up(status, "version " + std::to_string(version) + ": quantizing to FP8: ");
+    }
+  }
   if (s.options.sender_staging) {
     // The staged copy is what the transfer reads: the trainer may change its parameters from here on.
     status = s.connection->staging.copy_from(s.params, cuda_stream);
@@ -269,18 +338,21 @@ Status SenderAdapter::send_weights(std::uint64_t version, void* cuda_stream) {
 
 Status SenderAdapter::wait() {
   State& s = *state_;
-  if (!s.failure.is_ok()) return s.failure;
-  if (Status noticed = s.service(true); !noticed) return s.fail(noticed);
-  return s.finish_in_flight();
+  Status status = s.finish_link();
+  for (const std::unique_ptr<State>& link : s.joined)
+    if (Status done = link->finish_link(); status && !done) status = done;
+  return status;
 }
 
-Status SenderAdapter::shutdown() {
-  State& s = *state_;
-  if (!s.connection || s.shut_down) return s.failure;
+Status SenderAdapter::State::shutdown_link() {
+  State& s = *this;
+  if (s.shut_down) return s.failure;
   Status status = s.failure;
-  if (status) status = s.service(true);
-  if (status) status = s.finish_in_flight();
-  else status = s.fail(status);
+  if (s.connection) {
+    if (status) status = s.service(true);
+    if (status) status = s.finish_in_flight();
+    else status = s.fail(status);
+  }
   // Sent after a failure too, so that the engines stop polling; the connection itself stays until the
   // adapter is destroyed (its statistics remain readable).
   const Status sent = s.send_request(status ? RequestKind::kShutdown : RequestKind::kAbort, s.version);
@@ -288,7 +360,28 @@ Status SenderAdapter::shutdown() {
   return status ? sent : status;
 }
 
+Status SenderAdapter::shutdown() {
+  State& s = *state_;
+  if (s.port.open) {
+    try {
+      close_join_port(s.port, s.group_comm, s.options.timeout_seconds);
+    } catch (const Error& error) {
+      WB_LOG(kWarn) << s.who() << ": closing the join port: " << error.status().message();
+    }
+  }
+  Status status = s.shutdown_link();
+  for (const std::unique_ptr<State>& link : s.joined)
+    if (Status done = link->shutdown_link(); status && !done) status = done;
+  return status;
+}
+
 bool SenderAdapter::connected() const { return state_->connection.has_value(); }
+
+int SenderAdapter::engines() const {
+  std::size_t n = state_->roles.engine_leaders.size();
+  for (const std::unique_ptr<State>& link : state_->joined) n += link->roles.engine_leaders.size();
+  return static_cast<int>(n);
+}
 
 const TransferSummary& SenderAdapter::summary() const {
   static const TransferSummary none;

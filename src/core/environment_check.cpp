@@ -1,6 +1,7 @@
 // WB_* variables that name no setting: a typo (WB_BUFER_MIB) would otherwise be ignored without a word.
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -71,7 +72,11 @@ std::vector<std::string> unknown_environment_warnings() {
 }
 
 void warn_unknown_environment() {
-  for (const std::string& warning : unknown_environment_warnings()) WB_LOG(kWarn) << warning;
+  // Once per process, whoever asks first (a tool at start, or the first adapter a library user constructs).
+  static std::once_flag once;
+  std::call_once(once, [] {
+    for (const std::string& warning : unknown_environment_warnings()) WB_LOG(kWarn) << warning;
+  });
 }
 
 }  // namespace wb

@@ -88,4 +88,12 @@ float load_float(DType dtype, const void* element);
 
 inline float bf16_to_float(std::uint16_t bits) { return std::bit_cast<float>(std::uint32_t{bits} << 16); }
 
+// Bulk forms for the senders' pack (core/fp8_kernels.cpp, SSE2 where the machine has it): each equals the
+// element-by-element definition above bit for bit.
+
+/// The amax of `count` bf16 values (amax_combine over their |x|, from 0): NaN when one is NaN.
+float bf16_amax(const std::uint16_t* values, std::int64_t count);
+/// codes[k] = quantize(scale, bf16 values[k]) for k < count.
+void quantize_bf16(const BlockScale& scale, const std::uint16_t* values, std::int64_t count, std::uint8_t* codes);
+
 }  // namespace wb::fp8

@@ -109,7 +109,8 @@ void log_effective_settings();
 /// One message per WB_* environment variable that is neither a setting's nor one of the project's script
 /// variables, naming the closest setting (a typo such as WB_BUFER_MIB is otherwise ignored silently).
 std::vector<std::string> unknown_environment_warnings();
-/// Logs unknown_environment_warnings() at warning level.
+/// Logs unknown_environment_warnings() at warning level, once per process (wb-replay and wb-bench at start
+/// on rank 0; the adapters' construction on world rank 0, for library users).
 void warn_unknown_environment();
 
 }  // namespace wb

@@ -56,6 +56,86 @@ void strided_row_copy(std::byte* dst, std::int64_t dst_stride, const std::byte* 
     std::memcpy(dst + i * dst_stride * static_cast<std::int64_t>(kSize), src + i * src_stride * static_cast<std::int64_t>(kSize), kSize);
 }
 
+// A copy or comparison whose innermost axis is strided on one side (a transpose) touches one cache line
+// per element on that side; in square tiles of kTile elements along that axis and the one where that side
+// is contiguous, both sides' lines stay in cache. Tiles of 16, walked along `axis` innermost, measured
+// fastest for a [4096, 2048] bf16 transpose here (1.9 ns per element against 5.7 for rows of 32 and 6 for
+// the row-by-row loop).
+constexpr std::int64_t kTile = 16;
+
+// The axis other than the last along which the side that is strided innermost is contiguous, or -1.
+int tile_axis(const Shape& a_strides, const Shape& b_strides) {
+  const std::size_t last = a_strides.size() - 1;
+  for (std::size_t k = 0; k < last; ++k)
+    if ((a_strides[last] != 1 && a_strides[k] == 1) || (b_strides[last] != 1 && b_strides[k] == 1))
+      return static_cast<int>(k);
+  return -1;
+}
+
+// Calls fn(a_offset, b_offset, rows, columns) for every tile of rows along `axis` by columns along the
+// last axis, over every index of the other axes, until fn returns false; returns false if it did.
+template <class Fn>
+bool for_each_tile(const Shape& shape, const Shape& a_strides, const Shape& b_strides, int axis, Fn&& fn) {
+  Shape outer, outer_a, outer_b;
+  for (std::size_t i = 0; i + 1 < shape.size(); ++i)
+    if (static_cast<int>(i) != axis) {
+      outer.push_back(shape[i]);
+      outer_a.push_back(a_strides[i]);
+      outer_b.push_back(b_strides[i]);
+    }
+  outer.push_back(1);  // for_each_outer_index leaves the last axis to its caller
+  outer_a.push_back(0);
+  outer_b.push_back(0);
+  const auto k = static_cast<std::size_t>(axis);
+  const std::int64_t rows = shape[k], columns = shape.back();
+  bool more = true;
+  for_each_outer_index(outer, outer_a, outer_b, [&](std::int64_t a0, std::int64_t b0) {
+    for (std::int64_t r = 0; r < rows && more; r += kTile)
+      for (std::int64_t c = 0; c < columns && more; c += kTile)
+        more = fn(a0 + r * a_strides[k] + c * a_strides.back(), b0 + r * b_strides[k] + c * b_strides.back(),
+                  std::min(kTile, rows - r), std::min(kTile, columns - c));
+  });
+  return more;
+}
+
+// One tile of elements of type T (the element's bytes as an unsigned integer): copies b into a, or compares.
+template <typename T>
+struct Tile {
+  T* a;
+  const T* b;
+  std::int64_t a_row, a_column, b_row, b_column, rows, columns;
+  void copy() const {
+    for (std::int64_t c = 0; c < columns; ++c)
+      for (std::int64_t r = 0; r < rows; ++r) a[r * a_row + c * a_column] = b[r * b_row + c * b_column];
+  }
+  bool equal() const {
+    bool same = true;
+    for (std::int64_t c = 0; c < columns; ++c)
+      for (std::int64_t r = 0; r < rows; ++r) same &= a[r * a_row + c * a_column] == b[r * b_row + c * b_column];
+    return same;
+  }
+};
+
+// Runs op(Tile<T>) on every tile of views a and b (a's data may be written); false as soon as op is false.
+template <class Op>
+bool tiled(const TensorView& a, const TensorView& b, const Shape& shape, const Shape& a_strides,
+           const Shape& b_strides, int axis, Op&& op) {
+  const auto k = static_cast<std::size_t>(axis);
+  const auto run = [&]<typename T>(T*) {
+    return for_each_tile(shape, a_strides, b_strides, axis, [&](std::int64_t ao, std::int64_t bo, std::int64_t rows,
+                                                                 std::int64_t columns) {
+      return op(Tile<T>{static_cast<T*>(a.data) + ao, static_cast<const T*>(b.data) + bo, a_strides[k], a_strides.back(),
+                        b_strides[k], b_strides.back(), rows, columns});
+    });
+  };
+  switch (a.element_size()) {
+    case 1: return run(static_cast<std::uint8_t*>(nullptr));
+    case 2: return run(static_cast<std::uint16_t*>(nullptr));
+    case 4: return run(static_cast<std::uint32_t*>(nullptr));
+    default: return run(static_cast<std::uint64_t*>(nullptr));
+  }
+}
+
 }  // namespace
 
 std::int64_t shape_numel(std::span<const std::int64_t> shape) {
@@ -111,6 +191,7 @@ TensorView TensorView::contiguous(void* data, DType dtype, Shape shape, MemoryKi
 }
 
 bool TensorView::is_contiguous() const {
+  if (numel() == 0) return true;  // no element to lay out (PyTorch's rule too): whatever its strides say
   std::int64_t expected = 1;
   for (std::size_t i = shape.size(); i-- > 0;) {
     if (shape[i] != 1 && strides[i] != expected) return false;
@@ -214,6 +295,13 @@ void copy_tensor(const TensorView& dst, const TensorView& src) {
   auto* dst_base = static_cast<std::byte*>(dst.data);
   const auto* src_base = static_cast<const std::byte*>(src.data);
   const auto esize = static_cast<std::int64_t>(element);
+  if (const int axis = tile_axis(dst_strides, src_strides); axis >= 0 && element <= 8 && (element & (element - 1)) == 0) {
+    tiled(dst, src, shape, dst_strides, src_strides, axis, [](const auto& tile) {
+      tile.copy();
+      return true;
+    });
+    return;
+  }
   for_each_outer_index(shape, dst_strides, src_strides, [&](std::int64_t dst_offset, std::int64_t src_offset) {
     std::byte* d = dst_base + dst_offset * esize;
     const std::byte* s = src_base + src_offset * esize;
@@ -239,6 +327,8 @@ bool tensors_bitwise_equal(const TensorView& a, const TensorView& b) {
   coalesce(shape, a_strides, b_strides);
   const auto esize = static_cast<std::int64_t>(a.element_size());
   const std::int64_t inner = shape.back();
+  if (const int axis = tile_axis(a_strides, b_strides); axis >= 0 && esize <= 8 && (esize & (esize - 1)) == 0)
+    return tiled(a, b, shape, a_strides, b_strides, axis, [](const auto& tile) { return tile.equal(); });
   bool equal = true;
   for_each_outer_index(shape, a_strides, b_strides, [&](std::int64_t a_offset, std::int64_t b_offset) {
     if (!equal) return;

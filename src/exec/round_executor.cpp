@@ -28,48 +28,17 @@ constexpr double kFailedTeardownSeconds = 10;
 // Seconds left until `deadline` (comm::local_seconds()), never negative.
 double left_until(double deadline) { return std::max(0.0, deadline - comm::local_seconds()); }
 
-}  // namespace
+using State = RoundExecutor::State;
 
-RoundExecutor::RoundExecutor(RoundSchedule schedule, ParameterMemory parameters, MPI_Comm comm, ExecutorOptions options)
-    : state_(std::make_unique<State>()) {
-  State& s = *state_;
-  s.schedule = std::move(schedule);
-  s.parameters = std::move(parameters);
-  // A communicator of its own: grants left over from this executor's last update can never be taken
-  // for another executor's. Errors return (to the checks) even where the job's handler aborts.
-  s.comm = wb::comm::duplicate(comm);
-  comm = s.comm;
-  s.options = options;
-  // The handshake's waits: the update's deadline, and the coordinator's notices served meanwhile (a peer
-  // that gave up ends them at once).
-  const wb::comm::Waiter waiter{options.timeout_seconds, [&s](bool) {
-                                  return s.options.interrupt ? s.options.interrupt(nullptr) : Status::ok();
-                                }};
-  s.idle_sleep_us = comm::idle_sleep_setting();
-  WB_CHECK_MPI(MPI_Comm_rank(comm, &s.rank));
+// The phases of construction, in order; each collective over the executor's communicator.
+
+// The transport of every pair, decided by the machine every rank is on. Pairs between machines first:
+// whether their transport registers device memory decides, with the others of this machine, whether the
+// pairs on it go device to device (exec::pair_memory). Returns where every rank is.
+exec::RankPlaces choose_transports(State& s, bool cuda_parameters, const comm::Waiter& waiter) {
   int size = 0;
-  WB_CHECK_MPI(MPI_Comm_size(comm, &size));
-  if (s.schedule.rank != s.rank)
-    throw Error(ErrorCode::kInvalidArgument, "round schedule of rank " + std::to_string(s.schedule.rank) +
-                                                 " given to rank " + std::to_string(s.rank));
-  const bool cuda_parameters = s.parameters.memory == MemoryKind::kCuda;
-  if (cuda_parameters && cuda_device_count() == 0)
-    throw Error(ErrorCode::kUnsupported, "rank " + std::to_string(s.rank) + ": parameters in CUDA memory, but no CUDA device (" +
-                                             cuda_unavailable_reason() + ")");
-  // The parameters' device is current while transports, buffers and programs are made (cuda_ipc, for
-  // one, works on the device current when it is created).
-  DeviceGuard device_guard;
-  if (cuda_parameters) {
-    throw_if_error(device_guard.enter(s.parameters.device));
-    exec::check_device_parameters(s.rank, s.parameters);
-  }
-  s.depth = std::max(1, s.schedule.pipeline_depth);
-  s.rounds = static_cast<int>(s.schedule.rounds.size());
-
-  // The machine every rank is on decides the transport of each pair.
-  // Pairs between machines first: whether their transport registers device memory decides, with the
-  // others of this machine, whether the pairs on it go device to device (exec::pair_memory).
-  exec::RankPlaces places = exec::gather_rank_places(cuda_parameters, comm, waiter);
+  WB_CHECK_MPI(MPI_Comm_size(s.comm, &size));
+  exec::RankPlaces places = exec::gather_rank_places(cuda_parameters, s.comm, waiter);
   s.collective_teardown = places.any_cuda;
   const auto same_machine = [&](int peer) {
     return places.machines[static_cast<std::size_t>(peer)] == places.machines[static_cast<std::size_t>(s.rank)];
@@ -83,30 +52,34 @@ RoundExecutor::RoundExecutor(RoundSchedule schedule, ParameterMemory parameters,
     if (peer < 0 || peer >= size || peer == s.rank)
       throw Error(ErrorCode::kInvalidArgument, "round schedule names peer " + std::to_string(peer));
     if (same_machine(peer)) continue;
-    use(peer, choose_transport(false, s.parameters.memory, options.transport));
+    use(peer, choose_transport(false, s.parameters.memory, s.options.transport));
     device_buffers = device_buffers && s.peers[peer].transport->capabilities().cuda_memory;
   }
-  exec::gather_device_buffers(places, device_buffers, comm, waiter);
+  exec::gather_device_buffers(places, device_buffers, s.comm, waiter);
   for (int peer : s.schedule.peers)
-    if (same_machine(peer)) use(peer, choose_transport(true, exec::pair_memory(places, s.rank, peer), options.transport));
+    if (same_machine(peer)) use(peer, choose_transport(true, exec::pair_memory(places, s.rank, peer), s.options.transport));
+  return places;
+}
 
-  // Padded segments (segment_padding.hpp) where some rank's kernels address the buffers: a rank with CUDA
-  // parameters pads its own slots, and every rank learns the receive layouts of the peers it writes to
-  // (peers in ascending order on both sides, as below).
-  if (places.any_cuda) {
-    exec::SlotLayout send, receive;
-    if (cuda_parameters) {
-      send = exec::pad_send_slot(s.schedule);
-      receive = exec::pad_receive_slot(s.schedule);
-    }
-    std::map<int, exec::SlotLayout> peer_layouts;
-    for (int peer : s.schedule.peers)
-      peer_layouts.emplace(peer, exec::decode_layout(exec::swap_record(peer, exec::encode_layout_for(receive, s.schedule, peer), comm, waiter),
-                                                     peer, s.rounds));
-    s.schedule = exec::apply_layouts(s.schedule, send, receive, peer_layouts);
+// Padded segments (segment_padding.hpp) where some rank's kernels address the buffers: a rank with CUDA
+// parameters pads its own slots, and every rank learns the receive layouts of the peers it writes to
+// (peers in ascending order on both sides, as in connect_pairs).
+void pad_segments(State& s, const exec::RankPlaces& places, bool cuda_parameters, const comm::Waiter& waiter) {
+  if (!places.any_cuda) return;
+  exec::SlotLayout send, receive;
+  if (cuda_parameters) {
+    send = exec::pad_send_slot(s.schedule);
+    receive = exec::pad_receive_slot(s.schedule);
   }
+  std::map<int, exec::SlotLayout> peer_layouts;
+  for (int peer : s.schedule.peers)
+    peer_layouts.emplace(peer, exec::decode_layout(exec::swap_record(peer, exec::encode_layout_for(receive, s.schedule, peer), s.comm, waiter),
+                                                   peer, s.rounds));
+  s.schedule = exec::apply_layouts(s.schedule, send, receive, peer_layouts);
+}
 
-  // The buffers: where every transport can register them, allocated once.
+// The buffers: where every transport can register them, allocated once, and registered with each.
+void allocate_buffers(State& s) {
   std::vector<std::pair<TransportKind, TransportCapabilities>> capabilities;
   for (const auto& [kind, transport] : s.transports) capabilities.emplace_back(kind, transport->capabilities());
   s.stats.buffer_memory = choose_buffer_memory(s.parameters.memory, capabilities);
@@ -142,11 +115,14 @@ RoundExecutor::RoundExecutor(RoundSchedule schedule, ParameterMemory parameters,
                                                 s.schedule.send_slot_bytes, s.schedule.receive_slot_bytes);
     register_buffers();
   }
+}
 
-  // Connect every pair (connect_handshake.hpp), peers in ascending order.
+// Connects every pair (connect_handshake.hpp), peers in ascending order. Returns, per round, the arrivals
+// each peer's split batches add.
+std::vector<exec::ExtraArrivals> connect_pairs(State& s, const comm::Waiter& waiter) {
   const auto splits = exec::split_batches(s.schedule, [&](int peer) { return exec::writes_per_post(*s.peers.at(peer).transport); });
   for (const auto& [peer, list] : splits) s.stats.split_batches += static_cast<std::int64_t>(list.size());
-  std::vector<exec::ExtraArrivals> extra_arrivals(static_cast<std::size_t>(s.rounds));  // per round
+  std::vector<exec::ExtraArrivals> extra_arrivals(static_cast<std::size_t>(s.rounds));
   for (auto& [peer, link] : s.peers) {
     exec::ConnectRecord mine;
     mine.transport = link.transport->kind();
@@ -155,7 +131,7 @@ RoundExecutor::RoundExecutor(RoundSchedule schedule, ParameterMemory parameters,
     mine.receive_key = s.receive_keys[mine.transport];
     if (auto it = splits.find(peer); it != splits.end()) mine.splits = it->second;
     const exec::ConnectRecord theirs =
-        exec::decode_connect_record(exec::swap_record(peer, exec::encode_connect_record(mine), comm, waiter), peer, s.rounds);
+        exec::decode_connect_record(exec::swap_record(peer, exec::encode_connect_record(mine), s.comm, waiter), peer, s.rounds);
     if (theirs.transport != mine.transport)
       throw Error(ErrorCode::kInvalidArgument, "rank " + std::to_string(s.rank) + " would reach rank " + std::to_string(peer) +
                                                    " over " + transport_name(mine.transport) + ", the peer over " +
@@ -166,16 +142,20 @@ RoundExecutor::RoundExecutor(RoundSchedule schedule, ParameterMemory parameters,
     for (const exec::SplitBatch& split : theirs.splits)
       extra_arrivals[split.round][peer][split.stage] += static_cast<int>(split.posts) - 1;
   }
+  return extra_arrivals;
+}
 
-  // Per round: the batches, the arrivals expected, the writers to grant; the compiled pack and assemble.
+// Per round: the batches, the arrivals expected, the writers to grant; the compiled pack and assemble (and
+// the verifier's digests where asked); the progress ring sized for them.
+void build_rounds(State& s, bool cuda_parameters, const std::vector<exec::ExtraArrivals>& extra_arrivals) {
   exec::BatchTargets targets;
   for (const auto& [peer, link] : s.peers) targets.peers[peer] = {link.transport, link.receive_memory};
   targets.local_memory = s.local_memory;
-  if (options.verify) {
+  if (s.options.verify) {
     if (cuda_parameters)
       throw Error(ErrorCode::kUnsupported, "verify checks host transfer buffers; these parameters are in CUDA memory");
     const std::vector<std::int64_t> parameter_bytes(s.parameters.bytes.begin(), s.parameters.bytes.end());
-    s.verifier = std::make_unique<exec::Verifier>(s.schedule, comm, exec::kDigestTag, parameter_bytes,
+    s.verifier = std::make_unique<exec::Verifier>(s.schedule, s.comm, exec::kDigestTag, parameter_bytes,
                                                   s.schedule.send_slot_bytes, s.schedule.receive_slot_bytes);
   }
   s.engine = exec::make_copy_engine(s.rank, s.parameters, s.buffers, s.schedule, s.verifier.get());
@@ -195,7 +175,48 @@ RoundExecutor::RoundExecutor(RoundSchedule schedule, ParameterMemory parameters,
   for (RoundProgress& p : s.ring) p.arrived_from.assign(most_writers, std::array<int, kStageCount>{});
   s.completions.reserve(1024);
   s.grant_requests.reserve(256);
-  wb::comm::barrier(comm, waiter, "connecting the transports: every pair connected before anyone writes");
+}
+
+}  // namespace
+
+RoundExecutor::RoundExecutor(RoundSchedule schedule, ParameterMemory parameters, MPI_Comm comm, ExecutorOptions options)
+    : state_(std::make_unique<State>()) {
+  State& s = *state_;
+  s.schedule = std::move(schedule);
+  s.parameters = std::move(parameters);
+  // A communicator of its own: grants left over from this executor's last update can never be taken
+  // for another executor's. Errors return (to the checks) even where the job's handler aborts.
+  s.comm = wb::comm::duplicate(comm);
+  s.options = options;
+  // The handshake's waits: the update's deadline, and the coordinator's notices served meanwhile (a peer
+  // that gave up ends them at once).
+  const wb::comm::Waiter waiter{options.timeout_seconds, [&s](bool) {
+                                  return s.options.interrupt ? s.options.interrupt(nullptr) : Status::ok();
+                                }};
+  s.idle_sleep_us = comm::idle_sleep_setting();
+  WB_CHECK_MPI(MPI_Comm_rank(s.comm, &s.rank));
+  if (s.schedule.rank != s.rank)
+    throw Error(ErrorCode::kInvalidArgument, "round schedule of rank " + std::to_string(s.schedule.rank) +
+                                                 " given to rank " + std::to_string(s.rank));
+  const bool cuda_parameters = s.parameters.memory == MemoryKind::kCuda;
+  if (cuda_parameters && cuda_device_count() == 0)
+    throw Error(ErrorCode::kUnsupported, "rank " + std::to_string(s.rank) + ": parameters in CUDA memory, but no CUDA device (" +
+                                             cuda_unavailable_reason() + ")");
+  // The parameters' device is current while transports, buffers and programs are made (cuda_ipc, for
+  // one, works on the device current when it is created).
+  DeviceGuard device_guard;
+  if (cuda_parameters) {
+    throw_if_error(device_guard.enter(s.parameters.device));
+    exec::check_device_parameters(s.rank, s.parameters);
+  }
+  s.depth = std::max(1, s.schedule.pipeline_depth);
+  s.rounds = static_cast<int>(s.schedule.rounds.size());
+
+  const exec::RankPlaces places = choose_transports(s, cuda_parameters, waiter);
+  pad_segments(s, places, cuda_parameters, waiter);
+  allocate_buffers(s);
+  build_rounds(s, cuda_parameters, connect_pairs(s, waiter));
+  wb::comm::barrier(s.comm, waiter, "connecting the transports: every pair connected before anyone writes");
 }
 
 RoundExecutor::~RoundExecutor() {

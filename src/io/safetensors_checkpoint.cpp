@@ -4,7 +4,8 @@
 // model.safetensors.index.json whose "weight_map" names each tensor's shard, the shards beside it.
 //
 // Files are mapped read-only, and every header is validated at open, so a box read is memcpy from the
-// mapping and can never reach outside the file.
+// mapping and can never reach outside the file. A file changed under the job (truncated, rewritten,
+// replaced) is an error naming it at the next read, never SIGBUS (io/mapping_guard.hpp).
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -31,6 +32,7 @@
 
 #include "core/log.hpp"
 #include "io/checkpoint_internal.hpp"
+#include "io/mapping_guard.hpp"
 #include "weightbridge/checkpoint.hpp"
 #include "weightbridge/status.hpp"
 
@@ -77,6 +79,7 @@ class MappedFile {
       throw_at(ErrorCode::kInvalidArgument, path_, {}, "is " + std::string(file_kind(st.st_mode)) + ", not a regular file");
     }
     size_ = static_cast<std::size_t>(st.st_size);
+    opened_ = st;
     if (size_ > 0) {  // mmap refuses length 0; an empty file is reported as too short by the parser
       void* map = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
       if (map == MAP_FAILED) {
@@ -85,10 +88,34 @@ class MappedFile {
       }
       data_ = static_cast<const std::byte*>(map);
     }
-    ::close(fd);  // the mapping keeps the file alive
+    fd_ = fd;  // kept to see whether the file changed under the job
   }
   ~MappedFile() {
     if (data_ != nullptr) ::munmap(const_cast<std::byte*>(data_), size_);
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  /// Throws, naming the file and `tensor`, when the file changed since it was opened (its size or
+  /// modification time) or its path now names another file: what the job reads would no longer be the
+  /// checkpoint it validated, or reading it past a truncation would raise SIGBUS.
+  void check_unchanged(std::string_view tensor) const {
+    struct stat now {};
+    if (::fstat(fd_, &now) != 0) throw_errno(path_, "fstat");
+    std::string change;
+    if (now.st_size != opened_.st_size)
+      change = "its size went from " + std::to_string(opened_.st_size) + " to " + std::to_string(now.st_size) + " bytes";
+    else if (now.st_mtim.tv_sec != opened_.st_mtim.tv_sec || now.st_mtim.tv_nsec != opened_.st_mtim.tv_nsec)
+      change = "it was modified";
+    struct stat named {};
+    if (change.empty() && ::stat(path_.c_str(), &named) == 0 && (named.st_ino != opened_.st_ino || named.st_dev != opened_.st_dev))
+      change = "its path now names another file (replaced)";
+    if (!change.empty()) changed(tensor, change);
+  }
+
+  [[noreturn]] void changed(std::string_view tensor, const std::string& how) const {
+    throw_at(ErrorCode::kCorruptData, path_, tensor,
+             "the file changed while the job reads it (" + how + "): a checkpoint must stay as it is while a job "
+             "reads it; write a new one beside it");
   }
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
@@ -101,6 +128,8 @@ class MappedFile {
   std::string path_;
   const std::byte* data_ = nullptr;
   std::size_t size_ = 0;
+  int fd_ = -1;
+  struct stat opened_ {};
 };
 
 /// A key that occurs twice in one JSON object, and the key of that object in its parent ("" at the top).
@@ -369,8 +398,13 @@ class SafetensorsReader final : public CheckpointReader {
     check_box(source_, *info, box);
     if (box.numel() == 0) return;
     const Location& at = locations_[static_cast<std::size_t>(info - tensors_.data())];
-    copy_box(files_[at.file]->data() + at.begin, info->shape, dtype_size(info->dtype), box,
-             static_cast<std::byte*>(destination));
+    const MappedFile& file = *files_[at.file];
+    file.check_unchanged(name);
+    // A truncation between the check and the copy still ends in an error, not SIGBUS.
+    const bool read = guarded_copy([&] {
+      copy_box(file.data() + at.begin, info->shape, dtype_size(info->dtype), box, static_cast<std::byte*>(destination));
+    });
+    if (!read) file.changed(name, "reading it raised SIGBUS: it was truncated");
   }
 
  private:

@@ -62,6 +62,38 @@ std::string QuantizationConfig::to_string() const {
          std::string(fp8::scale_rule_name(rule));
 }
 
+std::string encode_quantization_config(const QuantizationConfig& config) {
+  std::string text = std::to_string(config.block_rows) + "x" + std::to_string(config.block_cols) + "\n" +
+                     std::string(fp8::scale_rule_name(config.rule)) + "\n" + config.weight_suffix + "\n" +
+                     config.scale_suffix + "\n" + std::to_string(config.modules_to_not_convert.size()) + "\n";
+  for (const std::string& m : config.modules_to_not_convert) text += m + "\n";
+  for (const std::string& l : config.ignored_layers) text += l + "\n";
+  return text;
+}
+
+QuantizationConfig decode_quantization_config(std::string_view text) {
+  std::vector<std::string> lines;
+  for (std::size_t at = 0; at < text.size();) {
+    const std::size_t end = text.find('\n', at);
+    if (end == std::string_view::npos) throw Error(ErrorCode::kCorruptData, "FP8 quantization config: unterminated line");
+    lines.emplace_back(text.substr(at, end - at));
+    at = end + 1;
+  }
+  if (lines.size() < 5) throw Error(ErrorCode::kCorruptData, "FP8 quantization config: too few fields");
+  QuantizationConfig config;
+  parse_block_shape(lines[0], config.block_rows, config.block_cols, "FP8 quantization config");
+  config.rule = parse_scale_rule_or_throw(lines[1], "FP8 quantization config");
+  config.weight_suffix = lines[2];
+  config.scale_suffix = lines[3];
+  std::size_t modules = 0;
+  const auto [end, ec] = std::from_chars(lines[4].data(), lines[4].data() + lines[4].size(), modules);
+  if (ec != std::errc() || end != lines[4].data() + lines[4].size() || modules > lines.size() - 5)
+    throw Error(ErrorCode::kCorruptData, "FP8 quantization config: bad module count");
+  config.modules_to_not_convert.assign(lines.begin() + 5, lines.begin() + 5 + static_cast<std::ptrdiff_t>(modules));
+  config.ignored_layers.assign(lines.begin() + 5 + static_cast<std::ptrdiff_t>(modules), lines.end());
+  return config;
+}
+
 std::size_t Fp8Form::total_bytes() const {
   std::size_t bytes = 0;
   for (const TensorInfo& t : tensors) bytes += t.nbytes();

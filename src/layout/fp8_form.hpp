@@ -41,6 +41,10 @@ struct QuantizationConfig {
   bool operator==(const QuantizationConfig&) const = default;
 };
 
+/// The config as text for the control plane (one field a line) and back; decode throws kCorruptData.
+std::string encode_quantization_config(const QuantizationConfig& config);
+QuantizationConfig decode_quantization_config(std::string_view text);
+
 /// Parses "128x128" (or "128,128"); throws kInvalidArgument naming `what` on anything else or a
 /// non-positive extent.
 void parse_block_shape(std::string_view text, std::int64_t& rows, std::int64_t& cols, std::string_view what);

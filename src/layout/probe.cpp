@@ -2,14 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
-#include <memory>
 #include <sstream>
 
 #include "core/cuda_device.hpp"
 #include "core/device.hpp"
 #include "core/log.hpp"
+#include "layout/parameter_copies.hpp"
 #include "layout/probe_checkpoint.hpp"
 #include "layout/probe_code.hpp"
 #include "layout/second_difference.hpp"
@@ -18,8 +17,10 @@
 namespace wb {
 namespace {
 
+using layout::ParameterCopies;
 using layout::ProbeCheckpoint;
 using layout::ProbePlan;
+using layout::SavedParameters;
 using layout::SparseField;
 
 std::string index_text(const Shape& shape, std::int64_t flat) {
@@ -41,33 +42,6 @@ constexpr const char* kComputed =
   throw Error(ErrorCode::kInvalidArgument, "load_weights is not a pure copy: parameter " + param.name + ", element " +
                                                index_text(param.view.shape, flat) + ": " + what + " (probe: " + detail + ")");
 }
-
-// Saves the parameters' contents and puts them back however the probe ends.
-class SavedParameters {
- public:
-  explicit SavedParameters(const ParameterSet& params) : params_(params) {
-    saved_.reserve(params.size());
-    for (const Parameter& p : params) {
-      const auto* begin = static_cast<const std::byte*>(p.view.data);
-      saved_.emplace_back(begin, begin + p.view.nbytes());
-    }
-  }
-  ~SavedParameters() {
-    for (std::size_t i = 0; i < saved_.size(); ++i)
-      if (!saved_[i].empty()) std::memcpy(params_[i].view.data, saved_[i].data(), saved_[i].size());
-  }
-  SavedParameters(const SavedParameters&) = delete;
-  SavedParameters& operator=(const SavedParameters&) = delete;
-  std::size_t bytes() const {
-    std::size_t total = 0;
-    for (const auto& s : saved_) total += s.size();
-    return total;
-  }
-
- private:
-  const ParameterSet& params_;
-  std::vector<std::vector<std::byte>> saved_;
-};
 
 // What the parameters hold when load_weights is called: zeros in the digit passes (a region no copy reaches
 // then decodes as unsourced), every byte kMarker in the verification pass, so that an element still holding
@@ -180,6 +154,16 @@ class ParameterDecoder {
     const std::size_t passes = passes_.size();
     std::vector<std::uint64_t> digits(passes);
     std::vector<std::vector<std::int64_t>> steps(ndim, std::vector<std::int64_t>(passes, 0));
+    // The grid point one step along each axis (the same in every pass); npos where the cell is one wide.
+    constexpr std::size_t npos = static_cast<std::size_t>(-1);
+    std::vector<std::size_t> next_index(ndim, npos);
+    Shape next = c.corner;
+    for (std::size_t a = 0; a < ndim; ++a) {
+      if (c.extent[a] < 2) continue;
+      ++next[a];
+      next_index[a] = grid_index(next);
+      --next[a];
+    }
     bool unsourced = false;
     for (std::size_t p = 0; p < passes; ++p) {
       const std::int64_t d = values_[p][corner];
@@ -188,12 +172,8 @@ class ParameterDecoder {
           (!unsourced && (d < 0 || static_cast<std::uint64_t>(d) >= space.size)))
         not_a_copy(param_, flat_of(c.corner), kComputed, "bits that are no probe code in pass " + std::to_string(p));
       digits[p] = unsourced ? 0 : static_cast<std::uint64_t>(d);
-      for (std::size_t a = 0; a < ndim; ++a) {
-        if (c.extent[a] < 2) continue;
-        Shape next = c.corner;
-        ++next[a];
-        steps[a][p] = values_[p][grid_index(next)] - d;
-      }
+      for (std::size_t a = 0; a < ndim; ++a)
+        if (next_index[a] != npos) steps[a][p] = values_[p][next_index[a]] - d;
     }
     for (std::size_t a = 0; a < ndim; ++a)
       for (std::size_t p = 0; p < passes; ++p)
@@ -379,6 +359,7 @@ std::vector<ParameterAccount> verify_against_load(const SourceMap& map, const Pr
                                                   const ParameterSet& params) {
   constexpr std::int64_t kChunk = 1 << 20;
   std::vector<std::byte> expected;
+  std::vector<std::byte> marks;  // kMarker bytes, grown once: a fresh buffer per chunk costs page faults
   for (const SliceCopy& copy : map.copies) {
     const Parameter& param = params[copy.parameter];
     const TensorInfo& tensor = probe.tensors()[copy.tensor];
@@ -426,7 +407,7 @@ std::vector<ParameterAccount> verify_against_load(const SourceMap& map, const Pr
       }
       // Copied elements back to the marker: the final scan then finds anything load_weights wrote that no
       // copy explains.
-      std::vector<std::byte> marks(expected.size(), std::byte{kMarker});
+      if (marks.size() < expected.size()) marks.assign(expected.size(), std::byte{kMarker});
       copy_tensor(target, TensorView::contiguous(marks.data(), tensor.dtype, part.extent));
     }
   }
@@ -457,14 +438,16 @@ SourceMap probe_host(const std::vector<TensorInfo>& checkpoint_tensors, const Pa
   ProbePlan plan(checkpoint_tensors);
   ProbeCheckpoint probe(checkpoint_tensors, plan);
   SavedParameters saved(params);
-  double decode_seconds = 0;
+  double decode_seconds = 0, load_seconds = 0;
 
   // passes[p][i]: the nonzeros of pass p in parameter i.
   std::vector<std::vector<SparseField>> passes(static_cast<std::size_t>(plan.num_passes()));
   std::size_t sparse_bytes = 0;
   for (int p = 0; p < plan.num_passes(); ++p) {
     probe.set_pass(p);
+    const auto load_start = std::chrono::steady_clock::now();
     run(probe, Fill::kZero);
+    load_seconds += seconds_since(load_start);
     const auto decode_start = std::chrono::steady_clock::now();
     auto& fields = passes[static_cast<std::size_t>(p)];
     fields.reserve(params.size());
@@ -494,12 +477,18 @@ SourceMap probe_host(const std::vector<TensorInfo>& checkpoint_tensors, const Pa
   decode_seconds += seconds_since(decode_start);
 
   probe.set_verification(options.verification_seed);
+  const auto load_start = std::chrono::steady_clock::now();
   run(probe, Fill::kMarker);
+  load_seconds += seconds_since(load_start);
+  const auto verify_start = std::chrono::steady_clock::now();
   std::vector<ParameterAccount> accounts = verify_against_load(map, probe, params);
+  const double verify_seconds = seconds_since(verify_start);
 
   if (report != nullptr) {
     report->passes = plan.num_passes() + 1;
     report->decode_seconds = decode_seconds;
+    report->load_seconds = load_seconds;
+    report->verify_seconds = verify_seconds;
     report->parameter_bytes = params.total_bytes();
     report->scratch_bytes = saved.bytes();
     report->sparse_bytes = sparse_bytes;
@@ -509,7 +498,8 @@ SourceMap probe_host(const std::vector<TensorInfo>& checkpoint_tensors, const Pa
     report->accounts = std::move(accounts);
   }
   WB_LOG(kDebug) << "probe: " << params.size() << " parameters, " << map.copies.size() << " copies, "
-                 << plan.num_passes() + 1 << " load_weights passes";
+                 << plan.num_passes() + 1 << " load_weights passes, " << seconds_since(start) << " s (load "
+                 << load_seconds << " s, decode " << decode_seconds << " s, verify " << verify_seconds << " s)";
   return map;
 }
 
@@ -555,23 +545,8 @@ SourceMap probe_source_map_through(const std::vector<TensorInfo>& checkpoint_ten
   const auto done = [&access] {
     if (access.done) access.done();
   };
-  struct Aligned {
-    void operator()(std::byte* p) const { std::free(p); }
-  };
-  std::vector<std::unique_ptr<std::byte, Aligned>> storage;
-  ParameterSet copies;
-  for (const Parameter& p : params) {
-    auto* memory = static_cast<std::byte*>(std::aligned_alloc(64, std::max<std::size_t>(64, (p.view.nbytes() + 63) / 64 * 64)));
-    if (memory == nullptr)
-      throw Error(ErrorCode::kSystem, "probe: cannot allocate a host copy of parameter " + p.name + " (" +
-                                          std::to_string(p.view.nbytes()) + " bytes)");
-    storage.emplace_back(memory);
-    TensorView view = p.view;
-    view.data = memory;
-    view.memory = MemoryKind::kHost;
-    view.device = 0;
-    copies.add(p.name, view);
-  }
+  const ParameterCopies host(params);
+  const ParameterSet& copies = host.views();
   for (std::size_t i = 0; i < params.size(); ++i) access.read(params[i], copies[i].view.data);
   done();
   const PassLoader through = [&](const CheckpointReader& probe, Fill fill) {

@@ -43,6 +43,8 @@ struct ProbeReport {
   int passes = 0;                      // load_weights calls, verification included
   double seconds = 0;                  // wall time of the whole probe
   double decode_seconds = 0;           // second differences and decoding, without load_weights
+  double load_seconds = 0;             // the load_weights passes, with the parameters' fill before each
+  double verify_seconds = 0;           // replaying the decoded copies against the verification pass
   std::size_t parameter_bytes = 0;     // the parameters themselves
   std::size_t scratch_bytes = 0;       // the saved parameter contents (one parameter-sized buffer each)
   std::size_t sparse_bytes = 0;        // the kept nonzeros of every pass

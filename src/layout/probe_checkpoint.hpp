@@ -2,6 +2,7 @@
 // computed box by box as load_weights reads them, so the model is never materialized.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -47,6 +48,9 @@ class ProbeCheckpoint final : public CheckpointReader {
   std::vector<TensorInfo> tensors_;
   ProbePlan plan_;
   std::unordered_map<std::string, std::size_t, NameHash, std::equal_to<>> by_name_;
+  // The tensor after the last one read: loaders mostly read in list order, so most reads find their tensor
+  // without hashing the name. Only a hint (checked by name), so relaxed: reads stay thread-safe.
+  mutable std::atomic<std::size_t> next_{0};
   int pass_ = 0;
   bool verification_ = false;
   std::uint64_t seed_ = 0;

@@ -26,39 +26,46 @@ bool continues(const SliceCopy& copy, const SliceCopy& next, std::size_t axis, s
   return stride != 0 && next.offset == copy.offset + a * stride;
 }
 
+// Orders copies by what must agree for them to join along `axis` (parameter, tensor, rank, then the offsets,
+// extents and strides of every other axis, in that order): <0, 0 or >0. Compared in place, without building
+// a key per copy (a million small vectors at 100,000 tensors).
+int compare_across(const SliceCopy& x, const SliceCopy& y, std::size_t axis) {
+  if (x.parameter != y.parameter) return x.parameter < y.parameter ? -1 : 1;
+  if (x.tensor != y.tensor) return x.tensor < y.tensor ? -1 : 1;
+  const std::size_t n = x.box.extent.size();
+  if (n != y.box.extent.size()) return n < y.box.extent.size() ? -1 : 1;
+  for (const auto field : {&Box::offset, &Box::extent})
+    for (std::size_t a = 0; a < n; ++a)
+      if (a != axis && (x.box.*field)[a] != (y.box.*field)[a]) return (x.box.*field)[a] < (y.box.*field)[a] ? -1 : 1;
+  for (std::size_t a = 0; a < n; ++a)
+    if (a != axis && x.strides[a] != y.strides[a]) return x.strides[a] < y.strides[a] ? -1 : 1;
+  return 0;
+}
+
 // One sweep along `axis`: copies equal on every other axis are sorted along it and merged in runs.
 bool merge_along(std::vector<SliceCopy>& copies, std::size_t axis) {
-  auto key = [axis](const SliceCopy& c) {
-    Shape other_offset, other_extent, other_strides;
-    for (std::size_t a = 0; a < c.box.extent.size(); ++a) {
-      if (a == axis) continue;
-      other_offset.push_back(c.box.offset[a]);
-      other_extent.push_back(c.box.extent[a]);
-      other_strides.push_back(c.strides[a]);
-    }
-    return std::make_tuple(c.parameter, c.tensor, c.box.extent.size(), std::move(other_offset),
-                           std::move(other_extent), std::move(other_strides));
-  };
-  std::vector<std::pair<decltype(key(copies[0])), std::size_t>> order;
+  std::vector<std::size_t> order;
   order.reserve(copies.size());
   for (std::size_t i = 0; i < copies.size(); ++i)
-    if (axis < copies[i].box.extent.size()) order.emplace_back(key(copies[i]), i);
-  std::sort(order.begin(), order.end(), [&](const auto& x, const auto& y) {
-    if (x.first != y.first) return x.first < y.first;
-    return copies[x.second].box.offset[axis] < copies[y.second].box.offset[axis];
+    if (axis < copies[i].box.extent.size()) order.push_back(i);
+  std::sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
+    const int c = compare_across(copies[x], copies[y], axis);
+    if (c != 0) return c < 0;
+    return copies[x].box.offset[axis] < copies[y].box.offset[axis];
   });
   std::vector<bool> gone(copies.size(), false);
   bool merged = false;
   for (std::size_t i = 0; i < order.size();) {
-    SliceCopy& head = copies[order[i].second];
+    SliceCopy& head = copies[order[i]];
     std::size_t j = i + 1;
-    for (; j < order.size() && order[j].first == order[i].first; ++j) {
-      SliceCopy& next = copies[order[j].second];
+    // head changes only along `axis`, so it still compares as before.
+    for (; j < order.size() && compare_across(copies[order[j]], head, axis) == 0; ++j) {
+      SliceCopy& next = copies[order[j]];
       std::int64_t stride = 0;
       if (!continues(head, next, axis, stride)) break;
       head.strides[axis] = stride;
       head.box.extent[axis] += next.box.extent[axis];
-      gone[order[j].second] = true;
+      gone[order[j]] = true;
       merged = true;
     }
     i = j;

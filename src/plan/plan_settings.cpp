@@ -11,11 +11,14 @@
 namespace wb {
 namespace {
 
-Setting<std::int64_t> buffer_mib_setting("buffer_mib", 1024,
+// 2048 over 4 slots keeps 512 MiB slots, the round count of 1024 over 2.
+Setting<std::int64_t> buffer_mib_setting("buffer_mib", 2048,
                                          "Transfer-buffer memory per worker in MiB, all pipeline slots, send and "
                                          "receive; fewer bytes mean more rounds. connect fits the smallest any worker gives.",
                                          1, std::int64_t{1} << 30);
-Setting<std::int64_t> pipeline_depth_setting("pipeline_depth", 2, "Transfer rounds in flight per worker (2: double buffering).",
+Setting<std::int64_t> pipeline_depth_setting("pipeline_depth", 4,
+                                             "Transfer rounds in flight per worker (4 by default: with 2, a link idles "
+                                             "while a round's completion travels back; 8 buys no more).",
                                              1, 64);
 Setting<double> node_gbps_setting("node_gbps", 400,
                                   "Inter-node network bandwidth per node, GB/s each direction, for planning and T_min "

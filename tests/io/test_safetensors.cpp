@@ -3,6 +3,7 @@
 // tensor (what every format does is in test_checkpoint_conformance.cpp).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -273,6 +274,43 @@ TEST_F(SafetensorsCorruptTest, ShardPathsOutsideTheIndexDirectory) {
     expect_error([&] { open_checkpoint(index); }, ErrorCode::kInvalidArgument,
                  {index, "tensor a", cause, "shards must be files in the index's directory " + inner.string()});
   }
+}
+
+// A checkpoint changed under a running job (issue 28): truncated, rewritten in place or replaced while the
+// reader has it mapped, the next read is an error naming the file, the tensor and the change, never SIGBUS.
+TEST(SafetensorsCheckpointTest, AFileChangedUnderTheReaderIsAnErrorNotASignal) {
+  TempDir dir;
+  const std::vector<TensorInfo> tensors = {{"first", DType::kF32, {4096}}, {"last.weight", DType::kBF16, {4096}}};
+  const auto data = testing::random_data(tensors, 5);
+  const std::string path = dir.file("t.safetensors");
+  std::vector<std::byte> out(tensors[1].nbytes());
+  const Box whole{{0}, {4096}};
+
+  testing::write_checkpoint(path, CheckpointFormat::kSafetensors, tensors, data);
+  auto reader = open_checkpoint(path);
+  reader->read_box("last.weight", whole, out.data());
+  EXPECT_EQ(std::memcmp(out.data(), data[1].data(), out.size()), 0);
+  std::filesystem::resize_file(path, 64);  // the mapped pages past 64 bytes are gone
+  expect_error([&] { reader->read_box("last.weight", whole, out.data()); }, ErrorCode::kCorruptData,
+               {path, "last.weight", "changed while the job reads it", "size went from"});
+
+  testing::write_checkpoint(path, CheckpointFormat::kSafetensors, tensors, data);
+  reader = open_checkpoint(path);
+  {
+    std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(-4, std::ios::end);
+    file.write("abcd", 4);
+  }
+  std::filesystem::last_write_time(path, std::filesystem::last_write_time(path) + std::chrono::seconds(1));
+  expect_error([&] { reader->read_box("first", Box{{0}, {16}}, out.data()); }, ErrorCode::kCorruptData,
+               {path, "first", "it was modified"});
+
+  reader = open_checkpoint(path);
+  const std::string other = dir.file("other.safetensors");
+  testing::write_checkpoint(other, CheckpointFormat::kSafetensors, tensors, data);
+  std::filesystem::rename(other, path);
+  expect_error([&] { reader->read_box("first", Box{{0}, {16}}, out.data()); }, ErrorCode::kCorruptData,
+               {path, "first", "replaced"});
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <limits>
 
 #include "../support/expect_error.hpp"
@@ -64,6 +65,25 @@ TEST(CommBackoff, YieldsWhileYoungThenSleepsNoLongerThanTheCap) {
   comm::Backoff yielding(0);
   for (int i = 0; i < 1000; ++i) yielding.pause();
   EXPECT_GE(yielding.idle_seconds(), 0.0);
+}
+
+TEST(CommPace, AStepAfterAQuietOneWaitsTheRestOfTheInterval) {
+  const auto seconds_of = [](const std::function<void()>& f) {
+    const auto start = std::chrono::steady_clock::now();
+    f();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  // A step not paced returns at once; one paced by mistake would sleep 100 s (the bound 50 s: no flake).
+  comm::Pace long_interval(100);
+  EXPECT_LT(seconds_of([&] { long_interval.before_step(); }), 50);  // nothing before: no pause
+  long_interval.after_step(false);                                   // a step that found something
+  EXPECT_LT(seconds_of([&] { long_interval.before_step(); }), 50);
+  comm::Pace pace(0.05);
+  pace.after_step(true);
+  EXPECT_GE(seconds_of([&] { pace.before_step(); }), 0.045);  // the rest of 50 ms (a sleep takes no less)
+  comm::Pace unpaced(0);
+  unpaced.after_step(true);
+  EXPECT_LT(seconds_of([&] { unpaced.before_step(); }), 50);
 }
 
 TEST(CommBackoff, TheSettingDeclaresItsRange) {

@@ -137,6 +137,35 @@ TEST(CopyTensor, StridedAndTransposedCopiesMatchAnElementwiseReference) {
   }
 }
 
+// Transposes larger than copy_tensor's tiles (and not a multiple of them), with a middle axis: every element
+// lands where the element-wise reference puts it, and the tiled comparison finds one flipped bit anywhere.
+TEST(CopyTensor, TiledTransposesMatchAnElementwiseReference) {
+  for (DType dtype : {DType::kU8, DType::kBF16, DType::kF32, DType::kF64}) {
+    const std::size_t es = dtype_size(dtype);
+    const Shape shape = {37, 3, 50};
+    const std::int64_t n = shape_numel(shape);
+    std::vector<std::byte> src(static_cast<std::size_t>(n) * es), dst(src.size());
+    for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::byte>((i * 131 + 7) & 0xff);
+    const TensorView s = TensorView::contiguous(src.data(), dtype, shape);
+    const TensorView d = TensorView::contiguous(dst.data(), dtype, {50, 3, 37});
+    const TensorView dt = d.transpose(0, 2);  // [37, 3, 50], innermost stride 3 * 37
+    copy_tensor(dt, s);
+    for (std::int64_t a = 0; a < 37; ++a)
+      for (std::int64_t b = 0; b < 3; ++b)
+        for (std::int64_t c = 0; c < 50; ++c) {
+          std::int64_t si[3] = {a, b, c}, di[3] = {c, b, a};
+          ASSERT_EQ(std::memcmp(s.element(si), d.element(di), es), 0) << dtype_name(dtype) << " " << a << "," << b << "," << c;
+        }
+    EXPECT_TRUE(tensors_bitwise_equal(dt, s));
+    EXPECT_TRUE(tensors_bitwise_equal(s, dt));
+    for (const std::int64_t flat : {std::int64_t{0}, n / 2 + 7, n - 1}) {
+      dst[static_cast<std::size_t>(flat) * es] ^= std::byte{1};
+      EXPECT_FALSE(tensors_bitwise_equal(dt, s)) << dtype_name(dtype) << " element " << flat;
+      dst[static_cast<std::size_t>(flat) * es] ^= std::byte{1};
+    }
+  }
+}
+
 TEST(CopyTensor, RejectsMismatchedShapesAndDtypes) {
   std::vector<std::uint16_t> a(6), b(6);
   TensorView va = TensorView::contiguous(a.data(), DType::kBF16, {2, 3});

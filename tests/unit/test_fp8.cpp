@@ -15,6 +15,7 @@
 #include "core/fp8.hpp"
 #include "layout/fp8_form.hpp"
 #include "../support/expect_error.hpp"
+#include "../support/memory_checkpoint.hpp"
 #include "../support/setting_scope.hpp"
 
 namespace wb {
@@ -130,28 +131,7 @@ void reference_quantize(const std::vector<std::uint16_t>& x, std::int64_t rows, 
 
 // ---- a checkpoint in memory ----
 
-class MemoryCheckpoint final : public CheckpointReader {
- public:
-  void add(TensorInfo info, std::vector<std::uint16_t> data) {
-    tensors_.push_back(std::move(info));
-    data_.push_back(std::move(data));
-  }
-  const std::vector<TensorInfo>& tensors() const override { return tensors_; }
-  void read_box(std::string_view name, const Box& box, void* destination) const override {
-    for (std::size_t t = 0; t < tensors_.size(); ++t) {
-      if (tensors_[t].name != name) continue;
-      auto whole = TensorView::contiguous(const_cast<std::uint16_t*>(data_[t].data()), DType::kBF16, tensors_[t].shape);
-      copy_tensor(TensorView::contiguous(destination, DType::kBF16, box.extent), whole.box(box));
-      return;
-    }
-    throw Error(ErrorCode::kNotFound, std::string(name));
-  }
-  std::string source() const override { return "memory"; }
-
- private:
-  std::vector<TensorInfo> tensors_;
-  std::vector<std::vector<std::uint16_t>> data_;
-};
+using testing::MemoryCheckpoint;
 
 bool same_bits(float a, float b) { return std::bit_cast<std::uint32_t>(a) == std::bit_cast<std::uint32_t>(b); }
 
@@ -161,6 +141,44 @@ TEST(Fp8Cast, EveryBf16ValueRoundsAsTheReference) {
   for (std::uint32_t bits = 0; bits < 0x10000; ++bits) {
     const float x = bf16_value(static_cast<std::uint16_t>(bits));
     ASSERT_EQ(fp8::e4m3_from_float(x), reference_cast(x)) << "bf16 0x" << std::hex << bits << " = " << x;
+  }
+}
+
+// The bulk kernels (SSE2 / AVX2) against the reference cast: every bf16 value, scaled as each rule scales
+// blocks of several amaxes (tiny ones make many products subnormal or zero in e4m3, huge ones saturate),
+// at every offset of a run so that vector bodies and scalar tails both see every value.
+TEST(Fp8Bulk, QuantizeEveryBf16ValueAsTheReference) {
+  std::vector<std::uint16_t> values(0x10000 + 37);
+  for (std::size_t k = 0; k < values.size(); ++k) values[k] = static_cast<std::uint16_t>(k * 40503u);  // a permutation
+  for (std::uint32_t bits = 0; bits < 0x10000; ++bits) values[bits] = static_cast<std::uint16_t>(bits);
+  std::vector<std::uint8_t> codes(values.size());
+  for (const ScaleRule rule : {ScaleRule::kPlain, ScaleRule::kPerBlockCast, ScaleRule::kUe8m0})
+    for (const float amax : {0.0f, 1e-30f, 3e-5f, 0.02f, 1.0f, 448.0f, 3e9f}) {
+      const fp8::BlockScale scale = fp8::block_scale(rule, amax);
+      for (const std::size_t start : {std::size_t{0}, std::size_t{5}, std::size_t{17}}) {
+        const std::int64_t count = static_cast<std::int64_t>(values.size() - start);
+        fp8::quantize_bf16(scale, values.data() + start, count, codes.data());
+        for (std::int64_t k = 0; k < count; ++k) {
+          const float x = bf16_value(values[start + static_cast<std::size_t>(k)]);
+          const float y = scale.divide ? x / scale.factor : x * scale.factor;
+          ASSERT_EQ(codes[static_cast<std::size_t>(k)], reference_cast(y))
+              << fp8::scale_rule_name(rule) << " amax " << amax << ": bf16 " << x << " at " << k;
+        }
+      }
+    }
+}
+
+TEST(Fp8Bulk, AmaxOfRunsAsTheElementwiseFold) {
+  std::mt19937 generator(3);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<std::uint16_t> values(static_cast<std::size_t>(generator() % 300));
+    for (std::uint16_t& v : values) v = static_cast<std::uint16_t>(generator());
+    if (trial % 3 == 0)  // no NaN or infinity: exponent field below 0xFF
+      for (std::uint16_t& v : values) v = static_cast<std::uint16_t>(v & 0xBFFFu);
+    float expected = 0.0f;
+    for (const std::uint16_t v : values) expected = fp8::amax_combine(expected, std::fabs(bf16_value(v)));
+    const float got = fp8::bf16_amax(values.data(), static_cast<std::int64_t>(values.size()));
+    ASSERT_EQ(std::bit_cast<std::uint32_t>(got), std::bit_cast<std::uint32_t>(expected)) << "trial " << trial;
   }
 }
 

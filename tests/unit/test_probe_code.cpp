@@ -451,6 +451,28 @@ TEST(ProbeCheckpoint, VerificationValues) {
   EXPECT_NE(read_codes(ckpt, tensors[0], Box::whole(tensors[0].shape)), v);
 }
 
+// Lookups by name (CheckpointReader::find, and read_box's own) try the tensor after the last one found
+// first: in any order of names, each finds its own tensor, reads its own values, and an unknown name none.
+TEST(ProbeCheckpoint, LookupsInAnyOrderFindTheirTensor) {
+  const auto tensors = mixed_tensors();
+  ProbeCheckpoint ckpt(tensors, ProbePlan(tensors));
+  ckpt.set_verification(3);
+  std::vector<std::size_t> order;
+  for (std::size_t t = 0; t < tensors.size(); ++t) order.push_back(t);                // list order
+  for (std::size_t t = tensors.size(); t-- > 0;) order.push_back(t);                   // reversed
+  for (std::size_t t = 0; t < tensors.size(); ++t) order.push_back((t * 7) % tensors.size());  // jumps
+  for (std::size_t t = 0; t < tensors.size(); ++t) order.push_back(t);                // each twice
+  std::vector<std::vector<std::uint64_t>> whole;
+  for (const TensorInfo& info : tensors) whole.push_back(read_codes(ckpt, info, Box::whole(info.shape)));
+  for (const std::size_t t : order) {
+    const TensorInfo* found = ckpt.find(tensors[t].name);
+    ASSERT_NE(found, nullptr) << tensors[t].name;
+    EXPECT_EQ(found, &ckpt.tensors()[t]) << tensors[t].name;
+    EXPECT_EQ(read_codes(ckpt, tensors[t], Box::whole(tensors[t].shape)), whole[t]) << tensors[t].name;
+    EXPECT_EQ(ckpt.find(tensors[t].name + ".missing"), nullptr);
+  }
+}
+
 TEST(ProbeCheckpoint, SourceAndErrors) {
   const auto tensors = mixed_tensors();
   ProbeCheckpoint ckpt(tensors, ProbePlan(tensors));

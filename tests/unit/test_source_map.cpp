@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "../support/expect_error.hpp"
+#include "../support/memory_checkpoint.hpp"
 #include "weightbridge/source_map.hpp"
 #include "weightbridge/status.hpp"
 
@@ -15,35 +16,9 @@ namespace wb {
 namespace {
 
 using wb::testing::expect_error;
+using wb::testing::MemoryCheckpoint;
 
 using ::testing::HasSubstr;
-
-// A checkpoint held in memory, for apply_source_map.
-class MemoryCheckpoint final : public CheckpointReader {
- public:
-  explicit MemoryCheckpoint(std::vector<TensorInfo> tensors) : tensors_(std::move(tensors)) {
-    for (const TensorInfo& t : tensors_) {
-      data_.emplace_back(static_cast<std::size_t>(t.numel()));
-      std::iota(data_.back().begin(), data_.back().end(), static_cast<std::uint16_t>(1000 * data_.size()));
-    }
-  }
-  const std::vector<TensorInfo>& tensors() const override { return tensors_; }
-  void read_box(std::string_view name, const Box& box, void* destination) const override {
-    for (std::size_t t = 0; t < tensors_.size(); ++t) {
-      if (tensors_[t].name != name) continue;
-      auto whole = TensorView::contiguous(const_cast<std::uint16_t*>(data_[t].data()), DType::kBF16, tensors_[t].shape);
-      copy_tensor(TensorView::contiguous(destination, DType::kBF16, box.extent), whole.box(box));
-      return;
-    }
-    throw Error(ErrorCode::kNotFound, std::string(name));
-  }
-  std::string source() const override { return "memory"; }
-  std::uint16_t at(std::size_t t, std::int64_t flat) const { return data_[t][static_cast<std::size_t>(flat)]; }
-
- private:
-  std::vector<TensorInfo> tensors_;
-  std::vector<std::vector<std::uint16_t>> data_;
-};
 
 // gate [4, 3] and up [4, 3] fused into one [8, 3] parameter, and the transpose of down [3, 4].
 SourceMap fused_map(bool split_rows) {
@@ -127,7 +102,12 @@ TEST(SourceMap, StridesThatOverflowAreRefusedNotWrapped) {
 }
 
 TEST(SourceMap, ApplyPerformsTheCopies) {
-  MemoryCheckpoint checkpoint(kTensors);
+  MemoryCheckpoint checkpoint;
+  for (const TensorInfo& t : kTensors) {  // distinct values in every tensor
+    std::vector<std::uint16_t> values(static_cast<std::size_t>(t.numel()));
+    std::iota(values.begin(), values.end(), static_cast<std::uint16_t>(1000 * (checkpoint.tensors().size() + 1)));
+    checkpoint.add(t, std::move(values));
+  }
   const SourceMap map = fused_map(true);
   std::vector<std::uint16_t> gate_up(24, 0), down_t(12, 0);
   ParameterSet params;

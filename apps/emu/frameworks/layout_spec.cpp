@@ -4,6 +4,7 @@
 #include <map>
 #include <sstream>
 
+#include "layout/fp8_form.hpp"
 #include "weightbridge/status.hpp"
 
 namespace wb::emu {
@@ -107,7 +108,7 @@ std::vector<std::pair<std::int64_t, std::int64_t>> TrainerSpec::stage_layers(std
 }
 
 RolloutSpec RolloutSpec::parse(std::string_view text) {
-  const auto pairs = parse_pairs(text, "rollout", {"engines", "tp", "ep", "dp_attn", "transpose"});
+  const auto pairs = parse_pairs(text, "rollout", {"engines", "tp", "ep", "dp_attn", "transpose", "fp8", "fp8_rule"});
   RolloutSpec spec;
   spec.engines = positive(pairs, "engines", 1, "rollout", text);
   spec.tp = positive(pairs, "tp", 1, "rollout", text);
@@ -118,6 +119,14 @@ RolloutSpec RolloutSpec::parse(std::string_view text) {
     else if (it->second != "none")
       throw Error(ErrorCode::kInvalidArgument, "rollout spec '" + std::string(text) + "': transpose='" + it->second +
                                                    "' (known: experts, none)");
+  }
+  const std::string where = "rollout spec '" + std::string(text) + "': ";
+  if (auto it = pairs.find("fp8"); it != pairs.end())
+    layout::parse_block_shape(it->second, spec.fp8_block_rows, spec.fp8_block_cols, where + "fp8");
+  if (auto it = pairs.find("fp8_rule"); it != pairs.end()) {
+    if (!spec.fp8()) throw Error(ErrorCode::kInvalidArgument, where + "fp8_rule needs fp8=BLOCK (e.g. fp8=128x128)");
+    (void)layout::parse_scale_rule_or_throw(it->second, where + "fp8_rule");
+    spec.fp8_rule = it->second;
   }
   if (spec.tp % spec.ep != 0)
     throw Error(ErrorCode::kInvalidArgument, "rollout spec '" + std::string(text) + "': ep=" + std::to_string(spec.ep) +
@@ -134,6 +143,7 @@ std::string RolloutSpec::to_string() const {
   out << "engines=" << engines << ",tp=" << tp << ",ep=" << ep;
   if (dp_attn != 1) out << ",dp_attn=" << dp_attn;
   if (transpose_experts) out << ",transpose=experts";
+  if (fp8()) out << ",fp8=" << fp8_block_rows << "x" << fp8_block_cols << ",fp8_rule=" << fp8_rule;
   return out.str();
 }
 

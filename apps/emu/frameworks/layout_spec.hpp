@@ -9,6 +9,8 @@
 //            engines*tp workers; ep divides tp (expert TP = tp/ep); dp_attn splits attention into
 //            dp_attn replicas of tp/dp_attn ranks (DP attention); transpose=experts stores expert weights
 //            [in, out] as an inference kernel that wants them so would.
+//            fp8=128x128: an FP8 engine (emu/frameworks/fp8_engine.hpp) loading the FP8 form of the checkpoint
+//            in blocks of that shape; fp8_rule=plain|per-block-cast|ue8m0 (default per-block-cast).
 #pragma once
 
 #include <cstdint>
@@ -35,7 +37,10 @@ struct TrainerSpec {
 struct RolloutSpec {
   int engines = 1, tp = 1, ep = 1, dp_attn = 1;
   bool transpose_experts = false;
+  std::int64_t fp8_block_rows = 0, fp8_block_cols = 0;  // 0: a BF16 engine
+  std::string fp8_rule = "per-block-cast";
 
+  bool fp8() const { return fp8_block_rows > 0; }
   static RolloutSpec parse(std::string_view text);
   std::string to_string() const;
   int world_size() const { return engines * tp; }

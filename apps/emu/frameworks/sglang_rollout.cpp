@@ -6,13 +6,21 @@
 // routed experts over EP with expert-TP inside. load_weights narrows each checkpoint tensor for this rank
 // and copies it into its slot; export_weights is written separately from it on purpose (see backend.hpp),
 // so the round trip in the tests checks one against the other.
+//
+// An FP8 engine (spec fp8=BLOCK) holds its linear weights in float8_e4m3fn with a float32
+// `<parameter>_scale_inv` beside each, loaded as vLLM's and SGLang's Fp8LinearMethod / Fp8MoEMethod load
+// them from an FP8 checkpoint: the same shards of the fp8 weights, and each shard's block scales in scale
+// units (fp8_engine.hpp). Embeddings, the head, norms and router gates stay as they are.
 #include <algorithm>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "emu/frameworks/backend.hpp"
+#include "emu/frameworks/fp8_engine.hpp"
 #include "emu/frameworks/load_util.hpp"
 #include "weightbridge/status.hpp"
 
@@ -56,7 +64,23 @@ class SGLangRolloutWorker final : public EmulatedWorker {
     const DType dtype = model_.dtype_of(name);
     parameters_.push_back({std::move(name), dtype, std::move(shape)});
   }
+  // A linear layer's weight, filled from checkpoint tensor `source` (one of those it fuses): in an FP8
+  // engine, fp8 with its scales when the form quantizes `source`.
+  void declare_linear(std::string name, Shape shape, const std::string& source, bool transposed = false);
   void declare_parameters();
+
+  // A weight parameter viewed with the checkpoint's rows and columns as its last two axes, and its scales
+  // viewed the same way (none for a weight kept in BF16).
+  struct Linear {
+    TensorView weight;
+    std::optional<TensorView> scales;
+  };
+  Linear linear(const ParameterSet& params, const std::string& name, bool transposed = false) const;
+  // load_box of a weight shard into `piece` (a view into linear.weight), and its block scales with it.
+  void load_weight(const CheckpointReader& ckpt, const std::string& tensor, const Box& box, const Linear& linear,
+                   const TensorView& piece) const;
+  // The scale pieces of the weight pieces in `out`.
+  void export_scales(std::vector<CheckpointPiece>& out, const ParameterSet& params) const;
 
   void load_vocab(const CheckpointReader& ckpt, const std::string& tensor, const TensorView& param) const;
   void load_attention(const CheckpointReader& ckpt, const ParameterSet& params, const std::string& p) const;
@@ -84,11 +108,22 @@ class SGLangRolloutWorker final : public EmulatedWorker {
   i64 kv_heads_ = 0;      // KV heads of this rank (1 when replicated)
   i64 kv_head_start_ = 0; // first KV head of this rank
   i64 local_experts_ = 0;
+  // FP8 engines: the form's config, its quantized tensors' shapes, the parameters held in fp8 (stored
+  // transposed or not).
+  std::optional<layout::QuantizationConfig> quant_;
+  std::map<std::string, Shape> quantized_tensors_;
+  std::map<std::string, bool> fp8_parameters_;
 };
 
 SGLangRolloutWorker::SGLangRolloutWorker(const ModelConfig& model, const RolloutSpec& spec, int rank)
     : EmulatedWorker(WorkerRole::kRollout, model), spec_(spec), rank_(rank) {
   check_layout();
+  if (spec_.fp8()) {
+    const layout::Fp8Form form = engine_form(model_, spec_);
+    quant_ = form.config;
+    for (std::size_t t = 0; t < form.tensors.size(); ++t)
+      if (form.sources[t].role == layout::FormRole::kQuantized) quantized_tensors_[form.tensors[t].name] = form.tensors[t].shape;
+  }
   declare_parameters();
 }
 
@@ -184,8 +219,8 @@ void SGLangRolloutWorker::declare_parameters() {
       declare(p + "self_attn.w_vc", {heads_, v, kv_lora});
     } else {
       const i64 hd = model_.head_dim;
-      declare(p + "self_attn.qkv_proj.weight", {(heads_ + 2 * kv_heads_) * hd, h});
-      declare(p + "self_attn.o_proj.weight", {h, heads_ * hd});
+      declare_linear(p + "self_attn.qkv_proj.weight", {(heads_ + 2 * kv_heads_) * hd, h}, p + "self_attn.q_proj.weight");
+      declare_linear(p + "self_attn.o_proj.weight", {h, heads_ * hd}, p + "self_attn.o_proj.weight");
       declare(p + "self_attn.q_norm.weight", {hd});
       declare(p + "self_attn.k_norm.weight", {hd});
     }
@@ -193,28 +228,90 @@ void SGLangRolloutWorker::declare_parameters() {
     declare(p + "post_attention_layernorm.weight", {h});
     if (!model_.is_moe_layer(layer)) {
       const i64 rows = model_.intermediate_size / tp;
-      declare(p + "mlp.gate_up_proj.weight", {2 * rows, h});
-      declare(p + "mlp.down_proj.weight", {h, rows});
+      declare_linear(p + "mlp.gate_up_proj.weight", {2 * rows, h}, p + "mlp.gate_proj.weight");
+      declare_linear(p + "mlp.down_proj.weight", {h, rows}, p + "mlp.down_proj.weight");
       continue;
     }
     const i64 experts = model_.num_experts, rows = model_.moe_intermediate_size / moe_tp_;
     declare(p + "mlp.gate.weight", {experts, h});
     if (model_.is_mla()) declare(p + "mlp.gate.e_score_correction_bias", {experts});
-    if (spec_.transpose_experts) {
-      declare(p + "mlp.experts.w13_weight", {local_experts_, h, 2 * rows});
-      declare(p + "mlp.experts.w2_weight", {local_experts_, rows, h});
-    } else {
-      declare(p + "mlp.experts.w13_weight", {local_experts_, 2 * rows, h});
-      declare(p + "mlp.experts.w2_weight", {local_experts_, h, rows});
-    }
+    const std::string expert = p + "mlp.experts." + std::to_string(ep_rank_ * local_experts_) + ".";
+    const bool t = spec_.transpose_experts;
+    declare_linear(p + "mlp.experts.w13_weight", t ? Shape{local_experts_, h, 2 * rows} : Shape{local_experts_, 2 * rows, h},
+                   expert + "gate_proj.weight", t);
+    declare_linear(p + "mlp.experts.w2_weight", t ? Shape{local_experts_, rows, h} : Shape{local_experts_, h, rows},
+                   expert + "down_proj.weight", t);
     if (model_.n_shared_experts > 0) {
       const i64 shared_rows = model_.n_shared_experts * model_.moe_intermediate_size / tp;
-      declare(p + "mlp.shared_experts.gate_up_proj.weight", {2 * shared_rows, h});
-      declare(p + "mlp.shared_experts.down_proj.weight", {h, shared_rows});
+      declare_linear(p + "mlp.shared_experts.gate_up_proj.weight", {2 * shared_rows, h},
+                     p + "mlp.shared_experts.gate_proj.weight");
+      declare_linear(p + "mlp.shared_experts.down_proj.weight", {h, shared_rows}, p + "mlp.shared_experts.down_proj.weight");
     }
   }
   declare("model.norm.weight", {h});
   declare("lm_head.weight", {vocab_rows_, h});
+}
+
+void SGLangRolloutWorker::declare_linear(std::string name, Shape shape, const std::string& source, bool transposed) {
+  if (!quant_ || !quantized_tensors_.count(source)) return declare(std::move(name), std::move(shape));
+  const std::size_t n = shape.size();
+  Shape logical = shape;
+  if (transposed) std::swap(logical[n - 2], logical[n - 1]);
+  Shape scales = scale_parameter_shape(logical, *quant_);
+  if (transposed) std::swap(scales[n - 2], scales[n - 1]);
+  fp8_parameters_[name] = transposed;
+  parameters_.push_back({name, DType::kF8E4M3, std::move(shape)});
+  parameters_.push_back({name + quant_->scale_suffix, DType::kF32, std::move(scales)});
+}
+
+SGLangRolloutWorker::Linear SGLangRolloutWorker::linear(const ParameterSet& params, const std::string& name,
+                                                        bool transposed) const {
+  Linear out{params.at(name).view, std::nullopt};
+  if (fp8_parameters_.count(name)) out.scales = params.at(name + quant_->scale_suffix).view;
+  if (transposed) {  // stored [..., in, out]: viewed back as [..., out, in]
+    const int n = out.weight.ndim();
+    out.weight = out.weight.transpose(n - 2, n - 1);
+    if (out.scales) out.scales = out.scales->transpose(n - 2, n - 1);
+  }
+  return out;
+}
+
+void SGLangRolloutWorker::load_weight(const CheckpointReader& ckpt, const std::string& tensor, const Box& box,
+                                      const Linear& linear, const TensorView& piece) const {
+  load_box(ckpt, tensor, box, piece);
+  if (!linear.scales) return;
+  const auto shape = quantized_tensors_.find(tensor);
+  if (shape == quantized_tensors_.end())
+    throw Error(ErrorCode::kInvalidArgument, describe() + ": " + tensor + " is not quantized in the engine's form, "
+                                                 "but it is fused into an fp8 parameter");
+  const ScalePiece scales = locate_scales(describe(), tensor, shape->second, box, linear.weight, *linear.scales, piece, *quant_);
+  load_box(ckpt, tensor + quant_->scale_suffix, scales.box, scales.view);
+}
+
+void SGLangRolloutWorker::export_scales(std::vector<CheckpointPiece>& out, const ParameterSet& params) const {
+  if (!quant_) return;
+  // Each fp8 parameter's address range, to find the parameter a weight piece points into.
+  std::map<const std::byte*, std::pair<const std::byte*, std::string>> ranges;
+  for (const auto& [name, transposed] : fp8_parameters_) {
+    const TensorView& view = params.at(name).view;
+    const auto* begin = static_cast<const std::byte*>(view.data);
+    ranges.emplace(begin, std::make_pair(begin + view.nbytes(), name));
+  }
+  const std::size_t weights = out.size();
+  for (std::size_t i = 0; i < weights; ++i) {
+    const CheckpointPiece piece = out[i];
+    const auto shape = quantized_tensors_.find(piece.tensor);
+    if (shape == quantized_tensors_.end()) continue;
+    const auto* at = static_cast<const std::byte*>(piece.view.data);
+    auto range = ranges.upper_bound(at);
+    if (range == ranges.begin() || at >= std::prev(range)->second.first)
+      throw Error(ErrorCode::kInternal, describe() + ": the exported piece of " + piece.tensor + " is in no fp8 parameter");
+    const std::string& name = std::prev(range)->second.second;
+    const Linear lin = linear(params, name, fp8_parameters_.at(name));
+    ScalePiece scales = locate_scales(describe(), piece.tensor, shape->second, piece.box, lin.weight, *lin.scales,
+                                      piece.view, *quant_);
+    out.push_back({piece.tensor + quant_->scale_suffix, std::move(scales.box), std::move(scales.view)});
+  }
 }
 
 std::string SGLangRolloutWorker::describe() const {
@@ -267,19 +364,20 @@ void SGLangRolloutWorker::load_vocab(const CheckpointReader& ckpt, const std::st
 void SGLangRolloutWorker::load_attention(const CheckpointReader& ckpt, const ParameterSet& params,
                                          const std::string& p) const {
   const i64 hd = model_.head_dim;
-  const TensorView qkv = params.at(p + "self_attn.qkv_proj.weight").view;
+  const Linear qkv = linear(params, p + "self_attn.qkv_proj.weight");
   // QKVParallelLinear's weight_loader with shard ids q, k, v: each shard is one row range of its tensor.
   const std::string q = p + "self_attn.q_proj.weight", k = p + "self_attn.k_proj.weight",
                     v = p + "self_attn.v_proj.weight";
-  load_box(ckpt, q, row_box(ckpt.info(q).shape, attn_tp_rank_ * heads_ * hd, heads_ * hd),
-           qkv.narrow(0, 0, heads_ * hd));
-  load_box(ckpt, k, row_box(ckpt.info(k).shape, kv_head_start_ * hd, kv_heads_ * hd),
-           qkv.narrow(0, heads_ * hd, kv_heads_ * hd));
-  load_box(ckpt, v, row_box(ckpt.info(v).shape, kv_head_start_ * hd, kv_heads_ * hd),
-           qkv.narrow(0, (heads_ + kv_heads_) * hd, kv_heads_ * hd));
+  load_weight(ckpt, q, row_box(ckpt.info(q).shape, attn_tp_rank_ * heads_ * hd, heads_ * hd), qkv,
+              qkv.weight.narrow(0, 0, heads_ * hd));
+  load_weight(ckpt, k, row_box(ckpt.info(k).shape, kv_head_start_ * hd, kv_heads_ * hd), qkv,
+              qkv.weight.narrow(0, heads_ * hd, kv_heads_ * hd));
+  load_weight(ckpt, v, row_box(ckpt.info(v).shape, kv_head_start_ * hd, kv_heads_ * hd), qkv,
+              qkv.weight.narrow(0, (heads_ + kv_heads_) * hd, kv_heads_ * hd));
   // RowParallelLinear: o_proj is split along its input (columns).
   const std::string o = p + "self_attn.o_proj.weight";
-  load_box(ckpt, o, column_box(ckpt.info(o).shape, attn_tp_rank_ * heads_ * hd, heads_ * hd), params.at(o).view);
+  const Linear o_proj = linear(params, o);
+  load_weight(ckpt, o, column_box(ckpt.info(o).shape, attn_tp_rank_ * heads_ * hd, heads_ * hd), o_proj, o_proj.weight);
   for (const char* norm : {"self_attn.q_norm.weight", "self_attn.k_norm.weight"})
     load_tensor(ckpt, p + norm, params.at(p + norm).view);
 }
@@ -320,12 +418,11 @@ void SGLangRolloutWorker::load_mla(const CheckpointReader& ckpt, const Parameter
 void SGLangRolloutWorker::load_dense_mlp(const CheckpointReader& ckpt, const ParameterSet& params,
                                          const std::string& hf, const std::string& ours, i64 rows) const {
   // MergedColumnParallelLinear: [gate shard; up shard]; down_proj is row-parallel (columns).
-  const TensorView gate_up = params.at(ours + "gate_up_proj.weight").view;
+  const Linear gate_up = linear(params, ours + "gate_up_proj.weight"), down_proj = linear(params, ours + "down_proj.weight");
   const std::string gate = hf + "gate_proj.weight", up = hf + "up_proj.weight", down = hf + "down_proj.weight";
-  load_box(ckpt, gate, row_box(ckpt.info(gate).shape, tp_rank_ * rows, rows), gate_up.narrow(0, 0, rows));
-  load_box(ckpt, up, row_box(ckpt.info(up).shape, tp_rank_ * rows, rows), gate_up.narrow(0, rows, rows));
-  load_box(ckpt, down, column_box(ckpt.info(down).shape, tp_rank_ * rows, rows),
-           params.at(ours + "down_proj.weight").view);
+  load_weight(ckpt, gate, row_box(ckpt.info(gate).shape, tp_rank_ * rows, rows), gate_up, gate_up.weight.narrow(0, 0, rows));
+  load_weight(ckpt, up, row_box(ckpt.info(up).shape, tp_rank_ * rows, rows), gate_up, gate_up.weight.narrow(0, rows, rows));
+  load_weight(ckpt, down, column_box(ckpt.info(down).shape, tp_rank_ * rows, rows), down_proj, down_proj.weight);
 }
 
 void SGLangRolloutWorker::load_experts(const CheckpointReader& ckpt, const ParameterSet& params,
@@ -333,19 +430,15 @@ void SGLangRolloutWorker::load_experts(const CheckpointReader& ckpt, const Param
   // FusedMoE.weight_loader: local expert e is global expert ep_rank*E/ep + e; w13 = [gate; up] shard of
   // the expert-TP rank, w2 = down_proj's column shard. Transposed storage is viewed back as [out, in].
   const i64 rows = model_.moe_intermediate_size / moe_tp_;
-  TensorView w13 = params.at(p + "mlp.experts.w13_weight").view;
-  TensorView w2 = params.at(p + "mlp.experts.w2_weight").view;
-  if (spec_.transpose_experts) {
-    w13 = w13.transpose(1, 2);
-    w2 = w2.transpose(1, 2);
-  }
+  const Linear w13 = linear(params, p + "mlp.experts.w13_weight", spec_.transpose_experts);
+  const Linear w2 = linear(params, p + "mlp.experts.w2_weight", spec_.transpose_experts);
   for (i64 e = 0; e < local_experts_; ++e) {
     const std::string x = p + "mlp.experts." + std::to_string(ep_rank_ * local_experts_ + e) + ".";
-    const TensorView w13_e = select(w13, 0, e);
+    const TensorView w13_e = select(w13.weight, 0, e);
     const std::string gate = x + "gate_proj.weight", up = x + "up_proj.weight", down = x + "down_proj.weight";
-    load_box(ckpt, gate, row_box(ckpt.info(gate).shape, moe_tp_rank_ * rows, rows), w13_e.narrow(0, 0, rows));
-    load_box(ckpt, up, row_box(ckpt.info(up).shape, moe_tp_rank_ * rows, rows), w13_e.narrow(0, rows, rows));
-    load_box(ckpt, down, column_box(ckpt.info(down).shape, moe_tp_rank_ * rows, rows), select(w2, 0, e));
+    load_weight(ckpt, gate, row_box(ckpt.info(gate).shape, moe_tp_rank_ * rows, rows), w13, w13_e.narrow(0, 0, rows));
+    load_weight(ckpt, up, row_box(ckpt.info(up).shape, moe_tp_rank_ * rows, rows), w13, w13_e.narrow(0, rows, rows));
+    load_weight(ckpt, down, column_box(ckpt.info(down).shape, moe_tp_rank_ * rows, rows), w2, select(w2.weight, 0, e));
   }
 }
 
@@ -381,6 +474,7 @@ std::vector<CheckpointPiece> SGLangRolloutWorker::export_weights(const Parameter
   out.push_back({"model.norm.weight", Box::whole(norm.shape), norm});
   export_vocab(out, model_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight",
                params.at("lm_head.weight").view);
+  export_scales(out, params);
   return out;
 }
 

@@ -464,7 +464,12 @@ ModelConfig scale_model(const ModelConfig& config, const ScaleOptions& options) 
   t.hidden_size = options.hidden_size.value_or(64);
   t.vocab_size = options.vocab_size.value_or(1000);  // not a multiple of 64: vocabulary padding appears
   if (config.intermediate_size > 0) t.intermediate_size = 96;
-  if (!config.is_mla()) t.head_dim = 4;
+  if (!config.is_mla()) {
+    t.head_dim = options.head_dim.value_or(4);
+    if (t.head_dim <= 0) fail(t.name, "head_dim must be positive, got " + std::to_string(t.head_dim));
+  } else if (options.head_dim) {
+    fail(t.name, "MLA model: head_dim does not apply (its head dims are the MLA ranks')");
+  }
 
   if (config.is_moe()) {
     // More than 64 experts shrink to 64 (at least 32 so EP32 still gives each rank one); fewer stay.

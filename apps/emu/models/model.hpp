@@ -106,6 +106,9 @@ struct ScaleOptions {
   /// Expert width (default 16). Shared experts (n_shared × this) are split over the rollout's whole TP,
   /// so a deployment with rollout TP 32 needs 32 here.
   std::optional<std::int64_t> moe_intermediate_size;
+  /// Attention head width of a non-MLA model (default 4): FP8 engines sharding q/k/v over TP in
+  /// 128-row blocks need heads of 64 or more.
+  std::optional<std::int64_t> head_dim;
 };
 
 /// The "tiny" variant: small enough that a test can hold every worker of the paper's largest

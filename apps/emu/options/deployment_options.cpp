@@ -21,8 +21,9 @@ void add_deployment_options(po::options_description& options, DeploymentOptions&
       ("experts", po::value(&out.experts), "Routed experts of the tiny variant.")
       ("expert-width", po::value(&out.expert_width), "Expert (MoE intermediate) width of the tiny variant.")
       ("vocab", po::value(&out.vocab), "Vocabulary of the tiny variant.")
+      ("head-dim", po::value(&out.head_dim), "Attention head width of the tiny variant (not MLA; default 4).")
       ("trainer", po::value(&out.trainer), "Trainer layout, e.g. tp=4,pp=2,ep=8,cp=1,dp=2[,pp_last=N].")
-      ("rollout", po::value(&out.rollout), "Rollout layout, e.g. engines=2,tp=8,ep=8[,dp_attn=D][,transpose=experts].")
+      ("rollout", po::value(&out.rollout), "Rollout layout, e.g. engines=2,tp=8,ep=8[,dp_attn=D][,transpose=experts][,fp8=128x128[,fp8_rule=plain|per-block-cast|ue8m0]] (fp8: an FP8 engine loading the FP8 form).")
       ("gpus-per-node", po::value(&out.gpus_per_node), "Workers (ranks) per node.");
 }
 
@@ -33,24 +34,27 @@ void widen(ScaleOptions& scale, const DeploymentOptions& options) {
   if (options.experts > 0) scale.num_experts = options.experts;
   if (options.expert_width > 0) scale.moe_intermediate_size = options.expert_width;
   if (options.vocab > 0) scale.vocab_size = options.vocab;
+  if (options.head_dim > 0) scale.head_dim = options.head_dim;
+}
+
+bool widened(const DeploymentOptions& o) {
+  return o.layers > 0 || o.hidden > 0 || o.experts > 0 || o.expert_width > 0 || o.vocab > 0 || o.head_dim > 0;
 }
 
 }  // namespace
 
 PresetInstance resolve_deployment(const DeploymentOptions& options, const po::variables_map& variables) {
   const ModelScale scale = parse_model_scale(options.scale);
-  if (scale != ModelScale::kTiny && (options.layers > 0 || options.hidden > 0 || options.experts > 0 ||
-                                     options.expert_width > 0 || options.vocab > 0))
+  if (scale != ModelScale::kTiny && widened(options))
     throw Error(ErrorCode::kInvalidArgument,
-                "--layers, --hidden, --experts, --expert-width and --vocab size the tiny variant: add --scale tiny");
+                "--layers, --hidden, --experts, --expert-width, --vocab and --head-dim size the tiny variant: add --scale tiny");
   PresetInstance instance;
   if (!options.preset.empty()) {
     if (!options.model.empty() || !options.trainer.empty() || !options.rollout.empty())
       throw Error(ErrorCode::kInvalidArgument, "--preset sets the model and layouts; drop --model/--trainer/--rollout");
     const Preset& preset = find_preset(options.preset);
     instance = instantiate_preset(preset, scale);
-    if (scale == ModelScale::kTiny && (options.layers > 0 || options.hidden > 0 || options.experts > 0 ||
-                                       options.expert_width > 0 || options.vocab > 0)) {
+    if (scale == ModelScale::kTiny && widened(options)) {
       // The preset's tiny variant, widened: its layer count and expert width stay unless given (the
       // expert width keeps the preset's parallel degrees dividing it).
       ScaleOptions scale_options;

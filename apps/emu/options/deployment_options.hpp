@@ -20,6 +20,7 @@ struct DeploymentOptions {
   std::int64_t experts = 0;
   std::int64_t expert_width = 0;
   std::int64_t vocab = 0;
+  std::int64_t head_dim = 0;
   std::string trainer;
   std::string rollout;
   int gpus_per_node = 8;

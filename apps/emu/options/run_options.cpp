@@ -15,6 +15,10 @@ namespace wb::emu {
 po::options_description run_options_description(const char* caption, RunOptions& out, const RunOptionDocs& docs) {
   po::options_description options(caption);
   options.add_options()("help,h", "Show this help.")("checkpoint", po::value(&out.checkpoint), docs.checkpoint);
+  options.add_options()("engine-checkpoint", po::value(&out.engine_checkpoint),
+                        "FP8 engines (--rollout ...,fp8=BLOCK): the FP8 form of --checkpoint as wb-mkckpt --fp8 wrote it, "
+                        "with its config.json; the engines load version 0 from it, and later versions from the form "
+                        "of the trainers' versions. Without it they load the form computed from --checkpoint.");
   add_deployment_options(options, out.deployment);
   options.add_options()
       ("device", po::value(&out.device)->default_value(out.device), docs.device)
@@ -48,7 +52,7 @@ void write_run_results(const RunOptions& options, const nlohmann::json& result, 
 }
 
 RunSetup make_run_setup(const RunOptions& options) {
-  return make_run_setup(options.deployment, options.variables, options.checkpoint, options.seed);
+  return make_run_setup(options.deployment, options.variables, options.checkpoint, options.seed, options.engine_checkpoint);
 }
 
 SyncMode parse_sync_mode(const std::string& text, const std::string& flag) {

@@ -16,6 +16,7 @@ namespace wb::emu {
 
 struct RunOptions {
   std::string checkpoint;
+  std::string engine_checkpoint;  // FP8 engines: version 0 of their form as a file (wb-mkckpt --fp8)
   DeploymentOptions deployment;
   std::uint64_t seed = 0;
   std::string device = "host";

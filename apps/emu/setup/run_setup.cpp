@@ -9,18 +9,40 @@
 #include "core/checks.hpp"
 #include "core/log.hpp"
 #include "emu/check/checkpoint_check.hpp"
+#include "emu/checkpoints/fp8_checkpoint.hpp"
 #include "emu/checkpoints/synthetic.hpp"
+#include "emu/frameworks/fp8_engine.hpp"
 #include "emu/checkpoints/versioned_checkpoint.hpp"
 #include "transport/transport.hpp"
 
 namespace wb::emu {
+namespace {
+
+constexpr std::string_view kVersionField = "{version}";
+
+std::string engine_file(std::string path, std::uint64_t version) {
+  if (const std::size_t at = path.find(kVersionField); at != std::string::npos)
+    path.replace(at, kVersionField.size(), std::to_string(version));
+  return path;
+}
+
+}  // namespace
 
 RunSetup make_run_setup(const DeploymentOptions& options, const boost::program_options::variables_map& variables,
-                        const std::string& checkpoint_path, std::uint64_t seed) {
+                        const std::string& checkpoint_path, std::uint64_t seed,
+                        const std::string& engine_checkpoint_path) {
   RunSetup setup;
   PresetInstance instance = resolve_deployment(options, variables);
   setup.model = std::move(instance.model);
   setup.deployment = instance.deployment;
+  if (setup.deployment.rollout.fp8()) {
+    setup.engine_form = engine_form(setup.model, setup.deployment.rollout);
+    setup.engine_checkpoint_path = engine_checkpoint_path;
+    if (!engine_checkpoint_path.empty())
+      setup.engine_checkpoint = open_engine_checkpoint(engine_file(engine_checkpoint_path, 0), *setup.engine_form);
+  } else if (!engine_checkpoint_path.empty()) {
+    throw Error(ErrorCode::kInvalidArgument, "--engine-checkpoint is for FP8 engines: add fp8=BLOCK to --rollout");
+  }
   const std::vector<TensorInfo> expected = model_tensors(setup.model);
   if (checkpoint_path.empty()) {
     setup.checkpoint = std::make_unique<SyntheticCheckpoint>(expected, seed);
@@ -60,15 +82,41 @@ void check_nodes_within_machines(const Deployment& deployment) {
   }
 }
 
-VersionReference::VersionReference(const EmulatedWorker& worker, const CheckpointReader& checkpoint)
-    : worker_(worker), checkpoint_(checkpoint), expected_(worker.parameter_infos()) {
-  worker_.load_weights(checkpoint_, expected_.parameters());
+EngineVersion::EngineVersion(const RunSetup& setup, std::uint64_t version, bool rollout)
+    : version_(*setup.checkpoint, version) {
+  reader_ = &version_;
+  if (!setup.engine_form || !rollout) return;
+  if (version == 0 && setup.engine_checkpoint) {
+    reader_ = setup.engine_checkpoint.get();
+    return;
+  }
+  if (setup.engine_checkpoint_path.find(kVersionField) != std::string::npos)
+    form_ = open_engine_checkpoint(engine_file(setup.engine_checkpoint_path, version), *setup.engine_form);
+  else
+    form_ = layout::open_fp8_form(version_, *setup.engine_form);
+  reader_ = form_.get();
+}
+
+std::unique_ptr<CheckpointReader> open_engine_checkpoint(const std::string& path, const layout::Fp8Form& form) {
+  const layout::QuantizationConfig config = read_quantization_config(path);
+  if (config != form.config)
+    throw Error(ErrorCode::kInvalidArgument, config_path_beside(path) + ": its quantization_config (" +
+                                                 quantization_config_json(config).dump() + ") is not the engine's (" +
+                                                 quantization_config_json(form.config).dump() + ")");
+  std::unique_ptr<CheckpointReader> file = open_checkpoint(path);
+  (void)check_checkpoint_holds(form.tensors, "the FP8 form", *file);
+  return restrict_checkpoint(std::move(file), form.tensors);
+}
+
+VersionReference::VersionReference(const EmulatedWorker& worker, const RunSetup& setup)
+    : worker_(worker), setup_(setup), expected_(worker.parameter_infos()) {
+  worker_.load_weights(EngineVersion(setup_, 0, worker_.role() == WorkerRole::kRollout).reader(), expected_.parameters());
 }
 
 const ParameterSet& VersionReference::at(std::uint64_t version) {
   if (version != version_) {
     for (const Parameter& p : expected_.parameters()) std::memset(p.view.data, 0, p.view.nbytes());
-    worker_.load_weights(VersionedCheckpoint(checkpoint_, version), expected_.parameters());
+    worker_.load_weights(EngineVersion(setup_, version, worker_.role() == WorkerRole::kRollout).reader(), expected_.parameters());
     version_ = version;
   }
   return expected_.parameters();

@@ -6,10 +6,13 @@
 #include <boost/program_options.hpp>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "emu/checkpoints/versioned_checkpoint.hpp"
 #include "emu/frameworks/backend.hpp"
+#include "layout/fp8_form.hpp"
 #include "emu/models/presets.hpp"
 #include "emu/options/deployment_options.hpp"
 #include "weightbridge/checkpoint.hpp"
@@ -21,13 +24,43 @@ struct RunSetup {
   Deployment deployment;
   std::unique_ptr<CheckpointReader> checkpoint;  // lists exactly the model's tensors
   std::vector<std::string> unused_tensors;       // in the file, not in the model
+  /// FP8 engines (rollout spec fp8=...): the form they load, derived from the model's tensors; and, when
+  /// given (--engine-checkpoint), version 0 of that form as a file (wb-mkckpt --fp8), which they load it from.
+  std::optional<layout::Fp8Form> engine_form;
+  std::unique_ptr<CheckpointReader> engine_checkpoint;
+  /// The path given; with "{version}" in it, the file of each version (wb-mkckpt --fp8 --version K).
+  std::string engine_checkpoint_path;
+  /// The tensors the rollout engines load: the model's, or the FP8 form's.
+  const std::vector<TensorInfo>& engine_tensors() const {
+    return engine_form ? engine_form->tensors : checkpoint->tensors();
+  }
 };
+
+/// Version `version` of the setup's checkpoint as the rollout engines load it: the checkpoint's, or its FP8
+/// form's: from the --engine-checkpoint file of that version when it names one ("{version}" in its path;
+/// version 0 only otherwise), else computed from the checkpoint's version. `setup` must outlive it.
+class EngineVersion {
+ public:
+  /// `rollout` false: the trainers' version (the checkpoint's), whatever the engines load.
+  EngineVersion(const RunSetup& setup, std::uint64_t version, bool rollout = true);
+  const CheckpointReader& reader() const { return *reader_; }
+
+ private:
+  VersionedCheckpoint version_;
+  std::unique_ptr<CheckpointReader> form_;  // computed, or opened from a file
+  const CheckpointReader* reader_;
+};
+
+/// Opens the FP8 checkpoint an FP8 engine loads version 0 from: it must hold the form's tensors (dtype and
+/// shape) and its config.json the form's quantization_config; throws kInvalidArgument naming what differs.
+std::unique_ptr<CheckpointReader> open_engine_checkpoint(const std::string& path, const layout::Fp8Form& form);
 
 /// The deployment the options name and its checkpoint: the file `checkpoint_path` (which must hold every
 /// tensor of the model, with its shape and dtype; tensors the model does not use are named in one
 /// warning, on world rank 0, and hidden) or, when empty, a synthetic one from `seed`.
 RunSetup make_run_setup(const DeploymentOptions& options, const boost::program_options::variables_map& variables,
-                        const std::string& checkpoint_path, std::uint64_t seed);
+                        const std::string& checkpoint_path, std::uint64_t seed,
+                        const std::string& engine_checkpoint_path = {});
 
 /// Collective over MPI_COMM_WORLD: refuses a node of --gpus-per-node ranks that spans two machines (the
 /// planner takes a node's workers to share fast links); several nodes on one machine are fine.
@@ -36,7 +69,7 @@ void check_nodes_within_machines(const Deployment& deployment);
 /// A worker's own load_weights of a version of the checkpoint, for comparing what a transfer installed.
 class VersionReference {
  public:
-  VersionReference(const EmulatedWorker& worker, const CheckpointReader& checkpoint);
+  VersionReference(const EmulatedWorker& worker, const RunSetup& setup);
   /// The parameters `worker` holds at `version` (loaded on first use of each version).
   const ParameterSet& at(std::uint64_t version);
   /// "" when `params` hold exactly `version`, else what differs first.
@@ -44,7 +77,7 @@ class VersionReference {
 
  private:
   const EmulatedWorker& worker_;
-  const CheckpointReader& checkpoint_;
+  const RunSetup& setup_;
   HostParameters expected_;
   std::uint64_t version_ = 0;
 };

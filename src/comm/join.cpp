@@ -1,0 +1,292 @@
+#include "comm/join.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <random>
+#include <sstream>
+#include <vector>
+
+#include "comm/backoff.hpp"
+#include "comm/operation.hpp"
+#include "core/checks.hpp"
+#include "core/log.hpp"
+
+namespace wb::comm {
+namespace {
+
+constexpr int kSecretTag = 31001, kVerdictTag = 31002, kWidenTag = 31003;
+constexpr std::size_t kSecretChars = 64;
+constexpr const char* kHeader = "weightbridge-join-address 1";
+
+void require_thread_multiple(const char* who) {
+  int level = MPI_THREAD_SINGLE;
+  WB_CHECK_MPI(MPI_Query_thread(&level));
+  if (level < MPI_THREAD_MULTIPLE)
+    throw Error(ErrorCode::kUnsupported, std::string(who) +
+                                             " runs MPI_Comm_accept / MPI_Comm_connect on a thread (they have no deadline "
+                                             "in MPI) and needs MPI_THREAD_MULTIPLE: use MPI_Init_thread");
+}
+
+// Constant time in the secret's length: a refused peer learns nothing from how long the answer took.
+bool same_secret(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+// A blocking MPI call (accept, connect) run on a thread of its own, so that its wait has a deadline: the
+// thread and what it writes live in this record, which outlives a wait given up on.
+struct BlockingCall {
+  std::atomic<bool> done{false};
+  int rc = MPI_SUCCESS;
+  MPI_Comm result = MPI_COMM_NULL;
+};
+
+// Waits for `call` until `timeout`: true when it finished. A thread given up on is detached with its
+// record kept (it may still complete, or never).
+bool wait_bounded(const std::shared_ptr<BlockingCall>& call, std::thread& thread, double timeout) {
+  Backoff backoff;
+  for (const double start = local_seconds(); !call->done.load(); backoff.pause())
+    if (local_seconds() - start > timeout) {
+      thread.detach();
+      keep_alive(call);
+      return false;
+    }
+  thread.join();
+  return true;
+}
+
+}  // namespace
+
+std::string make_join_secret() {
+  std::random_device device;
+  static const char digits[] = "0123456789abcdef";
+  std::string secret;
+  while (secret.size() < kSecretChars) {
+    const unsigned bits = device();
+    for (int i = 0; i < 8 && secret.size() < kSecretChars; ++i) secret += digits[(bits >> (4 * i)) & 15u];
+  }
+  return secret;
+}
+
+void write_address_file(const std::string& path, const JoinAddress& address) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0)
+    throw Error(ErrorCode::kSystem, "the join address file " + path + " cannot be created (" + std::strerror(errno) +
+                                        (errno == EEXIST ? "; a file of an earlier job? remove it" : "") + ")");
+  const std::string text = std::string(kHeader) + "\n" + address.port + "\n" + address.secret + "\n";
+  const ssize_t written = ::write(fd, text.data(), text.size());
+  const int saved = errno;
+  ::close(fd);
+  if (written != static_cast<ssize_t>(text.size())) {
+    ::unlink(path.c_str());
+    throw Error(ErrorCode::kSystem, "writing the join address file " + path + " failed (" + std::strerror(saved) + ")");
+  }
+}
+
+JoinAddress read_address_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error(ErrorCode::kNotFound, "the join address file " + path + " cannot be read (" + std::strerror(errno) + ")");
+  std::string header;
+  JoinAddress address;
+  std::getline(in, header);
+  std::getline(in, address.port);
+  std::getline(in, address.secret);
+  if (header != kHeader || address.port.empty() || address.secret.size() != kSecretChars)
+    throw Error(ErrorCode::kInvalidArgument, "the join address file " + path + " is not one a trainer job wrote (\"" +
+                                                 kHeader + "\", a port, a secret of " + std::to_string(kSecretChars) +
+                                                 " hexadecimal digits)");
+  return address;
+}
+
+struct JoinPort::Shared {
+  JoinAddress address;
+  double timeout = 0;
+  // The accept thread's duplicate of MPI_COMM_SELF (two threads may not run collectives on one
+  // communicator at once).
+  MPI_Comm accept_comm = MPI_COMM_NULL;
+  std::atomic<bool> stopping{false}, finished{false};
+  std::atomic<bool> admitting{false};  // between an accept and its verdict: MPI calls in flight on this thread
+  std::atomic<std::int64_t> refused{0};
+  std::mutex mutex;
+  std::vector<MPI_Comm> joined;
+
+  // One accepted peer: its secret within the timeout, then the verdict. Nothing else is sent to it.
+  bool admit(MPI_Comm peer) {
+    const Waiter waiter{timeout, {}};
+    OperationPtr secret = make_operation(0, kSecretChars);
+    if (MPI_Irecv(secret->in.data(), static_cast<int>(kSecretChars), MPI_CHAR, 0, kSecretTag, peer, &secret->request) != MPI_SUCCESS)
+      return false;
+    const Status got = wait_for(secret, waiter, false, "a joiner's secret");
+    const bool admitted = got && same_secret(std::string(reinterpret_cast<const char*>(secret->in.data()), kSecretChars), address.secret);
+    if (!admitted) {
+      WB_LOG(kWarn) << "join port: a peer was refused before any plan or weight reached it: "
+                    << (got ? std::string("it presented a wrong secret") : got.message());
+    }
+    if (!got) {
+      refused.fetch_add(1);
+      return false;  // a silent peer gets no verdict either
+    }
+    OperationPtr verdict = make_operation(sizeof(std::int64_t));
+    const std::int64_t yes = admitted ? 1 : 0;
+    std::memcpy(verdict->out.data(), &yes, sizeof yes);
+    if (MPI_Isend(verdict->out.data(), 1, MPI_INT64_T, 0, kVerdictTag, peer, &verdict->request) != MPI_SUCCESS) return false;
+    const Status told = wait_for(verdict, waiter, false, "the verdict to a joiner");
+    if (!admitted) refused.fetch_add(1);  // counted once told: whoever reads the count may end the process
+    return told && admitted;
+  }
+
+  void accept_loop() {
+    while (!stopping.load()) {
+      MPI_Comm peer = MPI_COMM_NULL;
+      const int rc = MPI_Comm_accept(address.port.c_str(), MPI_INFO_NULL, 0, accept_comm, &peer);
+      if (rc != MPI_SUCCESS) {
+        WB_LOG(kWarn) << "join port: MPI_Comm_accept failed (" << detail::mpi_error_string(rc) << "); no more joins are taken";
+        break;
+      }
+      admitting.store(true);  // before looking at `stopping`: ~JoinPort sets that, then waits for this
+      if (stopping.load()) {
+        admitting.store(false);
+        break;  // after ~JoinPort: abandoned unheard
+      }
+      MPI_Comm_set_errhandler(peer, MPI_ERRORS_RETURN);
+      if (admit(peer)) {
+        std::lock_guard lock(mutex);
+        joined.push_back(peer);
+      }
+      admitting.store(false);
+      // A refused peer's intercommunicator is abandoned: no free, no disconnect (it may be gone).
+    }
+    finished.store(true);
+  }
+};
+
+JoinPort::JoinPort(std::string path, double timeout) : path_(std::move(path)), shared_(std::make_shared<Shared>()) {
+  require_thread_multiple("a trainer job that takes joins by address");
+  shared_->timeout = timeout;
+  WB_CHECK_MPI(MPI_Comm_dup(MPI_COMM_SELF, &shared_->accept_comm));
+  shared_->address.secret = make_join_secret();
+  char port[MPI_MAX_PORT_NAME] = {};
+  WB_CHECK_MPI(MPI_Open_port(MPI_INFO_NULL, port));
+  shared_->address.port = port;
+  write_address_file(path_, shared_->address);
+  std::shared_ptr<Shared> shared = shared_;
+  thread_ = std::thread([shared] { shared->accept_loop(); });
+}
+
+void JoinPort::stop_accepting() {
+  unlink(path_.c_str());  // no new joiner finds the port from here on
+  shared_->stopping.store(true);
+}
+
+bool JoinPort::stopped() const { return shared_->finished.load(); }
+
+const std::string& JoinPort::port_name() const { return shared_->address.port; }
+
+JoinPort::~JoinPort() {
+  stop_accepting();
+  // A joiner being admitted is finished with first (its secret and verdict have deadlines), and a knock
+  // ends the accept: no MPI call of this thread may outlive MPI_Finalize (a thread left in MPI_Comm_accept
+  // hung the process's MPI_Finalize in libevent, measured).
+  Backoff backoff;
+  for (const double start = local_seconds();
+       (shared_->admitting.load() || !shared_->finished.load()) && local_seconds() - start < 2 * shared_->timeout;)
+    backoff.pause();
+  // Nothing wakes MPI_Comm_accept from inside its own process in Open MPI 4.1 (a connection to one's own
+  // port never completes; measured): a thread still waiting there is left to the end of the process.
+  if (!shared_->finished.load()) {
+    WB_LOG(kWarn) << "join port " << path_ << ": the accept thread still waits in MPI_Comm_accept (nobody knocked)";
+    thread_.detach();
+    keep_alive(shared_);
+    return;
+  }
+  thread_.join();
+  MPI_Close_port(shared_->address.port.c_str());
+}
+
+std::optional<MPI_Comm> JoinPort::take() {
+  std::lock_guard lock(shared_->mutex);
+  if (shared_->joined.empty()) return std::nullopt;
+  const MPI_Comm peer = shared_->joined.front();
+  shared_->joined.erase(shared_->joined.begin());
+  return peer;
+}
+
+std::int64_t JoinPort::refused() const { return shared_->refused.load(); }
+
+MPI_Comm join_by_address(const std::string& path, double timeout) {
+  require_thread_multiple("an engine that joins by address");
+  const JoinAddress address = read_address_file(path);
+  auto call = std::make_shared<BlockingCall>();
+  std::thread connector([call, port = address.port] {
+    call->rc = MPI_Comm_connect(port.c_str(), MPI_INFO_NULL, 0, MPI_COMM_SELF, &call->result);
+    call->done.store(true);
+  });
+  if (!wait_bounded(call, connector, timeout))
+    throw Error(ErrorCode::kTimeout, "joining by " + path + ": MPI_Comm_connect did not complete within " + seconds_text(timeout) +
+                                         " (is the trainer job running, and were both jobs started with mpirun "
+                                         "--ompi-server file:URI of one ompi-server?)");
+  if (call->rc != MPI_SUCCESS)
+    throw Error(ErrorCode::kMpi, "joining by " + path + ": MPI_Comm_connect failed: " + detail::mpi_error_string(call->rc));
+  const MPI_Comm peer = call->result;
+  WB_CHECK_MPI(MPI_Comm_set_errhandler(peer, MPI_ERRORS_RETURN));
+  const Waiter waiter{timeout, {}};
+  OperationPtr secret = make_operation(kSecretChars);
+  std::memcpy(secret->out.data(), address.secret.data(), kSecretChars);
+  WB_CHECK_MPI(MPI_Isend(secret->out.data(), static_cast<int>(kSecretChars), MPI_CHAR, 0, kSecretTag, peer, &secret->request));
+  OperationPtr verdict = make_operation(0, sizeof(std::int64_t));
+  WB_CHECK_MPI(MPI_Irecv(verdict->in.data(), 1, MPI_INT64_T, 0, kVerdictTag, peer, &verdict->request));
+  wait_or_throw(secret, waiter, "joining by " + path + ": presenting the secret");
+  wait_or_throw(verdict, waiter, "joining by " + path + ": the trainers' answer");
+  std::int64_t yes = 0;
+  std::memcpy(&yes, verdict->in.data(), sizeof yes);
+  if (yes != 1)
+    throw Error(ErrorCode::kInvalidArgument, "joining by " + path + ": the trainers refused the secret (the address file "
+                                                                    "is not the one this trainer job wrote)");
+  return peer;
+}
+
+bool knock(const std::string& port, double timeout) {
+  auto call = std::make_shared<BlockingCall>();
+  std::thread knocker([call, port] {
+    call->rc = MPI_Comm_connect(port.c_str(), MPI_INFO_NULL, 0, MPI_COMM_SELF, &call->result);
+    call->done.store(true);
+  });
+  // The connection is let go (no disconnect: the accept side abandons its end too).
+  return wait_bounded(call, knocker, timeout) && call->rc == MPI_SUCCESS;
+}
+
+MPI_Comm widen_join(MPI_Comm local, MPI_Comm leaders, bool high, double timeout, const std::string& what) {
+  // Open MPI's TCP links to another job outlive it: a write to one after that job ended raises SIGPIPE,
+  // which killed processes at MPI_Finalize after every check passed (measured). A process connected to
+  // another job ignores it, unless the application installed a handler of its own.
+  struct sigaction current {};
+  if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) std::signal(SIGPIPE, SIG_IGN);
+  auto call = std::make_shared<BlockingCall>();
+  std::thread widener([call, local, leaders, high] {
+    // Open MPI refuses an intercommunicator as the bridge: the two leaders merge theirs first (trainers'
+    // leader rank 0 of the two, the joiner's rank 1).
+    MPI_Comm bridge = MPI_COMM_NULL, inter = MPI_COMM_NULL;
+    if (leaders != MPI_COMM_NULL) call->rc = MPI_Intercomm_merge(leaders, high ? 1 : 0, &bridge);
+    if (call->rc == MPI_SUCCESS) call->rc = MPI_Intercomm_create(local, 0, bridge, high ? 0 : 1, kWidenTag, &inter);
+    if (call->rc == MPI_SUCCESS) call->rc = MPI_Intercomm_merge(inter, high ? 1 : 0, &call->result);
+    call->done.store(true);
+  });
+  if (!wait_bounded(call, widener, timeout))
+    throw Error(ErrorCode::kTimeout, what + ": widening the join to every rank of both jobs did not complete within " +
+                                         seconds_text(timeout));
+  if (call->rc != MPI_SUCCESS)
+    throw Error(ErrorCode::kMpi, what + ": widening the join failed: " + detail::mpi_error_string(call->rc));
+  WB_CHECK_MPI(MPI_Comm_set_errhandler(call->result, MPI_ERRORS_RETURN));
+  return call->result;
+}
+
+}  // namespace wb::comm

@@ -1,0 +1,90 @@
+// Joins by address: how a job of its own (a rollout engine started by its own mpirun) meets a running
+// trainer job. The trainers' leader opens an MPI port and writes it, with a secret, to an address file the
+// user names (created readable by its owner only); a joiner's leader reads the file, connects and presents
+// the secret; anything that presents another is refused before it is told anything.
+//
+// MPI_Comm_accept and MPI_Comm_connect block with no deadline in Open MPI, and MPI has no non-blocking
+// form of either. So the trainers' leader accepts on a thread of its own over MPI_COMM_SELF (the training
+// never waits for a joiner: a join that arrived is taken at the next send_weights, JoinPort::take), which
+// needs MPI_THREAD_MULTIPLE on that rank; the joiner connects on a thread too, and its wait is bounded by
+// the deadline. Separate mpirun jobs only meet through one ompi-server (mpirun --ompi-server file:URI).
+//
+// What is refused stays refused: the intercommunicator of a refused or timed-out peer is abandoned (no
+// free, no disconnect: both may wait on a peer that is gone), kept until finalize.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+namespace wb::comm {
+
+/// What the address file holds: the MPI port name and the secret a joiner presents.
+struct JoinAddress {
+  std::string port;
+  std::string secret;  // 64 hexadecimal digits
+};
+
+/// A fresh secret of 256 random bits (std::random_device: the kernel's generator).
+std::string make_join_secret();
+/// Writes `address` to `path`, created with mode 0600 and only if it does not exist (a stale file of an
+/// earlier job is refused rather than overwritten). Throws wb::Error naming the path.
+void write_address_file(const std::string& path, const JoinAddress& address);
+/// Reads an address file. Throws wb::Error naming the path (absent, unreadable, malformed).
+JoinAddress read_address_file(const std::string& path);
+
+/// The trainers' leader's side: the open port, the address file, and the thread that accepts joiners.
+class JoinPort {
+ public:
+  /// Opens a port, writes the address file and starts accepting. `timeout`: how long an accepted peer may
+  /// take to present its secret. Throws kUnsupported without MPI_THREAD_MULTIPLE.
+  JoinPort(std::string path, double timeout);
+  /// Removes the address file and stops taking joins; waits (up to the timeout) for the accept thread to end,
+  /// which a knock() after stop_accepting() brings about. One still waiting then is left to the end of the
+  /// process (and MPI_Finalize may then hang: measured).
+  ~JoinPort();
+  JoinPort(const JoinPort&) = delete;
+  JoinPort& operator=(const JoinPort&) = delete;
+
+  /// Takes no joiner from now on. The accept thread still waits in MPI_Comm_accept until some process
+  /// connects (knock(): nothing wakes it from inside its own process in Open MPI 4.1, measured).
+  void stop_accepting();
+  /// True once the accept thread has ended.
+  bool stopped() const;
+  const std::string& port_name() const;
+  /// The intercommunicator to a joiner's leader that presented the secret, when one is waiting; never
+  /// blocks. The caller owns it.
+  std::optional<MPI_Comm> take();
+  /// Peers refused so far (a wrong secret, or none within the timeout).
+  std::int64_t refused() const;
+  const std::string& path() const { return path_; }
+
+ private:
+  struct Shared;  // what the accept thread reads and writes: it may outlive this object (see ~JoinPort)
+  std::string path_;
+  std::shared_ptr<Shared> shared_;
+  std::thread thread_;
+};
+
+/// The joiner's leader: connects to the address in `path` over MPI_COMM_SELF and presents its secret.
+/// Returns the intercommunicator to the trainers' leader. Throws wb::Error: kTimeout when the connection
+/// or the answer does not come within `timeout`, kInvalidArgument when the trainers refused the secret.
+MPI_Comm join_by_address(const std::string& path, double timeout);
+
+/// Another process of the trainer job ends a port's accept thread after stop_accepting(): it connects to
+/// `port` (bounded by `timeout`) and lets the connection go. False when that did not complete in time.
+bool knock(const std::string& port, double timeout);
+
+/// Both jobs, collective over each side's `local` communicator: widens the leaders' intercommunicator
+/// (`leaders`, significant on local rank 0 only) to every rank of both jobs and merges it into one
+/// intracommunicator, this side's ranks after the other side's when `high`. MPI_Intercomm_create and
+/// MPI_Intercomm_merge have no deadline either: they run on a thread, bounded by `timeout` (kTimeout).
+/// Sets SIGPIPE to be ignored when it has its default action (a link to a job that ended must not kill
+/// this process).
+MPI_Comm widen_join(MPI_Comm local, MPI_Comm leaders, bool high, double timeout, const std::string& what);
+
+}  // namespace wb::comm

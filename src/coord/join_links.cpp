@@ -1,0 +1,82 @@
+#include "coord/join_links.hpp"
+
+#include "comm/collectives.hpp"
+#include "core/checks.hpp"
+#include "core/log.hpp"
+
+namespace wb::coord {
+
+TrainersJoinPort open_join_port(MPI_Comm trainers, const std::string& address, double timeout) {
+  int rank = 0, size = 1;
+  WB_CHECK_MPI(MPI_Comm_rank(trainers, &rank));
+  WB_CHECK_MPI(MPI_Comm_size(trainers, &size));
+  TrainersJoinPort out;
+  Status opened;
+  if (size < 2) {
+    opened = Status(ErrorCode::kUnsupported, "joins by address (" + address + ") need at least two trainer ranks: trainer "
+                                             "1 ends trainer 0's accept thread at close");
+  } else if (rank == 0) {
+    try {
+      out.port = std::make_unique<comm::JoinPort>(address, timeout);
+      out.name = out.port->port_name();
+    } catch (const Error& error) {
+      opened = Status(error.code(), "trainer 0: opening the join port at " + address + ": " + error.status().message());
+    }
+  }
+  const comm::Waiter waiter{timeout, {}};
+  comm::agree(opened, trainers, waiter, "opening the join port");
+  const std::vector<std::byte> name = comm::broadcast(
+      rank == 0 ? std::vector<std::byte>(reinterpret_cast<const std::byte*>(out.name.data()),
+                                         reinterpret_cast<const std::byte*>(out.name.data()) + out.name.size())
+                : std::vector<std::byte>{},
+      0, trainers, waiter, "the join port's name");
+  out.name.assign(reinterpret_cast<const char*>(name.data()), name.size());
+  out.open = true;
+  if (rank == 0) {
+    WB_LOG(kInfo) << "trainers take joining engines at " << address;
+  }
+  return out;
+}
+
+void close_join_port(TrainersJoinPort& port, MPI_Comm trainers, double timeout) {
+  if (!port.open) return;
+  port.open = false;
+  int rank = 0;
+  WB_CHECK_MPI(MPI_Comm_rank(trainers, &rank));
+  if (port.port) port.port->stop_accepting();
+  const comm::Waiter waiter{timeout, {}};
+  comm::barrier(trainers, waiter, "closing the join port");
+  if (rank == 1 && !comm::knock(port.name, timeout)) {
+    WB_LOG(kWarn) << "trainer 1: knocking at the join port to end its accept thread did not complete within "
+                  << comm::seconds_text(timeout);
+  }
+  port.port.reset();  // waits for the accept thread (bounded)
+}
+
+std::optional<MPI_Comm> take_joiner(comm::JoinPort* port, comm::Group& trainers, const comm::Waiter& waiter) {
+  std::optional<MPI_Comm> leaders = port != nullptr ? port->take() : std::nullopt;
+  std::int64_t values[comm::Group::kValues] = {leaders ? 1 : 0, 0, 0, 0};
+  throw_if_error(trainers.step(Status::ok(), std::span<std::int64_t, comm::Group::kValues>(values), waiter,
+                               "send_weights: whether an engine joined"));
+  if (values[0] == 0) return std::nullopt;
+  return comm::widen_join(trainers.comm(), leaders.value_or(MPI_COMM_NULL), false, waiter.timeout,
+                          "send_weights: taking a joining engine");
+}
+
+MPI_Comm join_trainers(MPI_Comm engine, const std::string& address, double timeout) {
+  int rank = 0;
+  WB_CHECK_MPI(MPI_Comm_rank(engine, &rank));
+  MPI_Comm leaders = MPI_COMM_NULL;
+  Status joined;
+  if (rank == 0) {
+    try {
+      leaders = comm::join_by_address(address, timeout);
+    } catch (const Error& error) {
+      joined = Status(error.code(), "engine worker 0: " + error.status().message());
+    }
+  }
+  comm::agree(joined, engine, comm::Waiter{timeout, {}}, "joining the trainers");
+  return comm::widen_join(engine, leaders, true, timeout, "joining the trainers at " + address);
+}
+
+}  // namespace wb::coord

@@ -1,0 +1,44 @@
+// Engines that join by address (issue 31): the coordinator's side of comm/join.hpp. A joined engine job
+// gets a link of its own: the trainers and that job merged into one intracommunicator, over which the
+// adapters construct, connect and update exactly as over a world. One link per engine job, never one
+// communicator across two engine jobs (measured: it hangs in PMIx unless every pair of jobs connected).
+#pragma once
+
+#include <mpi.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "comm/group.hpp"
+#include "comm/join.hpp"
+
+namespace wb::coord {
+
+/// The trainers' join port: open on trainer rank 0, its name known to every trainer (trainer rank 1 knocks
+/// at close, since nothing wakes MPI_Comm_accept from inside its own process).
+struct TrainersJoinPort {
+  std::unique_ptr<comm::JoinPort> port;  // trainer rank 0 only
+  std::string name;
+  bool open = false;
+};
+
+/// Trainers, collective over `trainers`: trainer rank 0 opens the port and writes `address`. Refused on
+/// every trainer alike when rank 0 cannot (no MPI_THREAD_MULTIPLE, a file that exists) or when the job has
+/// one trainer (no other process could end the accept thread at close).
+TrainersJoinPort open_join_port(MPI_Comm trainers, const std::string& address, double timeout);
+
+/// Trainers, collective over `trainers`: no more joins; the address file goes and the accept thread ends.
+void close_join_port(TrainersJoinPort& port, MPI_Comm trainers, double timeout);
+
+/// Trainers, one step of `trainers`: when trainer rank 0's port holds an admitted joiner, its job and the
+/// trainers widened and merged (trainers first): the new link's world. nullopt when none waits, which
+/// costs that one step. Throws when the widening fails or passes the deadline.
+std::optional<MPI_Comm> take_joiner(comm::JoinPort* port, comm::Group& trainers, const comm::Waiter& waiter);
+
+/// A rollout engine job, collective over `engine`: joins the trainers whose address file is `address`;
+/// returns the merged world (trainers first). Every rank of the engine throws the same error when its
+/// rank 0 was refused or timed out.
+MPI_Comm join_trainers(MPI_Comm engine, const std::string& address, double timeout);
+
+}  // namespace wb::coord

@@ -1,0 +1,134 @@
+// The bulk FP8 kernels (core/fp8.hpp): amax of bf16 runs and their quantization, 16 elements at a time with
+// SSE2 (the x86-64 baseline), the tail element by element. The vector cast is e4m3_from_float's arithmetic
+// lane by lane: the same integer rounding of normal values, cvtps (round to nearest even in the default
+// mode) for the subnormal ones where the scalar path uses nearbyint, and the same saturation and NaN codes.
+#include <limits>
+
+#include "core/fp8.hpp"
+
+#if defined(__SSE2__) && defined(__GNUC__)
+#include <immintrin.h>
+#define WB_FP8_SIMD 1
+#endif
+
+namespace wb::fp8 {
+namespace {
+
+float amax_from_magnitude_bits(std::uint32_t bits) {
+  return bits > 0x7F80u ? std::numeric_limits<float>::quiet_NaN() : bf16_to_float(static_cast<std::uint16_t>(bits));
+}
+
+#if defined(WB_FP8_SIMD)
+// Four float32 lanes to their e4m3 codes (one per 32-bit lane).
+inline __m128i e4m3_lanes(__m128 y) {
+  const __m128i bits = _mm_castps_si128(y);
+  const __m128i sign = _mm_and_si128(_mm_srli_epi32(bits, 24), _mm_set1_epi32(0x80));
+  const __m128i a = _mm_and_si128(bits, _mm_set1_epi32(0x7FFFFFFF));
+  const __m128i odd = _mm_and_si128(_mm_srli_epi32(a, 20), _mm_set1_epi32(1));
+  const __m128i rounded = _mm_add_epi32(_mm_add_epi32(a, _mm_set1_epi32(0x7FFFF)), odd);
+  const __m128i normal = _mm_sub_epi32(_mm_srli_epi32(rounded, 20), _mm_set1_epi32((127 - 7) << 3));
+  const __m128i subnormal = _mm_cvtps_epi32(_mm_mul_ps(_mm_castsi128_ps(a), _mm_set1_ps(512.0f)));
+  const __m128i is_normal = _mm_cmpgt_epi32(a, _mm_set1_epi32(0x3C7FFFFF));
+  const __m128i saturated = _mm_cmpgt_epi32(a, _mm_set1_epi32(0x43DFFFFF));
+  const __m128i nan = _mm_cmpgt_epi32(a, _mm_set1_epi32(0x7F800000));
+  const auto select = [](__m128i mask, __m128i yes, __m128i no) {
+    return _mm_or_si128(_mm_and_si128(mask, yes), _mm_andnot_si128(mask, no));
+  };
+  __m128i code = select(is_normal, normal, subnormal);
+  code = select(saturated, _mm_set1_epi32(0x7E), code);
+  code = select(nan, _mm_set1_epi32(0x7F), code);
+  return _mm_or_si128(code, sign);
+}
+
+// The same with AVX2, 8 lanes, where the CPU has it (chosen at run time, as the copy kernels are).
+__attribute__((target("avx2"))) inline __m256i e4m3_lanes_avx2(__m256 y) {
+  const __m256i bits = _mm256_castps_si256(y);
+  const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(bits, 24), _mm256_set1_epi32(0x80));
+  const __m256i a = _mm256_and_si256(bits, _mm256_set1_epi32(0x7FFFFFFF));
+  const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(a, 20), _mm256_set1_epi32(1));
+  const __m256i rounded = _mm256_add_epi32(_mm256_add_epi32(a, _mm256_set1_epi32(0x7FFFF)), odd);
+  const __m256i normal = _mm256_sub_epi32(_mm256_srli_epi32(rounded, 20), _mm256_set1_epi32((127 - 7) << 3));
+  const __m256i subnormal = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_castsi256_ps(a), _mm256_set1_ps(512.0f)));
+  __m256i code = _mm256_blendv_epi8(subnormal, normal, _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x3C7FFFFF)));
+  code = _mm256_blendv_epi8(code, _mm256_set1_epi32(0x7E), _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x43DFFFFF)));
+  code = _mm256_blendv_epi8(code, _mm256_set1_epi32(0x7F), _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7F800000)));
+  return _mm256_or_si256(code, sign);
+}
+
+// 32 elements a step; returns how many it quantized. `Divide` a template argument: no test in the loop.
+template <bool Divide>
+__attribute__((target("avx2"))) std::int64_t quantize_bf16_avx2_loop(float scale_factor, const std::uint16_t* values,
+                                                                     std::int64_t count, std::uint8_t* codes) {
+  const __m256 factor = _mm256_set1_ps(scale_factor);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  const auto lanes_of = [&](const std::uint16_t* at) __attribute__((target("avx2"))) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(at));
+    const __m256 x = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
+    return e4m3_lanes_avx2(Divide ? _mm256_div_ps(x, factor) : _mm256_mul_ps(x, factor));
+  };
+  std::int64_t k = 0;
+  for (; k + 32 <= count; k += 32) {
+    const __m256i l0 = lanes_of(values + k), l1 = lanes_of(values + k + 8);
+    const __m256i l2 = lanes_of(values + k + 16), l3 = lanes_of(values + k + 24);
+    const __m256i bytes = _mm256_packus_epi16(_mm256_packs_epi32(l0, l1), _mm256_packs_epi32(l2, l3));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + k), _mm256_permutevar8x32_epi32(bytes, order));
+  }
+  return k;
+}
+
+__attribute__((target("avx2"))) std::int64_t quantize_bf16_avx2(const BlockScale& scale, const std::uint16_t* values,
+                                                                std::int64_t count, std::uint8_t* codes) {
+  return scale.divide ? quantize_bf16_avx2_loop<true>(scale.factor, values, count, codes)
+                      : quantize_bf16_avx2_loop<false>(scale.factor, values, count, codes);
+}
+
+using BulkQuantize = std::int64_t (*)(const BlockScale&, const std::uint16_t*, std::int64_t, std::uint8_t*);
+const BulkQuantize kQuantizeAvx2 = __builtin_cpu_supports("avx2") ? quantize_bf16_avx2 : nullptr;
+#endif
+
+}  // namespace
+
+float bf16_amax(const std::uint16_t* values, std::int64_t count) {
+  std::int64_t k = 0;
+  std::uint32_t largest = 0;
+#if defined(WB_FP8_SIMD)
+  // |x| of a bf16 orders as its bits without the sign (NaNs above infinity), as signed 16-bit integers too.
+  const __m128i magnitude = _mm_set1_epi16(0x7FFF);
+  __m128i m0 = _mm_setzero_si128(), m1 = _mm_setzero_si128();
+  for (; k + 16 <= count; k += 16) {
+    m0 = _mm_max_epi16(m0, _mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(values + k)), magnitude));
+    m1 = _mm_max_epi16(m1, _mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(values + k + 8)), magnitude));
+  }
+  alignas(16) std::uint16_t lanes[8];
+  _mm_store_si128(reinterpret_cast<__m128i*>(lanes), _mm_max_epi16(m0, m1));
+  for (const std::uint16_t lane : lanes) largest = lane > largest ? lane : largest;
+#endif
+  for (; k < count; ++k) {
+    const std::uint32_t bits = values[k] & 0x7FFFu;
+    largest = bits > largest ? bits : largest;
+  }
+  return amax_from_magnitude_bits(largest);
+}
+
+void quantize_bf16(const BlockScale& scale, const std::uint16_t* values, std::int64_t count, std::uint8_t* codes) {
+  std::int64_t k = 0;
+#if defined(WB_FP8_SIMD)
+  if (kQuantizeAvx2 != nullptr) k = kQuantizeAvx2(scale, values, count, codes);
+  const __m128 factor = _mm_set1_ps(scale.factor);
+  const __m128i zero = _mm_setzero_si128();
+  for (; k + 16 <= count; k += 16) {
+    __m128i lanes[4];
+    for (int half = 0; half < 2; ++half) {
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(values + k + 8 * half));
+      const __m128 lo = _mm_castsi128_ps(_mm_unpacklo_epi16(zero, v)), hi = _mm_castsi128_ps(_mm_unpackhi_epi16(zero, v));
+      lanes[2 * half] = e4m3_lanes(scale.divide ? _mm_div_ps(lo, factor) : _mm_mul_ps(lo, factor));
+      lanes[2 * half + 1] = e4m3_lanes(scale.divide ? _mm_div_ps(hi, factor) : _mm_mul_ps(hi, factor));
+    }
+    const __m128i words = _mm_packs_epi32(lanes[0], lanes[1]), words2 = _mm_packs_epi32(lanes[2], lanes[3]);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + k), _mm_packus_epi16(words, words2));
+  }
+#endif
+  for (; k < count; ++k) codes[k] = quantize(scale, bf16_to_float(values[k]));
+}
+
+}  // namespace wb::fp8

@@ -1,0 +1,103 @@
+// The trainers' FP8 pack: a trainer holding BF16 (or f16/f32) parameters sends the FP8 form of the
+// checkpoint (layout/fp8_form.hpp) to FP8 engines, quantizing its own elements, with no gather.
+//
+// At connect, from the trainer's source map (in the BF16 checkpoint's coordinates) and the form:
+//   - the map in the form's coordinates (form_map): a copy of a converted tensor now lands in a *shadow*
+//     parameter (e4m3fn, the shape of the trainer's parameter, one byte per element) appended after the
+//     trainer's parameters; every block the trainer touches gives a copy of the scale tensor into a
+//     *scale* parameter (f32, the scale tensor's shape). The planner then works in FP8 atoms: bytes by
+//     dtype, and the trainers' egress is one copy of the FP8 form;
+//   - the blocks it holds only in part (partial_blocks): a block split between trainer ranks (flat shards,
+//     a TP split off a multiple of the block) needs its amax from every rank that holds some of it.
+// The trainers agree on the union of their partial blocks (shared blocks, set_shared_blocks) once.
+//
+// Every update, before its rounds (quantize): each rank takes the amax of its elements of every block it
+// touches; the shared blocks' amaxes go through one max all-reduce of their |amax| bit patterns (4 bytes
+// per shared block, exchange_bytes); then each rank computes every scale it touches by the rule and writes
+// the codes of its own elements into the shadow parameters. A block's amax is the maximum over the same
+// set of elements as the reference's (quantize_band), and max is exact, so each code and scale equals the
+// reference's bit for bit (NaN included: both take the canonical quiet NaN).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "layout/fp8_form.hpp"
+#include "weightbridge/source_map.hpp"
+#include "weightbridge/status.hpp"
+
+namespace wb::exec {
+
+/// A block of a converted tensor: the tensor's index in the source (BF16) list and the block's flat index
+/// in its scale tensor (row-major).
+struct BlockKey {
+  std::uint32_t tensor = 0;
+  std::int64_t block = 0;
+  auto operator<=>(const BlockKey&) const = default;
+};
+
+/// The max all-reduce of the shared blocks' |amax| bit patterns over the trainers (comm::reduce_max).
+using AmaxExchange = std::function<Status(std::span<std::uint32_t> amax_bits)>;
+
+class QuantizedPack {
+ public:
+  /// `trainer_map` validated against form.source_tensors. Throws kInvalidArgument naming the parameter and
+  /// tensor when a converted tensor lands in a parameter of another dtype or of one that cannot be quantized.
+  QuantizedPack(const SourceMap& trainer_map, const layout::Fp8Form& form);
+
+  /// The trainer's map in the form's coordinates: its parameters, then the shadow and scale parameters.
+  const SourceMap& form_map() const { return form_map_; }
+  /// Parameters of the trainer's own (the first ones of form_map().parameters).
+  std::size_t own_parameters() const { return own_parameters_; }
+
+  /// The blocks this rank holds some but not all elements of, ascending.
+  const std::vector<BlockKey>& partial_blocks() const { return partial_; }
+  /// The union over the trainers of their partial blocks, ascending (the same on every trainer).
+  void set_shared_blocks(std::vector<BlockKey> shared);
+  const std::vector<BlockKey>& shared_blocks() const { return shared_; }
+  /// Control bytes each trainer contributes to the amax exchange per update.
+  std::int64_t exchange_bytes() const { return static_cast<std::int64_t>(shared_.size() * sizeof(std::uint32_t)); }
+
+  /// Quantizes this rank's elements: `parameters[p]` is trainer parameter p's base address (host memory,
+  /// read only). Writes the shadow and scale parameters (shadow_memory). Calls `exchange` once when some
+  /// block is shared, with this rank's partial amaxes, and expects the maxima back.
+  Status quantize(std::span<std::byte* const> parameters, const AmaxExchange& exchange);
+
+  /// Base address of every parameter of form_map(): the trainer's (as given) then the shadow and scale
+  /// buffers this object owns.
+  std::vector<std::byte*> form_memory(std::span<std::byte* const> parameters);
+
+ private:
+  struct Quantized {          // one copy of a converted tensor
+    std::uint32_t copy = 0;   // in the trainer's map
+    std::uint32_t shadow = 0; // index into shadows_
+    // Contiguous bf16 rows whose blocks this copy alone holds, none shared: quantized a block row at a time,
+    // amax then codes while the rows are still in cache.
+    bool fused = false;
+  };
+  struct TensorBlocks {       // a converted tensor this rank touches
+    std::uint32_t tensor = 0; // in the source list
+    std::int64_t scale_rows = 0, scale_cols = 0;
+    std::vector<float> amax;            // per block
+    std::vector<std::uint8_t> touched;  // per block
+    std::vector<fp8::BlockScale> scale; // per block, this update's
+    std::uint32_t scale_buffer = 0;     // index into scales_
+  };
+  const layout::QuantizationConfig config_;
+  std::vector<TensorInfo> source_tensors_;
+  SourceMap trainer_map_;
+  SourceMap form_map_;
+  std::size_t own_parameters_ = 0;
+  std::vector<Quantized> quantized_;
+  std::vector<TensorBlocks> blocks_;        // by tensor
+  std::vector<std::int32_t> blocks_of_;     // source tensor -> index into blocks_, -1
+  std::vector<std::vector<std::uint8_t>> shadows_;
+  std::vector<std::vector<float>> scales_;
+  std::vector<BlockKey> partial_, shared_;
+  std::vector<std::uint32_t> exchanged_;    // per shared block
+};
+
+}  // namespace wb::exec

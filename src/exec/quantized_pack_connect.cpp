@@ -1,0 +1,166 @@
+// The connect half of the trainers' FP8 pack (exec/quantized_pack.hpp): the map in the form's
+// coordinates, the shadow and scale buffers, the blocks held in part.
+#include <algorithm>
+#include <unordered_map>
+
+#include "exec/quantized_pack.hpp"
+#include "weightbridge/status.hpp"
+
+namespace wb::exec {
+namespace {
+
+// Elements of block (block_row, block_col) of a tensor of `shape` (edge blocks are smaller).
+std::int64_t block_elements(const Shape& shape, const layout::QuantizationConfig& config, std::int64_t block_row,
+                            std::int64_t block_col) {
+  const std::int64_t rows = std::min(shape[0], (block_row + 1) * config.block_rows) - block_row * config.block_rows;
+  const std::int64_t cols = std::min(shape[1], (block_col + 1) * config.block_cols) - block_col * config.block_cols;
+  return rows * cols;
+}
+
+}  // namespace
+
+QuantizedPack::QuantizedPack(const SourceMap& trainer_map, const layout::Fp8Form& form)
+    : config_(form.config), source_tensors_(form.source_tensors), trainer_map_(trainer_map) {
+  const std::size_t n = source_tensors_.size();
+  std::vector<std::uint32_t> form_of(n, 0);
+  for (std::uint32_t i = 0; i < form.sources.size(); ++i)
+    if (form.sources[i].role != layout::FormRole::kScale) form_of[form.sources[i].source] = i;
+  const auto converted = [&](std::uint32_t tensor) {
+    return form.sources[form_of[tensor]].role == layout::FormRole::kQuantized;
+  };
+  form_map_.parameters = trainer_map.parameters;
+  own_parameters_ = trainer_map.parameters.size();
+  blocks_of_.assign(n, -1);
+  std::vector<std::int32_t> shadow_of(own_parameters_, -1);
+  std::vector<std::vector<std::int64_t>> counts;  // per blocks_ entry, per block: elements held here
+  std::vector<TensorInfo> shadow_parameters;
+  for (std::uint32_t k = 0; k < trainer_map.copies.size(); ++k) {
+    const SliceCopy& copy = trainer_map.copies[k];
+    SliceCopy moved = copy;
+    moved.tensor = form_of.at(copy.tensor);
+    if (!converted(copy.tensor)) {
+      form_map_.copies.push_back(moved);
+      continue;
+    }
+    const TensorInfo& tensor = source_tensors_[copy.tensor];
+    const TensorInfo& parameter = trainer_map.parameters.at(copy.parameter);
+    if (parameter.dtype != tensor.dtype || !fp8::quantizable(parameter.dtype))
+      throw Error(ErrorCode::kInvalidArgument, "FP8 pack: tensor " + tensor.name + " (" + std::string(dtype_name(tensor.dtype)) +
+                                                   ") lands in parameter " + parameter.name + " of dtype " +
+                                                   std::string(dtype_name(parameter.dtype)) + ", which cannot be quantized");
+    if (shadow_of[copy.parameter] < 0) {
+      shadow_of[copy.parameter] = static_cast<std::int32_t>(shadows_.size());
+      shadow_parameters.push_back({parameter.name + " (fp8)", DType::kF8E4M3, parameter.shape});
+      shadows_.emplace_back(static_cast<std::size_t>(parameter.numel()), std::uint8_t{0});
+    }
+    moved.parameter = static_cast<std::uint32_t>(own_parameters_ + static_cast<std::size_t>(shadow_of[copy.parameter]));
+    form_map_.copies.push_back(moved);
+    quantized_.push_back({k, static_cast<std::uint32_t>(shadow_of[copy.parameter])});
+    if (blocks_of_[copy.tensor] < 0) {
+      blocks_of_[copy.tensor] = static_cast<std::int32_t>(blocks_.size());
+      const Shape scales = layout::scale_shape(tensor.shape, config_);
+      TensorBlocks blocks;
+      blocks.tensor = copy.tensor;
+      blocks.scale_rows = scales[0];
+      blocks.scale_cols = scales[1];
+      blocks.amax.assign(static_cast<std::size_t>(scales[0] * scales[1]), 0.0f);
+      blocks.touched.assign(blocks.amax.size(), 0);
+      blocks.scale.assign(blocks.amax.size(), {});
+      blocks_.push_back(std::move(blocks));
+      counts.emplace_back(blocks_.back().amax.size(), 0);
+    }
+    // Elements of each block this copy holds: the overlap of its box with the block.
+    TensorBlocks& blocks = blocks_[static_cast<std::size_t>(blocks_of_[copy.tensor])];
+    std::vector<std::int64_t>& count = counts[static_cast<std::size_t>(blocks_of_[copy.tensor])];
+    const std::int64_t r0 = copy.box.offset[0], r1 = r0 + copy.box.extent[0];
+    const std::int64_t c0 = copy.box.offset[1], c1 = c0 + copy.box.extent[1];
+    if (r1 <= r0 || c1 <= c0) continue;
+    for (std::int64_t br = r0 / config_.block_rows; br * config_.block_rows < r1; ++br)
+      for (std::int64_t bc = c0 / config_.block_cols; bc * config_.block_cols < c1; ++bc) {
+        const std::int64_t rows = std::min(r1, (br + 1) * config_.block_rows) - std::max(r0, br * config_.block_rows);
+        const std::int64_t cols = std::min(c1, (bc + 1) * config_.block_cols) - std::max(c0, bc * config_.block_cols);
+        count[static_cast<std::size_t>(br * blocks.scale_cols + bc)] += rows * cols;
+      }
+  }
+  for (TensorInfo& shadow : shadow_parameters) form_map_.parameters.push_back(std::move(shadow));
+  // The scale parameters and the copies of the scale tensors: per block row, each run of touched blocks.
+  for (std::size_t b = 0; b < blocks_.size(); ++b) {
+    TensorBlocks& blocks = blocks_[b];
+    const TensorInfo& tensor = source_tensors_[blocks.tensor];
+    blocks.scale_buffer = static_cast<std::uint32_t>(scales_.size());
+    scales_.emplace_back(blocks.amax.size(), 1.0f);
+    const auto scale_parameter = static_cast<std::uint32_t>(form_map_.parameters.size());
+    form_map_.parameters.push_back({tensor.name + config_.scale_suffix + " (scales)", DType::kF32,
+                                    {blocks.scale_rows, blocks.scale_cols}});
+    for (std::int64_t br = 0; br < blocks.scale_rows; ++br)
+      for (std::int64_t bc = 0; bc < blocks.scale_cols;) {
+        const auto at = static_cast<std::size_t>(br * blocks.scale_cols + bc);
+        if (counts[b][at] == 0) {
+          ++bc;
+          continue;
+        }
+        std::int64_t end = bc;
+        for (; end < blocks.scale_cols && counts[b][static_cast<std::size_t>(br * blocks.scale_cols + end)] > 0; ++end) {
+          const auto block = static_cast<std::size_t>(br * blocks.scale_cols + end);
+          blocks.touched[block] = 1;
+          // A rank that holds an element twice counts it twice: more than the block has is "in part" too.
+          if (counts[b][block] != block_elements(tensor.shape, config_, br, end))
+            partial_.push_back({blocks.tensor, static_cast<std::int64_t>(block)});
+        }
+        form_map_.copies.push_back({form_of[blocks.tensor] + 1, scale_parameter, Box{{br, bc}, {1, end - bc}},
+                                    br * blocks.scale_cols + bc, {blocks.scale_cols, 1}});
+        bc = end;
+      }
+  }
+  std::sort(partial_.begin(), partial_.end());
+  for (Quantized& q : quantized_) {
+    const SliceCopy& copy = trainer_map_.copies[q.copy];
+    if (trainer_map_.parameters[copy.parameter].dtype != DType::kBF16 || copy.strides[1] != 1) continue;
+    const auto b = static_cast<std::size_t>(blocks_of_[copy.tensor]);
+    const TensorInfo& tensor = source_tensors_[copy.tensor];
+    const std::int64_t r0 = copy.box.offset[0], r1 = r0 + copy.box.extent[0];
+    const std::int64_t c0 = copy.box.offset[1], c1 = c0 + copy.box.extent[1];
+    bool alone = r1 > r0 && c1 > c0;
+    for (std::int64_t br = r0 / config_.block_rows; alone && br * config_.block_rows < r1; ++br)
+      for (std::int64_t bc = c0 / config_.block_cols; alone && bc * config_.block_cols < c1; ++bc) {
+        const std::int64_t rows = std::min(r1, (br + 1) * config_.block_rows) - std::max(r0, br * config_.block_rows);
+        const std::int64_t cols = std::min(c1, (bc + 1) * config_.block_cols) - std::max(c0, bc * config_.block_cols);
+        const std::int64_t held = counts[b][static_cast<std::size_t>(br * blocks_[b].scale_cols + bc)];
+        alone = held == rows * cols && held == block_elements(tensor.shape, config_, br, bc);
+      }
+    q.fused = alone;
+  }
+  validate_source_map(form_map_, form.tensors);
+}
+
+void QuantizedPack::set_shared_blocks(std::vector<BlockKey> shared) {
+  std::sort(shared.begin(), shared.end());
+  shared.erase(std::unique(shared.begin(), shared.end()), shared.end());
+  for (const BlockKey& key : shared)
+    if (key.tensor >= source_tensors_.size() || key.block < 0)
+      throw Error(ErrorCode::kInvalidArgument, "FP8 pack: a shared block names tensor " + std::to_string(key.tensor) +
+                                                   " block " + std::to_string(key.block) + ", which does not exist");
+  shared_ = std::move(shared);
+  exchanged_.assign(shared_.size(), 0);
+  // A copy with a shared block waits for the exchange like the others.
+  for (Quantized& q : quantized_) {
+    if (!q.fused) continue;
+    const SliceCopy& copy = trainer_map_.copies[q.copy];
+    const std::int64_t scale_cols = blocks_[static_cast<std::size_t>(blocks_of_[copy.tensor])].scale_cols;
+    for (std::int64_t br = copy.box.offset[0] / config_.block_rows;
+         q.fused && br * config_.block_rows < copy.box.offset[0] + copy.box.extent[0]; ++br)
+      for (std::int64_t bc = copy.box.offset[1] / config_.block_cols;
+           q.fused && bc * config_.block_cols < copy.box.offset[1] + copy.box.extent[1]; ++bc)
+        q.fused = !std::binary_search(shared_.begin(), shared_.end(), BlockKey{copy.tensor, br * scale_cols + bc});
+  }
+}
+
+std::vector<std::byte*> QuantizedPack::form_memory(std::span<std::byte* const> parameters) {
+  std::vector<std::byte*> memory(parameters.begin(), parameters.end());
+  memory.resize(own_parameters_, nullptr);
+  for (std::vector<std::uint8_t>& shadow : shadows_) memory.push_back(reinterpret_cast<std::byte*>(shadow.data()));
+  for (std::vector<float>& scales : scales_) memory.push_back(reinterpret_cast<std::byte*>(scales.data()));
+  return memory;
+}
+
+}  // namespace wb::exec

@@ -1,0 +1,125 @@
+// The join-by-address operations of the control plane (comm/join.hpp) between jobs started by separate
+// mpiruns (run_join_port.sh starts them, with one ompi-server):
+//   join_port trainer ADDRESS_FILE JOINS REFUSALS   2 ranks: rank 0 opens the port; exits 0 once JOINS
+//                                                    peers were admitted (each is sent one value, 42),
+//                                                    REFUSALS refused, and rank 1's knock ended the accept
+//   join_port joiner ADDRESS_FILE ok|refused         every rank of this job ends with the outcome its
+//                                                    leader met; exits 0 when it is the one expected
+#include <mpi.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <sys/stat.h>
+
+#include "comm/backoff.hpp"
+#include "comm/deadline.hpp"
+#include "comm/join.hpp"
+#include "weightbridge/status.hpp"
+
+namespace {
+
+constexpr double kTimeout = 20;
+
+// Trainer rank 1 ends rank 0's accept thread at the end (a knock): nothing wakes it from its own process.
+int run_knocker() {
+  char name[MPI_MAX_PORT_NAME] = {};
+  MPI_Bcast(name, sizeof name, MPI_CHAR, 0, MPI_COMM_WORLD);
+  int go = 0;
+  MPI_Bcast(&go, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (!wb::comm::knock(name, kTimeout)) {
+    std::fprintf(stderr, "trainer 1: the knock did not complete\n");
+    return 1;
+  }
+  return 0;
+}
+
+int run_trainer(const std::string& path, int joins, int refusals) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank == 1) return run_knocker();
+  int admitted = 0;
+  {
+    wb::comm::JoinPort port(path, kTimeout);
+    char name[MPI_MAX_PORT_NAME] = {};
+    std::snprintf(name, sizeof name, "%s", port.port_name().c_str());
+    MPI_Bcast(name, sizeof name, MPI_CHAR, 0, MPI_COMM_WORLD);
+    struct stat st {};
+    if (stat(path.c_str(), &st) != 0 || (st.st_mode & 0777) != 0600) {
+      std::fprintf(stderr, "trainer: the address file %s is not mode 0600 (%o)\n", path.c_str(), st.st_mode & 0777);
+      return 1;
+    }
+    wb::comm::Backoff backoff;
+    for (const double start = wb::comm::local_seconds(); admitted < joins || port.refused() < refusals; backoff.pause()) {
+      if (wb::comm::local_seconds() - start > 60) {
+        std::fprintf(stderr, "trainer: %d of %d joins, %lld of %d refusals within 60 s\n", admitted, joins,
+                     static_cast<long long>(port.refused()), refusals);
+        return 1;
+      }
+      if (auto peer = port.take()) {
+        const std::int64_t value = 42;
+        MPI_Send(&value, 1, MPI_INT64_T, 0, 7, *peer);  // kept: a disconnect here raced the accept thread (measured)
+        ++admitted;
+      }
+    }
+    port.stop_accepting();
+    int go = 1;
+    MPI_Bcast(&go, 1, MPI_INT, 0, MPI_COMM_WORLD);  // trainer 1 knocks now
+    wb::comm::Backoff wait_stop;
+    for (const double start = wb::comm::local_seconds(); !port.stopped(); wait_stop.pause())
+      if (wb::comm::local_seconds() - start > kTimeout) {
+        std::fprintf(stderr, "trainer: the accept thread did not end after the knock\n");
+        return 1;
+      }
+    if (port.refused() != refusals) {
+      std::fprintf(stderr, "trainer: %lld refusals, %d expected\n", static_cast<long long>(port.refused()), refusals);
+      return 1;
+    }
+  }
+  struct stat st {};
+  if (stat(path.c_str(), &st) == 0) {
+    std::fprintf(stderr, "trainer: the address file %s is still there after the port closed\n", path.c_str());
+    return 1;
+  }
+  std::printf("trainer: %d joins admitted, %d refused, port closed, accept thread ended\n", admitted, refusals);
+  return 0;
+}
+
+int run_joiner(const std::string& path, bool expect_ok) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  char message[512] = {};
+  std::int64_t outcome = 0;  // 1 admitted and the trainers' value received, 0 refused or failed
+  if (rank == 0) {
+    try {
+      MPI_Comm peer = wb::comm::join_by_address(path, kTimeout);
+      std::int64_t value = 0;
+      MPI_Recv(&value, 1, MPI_INT64_T, 0, 7, peer, MPI_STATUS_IGNORE);
+      outcome = value == 42 ? 1 : 0;
+      std::snprintf(message, sizeof message, "admitted; the trainers sent %lld", static_cast<long long>(value));
+    } catch (const wb::Error& error) {
+      std::snprintf(message, sizeof message, "%s", error.status().message().c_str());
+    }
+  }
+  // Every rank of the joining job ends with its leader's outcome, in the same words.
+  MPI_Bcast(&outcome, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
+  MPI_Bcast(message, sizeof message, MPI_CHAR, 0, MPI_COMM_WORLD);
+  std::printf("joiner rank %d: %s\n", rank, message);
+  const bool refused_as_such = std::strstr(message, "the trainers refused the secret") != nullptr;
+  return expect_ok ? (outcome == 1 ? 0 : 1) : (outcome == 0 && refused_as_such ? 0 : 1);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  int rc = 2;
+  const std::string mode = argc > 2 ? argv[1] : "";
+  if (mode == "trainer" && argc == 5) rc = run_trainer(argv[2], std::stoi(argv[3]), std::stoi(argv[4]));
+  else if (mode == "joiner" && argc == 4) rc = run_joiner(argv[2], std::string(argv[3]) == "ok");
+  else std::fprintf(stderr, "usage: join_port trainer FILE JOINS REFUSALS | joiner FILE ok|refused\n");
+  MPI_Finalize();
+  return rc;
+}

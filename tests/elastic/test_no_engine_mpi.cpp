@@ -1,0 +1,111 @@
+// A trainer job that starts with no engine at all (issue 31): a world of trainers only constructs and
+// connects its adapters, its load_weights is still probed (a bad one fails connect on every trainer), and
+// send_weights returns at once in every mode, sending nothing.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "emu/checkpoints/synthetic.hpp"
+#include "emu/frameworks/backend.hpp"
+#include "weightbridge/adapter.hpp"
+
+namespace wb::emu {
+namespace {
+
+struct Trainers {
+  int rank = 0, size = 0;
+  ModelConfig model;
+  std::vector<TensorInfo> tensors;
+  std::unique_ptr<SyntheticCheckpoint> checkpoint;
+  std::unique_ptr<EmulatedWorker> worker;
+  std::unique_ptr<HostParameters> params;
+
+  Trainers() {
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    ScaleOptions scale;
+    scale.num_layers = 2;
+    model = scale_model(load_named_model_config("qwen3-30b-a3b"), scale);
+    tensors = model_tensors(model);
+    checkpoint = std::make_unique<SyntheticCheckpoint>(tensors, 7);
+    worker = make_trainer_worker(model, TrainerSpec::parse("tp=" + std::to_string(size)), rank);
+    params = std::make_unique<HostParameters>(worker->parameter_infos());
+    worker->load_weights(*checkpoint, params->parameters());
+  }
+  LoadWeightsFn load() const {
+    return [this](const CheckpointReader& c, const ParameterSet& p) { worker->load_weights(c, p); };
+  }
+};
+
+struct Mode {
+  const char* name;
+  bool sender_staging;
+};
+
+class NoEngine : public ::testing::TestWithParam<Mode> {};
+
+TEST_P(NoEngine, SendWeightsSucceedsAtOnceAndSendsNothing) {
+  Trainers t;
+  AdapterOptions options;
+  options.sender_staging = GetParam().sender_staging;
+  options.timeout_seconds = 30;
+  SenderAdapter sender(MPI_COMM_WORLD, MPI_COMM_WORLD, t.params->parameters(), t.tensors, t.load(), options);
+  sender.connect();
+  ASSERT_TRUE(sender.connected());
+  EXPECT_EQ(sender.summary().workers, t.size);
+  EXPECT_EQ(sender.summary().rounds, 0);
+  EXPECT_EQ(sender.summary().bytes_per_update, 0);
+  // Ranks enter send_weights at different times: none waits for another (nothing is collective there).
+  if (t.rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  for (std::uint64_t v = 1; v <= 4; ++v) {
+    const Status status = sender.send_weights(v);
+    ASSERT_TRUE(status.is_ok()) << status.to_string();
+    EXPECT_EQ(sender.stats().version, v);
+  }
+  // A version that does not increase is still refused.
+  EXPECT_FALSE(sender.send_weights(4).is_ok());
+  EXPECT_TRUE(sender.wait().is_ok());
+  const AdapterStats stats = sender.stats();
+  ASSERT_EQ(stats.history.size(), 4u);
+  for (std::size_t i = 0; i < stats.history.size(); ++i) {
+    EXPECT_EQ(stats.history[i].version, i + 1);
+    EXPECT_TRUE(stats.history[i].completed);
+    EXPECT_EQ(stats.history[i].bytes_written, 0);
+  }
+  EXPECT_EQ(stats.bytes_written, 0);
+  EXPECT_TRUE(sender.shutdown().is_ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, NoEngine, ::testing::Values(Mode{"sync", false}, Mode{"sender_staged", true}),
+                         [](const ::testing::TestParamInfo<Mode>& info) { return std::string(info.param.name); });
+
+// With no engine to send to, the trainers' load_weights is probed all the same: one that reads a tensor the
+// checkpoint does not have fails connect on every trainer, naming the rank and the tensor.
+TEST(NoEngineFailures, ABadTrainerLoaderFailsConnectOnEveryTrainer) {
+  Trainers t;
+  const LoadWeightsFn load = [&t](const CheckpointReader& c, const ParameterSet& p) {
+    t.worker->load_weights(c, p);
+    if (t.rank == 1) {
+      float value = 0;
+      c.read_box("model.no_such_tensor", Box{{0}, {1}}, &value);
+    }
+  };
+  AdapterOptions options;
+  options.timeout_seconds = 30;
+  SenderAdapter sender(MPI_COMM_WORLD, MPI_COMM_WORLD, t.params->parameters(), t.tensors, load, options);
+  std::string message;
+  try {
+    sender.connect();
+  } catch (const Error& error) {
+    message = error.status().message();
+  }
+  EXPECT_NE(message.find("trainer 1 (world rank 1)"), std::string::npos) << message;
+  EXPECT_NE(message.find("model.no_such_tensor"), std::string::npos) << message;
+  EXPECT_FALSE(sender.connected());
+}
+
+}  // namespace
+}  // namespace wb::emu

@@ -1,0 +1,342 @@
+// The trainers' FP8 pack (exec/quantized_pack.hpp) on 3 trainer ranks: flat shards whose cuts split
+// blocks, a TP split off a multiple of 128, a transposed replica, copied tensors. Every rank quantizes its
+// own elements, the ranks exchange the amaxes of the blocks they share, and every code and scale each rank
+// would send equals, bit for bit, the FP8 form computed from the whole checkpoint (open_fp8_form).
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <chrono>
+#include <random>
+#include <thread>
+
+#include "comm/collectives.hpp"
+#include "weightbridge/adapter.hpp"
+#include "comm/max_reduce.hpp"
+#include "exec/quantized_pack.hpp"
+#include "layout/fp8_form.hpp"
+#include "../support/expect_error.hpp"
+#include "../support/memory_checkpoint.hpp"
+
+namespace wb {
+namespace {
+
+using exec::BlockKey;
+using exec::QuantizedPack;
+
+constexpr std::int64_t kFlatRows = 300, kFlatCols = 200, kTpRows = 256, kTpCols = 192, kTpCut = 100;
+
+std::uint16_t bf16_bits(float x) { return static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(x) >> 16); }
+
+// Values of every magnitude, a zero block, and one NaN in a block the flat shards split.
+testing::MemoryCheckpoint make_checkpoint(std::vector<TensorInfo>& tensors, unsigned version = 0) {
+  tensors = {{"a.weight", DType::kBF16, {kFlatRows, kFlatCols}},
+             {"b.weight", DType::kBF16, {kTpRows, kTpCols}},
+             {"norm.weight", DType::kBF16, {kFlatRows}},
+             {"lm_head.weight", DType::kBF16, {64, kFlatCols}}};
+  std::mt19937 random(32 + version);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-30, 12);
+  testing::MemoryCheckpoint checkpoint;
+  for (const TensorInfo& t : tensors) {
+    std::vector<std::uint16_t> values(static_cast<std::size_t>(t.numel()));
+    for (std::uint16_t& v : values) v = bf16_bits(std::ldexp(normal(random), exponent(random) / 4));
+    if (t.name == "a.weight") values[110 * kFlatCols + 3] = 0x7FC0;  // NaN in block (0, 0), which ranks 0, 1 share
+    if (t.name == "b.weight")  // block (1, 1) all zero
+      for (std::int64_t r = 128; r < kTpRows; ++r)
+        for (std::int64_t c = 128; c < kTpCols; ++c) values[static_cast<std::size_t>(r * kTpCols + c)] = 0;
+    checkpoint.add(t, std::move(values));
+  }
+  return checkpoint;
+}
+
+struct Rank {
+  SourceMap map;
+  std::vector<std::vector<std::uint16_t>> memory;
+};
+
+// This rank's layout: a flat shard of a.weight (cut mid-row), its part of b.weight (TP columns cut at
+// 100 between ranks 0 and 1; rank 2 a transposed replica of the whole), and one copied tensor.
+Rank make_rank(int rank, const std::vector<TensorInfo>& tensors) {
+  Rank out;
+  const std::int64_t flat = kFlatRows * kFlatCols, cuts[4] = {0, 20123, 40011, flat};
+  const std::int64_t begin = cuts[rank], end = cuts[rank + 1];
+  out.map.parameters.push_back({"flat", DType::kBF16, {end - begin}});
+  for (std::int64_t at = begin; at < end;) {
+    const std::int64_t row = at / kFlatCols, col = at % kFlatCols;
+    if (col != 0 || end - at < kFlatCols) {  // a partial row
+      const std::int64_t n = std::min(kFlatCols - col, end - at);
+      out.map.copies.push_back({0, 0, Box{{row, col}, {1, n}}, at - begin, {kFlatCols, 1}});
+      at += n;
+    } else {
+      const std::int64_t rows = (end - at) / kFlatCols;
+      out.map.copies.push_back({0, 0, Box{{row, 0}, {rows, kFlatCols}}, at - begin, {kFlatCols, 1}});
+      at += rows * kFlatCols;
+    }
+  }
+  if (rank < 2) {
+    const std::int64_t c0 = rank == 0 ? 0 : kTpCut, cols = rank == 0 ? kTpCut : kTpCols - kTpCut;
+    out.map.parameters.push_back({"b", DType::kBF16, {kTpRows, cols}});
+    out.map.copies.push_back({1, 1, Box{{0, c0}, {kTpRows, cols}}, 0, {cols, 1}});
+  } else {
+    out.map.parameters.push_back({"b_t", DType::kBF16, {kTpCols, kTpRows}});
+    out.map.copies.push_back({1, 1, Box{{0, 0}, {kTpRows, kTpCols}}, 0, {1, kTpRows}});
+  }
+  const std::uint32_t copied = rank == 1 ? 3 : 2;
+  out.map.parameters.push_back({"copied", DType::kBF16, tensors[copied].shape});
+  out.map.copies.push_back({copied, 2, Box{Shape(tensors[copied].shape.size(), 0), tensors[copied].shape}, 0,
+                            tensors[copied].shape.size() == 1 ? Shape{1} : Shape{kFlatCols, 1}});
+  return out;
+}
+
+class Fp8PackMpi : public ::testing::TestWithParam<fp8::ScaleRule> {};
+
+TEST_P(Fp8PackMpi, EveryCodeAndScaleEqualsTheFormOfTheWholeCheckpoint) {
+  // The first 3 ranks of the world, as trainers.
+  int world_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm trainers = MPI_COMM_NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, world_rank < 3 ? 0 : MPI_UNDEFINED, world_rank, &trainers);
+  if (trainers == MPI_COMM_NULL) return;
+  int rank = 0, size = 0;
+  MPI_Comm_rank(trainers, &rank);
+  MPI_Comm_size(trainers, &size);
+  ASSERT_EQ(size, 3);
+  std::vector<TensorInfo> tensors;
+  testing::MemoryCheckpoint checkpoint = make_checkpoint(tensors);
+  layout::QuantizationConfig config;
+  config.rule = GetParam();
+  config.modules_to_not_convert = {"lm_head"};
+  const layout::Fp8Form form = layout::derive_fp8_form(tensors, config);
+  ASSERT_EQ(form.tensors.size(), 6u);  // a, a_scale_inv, b, b_scale_inv, norm, lm_head
+
+  Rank mine = make_rank(rank, tensors);
+  validate_source_map(mine.map, tensors);
+  ParameterSet params;
+  for (const TensorInfo& p : mine.map.parameters) {
+    mine.memory.emplace_back(static_cast<std::size_t>(p.numel()), 0);
+    params.add(p.name, TensorView::contiguous(mine.memory.back().data(), p.dtype, p.shape));
+  }
+  apply_source_map(mine.map, checkpoint, params);
+
+  QuantizedPack pack(mine.map, form);
+  // The partial blocks' union, once (what connect does); then every update's exchange.
+  const comm::Waiter waiter = comm::Waiter::from_settings();
+  const auto& partial = pack.partial_blocks();
+  const auto all = comm::allgather(std::as_bytes(std::span(partial)), trainers, waiter, "partial blocks");
+  std::vector<BlockKey> shared;
+  for (const auto& bytes : all) {
+    const auto* keys = reinterpret_cast<const BlockKey*>(bytes.data());
+    shared.insert(shared.end(), keys, keys + bytes.size() / sizeof(BlockKey));
+  }
+  pack.set_shared_blocks(shared);
+  // Flat cuts at 20123 and 40011 split a.weight's block rows 0 and 1; the TP cut at 100 splits the first
+  // block column of b.weight for ranks 0 and 1 (rank 2 holds it whole, and takes part all the same).
+  ASSERT_GT(pack.shared_blocks().size(), 2u);
+  EXPECT_EQ(pack.exchange_bytes(), static_cast<std::int64_t>(4 * pack.shared_blocks().size()));
+
+  std::vector<std::byte*> bases;
+  for (auto& m : mine.memory) bases.push_back(reinterpret_cast<std::byte*>(m.data()));
+  int exchanges = 0;
+  for (int update = 0; update < 2; ++update) {
+    if (update == 1) {  // new values, as the next version brings (the NaN becomes +inf, zeros subnormal)
+      for (auto& m : mine.memory)
+        for (std::uint16_t& v : m) v = static_cast<std::uint16_t>(v ^ 0x0040u);
+    }
+    const Status quantized = pack.quantize(bases, [&](std::span<std::uint32_t> bits) {
+      ++exchanges;
+      return comm::reduce_max(bits, trainers, waiter, "FP8 amax exchange");
+    });
+    ASSERT_TRUE(quantized.ok()) << quantized.message();
+    // The reference: the whole checkpoint of this version, quantized block by block.
+    testing::MemoryCheckpoint version;
+    {
+      std::vector<TensorInfo> ignored;
+      version = make_checkpoint(ignored);
+    }
+    testing::MemoryCheckpoint flipped;
+    for (const TensorInfo& t : tensors) {
+      std::vector<std::uint16_t> values(static_cast<std::size_t>(t.numel()));
+      version.read_box(t.name, Box{Shape(t.shape.size(), 0), t.shape}, values.data());
+      if (update == 1)
+        for (std::uint16_t& v : values) v = static_cast<std::uint16_t>(v ^ 0x0040u);
+      flipped.add(t, std::move(values));
+    }
+    const auto reference = layout::open_fp8_form(flipped, form);
+    const std::vector<std::byte*> memory = pack.form_memory(bases);
+    std::int64_t checked = 0;
+    for (const SliceCopy& copy : pack.form_map().copies) {
+      const TensorInfo& t = form.tensors[copy.tensor];
+      const std::size_t element = dtype_size(t.dtype);
+      std::vector<std::byte> expected(static_cast<std::size_t>(copy.numel()) * element);
+      reference->read_box(t.name, copy.box, expected.data());
+      const std::int64_t cols = copy.box.extent.size() == 2 ? copy.box.extent[1] : copy.box.extent[0];
+      const std::int64_t rows = copy.box.extent.size() == 2 ? copy.box.extent[0] : 1;
+      for (std::int64_t i = 0; i < rows; ++i)
+        for (std::int64_t j = 0; j < cols; ++j) {
+          const std::int64_t position =
+              copy.offset + (copy.box.extent.size() == 2 ? i * copy.strides[0] + j * copy.strides[1] : j * copy.strides[0]);
+          ASSERT_EQ(std::memcmp(memory[copy.parameter] + position * static_cast<std::int64_t>(element),
+                                expected.data() + (i * cols + j) * static_cast<std::int64_t>(element), element),
+                    0)
+              << "rank " << rank << " update " << update << ": " << t.name << " element (" << copy.box.offset[0] + i
+              << ", " << (copy.box.extent.size() == 2 ? copy.box.offset[1] + j : j) << ") differs from the reference";
+          ++checked;
+        }
+    }
+    EXPECT_GT(checked, 0);
+  }
+  EXPECT_EQ(exchanges, 2);
+  MPI_Comm_free(&trainers);
+}
+
+// An FP8 engine of 2 workers (world ranks 3, 4) behind the 3 trainers: its load_weights copies fp8 weights
+// and f32 scales, sharded in scale units (b.weight's columns at 128, its scales at 1) and transposed
+// (rank 4 holds a.weight and its scales transposed). It is probed against its own form; after every
+// version every engine parameter equals its own load_weights of the FP8 form of that version, bit for bit.
+SourceMap engine_map(int worker, const layout::Fp8Form& form) {
+  const auto index = [&](const std::string& name) {
+    for (std::uint32_t i = 0; i < form.tensors.size(); ++i)
+      if (form.tensors[i].name == name) return i;
+    throw Error(ErrorCode::kNotFound, name);
+  };
+  const auto whole = [](const Shape& shape) { return Box{Shape(shape.size(), 0), shape}; };
+  SourceMap map;
+  const Shape a = {kFlatRows, kFlatCols}, a_scales = {3, 2};
+  if (worker == 0) {
+    map.parameters = {{"a", DType::kF8E4M3, a}, {"a_scales", DType::kF32, a_scales}};
+    map.copies = {{index("a.weight"), 0, whole(a), 0, {kFlatCols, 1}},
+                  {index("a.weight_scale_inv"), 1, whole(a_scales), 0, {2, 1}}};
+  } else {
+    map.parameters = {{"a_t", DType::kF8E4M3, {kFlatCols, kFlatRows}}, {"a_scales_t", DType::kF32, {2, 3}}};
+    map.copies = {{index("a.weight"), 0, whole(a), 0, {1, kFlatRows}},
+                  {index("a.weight_scale_inv"), 1, whole(a_scales), 0, {1, 3}}};
+  }
+  const std::int64_t c0 = worker == 0 ? 0 : 128, cols = worker == 0 ? 128 : kTpCols - 128;
+  map.parameters.push_back({"b", DType::kF8E4M3, {kTpRows, cols}});
+  map.copies.push_back({index("b.weight"), 2, Box{{0, c0}, {kTpRows, cols}}, 0, {cols, 1}});
+  map.parameters.push_back({"b_scales", DType::kF32, {2, 1}});
+  map.copies.push_back({index("b.weight_scale_inv"), 3, Box{{0, worker}, {2, 1}}, 0, {1, 1}});
+  map.parameters.push_back({"norm", DType::kBF16, {kFlatRows}});
+  map.copies.push_back({index("norm.weight"), 4, whole({kFlatRows}), 0, {1}});
+  map.parameters.push_back({"lm_head", DType::kBF16, {64, kFlatCols}});
+  map.copies.push_back({index("lm_head.weight"), 5, whole({64, kFlatCols}), 0, {kFlatCols, 1}});
+  return map;
+}
+
+struct Buffers {
+  std::vector<std::vector<std::byte>> memory;
+  ParameterSet params;
+  explicit Buffers(const SourceMap& map) {
+    for (const TensorInfo& p : map.parameters) {
+      memory.emplace_back(p.nbytes(), std::byte{0});
+      params.add(p.name, TensorView::contiguous(memory.back().data(), p.dtype, p.shape));
+    }
+  }
+};
+
+class Fp8EngineMpi : public ::testing::TestWithParam<std::pair<bool, bool>> {};
+
+TEST_P(Fp8EngineMpi, EveryEngineParameterAndScaleEqualsItsLoaderOfTheFp8Form) {
+  int rank = 0, size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  ASSERT_EQ(size, 5) << "run with 5 ranks";
+  const bool trainer = rank < 3;
+  MPI_Comm group = MPI_COMM_NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, trainer ? 0 : 1, rank, &group);
+  std::vector<TensorInfo> tensors;
+  make_checkpoint(tensors);
+  AdapterOptions options;
+  options.sender_staging = GetParam().first;
+  options.receiver_staging = GetParam().second;
+  options.timeout_seconds = 30;
+  options.node = trainer ? 0 : 1;
+  options.buffer_bytes = 64 << 10;  // several rounds
+  Fp8Engine fp8;
+  fp8.scale_rule = "ue8m0";
+  fp8.modules_to_not_convert = {"lm_head"};
+  layout::QuantizationConfig config;
+  config.rule = fp8::ScaleRule::kUe8m0;
+  config.modules_to_not_convert = fp8.modules_to_not_convert;
+  const layout::Fp8Form form = layout::derive_fp8_form(tensors, config);
+  constexpr unsigned kVersions = 3;
+  if (trainer) {
+    const Rank layout = make_rank(rank, tensors);
+    Buffers buffers(layout.map);
+    const auto load = [&layout](const CheckpointReader& checkpoint, const ParameterSet& p) { apply_source_map(layout.map, checkpoint, p); };
+    SenderAdapter sender(MPI_COMM_WORLD, group, buffers.params, tensors, load, options);
+    sender.connect();
+    // The trainers send one copy of the FP8 form: M is the form's bytes, about half the checkpoint's.
+    EXPECT_EQ(sender.summary().model_bytes, static_cast<std::int64_t>(form.total_bytes()));
+    std::int64_t egress = 0;
+    for (std::int64_t bytes : sender.summary().node_egress_bytes) egress += bytes;
+    EXPECT_EQ(egress, static_cast<std::int64_t>(form.total_bytes()));
+    for (unsigned v = 1; v <= kVersions; ++v) {
+      std::vector<TensorInfo> ignored;
+      apply_source_map(layout.map, make_checkpoint(ignored, v), buffers.params);
+      const Status status = sender.send_weights(v);
+      ASSERT_TRUE(status.is_ok()) << status.to_string();
+      for (auto& m : buffers.memory) std::memset(m.data(), 0x5A, m.size());  // must not reach version v
+    }
+    ASSERT_TRUE(sender.shutdown().is_ok());
+  } else {
+    const SourceMap map = engine_map(rank - 3, form);
+    Buffers buffers(map);
+    options.fp8 = fp8;
+    const auto load = [&map](const CheckpointReader& checkpoint, const ParameterSet& p) { apply_source_map(map, checkpoint, p); };
+    ReceiverAdapter receiver(MPI_COMM_WORLD, group, buffers.params, load, options);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    std::uint64_t installed = 0;
+    for (;;) {
+      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "rank " << rank << " never saw the shutdown";
+      const PollResult result = receiver.poll_requests();
+      ASSERT_NE(result.event, PollResult::Event::kFailed) << result.status.to_string();
+      if (result.event == PollResult::Event::kShutdown) break;
+      if (result.event == PollResult::Event::kInstalled) {
+        installed = result.version;
+        std::vector<TensorInfo> ignored;
+        const testing::MemoryCheckpoint bf16 = make_checkpoint(ignored, static_cast<unsigned>(installed));
+        Buffers expected(map);
+        apply_source_map(map, *layout::open_fp8_form(bf16, form), expected.params);
+        for (std::size_t p = 0; p < map.parameters.size(); ++p)
+          ASSERT_EQ(buffers.memory[p], expected.memory[p])
+              << "engine worker " << rank - 3 << " version " << installed << ": parameter " << map.parameters[p].name
+              << " differs from its load_weights of the FP8 form";
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    EXPECT_EQ(installed, kVersions);
+  }
+  MPI_Comm_free(&group);
+}
+
+// Bad FP8 options: one error on the rank that gave them, naming it, before any collective (so no rank waits).
+TEST(Fp8EngineOptions, AnUnknownRuleOrABadBlockIsRefusedNamingTheRank) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  ParameterSet params;
+  const auto load = [](const CheckpointReader&, const ParameterSet&) {};
+  const std::string who = "world rank " + std::to_string(rank) + ": adapter options: ";
+  AdapterOptions options;
+  options.fp8 = Fp8Engine{};
+  options.fp8->scale_rule = "bogus";
+  testing::expect_error([&] { ReceiverAdapter receiver(MPI_COMM_WORLD, MPI_COMM_SELF, params, load, options); },
+                        ErrorCode::kInvalidArgument, {who, "fp8.scale_rule: unknown scale rule \"bogus\""});
+  options.fp8 = Fp8Engine{};
+  options.fp8->block_cols = 0;
+  testing::expect_error([&] { ReceiverAdapter receiver(MPI_COMM_WORLD, MPI_COMM_SELF, params, load, options); },
+                        ErrorCode::kInvalidArgument, {who, "fp8: block shape 128x0 is not positive"});
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, Fp8EngineMpi,
+                         ::testing::Values(std::pair{false, false}, std::pair{true, false}, std::pair{false, true},
+                                           std::pair{true, true}));
+
+INSTANTIATE_TEST_SUITE_P(Rules, Fp8PackMpi,
+                         ::testing::Values(fp8::ScaleRule::kPlain, fp8::ScaleRule::kPerBlockCast, fp8::ScaleRule::kUe8m0));
+
+}  // namespace
+}  // namespace wb
