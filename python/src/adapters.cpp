@@ -383,7 +383,12 @@ void bind_adapters(py::module_& m) {
       "        train_step()\n"
       "        sender.send_weights(step)         # after each optimizer step; versions increase\n"
       "    sender.shutdown()\n\n"
-      "Failures raise weightbridge.Error; after a failed update every later call raises the same error.")
+      "Failures raise weightbridge.Error; after a failed update every later call raises the same error.\n\n"
+      "One call at a time: a call made while another thread is inside this adapter (connect, send_weights,\n"
+      "wait, shutdown) is refused at once with RuntimeError naming both calls, never queued (the calls are\n"
+      "collective: a queued one could run in another order than on the other ranks). Ctrl-C during a call\n"
+      "is noticed within 100 ms: the update fails on every rank as after a timeout (the rollouts get\n"
+      "Event.ABORTED naming this rank's interruption) and KeyboardInterrupt is raised here.")
       .def(py::init<py::object, py::object, py::object, py::object, py::object, py::object, py::kwargs>(),
            py::arg("world"), py::arg("trainer_comm"), py::arg("params"), py::arg("checkpoint_tensors"),
            py::arg("load_weights"), py::arg("options") = py::none(),
@@ -412,7 +417,7 @@ void bind_adapters(py::module_& m) {
            "trainer's writes); with sender staging once they are copied to host staging. The GIL is released\n"
            "meanwhile. CUDA parameters are read after the work enqueued so far on `cuda_stream` (an int, e.g.\n"
            "torch.cuda.current_stream().cuda_stream; 0: the legacy default stream), so the trainer need not\n"
-           "synchronize its device.")
+           "synchronize its device. Called from a second thread while a call runs: RuntimeError naming both.")
       .def("wait", &PySenderAdapter::wait,
            "Waits until the version in flight is installed on every rollout (collective over the trainers).")
       .def("shutdown", &PySenderAdapter::shutdown,
@@ -436,7 +441,10 @@ void bind_adapters(py::module_& m) {
       "        generate_step()                        # result.version is in the parameters\n\n"
       "Failures raise weightbridge.Error; after one every later poll_requests raises the same error. An update\n"
       "that fails after before_update_hook ran for it is returned once as Event.ABORTED instead (undo what the\n"
-      "hook did; result.status says why, result.parameters_intact whether the parameters may serve).")
+      "hook did; result.status says why, result.parameters_intact whether the parameters may serve).\n\n"
+      "One call at a time: poll_requests while another thread is inside it is refused at once with\n"
+      "RuntimeError naming both calls, never queued. Ctrl-C during an update is noticed within 100 ms: the\n"
+      "update fails on every rank as after a timeout and KeyboardInterrupt is raised here.")
       .def(py::init<py::object, py::object, py::object, py::object, py::object, py::object, py::kwargs>(),
            py::arg("world"), py::arg("engine_comm"), py::arg("params"), py::arg("load_weights"),
            py::arg("options") = py::none(), py::arg("before_update_hook") = py::none(),

@@ -38,4 +38,6 @@ Status poll_interrupt() {
   return tripped;
 }
 
+bool interrupted() { return current_check && !tripped.is_ok(); }
+
 }  // namespace wb::comm

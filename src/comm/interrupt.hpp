@@ -30,4 +30,8 @@ class InterruptScope {
 /// A check that failed once keeps failing (with the same status) until its scope ends.
 Status poll_interrupt();
 
+/// Whether this thread's check has failed in the current scope: the failure is then this rank's own, and
+/// there is no peer's notice of its cause to wait for.
+bool interrupted();
+
 }  // namespace wb::comm

@@ -121,7 +121,9 @@ Status AdapterBase::service(bool interruptible) {
   const bool transferring = thread.active() && !thread.finished();
   Status status = faults->poll(nullptr, !transferring);
   if (!interruptible) return Status::ok();
-  return status ? comm::poll_interrupt() : status;  // the caller's Ctrl-C (comm/interrupt.hpp)
+  if (!status) return status;
+  Status stop = comm::poll_interrupt();  // the caller's Ctrl-C (comm/interrupt.hpp)
+  return stop ? stop : Status(stop.code(), who() + ": " + stop.message());
 }
 
 Status AdapterBase::give_up(Status status, const std::string& context) {
@@ -130,7 +132,8 @@ Status AdapterBase::give_up(Status status, const std::string& context) {
   // its notice, the cause, may be a moment behind: it gets that moment.
   Status known = faults->poll();
   comm::Backoff backoff;
-  for (const double until = comm::local_seconds() + std::min(0.2, 0.1 * options.timeout_seconds); known && comm::local_seconds() < until;) {
+  const double grace = comm::interrupted() ? 0.0 : std::min(0.2, 0.1 * options.timeout_seconds);  // own Ctrl-C: no peer's
+  for (const double until = comm::local_seconds() + grace; known && comm::local_seconds() < until;) {
     backoff.pause();
     known = faults->poll();
   }

@@ -94,6 +94,9 @@ struct ReceiverAdapter::State : AdapterBase {
       status = Status(ErrorCode::kInvalidArgument, who() + ": before_update_hook(" + std::to_string(v) + ") threw");
     }
     const bool hook_failed = !status;
+    // A peer that gave up while the hook ran (a trainer's Ctrl-C, a timeout): nothing of v is received, so
+    // the parameters keep the previous version whole.
+    if (status && transfer) status = service(true);
     if (status && transfer) {
       faults->set_activity(group->first_incomplete(), what + " (receiving)");
       const std::int64_t assembled = connection->executor->stats().bytes_assembled;
