@@ -95,6 +95,13 @@ Topology make_topology(const Deployment& deployment, const Network& network) {
   return topology;
 }
 
+// The largest round's bytes (over every link, all stages) over the mean round's: 1 when rounds are equal.
+double round_max_over_mean(const TransferPlan& plan) {
+  std::int64_t most = 0, sum = 0;
+  for (std::int64_t bytes : plan.round_bytes) most = std::max(most, bytes), sum += bytes;
+  return sum > 0 ? static_cast<double>(most) * static_cast<double>(plan.round_bytes.size()) / static_cast<double>(sum) : 1.0;
+}
+
 struct StrategyResult {
   std::string strategy;
   SimulationResult simulation;
@@ -294,6 +301,7 @@ int run(int argc, char** argv) {
   if (scaling > 0) return run_scaling(scaling, network, json_path);
 
   const auto start = Clock::now();
+  const double cpu_start = cpu_seconds();
   const PresetInstance instance = resolve_deployment(choice, variables);
   const ModelConfig& model = instance.model;
   const Deployment& deployment = instance.deployment;
@@ -355,12 +363,15 @@ int run(int argc, char** argv) {
   std::printf("\n  T_min = %.3f s\n", t_min);
   for (const StrategyResult& s : e.strategies) print_strategy(s, t_min);
   const std::int64_t rss = peak_rss_bytes();
+  const double total_seconds = seconds_since(start), total_cpu_seconds = cpu_seconds() - cpu_start;
   std::printf("  planning %.1f s, %.1f s CPU (correspondence %.1f s, routing and rounds %.1f s, schedules %.1f s), "
               "simulation %.1f s, peak RSS %.0f MiB (planner's estimate of its own: %.0f MiB, limit %.0f MiB)\n",
               e.plan_seconds, e.plan_cpu_seconds, e.correspondence_seconds, e.routing_seconds,
               e.plan_seconds - e.correspondence_seconds - e.routing_seconds, e.simulate_seconds,
               static_cast<double>(rss) / (1 << 20), static_cast<double>(e.memory_estimate) / (1 << 20),
               static_cast<double>(network.plan.memory_limit_bytes) / (1 << 20));
+  std::printf("  whole run %.1f s, %.1f s CPU (describing the deployment %.1f s)\n", total_seconds, total_cpu_seconds,
+              describe_seconds);
 
   nlohmann::json result = strategy_json(e, e.find(strategy));
   result.update({{"model", model.name},
@@ -372,6 +383,7 @@ int run(int argc, char** argv) {
                  {"source_map_copies", copies},
                  {"atoms", e.atoms},
                  {"segments", plan.segments.size()},
+                 {"rounds_bytes_max_over_mean", round_max_over_mean(plan)},
                  {"schedule_bytes", e.schedule_bytes},
                  {"schedule_entries", e.schedule_entries},
                  {"buffer_bytes_per_worker", network.plan.buffer_bytes_per_worker},
@@ -381,8 +393,12 @@ int run(int argc, char** argv) {
                  {"memory_limit_bytes", network.plan.memory_limit_bytes},
                  {"describe_seconds", describe_seconds},
                  {"correspondence_seconds", e.correspondence_seconds},
+                 {"routing_seconds", e.routing_seconds},
+                 {"schedules_seconds", e.plan_seconds - e.correspondence_seconds - e.routing_seconds},
                  {"plan_seconds", e.plan_seconds},
                  {"simulate_seconds", e.simulate_seconds},
+                 {"total_seconds", total_seconds},  // the whole run but for writing this JSON
+                 {"total_cpu_seconds", total_cpu_seconds},
                  {"peak_rss_bytes", rss}});
   nlohmann::json all = nlohmann::json::object();
   for (const StrategyResult& s : e.strategies) all[s.strategy] = strategy_json(e, s);
