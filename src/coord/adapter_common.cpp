@@ -5,6 +5,7 @@
 #include "comm/backoff.hpp"
 #include "comm/collectives.hpp"
 #include "comm/interrupt.hpp"
+#include "comm/join.hpp"
 #include "coord/binding_checks.hpp"
 #include "coord/clock_offset.hpp"
 #include "coord/element_accounting.hpp"
@@ -102,10 +103,24 @@ AdapterBase::~AdapterBase() {
   // After a failure the executor's teardown waits for its peers no longer than after a failed update: the
   // failure may have come from elsewhere (a peer that gave up, a control message), not from its own update.
   if (connection && connection->executor && !failure.is_ok()) connection->executor->note_peer_failure();
+  const MPI_Comm executor_comm = connection && connection->executor ? connection->executor->communicator() : MPI_COMM_NULL;
   connection.reset();
+  if (link != MPI_COMM_NULL) part_link(executor_comm);
   // The communicators are not freed: Open MPI hands a freed context id to the next communicator, and a
   // message still in flight for this one (a failed update leaves some: a shutdown request, an
   // acknowledgement nobody waits for) would then be delivered to that communicator's receives.
+}
+
+void AdapterBase::part_link(MPI_Comm executor_comm) {
+  // Both jobs part the same communicators in the same order, each within the timeout. After a failure the
+  // other job may be gone or stopped: nothing is waited for, the communicators are abandoned (kept).
+  if (!shut_down || !failure.is_ok()) return;
+  for (MPI_Comm comm : {executor_comm, world, link})
+    if (!comm::part(comm, options.timeout_seconds)) {
+      WB_LOG(kWarn) << who() << ": the other job did not end the link within " << comm::seconds_text(options.timeout_seconds)
+                    << "; its communicators are abandoned (MPI_Finalize may then wait for that job)";
+      return;
+    }
 }
 
 comm::Waiter AdapterBase::waiter() const {

@@ -58,7 +58,9 @@ struct ReceiverAdapter::State : AdapterBase {
   State(MPI_Comm world, MPI_Comm engine, ParameterSet params, LoadWeightsFn load, const AdapterOptions& options,
         BeforeUpdateHook before_update_hook)
       : AdapterBase(world, engine, false, std::move(params), std::move(load), options),
-        hook(std::move(before_update_hook)) {}
+        hook(std::move(before_update_hook)) {
+    if (!this->options.join_address.empty()) link = world;  // the merged world join_trainers returned
+  }
 
   PollResult failed(const Status& status) {
     PollResult result{PollResult::Event::kFailed, version, fail(status)};
