@@ -1,15 +1,20 @@
 // House rules of the library that a reader of one file cannot see, read from the source so that they stay
 // true as code is added: no library file outgrows a reader's head (700 lines: split it by lifecycle phase),
 // and every wait of the library pauses through the one wait policy (comm/backoff.hpp), so that one setting
-// says how much of a core a waiting rank takes. The include direction and the collectives' room are
-// test_include_direction.cpp's.
+// says how much of a core a waiting rank takes; every WB_* variable the scripts read is known (a setting or a
+// script variable), so that a job started from them is not warned about it. The include direction and the
+// collectives' room are test_include_direction.cpp's.
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <set>
 #include <string>
 #include <vector>
+
+#include "core/settings.hpp"
 
 namespace {
 
@@ -63,6 +68,32 @@ TEST(HouseRules, EveryWaitOfTheLibraryPausesThroughTheBackoff) {
                       << " outside src/comm/backoff.cpp (wait through comm::Backoff: one wait policy, WB_IDLE_SLEEP_US)";
     }
   }
+}
+
+// The scripts a user or CI runs (scripts/, slurm/, .ci/, the tests' shell scripts) read WB_* variables that
+// reach the library's processes through the environment (sbatch exports them, mpirun passes them on).
+TEST(HouseRules, EveryVariableTheScriptsReadIsKnownToTheEnvironmentCheck) {
+  static const std::regex variable(R"(\$\{?(WB_[A-Z0-9_]+))");
+  std::set<std::string> names;
+  for (const char* folder : {"scripts", "slurm", ".ci", "tests"}) {
+    for (const auto& entry : fs::recursive_directory_iterator(kRoot / folder)) {
+      const std::string ext = entry.path().extension().string();
+      if (!entry.is_regular_file() || (ext != ".sh" && ext != ".sbatch" && entry.path().filename() != "run")) continue;
+      std::ifstream in(entry.path());
+      for (std::string line; std::getline(in, line);)
+        for (std::sregex_iterator m(line.begin(), line.end(), variable), end; m != end; ++m) names.insert((*m)[1]);
+    }
+  }
+  ASSERT_GT(names.size(), 20u);  // the scripts were found
+  std::vector<std::string> set_here;  // unset again, so that the tests after this one in the process see none
+  for (const std::string& name : names)
+    if (::getenv(name.c_str()) == nullptr && ::setenv(name.c_str(), "1", 0) == 0) set_here.push_back(name);
+  const std::vector<std::string> warnings = wb::unknown_environment_warnings();
+  for (const std::string& name : set_here) ::unsetenv(name.c_str());
+  for (const std::string& name : names)
+    for (const std::string& warning : warnings)
+      EXPECT_EQ(warning.find("variable " + name + " "), std::string::npos)
+          << warning << " (add it to kScriptVariables in src/core/environment_check.cpp)";
 }
 
 }  // namespace
