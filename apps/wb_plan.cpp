@@ -50,6 +50,12 @@ std::string gib(double bytes) {
   return text;
 }
 
+std::string digest_text(std::uint64_t digest) {
+  char text[20];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(digest));
+  return text;
+}
+
 // The process's peak resident set since start or since the last reset_peak_rss (Linux: VmHWM).
 std::int64_t peak_rss_bytes() {
   std::ifstream status("/proc/self/status");
@@ -95,6 +101,13 @@ Topology make_topology(const Deployment& deployment, const Network& network) {
   return topology;
 }
 
+// The largest round's bytes (over every link, all stages) over the mean round's: 1 when rounds are equal.
+double round_max_over_mean(const TransferPlan& plan) {
+  std::int64_t most = 0, sum = 0;
+  for (std::int64_t bytes : plan.round_bytes) most = std::max(most, bytes), sum += bytes;
+  return sum > 0 ? static_cast<double>(most) * static_cast<double>(plan.round_bytes.size()) / static_cast<double>(sum) : 1.0;
+}
+
 struct StrategyResult {
   std::string strategy;
   SimulationResult simulation;
@@ -104,6 +117,7 @@ struct StrategyResult {
 struct Evaluation {
   LowerBound bound;
   TransferPlan plan;
+  std::uint64_t schedule_digest = 0;  // round_schedules_digest: equal for equal plans
   std::size_t atoms = 0, schedule_bytes = 0, largest_schedule_bytes = 0, schedule_entries = 0;
   std::size_t most_writes_per_round = 0;   // one-sided writes of one rank in one round, the most of any
   std::size_t most_peers_per_round = 0;    // distinct peers one rank writes to in one round, the most of any
@@ -149,6 +163,7 @@ Evaluation evaluate(const std::vector<TensorInfo>& tensors, DescribedDeployment 
               std::max(result.most_peers_per_round, static_cast<std::size_t>(std::unique(peers.begin(), peers.end()) - peers.begin()));
         }
       });
+  result.schedule_digest = round_schedules_digest(serialized);
   for (const std::vector<std::byte>& bytes : serialized) {
     result.schedule_bytes += bytes.size();
     result.largest_schedule_bytes = std::max(result.largest_schedule_bytes, bytes.size());
@@ -294,6 +309,7 @@ int run(int argc, char** argv) {
   if (scaling > 0) return run_scaling(scaling, network, json_path);
 
   const auto start = Clock::now();
+  const double cpu_start = cpu_seconds();
   const PresetInstance instance = resolve_deployment(choice, variables);
   const ModelConfig& model = instance.model;
   const Deployment& deployment = instance.deployment;
@@ -345,6 +361,7 @@ int run(int argc, char** argv) {
   std::printf("  round schedules: %zu entries, %.1f MiB serialized (largest rank %.1f MiB); at most %zu writes to %zu peers "
               "per rank and round\n", e.schedule_entries, static_cast<double>(e.schedule_bytes) / (1 << 20),
               static_cast<double>(e.largest_schedule_bytes) / (1 << 20), e.most_writes_per_round, e.most_peers_per_round);
+  std::printf("  schedule digest %s\n", digest_text(e.schedule_digest).c_str());
   std::printf("  external exchange: %s", plan.exchange.c_str());
   if (!plan.candidates.empty()) {
     std::printf(", the fastest simulated of");
@@ -355,12 +372,15 @@ int run(int argc, char** argv) {
   std::printf("\n  T_min = %.3f s\n", t_min);
   for (const StrategyResult& s : e.strategies) print_strategy(s, t_min);
   const std::int64_t rss = peak_rss_bytes();
+  const double total_seconds = seconds_since(start), total_cpu_seconds = cpu_seconds() - cpu_start;
   std::printf("  planning %.1f s, %.1f s CPU (correspondence %.1f s, routing and rounds %.1f s, schedules %.1f s), "
               "simulation %.1f s, peak RSS %.0f MiB (planner's estimate of its own: %.0f MiB, limit %.0f MiB)\n",
               e.plan_seconds, e.plan_cpu_seconds, e.correspondence_seconds, e.routing_seconds,
               e.plan_seconds - e.correspondence_seconds - e.routing_seconds, e.simulate_seconds,
               static_cast<double>(rss) / (1 << 20), static_cast<double>(e.memory_estimate) / (1 << 20),
               static_cast<double>(network.plan.memory_limit_bytes) / (1 << 20));
+  std::printf("  whole run %.1f s, %.1f s CPU (describing the deployment %.1f s)\n", total_seconds, total_cpu_seconds,
+              describe_seconds);
 
   nlohmann::json result = strategy_json(e, e.find(strategy));
   result.update({{"model", model.name},
@@ -372,8 +392,10 @@ int run(int argc, char** argv) {
                  {"source_map_copies", copies},
                  {"atoms", e.atoms},
                  {"segments", plan.segments.size()},
+                 {"rounds_bytes_max_over_mean", round_max_over_mean(plan)},
                  {"schedule_bytes", e.schedule_bytes},
                  {"schedule_entries", e.schedule_entries},
+                 {"schedule_digest", digest_text(e.schedule_digest)},
                  {"buffer_bytes_per_worker", network.plan.buffer_bytes_per_worker},
                  {"exchange", exchange_json(e)},
                  {"plan_cpu_seconds", e.plan_cpu_seconds},
@@ -381,8 +403,12 @@ int run(int argc, char** argv) {
                  {"memory_limit_bytes", network.plan.memory_limit_bytes},
                  {"describe_seconds", describe_seconds},
                  {"correspondence_seconds", e.correspondence_seconds},
+                 {"routing_seconds", e.routing_seconds},
+                 {"schedules_seconds", e.plan_seconds - e.correspondence_seconds - e.routing_seconds},
                  {"plan_seconds", e.plan_seconds},
                  {"simulate_seconds", e.simulate_seconds},
+                 {"total_seconds", total_seconds},  // the whole run but for writing this JSON
+                 {"total_cpu_seconds", total_cpu_seconds},
                  {"peak_rss_bytes", rss}});
   nlohmann::json all = nlohmann::json::object();
   for (const StrategyResult& s : e.strategies) all[s.strategy] = strategy_json(e, s);

@@ -47,9 +47,9 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "comm/collectives.hpp"
 #include "core/checks.hpp"
 #include "emu/checkpoints/synthetic.hpp"
 #include "emu/frameworks/backend.hpp"
@@ -142,16 +142,9 @@ double median_of(std::vector<double> values) {
 }
 
 // Waits for every rank without spinning, so that ranks that merely wait leave the cores to those that
-// measure (MPI_Barrier busy-polls, which would steal the core of a rank timing a memcpy).
-void sleeping_barrier(MPI_Comm comm) {
-  MPI_Request request;
-  WB_CHECK_MPI(MPI_Ibarrier(comm, &request));
-  for (int done = 0;;) {
-    WB_CHECK_MPI(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
-    if (done) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-}
+// measure (MPI_Barrier busy-polls, which would steal the core of a rank timing a memcpy): the control
+// plane's barrier pauses through the one wait policy, and a rank that never comes fails it at the deadline.
+void sleeping_barrier(MPI_Comm comm) { comm::barrier(comm, comm::Waiter::from_settings(), "bench_executor: a barrier"); }
 
 // One-thread memcpy: the median rate (bytes copied per second) of `repeats` copies.
 double memcpy_rate(std::byte* to, const std::byte* from, std::size_t bytes, int repeats) {

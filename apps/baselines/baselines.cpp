@@ -9,7 +9,6 @@
 #include <map>
 #include <set>
 #include <string>
-#include <thread>
 #include <tuple>
 
 #include "baselines/box_reader.hpp"
@@ -386,6 +385,8 @@ BaselineUpdate Baselines::p2p() {
   for (std::size_t b = 0; b < s.buckets.size(); ++b) s.gather(b, update);
   const auto deadline = [&] { return std::chrono::steady_clock::now() + std::chrono::duration<double>(s.options.timeout_seconds); };
   std::vector<Completion> completions;
+  // Every wait below pauses through the one wait policy when a poll found nothing new.
+  comm::Backoff backoff;
   if (s.rank == s.head) {
     std::size_t done = 0;
     auto limit = deadline();
@@ -402,21 +403,28 @@ BaselineUpdate Baselines::p2p() {
         const Status status = s.transport_of[batch.peer]->post_writes(batch.peer, batch.writes, 0, i);
         if (status.is_ok()) break;
         if (status.code() != ErrorCode::kRetryLater) throw Error(status);
+        const std::size_t before = done;
         poll_all();
         if (std::chrono::steady_clock::now() > limit)
           throw Error(ErrorCode::kTimeout, s.who() + ": P2P writes to world rank " + std::to_string(batch.peer) +
                                                " stayed back-pressured for " + std::to_string(s.options.timeout_seconds) + " s");
+        if (done == before) backoff.pause();
       }
+      backoff.progressed();
       (s.same_machine(s.rank, batch.peer) ? update.within_machine : update.between_machines) += batch.bytes;
       limit = deadline();
     }
     limit = deadline();
     while (done < s.batches.size()) {
+      const std::size_t before = done;
       poll_all();
       if (std::chrono::steady_clock::now() > limit)
         throw Error(ErrorCode::kTimeout, s.who() + ": " + std::to_string(s.batches.size() - done) +
                                              " P2P batches not complete after " + std::to_string(s.options.timeout_seconds) + " s");
-      std::this_thread::yield();
+      if (done == before)
+        backoff.pause();
+      else
+        backoff.progressed();
     }
   } else if (!s.trainer) {
     Transport& transport = *s.transport_of[s.head];
@@ -429,7 +437,10 @@ BaselineUpdate Baselines::p2p() {
       if (std::chrono::steady_clock::now() > limit)
         throw Error(ErrorCode::kTimeout, s.who() + ": " + std::to_string(arrived) + " of " + std::to_string(s.expected_arrivals) +
                                              " P2P batches arrived within " + std::to_string(s.options.timeout_seconds) + " s");
-      if (completions.empty()) std::this_thread::sleep_for(std::chrono::microseconds(50));
+      if (completions.empty())
+        backoff.pause();
+      else
+        backoff.progressed();
     }
     BoxReader reader(s.tensors, "the P2P writes");
     for (const State::Need& need : s.needs) reader.add(need.tensor, need.box, s.receive.data() + need.offset);

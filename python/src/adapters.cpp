@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "bindings.hpp"
+#include "calls.hpp"
 #include "coord/binding_checks.hpp"
 
 namespace wb::python {
@@ -257,38 +258,32 @@ class PySenderAdapter {
   PySenderAdapter& operator=(const PySenderAdapter&) = delete;
 
   void connect() {
-    Status failed;
-    {
-      py::gil_scoped_release release;
+    check(gate_.run("connect", [&] {
       try {
         adapter_->connect();
       } catch (const Error& error) {
-        failed = error.status();
+        return error.status();
       }
-    }
-    if (!failed) raise_error(failed, callbacks_->take_error());
+      return Status::ok();
+    }));
   }
 
   void send_weights(std::uint64_t version, std::uintptr_t cuda_stream) {
-    check(call([&] { return adapter_->send_weights(version, reinterpret_cast<void*>(cuda_stream)); }));
+    check(gate_.run("send_weights", [&] { return adapter_->send_weights(version, reinterpret_cast<void*>(cuda_stream)); }));
   }
-  void wait() { check(call([&] { return adapter_->wait(); })); }
-  void shutdown() { check(call([&] { return adapter_->shutdown(); })); }
+  void wait() { check(gate_.run("wait", [&] { return adapter_->wait(); })); }
+  void shutdown() { check(gate_.run("shutdown", [&] { return adapter_->shutdown(); })); }
   bool connected() const { return adapter_->connected(); }
   TransferSummary summary() const { return adapter_->summary(); }
   AdapterStats stats() const { return adapter_->stats(); }
 
  private:
-  template <class F>
-  static Status call(F&& f) {
-    py::gil_scoped_release release;
-    return f();
-  }
   void check(const Status& status) {
     if (!status) raise_error(status, callbacks_->take_error());
   }
 
   std::unique_ptr<Callbacks> callbacks_ = std::make_unique<Callbacks>();
+  CallGate gate_{"SenderAdapter"};
   py::list keep_alive_;
   std::unique_ptr<SenderAdapter> adapter_;
 };
@@ -319,11 +314,8 @@ class PyReceiverAdapter {
   PyReceiverAdapter& operator=(const PyReceiverAdapter&) = delete;
 
   PollResult poll_requests(std::uintptr_t cuda_stream) {
-    PollResult result;
-    {
-      py::gil_scoped_release release;
-      result = adapter_->poll_requests(reinterpret_cast<void*>(cuda_stream));
-    }
+    const PollResult result =
+        gate_.run("poll_requests", [&] { return adapter_->poll_requests(reinterpret_cast<void*>(cuda_stream)); });
     if (result.event == PollResult::Event::kFailed) raise_error(result.status, callbacks_->take_error());
     return result;
   }
@@ -336,6 +328,7 @@ class PyReceiverAdapter {
 
  private:
   std::unique_ptr<Callbacks> callbacks_ = std::make_unique<Callbacks>();
+  CallGate gate_{"ReceiverAdapter"};
   py::list keep_alive_;
   std::unique_ptr<ReceiverAdapter> adapter_;
 };
@@ -390,7 +383,12 @@ void bind_adapters(py::module_& m) {
       "        train_step()\n"
       "        sender.send_weights(step)         # after each optimizer step; versions increase\n"
       "    sender.shutdown()\n\n"
-      "Failures raise weightbridge.Error; after a failed update every later call raises the same error.")
+      "Failures raise weightbridge.Error; after a failed update every later call raises the same error.\n\n"
+      "One call at a time: a call made while another thread is inside this adapter (connect, send_weights,\n"
+      "wait, shutdown) is refused at once with RuntimeError naming both calls, never queued (the calls are\n"
+      "collective: a queued one could run in another order than on the other ranks). Ctrl-C during a call\n"
+      "is noticed within 100 ms: the update fails on every rank as after a timeout (the rollouts get\n"
+      "Event.ABORTED naming this rank's interruption) and KeyboardInterrupt is raised here.")
       .def(py::init<py::object, py::object, py::object, py::object, py::object, py::object, py::kwargs>(),
            py::arg("world"), py::arg("trainer_comm"), py::arg("params"), py::arg("checkpoint_tensors"),
            py::arg("load_weights"), py::arg("options") = py::none(),
@@ -419,7 +417,7 @@ void bind_adapters(py::module_& m) {
            "trainer's writes); with sender staging once they are copied to host staging. The GIL is released\n"
            "meanwhile. CUDA parameters are read after the work enqueued so far on `cuda_stream` (an int, e.g.\n"
            "torch.cuda.current_stream().cuda_stream; 0: the legacy default stream), so the trainer need not\n"
-           "synchronize its device.")
+           "synchronize its device. Called from a second thread while a call runs: RuntimeError naming both.")
       .def("wait", &PySenderAdapter::wait,
            "Waits until the version in flight is installed on every rollout (collective over the trainers).")
       .def("shutdown", &PySenderAdapter::shutdown,
@@ -443,7 +441,10 @@ void bind_adapters(py::module_& m) {
       "        generate_step()                        # result.version is in the parameters\n\n"
       "Failures raise weightbridge.Error; after one every later poll_requests raises the same error. An update\n"
       "that fails after before_update_hook ran for it is returned once as Event.ABORTED instead (undo what the\n"
-      "hook did; result.status says why, result.parameters_intact whether the parameters may serve).")
+      "hook did; result.status says why, result.parameters_intact whether the parameters may serve).\n\n"
+      "One call at a time: poll_requests while another thread is inside it is refused at once with\n"
+      "RuntimeError naming both calls, never queued. Ctrl-C during an update is noticed within 100 ms: the\n"
+      "update fails on every rank as after a timeout and KeyboardInterrupt is raised here.")
       .def(py::init<py::object, py::object, py::object, py::object, py::object, py::object, py::kwargs>(),
            py::arg("world"), py::arg("engine_comm"), py::arg("params"), py::arg("load_weights"),
            py::arg("options") = py::none(), py::arg("before_update_hook") = py::none(),

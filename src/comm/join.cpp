@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "comm/backoff.hpp"
+#include "comm/collectives.hpp"
 #include "comm/operation.hpp"
 #include "core/checks.hpp"
 #include "core/log.hpp"
@@ -271,13 +272,20 @@ MPI_Comm widen_join(MPI_Comm local, MPI_Comm leaders, bool high, double timeout,
   struct sigaction current {};
   if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) std::signal(SIGPIPE, SIG_IGN);
   auto call = std::make_shared<BlockingCall>();
-  std::thread widener([call, local, leaders, high] {
+  std::thread widener([call, local, leaders, high]() mutable {
     // Open MPI refuses an intercommunicator as the bridge: the two leaders merge theirs first (trainers'
     // leader rank 0 of the two, the joiner's rank 1).
     MPI_Comm bridge = MPI_COMM_NULL, inter = MPI_COMM_NULL;
     if (leaders != MPI_COMM_NULL) call->rc = MPI_Intercomm_merge(leaders, high ? 1 : 0, &bridge);
     if (call->rc == MPI_SUCCESS) call->rc = MPI_Intercomm_create(local, 0, bridge, high ? 0 : 1, kWidenTag, &inter);
     if (call->rc == MPI_SUCCESS) call->rc = MPI_Intercomm_merge(inter, high ? 1 : 0, &call->result);
+    // The steps are complete, nothing is pending on them: they go now (MPI_Finalize would otherwise
+    // synchronize over each with the other job; see part()).
+    if (call->rc == MPI_SUCCESS) {
+      MPI_Comm_free(&inter);
+      if (bridge != MPI_COMM_NULL) MPI_Comm_free(&bridge);
+      if (leaders != MPI_COMM_NULL) MPI_Comm_free(&leaders);
+    }
     call->done.store(true);
   });
   if (!wait_bounded(call, widener, timeout))
@@ -287,6 +295,12 @@ MPI_Comm widen_join(MPI_Comm local, MPI_Comm leaders, bool high, double timeout,
     throw Error(ErrorCode::kMpi, what + ": widening the join failed: " + detail::mpi_error_string(call->rc));
   WB_CHECK_MPI(MPI_Comm_set_errhandler(call->result, MPI_ERRORS_RETURN));
   return call->result;
+}
+
+bool part(MPI_Comm comm, double seconds) noexcept {
+  if (comm == MPI_COMM_NULL) return true;
+  if (!barrier_within(comm, seconds)) return false;
+  return MPI_Comm_free(&comm) == MPI_SUCCESS;
 }
 
 }  // namespace wb::comm

@@ -3,6 +3,7 @@
 #include <mutex>
 
 #include "comm/backoff.hpp"
+#include "comm/interrupt.hpp"
 #include "core/checks.hpp"
 
 namespace wb::comm {
@@ -82,6 +83,9 @@ Status wait_for(const OperationPtr& operation, const Waiter& waiter, bool interr
       served = now;
       Status status = waiter.service(interruptible);
       if (!status) return status;
+    }
+    if (interruptible) {
+      if (Status stop = poll_interrupt(); !stop) return Status(stop.code(), what + ": " + stop.message());
     }
     if (now - start > waiter.timeout) {
       return Status(ErrorCode::kTimeout, what + " did not complete within " + seconds_text(waiter.timeout));

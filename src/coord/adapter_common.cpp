@@ -4,6 +4,8 @@
 
 #include "comm/backoff.hpp"
 #include "comm/collectives.hpp"
+#include "comm/interrupt.hpp"
+#include "comm/join.hpp"
 #include "coord/binding_checks.hpp"
 #include "coord/clock_offset.hpp"
 #include "coord/element_accounting.hpp"
@@ -101,10 +103,24 @@ AdapterBase::~AdapterBase() {
   // After a failure the executor's teardown waits for its peers no longer than after a failed update: the
   // failure may have come from elsewhere (a peer that gave up, a control message), not from its own update.
   if (connection && connection->executor && !failure.is_ok()) connection->executor->note_peer_failure();
+  const MPI_Comm executor_comm = connection && connection->executor ? connection->executor->communicator() : MPI_COMM_NULL;
   connection.reset();
+  if (link != MPI_COMM_NULL) part_link(executor_comm);
   // The communicators are not freed: Open MPI hands a freed context id to the next communicator, and a
   // message still in flight for this one (a failed update leaves some: a shutdown request, an
   // acknowledgement nobody waits for) would then be delivered to that communicator's receives.
+}
+
+void AdapterBase::part_link(MPI_Comm executor_comm) {
+  // Both jobs part the same communicators in the same order, each within the timeout. After a failure the
+  // other job may be gone or stopped: nothing is waited for, the communicators are abandoned (kept).
+  if (!shut_down || !failure.is_ok()) return;
+  for (MPI_Comm comm : {executor_comm, world, link})
+    if (!comm::part(comm, options.timeout_seconds)) {
+      WB_LOG(kWarn) << who() << ": the other job did not end the link within " << comm::seconds_text(options.timeout_seconds)
+                    << "; its communicators are abandoned (MPI_Finalize may then wait for that job)";
+      return;
+    }
 }
 
 comm::Waiter AdapterBase::waiter() const {
@@ -119,7 +135,10 @@ Status AdapterBase::service(bool interruptible) {
   // While a transfer runs on the background thread, it answers queries (it can say what it waits for).
   const bool transferring = thread.active() && !thread.finished();
   Status status = faults->poll(nullptr, !transferring);
-  return interruptible ? status : Status::ok();
+  if (!interruptible) return Status::ok();
+  if (!status) return status;
+  Status stop = comm::poll_interrupt();  // the caller's Ctrl-C (comm/interrupt.hpp)
+  return stop ? stop : Status(stop.code(), who() + ": " + stop.message());
 }
 
 Status AdapterBase::give_up(Status status, const std::string& context) {
@@ -128,7 +147,8 @@ Status AdapterBase::give_up(Status status, const std::string& context) {
   // its notice, the cause, may be a moment behind: it gets that moment.
   Status known = faults->poll();
   comm::Backoff backoff;
-  for (const double until = comm::local_seconds() + std::min(0.2, 0.1 * options.timeout_seconds); known && comm::local_seconds() < until;) {
+  const double grace = comm::interrupted() ? 0.0 : std::min(0.2, 0.1 * options.timeout_seconds);  // own Ctrl-C: no peer's
+  for (const double until = comm::local_seconds() + grace; known && comm::local_seconds() < until;) {
     backoff.pause();
     known = faults->poll();
   }

@@ -24,6 +24,7 @@ Status check_parameter_memory(const ParameterSet& params, const std::string& who
 struct AdapterBase {
   MPI_Comm world = MPI_COMM_NULL;       // duplicates: the adapters' messages never meet the application's
   MPI_Comm group_comm = MPI_COMM_NULL;
+  MPI_Comm link = MPI_COMM_NULL;        // a joined engine job's link: the merged world of both jobs
   Roles roles;
   ResolvedOptions options;
   ParameterSet params;
@@ -47,8 +48,11 @@ struct AdapterBase {
   /// Collective over world.
   AdapterBase(MPI_Comm world, MPI_Comm group, bool trainer, ParameterSet params, LoadWeightsFn load_weights,
               const AdapterOptions& options);
+  /// A link ends (the destructor): after a clean shutdown, every communicator of it that spans the two jobs
+  /// is parted (comm::part); after a failure they are abandoned.
   ~AdapterBase();
 
+  void part_link(MPI_Comm executor_comm);
   double now() const { return comm::local_seconds() + clock_offset; }
   std::string who() const { return describe_worker(roles, roles.world_rank); }
   /// Every wait of this adapter: the timeout, and the fault channel served while waiting.

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "comm/collectives.hpp"
+#include "comm/interrupt.hpp"
 #include "coord/connect_records.hpp"
 #include "coord/element_accounting.hpp"
 #include "core/byte_codec.hpp"
@@ -363,7 +364,9 @@ std::unique_ptr<RoundExecutor> connect_executor(const Connect& c, RoundSchedule 
   executor_options.verify = options.verify;
   executor_options.trace = options.trace;
   FaultChannel* faults = c.in.faults;
-  executor_options.interrupt = [faults](const std::function<WaitState()>& waiting) {
+  executor_options.interrupt = [faults, &roles](const std::function<WaitState()>& waiting) {
+    if (Status stop = comm::poll_interrupt(); !stop)  // the caller's Ctrl-C, on its own thread
+      return Status(stop.code(), describe_worker(roles, roles.world_rank) + ": " + stop.message());
     if (!waiting) return faults->poll();
     faults->note_transfer_wait(waiting());  // idle: at most every millisecond
     const FaultChannel::WaitProbe probe = [&waiting] { return waiting(); };

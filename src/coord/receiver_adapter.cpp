@@ -58,7 +58,9 @@ struct ReceiverAdapter::State : AdapterBase {
   State(MPI_Comm world, MPI_Comm engine, ParameterSet params, LoadWeightsFn load, const AdapterOptions& options,
         BeforeUpdateHook before_update_hook)
       : AdapterBase(world, engine, false, std::move(params), std::move(load), options),
-        hook(std::move(before_update_hook)) {}
+        hook(std::move(before_update_hook)) {
+    if (!this->options.join_address.empty()) link = world;  // the merged world join_trainers returned
+  }
 
   PollResult failed(const Status& status) {
     PollResult result{PollResult::Event::kFailed, version, fail(status)};
@@ -94,6 +96,9 @@ struct ReceiverAdapter::State : AdapterBase {
       status = Status(ErrorCode::kInvalidArgument, who() + ": before_update_hook(" + std::to_string(v) + ") threw");
     }
     const bool hook_failed = !status;
+    // A peer that gave up while the hook ran (a trainer's Ctrl-C, a timeout): nothing of v is received, so
+    // the parameters keep the previous version whole.
+    if (status && transfer) status = service(true);
     if (status && transfer) {
       faults->set_activity(group->first_incomplete(), what + " (receiving)");
       const std::int64_t assembled = connection->executor->stats().bytes_assembled;

@@ -55,6 +55,7 @@ struct SenderAdapter::State : AdapterBase {
       std::optional<MPI_Comm> merged = take_joiner(port.port.get(), *group, waiter());
       if (!merged) return;
       auto link = std::make_unique<State>(*merged, group_comm, params, checkpoint_tensors, load_weights, given);
+      link->link = *merged;
       link->connect_link();
       link->version = version;
       if (roles.leader) {

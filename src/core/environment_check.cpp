@@ -26,6 +26,7 @@ constexpr const char* kScriptVariables[] = {
     "WB_DEMO_DIR",           "WB_REPLAY_DATA",    "WB_TEST_IO_DIR",      "WB_TOOLS_WORK",
     "WB_PYTHON",             "WB_MODEL_CONFIG_DIR", "WB_FAKE_IBVERBS_OLD", "WB_FAKE_IBVERBS_NO_CREATE_QP",
     "WB_FAKE_OLD",           "WB_FAKE_NO_CREATE_QP", "WB_TEST_NO_RDMA_WITH_LIBFABRIC",
+    "WB_DEMO_STEPS",         "WB_DEMO_SKIP_BUILD",
 };
 
 std::size_t edit_distance(std::string_view a, std::string_view b) {

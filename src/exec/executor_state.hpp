@@ -87,6 +87,10 @@ struct RoundExecutor::State {
   std::deque<std::uint64_t> grant_buffers;  // one per grant request; a deque, so buffers in flight never move
   std::unique_ptr<exec::Verifier> verifier;  // options.verify
 
+  /// The schedule round that global round `g` runs (rounds are numbered across updates), and its work.
+  std::size_t round_index(std::uint64_t g) const { return static_cast<std::size_t>(g % static_cast<std::uint64_t>(rounds)); }
+  exec::RoundWork& work_of(std::uint64_t g) { return work[round_index(g)]; }
+
   RoundProgress& progress(std::uint64_t g) {
     RoundProgress& p = ring[g % ring.size()];
     if (p.round != g) {
@@ -108,7 +112,7 @@ struct RoundExecutor::State {
       ++stats.trace_dropped;
       return;
     }
-    stats.trace.push_back({kind, stats.updates, static_cast<int>(g % static_cast<std::uint64_t>(rounds)), begin, end});
+    stats.trace.push_back({kind, stats.updates, static_cast<int>(round_index(g)), begin, end});
   }
 
   /// A rank of the communicator in messages (ExecutorOptions::describe_rank).

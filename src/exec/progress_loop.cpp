@@ -26,7 +26,6 @@
 #include <limits>
 #include <sstream>
 #include <string>
-#include <thread>
 
 #include "comm/backoff.hpp"
 #include "core/checks.hpp"
@@ -75,7 +74,7 @@ Status send_grant(RoundExecutor::State& s, int peer, std::uint64_t round) {
 
 // Names a failed pack or assemble.
 Status step_failed(const RoundExecutor::State& s, const Status& status, const char* step, std::uint64_t round) {
-  return Status(status.code(), s.name(s.rank) + ", " + step + " of round " + std::to_string(round % s.work.size()) + ": " +
+  return Status(status.code(), s.name(s.rank) + ", " + step + " of round " + std::to_string(s.round_index(round)) + ": " +
                                    status.message());
 }
 
@@ -85,202 +84,320 @@ Status timed_out(RoundExecutor::State& s, std::uint64_t oldest) {
   std::ostringstream timeout;
   timeout << s.options.timeout_seconds;
   return Status(ErrorCode::kTimeout, s.name(s.rank) + ": no progress for " + timeout.str() + " s in round " +
-                                         std::to_string(oldest % static_cast<std::uint64_t>(s.rounds) + 1) + " of " +
+                                         std::to_string(s.round_index(oldest) + 1) + " of " +
                                          std::to_string(s.rounds) + ", waiting for " + state.first +
                                          (s.options.explain ? s.options.explain(state.second) : std::string()));
 }
 
-// Every round of one update.
-Status run_rounds(RoundExecutor::State& s) {
-  const auto started = Clock::now();
-  auto last_progress = started;
-  comm::Backoff backoff(s.idle_sleep_us);
-  const auto depth = static_cast<std::uint64_t>(s.depth);
-  const std::uint64_t first = s.next_round, end = first + static_cast<std::uint64_t>(s.rounds);
-  std::uint64_t oldest = first;  // the oldest round of this update this rank has not finished
-  const auto slot_of = [&](std::uint64_t g) { return static_cast<std::size_t>(g % depth); };
-  auto last_interrupt_check = started;
+// The rounds of one update: this update's global rounds [first, end), of which this rank works on
+// [oldest, oldest + depth), one buffer slot each.
+struct UpdateRounds {
+  std::uint64_t first = 0, end = 0;
+  std::uint64_t depth = 0;   // rounds in flight: the pipeline's buffer slots
+  std::uint64_t oldest = 0;  // the oldest round of this update this rank has not finished
+};
 
-  while (oldest < end) {
-    bool progressed = false;
-    s.completions.clear();
-    for (auto& [kind, transport] : s.transports) WB_RETURN_IF_ERROR(transport->poll(s.completions));
-    for (const Completion& c : s.completions) {
-      progressed = true;
-      if (c.kind == Completion::Kind::kWritesDone) {
-        const std::uint64_t g = c.token & ~kRelayToken;
-        RoundProgress& done = s.progress(g);
-        ++done.done;
-        if (c.token & kRelayToken) ++done.relay_done;
-        if (s.options.trace && done.done == done.posts &&
-            done.posted == static_cast<int>(s.work[static_cast<std::size_t>(g % static_cast<std::uint64_t>(s.rounds))].batches.size())) {
-          // Transports complete one peer's posts in order, not across peers: one span per round and kind,
-          // from its first post to its last completion.
-          const double now = seconds_now();
-          if (done.write_begin > 0) s.trace(ExecutorSpan::kWrite, g, done.write_begin, now);
-          if (done.forward_begin > 0) s.trace(ExecutorSpan::kForward, g, done.forward_begin, now);
-        }
-        continue;
-      }
-      const std::uint64_t tag = c.immediate >> 2;
-      const std::uint64_t g = oldest + ((tag - oldest) & kRoundMask);
-      const auto stage = static_cast<std::size_t>(c.immediate & 3u);
-      if (stage >= kStageCount || g >= oldest + 2 * depth + 1)
-        return Status(ErrorCode::kCorruptData, s.name(s.rank) + " got a write notification for round " + std::to_string(g) +
-                                                   " stage " + std::to_string(stage) + " from " + s.name(c.peer) +
-                                                   " while at round " + std::to_string(oldest));
-      RoundProgress& arrived = s.progress(g);
-      ++arrived.arrived[stage];
-      const std::vector<int>& writers = s.work[static_cast<std::size_t>(g % static_cast<std::uint64_t>(s.rounds))].writers;
-      const auto writer = std::lower_bound(writers.begin(), writers.end(), c.peer);
-      if (writer != writers.end() && *writer == c.peer)
-        ++arrived.arrived_from[static_cast<std::size_t>(writer - writers.begin())][stage];
-    }
-    // Grants: MPI delivers one peer's messages in order, so the latest is the largest.
-    for (;;) {
-      int flag = 0;
-      MPI_Status status;
-      WB_TRY_MPI(MPI_Iprobe(MPI_ANY_SOURCE, kGrantTag, s.comm, &flag, &status));
-      if (!flag) break;
-      std::uint64_t granted = 0;
-      WB_TRY_MPI(MPI_Recv(&granted, 1, MPI_UINT64_T, status.MPI_SOURCE, kGrantTag, s.comm, MPI_STATUS_IGNORE));
-      auto it = s.peers.find(status.MPI_SOURCE);
-      if (it != s.peers.end()) it->second.granted = std::max(it->second.granted, granted + 1);
-      progressed = true;
-    }
+// The buffer slot of global round `g`.
+std::size_t slot_of(const UpdateRounds& u, std::uint64_t g) { return static_cast<std::size_t>(g % u.depth); }
 
-    for (std::uint64_t g = oldest; g < end && g < oldest + depth; ++g) {
-      const auto r = static_cast<std::size_t>(g % static_cast<std::uint64_t>(s.rounds));
-      exec::RoundWork& work = s.work[r];
-      RoundProgress& p = s.progress(g);
-      if (work.packs && !p.packed) {
-        const bool was_started = p.pack_started;
-        if (s.options.trace && p.pack_begin == 0) p.pack_begin = seconds_now();
-        const Status status = s.engine->advance(exec::CopyStep::kPack, r, slot_of(g), p.pack_started, p.packed, s.stats.pack_seconds);
-        if (!status) return step_failed(s, status, "pack", g);
-        if (p.packed) s.trace(ExecutorSpan::kPack, g, p.pack_begin, seconds_now());
-        progressed = progressed || p.packed || p.pack_started != was_started;
-      }
-      const auto complete = [&](Stage stage) {
-        return p.arrived[static_cast<std::size_t>(stage)] == work.arrivals[static_cast<std::size_t>(stage)];
-      };
-      // A relay batch reads round g - 1's slot, which stays unreleased until it is done (below).
-      const auto previous_complete = [&] {
-        const exec::RoundWork& before = s.work[static_cast<std::size_t>((g - 1) % static_cast<std::uint64_t>(s.rounds))];
-        const RoundProgress& q = s.progress(g - 1);
-        return q.arrived[0] == before.arrivals[0] && q.arrived[1] == before.arrivals[1];
-      };
-      while (p.posted < static_cast<int>(work.batches.size())) {
-        const exec::Batch& batch = work.batches[static_cast<std::size_t>(p.posted)];
-        const bool ready = batch.stage == Stage::kReceive ? (!work.packs || p.packed)
-                           : batch.lag != 0 ? g > first && previous_complete()
-                           : batch.stage == Stage::kExternalExchange
-                               ? complete(Stage::kReceive)
-                               : complete(Stage::kReceive) && complete(Stage::kExternalExchange);
-        PeerLink& link = s.peers.at(batch.peer);
-        if (!ready) break;
-        if (g >= depth && link.granted <= g) {  // ready, but the receiver's slot is still taken
-          if (s.options.trace && p.credit_wait_begin == 0) p.credit_wait_begin = seconds_now();
-          break;
-        }
-        if (p.credit_wait_begin > 0) {
-          s.trace(ExecutorSpan::kCreditWait, g, p.credit_wait_begin, seconds_now());
-          p.credit_wait_begin = 0;
-        }
-        const std::size_t count = std::min(batch.writes_per_post, batch.writes.size() - p.next_write);
-        const auto chunk = batch.writes.begin() + static_cast<std::ptrdiff_t>(p.next_write);
-        s.scratch.assign(chunk, chunk + static_cast<std::ptrdiff_t>(count));
-        const std::uint64_t local_base =
-            slot_of(g - batch.lag) * static_cast<std::uint64_t>(batch.stage == Stage::kReceive ? s.buffers.send_slot_stride
-                                                                                   : s.buffers.receive_slot_stride);
-        const std::uint64_t remote_base = slot_of(g) * static_cast<std::uint64_t>(link.receive_slot_stride);
-        for (WriteRequest& w : s.scratch) {
-          w.local_offset += local_base;
-          w.remote_offset += remote_base;
-        }
-        Status status = link.transport->post_writes(batch.peer, s.scratch, encode_immediate(g, batch.stage),
-                                                    batch.lag != 0 ? g | kRelayToken : g);
-        if (status.code() == ErrorCode::kRetryLater) break;
-        if (!status)
-          return Status(status.code(), s.name(s.rank) + ": its " + stage_name(batch.stage) + " stage write to " +
-                                           s.name(batch.peer) + " failed: " + status.message());
-        for (const WriteRequest& w : s.scratch) s.stats.bytes_written += static_cast<std::int64_t>(w.bytes);
-        if (s.options.trace) {
-          double& begin = batch.stage == Stage::kReceive ? p.write_begin : p.forward_begin;
-          if (begin == 0) begin = seconds_now();
-        }
-        ++p.posts;
-        if (batch.lag != 0) ++p.relay_posts;
-        p.next_write += count;
-        if (p.next_write == batch.writes.size()) {
-          ++p.posted;
-          if (batch.lag != 0) ++p.relay_posted;
-          p.next_write = 0;
-        }
-        progressed = true;
-      }
-      if (!p.assembled && complete(Stage::kReceive) && complete(Stage::kExternalExchange) &&
-          complete(Stage::kInternalExchange)) {
-        const bool was_started = p.assemble_started;
-        if (s.options.trace && p.assemble_begin == 0) p.assemble_begin = seconds_now();
-        const Status status =
-            s.engine->advance(exec::CopyStep::kAssemble, r, slot_of(g), p.assemble_started, p.assembled, s.stats.assemble_seconds);
-        if (!status) return step_failed(s, status, "assemble", g);
-        if (p.assembled && work.assembled_bytes > 0) s.trace(ExecutorSpan::kAssemble, g, p.assemble_begin, seconds_now());
-        progressed = progressed || p.assembled || p.assemble_started != was_started;
-        if (p.assembled) s.stats.bytes_assembled += work.assembled_bytes;
-      }
-      // Slots are released in round order, so that a peer's grants arrive in order and the latest one
-      // stands for every round before it; a slot that round g + 1 relays out of, only once those relays
-      // are done (g + 1 < oldest + depth: depth >= 2 wherever a schedule relays).
-      const auto relays_done = [&] {
-        const exec::RoundWork& next = s.work[static_cast<std::size_t>((g + 1) % static_cast<std::uint64_t>(s.rounds))];
-        if (next.relay_batches == 0 || g + 1 >= end) return true;
-        const RoundProgress& q = s.progress(g + 1);
-        return q.relay_posted == next.relay_batches && q.relay_done == q.relay_posts;
-      };
-      if (!p.released && p.assembled && (!work.packs || p.packed) && p.posted == static_cast<int>(work.batches.size()) &&
-          p.done == p.posts && (g == oldest || s.progress(g - 1).released) && relays_done()) {
-        // The slot is free again: whoever writes into it depth rounds later may go ahead.
-        const std::uint64_t next = g + depth;
-        for (int writer : s.work[static_cast<std::size_t>(next % static_cast<std::uint64_t>(s.rounds))].writers)
-          WB_RETURN_IF_ERROR(send_grant(s, writer, next));
-        p.released = true;
-        progressed = true;
-      }
-    }
-    while (oldest < end && s.progress(oldest).released) ++oldest;
+// Whether every arrival of `stage` that round `p` expects is in.
+bool stage_complete(const RoundProgress& p, const exec::RoundWork& work, Stage stage) {
+  return p.arrived[static_cast<std::size_t>(stage)] == work.arrivals[static_cast<std::size_t>(stage)];
+}
 
+// A completion of this rank's own writes: counted, and the round's write and forward spans traced once
+// the last of them is done.
+void note_writes_done(RoundExecutor::State& s, const Completion& c) {
+  const std::uint64_t g = c.token & ~kRelayToken;
+  RoundProgress& done = s.progress(g);
+  ++done.done;
+  if (c.token & kRelayToken) ++done.relay_done;
+  if (s.options.trace && done.done == done.posts && done.posted == static_cast<int>(s.work_of(g).batches.size())) {
+    // Transports complete one peer's posts in order, not across peers: one span per round and kind,
+    // from its first post to its last completion.
+    const double now = seconds_now();
+    if (done.write_begin > 0) s.trace(ExecutorSpan::kWrite, g, done.write_begin, now);
+    if (done.forward_begin > 0) s.trace(ExecutorSpan::kForward, g, done.forward_begin, now);
+  }
+}
+
+// A peer's write into this rank's slot: counted per stage and per writer. Its immediate carries the round
+// modulo 2^kRoundBits, taken as the nearest round at or after the oldest; one beyond what may be in
+// flight is corrupt.
+Status note_arrival(RoundExecutor::State& s, const UpdateRounds& u, const Completion& c) {
+  const std::uint64_t tag = c.immediate >> 2;
+  const std::uint64_t g = u.oldest + ((tag - u.oldest) & kRoundMask);
+  const auto stage = static_cast<std::size_t>(c.immediate & 3u);
+  if (stage >= kStageCount || g >= u.oldest + 2 * u.depth + 1)
+    return Status(ErrorCode::kCorruptData, s.name(s.rank) + " got a write notification for round " + std::to_string(g) +
+                                               " stage " + std::to_string(stage) + " from " + s.name(c.peer) +
+                                               " while at round " + std::to_string(u.oldest));
+  RoundProgress& arrived = s.progress(g);
+  ++arrived.arrived[stage];
+  const std::vector<int>& writers = s.work_of(g).writers;
+  const auto writer = std::lower_bound(writers.begin(), writers.end(), c.peer);
+  if (writer != writers.end() && *writer == c.peer)
+    ++arrived.arrived_from[static_cast<std::size_t>(writer - writers.begin())][stage];
+  return Status::ok();
+}
+
+// Phase 1 of a pass: what the transports completed, this rank's writes and its peers'.
+Status poll_completions(RoundExecutor::State& s, const UpdateRounds& u, bool& progressed) {
+  s.completions.clear();
+  for (auto& [kind, transport] : s.transports) WB_RETURN_IF_ERROR(transport->poll(s.completions));
+  for (const Completion& c : s.completions) {
+    progressed = true;
+    if (c.kind == Completion::Kind::kWritesDone)
+      note_writes_done(s, c);
+    else
+      WB_RETURN_IF_ERROR(note_arrival(s, u, c));
+  }
+  return Status::ok();
+}
+
+// Phase 2: the grants the peers sent. MPI delivers one peer's messages in order, so the latest is the largest.
+Status take_grants(RoundExecutor::State& s, bool& progressed) {
+  for (;;) {
+    int flag = 0;
+    MPI_Status status;
+    WB_TRY_MPI(MPI_Iprobe(MPI_ANY_SOURCE, kGrantTag, s.comm, &flag, &status));
+    if (!flag) return Status::ok();
+    std::uint64_t granted = 0;
+    WB_TRY_MPI(MPI_Recv(&granted, 1, MPI_UINT64_T, status.MPI_SOURCE, kGrantTag, s.comm, MPI_STATUS_IGNORE));
+    auto it = s.peers.find(status.MPI_SOURCE);
+    if (it != s.peers.end()) it->second.granted = std::max(it->second.granted, granted + 1);
+    progressed = true;
+  }
+}
+
+// A round in flight: its global number, its schedule round's work and its progress.
+struct InFlight {
+  std::uint64_t g;
+  exec::RoundWork& work;
+  RoundProgress& p;
+};
+
+// The trainer's pack of round g into its send slot, advanced one step.
+Status pack_round(RoundExecutor::State& s, const UpdateRounds& u, const InFlight& round, bool& progressed) {
+  RoundProgress& p = round.p;
+  if (!round.work.packs || p.packed) return Status::ok();
+  const bool was_started = p.pack_started;
+  if (s.options.trace && p.pack_begin == 0) p.pack_begin = seconds_now();
+  const Status status = s.engine->advance(exec::CopyStep::kPack, s.round_index(round.g), slot_of(u, round.g),
+                                          p.pack_started, p.packed, s.stats.pack_seconds);
+  if (!status) return step_failed(s, status, "pack", round.g);
+  if (p.packed) s.trace(ExecutorSpan::kPack, round.g, p.pack_begin, seconds_now());
+  if (p.packed || p.pack_started != was_started) progressed = true;
+  return Status::ok();
+}
+
+// Whether `batch` of round g has its data: the pack for the receive stage, the earlier stages' arrivals
+// for the exchanges, and for a relay batch round g - 1's arrivals (it reads that round's slot, which stays
+// unreleased until the batch is done: release_slot).
+bool batch_ready(RoundExecutor::State& s, const UpdateRounds& u, const InFlight& round, const exec::Batch& batch) {
+  const auto previous_complete = [&] {
+    const exec::RoundWork& before = s.work_of(round.g - 1);
+    const RoundProgress& q = s.progress(round.g - 1);
+    return q.arrived[0] == before.arrivals[0] && q.arrived[1] == before.arrivals[1];
+  };
+  const auto complete = [&](Stage stage) { return stage_complete(round.p, round.work, stage); };
+  return batch.stage == Stage::kReceive ? (!round.work.packs || round.p.packed)
+         : batch.lag != 0              ? round.g > u.first && previous_complete()
+         : batch.stage == Stage::kExternalExchange
+             ? complete(Stage::kReceive)
+             : complete(Stage::kReceive) && complete(Stage::kExternalExchange);
+}
+
+// Posts the next writes of `batch` (at most writes_per_post of them) from this rank's slot into the
+// peer's slot of round g. `posted` false: the transport asks to retry later.
+Status post_next_writes(RoundExecutor::State& s, const UpdateRounds& u, const InFlight& round, const exec::Batch& batch,
+                        PeerLink& link, bool& posted) {
+  RoundProgress& p = round.p;
+  const std::uint64_t g = round.g;
+  const std::size_t count = std::min(batch.writes_per_post, batch.writes.size() - p.next_write);
+  const auto chunk = batch.writes.begin() + static_cast<std::ptrdiff_t>(p.next_write);
+  s.scratch.assign(chunk, chunk + static_cast<std::ptrdiff_t>(count));
+  const std::uint64_t local_base =
+      slot_of(u, g - batch.lag) *
+      static_cast<std::uint64_t>(batch.stage == Stage::kReceive ? s.buffers.send_slot_stride : s.buffers.receive_slot_stride);
+  const std::uint64_t remote_base = slot_of(u, g) * static_cast<std::uint64_t>(link.receive_slot_stride);
+  for (WriteRequest& w : s.scratch) {
+    w.local_offset += local_base;
+    w.remote_offset += remote_base;
+  }
+  posted = false;
+  Status status =
+      link.transport->post_writes(batch.peer, s.scratch, encode_immediate(g, batch.stage), batch.lag != 0 ? g | kRelayToken : g);
+  if (status.code() == ErrorCode::kRetryLater) return Status::ok();
+  if (!status)
+    return Status(status.code(), s.name(s.rank) + ": its " + stage_name(batch.stage) + " stage write to " +
+                                     s.name(batch.peer) + " failed: " + status.message());
+  posted = true;
+  for (const WriteRequest& w : s.scratch) s.stats.bytes_written += static_cast<std::int64_t>(w.bytes);
+  if (s.options.trace) {
+    double& begin = batch.stage == Stage::kReceive ? p.write_begin : p.forward_begin;
+    if (begin == 0) begin = seconds_now();
+  }
+  ++p.posts;
+  if (batch.lag != 0) ++p.relay_posts;
+  p.next_write += count;
+  if (p.next_write == batch.writes.size()) {
+    ++p.posted;
+    if (batch.lag != 0) ++p.relay_posted;
+    p.next_write = 0;
+  }
+  return Status::ok();
+}
+
+// Round g's batches, in order, each once it has its data and its receiver granted the slot.
+Status post_batches(RoundExecutor::State& s, const UpdateRounds& u, const InFlight& round, bool& progressed) {
+  RoundProgress& p = round.p;
+  while (p.posted < static_cast<int>(round.work.batches.size())) {
+    const exec::Batch& batch = round.work.batches[static_cast<std::size_t>(p.posted)];
+    const bool ready = batch_ready(s, u, round, batch);
+    PeerLink& link = s.peers.at(batch.peer);
+    if (!ready) break;
+    if (round.g >= u.depth && link.granted <= round.g) {  // ready, but the receiver's slot is still taken
+      if (s.options.trace && p.credit_wait_begin == 0) p.credit_wait_begin = seconds_now();
+      break;
+    }
+    if (p.credit_wait_begin > 0) {
+      s.trace(ExecutorSpan::kCreditWait, round.g, p.credit_wait_begin, seconds_now());
+      p.credit_wait_begin = 0;
+    }
+    bool posted = false;
+    WB_RETURN_IF_ERROR(post_next_writes(s, u, round, batch, link, posted));
+    if (!posted) break;
+    progressed = true;
+  }
+  return Status::ok();
+}
+
+// The rollout's assemble of round g out of its receive slot, advanced one step once every arrival is in.
+Status assemble_round(RoundExecutor::State& s, const UpdateRounds& u, const InFlight& round, bool& progressed) {
+  RoundProgress& p = round.p;
+  if (p.assembled || !stage_complete(p, round.work, Stage::kReceive) ||
+      !stage_complete(p, round.work, Stage::kExternalExchange) || !stage_complete(p, round.work, Stage::kInternalExchange))
+    return Status::ok();
+  const bool was_started = p.assemble_started;
+  if (s.options.trace && p.assemble_begin == 0) p.assemble_begin = seconds_now();
+  const Status status = s.engine->advance(exec::CopyStep::kAssemble, s.round_index(round.g), slot_of(u, round.g),
+                                          p.assemble_started, p.assembled, s.stats.assemble_seconds);
+  if (!status) return step_failed(s, status, "assemble", round.g);
+  if (p.assembled && round.work.assembled_bytes > 0) s.trace(ExecutorSpan::kAssemble, round.g, p.assemble_begin, seconds_now());
+  if (p.assembled || p.assemble_started != was_started) progressed = true;
+  if (p.assembled) s.stats.bytes_assembled += round.work.assembled_bytes;
+  return Status::ok();
+}
+
+// Whether round g + 1's relay batches, which read round g's slot, are done (none: at once).
+bool relays_done(RoundExecutor::State& s, const UpdateRounds& u, std::uint64_t g) {
+  const exec::RoundWork& next = s.work_of(g + 1);
+  if (next.relay_batches == 0 || g + 1 >= u.end) return true;
+  const RoundProgress& q = s.progress(g + 1);
+  return q.relay_posted == next.relay_batches && q.relay_done == q.relay_posts;
+}
+
+// Releases round g's slot once the round is finished here: grants round g + depth to the peers that write
+// it then. Slots are released in round order, so that a peer's grants arrive in order and the latest one
+// stands for every round before it; a slot that round g + 1 relays out of, only once those relays are
+// done (g + 1 < oldest + depth: depth >= 2 wherever a schedule relays).
+Status release_slot(RoundExecutor::State& s, const UpdateRounds& u, const InFlight& round, bool& progressed) {
+  RoundProgress& p = round.p;
+  const std::uint64_t g = round.g;
+  const bool finished = !p.released && p.assembled && (!round.work.packs || p.packed) &&
+                        p.posted == static_cast<int>(round.work.batches.size()) && p.done == p.posts &&
+                        (g == u.oldest || s.progress(g - 1).released) && relays_done(s, u, g);
+  if (!finished) return Status::ok();
+  const std::uint64_t next = g + u.depth;
+  for (int writer : s.work_of(next).writers) WB_RETURN_IF_ERROR(send_grant(s, writer, next));
+  p.released = true;
+  progressed = true;
+  return Status::ok();
+}
+
+// Phase 3: one round in flight moved as far as it goes now: pack, post, assemble, release its slot.
+Status advance_round(RoundExecutor::State& s, const UpdateRounds& u, std::uint64_t g, bool& progressed) {
+  const InFlight round{g, s.work_of(g), s.progress(g)};
+  WB_RETURN_IF_ERROR(pack_round(s, u, round, progressed));
+  WB_RETURN_IF_ERROR(post_batches(s, u, round, progressed));
+  WB_RETURN_IF_ERROR(assemble_round(s, u, round, progressed));
+  return release_slot(s, u, round, progressed);
+}
+
+// Phase 4: after a pass that moved nothing, the wait. Nothing moved: let the processes that have work
+// run first (on one machine ranks often outnumber cores, and a spinning rank would take the core from
+// the peer it waits for): the one wait policy. Idle, a peer that gave up ends this update at once rather
+// than at the deadline, and a peer that asks what this rank waits for is told; no progress for the
+// timeout fails the update naming what the oldest round waits for.
+class IdleWait {
+ public:
+  IdleWait(RoundExecutor::State& s, Clock::time_point started)
+      : s_(s), backoff_(s.idle_sleep_us), last_progress_(started), last_interrupt_check_(started) {}
+
+  Status after_pass(bool progressed, std::uint64_t oldest) {
     const auto now = Clock::now();
     if (progressed) {
-      last_progress = now;
-      backoff.progressed();
-    } else if (s.options.interrupt && now - last_interrupt_check > std::chrono::milliseconds(1)) {
-      // Idle: a peer that gave up ends this update at once rather than at the deadline; a peer that asks
-      // what this rank waits for is told.
-      last_interrupt_check = now;
+      last_progress_ = now;
+      backoff_.progressed();
+      return Status::ok();
+    }
+    if (s_.options.interrupt && now - last_interrupt_check_ > std::chrono::milliseconds(1)) {
+      last_interrupt_check_ = now;
+      RoundExecutor::State& s = s_;
       WB_RETURN_IF_ERROR(s.options.interrupt([&s, oldest] { return s.wait_state(oldest); }));
     }
-    if (!progressed && std::chrono::duration<double>(now - last_progress).count() > s.options.timeout_seconds)
-      return timed_out(s, oldest);
-    // Nothing moved: let the processes that have work run first (on one machine ranks often outnumber
-    // cores, and a spinning rank would take the core from the peer it waits for): the one wait policy.
-    if (!progressed) backoff.pause();
+    if (std::chrono::duration<double>(now - last_progress_).count() > s_.options.timeout_seconds) return timed_out(s_, oldest);
+    backoff_.pause();
+    return Status::ok();
   }
-  // Grants still in flight complete in the background; reap the finished ones.
+
+ private:
+  RoundExecutor::State& s_;
+  comm::Backoff backoff_;
+  Clock::time_point last_progress_, last_interrupt_check_;
+};
+
+// After the last round: grants still in flight complete in the background; reap the finished ones.
+Status reap_grants(RoundExecutor::State& s) {
   for (MPI_Request& request : s.grant_requests) {
     int done = 0;
     if (request != MPI_REQUEST_NULL) WB_TRY_MPI(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
   }
-  if (s.verifier) {
-    const std::function<std::string(std::uint32_t, std::int64_t)> element =
-        s.options.describe_element ? s.options.describe_element : [](std::uint32_t parameter, std::int64_t e) {
-          return "parameter " + std::to_string(parameter) + " element " + std::to_string(e);
-        };
-    const std::function<Status()> poll = [&s]() { return s.options.interrupt ? s.options.interrupt(nullptr) : Status::ok(); };
-    WB_RETURN_IF_ERROR(
-        s.verifier->exchange(s.options.timeout_seconds, poll, [&s](int peer) { return s.name(peer); }, element, s.idle_sleep_us));
+  return Status::ok();
+}
+
+// options.verify: the update's digests exchanged and compared (exec/verify.hpp).
+Status verify_update(RoundExecutor::State& s) {
+  if (!s.verifier) return Status::ok();
+  const std::function<std::string(std::uint32_t, std::int64_t)> element =
+      s.options.describe_element ? s.options.describe_element : [](std::uint32_t parameter, std::int64_t e) {
+        return "parameter " + std::to_string(parameter) + " element " + std::to_string(e);
+      };
+  const std::function<Status()> poll = [&s]() { return s.options.interrupt ? s.options.interrupt(nullptr) : Status::ok(); };
+  return s.verifier->exchange(s.options.timeout_seconds, poll, [&s](int peer) { return s.name(peer); }, element, s.idle_sleep_us);
+}
+
+// Every round of one update: passes of poll completions, take grants, advance each round in flight,
+// then wait if nothing moved, until every round of the update has released its slot.
+Status run_rounds(RoundExecutor::State& s) {
+  const auto started = Clock::now();
+  UpdateRounds u;
+  u.depth = static_cast<std::uint64_t>(s.depth);
+  u.first = u.oldest = s.next_round;
+  u.end = u.first + static_cast<std::uint64_t>(s.rounds);
+  IdleWait idle(s, started);
+  while (u.oldest < u.end) {
+    bool progressed = false;
+    WB_RETURN_IF_ERROR(poll_completions(s, u, progressed));
+    WB_RETURN_IF_ERROR(take_grants(s, progressed));
+    for (std::uint64_t g = u.oldest; g < u.end && g < u.oldest + u.depth; ++g)
+      WB_RETURN_IF_ERROR(advance_round(s, u, g, progressed));
+    while (u.oldest < u.end && s.progress(u.oldest).released) ++u.oldest;
+    WB_RETURN_IF_ERROR(idle.after_pass(progressed, u.oldest));
   }
+  WB_RETURN_IF_ERROR(reap_grants(s));
+  WB_RETURN_IF_ERROR(verify_update(s));
   s.stats.last_update_seconds = std::chrono::duration<double>(Clock::now() - started).count();
   return Status::ok();
 }
@@ -289,7 +406,7 @@ Status run_rounds(RoundExecutor::State& s) {
 
 // What round `g` waits for: a sentence, and the peers it waits on.
 WaitState RoundExecutor::State::wait_state(std::uint64_t g) {
-  const exec::RoundWork& round = work[static_cast<std::size_t>(g % static_cast<std::uint64_t>(rounds))];
+  const exec::RoundWork& round = work_of(g);
   RoundProgress& p = progress(g);
   WaitState state;
   std::string& waiting = state.first;

@@ -257,6 +257,8 @@ RoundExecutor::~RoundExecutor() {
 
 void RoundExecutor::note_peer_failure() { state_->peers_failed = true; }
 
+MPI_Comm RoundExecutor::communicator() const { return state_->comm; }
+
 void* RoundExecutor::completion_event() const { return state_->engine->completion_event(); }
 const ExecutorStats& RoundExecutor::stats() const { return state_->stats; }
 std::vector<ExecutorSpan> RoundExecutor::take_trace() { return std::exchange(state_->stats.trace, {}); }

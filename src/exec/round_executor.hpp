@@ -159,6 +159,10 @@ class RoundExecutor {
   /// destructor then waits for the peers only as long as after a failed update.
   void note_peer_failure();
 
+  /// The executor's own duplicate of `comm`, which it never frees (see the destructor): a caller whose
+  /// `comm` spans two jobs lets go of it after destruction (comm::part in comm/join.hpp).
+  MPI_Comm communicator() const;
+
   const ExecutorStats& stats() const;
   /// options.trace: the spans recorded since the last call, moved out (so a long traced run is not copied
   /// with every stats() read). Not while an update runs on another thread.

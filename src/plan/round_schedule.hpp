@@ -102,6 +102,11 @@ class RoundScheduleBuilder {
 std::vector<std::vector<std::byte>> serialize_round_schedules(const RoundScheduleBuilder& builder, int ranks, int threads = 0,
                                                               const std::function<void(const RoundSchedule&)>& inspect = {});
 
+/// A digest (64 bits) of every rank's serialized schedule, in rank order: equal digests mean, but for a
+/// collision, the same schedules. What a test pins to catch a change that alters plans, and what wb-plan
+/// prints so that two planners' results can be compared at full scale.
+std::uint64_t round_schedules_digest(const std::vector<std::vector<std::byte>>& serialized);
+
 /// Compact binary form (variable-length integers, deltas between neighbouring entries; a box that
 /// continues the previous entry's slice copy takes 3-4 bytes). Throws wb::Error (kInvalidArgument), naming
 /// the round and entry, for a schedule that deserialization would refuse: peers not strictly ascending, a

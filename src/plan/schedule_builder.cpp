@@ -7,6 +7,7 @@
 // forwards it to its own children one round later still, from where it landed (a relay write, lag 1).
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <exception>
 #include <mutex>
 #include <thread>
@@ -409,6 +410,28 @@ std::vector<std::vector<std::byte>> serialize_round_schedules(const RoundSchedul
   for (std::thread& thread : pool) thread.join();
   if (failure) std::rethrow_exception(failure);
   return serialized;
+}
+
+std::uint64_t round_schedules_digest(const std::vector<std::vector<std::byte>>& serialized) {
+  // FNV-1a over 8-byte words, each rank's size first (so that moving bytes between ranks changes it).
+  constexpr std::uint64_t kPrime = 0x100000001b3ull;
+  std::uint64_t digest = 0xcbf29ce484222325ull;
+  const auto mix = [&](std::uint64_t word) { digest = (digest ^ word) * kPrime; };
+  for (const std::vector<std::byte>& bytes : serialized) {
+    mix(bytes.size());
+    std::size_t at = 0;
+    for (; at + 8 <= bytes.size(); at += 8) {
+      std::uint64_t word = 0;
+      std::memcpy(&word, bytes.data() + at, 8);
+      mix(word);
+    }
+    if (at < bytes.size()) {
+      std::uint64_t tail = 0;
+      std::memcpy(&tail, bytes.data() + at, bytes.size() - at);
+      mix(tail);
+    }
+  }
+  return digest;
 }
 
 }  // namespace wb

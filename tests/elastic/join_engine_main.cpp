@@ -12,7 +12,6 @@
 #include <cstring>
 #include <string>
 #include <thread>
-#include <unistd.h>
 
 #include "emu/checkpoints/synthetic.hpp"
 #include "emu/checkpoints/versioned_checkpoint.hpp"
@@ -180,10 +179,6 @@ int run_engine_job(const std::string& address, const std::string& mode) {
                 static_cast<unsigned long long>(installed.front()), static_cast<unsigned long long>(installed.back()));
   int all = 0;
   MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  // The engine job ends after the trainer job: with the engine job gone first, the trainers' MPI_Finalize
-  // hung in some runs (Open MPI 4.1, the jobs still connected; README, "Engines as jobs of their own").
-  const std::string done = address + ".trainers-done";
-  for (int i = 0; i < 600 && access(done.c_str(), F_OK) != 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   return all == 1 ? 0 : 1;
 }
 

@@ -32,7 +32,6 @@ engine=$!
 trainers_rc=0
 wait "$trainers" || trainers_rc=$?
 trainers=
-touch "$dir/address.trainers-done"  # the engine job ends after the trainer job (see join_engine_main.cpp)
 engine_rc=0
 wait "$engine" || engine_rc=$?
 cat "$dir/engine.log"

@@ -13,7 +13,6 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
-#include <sched.h>
 
 #include <algorithm>
 #include <array>
@@ -25,6 +24,7 @@
 #include <vector>
 
 #include "../support/schedule_replay.hpp"
+#include "comm/backoff.hpp"
 #include "emu/checkpoints/synthetic.hpp"
 #include "emu/frameworks/backend.hpp"
 #include "emu/setup/emulated_rank.hpp"
@@ -252,6 +252,7 @@ class MpiPlayer {
     std::size_t open = 0;
     for (const auto& [peer, bytes] : remaining) open += bytes > 0 ? 1 : 0;
     Bytes message;
+    comm::Backoff backoff;
     while (open > 0) {
       bool progressed = false;
       for (auto& [peer, bytes] : remaining) {
@@ -277,7 +278,10 @@ class MpiPlayer {
         if (bytes == 0) --open;
         progressed = true;
       }
-      if (progressed) continue;
+      if (progressed) {
+        backoff.progressed();
+        continue;
+      }
       if (Clock::now() > deadline_) {
         std::string waiting;
         for (const auto& [peer, bytes] : remaining)
@@ -285,7 +289,7 @@ class MpiPlayer {
         return where(schedule_.rank, round, stage) + ": timed out after " + std::to_string(kPlayTimeout.count()) +
                " s waiting for " + waiting;
       }
-      sched_yield();
+      backoff.pause();
     }
     for (const Arrival& a : plan.arrivals) {
       if (a.stage != stage) continue;
@@ -322,6 +326,7 @@ class MpiPlayer {
   }
 
   std::string wait_for_sends(int round) {
+    comm::Backoff backoff;
     for (;;) {
       int done = 0;
       if (MPI_Testall(static_cast<int>(pending_.size()), pending_.data(), &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
@@ -338,7 +343,7 @@ class MpiPlayer {
         return "rank " + std::to_string(schedule_.rank) + ", round " + std::to_string(round) + ": timed out after " +
                std::to_string(kPlayTimeout.count()) + " s waiting for writes to " + peers + " to be taken";
       }
-      sched_yield();
+      backoff.pause();
     }
     pending_.clear();
     outgoing_.clear();

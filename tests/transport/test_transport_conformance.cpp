@@ -24,11 +24,12 @@
 #include <ostream>
 #include <set>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "../support/expect_error.hpp"
+#include "comm/backoff.hpp"
+#include "comm/collectives.hpp"
 #include "core/checks.hpp"
 #include "core/device.hpp"
 #include "core/settings.hpp"
@@ -66,16 +67,9 @@ bool all_ranks(bool ok) {
   return all != 0;
 }
 
-/// A barrier that sleeps while it waits, so that ranks sharing few cores leave them to those working.
-void relaxed_barrier() {
-  MPI_Request request;
-  MPI_Ibarrier(MPI_COMM_WORLD, &request);
-  for (int done = 0;;) {
-    MPI_Test(&request, &done, MPI_STATUS_IGNORE);
-    if (done) return;
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-}
+/// A barrier that sleeps while it waits, so that ranks sharing few cores leave them to those working: the
+/// control plane's, under the timeout_seconds deadline.
+void relaxed_barrier() { comm::barrier(MPI_COMM_WORLD, comm::Waiter::from_settings(), "the conformance test's barrier"); }
 
 /// Every rank's `mine`, by rank.
 std::vector<std::vector<std::byte>> allgatherv(const std::vector<std::byte>& mine) {
@@ -197,7 +191,9 @@ template <class Done>
 bool poll_until(Transport& transport, std::vector<Completion>& seen, Done done, const std::string& what,
                 std::chrono::milliseconds limit = kDeadline) {
   const auto deadline = Clock::now() + limit;
+  comm::Backoff backoff;
   while (!done()) {
+    const std::size_t before = seen.size();
     const Status status = transport.poll(seen);
     if (!status.is_ok()) {
       ADD_FAILURE() << "poll while waiting for " << what << ": " << status.to_string();
@@ -208,7 +204,10 @@ bool poll_until(Transport& transport, std::vector<Completion>& seen, Done done, 
       ADD_FAILURE() << "timed out after " << limit.count() << " ms waiting for " << what;
       return false;
     }
-    std::this_thread::yield();
+    if (seen.size() == before)
+      backoff.pause();
+    else
+      backoff.progressed();
   }
   return true;
 }
@@ -217,12 +216,14 @@ bool poll_until(Transport& transport, std::vector<Completion>& seen, Done done, 
 Status post_retrying(Transport& transport, int peer, std::span<const WriteRequest> writes, std::uint32_t immediate,
                      std::uint64_t token, std::vector<Completion>& seen) {
   const auto deadline = Clock::now() + kDeadline;
+  comm::Backoff backoff;
   for (;;) {
     Status status = transport.post_writes(peer, writes, immediate, token);
     if (status.code() != ErrorCode::kRetryLater) return status;
     if (Clock::now() > deadline) return Status(ErrorCode::kTimeout, "still kRetryLater at the deadline: " + status.message());
+    const std::size_t before = seen.size();
     WB_RETURN_IF_ERROR(transport.poll(seen));
-    std::this_thread::yield();
+    if (seen.size() == before) backoff.pause();
   }
 }
 

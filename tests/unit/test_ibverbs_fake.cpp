@@ -20,11 +20,11 @@
 #include <memory>
 #include <ostream>
 #include <string>
-#include <thread>
 #include <tuple>
 #include <vector>
 
 #include "../support/expect_error.hpp"
+#include "comm/backoff.hpp"
 #include "ibverbs_test_support.hpp"
 #include "transport/ibverbs/ibverbs_internal.hpp"
 #include "transport/ibverbs/ibverbs_library.hpp"
@@ -136,13 +136,18 @@ class IbverbsOverFake : public ::testing::Test {
   bool poll_until(Done done, std::vector<Completion>& seen, std::vector<Status>* errors = nullptr,
                   std::chrono::milliseconds limit = std::chrono::milliseconds(2000)) {
     const auto deadline = std::chrono::steady_clock::now() + limit;
+    comm::Backoff backoff;
     while (!done()) {
+      const std::size_t before = seen.size();
       for (auto& r : ranks_) {
         const Status s = r->transport->poll(seen);
         if (!s.is_ok() && errors != nullptr) errors->push_back(s);
       }
       if (std::chrono::steady_clock::now() > deadline) return false;
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
+      if (seen.size() == before)
+        backoff.pause();
+      else
+        backoff.progressed();
     }
     return true;
   }

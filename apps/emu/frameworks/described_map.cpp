@@ -9,8 +9,22 @@
 #include "weightbridge/status.hpp"
 
 namespace wb::emu {
+namespace {
 
-SourceMap described_source_map(const EmulatedWorker& worker, const std::vector<TensorInfo>& checkpoint_tensors) {
+// Checkpoint tensor names to their indices: built once per deployment, not per worker (a Kimi-K2 checkpoint
+// has about 70,000 tensors and its trainer 256 workers).
+using TensorIndex = std::unordered_map<std::string_view, std::uint32_t>;
+
+TensorIndex index_tensors(const std::vector<TensorInfo>& checkpoint_tensors) {
+  TensorIndex index;
+  index.reserve(checkpoint_tensors.size());
+  for (std::size_t t = 0; t < checkpoint_tensors.size(); ++t)
+    index.emplace(checkpoint_tensors[t].name, static_cast<std::uint32_t>(t));
+  return index;
+}
+
+SourceMap describe_worker(const EmulatedWorker& worker, const std::vector<TensorInfo>& checkpoint_tensors,
+                          const TensorIndex& tensor_index) {
   SourceMap map;
   map.parameters = worker.parameter_infos();
   // Each parameter gets a disjoint range of a fake address space: export_weights only computes views,
@@ -24,10 +38,6 @@ SourceMap described_source_map(const EmulatedWorker& worker, const std::vector<T
     next += (info.nbytes() + 4095) / 4096 * 4096 + 4096;
     fake.add(info.name, TensorView::contiguous(reinterpret_cast<void*>(base[i]), info.dtype, info.shape));
   }
-  std::unordered_map<std::string_view, std::uint32_t> tensor_index;
-  for (std::size_t t = 0; t < checkpoint_tensors.size(); ++t)
-    tensor_index.emplace(checkpoint_tensors[t].name, static_cast<std::uint32_t>(t));
-
   for (const CheckpointPiece& piece : worker.export_weights(fake)) {
     const auto address = reinterpret_cast<std::uintptr_t>(piece.view.data);
     // The owning parameter: the last base at or below the address.
@@ -51,14 +61,21 @@ SourceMap described_source_map(const EmulatedWorker& worker, const std::vector<T
   return normalize_source_map(std::move(map));
 }
 
+}  // namespace
+
+SourceMap described_source_map(const EmulatedWorker& worker, const std::vector<TensorInfo>& checkpoint_tensors) {
+  return describe_worker(worker, checkpoint_tensors, index_tensors(checkpoint_tensors));
+}
+
 DescribedDeployment describe_deployment(const ModelConfig& model, const Deployment& deployment,
                                         const std::vector<TensorInfo>& checkpoint_tensors) {
   DescribedDeployment result;
+  const TensorIndex tensor_index = index_tensors(checkpoint_tensors);
   std::map<int, SourceMap> by_rank_in_engine;
   const int trainers = deployment.trainer.world_size();
   for (int rank = 0; rank < deployment.world_size(); ++rank) {
     if (deployment.is_trainer(rank)) {
-      result.maps.push_back(described_source_map(*make_trainer_worker(model, deployment.trainer, rank), checkpoint_tensors));
+      result.maps.push_back(describe_worker(*make_trainer_worker(model, deployment.trainer, rank), checkpoint_tensors, tensor_index));
       result.sides.push_back(Side::kTrainer);
       result.engine_of_worker.push_back(-1);
     } else {
@@ -67,8 +84,8 @@ DescribedDeployment describe_deployment(const ModelConfig& model, const Deployme
       auto it = by_rank_in_engine.find(in_engine);
       if (it == by_rank_in_engine.end())
         it = by_rank_in_engine
-                 .emplace(in_engine, described_source_map(*make_rollout_worker(model, deployment.rollout, rollout_rank),
-                                                          checkpoint_tensors))
+                 .emplace(in_engine, describe_worker(*make_rollout_worker(model, deployment.rollout, rollout_rank),
+                                                     checkpoint_tensors, tensor_index))
                  .first;
       result.maps.push_back(it->second);
       result.sides.push_back(Side::kRollout);
