@@ -18,7 +18,7 @@ namespace {
 // never by the library, so they are not settings; declared here so that a job started from those scripts
 // is not warned about them. Each is documented where its script reads it.
 constexpr const char* kScriptVariables[] = {
-    "WB_BUILD_DIR",          "WB_BUILD_TYPE",     "WB_CMAKE_ARGS",       "WB_JOBS",
+    "WB_BUILD_DIR",          "WB_BUILD_TYPE",     "WB_DEBUG_LEVEL",     "WB_CMAKE_ARGS",       "WB_JOBS",
     "WB_TEST_JOBS",          "WB_GPU_BUILD_DIR",  "WB_GPU_TEST_JOBS",    "WB_SANITIZE",
     "WB_SANITIZE_BUILD_DIR", "WB_SANITIZE_COORD", "WB_SANITIZE_MPI_LEAKS", "WB_SANITIZE_TARGETS",
     "WB_CLUSTER_NAME",       "WB_CLUSTER_SUBNET", "WB_CLUSTER_SLOTS",    "WB_TEST_WATCHDOG",
