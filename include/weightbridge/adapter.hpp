@@ -176,8 +176,17 @@ struct UpdateRecord {
   std::optional<double> agst_seconds;
 };
 
+/// Trainers: one engine updates go to, or went to.
+struct EngineRecord {
+  std::string name;               // "engine 0 (world ranks 2, 3)", "joined engine 1 (2 workers, after version 3)"
+  std::string state;              // "serving", "left" (it left between updates), "dropped" (it failed)
+  std::uint64_t installed = 0;    // the last version it acknowledged
+  std::string why;                // left or dropped: the cause, as the trainers met it
+};
+
 struct AdapterStats {
   std::uint64_t version = 0;               // sender: last sent; receiver: installed
+  std::vector<EngineRecord> engines;       // trainers: every engine, built-in and joined, in join order
   std::vector<StallInterval> stalls;       // one per update this worker stalled for, in order
   std::vector<UpdateRecord> history;       // one per transfer this worker took part in, in order
   std::int64_t updates = 0;                // transfers this worker took part in
@@ -281,8 +290,15 @@ class ReceiverAdapter {
   ReceiverAdapter(MPI_Comm world, MPI_Comm engine_comm, ParameterSet params, LoadWeightsFn load_weights,
                   AdapterOptions options = {}, BeforeUpdateHook before_update_hook = {});
   /// Destroyed while connected and before the trainers shut down (an exception, or an engine that stops
-  /// serving), it tells every peer that this worker left, so they fail at once naming it.
+  /// serving), it tells every peer that this worker left, so they fail at once naming it. An engine that
+  /// joined by address leaves instead (leave()), unless an exception unwinds past it.
   ~ReceiverAdapter();
+  /// An engine that joined by address leaves the trainers, best between updates: it tells them and lets
+  /// go of its link; the trainers go on without it from their next send_weights (the other engines' plans
+  /// are their own and unchanged). poll_requests returns kShutdown from then on. Every rank of the engine
+  /// calls it. Throws kUnsupported on an engine that is a rank of the trainers' world (its leaving ends the
+  /// job as before).
+  void leave();
   ReceiverAdapter(const ReceiverAdapter&) = delete;
   ReceiverAdapter& operator=(const ReceiverAdapter&) = delete;
 

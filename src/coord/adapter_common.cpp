@@ -111,9 +111,20 @@ AdapterBase::~AdapterBase() {
   // acknowledgement nobody waits for) would then be delivered to that communicator's receives.
 }
 
+bool is_leave(const Status& status) { return !status && status.message().find(kLeftBetweenUpdates) != std::string::npos; }
+
 void AdapterBase::part_link(MPI_Comm executor_comm) {
+  if (left) {
+    // The engine announced its leave and sends nothing after it; the trainers saw the announcement before
+    // they got here. Freeing is local: neither side waits for the other.
+    for (MPI_Comm comm : {executor_comm, world, link})
+      if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
+    return;
+  }
   // Both jobs part the same communicators in the same order, each within the timeout. After a failure the
-  // other job may be gone or stopped: nothing is waited for, the communicators are abandoned (kept).
+  // other job may be gone or stopped: nothing is waited for, the communicators are abandoned (kept; a
+  // stopped engine that resumes may still send on them, which a freed context id would hand to the next
+  // joiner's communicator).
   if (!shut_down || !failure.is_ok()) return;
   for (MPI_Comm comm : {executor_comm, world, link})
     if (!comm::part(comm, options.timeout_seconds)) {

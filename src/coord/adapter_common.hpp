@@ -21,10 +21,16 @@ namespace wb::coord {
 /// device (a device this process can use). `who` starts the message.
 Status check_parameter_memory(const ParameterSet& params, const std::string& who);
 
+/// The words of a joined engine's announcement that it left between updates (ReceiverAdapter::leave): the
+/// trainers, meeting it as the cause of a link's failure, let go of that link instead of abandoning it.
+inline constexpr const char* kLeftBetweenUpdates = "left between updates";
+bool is_leave(const Status& status);
+
 struct AdapterBase {
   MPI_Comm world = MPI_COMM_NULL;       // duplicates: the adapters' messages never meet the application's
   MPI_Comm group_comm = MPI_COMM_NULL;
   MPI_Comm link = MPI_COMM_NULL;        // a joined engine job's link: the merged world of both jobs
+  bool left = false;                    // the link ended by an engine's leave(): its communicators are freed
   Roles roles;
   ResolvedOptions options;
   ParameterSet params;
@@ -49,7 +55,8 @@ struct AdapterBase {
   AdapterBase(MPI_Comm world, MPI_Comm group, bool trainer, ParameterSet params, LoadWeightsFn load_weights,
               const AdapterOptions& options);
   /// A link ends (the destructor): after a clean shutdown, every communicator of it that spans the two jobs
-  /// is parted (comm::part); after a failure they are abandoned.
+  /// is parted (comm::part); after a leave they are freed (nothing travels on them after the engine's
+  /// announcement); after a failure they are abandoned.
   ~AdapterBase();
 
   void part_link(MPI_Comm executor_comm);

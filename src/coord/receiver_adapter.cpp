@@ -272,10 +272,25 @@ ReceiverAdapter::ReceiverAdapter(MPI_Comm world, MPI_Comm engine_comm, Parameter
                                      std::move(load_weights), options, std::move(before_update_hook))) {}
 
 ReceiverAdapter::~ReceiverAdapter() {
+  if (state_ && state_->link != MPI_COMM_NULL && std::uncaught_exceptions() == 0) {
+    leave();
+    return;
+  }
   if (state_)
     state_->announce_departure(std::uncaught_exceptions() > 0
                                    ? "its ReceiverAdapter was destroyed by an exception"
                                    : "its ReceiverAdapter was destroyed before the trainers shut down");
+}
+
+void ReceiverAdapter::leave() {
+  State& s = *state_;
+  if (s.link == MPI_COMM_NULL)
+    throw Error(ErrorCode::kUnsupported, s.who() + ": leave() is for an engine job that joined by address; an engine "
+                                                   "of the trainers' world cannot leave without ending the job");
+  if (s.shut_down || !s.failure.is_ok()) return;
+  s.announce_departure(std::string("its engine ") + kLeftBetweenUpdates + " (ReceiverAdapter::leave or its destruction)");
+  s.left = true;
+  s.shut_down = true;
 }
 
 PollResult ReceiverAdapter::poll_requests(void* cuda_stream) {

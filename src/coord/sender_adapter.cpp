@@ -31,6 +31,11 @@ struct SenderAdapter::State : AdapterBase {
   AdapterOptions given;                      // what a joined engine's link is constructed with (no port)
   TrainersJoinPort port;                     // when joins by address are taken
   std::vector<std::unique_ptr<State>> joined;  // one link per engine job that joined, in join order
+  // A joined link's own record: when it joined, the last version every engine of it acknowledged, and,
+  // once it left or failed, why (it is then skipped: the training never fails for a joined engine).
+  std::uint64_t joined_after = 0, acknowledged = 0;
+  bool dropped = false;
+  std::string why;
 
   State(MPI_Comm world, MPI_Comm trainers, ParameterSet params, std::vector<TensorInfo> tensors, LoadWeightsFn load,
         const AdapterOptions& options)
@@ -41,9 +46,40 @@ struct SenderAdapter::State : AdapterBase {
       port = open_join_port(group_comm, this->options.join_address, this->options.timeout_seconds);
   }
 
+  ~State() {
+    // A dropped link's engine may be gone or stopped: nothing of it is waited for again. It is kept, with
+    // its buffers and communicators, to the end of the process (a transfer to it may still be pending).
+    for (std::unique_ptr<State>& link : joined)
+      if (link->dropped && !link->left) comm::keep_alive(std::shared_ptr<State>(link.release()));
+  }
+
   void connect_link() {
     throw_if_error(send_request(RequestKind::kConnect, 0));
     connect(&checkpoint_tensors);
+  }
+
+  std::string joined_name(std::size_t k) const {
+    const State& link = *joined[k];
+    const std::size_t workers = link.roles.engines.empty() ? 0 : link.roles.engines.front().size();
+    return "joined engine " + std::to_string(k) + " (" + std::to_string(workers) + " worker" + (workers == 1 ? "" : "s") +
+           ", after version " + std::to_string(link.joined_after) + ")";
+  }
+
+  // A joined link failed or its engine left: the training goes on without it from here (every other
+  // engine has a plan of its own, unchanged). Every trainer drops it alike: the link's outcome was agreed
+  // over the trainers. Said once, on trainer rank 0.
+  void drop(std::size_t k, const Status& cause) {
+    State& link = *joined[k];
+    link.dropped = true;
+    link.left = is_leave(cause);
+    link.why = cause.message();
+    if (!roles.leader) return;
+    if (link.left) {
+      WB_LOG(kInfo) << joined_name(k) << " left after version " << link.acknowledged << "; the training goes on without it";
+    } else {
+      WB_LOG(kWarn) << who() << ": " << joined_name(k) << " was dropped after version " << link.acknowledged
+                    << " (the training goes on without it): " << cause.message();
+    }
   }
 
   // A joiner admitted at the port since the last send_weights: its link, constructed and connected with
@@ -58,6 +94,7 @@ struct SenderAdapter::State : AdapterBase {
       link->link = *merged;
       link->connect_link();
       link->version = version;
+      link->joined_after = link->acknowledged = version;
       if (roles.leader) {
         WB_LOG(kInfo) << "an engine job of " << link->roles.engines.front().size() << " worker(s) joined after version "
                       << version << " (link " << joined.size() + 1 << ", connect "
@@ -199,6 +236,7 @@ struct SenderAdapter::State : AdapterBase {
     longer.timeout = 1.5 * options.timeout_seconds;
     const Status agreed = group->step(Status::ok(), longer, about(version) + ": the trainers' outcome");
     if (!agreed) return fail(agreed);
+    acknowledged = version;
     close_stall(version);  // without staging on either side, send_weights(version) stalled until here
     return record_figures(version);
   }
@@ -267,8 +305,9 @@ Status SenderAdapter::send_weights(std::uint64_t version, void* cuda_stream) {
   if (!s.failure.is_ok() || !s.connection || s.shut_down || version <= s.version) return s.send(version, cuda_stream);
   s.take_joins();
   Status status = s.send(version, cuda_stream);
-  for (const std::unique_ptr<State>& link : s.joined)
-    if (Status sent = link->send(version, cuda_stream); status && !sent) status = sent;
+  for (std::size_t k = 0; k < s.joined.size(); ++k)
+    if (!s.joined[k]->dropped)
+      if (Status sent = s.joined[k]->send(version, cuda_stream); !sent) s.drop(k, sent);
   return status;
 }
 
@@ -340,8 +379,9 @@ Status SenderAdapter::State::send(std::uint64_t version, void* cuda_stream) {
 Status SenderAdapter::wait() {
   State& s = *state_;
   Status status = s.finish_link();
-  for (const std::unique_ptr<State>& link : s.joined)
-    if (Status done = link->finish_link(); status && !done) status = done;
+  for (std::size_t k = 0; k < s.joined.size(); ++k)
+    if (!s.joined[k]->dropped)
+      if (Status done = s.joined[k]->finish_link(); !done) s.drop(k, done);
   return status;
 }
 
@@ -371,8 +411,9 @@ Status SenderAdapter::shutdown() {
     }
   }
   Status status = s.shutdown_link();
-  for (const std::unique_ptr<State>& link : s.joined)
-    if (Status done = link->shutdown_link(); status && !done) status = done;
+  for (std::size_t k = 0; k < s.joined.size(); ++k)
+    if (!s.joined[k]->dropped)
+      if (Status done = s.joined[k]->shutdown_link(); !done) s.drop(k, done);
   return status;
 }
 
@@ -380,7 +421,8 @@ bool SenderAdapter::connected() const { return state_->connection.has_value(); }
 
 int SenderAdapter::engines() const {
   std::size_t n = state_->roles.engine_leaders.size();
-  for (const std::unique_ptr<State>& link : state_->joined) n += link->roles.engine_leaders.size();
+  for (const std::unique_ptr<State>& link : state_->joined)
+    if (!link->dropped) n += link->roles.engine_leaders.size();
   return static_cast<int>(n);
 }
 
@@ -389,6 +431,16 @@ const TransferSummary& SenderAdapter::summary() const {
   return state_->connection ? state_->connection->summary : none;
 }
 
-AdapterStats SenderAdapter::stats() const { return state_->stats(); }
+AdapterStats SenderAdapter::stats() const {
+  const State& s = *state_;
+  AdapterStats stats = s.stats();
+  for (std::size_t e = 0; e < s.roles.engine_leaders.size(); ++e)
+    stats.engines.push_back({s.engine_name(e), "serving", s.acknowledged, ""});
+  for (std::size_t k = 0; k < s.joined.size(); ++k) {
+    const State& link = *s.joined[k];
+    stats.engines.push_back({s.joined_name(k), link.dropped ? (link.left ? "left" : "dropped") : "serving", link.acknowledged, link.why});
+  }
+  return stats;
+}
 
 }  // namespace wb

@@ -1,13 +1,23 @@
-// An engine job of its own joins a running trainer job by address (issue 31), run by run_join_engine.sh:
-//   join_engine trainers ADDRESS MODE   2 trainers (tp=2) and 1 engine of the world; versions 1..3, then
-//                                        more until an engine joined (at version J), then J+1..J+3
-//   join_engine engine ADDRESS MODE     a 2-worker engine (tp=2) that joins by ADDRESS
+// Engine jobs of their own join, leave and die beside a running trainer job (issue 31), run by
+// run_join_engine.sh:
+//   join_engine trainers ADDRESS MODE SCENARIO   2 trainers (tp=2) and 1 engine of the world; versions 1..3,
+//                                                 then more, until the scenario's events happened and 3
+//                                                 versions more were sent:
+//     join    an engine joined (at version J): J+1..J+3
+//     leave   an engine joined and left (leave()), then another joined (at J2): J2+1..J2+3
+//     kill    two engines joined, one was dropped (at D, its job SIGKILLed during that update): D+1..D+3
+//   join_engine engine ADDRESS MODE ROLE          a 2-worker engine (tp=2) that joins by ADDRESS:
+//     serve   until the trainers shut down
+//     leave   leaves after its third install (then poll_requests says kShutdown)
+//     killed  worker 0 SIGKILLs itself in the before_update_hook of its fifth version
 // MODE: sync | receiver-staged. Every rollout worker checks every version it installs against its own
-// load_weights of that version, bit for bit; the built-in engine installs 1..J+3 in order, the joiner's
-// first event after kConnected is kInstalled with J, then J+1..J+3. Exit 0 when all of it holds.
+// load_weights of that version, bit for bit; the built-in engine installs 1..last in order; a joiner's
+// first event after kConnected is kInstalled, then every later version in order. The trainers' every
+// send_weights succeeds, and their AdapterStats list every engine with the state the scenario implies.
 #include <mpi.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -59,18 +69,20 @@ struct Worker {
   }
 };
 
-AdapterOptions options_for(const std::string& address, const std::string& mode) {
+AdapterOptions options_for(const std::string& address, const std::string& mode, double timeout = 30) {
   AdapterOptions o;
-  o.timeout_seconds = 30;
+  o.timeout_seconds = timeout;
   o.join_address = address;
   o.receiver_staging = mode == "receiver-staged";
   o.buffer_bytes = 96 << 10;  // several rounds
   return o;
 }
 
-// Polls until shutdown; the installed versions in order. `joined`: the first event after kConnected must be
-// kInstalled (nothing else but kNone / kReceiving in between).
-bool serve(ReceiverAdapter& receiver, const Worker& w, const char* who, std::vector<std::uint64_t>& installed) {
+// Polls until shutdown (or, `leave_after` > 0, until that many installs, then leaves); the installed
+// versions in order. The first event after kConnected must be kInstalled (nothing else but kNone /
+// kReceiving in between).
+bool serve(ReceiverAdapter& receiver, const Worker& w, const char* who, std::vector<std::uint64_t>& installed,
+           std::size_t leave_after = 0) {
   bool connected = false;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
   while (std::chrono::steady_clock::now() < deadline) {
@@ -85,6 +97,10 @@ bool serve(ReceiverAdapter& receiver, const Worker& w, const char* who, std::vec
       case PollResult::Event::kInstalled:
         if (!connected || !w.holds(r.version)) return false;
         installed.push_back(r.version);
+        if (installed.size() == leave_after) {
+          receiver.leave();
+          return receiver.poll_requests().event == PollResult::Event::kShutdown;
+        }
         break;
       case PollResult::Event::kShutdown: return connected;
       default:
@@ -104,18 +120,34 @@ bool consecutive(const std::vector<std::uint64_t>& v, std::uint64_t first, std::
   return true;
 }
 
-int run_trainer_job(const std::string& address, const std::string& mode) {
+// The trainers' view of the engines: stats().engines, one word per engine ("serving left dropped").
+std::string engine_states(const SenderAdapter& sender) {
+  std::string states;
+  for (const EngineRecord& e : sender.stats().engines) states += (states.empty() ? "" : " ") + e.state;
+  return states;
+}
+
+int run_trainer_job(const std::string& address, const std::string& mode, const std::string& scenario) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   const bool trainer = rank < 2;
   MPI_Comm group = MPI_COMM_NULL;
   MPI_Comm_split(MPI_COMM_WORLD, trainer ? 0 : 1, rank, &group);
-  std::uint64_t joined_at = 0, last = 0;
   int ok = 1;
   if (trainer) {
     Worker w(true, "tp=2", rank);
-    SenderAdapter sender(MPI_COMM_WORLD, group, w.params->parameters(), w.tensors, w.load(), options_for(address, mode));
+    // The kill scenario's deadline is short: it is how long the lost engine is waited for.
+    SenderAdapter sender(MPI_COMM_WORLD, group, w.params->parameters(), w.tensors, w.load(),
+                         options_for(address, mode, scenario == "kill" ? 5 : 30));
     sender.connect();
+    // The events the scenario waits for, in order: engines() after a send_weights, and the states then.
+    const std::vector<std::pair<int, std::string>> events =
+        scenario == "join"    ? std::vector<std::pair<int, std::string>>{{2, "serving serving"}}
+        : scenario == "leave" ? std::vector<std::pair<int, std::string>>{{2, "serving serving"}, {1, "serving left"},
+                                                                          {2, "serving left serving"}}
+                              : std::vector<std::pair<int, std::string>>{{3, "serving serving serving"}, {2, ""}};
+    std::size_t next = 0;
+    std::uint64_t last_event = 0, last = 0;
     for (std::uint64_t v = 1;; ++v) {
       w.worker->load_weights(VersionedCheckpoint(*w.checkpoint, v), w.params->parameters());  // "training"
       const Status sent = sender.send_weights(v);
@@ -126,22 +158,50 @@ int run_trainer_job(const std::string& address, const std::string& mode) {
       }
       if (v == kBefore && rank == 0) std::printf("trainers: version %llu sent\n", static_cast<unsigned long long>(v));
       std::fflush(stdout);
-      if (joined_at == 0 && sender.engines() == 2) joined_at = v;
-      if (joined_at != 0 && v == joined_at + kAfter) {
+      if (next < events.size() && sender.engines() == events[next].first) {
+        const std::string states = engine_states(sender);
+        if (!events[next].second.empty() && states != events[next].second) {
+          std::fprintf(stderr, "trainer %d: after version %llu the engines are \"%s\", not \"%s\"\n", rank,
+                       static_cast<unsigned long long>(v), states.c_str(), events[next].second.c_str());
+          ok = 0;
+          break;
+        }
+        if (rank == 0)
+          std::printf("trainers: at version %llu %d engines (%s)\n", static_cast<unsigned long long>(v), sender.engines(),
+                      states.c_str());
+        if (scenario == "join" && rank == 0) std::printf("trainers: an engine joined at version %llu;\n", static_cast<unsigned long long>(v));
+        ++next;
+        last_event = v;
+      }
+      if (next == events.size() && v == last_event + kAfter) {
         last = v;
         break;
       }
-      if (v > 400) {
-        std::fprintf(stderr, "trainer %d: no engine joined by version 400\n", rank);
+      if (v > 600) {
+        std::fprintf(stderr, "trainer %d: %zu of the scenario's %zu events by version 600\n", rank, next, events.size());
         ok = 0;
         break;
       }
       if (v >= kBefore) std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     if (!sender.shutdown()) ok = 0;
-    if (ok && rank == 0)
-      std::printf("trainers: an engine joined at version %llu; sent up to %llu\n", static_cast<unsigned long long>(joined_at),
-                  static_cast<unsigned long long>(last));
+    const AdapterStats stats = sender.stats();
+    if (ok && rank == 0) {
+      for (const EngineRecord& e : stats.engines)
+        std::printf("trainers: %s: %s, installed %llu%s%s\n", e.name.c_str(), e.state.c_str(),
+                    static_cast<unsigned long long>(e.installed), e.why.empty() ? "" : ": ", e.why.c_str());
+      std::printf("trainers: sent up to %llu\n", static_cast<unsigned long long>(last));
+    }
+    // Killed: exactly one engine dropped, named with its cause, the others serving up to the last version.
+    if (ok && scenario == "kill") {
+      int dropped = 0;
+      for (const EngineRecord& e : stats.engines) {
+        if (e.state == "dropped" && !e.why.empty() && e.installed < last) ++dropped;
+        else if (e.state != "serving" || e.installed != last) ok = 0;
+      }
+      if (dropped != 1) ok = 0;
+      if (!ok) std::fprintf(stderr, "trainer %d: not one engine dropped and the others at %llu\n", rank, static_cast<unsigned long long>(last));
+    }
   } else {
     Worker w(false, "engines=1,tp=1", 0);
     AdapterOptions o = options_for("", mode);
@@ -159,29 +219,35 @@ int run_trainer_job(const std::string& address, const std::string& mode) {
   return all == 1 ? 0 : 1;
 }
 
-int run_engine_job(const std::string& address, const std::string& mode) {
+int run_engine_job(const std::string& address, const std::string& mode, const std::string& role) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   Worker w(false, "engines=1,tp=2", rank);
   std::vector<std::uint64_t> installed;
   int ok = 0;
   {
-    ReceiverAdapter receiver(MPI_COMM_WORLD, MPI_COMM_WORLD, w.params->parameters(), w.load(), options_for(address, mode));
-    ok = serve(receiver, w, "the joined engine", installed) ? 1 : 0;
+    std::size_t seen = 0;  // versions whose hook ran
+    BeforeUpdateHook hook = [&](std::uint64_t) {
+      if (role == "killed" && ++seen == 5 && rank == 0) std::raise(SIGKILL);
+    };
+    ReceiverAdapter receiver(MPI_COMM_WORLD, MPI_COMM_WORLD, w.params->parameters(), w.load(),
+                             options_for(address, mode, role == "killed" ? 5 : 30), hook);
+    ok = serve(receiver, w, "the joined engine", installed, role == "leave" ? 3 : 0) ? 1 : 0;
   }
-  if (ok && (installed.empty() || installed.front() <= kBefore || !consecutive(installed, installed.front(), installed.front() + kAfter))) {
-    std::fprintf(stderr, "joined engine worker %d: %zu versions installed, not J..J+%llu with J > %llu\n", rank, installed.size(),
-                 static_cast<unsigned long long>(kAfter), static_cast<unsigned long long>(kBefore));
+  const std::uint64_t count = role == "leave" ? 3 : kAfter + 1;
+  if (ok && (installed.size() < count || installed.front() <= kBefore || !consecutive(installed, installed.front(), installed.back()))) {
+    std::fprintf(stderr, "joined engine worker %d: %zu versions installed, not J.. in order (%llu or more) with J > %llu\n", rank,
+                 installed.size(), static_cast<unsigned long long>(count), static_cast<unsigned long long>(kBefore));
     ok = 0;
   }
   if (ok)
-    std::printf("joined engine worker %d: first event after kConnected kInstalled %llu, then up to %llu, each bit for bit\n", rank,
-                static_cast<unsigned long long>(installed.front()), static_cast<unsigned long long>(installed.back()));
+    std::printf("joined engine worker %d: first event after kConnected kInstalled %llu, then up to %llu, each bit for bit%s\n", rank,
+                static_cast<unsigned long long>(installed.front()), static_cast<unsigned long long>(installed.back()),
+                role == "leave" ? "; then it left" : "");
   int all = 0;
   MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   return all == 1 ? 0 : 1;
 }
-
 }  // namespace
 }  // namespace wb::emu
 
@@ -189,11 +255,12 @@ int main(int argc, char** argv) {
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   int rc = 2;
-  const std::string role = argc == 4 ? argv[1] : "";
+  const std::string role = argc == 5 ? argv[1] : "";
   try {
-    if (role == "trainers") rc = wb::emu::run_trainer_job(argv[2], argv[3]);
-    else if (role == "engine") rc = wb::emu::run_engine_job(argv[2], argv[3]);
-    else std::fprintf(stderr, "usage: join_engine trainers|engine ADDRESS sync|receiver-staged\n");
+    if (role == "trainers") rc = wb::emu::run_trainer_job(argv[2], argv[3], argv[4]);
+    else if (role == "engine") rc = wb::emu::run_engine_job(argv[2], argv[3], argv[4]);
+    else std::fprintf(stderr, "usage: join_engine trainers ADDRESS sync|receiver-staged join|leave|kill | "
+                              "engine ADDRESS sync|receiver-staged serve|leave|killed\n");
   } catch (const wb::Error& error) {
     std::fprintf(stderr, "%s\n", error.status().to_string().c_str());
     rc = 1;
