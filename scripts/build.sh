@@ -5,7 +5,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${WB_BUILD_DIR:-$root/build}
 jobs=${WB_JOBS:-$(nproc)}
 # WB_DEBUG_LEVEL: the C/C++ debug level of a RelWithDebInfo build, 2 (-g, full; the default) or 1 (-g1: line
-# tables only, enough for file:line in backtraces). CI builds with 1 (.ci/run): without ccache every file
+# tables only, enough for file:line in backtraces). scripts/test.sh builds with 1: without ccache every file
 # is compiled, and -g1 takes about 30% less CPU time per file (src/layout/probe.cpp 7.8 -> 5.6 CPU-s,
 # tests/unit/test_pack.cpp 14.3 -> 9.3, measured alternately).
 case "${WB_DEBUG_LEVEL:-2}" in

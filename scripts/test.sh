@@ -13,7 +13,9 @@ leg_start=$SECONDS
 leg_done() { legs+="$1 $((SECONDS - leg_start)) s, "; leg_start=$SECONDS; }
 trap 'echo "test.sh: ${legs}total $SECONDS s"' EXIT
 bash "$root/scripts/install-deps.sh"
-bash "$root/scripts/build.sh"
+# Line tables only (-g1) unless WB_DEBUG_LEVEL says otherwise: the suite needs file:line in backtraces, not
+# full debug info, which costs about 30% more compile time per file (scripts/build.sh).
+WB_DEBUG_LEVEL=${WB_DEBUG_LEVEL:-1} bash "$root/scripts/build.sh"
 leg_done build
 # Open MPI refuses to run as root without these (CI runs as root).
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
