@@ -16,7 +16,8 @@
 # (their ranks start from daemons or in network namespaces that do not pass the sanitizer settings on),
 # install (a consumer built without the sanitizer), gpu (no device here), bench (benchmarks are not built).
 # WB_SANITIZE_BUILD_DIR, WB_JOBS (build; default: every core) and WB_TEST_JOBS (ctest; default 2) are read
-# from the environment.
+# from the environment; WB_SANITIZE_BUILD_ONLY=1 builds and runs nothing (scripts/test.sh builds while the
+# main suite runs, then calls this again to test: the second build finds nothing to do).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 kind=${1:-}
@@ -53,6 +54,7 @@ cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 # WB_SANITIZE_TARGETS: build only these (what the selected tests run), e.g. CI's coordinator leg.
 read -r -a targets <<<"${WB_SANITIZE_TARGETS:-all}"
 cmake --build "$build" -j "$jobs" --target "${targets[@]}"
+if [[ "${WB_SANITIZE_BUILD_ONLY:-0}" == "1" ]]; then exit 0; fi
 
 supp=$root/tests/sanitizers
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

@@ -28,8 +28,8 @@ std::vector<int> Group::others() const {
 namespace {
 // A step's record, reduced with MPI_MAX: the step's number both ways (ranks at different steps show as a
 // spread), the lowest failing rank (as size - rank), the latest and the earliest entry time, the values.
-constexpr int kSeq = 0, kNegSeq = 1, kFailure = 2, kLatest = 3, kNegEarliest = 4, kHeader = 5;
-constexpr int kRecord = kHeader + Group::kValues;
+constexpr int kSeq = 0, kNegSeq = 1, kFailure = 2, kLatest = 3, kNegEarliest = 4, kHeaderSlots = 5;
+constexpr int kRecord = kHeaderSlots + Group::kValues;
 }  // namespace
 
 Status Group::step(const Status& mine, const Waiter& waiter, const std::string& what, bool commit, bool* completed) {
@@ -53,7 +53,7 @@ Status Group::step(const Status& mine, std::span<std::int64_t, kValues> values, 
   record[kFailure] = mine ? 0 : priority * (size_ + 1) + (size_ - rank_);
   record[kLatest] = entered;
   record[kNegEarliest] = -entered;
-  std::copy(values.begin(), values.end(), record + kHeader);
+  std::copy(values.begin(), values.end(), record + kHeaderSlots);
   OperationPtr op = make_operation(sizeof record, sizeof record);
   std::memcpy(op->out.data(), record, sizeof record);
   const int rc = MPI_Iallreduce(op->out.data(), op->in.data(), kRecord, MPI_INT64_T, MPI_MAX, comm_, &op->request);
@@ -78,7 +78,7 @@ Status Group::step(const Status& mine, std::span<std::int64_t, kValues> values, 
   completed_ = seq + 1;
   std::int64_t out[kRecord];
   std::memcpy(out, op->in.data(), sizeof out);
-  std::copy(out + kHeader, out + kRecord, values.begin());
+  std::copy(out + kHeaderSlots, out + kRecord, values.begin());
   if (out[kSeq] != -out[kNegSeq])
     return Status(ErrorCode::kInternal, what + ": the ranks of " + name_ + " are at different steps (" +
                                             std::to_string(-out[kNegSeq]) + " to " + std::to_string(out[kSeq]) +

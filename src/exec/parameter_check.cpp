@@ -3,19 +3,10 @@
 #include <cstdio>
 #include <string>
 
+#include "core/hex.hpp"
 #include "weightbridge/status.hpp"
 
 namespace wb::exec {
-namespace {
-
-std::string hex(std::uint64_t value) {
-  char text[24];
-  std::snprintf(text, sizeof text, "0x%llx", static_cast<unsigned long long>(value));
-  return text;
-}
-
-}  // namespace
-
 void check_device_parameters(int rank, const ParameterMemory& parameters, const PointerQuery& query) {
   if (parameters.data.size() != parameters.bytes.size())
     throw Error(ErrorCode::kInvalidArgument, "rank " + std::to_string(rank) + ": " + std::to_string(parameters.data.size()) +

@@ -9,18 +9,9 @@
 
 #include "comm/backoff.hpp"
 #include "core/checks.hpp"
+#include "core/hex.hpp"
 
 namespace wb::exec {
-namespace {
-
-std::string hex(std::uint64_t v) {
-  std::ostringstream out;
-  out << "0x" << std::hex << v;
-  return out.str();
-}
-
-}  // namespace
-
 struct Verifier::State {
   struct Table {                            // one buffer's segments, all rounds
     std::vector<std::int64_t> base;         // per round: index of its first segment

@@ -20,7 +20,9 @@
 
 namespace wb {
 
-namespace {
+// Named, not anonymous: RoundScheduleBuilder::Index, declared in the header, holds them (GCC warns of an
+// anonymous type there, -Wsubobject-linkage, where this file is compiled inside a unity source).
+namespace plan_detail {
 
 struct Region {
   std::uint32_t round = 0;
@@ -31,6 +33,10 @@ struct Region {
   std::int64_t bytes = 0;
   auto key() const { return std::make_tuple(round, stage, lag, source); }
 };
+
+}  // namespace plan_detail
+
+namespace {
 
 // Where the box of `segment` sits in the parameter of copy `copy_index` of `worker`'s source map.
 SliceCopy copy_at(const Correspondence& correspondence, std::uint32_t tensor, int worker, std::uint32_t copy_index, const Box& box) {
@@ -44,6 +50,10 @@ SliceCopy copy_at(const Correspondence& correspondence, std::uint32_t tensor, in
   result.strides = copy.strides;
   return result;
 }
+
+}  // namespace
+
+namespace plan_detail {
 
 // The children of every position of every relay tree (compressed rows).
 struct TreeChildren {
@@ -67,7 +77,10 @@ struct TreeChildren {
   }
 };
 
-}  // namespace
+}  // namespace plan_detail
+
+using plan_detail::Region;
+using plan_detail::TreeChildren;
 
 struct RoundScheduleBuilder::Index {
   // A worker's part in one segment, in the round it plays it, with what it needs to play it at hand (so that

@@ -6,19 +6,10 @@
 #include <cstdio>
 #include <string>
 
+#include "core/hex.hpp"
 #include "transport/ibverbs/ibverbs_wire.hpp"
 
 namespace wb::ibv {
-namespace {
-
-std::string hex32(std::uint32_t v) {
-  char text[16];
-  std::snprintf(text, sizeof text, "0x%x", v);
-  return text;
-}
-
-}  // namespace
-
 std::string wc_status_name(int status) {
   switch (status) {
     case IBV_WC_SUCCESS: return "success";
@@ -80,7 +71,7 @@ std::string describe_completion_error(const CompletionError& e) {
   text += e.receive ? "receive of an immediate from " : "write to ";
   text += rank_text(e.peer);
   text += " failed on " + e.nic + " (rail " + std::to_string(e.rail) + "): " + wc_status_name(e.status);
-  text += " (status " + std::to_string(e.status) + ", opcode " + wc_opcode_name(e.opcode) + ", vendor_err " + hex32(e.vendor_err);
+  text += " (status " + std::to_string(e.status) + ", opcode " + wc_opcode_name(e.opcode) + ", vendor_err " + hex(e.vendor_err);
   if (!e.receive) text += ", batch token " + std::to_string(e.token);
   text += ")";
   const std::string hint = completion_error_hint(e.status);

@@ -8,14 +8,10 @@
 #include <limits>
 #include <string>
 
+#include "core/hex.hpp"
+
 namespace wb::ibv {
 namespace {
-
-std::string hex32(std::uint32_t v) {
-  char text[16];
-  std::snprintf(text, sizeof text, "0x%x", v);
-  return text;
-}
 
 
 /// Calls f(first_write, bytes) for each run of the batch: consecutive non-empty writes that are contiguous
@@ -191,8 +187,8 @@ Status ArrivalMatcher::arrive(int rail, std::uint32_t imm, bool& complete, std::
   const std::uint32_t first = rails_[0].front();
   for (std::size_t r = 1; r < rails_.size(); ++r) {
     if (rails_[r].front() != first)
-      return Status(ErrorCode::kCorruptData, "the rails disagree about a batch's immediate: rail 0 carried " + hex32(first) +
-                                                 ", rail " + std::to_string(r) + " carried " + hex32(rails_[r].front()) +
+      return Status(ErrorCode::kCorruptData, "the rails disagree about a batch's immediate: rail 0 carried " + hex(first) +
+                                                 ", rail " + std::to_string(r) + " carried " + hex(rails_[r].front()) +
                                                  " (a batch posted on only some rails, or a peer running another build?)");
   }
   for (auto& queue : rails_) queue.pop_front();

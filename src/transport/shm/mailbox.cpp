@@ -12,7 +12,6 @@
 #include <cstring>
 #include <mutex>
 #include <random>
-#include <sstream>
 
 #include "core/byte_codec.hpp"
 #include "core/log.hpp"
@@ -397,12 +396,6 @@ Status PeerRing::notify(std::uint32_t immediate) {
   }
   written_ = sequence;
   return Status::ok();
-}
-
-std::string hex(std::uint64_t value) {
-  std::ostringstream out;
-  out << "0x" << std::hex << value;
-  return out.str();
 }
 
 }  // namespace wb::shm

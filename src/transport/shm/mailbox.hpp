@@ -40,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "core/hex.hpp"
 #include "transport/transport.hpp"
 #include "weightbridge/status.hpp"
 
@@ -50,8 +51,7 @@ inline bool within(std::uint64_t offset, std::uint64_t bytes, std::uint64_t size
   return offset <= size && bytes <= size - offset;
 }
 
-/// "0x1f" for error messages.
-std::string hex(std::uint64_t value);
+using wb::hex;  // "0x1f" in the messages of the transports built on this one
 
 // --- process memory ---------------------------------------------------------------------------------
 
