@@ -142,20 +142,51 @@ std::unique_ptr<CheckpointWriter> create_checkpoint(const std::string& path, Che
 
 namespace io {
 
+namespace {
+
+// The length of the well-formed UTF-8 sequence that starts text[at] (RFC 3629: no overlong forms, no
+// surrogates, nothing above U+10FFFF), or 0 when none starts there.
+std::size_t utf8_sequence_at(std::string_view text, std::size_t at) {
+  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(text[i]); };
+  const unsigned char lead = byte(at);
+  if (lead < 0x80) return 1;
+  std::size_t length = 0;
+  unsigned char low = 0x80, high = 0xBF;  // the range of the second byte
+  if (lead >= 0xC2 && lead <= 0xDF) length = 2;
+  else if (lead >= 0xE0 && lead <= 0xEF) length = 3, low = lead == 0xE0 ? 0xA0 : 0x80, high = lead == 0xED ? 0x9F : 0xBF;
+  else if (lead >= 0xF0 && lead <= 0xF4) length = 4, low = lead == 0xF0 ? 0x90 : 0x80, high = lead == 0xF4 ? 0x8F : 0xBF;
+  if (length == 0 || at + length > text.size()) return 0;
+  if (byte(at + 1) < low || byte(at + 1) > high) return 0;
+  for (std::size_t i = at + 2; i < at + length; ++i)
+    if (byte(i) < 0x80 || byte(i) > 0xBF) return 0;
+  return length;
+}
+
+}  // namespace
+
 std::string printable(std::string_view text) {
   std::string out;
   out.reserve(text.size());
-  for (const char c : text) {
-    const auto byte = static_cast<unsigned char>(c);
-    if (byte >= 0x20 && byte != 0x7f) {
-      out.push_back(c);
+  for (std::size_t i = 0; i < text.size();) {
+    const auto byte = static_cast<unsigned char>(text[i]);
+    const std::size_t length = byte >= 0x80 ? utf8_sequence_at(text, i) : (byte >= 0x20 && byte != 0x7f ? 1 : 0);
+    if (length > 0) {
+      out.append(text.substr(i, length));
+      i += length;
       continue;
     }
     const char* hex = "0123456789abcdef";
     out.append("\\x").push_back(hex[byte >> 4]);
     out.push_back(hex[byte & 0xF]);
+    ++i;
   }
   return out;
+}
+
+bool is_utf8(std::string_view text) {
+  for (std::size_t i = 0, length = 0; i < text.size(); i += length)
+    if ((length = utf8_sequence_at(text, i)) == 0) return false;
+  return true;
 }
 
 std::string tensor_context(std::string_view what, std::string_view source, std::string_view tensor) {

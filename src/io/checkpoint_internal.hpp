@@ -19,9 +19,13 @@ std::unique_ptr<CheckpointWriter> create_safetensors_writer(const std::string& p
                                                             std::vector<TensorInfo> tensors,
                                                             const CheckpointWriterOptions& options);
 
-/// `text` with control characters written as \xNN: names from untrusted files go into messages, and a
-/// NUL or an escape sequence there would cut or garble them.
+/// `text` with control characters and bytes that are not UTF-8 written as \xNN: names from untrusted files
+/// go into messages, and a NUL or an escape sequence there would cut or garble them, a stray byte make them
+/// unreadable to Python.
 std::string printable(std::string_view text);
+
+/// Whether `text` is well-formed UTF-8 (tensor names must be: they are Python str and JSON strings).
+bool is_utf8(std::string_view text);
 
 /// "<what> <source>: tensor <name>: <cause>" — every checkpoint message names the file and the tensor.
 std::string tensor_context(std::string_view what, std::string_view source, std::string_view tensor);

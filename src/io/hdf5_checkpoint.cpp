@@ -428,6 +428,7 @@ class Hdf5Reader final : public CheckpointReader {
     std::unordered_set<std::string> seen;  // a corrupt link table can repeat a name
     for (const std::string& name : dataset_names()) {
       if (!seen.insert(name).second) throw_corrupt(Where{path_, name}, "the file's root group names it twice");
+      if (!is_utf8(name)) throw_corrupt(Where{path_, name}, "the name is not UTF-8 (bytes shown as \\xNN), as tensor names must be");
       add_tensor(name, file_bytes);
     }
   }
