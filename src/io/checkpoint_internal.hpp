@@ -43,6 +43,12 @@ void check_writer_tensors(std::string_view path, const std::vector<TensorInfo>& 
 /// A name beside `path` for writing before the final rename: the checkpoint appears whole or not at all.
 std::string temporary_path_for(const std::string& path);
 
+/// Throws kSystem naming `path` when a file of `bytes` would exceed the file size limit (ulimit -f) or the
+/// free space of its file system: for a writer whose library cannot survive a failed write (libhdf5 1.10
+/// crashes at exit after a file close that failed), checked before anything is written. A disk that other
+/// writers fill meanwhile still fails the write itself.
+void check_room_for(std::string_view what, const std::string& path, std::uint64_t bytes);
+
 /// What kind of file system object `mode` (st_mode) is, for messages: "a FIFO", "a directory", ...
 std::string_view file_kind(unsigned mode);
 

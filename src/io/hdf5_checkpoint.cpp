@@ -635,6 +635,7 @@ class Hdf5Writer final : public CheckpointWriter {
  private:
   void create() {
     const Where where{path_, {}};
+
     // Creation order is tracked (and indexed, so iterating it stays cheap with many datasets): the
     // reader lists tensors in the order they were declared.
     Handle fcpl(WB_H5(kHdf5, where, H5Pcreate(H5P_FILE_CREATE)), H5Pclose);
