@@ -147,7 +147,8 @@ void bind_errors(py::module_& m) {
 
 void bind_values(py::module_& m) {
   py::class_<TensorInfo>(m, "TensorInfo", "Name, dtype and shape of one checkpoint tensor (Hugging Face naming).")
-      .def(py::init([](std::string name, py::handle dtype, Shape shape) {
+      .def(py::init([](const py::str& text, py::handle dtype, Shape shape) {
+             const std::string name = name_from_python(text, "TensorInfo: the name");
              return TensorInfo{name, dtype_from_python(dtype, "TensorInfo " + name), std::move(shape)};
            }),
            py::arg("name"), py::arg("dtype"), py::arg("shape"),

@@ -175,6 +175,12 @@ def main():
                      r"^rollout \(world rank 2\): params: the parameter name 'model\.norm\.weight\\udcff' is not valid "
                      r"UTF-8 \(UnicodeEncodeError: .*surrogates not allowed\)")
 
+        for make, what in ((lambda: wb.TensorInfo(bad_name, "bf16", (4,)), "TensorInfo: the name"),
+                           (lambda: construct(comm, not_loaded=[bad_name]), "not_loaded: the name")):
+            error, _ = attempt(make)
+            checks.check(isinstance(error, wb.Error) and f"{what} 'model.norm.weight\\udcff' is not valid UTF-8"
+                         in error.message, f"a name that is not UTF-8 in {what}: {error!r}")
+
         # An HDF5 file with a tensor name that is not UTF-8 (written with h5py where it is installed).
         if rank == 0:
             try:
