@@ -61,7 +61,8 @@ AdapterBase::AdapterBase(MPI_Comm world_comm, MPI_Comm group_comm_in, bool train
   int level = MPI_THREAD_SINGLE;
   WB_CHECK_MPI(MPI_Query_thread(&level));
   // A typo'd WB_* variable would be ignored silently; said first, since a failure below may come from it.
-  if (int rank = -1; MPI_Comm_rank(world_comm, &rank) == MPI_SUCCESS && rank == 0) warn_unknown_environment();
+  if (int rank = -1; world_comm != MPI_COMM_NULL && MPI_Comm_rank(world_comm, &rank) == MPI_SUCCESS && rank == 0)
+    warn_unknown_environment();
   // Under the deadline, and the groups compared before their duplication: a rank that passed another
   // communicator (MPI_COMM_SELF as engine_comm, the world as trainer_comm) is named instead of waited for.
   const comm::Waiter setup{options.timeout_seconds, {}};
