@@ -19,7 +19,8 @@ fresh adapters:
   - an HDF5 file with a tensor name that is not UTF-8: read_tensor_list raises weightbridge.Error naming the
     file and the name (before: a bare UnicodeDecodeError);
   - tied weights: the embedding under a second name on both sides (one memory, as a state_dict lists tied
-    weights): connect and an update succeed, every rollout parameter bit for bit (before: "not a pure copy");
+    weights): connect and an update succeed, sync and both sides staged, every rollout parameter bit for bit
+    (before: "not a pure copy");
     a parameter that is part of another one's memory is refused on every rank naming both.
 """
 
@@ -209,33 +210,37 @@ def main():
         tied_model = GPTModel(config, comm.Get_rank(), tp=2, dp=1, ep=2) if trainer else Qwen3MoeForCausalLM(config, comm.Get_rank(), 2)
         tied_params = dict(tied_model.named_parameters())
         tied_params["tied.output.weight"] = tied_params[embedding]
-        version_3 = hf_checkpoint.make_checkpoint(tensors, 3)
+        for version, staged in ((3, False), (4, True)):  # sync, then both sides staged
+            checkpoint = hf_checkpoint.make_checkpoint(tensors, version)
+            mode = dict(sender_staging=staged) if trainer else dict(receiver_staging=staged)
 
-        def tied_update():
-            if trainer:
-                GPTModel.load_weights(tied_model, version_3.items())
-                sender = wb.SenderAdapter(world, comm, tied_params, tensors, tied_model.load_weights,
-                                          timeout_seconds=TIMEOUT_SECONDS)
-                sender.connect()
-                sender.send_weights(1)
-                sender.shutdown()
-                return
-            receiver = wb.ReceiverAdapter(world, comm, tied_params, tied_model.load_weights, timeout_seconds=TIMEOUT_SECONDS)
-            deadline = time.monotonic() + 4 * TIMEOUT_SECONDS
-            while (event := receiver.poll_requests().event) != wb.Event.SHUTDOWN and time.monotonic() < deadline:
-                time.sleep(0.002)
-            if event != wb.Event.SHUTDOWN:
-                raise AssertionError("no SHUTDOWN")
-        error, seconds = attempt(tied_update)
-        checks.check(error is None, f"tied weights: {error!r}")
-        if not trainer and error is None:
-            expected = Qwen3MoeForCausalLM(config, comm.Get_rank(), 2)
-            Qwen3MoeForCausalLM.load_weights(expected, version_3.items())
-            want_all = dict(expected.named_parameters())
-            want_all["tied.output.weight"] = want_all[embedding]
-            for name, want in want_all.items():
-                checks.check(torch.equal(hf_checkpoint.as_bits(tied_params[name]), hf_checkpoint.as_bits(want)),
-                             f"tied weights: {name} is not version 3")
+            def tied_update():
+                if trainer:
+                    GPTModel.load_weights(tied_model, checkpoint.items())
+                    sender = wb.SenderAdapter(world, comm, tied_params, tensors, tied_model.load_weights,
+                                              timeout_seconds=TIMEOUT_SECONDS, **mode)
+                    sender.connect()
+                    sender.send_weights(1)
+                    sender.shutdown()
+                    return
+                receiver = wb.ReceiverAdapter(world, comm, tied_params, tied_model.load_weights,
+                                              timeout_seconds=TIMEOUT_SECONDS, **mode)
+                deadline = time.monotonic() + 4 * TIMEOUT_SECONDS
+                while (event := receiver.poll_requests().event) != wb.Event.SHUTDOWN and time.monotonic() < deadline:
+                    time.sleep(0.002)
+                if event != wb.Event.SHUTDOWN:
+                    raise AssertionError("no SHUTDOWN")
+            error, seconds = attempt(tied_update)
+            checks.check(error is None, f"tied weights, staged={staged}: {error!r}")
+            if not trainer and error is None:
+                expected = Qwen3MoeForCausalLM(config, comm.Get_rank(), 2)
+                Qwen3MoeForCausalLM.load_weights(expected, checkpoint.items())
+                want_all = dict(expected.named_parameters())
+                want_all["tied.output.weight"] = want_all[embedding]
+                for name, want in want_all.items():
+                    checks.check(torch.equal(hf_checkpoint.as_bits(tied_params[name]), hf_checkpoint.as_bits(want)),
+                                 f"tied weights, staged={staged}: {name} is not version {version}")
+            world.Barrier()
 
         # A parameter that is part of another's memory: refused at connect, naming both.
         part_params = dict(tied_model.named_parameters())
