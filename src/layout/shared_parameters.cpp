@@ -60,6 +60,9 @@ SharedParameters find_shared_parameters(const ParameterSet& params) {
     if (b.end > a.end) reach = s;
   }
   SharedParameters shared;
+  bool any = false;
+  for (std::size_t i = 0; i < params.size() && !any; ++i) any = first[i] != i;
+  if (!any) return shared;  // the common case: no name index built
   shared.of.resize(params.size());
   for (std::size_t i = 0; i < params.size(); ++i) {
     if (first[i] != i) {

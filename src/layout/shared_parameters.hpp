@@ -14,10 +14,11 @@
 
 namespace wb::layout {
 
+/// Filled only when some memory has two names (any()); empty otherwise.
 struct SharedParameters {
   ParameterSet distinct;            // each memory once, under the first name that has it
   std::vector<std::uint32_t> of;    // per parameter of the whole set: its index in `distinct`
-  bool any() const { return distinct.size() != of.size(); }
+  bool any() const { return !of.empty(); }
 };
 
 /// Groups the parameters that are the same memory (same address, bytes, dtype and shape). Throws
