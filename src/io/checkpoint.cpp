@@ -263,6 +263,24 @@ void check_room_for(std::string_view what, const std::string& path, std::uint64_
                                         " bytes free; nothing was written");
 }
 
+std::string file_change(int fd, const std::string& path, const struct stat& opened) {
+  struct stat now {};
+  if (::fstat(fd, &now) != 0) return std::string("fstat failed: ") + std::strerror(errno);
+  if (now.st_size != opened.st_size)
+    return "its size went from " + std::to_string(opened.st_size) + " to " + std::to_string(now.st_size) + " bytes";
+  if (now.st_mtim.tv_sec != opened.st_mtim.tv_sec || now.st_mtim.tv_nsec != opened.st_mtim.tv_nsec)
+    return "it was modified";
+  struct stat named {};
+  if (::stat(path.c_str(), &named) == 0 && (named.st_ino != opened.st_ino || named.st_dev != opened.st_dev))
+    return "its path now names another file (replaced)";
+  return {};
+}
+
+std::string changed_file_text(const std::string& change) {
+  return "the file changed while the job reads it (" + change + "): a checkpoint must stay as it is while a job "
+         "reads it; write a new one beside it";
+}
+
 std::string_view file_kind(unsigned mode) {
   switch (mode & S_IFMT) {
     case S_IFREG: return "a regular file";

@@ -1,6 +1,8 @@
 // Private to src/io: the writer factories behind create_checkpoint and the helpers both formats share.
 #pragma once
 
+#include <sys/stat.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -48,6 +50,14 @@ std::string temporary_path_for(const std::string& path);
 /// crashes at exit after a file close that failed), checked before anything is written. A disk that other
 /// writers fill meanwhile still fails the write itself.
 void check_room_for(std::string_view what, const std::string& path, std::uint64_t bytes);
+
+/// How a checkpoint file changed since it was opened (`opened`: fstat then): its size or modification time,
+/// seen through the open descriptor `fd`, or its path now naming another file; "" when it did not. A job
+/// must not read a checkpoint that changes under it: it would mix versions, or fault past a truncation.
+std::string file_change(int fd, const std::string& path, const struct stat& opened);
+
+/// The cause in a reader's message for such a change (`change` as file_change says it).
+std::string changed_file_text(const std::string& change);
 
 /// What kind of file system object `mode` (st_mode) is, for messages: "a FIFO", "a directory", ...
 std::string_view file_kind(unsigned mode);
