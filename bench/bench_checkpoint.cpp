@@ -100,6 +100,9 @@ const std::vector<BoxCase>& box_cases() {
       {"columns 2MiB (256B runs)", 0, {{0, 2048}, {8192, 128}}},
       {"experts 8MiB (1 run)", 1, {{8, 0, 0}, {8, 1024, 512}}},
       {"expert slab 16MiB (512B runs)", 1, {{0, 256, 128}, {64, 256, 256}}},
+      // What a read costs besides its bytes (the safetensors reader's check that the file did not change).
+      {"one row 8KiB", 0, {{5, 0}, {1, 4096}}},
+      {"one element", 0, {{5, 7}, {1, 1}}},
   };
   return cases;
 }

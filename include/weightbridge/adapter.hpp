@@ -35,6 +35,8 @@
 // destroyed: a tensor that is freed, resized or moved by its framework (resize_, a rebound storage) after
 // construction is written into (rollouts) or read from (trainers) where it was. Keep such tensors out of
 // the ParameterSet, or construct the adapter after the framework has finished moving them.
+// Two parameters may be one memory (tied weights under two names: probed once, updated under each name);
+// one that views part of another's memory is refused at connect, naming both.
 //
 // Error convention (status.hpp): constructors and connect throw wb::Error; send_weights, wait and
 // poll_requests return a Status. After a failed update an adapter stays failed: every later call returns

@@ -350,6 +350,9 @@ AdapterOptions options_from_python(py::handle options, const py::kwargs& overrid
       for (const char* option : kOptionNames) list += (list.empty() ? "" : ", ") + std::string(option);
       throw InputError("unknown option '" + name + "' (AdapterOptions has " + list + ")");
     }
+    if (name == "not_loaded" && py::isinstance<py::list>(value))  // pybind11's own cast would name nothing
+      for (py::handle item : value)
+        if (py::isinstance<py::str>(item)) (void)name_from_python(item, "not_loaded: the name");
     merged.attr(key) = value;
   };
   if (py::isinstance<AdapterOptions>(options)) {

@@ -36,6 +36,10 @@ class InputError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// The UTF-8 text of `name` (a str). Throws InputError naming `what` and the name as ascii() writes it
+/// when the str cannot be UTF-8 (a lone surrogate), instead of pybind11's "Unable to cast Python instance".
+std::string name_from_python(py::handle name, const std::string& what);
+
 /// A dtype given as a torch.dtype, a numpy dtype or type, or a name ("bf16", "bfloat16", "torch.float32").
 /// Throws InputError naming `what` when it has no WeightBridge equivalent.
 DType dtype_from_python(py::handle dtype, const std::string& what);

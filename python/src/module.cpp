@@ -30,9 +30,17 @@ std::string describe_python_error(py::error_already_set& error) {
 namespace {
 
 // weightbridge.Error(code, message, text): message is the C++ Status message, text what C++ what() gives.
+// A message quotes names from files and callers; bytes there that are not UTF-8 are shown as \xNN instead
+// of turning the error into a UnicodeDecodeError that names nothing.
+py::str text_of(const std::string& message) {
+  PyObject* text = PyUnicode_DecodeUTF8(message.data(), static_cast<Py_ssize_t>(message.size()), "backslashreplace");
+  if (text == nullptr) throw py::error_already_set();  // out of memory
+  return py::reinterpret_steal<py::str>(text);
+}
+
 py::object make_error(const Status& status) {
   py::object error_type = py::module_::import("weightbridge._error").attr("Error");
-  return error_type(status.code(), status.message(), status.to_string());
+  return error_type(status.code(), text_of(status.message()), text_of(status.to_string()));
 }
 
 }  // namespace
@@ -139,7 +147,8 @@ void bind_errors(py::module_& m) {
 
 void bind_values(py::module_& m) {
   py::class_<TensorInfo>(m, "TensorInfo", "Name, dtype and shape of one checkpoint tensor (Hugging Face naming).")
-      .def(py::init([](std::string name, py::handle dtype, Shape shape) {
+      .def(py::init([](const py::str& text, py::handle dtype, Shape shape) {
+             const std::string name = name_from_python(text, "TensorInfo: the name");
              return TensorInfo{name, dtype_from_python(dtype, "TensorInfo " + name), std::move(shape)};
            }),
            py::arg("name"), py::arg("dtype"), py::arg("shape"),

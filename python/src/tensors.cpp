@@ -42,6 +42,21 @@ enum : std::uint8_t { kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLBfloat = 4 };
 
 std::string type_name(py::handle object) { return py::str(py::type::handle_of(object).attr("__qualname__")); }
 
+}  // namespace
+
+std::string name_from_python(py::handle name, const std::string& what) {
+  Py_ssize_t size = 0;
+  if (const char* text = PyUnicode_AsUTF8AndSize(name.ptr(), &size); text != nullptr)
+    return std::string(text, static_cast<std::size_t>(size));
+  py::error_already_set error;  // UnicodeEncodeError: it names the character and its position
+  const std::string shown = py::str(py::module_::import("builtins").attr("ascii")(name));
+  throw InputError(what + " " + shown + " is not valid UTF-8 (" + describe_python_error(error) +
+                   "): names go to the other ranks and into messages as UTF-8; a lone surrogate comes from decoding "
+                   "bytes that were not UTF-8 (os.fsdecode, errors='surrogateescape')");
+}
+
+namespace {
+
 DType dtype_from_dlpack(const DLDataType& t, const std::string& what) {
   if (t.lanes == 1) {
     if (t.code == kDLFloat && t.bits == 16) return DType::kF16;
@@ -154,7 +169,7 @@ ParameterSet parameters_from_python(py::handle params, py::list& keep_alive) {
   for (py::handle item : items) {
     if (!py::isinstance<py::tuple>(item) || py::len(item) != 2 || !py::isinstance<py::str>(item[py::int_(0)]))
       throw InputError("params: an entry is " + std::string(py::repr(item)) + ", not a (name, tensor) pair");
-    const std::string name = item[py::int_(0)].cast<std::string>();
+    const std::string name = name_from_python(item[py::int_(0)], "params: the parameter name");
     if (set.find(name) != nullptr) throw InputError("params: parameter " + name + " appears twice");
     set.add(name, view_of(item[py::int_(1)], "parameter " + name, keep_alive));
   }
@@ -172,7 +187,7 @@ std::vector<TensorInfo> tensor_infos_from_python(py::handle tensors) {
   };
   if (py::hasattr(tensors, "items")) {
     for (py::handle item : py::iter(tensors.attr("items")())) {
-      const std::string name = py::str(item[py::int_(0)]);
+      const std::string name = name_from_python(py::str(item[py::int_(0)]), "checkpoint_tensors: the name");
       py::handle value = item[py::int_(1)];
       const std::string what = "checkpoint tensor " + name;
       if (!py::hasattr(value, "dtype") || !py::hasattr(value, "shape"))
@@ -189,7 +204,7 @@ std::vector<TensorInfo> tensor_infos_from_python(py::handle tensors) {
     if (!py::isinstance<py::sequence>(item) || py::isinstance<py::str>(item) || py::len(item) != 3)
       throw InputError("checkpoint_tensors: an entry is " + std::string(py::repr(item)) +
                        ", neither a TensorInfo nor a (name, dtype, shape) tuple");
-    const std::string name = py::str(item[py::int_(0)]);
+    const std::string name = name_from_python(py::str(item[py::int_(0)]), "checkpoint_tensors: the name");
     const std::string what = "checkpoint tensor " + name;
     infos.push_back({name, dtype_from_python(item[py::int_(1)], what), shape_of(item[py::int_(2)], what)});
   }

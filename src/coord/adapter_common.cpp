@@ -60,6 +60,9 @@ AdapterBase::AdapterBase(MPI_Comm world_comm, MPI_Comm group_comm_in, bool train
   const bool stages = trainer ? options.sender_staging : options.receiver_staging;
   int level = MPI_THREAD_SINGLE;
   WB_CHECK_MPI(MPI_Query_thread(&level));
+  // A typo'd WB_* variable would be ignored silently; said first, since a failure below may come from it.
+  if (int rank = -1; world_comm != MPI_COMM_NULL && MPI_Comm_rank(world_comm, &rank) == MPI_SUCCESS && rank == 0)
+    warn_unknown_environment();
   // Under the deadline, and the groups compared before their duplication: a rank that passed another
   // communicator (MPI_COMM_SELF as engine_comm, the world as trainer_comm) is named instead of waited for.
   const comm::Waiter setup{options.timeout_seconds, {}};
@@ -73,7 +76,6 @@ AdapterBase::AdapterBase(MPI_Comm world_comm, MPI_Comm group_comm_in, bool train
                                std::string("constructing the adapter: duplicating the ") +
                                    (trainer ? "trainer_comm" : "engine_comm"));
   roles = exchange_roles(world, group_comm, trainer, options.timeout_seconds);
-  if (roles.world_rank == 0) warn_unknown_environment();  // a typo'd WB_* variable would be ignored silently
   faults = std::make_unique<FaultChannel>(world, roles);
   group = std::make_unique<comm::Group>(group_comm, trainer ? "the trainers" : "engine " + std::to_string(roles.engine),
                                         faults.get(), roles.group(), roles.world_rank);

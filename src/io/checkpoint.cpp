@@ -1,5 +1,7 @@
 // CheckpointReader's shared methods, format dispatch and the helpers both formats use.
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -133,6 +135,13 @@ std::unique_ptr<CheckpointWriter> create_checkpoint(const std::string& path, Che
       if (options.max_shard_bytes != 0)
         throw Error(ErrorCode::kInvalidArgument,
                     "checkpoint " + path + ": max_shard_bytes applies to safetensors only; HDF5 is one file");
+      {
+        // libhdf5 1.10 crashes at exit after a failed write (its file close fails and leaves a freed file
+        // behind): the room is checked first. Metadata measured at 380-430 bytes a tensor; 1 KiB allowed.
+        std::uint64_t bytes = std::uint64_t{64} << 10;
+        for (const TensorInfo& t : tensors) bytes += static_cast<std::uint64_t>(t.nbytes()) + 1024;
+        io::check_room_for("HDF5 checkpoint", path, bytes);
+      }
       return io::create_hdf5_writer(path, std::move(tensors));
     case CheckpointFormat::kSafetensors:
       return io::create_safetensors_writer(path, std::move(tensors), options);
@@ -142,20 +151,51 @@ std::unique_ptr<CheckpointWriter> create_checkpoint(const std::string& path, Che
 
 namespace io {
 
+namespace {
+
+// The length of the well-formed UTF-8 sequence that starts text[at] (RFC 3629: no overlong forms, no
+// surrogates, nothing above U+10FFFF), or 0 when none starts there.
+std::size_t utf8_sequence_at(std::string_view text, std::size_t at) {
+  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(text[i]); };
+  const unsigned char lead = byte(at);
+  if (lead < 0x80) return 1;
+  std::size_t length = 0;
+  unsigned char low = 0x80, high = 0xBF;  // the range of the second byte
+  if (lead >= 0xC2 && lead <= 0xDF) length = 2;
+  else if (lead >= 0xE0 && lead <= 0xEF) length = 3, low = lead == 0xE0 ? 0xA0 : 0x80, high = lead == 0xED ? 0x9F : 0xBF;
+  else if (lead >= 0xF0 && lead <= 0xF4) length = 4, low = lead == 0xF0 ? 0x90 : 0x80, high = lead == 0xF4 ? 0x8F : 0xBF;
+  if (length == 0 || at + length > text.size()) return 0;
+  if (byte(at + 1) < low || byte(at + 1) > high) return 0;
+  for (std::size_t i = at + 2; i < at + length; ++i)
+    if (byte(i) < 0x80 || byte(i) > 0xBF) return 0;
+  return length;
+}
+
+}  // namespace
+
 std::string printable(std::string_view text) {
   std::string out;
   out.reserve(text.size());
-  for (const char c : text) {
-    const auto byte = static_cast<unsigned char>(c);
-    if (byte >= 0x20 && byte != 0x7f) {
-      out.push_back(c);
+  for (std::size_t i = 0; i < text.size();) {
+    const auto byte = static_cast<unsigned char>(text[i]);
+    const std::size_t length = byte >= 0x80 ? utf8_sequence_at(text, i) : (byte >= 0x20 && byte != 0x7f ? 1 : 0);
+    if (length > 0) {
+      out.append(text.substr(i, length));
+      i += length;
       continue;
     }
     const char* hex = "0123456789abcdef";
     out.append("\\x").push_back(hex[byte >> 4]);
     out.push_back(hex[byte & 0xF]);
+    ++i;
   }
   return out;
+}
+
+bool is_utf8(std::string_view text) {
+  for (std::size_t i = 0, length = 0; i < text.size(); i += length)
+    if ((length = utf8_sequence_at(text, i)) == 0) return false;
+  return true;
 }
 
 std::string tensor_context(std::string_view what, std::string_view source, std::string_view tensor) {
@@ -204,6 +244,41 @@ std::string temporary_path_for(const std::string& path) {
   // pid and a counter keep concurrent writers (threads or processes) of the same path apart.
   static std::atomic<unsigned> counter{0};
   return path + ".partial-" + std::to_string(::getpid()) + "-" + std::to_string(counter.fetch_add(1));
+}
+
+void check_room_for(std::string_view what, const std::string& path, std::uint64_t bytes) {
+  const std::string needs = "it needs up to " + std::to_string(bytes) + " bytes";
+  struct rlimit limit {};
+  if (::getrlimit(RLIMIT_FSIZE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY && bytes > limit.rlim_cur)
+    throw Error(ErrorCode::kSystem, std::string(what) + " " + path + ": " + std::strerror(EFBIG) + ": " + needs +
+                                        ", beyond the file size limit of " + std::to_string(limit.rlim_cur) +
+                                        " bytes (ulimit -f); nothing was written");
+  std::filesystem::path folder = std::filesystem::path(path).parent_path();
+  if (folder.empty()) folder = ".";
+  struct statvfs room {};
+  if (::statvfs(folder.c_str(), &room) == 0 && static_cast<std::uint64_t>(room.f_bavail) * room.f_frsize < bytes)
+    throw Error(ErrorCode::kSystem, std::string(what) + " " + path + ": " + std::strerror(ENOSPC) + ": " + needs + ", and " +
+                                        folder.string() + " has " +
+                                        std::to_string(static_cast<std::uint64_t>(room.f_bavail) * room.f_frsize) +
+                                        " bytes free; nothing was written");
+}
+
+std::string file_change(int fd, const std::string& path, const struct stat& opened) {
+  struct stat now {};
+  if (::fstat(fd, &now) != 0) return std::string("fstat failed: ") + std::strerror(errno);
+  if (now.st_size != opened.st_size)
+    return "its size went from " + std::to_string(opened.st_size) + " to " + std::to_string(now.st_size) + " bytes";
+  if (now.st_mtim.tv_sec != opened.st_mtim.tv_sec || now.st_mtim.tv_nsec != opened.st_mtim.tv_nsec)
+    return "it was modified";
+  struct stat named {};
+  if (::stat(path.c_str(), &named) == 0 && (named.st_ino != opened.st_ino || named.st_dev != opened.st_dev))
+    return "its path now names another file (replaced)";
+  return {};
+}
+
+std::string changed_file_text(const std::string& change) {
+  return "the file changed while the job reads it (" + change + "): a checkpoint must stay as it is while a job "
+         "reads it; write a new one beside it";
 }
 
 std::string_view file_kind(unsigned mode) {

@@ -8,7 +8,9 @@
 // Only the serial API with default drivers is used, so the same code works against serial HDF5 and the
 // parallel (MPI) build. HDF5 is not thread-safe in the parallel build, so every call into it holds one
 // process-wide mutex, as h5py does.
+#include <fcntl.h>
 #include <hdf5.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -31,6 +33,7 @@
 #include "core/settings.hpp"
 #include "io/checkpoint_internal.hpp"
 #include "io/hdf5_check.hpp"
+#include "io/hdf5_errors.hpp"
 #include "weightbridge/checkpoint.hpp"
 #include "weightbridge/status.hpp"
 
@@ -42,40 +45,6 @@
 #endif
 
 namespace wb {
-
-namespace detail {
-
-namespace {
-struct Hdf5Failure {
-  bool found = false;
-  std::string text;
-  hid_t minor = H5I_INVALID_HID;  // H5E_NOTHDF5, H5E_TRUNCATED, ... for classifying the failure
-};
-
-Hdf5Failure innermost_hdf5_failure() {
-  // Walking upward starts at the function that detected the error: its text says what is wrong
-  // ("truncated file: eof = ..."), where the API-level entry only says "unable to open file".
-  Hdf5Failure failure;
-  const auto visit = [](unsigned, const H5E_error2_t* entry, void* data) -> herr_t {
-    auto* out = static_cast<Hdf5Failure*>(data);
-    if (out->found) return 0;
-    out->found = true;
-    out->minor = entry->min_num;
-    out->text = entry->desc != nullptr && entry->desc[0] != '\0' ? entry->desc : "no description";
-    if (entry->func_name != nullptr) out->text.append(" (in ").append(entry->func_name).append(")");
-    return 0;
-  };
-  if (H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, visit, &failure) < 0 || !failure.found) {
-    failure.found = false;
-    failure.text = "HDF5 reported no details";
-  }
-  return failure;
-}
-}  // namespace
-
-std::string hdf5_error_string() { return innermost_hdf5_failure().text; }
-
-}  // namespace detail
 
 namespace io {
 namespace {
@@ -377,6 +346,9 @@ class Hdf5Reader final : public CheckpointReader {
     const Where where{path_, info->name};
     const hid_t memory_type = memory_types_[static_cast<std::size_t>(info - tensors_.data())].get();
 
+    // Read through libhdf5's own descriptor, a file rewritten in place would give another checkpoint's bytes.
+    if (const std::string change = file_change(watch_fd_, path_, opened_); !change.empty())
+      throw_corrupt(where, changed_file_text(change));
     std::lock_guard<std::mutex> lock(hdf5_mutex());
     silence_hdf5();
     Handle dataset(WB_H5(kCorruptData, where, H5Dopen2(file_.get(), info->name.c_str(), H5P_DEFAULT)), H5Dclose);
@@ -423,11 +395,15 @@ class Hdf5Reader final : public CheckpointReader {
       throw Error(ErrorCode::kHdf5, std::string(kWhat) + " " + path_ + ": cannot open: " + failure.text);
     }
     file_ = Handle(file, H5Fclose);
+    watch_fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (watch_fd_ < 0 || ::fstat(watch_fd_, &opened_) != 0)
+      throw Error(ErrorCode::kSystem, std::string(kWhat) + " " + path_ + ": open: " + std::strerror(errno));
     hsize_t file_bytes = 0;
     WB_H5(kCorruptData, where, H5Fget_filesize(file_.get(), &file_bytes));
     std::unordered_set<std::string> seen;  // a corrupt link table can repeat a name
     for (const std::string& name : dataset_names()) {
       if (!seen.insert(name).second) throw_corrupt(Where{path_, name}, "the file's root group names it twice");
+      if (!is_utf8(name)) throw_corrupt(Where{path_, name}, "the name is not UTF-8 (bytes shown as \\xNN), as tensor names must be");
       add_tensor(name, file_bytes);
     }
   }
@@ -458,6 +434,8 @@ class Hdf5Reader final : public CheckpointReader {
   void close() {
     memory_types_.clear();
     file_.reset();
+    if (watch_fd_ >= 0) ::close(watch_fd_);
+    watch_fd_ = -1;
   }
 
   /// In the checker: tells the process that waits for it which dataset comes next (one line, "d NAME"; a
@@ -569,6 +547,8 @@ class Hdf5Reader final : public CheckpointReader {
   std::vector<TensorInfo> tensors_;
   std::vector<Handle> memory_types_;  // parallel to tensors_
   int progress_fd_ = -1;  // >= 0 only in the checker's walk
+  int watch_fd_ = -1;     // the file as opened, to see whether it changes under the job (file_change)
+  struct stat opened_ {};
 };
 
 // --- writer ----------------------------------------------------------------------------------------
@@ -634,6 +614,7 @@ class Hdf5Writer final : public CheckpointWriter {
  private:
   void create() {
     const Where where{path_, {}};
+
     // Creation order is tracked (and indexed, so iterating it stays cheap with many datasets): the
     // reader lists tensors in the order they were declared.
     Handle fcpl(WB_H5(kHdf5, where, H5Pcreate(H5P_FILE_CREATE)), H5Pclose);

@@ -99,23 +99,11 @@ class MappedFile {
   /// modification time) or its path now names another file: what the job reads would no longer be the
   /// checkpoint it validated, or reading it past a truncation would raise SIGBUS.
   void check_unchanged(std::string_view tensor) const {
-    struct stat now {};
-    if (::fstat(fd_, &now) != 0) throw_errno(path_, "fstat");
-    std::string change;
-    if (now.st_size != opened_.st_size)
-      change = "its size went from " + std::to_string(opened_.st_size) + " to " + std::to_string(now.st_size) + " bytes";
-    else if (now.st_mtim.tv_sec != opened_.st_mtim.tv_sec || now.st_mtim.tv_nsec != opened_.st_mtim.tv_nsec)
-      change = "it was modified";
-    struct stat named {};
-    if (change.empty() && ::stat(path_.c_str(), &named) == 0 && (named.st_ino != opened_.st_ino || named.st_dev != opened_.st_dev))
-      change = "its path now names another file (replaced)";
-    if (!change.empty()) changed(tensor, change);
+    if (const std::string change = file_change(fd_, path_, opened_); !change.empty()) changed(tensor, change);
   }
 
   [[noreturn]] void changed(std::string_view tensor, const std::string& how) const {
-    throw_at(ErrorCode::kCorruptData, path_, tensor,
-             "the file changed while the job reads it (" + how + "): a checkpoint must stay as it is while a job "
-             "reads it; write a new one beside it");
+    throw_at(ErrorCode::kCorruptData, path_, tensor, changed_file_text(how));
   }
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;

@@ -12,6 +12,7 @@
 #include "layout/probe_checkpoint.hpp"
 #include "layout/probe_code.hpp"
 #include "layout/second_difference.hpp"
+#include "layout/shared_parameters.hpp"
 #include "weightbridge/status.hpp"
 
 namespace wb {
@@ -542,6 +543,11 @@ SourceMap probe_device_parameters(const std::vector<TensorInfo>& checkpoint_tens
 SourceMap probe_source_map_through(const std::vector<TensorInfo>& checkpoint_tensors, const ParameterSet& params,
                                    const ProbeLoader& load_weights, const ParameterAccess& access,
                                    const ProbeOptions& options, ProbeReport* report) {
+  if (const layout::SharedParameters shared = layout::find_shared_parameters(params); shared.any()) {
+    const ProbeLoader whole = [&](const CheckpointReader& probe, const ParameterSet&) { load_weights(probe, params); };
+    const SourceMap map = probe_source_map_through(checkpoint_tensors, shared.distinct, whole, access, options, report);
+    return layout::expand_shared_parameters(map, params, shared, checkpoint_tensors, report);
+  }
   const auto done = [&access] {
     if (access.done) access.done();
   };
@@ -589,6 +595,12 @@ SourceMap probe_source_map(const std::vector<TensorInfo>& checkpoint_tensors, co
   for (const Parameter& p : params) {
     if (!p.view.is_contiguous()) throw Error(ErrorCode::kInvalidArgument, "probe: parameter " + p.name + " is not contiguous");
     any_cuda = any_cuda || p.view.memory == MemoryKind::kCuda;
+  }
+  if (const layout::SharedParameters shared = layout::find_shared_parameters(params); shared.any()) {
+    // load_weights still gets every name: it may write the shared memory under either.
+    const ProbeLoader whole = [&](const CheckpointReader& probe, const ParameterSet&) { load_weights(probe, params); };
+    const SourceMap map = probe_source_map(checkpoint_tensors, shared.distinct, whole, options, report);
+    return layout::expand_shared_parameters(map, params, shared, checkpoint_tensors, report);
   }
   if (any_cuda) return probe_device_parameters(checkpoint_tensors, params, load_weights, options, report);
   return probe_host(checkpoint_tensors, params,

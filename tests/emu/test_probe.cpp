@@ -345,6 +345,54 @@ TEST(Probe, EveryElementIsCopiedConstantOrUnwritten) {
   }
 }
 
+// Tied weights: one memory under two names (a state_dict lists both). Both names get the copies of the
+// tensor load_weights wrote there, with the same accounting; a view into another parameter is refused naming
+// both (an update of one would write into the other).
+TEST(Probe, ParametersSharingMemoryGetTheSameCopies) {
+  const std::vector<TensorInfo> tensors = {{"embed", DType::kBF16, {16, 8}}, {"norm", DType::kF32, {8}}};
+  HostParameters params({{"embed", DType::kBF16, {16, 8}}, {"norm", DType::kF32, {8}}});
+  ParameterSet tied;
+  tied.add("embed", params.parameters()[0].view);
+  tied.add("norm", params.parameters()[1].view);
+  tied.add("head", params.parameters()[0].view);  // the same memory, listed after another parameter
+  const ProbeLoader load = [](const CheckpointReader& c, const ParameterSet& s) {
+    load_tensor(c, "embed", s.at("embed").view);
+    load_tensor(c, "norm", s.at("norm").view);
+  };
+  for (int through = 0; through < 2; ++through) {
+    SCOPED_TRACE(through ? "through access functions" : "host");
+    ProbeReport report;
+    const SourceMap map = through ? probe_source_map_through(tensors, tied, load, ParameterAccess{
+                                        [](const Parameter& p, void* host) { std::memcpy(host, p.view.data, p.view.nbytes()); },
+                                        [](const Parameter& p, const void* host) { std::memcpy(p.view.data, host, p.view.nbytes()); },
+                                        [](const Parameter& p) { std::memset(p.view.data, 0, p.view.nbytes()); }, {}}, {}, &report)
+                                  : probe_source_map(tensors, tied, load, {}, &report);
+    ASSERT_EQ(map.parameters.size(), 3u);
+    EXPECT_EQ(map.parameters[2].name, "head");
+    ASSERT_EQ(map.copies.size(), 3u);
+    for (const std::uint32_t param : {0u, 2u}) {
+      const auto copy = std::find_if(map.copies.begin(), map.copies.end(), [&](const SliceCopy& c) { return c.parameter == param; });
+      ASSERT_NE(copy, map.copies.end()) << "no copy into parameter " << param;
+      EXPECT_EQ(copy->tensor, 0u);
+      EXPECT_EQ(copy->box, (Box{{0, 0}, {16, 8}}));
+    }
+    ASSERT_EQ(report.accounts.size(), 3u);
+    EXPECT_EQ(report.accounts[2].copied, 128);
+    EXPECT_EQ(report.accounts[0].copied, 128);
+  }
+
+  ParameterSet overlapping;
+  overlapping.add("embed", params.parameters()[0].view);
+  overlapping.add("rows", params.parameters()[0].view.box(Box{{4, 0}, {4, 8}}));
+  try {
+    probe_source_map(tensors, overlapping, load);
+    FAIL() << "a parameter inside another was taken";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("parameters embed (bf16 [16, 8]) and rows (bf16 [4, 8]) overlap in memory without "
+                                    "being the same tensor"));
+  }
+}
+
 // --- load_weights that are not pure copies ----------------------------------------------------------
 
 void expect_not_a_copy(const ProbeLoader& load, const std::string& param_name) {

@@ -111,6 +111,9 @@ refused("u32.h5", ["w.u32", "32-bit unsigned integer", "no WeightBridge dtype"],
         lambda f: f.create_dataset("w.u32", data=np.zeros(4, dtype="<u4")))
 refused("fp8_in_16_bits.h5", ["w.wide", "16-bit unsigned integer", "f8e4m3"],
         lambda f: f.create_dataset("w.wide", data=np.zeros(4, dtype="<u2")).attrs.__setitem__("dtype", "f8e4m3"))
+# A name that is not UTF-8: tensor names are Python str and JSON strings; the message shows the byte as \xff.
+refused("not_utf8.h5", ["w.\\xff", "not UTF-8"],
+        lambda f: f.create_dataset(b"w.\xff", data=np.zeros(4, dtype="<f4")))
 
 # Data kept in another file: a checkpoint must not make the reader open files nobody named.
 with open(os.path.join(out, "outside.bin"), "wb") as side:

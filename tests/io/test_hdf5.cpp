@@ -5,7 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -119,6 +122,44 @@ TEST(Hdf5CheckpointTest, FilesThatCrashLibhdf5AreErrors) {
   std::vector<std::byte> out(tensors[0].nbytes());
   good->read("model.norm.weight", out.data());
   EXPECT_EQ(out, data[0]);
+}
+
+// A file changed under an open reader is an error naming the file and the change at the next read, as in
+// the safetensors reader (SafetensorsCheckpointTest.AFileChangedUnderTheReaderIsAnErrorNotASignal): libhdf5
+// reads through its own descriptor, so a file rewritten in place would give another checkpoint's bytes.
+TEST(Hdf5CheckpointTest, AFileChangedUnderTheReaderIsAnError) {
+  TempDir dir;
+  const std::vector<TensorInfo> tensors = {{"first", DType::kF32, {4096}}, {"last.weight", DType::kBF16, {4096}}};
+  const auto data = testing::random_data(tensors, 6);
+  const std::string path = dir.file("t.h5");
+  std::vector<std::byte> out(tensors[0].nbytes());
+  const Box part{{0}, {16}};
+
+  testing::write_checkpoint(path, CheckpointFormat::kHdf5, tensors, data);
+  auto reader = open_checkpoint(path);
+  reader->read_box("first", Box{{0}, {4096}}, out.data());
+  EXPECT_EQ(std::memcmp(out.data(), data[0].data(), out.size()), 0);
+  {
+    std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(-4, std::ios::end);
+    file.write("abcd", 4);
+  }
+  std::filesystem::last_write_time(path, std::filesystem::last_write_time(path) + std::chrono::seconds(1));
+  expect_error([&] { reader->read_box("first", part, out.data()); }, ErrorCode::kCorruptData,
+               {path, "first", "changed while the job reads it", "it was modified"});
+
+  testing::write_checkpoint(path, CheckpointFormat::kHdf5, tensors, data);
+  reader = open_checkpoint(path);
+  std::filesystem::resize_file(path, 64);
+  expect_error([&] { reader->read_box("last.weight", part, out.data()); }, ErrorCode::kCorruptData,
+               {path, "last.weight", "size went from"});
+
+  testing::write_checkpoint(path, CheckpointFormat::kHdf5, tensors, data);
+  reader = open_checkpoint(path);
+  const std::string other = dir.file("other.h5");
+  testing::write_checkpoint(other, CheckpointFormat::kHdf5, tensors, data);
+  std::filesystem::rename(other, path);
+  expect_error([&] { reader->read_box("first", part, out.data()); }, ErrorCode::kCorruptData, {path, "first", "replaced"});
 }
 
 }  // namespace

@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""A checkpoint that changes under a running job (issue 28): wb-replay on 4 ranks reads a safetensors checkpoint
+at every version; the file is truncated to half while the job runs. Checked: the job ends non-zero within a
+bound, a rank's error names the file and the change ("the file changed while the job reads it (its size went
+from ... to ... bytes)"), no rank ends by a signal (SIGBUS before: the file was mapped), and nothing of the job
+is left in its shared-memory folder (Open MPI's segments, under /dev/shm) or beside the checkpoint.
+
+usage: run_changed_checkpoint.py WB_MKCKPT WB_REPLAY MPIEXEC WORKDIR"""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+BOUND_S = 60
+RUNNING_S = 4  # the job is past connect and sending versions (each step 20 ms, 1000 of them)
+
+
+def main():
+    mkckpt, replay, mpiexec, work = sys.argv[1:5]
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    checkpoint = os.path.join(work, "m.safetensors")
+    model = ["--model", "qwen3-30b-a3b", "--scale", "tiny"]
+    subprocess.run([mkckpt, *model, "--output", checkpoint], check=True, stdout=subprocess.DEVNULL)
+    size = os.path.getsize(checkpoint)
+    shm = tempfile.mkdtemp(prefix="wb-changed-checkpoint-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    env = dict(os.environ, WB_TIMEOUT_SECONDS="3", OMPI_MCA_btl_vader_backing_directory=shm)
+    command = [mpiexec, "-n", "4", "--oversubscribe", replay, *model, "--checkpoint", checkpoint, "--trainer", "tp=2",
+               "--rollout", "engines=1,tp=2", "--steps", "1000", "--step-ms", "20"]
+    failures = []
+    start = time.monotonic()
+    job = subprocess.Popen(command, env=env, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    time.sleep(RUNNING_S)
+    if job.poll() is not None:
+        failures.append(f"the job ended before the checkpoint was changed (exit {job.returncode})")
+    os.truncate(checkpoint, size // 2)
+    changed = time.monotonic()
+    try:
+        output, _ = job.communicate(timeout=BOUND_S)
+    except subprocess.TimeoutExpired:
+        job.kill()
+        output, _ = job.communicate()
+        failures.append(f"still running {BOUND_S} s after the checkpoint was truncated")
+    took = time.monotonic() - changed
+    lines = [line for line in output.splitlines() if not line.startswith("{")]  # the report's JSON aside
+    text = "\n".join(lines)
+    if job.returncode == 0:
+        failures.append("exit status 0")
+    wanted = (f"safetensors checkpoint {checkpoint}: tensor ", "the file changed while the job reads it (its size went "
+              f"from {size} to {size // 2} bytes)")
+    if not any(all(part in line for part in wanted) for line in lines):
+        failures.append(f"no line names the file and the change {wanted}")
+    for sign in ("signal", "Bus error", "SIGBUS", "core dumped"):
+        if sign in text:
+            failures.append(f"the output says {sign!r}")
+    left_shm = os.listdir(shm)
+    if left_shm:
+        failures.append(f"left in {shm}: {left_shm}")
+    shutil.rmtree(shm, ignore_errors=True)
+    left = sorted(set(os.listdir(work)) - {"m.safetensors"})
+    if left:
+        failures.append(f"left beside the checkpoint: {left}")
+    print(f"truncated at {changed - start:.1f} s; the job ended {took:.1f} s later with exit {job.returncode}")
+    if failures:
+        print(text[-6000:])
+        for failure in failures:
+            print("FAILED:", failure)
+        return 1
+    shutil.rmtree(work, ignore_errors=True)
+    print("PASSED")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
