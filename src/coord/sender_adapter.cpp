@@ -304,6 +304,19 @@ Status SenderAdapter::send_weights(std::uint64_t version, void* cuda_stream) {
   // A call refused (failed, not connected, a version that does not increase) takes no join either.
   if (!s.failure.is_ok() || !s.connection || s.shut_down || version <= s.version) return s.send(version, cuda_stream);
   s.take_joins();
+  // Parameters the framework moved since the last update (a binding's watch): followed on every link, or
+  // the version refused before any byte of it moves (the peers, entering it together, fail with it).
+  std::vector<MovedParameter> moved;
+  Status checked = s.check_parameters(moved, version);
+  if (checked) checked = s.follow(moved);
+  for (std::size_t k = 0; k < s.joined.size() && checked; ++k)
+    if (!s.joined[k]->dropped)
+      if (Status followed = s.joined[k]->follow(moved); !followed) s.drop(k, followed);
+  if (!checked) {
+    checked = s.give_up(checked, "");
+    for (std::size_t k = 0; k < s.joined.size(); ++k)
+      if (!s.joined[k]->dropped) (void)s.joined[k]->fail(checked);
+  }
   Status status = s.send(version, cuda_stream);
   for (std::size_t k = 0; k < s.joined.size(); ++k)
     if (!s.joined[k]->dropped)
