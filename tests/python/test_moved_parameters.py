@@ -16,7 +16,8 @@ adapters, sends version 1, lets ranks move parameters, then sends more versions:
     nothing, still holds version 1 bit for bit (nothing of version 2 was written anywhere);
   - refused, trainer: trainer rank 1 rebinds a bf16 parameter to float32: version 2 fails on every rank,
     naming world rank 1, the parameter and both dtypes; both rollout ranks still hold version 1.
-Every failure reaches every rank within twice the timeout.
+Every case runs twice: neither side staged, and both staged. Every failure reaches every rank within twice
+the timeout.
 """
 
 import os
@@ -78,16 +79,19 @@ def main():
             time.sleep(0.002)
         raise AssertionError(f"{what}: none of {events} within {3 * TIMEOUT_SECONDS} s")
 
-    def run_case(name, move, last_version):
-        """Connects fresh adapters, sends version 1, calls move(model) on every rank once version 1 is in, then
-        sends versions 2..last_version. Returns (model, error message or None, seconds the failure took)."""
+    def run_case(name, move, last_version, staged):
+        """Connects fresh adapters (both sides staged or neither), sends version 1, calls move(model) on every
+        rank once version 1 is in, then sends versions 2..last_version. Returns (model, error message or None,
+        seconds the failure took)."""
         m = model()
         params = dict(m.named_parameters())
+        modes = {"sender_staging": staged, "receiver_staging": staged, "timeout_seconds": TIMEOUT_SECONDS}
         if trainer:
-            adapter = wb.SenderAdapter(world, comm, params, tensors, m.load_weights, timeout_seconds=TIMEOUT_SECONDS)
+            adapter = wb.SenderAdapter(world, comm, params, tensors, m.load_weights, **modes)
             type(m).load_weights(m, iter(versions[1].items()))
             adapter.connect()
-            adapter.send_weights(1)  # synchronous: every rollout installed it
+            adapter.send_weights(1)
+            adapter.wait()  # every rollout installed it
             move(m)
             try:
                 for v in range(2, last_version + 1):
@@ -98,7 +102,7 @@ def main():
             except wb.Error as error:
                 return m, error.message, time.monotonic() - start
             return m, None, 0.0
-        adapter = wb.ReceiverAdapter(world, comm, params, m.load_weights, timeout_seconds=TIMEOUT_SECONDS)
+        adapter = wb.ReceiverAdapter(world, comm, params, m.load_weights, **modes)
         poll_until(adapter, (wb.Event.CONNECTED,), f"{name}: connect")
         poll_until(adapter, (wb.Event.INSTALLED,), f"{name}: version 1")
         same_as(dict(m.named_parameters()), 1, f"{name}: version 1")
@@ -123,67 +127,71 @@ def main():
         checks.check(seconds < 2 * TIMEOUT_SECONDS, f"{name}: the error took {seconds:.1f} s on world rank {rank}")
 
     try:
-        # ---- followed -----------------------------------------------------------------------------------
-        let_go = {}  # rollout rank 2: the storage each parameter had before it was rebound
-        fillers = []
+        for staged in (False, True):
+            mode = " (both sides staged)" if staged else ""
+            # ---- followed ------------------------------------------------------------------------------------
+            let_go = {}  # rollout rank 2: the storage each parameter had before it was rebound
+            fillers = []
 
-        def rebind(m):
+            def rebind(m):
+                if rank == 2:
+                    for n, p in m.named_parameters():
+                        let_go[n] = p.data
+                        p.data = p.data.clone()
+                elif trainer:
+                    p = next(p for _, p in m.named_parameters() if p.numel() > 1)
+                    nbytes = p.numel() * p.element_size()
+                    p.data.resize_(4 * p.numel())  # the storage grows (its old block freed); p keeps its shape
+                    fillers.extend(fill_freed_block(nbytes))
+
+            m, message, _ = run_case(f"followed{mode}", rebind, 3, staged)
+            checks.check(message is None, f"followed{mode}: world rank {rank}: {message}")
+            if not trainer and message is None:
+                same_as(dict(m.named_parameters()), 3, f"followed{mode}: versions 2 and 3 after the rebinding")
             if rank == 2:
-                for n, p in m.named_parameters():
-                    let_go[n] = p.data
-                    p.data = p.data.clone()
-            elif trainer:
-                p = next(p for _, p in m.named_parameters() if p.numel() > 1)
-                nbytes = p.numel() * p.element_size()
-                p.data.resize_(4 * p.numel())  # the storage grows (its old block freed); p keeps its shape
-                fillers.extend(fill_freed_block(nbytes))
+                same_as(let_go, 1, f"followed{mode}: the storage let go of (never written after the rebinding)")
+            world.Barrier()
 
-        m, message, _ = run_case("followed", rebind, 3)
-        checks.check(message is None, f"followed: world rank {rank}: {message}")
-        if not trainer and message is None:
-            same_as(dict(m.named_parameters()), 3, "followed: versions 2 and 3 after the rebinding")
-        if rank == 2:
-            same_as(let_go, 1, "followed: the storage let go of (never written after the rebinding)")
-        world.Barrier()
+            # ---- refused: a rollout parameter resized --------------------------------------------------------
+            moved = {}
 
-        # ---- refused: a rollout parameter resized ---------------------------------------------------------
-        moved = {}
+            def resize(m):
+                if rank == 3:
+                    name, p = next((n, p) for n, p in m.named_parameters() if p.dim() == 1 and p.numel() > 1)
+                    moved["name"], moved["shape"] = name, list(p.shape)
+                    nbytes = p.numel() * p.element_size()
+                    p.resize_(4 * p.numel())  # a new shape, and its old block freed
+                    fillers.extend(fill_freed_block(nbytes))
 
-        def resize(m):
+            outcome = run_case(f"rollout resize_{mode}", resize, 2, staged)
+            name = world.bcast(moved.get("name"), root=3)
+            shape = world.bcast(moved.get("shape"), root=3)
+            expect_refusal(f"rollout resize_{mode}", outcome,
+                           rf"engine 0 worker 1 \(world rank 3\): version 2: parameter {re.escape(name)}: "
+                           rf"its shape changed from \[{shape[0]}\] to \[{4 * shape[0]}\].*"
+                           r"nothing of this version was written")
+            if rank == 2:
+                same_as(dict(outcome[0].named_parameters()), 1, f"rollout resize_{mode}: the other rollout rank")
             if rank == 3:
-                name, p = next((n, p) for n, p in m.named_parameters() if p.dim() == 1 and p.numel() > 1)
-                moved["name"], moved["shape"] = name, list(p.shape)
-                nbytes = p.numel() * p.element_size()
-                p.resize_(4 * p.numel())  # a new shape, and its old block freed
-                fillers.extend(fill_freed_block(nbytes))
+                spoiled = sum(1 for t in fillers if not bool((t == PATTERN).all()))
+                checks.check(not spoiled, f"rollout resize_{mode}: {spoiled} tensors allocated into the freed "
+                                          "block were written")
+            world.Barrier()
 
-        outcome = run_case("rollout resize_", resize, 2)
-        name = world.bcast(moved.get("name"), root=3)
-        shape = world.bcast(moved.get("shape"), root=3)
-        expect_refusal("rollout resize_", outcome,
-                       rf"engine 0 worker 1 \(world rank 3\): version 2: parameter {re.escape(name)}: its shape changed "
-                       rf"from \[{shape[0]}\] to \[{4 * shape[0]}\].*nothing of this version was written")
-        if rank == 2:
-            same_as(dict(outcome[0].named_parameters()), 1, "rollout resize_: the other rollout rank")
-        if rank == 3:
-            spoiled = [t for t in fillers if not bool((t == PATTERN).all())]
-            checks.check(not spoiled, f"rollout resize_: {len(spoiled)} tensors allocated into the freed block were written")
-        world.Barrier()
+            # ---- refused: a trainer parameter's dtype changed ------------------------------------------------
+            def retype(m):
+                if rank == 1:
+                    name, p = next((n, p) for n, p in m.named_parameters() if p.dtype == torch.bfloat16)
+                    moved["trainer"] = name
+                    p.data = p.data.float()
 
-        # ---- refused: a trainer parameter's dtype changed -----------------------------------------------
-        def retype(m):
-            if rank == 1:
-                name, p = next((n, p) for n, p in m.named_parameters() if p.dtype == torch.bfloat16)
-                moved["trainer"] = name
-                p.data = p.data.float()
-
-        outcome = run_case("trainer dtype", retype, 2)
-        name = world.bcast(moved.get("trainer"), root=1)
-        expect_refusal("trainer dtype", outcome,
-                       rf"trainer 1 \(world rank 1\): version 2: parameter {re.escape(name)}: its dtype changed from "
-                       r"bf16 to f32")
-        if not trainer:
-            same_as(dict(outcome[0].named_parameters()), 1, "trainer dtype: the rollouts")
+            outcome = run_case(f"trainer dtype{mode}", retype, 2, staged)
+            name = world.bcast(moved.get("trainer"), root=1)
+            expect_refusal(f"trainer dtype{mode}", outcome,
+                           rf"trainer 1 \(world rank 1\): version 2: parameter {re.escape(name)}: "
+                           r"its dtype changed from bf16 to f32")
+            if not trainer:
+                same_as(dict(outcome[0].named_parameters()), 1, f"trainer dtype{mode}: the rollouts")
     except Exception:
         checks.exception("moved parameters")
     checks.finish()
