@@ -90,6 +90,8 @@ std::uint32_t kind_of(py::handle object);
 /// Whether a torch tensor of code `kind` still views `view`'s memory: same address (its storage holding
 /// the bytes), dtype, device, shape and strides. False too when it cannot be read in place.
 bool unchanged(py::handle object, const TensorView& view, std::uint32_t kind);
+/// The bytes of a torch tensor's storage past its offset; -1 when it cannot be read in place.
+std::int64_t storage_bytes(py::handle object);
 }  // namespace torch_tensors
 
 /// The checkpoint's tensor list: TensorInfo objects, (name, dtype, shape) tuples, or a mapping of name ->

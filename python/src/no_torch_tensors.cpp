@@ -7,5 +7,6 @@ namespace wb::python::torch_tensors {
 bool available() { return false; }
 std::uint32_t kind_of(py::handle) { return 0; }
 bool unchanged(py::handle, const TensorView&, std::uint32_t) { return false; }
+std::int64_t storage_bytes(py::handle) { return -1; }
 
 }  // namespace wb::python::torch_tensors

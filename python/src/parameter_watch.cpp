@@ -26,8 +26,13 @@ std::string unfollowable(const TensorView& was, const TensorView& now) {
     return "its strides changed from " + shape_to_string(was.strides) + " to " + shape_to_string(now.strides);
   if (now.memory != was.memory || now.device != was.device)
     return "it moved from " + memory_text(was) + " to " + memory_text(now);
-  if (now.data == nullptr && now.nbytes() > 0) return "its storage was freed (no memory behind it)";
+  if (now.data == nullptr && now.nbytes() > 0) return "its storage was freed (no memory behind it)";  // not torch
   return {};
+}
+
+std::string refusal(const std::string& name, const std::string& why) {
+  return "parameter " + name + ": " + why + " since the adapter took it; nothing of this version was written or sent "
+         "(keep its memory in place, or construct the adapter after the framework has moved it)";
 }
 
 }  // namespace
@@ -54,6 +59,11 @@ Status WatchedParameters::check(std::vector<coord::MovedParameter>& moved, bool 
     if (e.kind != 0 && torch_tensors::unchanged(tensor, e.view, e.kind)) continue;
     py::list fresh;
     TensorView now;
+    // A storage freed under the tensor (storage().resize_(0), as FSDP does) cannot even be exported.
+    const std::int64_t left = e.kind != 0 ? torch_tensors::storage_bytes(tensor) : -1;
+    if (left >= 0 && left < static_cast<std::int64_t>(e.view.nbytes()))
+      return Status(ErrorCode::kInvalidArgument, refusal(e.name, "its storage was freed or shrunk (" + std::to_string(left) +
+                                                                     " bytes left of its " + std::to_string(e.view.nbytes()) + ")"));
     try {
       now = view_of(tensor, "parameter " + e.name, fresh);
     } catch (const InputError& error) {
@@ -63,9 +73,7 @@ Status WatchedParameters::check(std::vector<coord::MovedParameter>& moved, bool 
         now.memory == e.view.memory && now.device == e.view.device)
       continue;  // not read in place, and as it was
     if (const std::string why = unfollowable(e.view, now); !why.empty())
-      return Status(ErrorCode::kInvalidArgument, "parameter " + e.name + ": " + why + " since the adapter took it; nothing "
-                                                 "of this version was written or sent (keep its memory in place, or "
-                                                 "construct the adapter after the framework has moved it)");
+      return Status(ErrorCode::kInvalidArgument, refusal(e.name, why));
     // Rebound to new memory of the same form: followed. The new export keeps that memory alive; the old
     // one is let go of (holding it would keep a second copy of the parameter for nothing).
     moved.push_back({p, now.data});

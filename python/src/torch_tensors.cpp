@@ -58,4 +58,15 @@ bool unchanged(py::handle object, const TensorView& view, std::uint32_t kind) {
   }
 }
 
+std::int64_t storage_bytes(py::handle object) {
+  try {
+    const c10::TensorImpl* impl = THPVariable_Unpack(object.ptr()).unsafeGetTensorImpl();
+    if (impl == nullptr || !impl->has_storage()) return -1;
+    const auto offset = impl->storage_offset() * static_cast<std::int64_t>(impl->itemsize());
+    return std::max<std::int64_t>(0, static_cast<std::int64_t>(impl->storage().nbytes()) - offset);
+  } catch (...) {
+    return -1;
+  }
+}
+
 }  // namespace wb::python::torch_tensors

@@ -16,8 +16,12 @@ adapters, sends version 1, lets ranks move parameters, then sends more versions:
     nothing, still holds version 1 bit for bit (nothing of version 2 was written anywhere);
   - refused, trainer: trainer rank 1 rebinds a bf16 parameter to float32: version 2 fails on every rank,
     naming world rank 1, the parameter and both dtypes; both rollout ranks still hold version 1.
-Every case runs twice: neither side staged, and both staged. Every failure reaches every rank within twice
-the timeout.
+Every case runs twice: neither side staged, and both staged. Then, unstaged:
+  - refused, storage freed: rollout rank 2 frees a parameter's storage (`storage().resize_(0)`, as FSDP
+    does): named with the bytes left; rollout rank 3 still holds version 1;
+  - refused, tied: rollout rank 3 rebinds a parameter onto another's memory (`p.data = q.data`): both named;
+    rollout rank 2 still holds version 1.
+Every failure reaches every rank within twice the timeout.
 """
 
 import os
@@ -192,6 +196,38 @@ def main():
                            r"its dtype changed from bf16 to f32")
             if not trainer:
                 same_as(dict(outcome[0].named_parameters()), 1, f"trainer dtype{mode}: the rollouts")
+
+        # ---- refused: a rollout storage freed; two rollout parameters tied into one place ----------------
+        def free_storage(m):
+            if rank == 2:
+                name, p = next((n, p) for n, p in m.named_parameters() if p.numel() > 1)
+                moved["freed"], moved["bytes"] = name, p.numel() * p.element_size()
+                p.data.storage().resize_(0)  # what FSDP does to a parameter it does not hold
+
+        outcome = run_case("storage freed", free_storage, 2, False)
+        name, nbytes = world.bcast((moved.get("freed"), moved.get("bytes")), root=2)
+        expect_refusal("storage freed", outcome,
+                       rf"engine 0 worker 0 \(world rank 2\): version 2: parameter {re.escape(name)}: "
+                       rf"its storage was freed or shrunk \(0 bytes left of its {nbytes}\)")
+        if rank == 3:
+            same_as(dict(outcome[0].named_parameters()), 1, "storage freed: the other rollout rank")
+        world.Barrier()
+
+        def tie(m):
+            if rank == 3:
+                params = list(m.named_parameters())
+                (a, p), (b, q) = next(((x, y) for i, x in enumerate(params) for y in params[i + 1:]
+                                       if x[1].shape == y[1].shape and x[1].dtype == y[1].dtype))
+                moved["tied"] = (a, b)
+                p.data = q.data  # followable on its own, but two parameters in one place get each other's bytes
+
+        outcome = run_case("tied", tie, 2, False)
+        a, b = world.bcast(moved.get("tied"), root=3)
+        expect_refusal("tied", outcome,
+                       rf"engine 0 worker 1 \(world rank 3\): version 2: parameter {re.escape(a)} was rebound to "
+                       rf"memory that parameter {re.escape(b)} holds too")
+        if rank == 2:
+            same_as(dict(outcome[0].named_parameters()), 1, "tied: the other rollout rank")
     except Exception:
         checks.exception("moved parameters")
     checks.finish()
