@@ -346,7 +346,7 @@ class PyReceiverAdapter {
 };
 
 // For the benchmark (bench/parameter_check.py): the check every update runs first, without following
-// anything; the names of the parameters that moved, and how many parameters are read in place.
+// anything; the indices of the parameters that moved, and how many parameters are read in place.
 template <class Adapter>
 py::tuple check_parameters(Adapter& adapter) {
   std::vector<coord::MovedParameter> moved;
@@ -421,7 +421,10 @@ void bind_adapters(py::module_& m) {
            "trainer_comm: mpi4py communicator of the trainers (the same on every trainer).\n"
            "params: this rank's parameters, name -> tensor (dict, state_dict or named_parameters()):\n"
            "    torch.Tensor or any object with __dlpack__, contiguous host memory for now, bf16 included.\n"
-           "    The adapter keeps them alive and reads them in place at every send_weights.\n"
+           "    The adapter keeps them alive and reads them in place at every send_weights, after checking that\n"
+           "    each is where and what it was: one rebound to new memory of the same dtype, shape and strides\n"
+           "    (p.data = p.data.clone()) is followed; any other change (resize_() to a new shape, a new dtype, a\n"
+           "    freed storage) fails that update on every rank, naming the parameter, with nothing sent.\n"
            "checkpoint_tensors: the canonical checkpoint's tensor list: TensorInfo objects, (name, dtype,\n"
            "    shape) tuples, or a mapping name -> tensor (meta tensors will do); see read_tensor_list.\n"
            "load_weights: this rank's loader, load_weights(weights) with `weights` an iterable of\n"
@@ -481,7 +484,9 @@ void bind_adapters(py::module_& m) {
            "engine_comm: mpi4py communicator of this engine's ranks (one model replica, e.g. one TP group).\n"
            "params: this rank's parameters, name -> tensor (dict, state_dict or named_parameters()):\n"
            "    torch.Tensor or any object with __dlpack__, contiguous host memory for now, bf16 included.\n"
-           "    The adapter keeps them alive and writes every new version into them in place.\n"
+           "    The adapter keeps them alive and writes every new version into them in place, checked before each\n"
+           "    update as for SenderAdapter: a rebound parameter is followed (the memory it left is never written\n"
+           "    again), any other change fails the update on every rank with nothing written.\n"
            "load_weights: the engine's own loader, load_weights(weights) with `weights` an iterable of\n"
            "    (name, torch.Tensor) pairs in checkpoint naming (model.load_weights of SGLang and vLLM).\n"
            "options: an AdapterOptions or a dict; keyword arguments (receiver_staging=True, ...) override it.\n"
