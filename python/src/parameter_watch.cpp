@@ -68,6 +68,9 @@ Status WatchedParameters::check(std::vector<coord::MovedParameter>& moved, bool 
       now = view_of(tensor, "parameter " + e.name, fresh);
     } catch (const InputError& error) {
       return Status(ErrorCode::kInvalidArgument, std::string(error.what()) + " (read again before the update)");
+    } catch (py::error_already_set& error) {  // an attribute of an odd object that raised: no exception crosses into C++
+      return Status(ErrorCode::kInvalidArgument, "parameter " + e.name + ": reading it again before the update raised " +
+                                                     describe_python_error(error));
     }
     if (now.data == e.view.data && now.dtype == e.view.dtype && now.shape == e.view.shape && now.strides == e.view.strides &&
         now.memory == e.view.memory && now.device == e.view.device)
