@@ -189,6 +189,12 @@ void AdapterBase::announce_departure(const std::string& why) {
 }
 
 void AdapterBase::connect(const std::vector<TensorInfo>* checkpoint_tensors) {
+  // A framework that moved its parameters between construction and connect (vLLM's
+  // process_weights_after_loading, say): the probe must read where load_weights writes.
+  std::vector<MovedParameter> moved;
+  Status checked = check_parameters(moved, "connect");
+  if (checked) checked = follow(moved);
+  if (!checked) throw Error(fail(checked));  // announced: the others' waits in connect end on it
   ConnectInput input;
   input.world = world;
   input.roles = &roles;
@@ -231,10 +237,10 @@ void AdapterBase::refresh_stats() {
   }
 }
 
-Status AdapterBase::check_parameters(std::vector<MovedParameter>& moved, std::uint64_t v) {
+Status AdapterBase::check_parameters(std::vector<MovedParameter>& moved, const std::string& when) {
   moved.clear();
   if (!watch) return Status::ok();
-  const std::string context = who() + ": version " + std::to_string(v) + ": ";
+  const std::string context = who() + ": " + when + ": ";
   if (Status found = watch(moved); !found) return Status(found.code(), context + found.message());
   if (moved.empty()) return Status::ok();
   // Two parameters in one place would each get the other's bytes: a parameter rebound onto another's

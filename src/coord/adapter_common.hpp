@@ -84,7 +84,8 @@ struct AdapterBase {
   /// parameters it reports as rebound (follow()). A refusal, or a rebound parameter that now overlaps
   /// another, is returned as a failure (kInvalidArgument) naming this rank and the parameter; the caller
   /// gives up on the update, and its peers, waiting to enter it together, fail with nothing written.
-  Status check_parameters(std::vector<MovedParameter>& moved, std::uint64_t v);
+  /// `when`: "version 3", "connect" (the message's words).
+  Status check_parameters(std::vector<MovedParameter>& moved, const std::string& when);
   /// Points this adapter at the parameters' new memory: its ParameterSet, and the executor where it
   /// addresses the parameters themselves (no staging on this side). Not while a transfer runs on them.
   Status follow(const std::vector<MovedParameter>& moved);
@@ -98,6 +99,8 @@ struct AdapterBase {
   Status claim_background(const std::string& what);
   /// Connects this worker (establish_connection, collective over world) and keeps what that established; its
   /// transfer peers hear of this rank's failure first. `checkpoint_tensors`: the trainers' (null on rollouts).
+  /// Parameters moved since construction are followed first (the probe reads them); a refusal fails connect
+  /// here and, through its notice, on every rank.
   void connect(const std::vector<TensorInfo>* checkpoint_tensors);
   /// The executor's figures, refreshed when no transfer runs.
   void refresh_stats();

@@ -100,7 +100,7 @@ struct ReceiverAdapter::State : AdapterBase {
     // entering it together, fail with it.
     if (status) {
       std::vector<MovedParameter> moved;
-      status = check_parameters(moved, v);
+      status = check_parameters(moved, "version " + std::to_string(v));
       if (status) status = follow(moved);
     }
     const bool own_context = !status;  // the hook's and the watch's failures name the version already

@@ -307,7 +307,7 @@ Status SenderAdapter::send_weights(std::uint64_t version, void* cuda_stream) {
   // Parameters the framework moved since the last update (a binding's watch): followed on every link, or
   // the version refused before any byte of it moves (the peers, entering it together, fail with it).
   std::vector<MovedParameter> moved;
-  Status checked = s.check_parameters(moved, version);
+  Status checked = s.check_parameters(moved, "version " + std::to_string(version));
   if (checked) checked = s.follow(moved);
   for (std::size_t k = 0; k < s.joined.size() && checked; ++k)
     if (!s.joined[k]->dropped)

@@ -17,6 +17,8 @@ adapters, sends version 1, lets ranks move parameters, then sends more versions:
   - refused, trainer: trainer rank 1 rebinds a bf16 parameter to float32: version 2 fails on every rank,
     naming world rank 1, the parameter and both dtypes; both rollout ranks still hold version 1.
 Every case runs twice: neither side staged, and both staged. Then, unstaged:
+  - followed at connect: trainer rank 1 and rollout rank 2 rebind every parameter between the adapter's
+    construction and connect: connect probes the new memory, and version 2 arrives bit for bit;
   - refused, storage freed: rollout rank 2 frees a parameter's storage (`storage().resize_(0)`, as FSDP
     does): named with the bytes left; rollout rank 3 still holds version 1;
   - refused, tied: rollout rank 3 rebinds a parameter onto another's memory (`p.data = q.data`): both named;
@@ -83,15 +85,18 @@ def main():
             time.sleep(0.002)
         raise AssertionError(f"{what}: none of {events} within {3 * TIMEOUT_SECONDS} s")
 
-    def run_case(name, move, last_version, staged):
+    def run_case(name, move, last_version, staged, before_connect=None):
         """Connects fresh adapters (both sides staged or neither), sends version 1, calls move(model) on every
-        rank once version 1 is in, then sends versions 2..last_version. Returns (model, error message or None,
-        seconds the failure took)."""
+        rank once version 1 is in, then sends versions 2..last_version. before_connect(model), when given, runs
+        between the adapter's construction and connect. Returns (model, error message or None, seconds the
+        failure took)."""
         m = model()
         params = dict(m.named_parameters())
         modes = {"sender_staging": staged, "receiver_staging": staged, "timeout_seconds": TIMEOUT_SECONDS}
         if trainer:
             adapter = wb.SenderAdapter(world, comm, params, tensors, m.load_weights, **modes)
+            if before_connect:
+                before_connect(m)
             type(m).load_weights(m, iter(versions[1].items()))
             adapter.connect()
             adapter.send_weights(1)
@@ -107,6 +112,8 @@ def main():
                 return m, error.message, time.monotonic() - start
             return m, None, 0.0
         adapter = wb.ReceiverAdapter(world, comm, params, m.load_weights, **modes)
+        if before_connect:
+            before_connect(m)
         poll_until(adapter, (wb.Event.CONNECTED,), f"{name}: connect")
         poll_until(adapter, (wb.Event.INSTALLED,), f"{name}: version 1")
         same_as(dict(m.named_parameters()), 1, f"{name}: version 1")
@@ -196,6 +203,18 @@ def main():
                            r"its dtype changed from bf16 to f32")
             if not trainer:
                 same_as(dict(outcome[0].named_parameters()), 1, f"trainer dtype{mode}: the rollouts")
+
+        # ---- followed at connect: parameters rebound between construction and connect -----------------------
+        def rebind_all(m):
+            if rank in (1, 2):
+                for _, p in m.named_parameters():
+                    p.data = p.data.clone()
+
+        m, message, _ = run_case("rebound before connect", lambda m: None, 2, False, before_connect=rebind_all)
+        checks.check(message is None, f"rebound before connect: world rank {rank}: {message}")
+        if not trainer and message is None:
+            same_as(dict(m.named_parameters()), 2, "rebound before connect: version 2")
+        world.Barrier()
 
         # ---- refused: a rollout storage freed; two rollout parameters tied into one place ----------------
         def free_storage(m):
