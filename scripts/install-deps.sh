@@ -19,8 +19,10 @@ packages=(
 )
 # The Python package (python/) and its tests: pybind11 and the headers to build it, Debian's torch (CPU),
 # mpi4py and numpy to run it. They import only with Debian's /usr/bin/python3, which the build picks.
+# libtorch-dev: torch's C++ headers, with which the check of the parameters before every update reads
+# torch tensors in place (python/CMakeLists.txt).
 if [[ "${WB_WITH_PYTHON:-1}" == "1" ]]; then
-  packages+=(python3-dev pybind11-dev python3-numpy python3-mpi4py python3-torch)
+  packages+=(python3-dev pybind11-dev python3-numpy python3-mpi4py python3-torch libtorch-dev)
 fi
 # Slurm and munge for the srun tests and the sbatch scripts in slurm/.
 if [[ "${WB_WITH_SLURM:-1}" == "1" ]]; then

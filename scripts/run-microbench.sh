@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every Google Benchmark micro-benchmark of the build (planner, probe, source-map decoding, the
 # second-difference codec, checkpoint reads, CPU pack/assemble; with CUDA the kernels, which skip without a
-# device) and saves each one's JSON. Each validates its result before timing.
+# device) and the Python adapters' parameter check (bench/parameter_check.py), and saves each one's JSON.
+# Each validates its result before timing.
 #
 #   bash scripts/run-microbench.sh [--out DIR] [--filter REGEX] [--min-time SECONDS]
 set -euo pipefail
@@ -32,4 +33,10 @@ for bench in "$build"/bench/bench_*; do
   "$bench" "${args[@]}"
 done
 [[ $found -gt 0 ]] || { echo "run-microbench.sh: no benchmarks under $build/bench (built with Google Benchmark?)" >&2; exit 1; }
+# The Python adapters' parameter check at 100,000 parameters (needs the package built, torch and mpi4py).
+if [[ -d $build/python/weightbridge ]] && /usr/bin/python3 -c "import torch, mpi4py" 2>/dev/null; then
+  echo "run-microbench.sh: parameter_check.py"
+  PYTHONPATH=$build/python /usr/bin/python3 "$root/bench/parameter_check.py" --json "$out/parameter_check.json" >/dev/null
+  found=$((found + 1))
+fi
 echo "run-microbench.sh: $found benchmark programs, JSON in $out"

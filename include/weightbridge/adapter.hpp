@@ -34,7 +34,10 @@
 // constructor until shutdown() (trainers) or the end of serving, and in any case until the adapter is
 // destroyed: a tensor that is freed, resized or moved by its framework (resize_, a rebound storage) after
 // construction is written into (rollouts) or read from (trainers) where it was. Keep such tensors out of
-// the ParameterSet, or construct the adapter after the framework has finished moving them.
+// the ParameterSet, or construct the adapter after the framework has finished moving them. (The Python
+// adapters, whose tensors their framework may move, check every parameter before each update: one rebound
+// to new memory of the same form is followed, any other change refused on every rank; README, "When
+// things go wrong".)
 // Two parameters may be one memory (tied weights under two names: probed once, updated under each name);
 // one that views part of another's memory is refused at connect, naming both.
 //

@@ -210,6 +210,12 @@ void require_callable(py::handle f, const std::string& what) {
                      ", not callable");
 }
 
+// The watch handed to the adapter over `watched`'s parameters (none when the arguments failed to convert).
+coord::ParameterWatch watch_of(WatchedParameters* watched) {
+  if (watched == nullptr) return {};
+  return [watched](std::vector<coord::MovedParameter>& moved) { return watched->check(moved); };
+}
+
 // Destroys an adapter without the GIL (its destructor may wait for peers), or leaks it when MPI is
 // already finalized (mpi4py finalizes at exit) and no MPI call may be made any more.
 template <class Adapter>
@@ -248,7 +254,8 @@ class PySenderAdapter {
       require_callable(load_weights, "load_weights");
     });
     callbacks_->load_weights = py::reinterpret_borrow<py::object>(load_weights);
-    const coord::BindingChecks checks(in.checks);
+    if (in.checks) watched_ = std::make_unique<WatchedParameters>(in.params, keep_alive_);
+    const coord::BindingChecks checks(in.checks, watch_of(watched_.get()));
     py::gil_scoped_release release;
     adapter_ = std::make_unique<SenderAdapter>(in.world, in.group, std::move(in.params), std::move(in.checkpoint_tensors),
                                                make_load_weights(callbacks_.get()), in.options);
@@ -276,6 +283,7 @@ class PySenderAdapter {
   bool connected() const { return adapter_->connected(); }
   TransferSummary summary() const { return adapter_->summary(); }
   AdapterStats stats() const { return adapter_->stats(); }
+  WatchedParameters& watched() { return *watched_; }
 
  private:
   void check(const Status& status) {
@@ -285,6 +293,7 @@ class PySenderAdapter {
   std::unique_ptr<Callbacks> callbacks_ = std::make_unique<Callbacks>();
   CallGate gate_{"SenderAdapter"};
   py::list keep_alive_;
+  std::unique_ptr<WatchedParameters> watched_;
   std::unique_ptr<SenderAdapter> adapter_;
 };
 
@@ -299,12 +308,13 @@ class PyReceiverAdapter {
       require_callable(load_weights, "load_weights");
       if (!before_update_hook.is_none()) require_callable(before_update_hook, "before_update_hook");
     });
+    if (in.checks) watched_ = std::make_unique<WatchedParameters>(in.params, keep_alive_);  // as Python has them
     // An FP8 engine's uint8 parameters hold e4m3 codes (torch without float8 types): they are its fp8 weights.
     if (in.options.fp8) in.params = uint8_as_e4m3(in.params);
     callbacks_->load_weights = py::reinterpret_borrow<py::object>(load_weights);
     callbacks_->hook = py::reinterpret_borrow<py::object>(before_update_hook);
     BeforeUpdateHook hook = make_hook(callbacks_.get());
-    const coord::BindingChecks checks(in.checks);
+    const coord::BindingChecks checks(in.checks, watch_of(watched_.get()));
     py::gil_scoped_release release;
     adapter_ = std::make_unique<ReceiverAdapter>(in.world, in.group, std::move(in.params),
                                                  make_load_weights(callbacks_.get()), in.options, std::move(hook));
@@ -325,13 +335,27 @@ class PyReceiverAdapter {
   bool closed() const { return adapter_->closed(); }
   TransferSummary summary() const { return adapter_->summary(); }
   AdapterStats stats() const { return adapter_->stats(); }
+  WatchedParameters& watched() { return *watched_; }
 
  private:
   std::unique_ptr<Callbacks> callbacks_ = std::make_unique<Callbacks>();
   CallGate gate_{"ReceiverAdapter"};
   py::list keep_alive_;
+  std::unique_ptr<WatchedParameters> watched_;
   std::unique_ptr<ReceiverAdapter> adapter_;
 };
+
+// For the benchmark (bench/parameter_check.py): the check every update runs first, without following
+// anything; the indices of the parameters that moved, and how many parameters are read in place.
+template <class Adapter>
+py::tuple check_parameters(Adapter& adapter) {
+  std::vector<coord::MovedParameter> moved;
+  const Status status = adapter.watched().check(moved, false);
+  if (!status) raise_error(status);
+  py::list names;
+  for (const coord::MovedParameter& m : moved) names.append(py::int_(m.index));
+  return py::make_tuple(names, adapter.watched().read_in_place());
+}
 
 constexpr const char* kOptionNames[] = {"sender_staging", "receiver_staging", "buffer_bytes", "pipeline_depth",
                                         "transport",      "timeout_seconds",  "verify",       "node",
@@ -400,7 +424,10 @@ void bind_adapters(py::module_& m) {
            "trainer_comm: mpi4py communicator of the trainers (the same on every trainer).\n"
            "params: this rank's parameters, name -> tensor (dict, state_dict or named_parameters()):\n"
            "    torch.Tensor or any object with __dlpack__, contiguous host memory for now, bf16 included.\n"
-           "    The adapter keeps them alive and reads them in place at every send_weights.\n"
+           "    The adapter keeps them alive and reads them in place at every send_weights, after checking that\n"
+           "    each is where and what it was: one rebound to new memory of the same dtype, shape and strides\n"
+           "    (p.data = p.data.clone()) is followed; any other change (resize_() to a new shape, a new dtype, a\n"
+           "    freed storage) fails that update on every rank, naming the parameter, with nothing sent.\n"
            "checkpoint_tensors: the canonical checkpoint's tensor list: TensorInfo objects, (name, dtype,\n"
            "    shape) tuples, or a mapping name -> tensor (meta tensors will do); see read_tensor_list.\n"
            "load_weights: this rank's loader, load_weights(weights) with `weights` an iterable of\n"
@@ -427,6 +454,10 @@ void bind_adapters(py::module_& m) {
            "Waits for the version in flight, then tells every engine to close (their poll_requests return\n"
            "Event.SHUTDOWN). Collective over the trainers. Also done when the adapter is destroyed.")
       .def_property_readonly("connected", &PySenderAdapter::connected)
+      .def("_check_parameters", &check_parameters<PySenderAdapter>,
+           "The check of the parameters every send_weights runs first, without following anything: (indices of\n"
+           "the parameters rebound to new memory, parameters read in place). Raises weightbridge.Error where an\n"
+           "update would be refused. For the benchmark (bench/parameter_check.py).")
       .def("summary", &PySenderAdapter::summary, "What connect planned (TransferSummary); the same on every rank.")
       .def("stats", &PySenderAdapter::stats,
            "This worker's counters and stall intervals (AdapterStats); its history holds each update's EWTT and\n"
@@ -456,7 +487,9 @@ void bind_adapters(py::module_& m) {
            "engine_comm: mpi4py communicator of this engine's ranks (one model replica, e.g. one TP group).\n"
            "params: this rank's parameters, name -> tensor (dict, state_dict or named_parameters()):\n"
            "    torch.Tensor or any object with __dlpack__, contiguous host memory for now, bf16 included.\n"
-           "    The adapter keeps them alive and writes every new version into them in place.\n"
+           "    The adapter keeps them alive and writes every new version into them in place, checked before each\n"
+           "    update as for SenderAdapter: a rebound parameter is followed (the memory it left is never written\n"
+           "    again), any other change fails the update on every rank with nothing written.\n"
            "load_weights: the engine's own loader, load_weights(weights) with `weights` an iterable of\n"
            "    (name, torch.Tensor) pairs in checkpoint naming (model.load_weights of SGLang and vLLM).\n"
            "options: an AdapterOptions or a dict; keyword arguments (receiver_staging=True, ...) override it.\n"
@@ -474,6 +507,9 @@ void bind_adapters(py::module_& m) {
       .def_property_readonly("installed_version", &PyReceiverAdapter::installed_version)
       .def_property_readonly("connected", &PyReceiverAdapter::connected)
       .def_property_readonly("closed", &PyReceiverAdapter::closed, "shut down or failed")
+      .def("_check_parameters", &check_parameters<PyReceiverAdapter>,
+           "The check of the parameters every update runs first, without following anything (as\n"
+           "SenderAdapter._check_parameters).")
       .def("summary", &PyReceiverAdapter::summary, "What connect planned (TransferSummary); the same on every rank.")
       .def("stats", &PyReceiverAdapter::stats, "This worker's counters and stall intervals (AdapterStats).");
 }

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "coord/binding_checks.hpp"
 #include "weightbridge/adapter.hpp"
 #include "weightbridge/checkpoint.hpp"
 #include "weightbridge/status.hpp"
@@ -50,8 +51,52 @@ DType dtype_from_python(py::handle dtype, const std::string& what);
 TensorView view_of(py::handle tensor, const std::string& what, py::list& keep_alive);
 
 /// name -> tensor: a mapping (dict, OrderedDict, state_dict) or an iterable of (name, tensor) pairs such as
-/// model.named_parameters(). Declaration order is kept. Throws InputError.
+/// model.named_parameters(). Declaration order is kept. Appends one list per parameter to `keep_alive`:
+/// what view_of keeps for it, the tensor first. Throws InputError.
 ParameterSet parameters_from_python(py::handle params, py::list& keep_alive);
+
+// ---- parameters that move (parameter_watch.cpp, torch_tensors.cpp) ----------------------------------
+
+/// The check before every update of a Python adapter's parameters against what it registered: storage
+/// address, dtype, shape, strides and device. A parameter rebound to new memory of the same dtype, shape
+/// and strides (`p.data = p.data.clone()`) is followed; any other change (resize_(), a new dtype or shape,
+/// storage freed) is refused, naming the parameter and what changed. torch tensors are read in place
+/// through torch's C++ headers where the build found them (torch_tensors.cpp); other objects, and torch
+/// tensors that changed, through a new __dlpack__ export.
+class WatchedParameters {
+ public:
+  /// `params` as parameters_from_python made them, `keep_alive` its lists (one per parameter).
+  WatchedParameters(const ParameterSet& params, py::list keep_alive);
+  /// The check, taking the GIL (coord::ParameterWatch): fills `moved`, and keeps the moved parameters'
+  /// new memory alive (the old is let go of). `follow` false: only looks (what the benchmark times), and
+  /// the next call reports the same.
+  Status check(std::vector<coord::MovedParameter>& moved, bool follow = true);
+  /// The parameters read in place (torch tensors, where torch's C++ headers were found at build time).
+  std::size_t read_in_place() const;
+
+ private:
+  struct Entry {
+    std::string name;
+    TensorView view;         // as registered (or last followed)
+    std::uint32_t kind = 0;  // torch_tensors::kind_of, 0: not read in place
+    PyObject* tensor = nullptr;  // the caller's object, first of its keep_alive_ list (which holds it)
+  };
+  std::vector<Entry> entries_;
+  py::list keep_alive_;
+};
+
+/// Torch tensors read in place (torch_tensors.cpp; absent where the build found no torch C++ headers).
+namespace torch_tensors {
+/// True when the build has torch's C++ headers.
+bool available();
+/// A torch tensor's dtype and device as one nonzero code; 0 for anything else (or without the headers).
+std::uint32_t kind_of(py::handle object);
+/// Whether a torch tensor of code `kind` still views `view`'s memory: same address (its storage holding
+/// the bytes), dtype, device, shape and strides. False too when it cannot be read in place.
+bool unchanged(py::handle object, const TensorView& view, std::uint32_t kind);
+/// The bytes of a torch tensor's storage past its offset; -1 when it cannot be read in place.
+std::int64_t storage_bytes(py::handle object);
+}  // namespace torch_tensors
 
 /// The checkpoint's tensor list: TensorInfo objects, (name, dtype, shape) tuples, or a mapping of name ->
 /// anything with .dtype and .shape (tensors, including torch "meta" tensors). Throws InputError.

@@ -171,7 +171,9 @@ ParameterSet parameters_from_python(py::handle params, py::list& keep_alive) {
       throw InputError("params: an entry is " + std::string(py::repr(item)) + ", not a (name, tensor) pair");
     const std::string name = name_from_python(item[py::int_(0)], "params: the parameter name");
     if (set.find(name) != nullptr) throw InputError("params: parameter " + name + " appears twice");
-    set.add(name, view_of(item[py::int_(1)], "parameter " + name, keep_alive));
+    py::list mine;  // the tensor first (the object the caller holds: a parameter watch reads it again)
+    set.add(name, view_of(item[py::int_(1)], "parameter " + name, mine));
+    keep_alive.append(mine);
   }
   return set;
 }

@@ -235,6 +235,12 @@ void barrier(MPI_Comm comm, const Waiter& waiter, const std::string& what) {
   wait_or_throw(op, waiter, what);
 }
 
+Status barrier_or_failure(MPI_Comm comm, const Waiter& waiter, const std::string& what) {
+  OperationPtr op = make_operation();
+  WB_TRY_MPI(MPI_Ibarrier(comm, &op->request));
+  return wait_for(op, waiter, true, what);
+}
+
 bool barrier_within(MPI_Comm comm, double seconds) noexcept {
   MPI_Request request = MPI_REQUEST_NULL;
   if (MPI_Ibarrier(comm, &request) != MPI_SUCCESS) return false;

@@ -75,6 +75,9 @@ std::vector<std::byte> allgather_fixed(std::span<const std::byte> mine, MPI_Comm
 void barrier(MPI_Comm comm, const Waiter& waiter, const std::string& what);
 /// The same for teardowns: false when `seconds` passed (or MPI failed) first; the request stays with MPI.
 bool barrier_within(MPI_Comm comm, double seconds) noexcept;
+/// The same on an update path: returns kTimeout at the deadline, or the failure the waiter's service
+/// returns (a peer that gave up and so never arrives), instead of throwing.
+Status barrier_or_failure(MPI_Comm comm, const Waiter& waiter, const std::string& what);
 
 /// Swaps a record with `peer` (point to point, `tag`, both sides call it): returns the peer's.
 std::vector<std::byte> swap(int peer, std::span<const std::byte> mine, int tag, MPI_Comm comm, const Waiter& waiter,

@@ -55,7 +55,7 @@ Status check_parameter_memory(const ParameterSet& params, const std::string& who
 
 AdapterBase::AdapterBase(MPI_Comm world_comm, MPI_Comm group_comm_in, bool trainer, ParameterSet parameters,
                          LoadWeightsFn load, const AdapterOptions& adapter_options)
-    : params(std::move(parameters)), load_weights(std::move(load)) {
+    : params(std::move(parameters)), load_weights(std::move(load)), watch(BindingChecks::current_watch()) {
   options = resolve_options(adapter_options);
   const bool stages = trainer ? options.sender_staging : options.receiver_staging;
   int level = MPI_THREAD_SINGLE;
@@ -95,7 +95,9 @@ AdapterBase::AdapterBase(MPI_Comm world_comm, MPI_Comm group_comm_in, bool train
                         " staging runs the transfer on a background thread and needs MPI_THREAD_MULTIPLE, but MPI "
                         "was initialized with " + thread_level_name(level) + " (use MPI_Init_thread)");
   comm::Group job(world, "the job", faults.get());
-  throw_if_error(job.step(usable, waiter(), "constructing the adapters"));
+  std::int64_t values[comm::Group::kValues] = {watch ? 1 : 0, 0, 0, 0};
+  throw_if_error(job.step(usable, std::span<std::int64_t, comm::Group::kValues>(values), waiter(), "constructing the adapters"));
+  watched_job = values[0] != 0;
   clock_offset = measure_clock_offset(world, roles, options.timeout_seconds);
   group->set_clock_offset(clock_offset);
 }
@@ -189,6 +191,12 @@ void AdapterBase::announce_departure(const std::string& why) {
 }
 
 void AdapterBase::connect(const std::vector<TensorInfo>* checkpoint_tensors) {
+  // A framework that moved its parameters between construction and connect (vLLM's
+  // process_weights_after_loading, say): the probe must read where load_weights writes.
+  std::vector<MovedParameter> moved;
+  Status checked = check_parameters(moved, "connect");
+  if (checked) checked = follow(moved);
+  if (!checked) throw Error(fail(checked));  // announced: the others' waits in connect end on it
   ConnectInput input;
   input.world = world;
   input.roles = &roles;
@@ -198,6 +206,7 @@ void AdapterBase::connect(const std::vector<TensorInfo>* checkpoint_tensors) {
   input.load_weights = &load_weights;
   input.checkpoint_tensors = checkpoint_tensors;
   input.options = options;
+  input.enter_together = watched_job;
   connection.emplace(establish_connection(input));
   if (connection->executor) faults->add_neighbours(connection->executor->schedule().peers);
   refresh_stats();
@@ -228,6 +237,73 @@ void AdapterBase::refresh_stats() {
     WB_LOG(kWarn) << who() << ": the timeline keeps 2^20 spans per update; " << executor_stats.trace_dropped
                   << " more were dropped";
   }
+}
+
+Status AdapterBase::check_parameters(std::vector<MovedParameter>& moved, const std::string& when) {
+  moved.clear();
+  if (!watch) return Status::ok();
+  const std::string context = who() + ": " + when + ": ";
+  if (Status found = watch(moved); !found) return Status(found.code(), context + found.message());
+  if (moved.empty()) return Status::ok();
+  // Two parameters in one place would each get the other's bytes: a parameter rebound onto another's
+  // memory (tied after loading, say) is refused. Sorted by address, each range is compared with the
+  // furthest-reaching one before it.
+  std::vector<const void*> now(params.size());
+  std::vector<bool> rebound(params.size(), false);
+  for (std::size_t p = 0; p < params.size(); ++p) now[p] = params[p].view.data;
+  for (const MovedParameter& m : moved) {
+    if (m.index >= params.size())
+      return Status(ErrorCode::kInternal, context + "the parameter watch reported parameter " + std::to_string(m.index) +
+                                              " of " + std::to_string(params.size()));
+    now[m.index] = m.data;
+    rebound[m.index] = true;
+  }
+  std::vector<std::size_t> order;
+  for (std::size_t p = 0; p < params.size(); ++p)
+    if (params[p].view.nbytes() > 0) order.push_back(p);
+  const auto begin = [&](std::size_t p) { return reinterpret_cast<std::uintptr_t>(now[p]); };
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return begin(a) < begin(b); });
+  for (std::size_t k = 1, reach = order.empty() ? 0 : order[0]; k < order.size(); ++k) {
+    const std::size_t p = order[k];
+    if (begin(p) < begin(reach) + params[reach].view.nbytes() && (rebound[p] || rebound[reach]))
+      return Status(ErrorCode::kInvalidArgument,
+                    context + "parameter " + params[rebound[p] ? p : reach].name + " was rebound to memory that parameter " +
+                        params[rebound[p] ? reach : p].name + " holds too: two parameters in one place would get each "
+                        "other's bytes (rebind it to memory of its own)");
+    if (begin(p) + params[p].view.nbytes() > begin(reach) + params[reach].view.nbytes()) reach = p;
+  }
+  return Status::ok();
+}
+
+Status AdapterBase::follow(const std::vector<MovedParameter>& moved) {
+  if (moved.empty()) return Status::ok();
+  // Where this side stages, the executor reads or writes the staging, and only the copies to and from it
+  // touch the parameters (through this ParameterSet).
+  const bool stages = roles.trainer ? options.sender_staging : options.receiver_staging;
+  std::vector<void*> now(params.size());
+  for (std::size_t p = 0; p < params.size(); ++p) now[p] = params[p].view.data;
+  for (const MovedParameter& m : moved) {
+    if (connection && connection->executor && !stages) {
+      try {
+        connection->executor->rebind_parameter(m.index, static_cast<const std::byte*>(now[m.index]),
+                                               static_cast<std::byte*>(m.data));
+      } catch (const Error& error) {
+        return Status(error.status().code(), who() + ": following parameter " + params[m.index].name +
+                                                 " to its new memory: " + error.status().message());
+      }
+    }
+    now[m.index] = m.data;
+  }
+  ParameterSet followed;
+  for (std::size_t p = 0; p < params.size(); ++p) {
+    TensorView view = params[p].view;
+    view.data = now[p];
+    followed.add(params[p].name, std::move(view));
+  }
+  params = std::move(followed);
+  WB_LOG(kInfo) << who() << ": followed " << moved.size() << " parameter(s) rebound to new memory since the last update ("
+                << params[moved.front().index].name << (moved.size() > 1 ? ", ..." : "") << ")";
+  return Status::ok();
 }
 
 Status AdapterBase::run_transfer(std::uint64_t v, void* cuda_stream) {

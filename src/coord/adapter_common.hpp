@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "coord/binding_checks.hpp"
 #include "coord/connection.hpp"
 #include "comm/group.hpp"
 #include "coord/fault_channel.hpp"
@@ -35,6 +36,8 @@ struct AdapterBase {
   ResolvedOptions options;
   ParameterSet params;
   LoadWeightsFn load_weights;
+  ParameterWatch watch;          // a binding's, over parameters its framework may move (empty: none)
+  bool watched_job = false;      // some rank of the job has one: every update is entered together
   double clock_offset = 0;
   std::unique_ptr<FaultChannel> faults;
   std::unique_ptr<comm::Group> group;          // the trainers, or this rank's engine
@@ -77,6 +80,15 @@ struct AdapterBase {
   /// When this adapter goes away without the orderly end (an exception unwinds past it, or a rollout
   /// stops serving before the trainers shut down), its peers learn it at once instead of after a timeout.
   void announce_departure(const std::string& why);
+  /// Before an update touches the parameters: runs the watch (when there is one) and follows the
+  /// parameters it reports as rebound (follow()). A refusal, or a rebound parameter that now overlaps
+  /// another, is returned as a failure (kInvalidArgument) naming this rank and the parameter; the caller
+  /// gives up on the update, and its peers, waiting to enter it together, fail with nothing written.
+  /// `when`: "version 3", "connect" (the message's words).
+  Status check_parameters(std::vector<MovedParameter>& moved, const std::string& when);
+  /// Points this adapter at the parameters' new memory: its ParameterSet, and the executor where it
+  /// addresses the parameters themselves (no staging on this side). Not while a transfer runs on them.
+  Status follow(const std::vector<MovedParameter>& moved);
   /// Runs one transfer on this thread and records it (history, statistics). CUDA parameters moved in place:
   /// ordered after the work on `cuda_stream` (a cudaStream_t; null: the legacy default stream).
   Status run_transfer(std::uint64_t v, void* cuda_stream = nullptr);
@@ -87,6 +99,8 @@ struct AdapterBase {
   Status claim_background(const std::string& what);
   /// Connects this worker (establish_connection, collective over world) and keeps what that established; its
   /// transfer peers hear of this rank's failure first. `checkpoint_tensors`: the trainers' (null on rollouts).
+  /// Parameters moved since construction are followed first (the probe reads them); a refusal fails connect
+  /// here and, through its notice, on every rank.
   void connect(const std::vector<TensorInfo>* checkpoint_tensors);
   /// The executor's figures, refreshed when no transfer runs.
   void refresh_stats();

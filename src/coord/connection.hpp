@@ -59,6 +59,9 @@ struct ConnectInput {
   const LoadWeightsFn* load_weights = nullptr;
   const std::vector<TensorInfo>* checkpoint_tensors = nullptr;  // read on the trainer leader only
   ResolvedOptions options;
+  /// Some rank of the job watches its parameters (coord/binding_checks.hpp): every rank enters each update
+  /// together (ExecutorOptions::enter_together).
+  bool enter_together = false;
 };
 
 /// Probe, all-gather, plan on world rank 0, scatter, stage, register and connect. Every failure throws

@@ -95,7 +95,15 @@ struct ReceiverAdapter::State : AdapterBase {
     } catch (...) {
       status = Status(ErrorCode::kInvalidArgument, who() + ": before_update_hook(" + std::to_string(v) + ") threw");
     }
-    const bool hook_failed = !status;
+    // Parameters the framework moved since the last update (a binding's watch, after the hook, which may
+    // move them): followed, or the version refused before any byte of it is written here; the peers,
+    // entering it together, fail with it.
+    if (status) {
+      std::vector<MovedParameter> moved;
+      status = check_parameters(moved, "version " + std::to_string(v));
+      if (status) status = follow(moved);
+    }
+    const bool own_context = !status;  // the hook's and the watch's failures name the version already
     // A peer that gave up while the hook ran (a trainer's Ctrl-C, a timeout): nothing of v is received, so
     // the parameters keep the previous version whole.
     if (status && transfer) status = service(true);
@@ -108,7 +116,7 @@ struct ReceiverAdapter::State : AdapterBase {
     // Staged, this step decides the install: all ranks copy the version in, or none does. A rank that gave
     // up does not take it (its announcement ends it on the others).
     if (status) status = group->step(Status::ok(), waiter(), what, !transfer);
-    else status = give_up(status, hook_failed ? "" : "version " + std::to_string(v) + ": ");
+    else status = give_up(status, own_context ? "" : "version " + std::to_string(v) + ": ");
     if (status && !transfer) {
       status = connection->staging.copy_to(params, cuda_stream);
       // Some ranks of the engine may have installed: the version is not whole anywhere then.

@@ -106,7 +106,9 @@ struct SenderAdapter::State : AdapterBase {
     }
   }
 
-  Status send(std::uint64_t version, void* cuda_stream);
+  /// `moved`: the parameters to follow first (check_parameters), once the version in flight has ended (a
+  /// background transfer may still read this link's ParameterSet in its messages).
+  Status send(std::uint64_t version, void* cuda_stream, const std::vector<MovedParameter>& moved = {});
   Status finish_link() {
     if (!failure.is_ok()) return failure;
     if (Status noticed = service(true); !noticed) return fail(noticed);
@@ -304,14 +306,22 @@ Status SenderAdapter::send_weights(std::uint64_t version, void* cuda_stream) {
   // A call refused (failed, not connected, a version that does not increase) takes no join either.
   if (!s.failure.is_ok() || !s.connection || s.shut_down || version <= s.version) return s.send(version, cuda_stream);
   s.take_joins();
-  Status status = s.send(version, cuda_stream);
+  // Parameters the framework moved since the last update (a binding's watch): followed on every link, or
+  // the version refused before any byte of it moves (the peers, entering it together, fail with it).
+  std::vector<MovedParameter> moved;
+  if (Status checked = s.check_parameters(moved, "version " + std::to_string(version)); !checked) {
+    checked = s.give_up(checked, "");
+    for (std::size_t k = 0; k < s.joined.size(); ++k)
+      if (!s.joined[k]->dropped) (void)s.joined[k]->fail(checked);
+  }
+  Status status = s.send(version, cuda_stream, moved);
   for (std::size_t k = 0; k < s.joined.size(); ++k)
     if (!s.joined[k]->dropped)
-      if (Status sent = s.joined[k]->send(version, cuda_stream); !sent) s.drop(k, sent);
+      if (Status sent = s.joined[k]->send(version, cuda_stream, moved); !sent) s.drop(k, sent);
   return status;
 }
 
-Status SenderAdapter::State::send(std::uint64_t version, void* cuda_stream) {
+Status SenderAdapter::State::send(std::uint64_t version, void* cuda_stream, const std::vector<MovedParameter>& moved) {
   State& s = *this;
   if (!s.failure.is_ok()) return s.failure;
   if (!s.connection || s.shut_down)
@@ -321,7 +331,9 @@ Status SenderAdapter::State::send(std::uint64_t version, void* cuda_stream) {
                                                    "): versions must increase, the last one sent was " +
                                                    std::to_string(s.version));
   if (s.roles.engine_leaders.empty()) {
-    // Nobody to send to: the version is the trainers' latest at once, and nothing was written.
+    // Nobody to send to: the version is the trainers' latest at once, and nothing was written (an engine
+    // that joins later gets a link over the parameters where they are now).
+    if (Status followed = s.follow(moved); !followed) return s.give_up(followed, "");
     s.version = version;
     s.history.push_back({version, 0, true, 0.0, 0.0});
     return Status::ok();
@@ -332,6 +344,7 @@ Status SenderAdapter::State::send(std::uint64_t version, void* cuda_stream) {
   if (Status noticed = s.service(true); !noticed) return s.fail(noticed);
   Status status = s.finish_in_flight();
   if (!status) return status;
+  if (status = s.follow(moved); !status) return s.give_up(status, "");
   s.requested_at = comm::local_seconds();
   s.faults->set_activity(s.group->first_incomplete(), s.about(version) + ": sending");
   status = s.send_request(RequestKind::kUpdate, version);

@@ -44,6 +44,10 @@ class CopyEngine {
   virtual void* completion_event() const = 0;
   /// Teardown: waits for the engine's own work to end (best effort, never throws).
   virtual void synchronize() noexcept = 0;
+  /// RoundExecutor::rebind_parameter: parameter `parameter` is at `data` from the next update on. Programs
+  /// that hold addresses are compiled again from `schedule` (the rounds add_round was given). Throws
+  /// wb::Error when that fails.
+  virtual void rebind(std::size_t parameter, std::byte* data, const RoundSchedule& schedule) = 0;
 };
 
 class Verifier;

@@ -132,6 +132,16 @@ class DeviceCopyEngine final : public CopyEngine {
 
   void* completion_event() const override { return completion_; }
 
+  // The descriptors on the device hold the addresses: every round is compiled again (rare: a framework
+  // that moved a parameter between updates).
+  void rebind(std::size_t parameter, std::byte* data, const RoundSchedule& schedule) override {
+    DeviceGuard guard(device_);
+    WB_CHECK_CUDA(cudaStreamSynchronize(stream_));
+    parameters_.at(parameter) = data;
+    rounds_.clear();
+    for (const RoundPlan& plan : schedule.rounds) add_round(plan);
+  }
+
   void synchronize() noexcept override {
     DeviceGuard guard;
     if (guard.enter(device_)) (void)cudaStreamSynchronize(stream_);

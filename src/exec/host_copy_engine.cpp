@@ -57,6 +57,8 @@ class HostCopyEngine final : public CopyEngine {
   Status explain(Status status) override { return status; }
   void* completion_event() const override { return nullptr; }
   void synchronize() noexcept override {}
+  // The programs take the parameters' addresses at every run.
+  void rebind(std::size_t parameter, std::byte* data, const RoundSchedule&) override { parameters_.at(parameter) = data; }
 
  private:
   struct Round {

@@ -28,6 +28,7 @@
 #include <string>
 
 #include "comm/backoff.hpp"
+#include "comm/collectives.hpp"
 #include "core/checks.hpp"
 #include "core/settings.hpp"
 #include "exec/executor_state.hpp"
@@ -442,6 +443,13 @@ Status RoundExecutor::run_update(const DeviceOrdering& after) {
   State& s = *state_;
   // A peer that gave up before this update began: nothing is written or assembled.
   Status status = s.options.interrupt ? s.options.interrupt(nullptr) : Status::ok();
+  if (status && s.options.enter_together) {
+    const comm::Waiter waiter{s.options.timeout_seconds, [&s](bool) {
+                                return s.options.interrupt ? s.options.interrupt(nullptr) : Status::ok();
+                              }};
+    status = comm::barrier_or_failure(s.comm, waiter, "rank " + std::to_string(s.rank) +
+                                                          ": every rank entering the update (one that refused it never does)");
+  }
   if (status) status = s.engine->begin_update(after);
   if (status && s.verifier) s.verifier->begin_update();
   if (status) status = run_rounds(s);

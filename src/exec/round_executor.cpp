@@ -257,6 +257,21 @@ RoundExecutor::~RoundExecutor() {
 
 void RoundExecutor::note_peer_failure() { state_->peers_failed = true; }
 
+bool RoundExecutor::rebind_parameter(std::size_t parameter, const std::byte* from, std::byte* to) {
+  State& s = *state_;
+  if (parameter >= s.parameters.data.size() || s.parameters.data[parameter] != from) return false;
+  if (s.parameters.memory == MemoryKind::kCuda) {
+    DeviceGuard device_guard;
+    throw_if_error(device_guard.enter(s.parameters.device));
+    ParameterMemory moved = s.parameters;
+    moved.data[parameter] = to;
+    exec::check_device_parameters(s.rank, moved);  // device memory of the same device, inside one allocation
+  }
+  s.engine->rebind(parameter, to, s.schedule);
+  s.parameters.data[parameter] = to;
+  return true;
+}
+
 MPI_Comm RoundExecutor::communicator() const { return state_->comm; }
 
 void* RoundExecutor::completion_event() const { return state_->engine->completion_event(); }

@@ -88,6 +88,11 @@ struct ExecutorOptions {
   std::function<std::string(std::uint32_t parameter, std::int64_t element)> describe_element;
   /// Record ExecutorStats::trace: pack, write, credit-wait, forward and assemble spans per round.
   bool trace = exec::default_timeline();
+  /// Every rank enters an update before any byte of it moves (a barrier under the deadline, the interrupt
+  /// served), where some rank may refuse an update before it: a rank whose parameters moved fails instead
+  /// of entering, and its notice ends the others' wait with nothing written or assembled. Every rank of
+  /// the plan gives the same value.
+  bool enter_together = false;
 };
 
 /// One interval of a rank's timeline (ExecutorOptions::trace), in seconds of the steady clock.
@@ -149,6 +154,13 @@ class RoundExecutor {
   /// CUDA parameters: ordered after `after` (DeviceOrdering); a lost CUDA context (a kernel faulted) is
   /// one error, "CUDA context lost (a pack/assemble kernel faulted)", from then on.
   Status run_update(const DeviceOrdering& after = {});
+
+  /// Parameter `parameter`, found at `from`, is at `to` from now on (its framework rebound it to new memory
+  /// of the same size): the next update packs from or assembles into `to`. False, changing nothing, when
+  /// this executor does not address that parameter at `from` (it reads or writes host staging instead).
+  /// Not while an update runs. CUDA parameters: `to` is checked as at construction, and the copy programs,
+  /// which hold the addresses on the device, are compiled again; throws wb::Error when either fails.
+  bool rebind_parameter(std::size_t parameter, const std::byte* from, std::byte* to);
 
   /// CUDA parameters: a cudaEvent_t recorded on the executor's stream after every update's last kernel,
   /// for the caller's streams to wait on (cudaStreamWaitEvent) instead of synchronizing the device. Null

@@ -88,6 +88,63 @@ TEST_P(ExecutorUnderMpi, EveryUpdateIsBitExactAndRegistersNothing) {
   if (rank == 0) std::printf("[ %s ] %d rounds per update\n", GetParam().name.c_str(), rounds);
 }
 
+// A framework that moved every parameter between two updates (RoundExecutor::rebind_parameter, what the
+// Python adapters do for a rebound tensor), with every rank entering each update together: the next version
+// is packed from and assembled into the new memory, and the old memory, filled with a pattern, is neither
+// read (the rollouts would get the pattern) nor written.
+TEST(ExecutorUnderMpiRebound, UpdatesFollowParametersMovedBetweenThem) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  testing_support::ExecutorRank r = testing_support::executor_rank({"qwen3-30b-a3b", 3, "tp=2,ep=2", "engines=3,tp=2,ep=2", 2},
+                                                                   96 << 10, MPI_COMM_WORLD);
+  const EmulatedWorker& worker = *r.setup.worker;
+  ParameterMemory memory;
+  for (const Parameter& p : r.host.parameters()) {
+    memory.data.push_back(static_cast<std::byte*>(p.view.data));
+    memory.bytes.push_back(p.view.nbytes());
+  }
+  ExecutorOptions options;
+  options.timeout_seconds = 60;
+  options.enter_together = true;
+  RoundExecutor executor(std::move(r.schedule), memory, MPI_COMM_WORLD, options);
+  const auto expect_version = [&](const ParameterSet& params, std::uint64_t version) {
+    HostParameters expected(worker.parameter_infos());
+    for (std::size_t p = 0; p < params.size(); ++p) std::memcpy(expected.parameters()[p].view.data, params[p].view.data, params[p].view.nbytes());
+    worker.load_weights(SyntheticCheckpoint(r.setup.tensors, 2000 + version), expected.parameters());
+    return first_difference(params, expected.parameters());
+  };
+  // Version 1 in place.
+  if (r.trainer) worker.load_weights(SyntheticCheckpoint(r.setup.tensors, 2001), r.host.parameters());
+  ASSERT_TRUE(executor.run_update().is_ok());
+  if (!r.trainer) {
+    ASSERT_EQ(expect_version(r.host.parameters(), 1), "") << "rank " << rank;
+  }
+  // Every parameter moves to new memory holding the same bytes; the old memory gets a pattern.
+  HostParameters moved(worker.parameter_infos());
+  int rebound = 0;
+  for (std::size_t p = 0; p < moved.parameters().size(); ++p) {
+    auto* from = static_cast<std::byte*>(r.host.parameters()[p].view.data);
+    auto* to = static_cast<std::byte*>(moved.parameters()[p].view.data);
+    std::memcpy(to, from, memory.bytes[p]);
+    std::memset(from, 0xAB, memory.bytes[p]);
+    rebound += executor.rebind_parameter(p, from, to) ? 1 : 0;
+    EXPECT_FALSE(executor.rebind_parameter(p, from, to)) << "a second rebinding from the old address";
+  }
+  EXPECT_EQ(rebound, static_cast<int>(moved.parameters().size()));
+  for (std::uint64_t version = 2; version <= 3; ++version) {
+    if (r.trainer) worker.load_weights(SyntheticCheckpoint(r.setup.tensors, 2000 + version), moved.parameters());
+    const Status status = executor.run_update();
+    ASSERT_TRUE(status.is_ok()) << status.to_string();
+    if (!r.trainer) {
+      ASSERT_EQ(expect_version(moved.parameters(), version), "") << "rank " << rank << " version " << version;
+    }
+  }
+  for (const Parameter& p : r.host.parameters())
+    for (std::size_t b = 0; b < p.view.nbytes(); ++b)
+      ASSERT_EQ(static_cast<unsigned char*>(p.view.data)[b], 0xAB) << "rank " << rank << ": the old memory of " << p.name
+                                                                    << " was written at byte " << b;
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Layouts, ExecutorUnderMpi,
     ::testing::Values(
