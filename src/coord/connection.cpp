@@ -188,6 +188,26 @@ Status probe_worker(const Connect& c, const std::vector<TensorInfo>& tensors, So
   return probed;
 }
 
+// An FP8 engine: every element of a quantized tensor its load_weights takes comes with its block's scale.
+Status check_scales_loaded(const Connect& c, const layout::Fp8Form& form, const SourceMap& map) {
+  const std::string missing = layout::blocks_without_scales(form, map);
+  if (missing.empty()) return Status::ok();
+  return Status(ErrorCode::kInvalidArgument, c.who() + "its FP8 load_weights does not follow its block scales: " + missing);
+}
+
+// An FP8 engine whose probe failed: the weights its form left as they were for their dtype, which an fp8
+// parameter cannot be loaded from.
+Status with_fp8_hint(const layout::Fp8Form& form, const Status& failed) {
+  const std::vector<std::string> left = layout::left_unquantized_by_dtype(form);
+  if (left.empty()) return failed;
+  std::string names;
+  for (std::size_t i = 0; i < left.size() && i < 4; ++i) names += (i ? ", " : "") + left[i];
+  if (left.size() > 4) names += " and " + std::to_string(left.size() - 4) + " more";
+  return Status(failed.code(), failed.message() + " (if it asks for FP8 of a tensor the trainers hold in a type that is "
+                                                  "not floating: the FP8 form leaves " + names +
+                                                  " as they are; only bf16, f16, f32 and f64 weights are quantized)");
+}
+
 // Every worker's configuration on every rank (rank 0 plans with them; the others check agreement).
 std::vector<WorkerConfig> gather_worker_configs(const Connect& c) {
   c.doing("the workers' configurations");
@@ -479,6 +499,7 @@ Connection establish_connection(const ConnectInput& input) {
   // An FP8 engine probes its own loader against its own form; the trainers against the checkpoint.
   SourceMap map;
   if (probed) probed = probe_worker(c, form && !c.roles.trainer ? form->tensors : tensors, map);
+  if (form && !c.roles.trainer) probed = probed ? check_scales_loaded(c, *form, map) : with_fp8_hint(*form, probed);
   std::unique_ptr<exec::QuantizedPack> quantized;
   if (probed && form && c.roles.trainer) probed = make_quantized_pack(c, *form, map, quantized);
   c.doing("the source maps");

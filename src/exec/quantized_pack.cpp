@@ -47,6 +47,7 @@ void for_each_block_run(const SliceCopy& copy, const layout::QuantizationConfig&
 }  // namespace
 
 Status QuantizedPack::quantize(std::span<std::byte* const> parameters, const AmaxExchange& exchange) {
+  allocate();
   for (TensorBlocks& blocks : blocks_) std::fill(blocks.amax.begin(), blocks.amax.end(), 0.0f);
   for (const Quantized& q : quantized_) {
     if (q.fused) continue;  // below, after the others

@@ -84,7 +84,7 @@ class QuantizedPack {
     std::vector<float> amax;            // per block
     std::vector<std::uint8_t> touched;  // per block
     std::vector<fp8::BlockScale> scale; // per block, this update's
-    std::uint32_t scale_buffer = 0;     // index into scales_
+    std::uint32_t scale_buffer = 0;     // index into scales_ (its own index in blocks_)
   };
   const layout::QuantizationConfig config_;
   std::vector<TensorInfo> source_tensors_;
@@ -94,8 +94,13 @@ class QuantizedPack {
   std::vector<Quantized> quantized_;
   std::vector<TensorBlocks> blocks_;        // by tensor
   std::vector<std::int32_t> blocks_of_;     // source tensor -> index into blocks_, -1
+  // The shadow and scale buffers, allocated when first used: a planner that wants only form_map() (wb-plan,
+  // every trainer of a large job in one process) never holds them.
+  void allocate();
+  bool allocated_ = false;
+  std::size_t shadow_count_ = 0;
   std::vector<std::vector<std::uint8_t>> shadows_;
-  std::vector<std::vector<float>> scales_;
+  std::vector<std::vector<float>> scales_;  // by blocks_ entry
   std::vector<BlockKey> partial_, shared_;
   std::vector<std::uint32_t> exchanged_;    // per shared block
 };

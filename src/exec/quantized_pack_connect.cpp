@@ -49,9 +49,8 @@ QuantizedPack::QuantizedPack(const SourceMap& trainer_map, const layout::Fp8Form
                                                    ") lands in parameter " + parameter.name + " of dtype " +
                                                    std::string(dtype_name(parameter.dtype)) + ", which cannot be quantized");
     if (shadow_of[copy.parameter] < 0) {
-      shadow_of[copy.parameter] = static_cast<std::int32_t>(shadows_.size());
+      shadow_of[copy.parameter] = static_cast<std::int32_t>(shadow_parameters.size());
       shadow_parameters.push_back({parameter.name + " (fp8)", DType::kF8E4M3, parameter.shape});
-      shadows_.emplace_back(static_cast<std::size_t>(parameter.numel()), std::uint8_t{0});
     }
     moved.parameter = static_cast<std::uint32_t>(own_parameters_ + static_cast<std::size_t>(shadow_of[copy.parameter]));
     form_map_.copies.push_back(moved);
@@ -82,13 +81,13 @@ QuantizedPack::QuantizedPack(const SourceMap& trainer_map, const layout::Fp8Form
         count[static_cast<std::size_t>(br * blocks.scale_cols + bc)] += rows * cols;
       }
   }
+  shadow_count_ = shadow_parameters.size();
   for (TensorInfo& shadow : shadow_parameters) form_map_.parameters.push_back(std::move(shadow));
   // The scale parameters and the copies of the scale tensors: per block row, each run of touched blocks.
   for (std::size_t b = 0; b < blocks_.size(); ++b) {
     TensorBlocks& blocks = blocks_[b];
     const TensorInfo& tensor = source_tensors_[blocks.tensor];
-    blocks.scale_buffer = static_cast<std::uint32_t>(scales_.size());
-    scales_.emplace_back(blocks.amax.size(), 1.0f);
+    blocks.scale_buffer = static_cast<std::uint32_t>(b);
     const auto scale_parameter = static_cast<std::uint32_t>(form_map_.parameters.size());
     form_map_.parameters.push_back({tensor.name + config_.scale_suffix + " (scales)", DType::kF32,
                                     {blocks.scale_rows, blocks.scale_cols}});
@@ -155,7 +154,16 @@ void QuantizedPack::set_shared_blocks(std::vector<BlockKey> shared) {
   }
 }
 
+void QuantizedPack::allocate() {
+  if (allocated_) return;
+  for (std::size_t s = 0; s < shadow_count_; ++s)
+    shadows_.emplace_back(static_cast<std::size_t>(form_map_.parameters[own_parameters_ + s].numel()), std::uint8_t{0});
+  for (const TensorBlocks& blocks : blocks_) scales_.emplace_back(blocks.amax.size(), 1.0f);
+  allocated_ = true;
+}
+
 std::vector<std::byte*> QuantizedPack::form_memory(std::span<std::byte* const> parameters) {
+  allocate();
   std::vector<std::byte*> memory(parameters.begin(), parameters.end());
   memory.resize(own_parameters_, nullptr);
   for (std::vector<std::uint8_t>& shadow : shadows_) memory.push_back(reinterpret_cast<std::byte*>(shadow.data()));

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -237,16 +238,28 @@ struct Buffers {
   }
 };
 
-class Fp8EngineMpi : public ::testing::TestWithParam<std::pair<bool, bool>> {};
-
-TEST_P(Fp8EngineMpi, EveryEngineParameterAndScaleEqualsItsLoaderOfTheFp8Form) {
+// This rank in a world of 5 (world ranks 0-2 train, 3 and 4 serve), or -1 in a world of another size.
+int rank_of_five() {
   int rank = 0, size = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  ASSERT_EQ(size, 5) << "run with 5 ranks";
-  const bool trainer = rank < 3;
+  return size == 5 ? rank : -1;
+}
+
+// The trainers' communicator, or that of the engine numbered `engine` (from 1) that this rank serves.
+MPI_Comm group_of(int rank, int engine = 1) {
   MPI_Comm group = MPI_COMM_NULL;
-  MPI_Comm_split(MPI_COMM_WORLD, trainer ? 0 : 1, rank, &group);
+  MPI_Comm_split(MPI_COMM_WORLD, rank < 3 ? 0 : engine, rank, &group);
+  return group;
+}
+
+class Fp8EngineMpi : public ::testing::TestWithParam<std::pair<bool, bool>> {};
+
+TEST_P(Fp8EngineMpi, EveryEngineParameterAndScaleEqualsItsLoaderOfTheFp8Form) {
+  const int rank = rank_of_five();
+  ASSERT_GE(rank, 0) << "run with 5 ranks";
+  const bool trainer = rank < 3;
+  MPI_Comm group = group_of(rank);
   std::vector<TensorInfo> tensors;
   make_checkpoint(tensors);
   AdapterOptions options;
@@ -329,6 +342,112 @@ TEST(Fp8EngineOptions, AnUnknownRuleOrABadBlockIsRefusedNamingTheRank) {
   options.fp8->block_cols = 0;
   testing::expect_error([&] { ReceiverAdapter receiver(MPI_COMM_WORLD, MPI_COMM_SELF, params, load, options); },
                         ErrorCode::kInvalidArgument, {who, "fp8: block shape 128x0 is not positive"});
+}
+
+// The BF16 checkpoint with one more tensor, ids.weight, of one-byte integers: the FP8 form leaves it as it
+// is (not floating), so an engine that loads it into an fp8 parameter asks for what the trainers cannot give.
+class WithIds final : public CheckpointReader {
+ public:
+  explicit WithIds(const testing::MemoryCheckpoint& base) : base_(base), tensors_(base.tensors()) {
+    tensors_.push_back(ids());
+    for (std::size_t i = 0; i < data_.size(); ++i) data_[i] = static_cast<std::uint8_t>(i * 7);
+  }
+  static TensorInfo ids() { return {"ids.weight", DType::kU8, {16, 8}}; }
+  const std::vector<TensorInfo>& tensors() const override { return tensors_; }
+  void read_box(std::string_view name, const Box& box, void* destination) const override {
+    if (name != "ids.weight") return base_.read_box(name, box, destination);
+    const auto whole = TensorView::contiguous(const_cast<std::uint8_t*>(data_.data()), DType::kU8, ids().shape);
+    copy_tensor(TensorView::contiguous(destination, DType::kU8, box.extent), whole.box(box));
+  }
+  std::string source() const override { return "memory"; }
+
+ private:
+  const testing::MemoryCheckpoint& base_;
+  std::vector<TensorInfo> tensors_;
+  std::array<std::uint8_t, 128> data_{};
+};
+
+// Bad FP8 engines are refused at connect on every rank, the engine's message naming its rank, the tensor
+// and the cause: (1) an fp8 parameter loaded from a tensor the trainers hold as integers; (2) a worker that
+// loads rows of b.weight in two block rows but only the first block row's scales (its scale parameter
+// shaped for a block of 256 rows).
+TEST(Fp8EngineBadInput, ANonFloatingTensorAskedInFp8OrWeightsWithoutTheirScalesAreRefused) {
+  const int rank = rank_of_five();
+  ASSERT_GE(rank, 0) << "run with 5 ranks";
+  const bool trainer = rank < 3;
+  MPI_Comm group = group_of(rank);
+  std::vector<TensorInfo> bf16_tensors;
+  const testing::MemoryCheckpoint bf16 = make_checkpoint(bf16_tensors);
+  const WithIds checkpoint(bf16);
+  const std::vector<TensorInfo>& tensors = checkpoint.tensors();
+  AdapterOptions options;
+  options.timeout_seconds = 30;
+  options.node = trainer ? 0 : 1;
+  Fp8Engine fp8;
+  fp8.modules_to_not_convert = {"lm_head"};
+  layout::QuantizationConfig config;
+  config.modules_to_not_convert = fp8.modules_to_not_convert;
+  const layout::Fp8Form form = layout::derive_fp8_form(tensors, config);
+  const std::uint32_t ids = static_cast<std::uint32_t>(tensors.size() - 1);
+  for (const int scenario : {1, 2}) {
+    SCOPED_TRACE("scenario " + std::to_string(scenario));
+    std::vector<std::string> expected;
+    if (scenario == 1)
+      expected = {"engine 0 worker 0 (world rank 3): probing load_weights failed", "parameter ids",
+                  "if it asks for FP8 of a tensor the trainers hold in a type that is not floating: the FP8 form leaves "
+                  "ids.weight (u8) as they are; only bf16, f16, f32 and f64 weights are quantized"};
+    else
+      expected = {"engine 0 worker 1 (world rank 4): its FP8 load_weights does not follow its block scales",
+                  "b.weight rows [128, 256) columns [128, 192) into parameter b",
+                  "not their block's scale b.weight_scale_inv[1, 1]"};
+    std::string message;
+    if (trainer) {
+      Rank layout = make_rank(rank, bf16_tensors);
+      layout.map.parameters.push_back(WithIds::ids());
+      layout.map.copies.push_back({ids, static_cast<std::uint32_t>(layout.map.parameters.size() - 1),
+                                   Box{{0, 0}, WithIds::ids().shape}, 0, {8, 1}});
+      Buffers buffers(layout.map);
+      const auto load = [&layout](const CheckpointReader& c, const ParameterSet& p) { apply_source_map(layout.map, c, p); };
+      SenderAdapter sender(MPI_COMM_WORLD, group, buffers.params, tensors, load, options);
+      message = testing::expect_error([&] { sender.connect(); }, ErrorCode::kInvalidArgument);
+    } else {
+      SourceMap map = engine_map(rank - 3, form);
+      if (scenario == 2 && rank == 4) {  // b_scales [1, 1]: block row 0's scale only
+        map.parameters[3].shape = {1, 1};
+        map.copies[3].box = Box{{0, 1}, {1, 1}};
+      }
+      if (scenario == 1) map.parameters.push_back({"ids", DType::kF8E4M3, WithIds::ids().shape});
+      Buffers buffers(map);
+      const auto load = [&](const CheckpointReader& c, const ParameterSet& p) {
+        apply_source_map(map, c, p);
+        // As an engine holding fp8 as uint8 would: the bytes of ids.weight into its fp8 parameter.
+        if (scenario == 1) c.read("ids.weight", p.at("ids").view.data);
+      };
+      options.fp8 = fp8;
+      ReceiverAdapter receiver(MPI_COMM_WORLD, group, buffers.params, load, options);
+      // The engine connects in its first poll_requests: that fails (or throws), naming the cause.
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      try {
+        for (;;) {
+          ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "rank " << rank << " never failed";
+          const PollResult result = receiver.poll_requests();
+          ASSERT_NE(result.event, PollResult::Event::kInstalled);
+          ASSERT_NE(result.event, PollResult::Event::kShutdown);
+          if (result.event == PollResult::Event::kFailed) {
+            EXPECT_EQ(result.status.code(), ErrorCode::kInvalidArgument) << result.status.to_string();
+            message = result.status.to_string();
+            break;
+          }
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+      } catch (const Error& error) {
+        EXPECT_EQ(error.code(), ErrorCode::kInvalidArgument) << error.what();
+        message = error.what();
+      }
+    }
+    for (const std::string& part : expected) EXPECT_NE(message.find(part), std::string::npos) << message;
+  }
+  MPI_Comm_free(&group);
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, Fp8EngineMpi,
