@@ -87,19 +87,23 @@ __attribute__((target("avx2"))) std::int64_t quantize_bf16_avx2(const BlockScale
 // its own headers' _mm512_undefined_epi32 may be used uninitialized: a known false positive.)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// Saturation as a clamp of |y| below 448's rounding boundary (whose code is 0x7E, as infinity's), the sign
+// merged by one ternary-logic op; subnormal and NaN lanes, rare, only where a lane has one.
 __attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m512i e4m3_lanes_avx512(__m512 y) {
   const __m512i bits = _mm512_castps_si512(y);
-  const __m512i sign = _mm512_and_si512(_mm512_srli_epi32(bits, 24), _mm512_set1_epi32(0x80));
-  const __m512i a = _mm512_and_si512(bits, _mm512_set1_epi32(0x7FFFFFFF));
+  const __m512i magnitude = _mm512_and_si512(bits, _mm512_set1_epi32(0x7FFFFFFF));
+  const __m512i a = _mm512_min_epu32(magnitude, _mm512_set1_epi32(0x43DFFFFF));
   const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(a, 20), _mm512_set1_epi32(1));
   const __m512i rounded = _mm512_add_epi32(_mm512_add_epi32(a, _mm512_set1_epi32(0x7FFFF)), odd);
   __m512i code = _mm512_sub_epi32(_mm512_srli_epi32(rounded, 20), _mm512_set1_epi32((127 - 7) << 3));
   const __mmask16 subnormal = _mm512_cmplt_epi32_mask(a, _mm512_set1_epi32(0x3C800000));
-  code = _mm512_mask_mov_epi32(code, subnormal,
-                               _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_castsi512_ps(a), _mm512_set1_ps(512.0f))));
-  code = _mm512_mask_mov_epi32(code, _mm512_cmpgt_epi32_mask(a, _mm512_set1_epi32(0x43DFFFFF)), _mm512_set1_epi32(0x7E));
-  code = _mm512_mask_mov_epi32(code, _mm512_cmpgt_epi32_mask(a, _mm512_set1_epi32(0x7F800000)), _mm512_set1_epi32(0x7F));
-  return _mm512_or_si512(code, sign);
+  if (subnormal != 0)
+    code = _mm512_mask_mov_epi32(code, subnormal,
+                                 _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_castsi512_ps(a), _mm512_set1_ps(512.0f))));
+  const __mmask16 nan = _mm512_cmpgt_epi32_mask(magnitude, _mm512_set1_epi32(0x7F800000));
+  if (nan != 0) code = _mm512_mask_mov_epi32(code, nan, _mm512_set1_epi32(0x7F));
+  // code | ((bits >> 24) & 0x80): ternary logic A | (B & C), 0xF8.
+  return _mm512_ternarylogic_epi32(code, _mm512_srli_epi32(bits, 24), _mm512_set1_epi32(0x80), 0xF8);
 }
 
 template <bool Divide>
