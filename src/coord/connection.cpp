@@ -435,9 +435,13 @@ std::unique_ptr<RoundExecutor> connect_executor(const Connect& c, RoundSchedule 
   };
   ParameterMemory memory = staging.memory(*c.in.params);
   if (quantized) {  // the shadow and scale buffers the FP8 pack fills, after the trainer's parameters
-    if (memory.memory != MemoryKind::kHost)
-      throw Error(ErrorCode::kUnsupported, c.who() + "FP8 engines need the trainers' parameters in host memory "
-                                                     "(the CUDA quantizing pack is a later step)");
+    if (memory.memory != MemoryKind::kHost) {
+      try {
+        quantized->use_device(memory.device);  // on the parameters' device, by the CUDA kernels
+      } catch (const Error& error) {
+        throw Error(error.code(), c.who() + error.status().message());
+      }
+    }
     memory.data = quantized->form_memory(memory.data);
     const std::vector<TensorInfo>& parameters = quantized->form_map().parameters;
     for (std::size_t p = quantized->own_parameters(); p < parameters.size(); ++p) memory.bytes.push_back(parameters[p].nbytes());

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/checks.hpp"
+#include "exec/device_quantizer.hpp"
 #include "exec/quantized_pack.hpp"
 
 namespace wb::exec {
@@ -45,6 +46,11 @@ void for_each_block_run(const SliceCopy& copy, const layout::QuantizationConfig&
 }
 
 }  // namespace
+
+Status QuantizedPack::quantize(std::span<std::byte* const> parameters, const AmaxExchange& exchange, void* cuda_stream) {
+  if (device_) return device_->quantize(parameters, exchange, cuda_stream);
+  return quantize(parameters, exchange);
+}
 
 Status QuantizedPack::quantize(std::span<std::byte* const> parameters, const AmaxExchange& exchange) {
   allocate();

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "exec/device_quantizer.hpp"
 #include "exec/quantized_pack.hpp"
 #include "weightbridge/status.hpp"
 
@@ -162,10 +163,48 @@ void QuantizedPack::allocate() {
   allocated_ = true;
 }
 
+QuantizedPack::~QuantizedPack() = default;
+QuantizedPack::QuantizedPack(QuantizedPack&&) noexcept = default;
+
+DeviceQuantizePlan QuantizedPack::device_plan() const {
+  DeviceQuantizePlan plan;
+  plan.rule = config_.rule;
+  plan.block_rows = config_.block_rows;
+  plan.block_cols = config_.block_cols;
+  for (const TensorBlocks& blocks : blocks_) {
+    plan.tensors.push_back({plan.blocks, static_cast<std::int64_t>(blocks.amax.size()), blocks.scale_cols});
+    plan.blocks += static_cast<std::int64_t>(blocks.amax.size());
+  }
+  for (std::size_t s = 0; s < shadow_count_; ++s)
+    plan.shadow_bytes.push_back(static_cast<std::int64_t>(form_map_.parameters[own_parameters_ + s].nbytes()));
+  for (const Quantized& q : quantized_) {
+    const SliceCopy& copy = trainer_map_.copies[q.copy];
+    const TensorInfo& parameter = trainer_map_.parameters[copy.parameter];
+    if (parameter.dtype != DType::kBF16)
+      throw Error(ErrorCode::kUnsupported, "FP8 pack of CUDA parameters: " + source_tensors_[copy.tensor].name +
+                                               " is held in parameter " + parameter.name + " as " +
+                                               std::string(dtype_name(parameter.dtype)) + "; the device kernels take bf16");
+    plan.copies.push_back({copy.parameter, q.shadow, static_cast<std::uint32_t>(blocks_of_[copy.tensor]), copy.offset,
+                           copy.strides[0], copy.strides[1], copy.box.offset[0], copy.box.offset[1], copy.box.extent[0],
+                           copy.box.extent[1]});
+  }
+  for (const BlockKey& key : shared_) {
+    const std::int32_t at = blocks_of_[key.tensor];
+    plan.shared.push_back(at < 0 ? -1 : plan.tensors[static_cast<std::size_t>(at)].first_block + key.block);
+  }
+  return plan;
+}
+
+void QuantizedPack::use_device(int device) { device_ = make_device_quantizer(device_plan(), device); }
+
 std::vector<std::byte*> QuantizedPack::form_memory(std::span<std::byte* const> parameters) {
-  allocate();
   std::vector<std::byte*> memory(parameters.begin(), parameters.end());
   memory.resize(own_parameters_, nullptr);
+  if (device_) {
+    for (std::byte* buffer : device_->buffers()) memory.push_back(buffer);
+    return memory;
+  }
+  allocate();
   for (std::vector<std::uint8_t>& shadow : shadows_) memory.push_back(reinterpret_cast<std::byte*>(shadow.data()));
   for (std::vector<float>& scales : scales_) memory.push_back(reinterpret_cast<std::byte*>(scales.data()));
   return memory;
