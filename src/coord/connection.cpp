@@ -162,8 +162,8 @@ Status make_quantized_pack(const Connect& c, const layout::Fp8Form& form, const 
 }
 
 // The blocks trainers hold in part, the union on every trainer (one all-gather of connect; the rollouts
-// give none): the blocks of every update's amax exchange.
-void share_partial_blocks(const Connect& c, exec::QuantizedPack* quantized) {
+// give none): the blocks of every update's amax exchange. Returns how many, on every rank.
+std::int64_t share_partial_blocks(const Connect& c, exec::QuantizedPack* quantized) {
   c.doing("the FP8 blocks the trainers share");
   codec::ByteWriter writer;
   if (quantized)
@@ -172,7 +172,6 @@ void share_partial_blocks(const Connect& c, exec::QuantizedPack* quantized) {
       writer.varint(static_cast<std::uint64_t>(key.block));
     }
   const auto all = comm::allgather(writer.take(), c.in.world, c.call.waiter, c.call.context + "the FP8 blocks the trainers share");
-  if (!quantized) return;
   std::vector<exec::BlockKey> shared;
   for (const std::vector<std::byte>& bytes : all) {
     codec::ByteReader reader(bytes, "the FP8 blocks the trainers share");
@@ -183,11 +182,15 @@ void share_partial_blocks(const Connect& c, exec::QuantizedPack* quantized) {
       shared.push_back(key);
     }
   }
-  quantized->set_shared_blocks(std::move(shared));
+  std::sort(shared.begin(), shared.end());
+  shared.erase(std::unique(shared.begin(), shared.end()), shared.end());
+  const auto count = static_cast<std::int64_t>(shared.size());
+  if (quantized) quantized->set_shared_blocks(std::move(shared));
   if (c.rank == c.roles.trainer_leader) {
-    WB_LOG(kInfo) << "FP8 engines: " << quantized->shared_blocks().size() << " blocks split between trainers, "
-                  << quantized->exchange_bytes() << " control bytes per trainer per update for their amaxes";
+    WB_LOG(kInfo) << "FP8 engines: " << count << " blocks split between trainers, " << 4 * count
+                  << " control bytes per trainer per update for their amaxes";
   }
+  return count;
 }
 
 // This worker's load_weights, probed: its source map, or why not (which every rank then throws).
@@ -537,7 +540,7 @@ Connection establish_connection(const ConnectInput& input) {
   if (probed && form && c.roles.trainer) probed = make_quantized_pack(c, *form, united ? &*united : nullptr, map, quantized);
   c.doing("the source maps");
   std::vector<SourceMap> maps = allgather_source_maps(map, input.world, c.call, probed);
-  if (form) share_partial_blocks(c, quantized.get());
+  const std::int64_t shared_blocks = form ? share_partial_blocks(c, quantized.get()) : 0;
   const std::vector<WorkerConfig> configs = gather_worker_configs(c);
   Connection connection;
   connection.rollouts_stage = check_one_mode(c, configs);
@@ -545,6 +548,7 @@ Connection establish_connection(const ConnectInput& input) {
   Planned planned = plan_on_rank_zero(c, united ? united->tensors : form ? form->tensors : tensors, std::move(maps), configs);
   RoundSchedule schedule = deliver_schedules(c, planned);
   connection.summary = share_summary(c, planned);
+  connection.summary.fp8_amax_bytes = static_cast<std::int64_t>(sizeof(std::uint32_t)) * shared_blocks;
   // Staging and the executor are this rank's own work: a rank that fails there warns the others (their
   // handshakes with it end at once), and all of them agree on the outcome, so every rank throws the same.
   Status made;

@@ -334,6 +334,10 @@ TEST_P(Fp8EngineMpi, EveryEngineParameterAndScaleEqualsItsLoaderOfTheFp8Form) {
     std::int64_t egress = 0;
     for (std::int64_t bytes : sender.summary().node_egress_bytes) egress += bytes;
     EXPECT_EQ(egress, static_cast<std::int64_t>(form.total_bytes()));
+    // The amax exchange: a.weight's flat cuts (row 100 col 123, row 200 col 11) split its blocks (0, 0),
+    // (0, 1), (1, 0), (1, 1); b.weight's TP cut at column 100 its blocks (0, 0), (1, 0) (rank 2's replica
+    // holds whole blocks): 6 blocks, 4 bytes each.
+    EXPECT_EQ(sender.summary().fp8_amax_bytes, 24);
     send_versions(sender, layout, buffers, kVersions);
   } else {
     const SourceMap map = engine_map(rank - 3, form);
