@@ -26,6 +26,7 @@
 
 #include "emu/frameworks/backend.hpp"
 #include "emu/frameworks/described_map.hpp"
+#include "emu/frameworks/fp8_engine.hpp"
 #include "emu/models/presets.hpp"
 #include "emu/options/deployment_options.hpp"
 #include "plan/round_schedule.hpp"
@@ -318,7 +319,9 @@ int run(int argc, char** argv) {
   const std::size_t copies = maps.copies;
   const double describe_seconds = seconds_since(start);
   const Topology topology = make_topology(deployment, network);
-  const Evaluation e = evaluate(tensors, std::move(maps), topology, network);
+  const std::vector<TensorInfo> planned = maps.tensors;  // FP8 engines: the FP8 form's
+  const std::int64_t fp8_shared_blocks = maps.fp8_shared_blocks;
+  const Evaluation e = evaluate(planned, std::move(maps), topology, network);
   const double t_min = e.bound.t_min_seconds;
   const TransferPlan& plan = e.plan;
 
@@ -326,6 +329,21 @@ int run(int argc, char** argv) {
               deployment.trainer.to_string().c_str(), deployment.rollout.to_string().c_str(), deployment.world_size(),
               topology.num_nodes(), deployment.gpus_per_node);
   std::printf("  source maps: %zu copies (described in %.1f s); correspondence: %zu atoms\n", copies, describe_seconds, e.atoms);
+  std::int64_t checkpoint_bytes = 0, form_bytes = 0, scale_bytes = 0;
+  for (const TensorInfo& t : tensors) checkpoint_bytes += static_cast<std::int64_t>(t.nbytes());
+  for (const TensorInfo& t : planned) form_bytes += static_cast<std::int64_t>(t.nbytes());
+  if (deployment.rollout.fp8()) {
+    const layout::Fp8Form form = engine_form(model, deployment.rollout);
+    for (std::size_t t = 0; t < form.tensors.size(); ++t)
+      if (form.sources[t].role == layout::FormRole::kScale) scale_bytes += static_cast<std::int64_t>(form.tensors[t].nbytes());
+  }
+  if (deployment.rollout.fp8())
+    std::printf("  FP8 engines (%s): the FP8 form is %s (%s of it scales), %.3f x the checkpoint's %s; the trainers share "
+                "%lld blocks, %lld bytes of amaxes per trainer per update\n",
+                engine_quantization(model, deployment.rollout).to_string().c_str(), gib(static_cast<double>(form_bytes)).c_str(),
+                gib(static_cast<double>(scale_bytes)).c_str(), static_cast<double>(form_bytes) / static_cast<double>(checkpoint_bytes),
+                gib(static_cast<double>(checkpoint_bytes)).c_str(), static_cast<long long>(fp8_shared_blocks),
+                static_cast<long long>(4 * fp8_shared_blocks));
   std::printf("  M = %s over %zu trainer nodes (B_T = %.0f GB/s): M / B_T = %.3f s\n",
               gib(static_cast<double>(e.bound.model_bytes)).c_str(), e.bound.trainer_nodes.size(),
               e.bound.trainer_egress_bandwidth / 1e9, static_cast<double>(e.bound.model_bytes) / e.bound.trainer_egress_bandwidth);
@@ -410,6 +428,14 @@ int run(int argc, char** argv) {
                  {"total_seconds", total_seconds},  // the whole run but for writing this JSON
                  {"total_cpu_seconds", total_cpu_seconds},
                  {"peak_rss_bytes", rss}});
+  if (deployment.rollout.fp8())
+    result["fp8"] = {{"config", engine_quantization(model, deployment.rollout).to_string()},
+                     {"form_bytes", form_bytes},
+                     {"scale_bytes", scale_bytes},
+                     {"checkpoint_bytes", checkpoint_bytes},
+                     {"trainer_egress_bytes", trainer_egress},
+                     {"shared_blocks", fp8_shared_blocks},
+                     {"amax_bytes_per_trainer", 4 * fp8_shared_blocks}};
   nlohmann::json all = nlohmann::json::object();
   for (const StrategyResult& s : e.strategies) all[s.strategy] = strategy_json(e, s);
   result["strategies"] = all;

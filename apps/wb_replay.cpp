@@ -600,12 +600,15 @@ int run(int argc, char** argv, Ending& ending) {
       result["fp8"] = {{"config", setup.engine_form->config.to_string()},
                        {"form_bytes", setup.engine_form->total_bytes()},
                        {"scale_bytes", scale_bytes},
+                       {"amax_bytes_per_trainer", summary.fp8_amax_bytes},
                        {"model_bytes_over_checkpoint_bytes",
                         static_cast<double>(summary.model_bytes) / static_cast<double>(std::max<std::int64_t>(checkpoint_bytes, 1))}};
-      std::printf("wb-replay fp8: M %lld bytes (%s form: %lld of them scales) against %lld checkpoint bytes: %.4f x\n",
+      std::printf("wb-replay fp8: M %lld bytes (%s form: %lld of them scales) against %lld checkpoint bytes: %.4f x; "
+                  "amax exchange %lld bytes per trainer per update\n",
                   static_cast<long long>(summary.model_bytes), setup.engine_form->config.to_string().c_str(),
                   static_cast<long long>(scale_bytes), static_cast<long long>(checkpoint_bytes),
-                  result["fp8"]["model_bytes_over_checkpoint_bytes"].get<double>());
+                  result["fp8"]["model_bytes_over_checkpoint_bytes"].get<double>(),
+                  static_cast<long long>(summary.fp8_amax_bytes));
     }
     write_run_results(options, result, reports);
   }

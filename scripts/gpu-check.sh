@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU check: one command for a machine with an NVIDIA GPU, in one short run (under 8 minutes on one
 # H200, build included). It configures and builds only what the check needs, with CUDA and warnings as
-# errors, in parallel on every core; runs `ctest -L gpu` (the kernels against the host interpreter, the
+# errors, in parallel on every core; runs `ctest -L gpu` (the kernels against the host interpreter, the FP8
+# quantize kernels' codes and scales against the host's reference bit for bit in the three scale rules, the
 # executor with CUDA parameters over cuda_ipc and over cma, cuda_ipc's conformance suite and write rate,
 # and wb-replay --device cuda in all four modes on a MoE layout, 8 ranks sharing the GPU, bit for bit);
 # runs the pack/assemble kernel benchmark; and prints one table: tests passed, pack and assemble rates next

@@ -152,6 +152,9 @@ struct TransferSummary {
   double simulated_seconds = 0;            // the planner's simulation of the plan it chose (simulator.hpp);
                                            // 0 when it chose none (a relay fan-out given): wb-plan simulates any
   double connect_seconds = 0;              // probe, exchange, plan, scatter, register (world rank 0)
+  // FP8 engines: the control bytes each trainer sends per update for the amaxes of the blocks it shares
+  // with other trainers (4 per block, one max all-reduce before the rounds); 0 when no block is shared.
+  std::int64_t fp8_amax_bytes = 0;
   // Per planned node (trainers and rollouts of one machine are different nodes), per update:
   std::vector<int> node_of_worker;               // by world rank
   std::vector<std::int64_t> node_ingress_bytes;  // planned inter-node bytes in

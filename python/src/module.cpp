@@ -277,6 +277,8 @@ void bind_values(py::module_& m) {
       .def_readonly("simulated_seconds", &TransferSummary::simulated_seconds)
       .def_readonly("connect_seconds", &TransferSummary::connect_seconds,
                     "probe, exchange, plan, scatter, register (world rank 0)")
+      .def_readonly("fp8_amax_bytes", &TransferSummary::fp8_amax_bytes,
+                    "FP8 engines: control bytes each trainer sends per update for the amaxes of shared blocks")
       .def_readonly("node_of_worker", &TransferSummary::node_of_worker)
       .def_readonly("node_ingress_bytes", &TransferSummary::node_ingress_bytes)
       .def_readonly("node_egress_bytes", &TransferSummary::node_egress_bytes)

@@ -4,6 +4,8 @@
 #include <climits>
 #include <functional>
 #include <map>
+#include <span>
+#include <string_view>
 
 #include "comm/collectives.hpp"
 #include "comm/interrupt.hpp"
@@ -13,6 +15,7 @@
 #include "core/checks.hpp"
 #include "core/log.hpp"
 #include "core/settings.hpp"
+#include "layout/form_union.hpp"
 #include "layout/probe.hpp"
 #include "layout/source_map_exchange.hpp"
 #include "plan/planned_schedules.hpp"
@@ -95,30 +98,50 @@ std::vector<TensorInfo> share_tensor_list(const Connect& c) {
   return deserialize_source_map(bytes).parameters;
 }
 
-// The form the engines load, from the first engine's leader: the checkpoint's own (BF16) or its FP8 form.
-// One form per job: an engine that asks for another is refused, naming both.
-Status share_form(const Connect& c, const std::vector<TensorInfo>& tensors, std::optional<layout::Fp8Form>& form) {
-  c.doing("the form the engines load");
+// The forms the engines load: each rollout rank says which (its FP8 config, or the checkpoint's own form)
+// in one all-gather. An engine's workers load their leader's form, and the FP8 engines of a job one FP8
+// config; BF16 and FP8 engines may mix (`mixed`). `form`: the FP8 form, when some engine loads it.
+Status share_forms(const Connect& c, const std::vector<TensorInfo>& tensors, std::optional<layout::Fp8Form>& form,
+                   bool& mixed) {
+  c.doing("the forms the engines load");
   if (c.roles.engine_leaders.empty()) return Status::ok();  // a trainer job with no engine yet
-  const int leader = c.roles.engine_leaders.front();
   const auto describe = [](const std::optional<layout::QuantizationConfig>& q) {
     return q ? "the FP8 form (" + q->to_string() + ")" : std::string("the checkpoint's own form");
   };
-  std::vector<std::byte> bytes;
-  if (c.rank == leader && c.options.fp8) {
-    const std::string text = layout::encode_quantization_config(*c.options.fp8);
-    bytes.assign(reinterpret_cast<const std::byte*>(text.data()), reinterpret_cast<const std::byte*>(text.data()) + text.size());
-  }
-  bytes = comm::broadcast(std::move(bytes), leader, c.in.world, c.call.waiter, c.call.context + "the form the engines load");
+  std::string mine;
+  if (!c.roles.trainer) mine = c.options.fp8 ? "fp8\n" + layout::encode_quantization_config(*c.options.fp8) : "own";
+  const auto all = comm::allgather(std::as_bytes(std::span(mine.data(), mine.size())), c.in.world, c.call.waiter,
+                                   c.call.context + "the forms the engines load");
   try {
-    std::optional<layout::QuantizationConfig> config;
-    if (!bytes.empty())
-      config = layout::decode_quantization_config(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
-    if (!c.roles.trainer && c.options.fp8 != config)
-      return Status(ErrorCode::kInvalidArgument, c.who() + "loads " + describe(c.options.fp8) + " but " +
-                                                     describe_worker(c.roles, leader) + " loads " + describe(config) +
-                                                     ": every engine of a job loads one form (mixed fleets are not supported yet)");
-    if (config) form = layout::derive_fp8_form(tensors, *config);
+    std::vector<std::optional<layout::QuantizationConfig>> loads(all.size());
+    for (std::size_t r = 0; r < all.size(); ++r) {
+      const std::string_view text(reinterpret_cast<const char*>(all[r].data()), all[r].size());
+      if (text.starts_with("fp8\n")) loads[r] = layout::decode_quantization_config(text.substr(4));
+    }
+    int fp8_leader = -1;
+    bool own = false;
+    for (std::size_t r = 0; r < all.size(); ++r) {
+      if (c.roles.engine_of_rank[r] < 0) continue;
+      const int leader = c.roles.engines[static_cast<std::size_t>(c.roles.engine_of_rank[r])].front();
+      const int rank = static_cast<int>(r);
+      if (loads[r] != loads[static_cast<std::size_t>(leader)])
+        return Status(ErrorCode::kInvalidArgument, c.who() + describe_worker(c.roles, rank) + " loads " + describe(loads[r]) +
+                                                       " but its leader " + describe_worker(c.roles, leader) + " loads " +
+                                                       describe(loads[static_cast<std::size_t>(leader)]) +
+                                                       ": every worker of an engine loads one form");
+      if (!loads[r]) {
+        own = true;
+      } else if (fp8_leader < 0) {
+        fp8_leader = rank;
+      } else if (loads[r] != loads[static_cast<std::size_t>(fp8_leader)]) {
+        return Status(ErrorCode::kInvalidArgument, c.who() + describe_worker(c.roles, rank) + " loads " + describe(loads[r]) +
+                                                       " but " + describe_worker(c.roles, fp8_leader) + " loads " +
+                                                       describe(loads[static_cast<std::size_t>(fp8_leader)]) +
+                                                       ": the FP8 engines of a job load one FP8 form (BF16 engines may join them)");
+      }
+    }
+    if (fp8_leader >= 0) form = layout::derive_fp8_form(tensors, *loads[static_cast<std::size_t>(fp8_leader)]);
+    mixed = form && own;
   } catch (const Error& error) {
     return Status(error.code(), c.who() + error.status().message());
   }
@@ -126,12 +149,12 @@ Status share_form(const Connect& c, const std::vector<TensorInfo>& tensors, std:
 }
 
 // Trainers, for FP8 engines: the quantizing pack of this trainer's map (its map then in the form's
-// coordinates), or why not.
-Status make_quantized_pack(const Connect& c, const layout::Fp8Form& form, SourceMap& map,
+// coordinates, or the union's in a mixed fleet), or why not.
+Status make_quantized_pack(const Connect& c, const layout::Fp8Form& form, const layout::FormUnion* united, SourceMap& map,
                            std::unique_ptr<exec::QuantizedPack>& quantized) {
   try {
     quantized = std::make_unique<exec::QuantizedPack>(map, form);
-    map = quantized->form_map();
+    map = united ? layout::trainer_map_in_union(map, quantized->form_map(), form, *united) : quantized->form_map();
   } catch (const Error& error) {
     return Status(ErrorCode::kInvalidArgument, c.who() + error.status().message());
   }
@@ -139,8 +162,8 @@ Status make_quantized_pack(const Connect& c, const layout::Fp8Form& form, Source
 }
 
 // The blocks trainers hold in part, the union on every trainer (one all-gather of connect; the rollouts
-// give none): the blocks of every update's amax exchange.
-void share_partial_blocks(const Connect& c, exec::QuantizedPack* quantized) {
+// give none): the blocks of every update's amax exchange. Returns how many, on every rank.
+std::int64_t share_partial_blocks(const Connect& c, exec::QuantizedPack* quantized) {
   c.doing("the FP8 blocks the trainers share");
   codec::ByteWriter writer;
   if (quantized)
@@ -149,7 +172,6 @@ void share_partial_blocks(const Connect& c, exec::QuantizedPack* quantized) {
       writer.varint(static_cast<std::uint64_t>(key.block));
     }
   const auto all = comm::allgather(writer.take(), c.in.world, c.call.waiter, c.call.context + "the FP8 blocks the trainers share");
-  if (!quantized) return;
   std::vector<exec::BlockKey> shared;
   for (const std::vector<std::byte>& bytes : all) {
     codec::ByteReader reader(bytes, "the FP8 blocks the trainers share");
@@ -160,11 +182,15 @@ void share_partial_blocks(const Connect& c, exec::QuantizedPack* quantized) {
       shared.push_back(key);
     }
   }
-  quantized->set_shared_blocks(std::move(shared));
+  std::sort(shared.begin(), shared.end());
+  shared.erase(std::unique(shared.begin(), shared.end()), shared.end());
+  const auto count = static_cast<std::int64_t>(shared.size());
+  if (quantized) quantized->set_shared_blocks(std::move(shared));
   if (c.rank == c.roles.trainer_leader) {
-    WB_LOG(kInfo) << "FP8 engines: " << quantized->shared_blocks().size() << " blocks split between trainers, "
-                  << quantized->exchange_bytes() << " control bytes per trainer per update for their amaxes";
+    WB_LOG(kInfo) << "FP8 engines: " << count << " blocks split between trainers, " << 4 * count
+                  << " control bytes per trainer per update for their amaxes";
   }
+  return count;
 }
 
 // This worker's load_weights, probed: its source map, or why not (which every rank then throws).
@@ -186,6 +212,26 @@ Status probe_worker(const Connect& c, const std::vector<TensorInfo>& tensors, So
     probed = Status(ErrorCode::kInvalidArgument, who + "load_weights threw while probed: " + error.what());
   }
   return probed;
+}
+
+// An FP8 engine: every element of a quantized tensor its load_weights takes comes with its block's scale.
+Status check_scales_loaded(const Connect& c, const layout::Fp8Form& form, const SourceMap& map) {
+  const std::string missing = layout::blocks_without_scales(form, map);
+  if (missing.empty()) return Status::ok();
+  return Status(ErrorCode::kInvalidArgument, c.who() + "its FP8 load_weights does not follow its block scales: " + missing);
+}
+
+// An FP8 engine whose probe failed: the weights its form left as they were for their dtype, which an fp8
+// parameter cannot be loaded from.
+Status with_fp8_hint(const layout::Fp8Form& form, const Status& failed) {
+  const std::vector<std::string> left = layout::left_unquantized_by_dtype(form);
+  if (left.empty()) return failed;
+  std::string names;
+  for (std::size_t i = 0; i < left.size() && i < 4; ++i) names += (i ? ", " : "") + left[i];
+  if (left.size() > 4) names += " and " + std::to_string(left.size() - 4) + " more";
+  return Status(failed.code(), failed.message() + " (if it asks for FP8 of a tensor the trainers hold in a type that is "
+                                                  "not floating: the FP8 form leaves " + names +
+                                                  " as they are; only bf16, f16, f32 and f64 weights are quantized)");
 }
 
 // Every worker's configuration on every rank (rank 0 plans with them; the others check agreement).
@@ -393,9 +439,13 @@ std::unique_ptr<RoundExecutor> connect_executor(const Connect& c, RoundSchedule 
   };
   ParameterMemory memory = staging.memory(*c.in.params);
   if (quantized) {  // the shadow and scale buffers the FP8 pack fills, after the trainer's parameters
-    if (memory.memory != MemoryKind::kHost)
-      throw Error(ErrorCode::kUnsupported, c.who() + "FP8 engines need the trainers' parameters in host memory "
-                                                     "(the CUDA quantizing pack is a later step)");
+    if (memory.memory != MemoryKind::kHost) {
+      try {
+        quantized->use_device(memory.device);  // on the parameters' device, by the CUDA kernels
+      } catch (const Error& error) {
+        throw Error(error.code(), c.who() + error.status().message());
+      }
+    }
     memory.data = quantized->form_memory(memory.data);
     const std::vector<TensorInfo>& parameters = quantized->form_map().parameters;
     for (std::size_t p = quantized->own_parameters(); p < parameters.size(); ++p) memory.bytes.push_back(parameters[p].nbytes());
@@ -476,22 +526,30 @@ Connection establish_connection(const ConnectInput& input) {
   const Connect c(input);
   const std::vector<TensorInfo> tensors = share_tensor_list(c);
   std::optional<layout::Fp8Form> form;
-  Status probed = share_form(c, tensors, form);
-  // An FP8 engine probes its own loader against its own form; the trainers against the checkpoint.
+  bool mixed = false;
+  Status probed = share_forms(c, tensors, form, mixed);
+  // An FP8 engine probes its own loader against its own form; the trainers and BF16 engines against the
+  // checkpoint. A mixed fleet plans in the union of both forms (layout/form_union.hpp).
+  const bool fp8_engine = form && !c.roles.trainer && c.options.fp8;
+  std::optional<layout::FormUnion> united;
+  if (mixed) united = layout::unite_forms(*form);
   SourceMap map;
-  if (probed) probed = probe_worker(c, form && !c.roles.trainer ? form->tensors : tensors, map);
+  if (probed) probed = probe_worker(c, fp8_engine ? form->tensors : tensors, map);
+  if (fp8_engine) probed = probed ? check_scales_loaded(c, *form, map) : with_fp8_hint(*form, probed);
+  if (probed && fp8_engine && united) map = layout::fp8_map_in_union(std::move(map), *united);
   std::unique_ptr<exec::QuantizedPack> quantized;
-  if (probed && form && c.roles.trainer) probed = make_quantized_pack(c, *form, map, quantized);
+  if (probed && form && c.roles.trainer) probed = make_quantized_pack(c, *form, united ? &*united : nullptr, map, quantized);
   c.doing("the source maps");
   std::vector<SourceMap> maps = allgather_source_maps(map, input.world, c.call, probed);
-  if (form) share_partial_blocks(c, quantized.get());
+  const std::int64_t shared_blocks = form ? share_partial_blocks(c, quantized.get()) : 0;
   const std::vector<WorkerConfig> configs = gather_worker_configs(c);
   Connection connection;
   connection.rollouts_stage = check_one_mode(c, configs);
   if (input.roles->engine_leaders.empty()) return connect_without_engines(c, std::move(connection), started);
-  Planned planned = plan_on_rank_zero(c, form ? form->tensors : tensors, std::move(maps), configs);
+  Planned planned = plan_on_rank_zero(c, united ? united->tensors : form ? form->tensors : tensors, std::move(maps), configs);
   RoundSchedule schedule = deliver_schedules(c, planned);
   connection.summary = share_summary(c, planned);
+  connection.summary.fp8_amax_bytes = static_cast<std::int64_t>(sizeof(std::uint32_t)) * shared_blocks;
   // Staging and the executor are this rank's own work: a rank that fails there warns the others (their
   // handshakes with it end at once), and all of them agree on the outcome, so every rank throws the same.
   Status made;

@@ -359,7 +359,7 @@ Status SenderAdapter::State::send(std::uint64_t version, void* cuda_stream, cons
     for (const Parameter& p : s.params) bases.push_back(static_cast<std::byte*>(p.view.data));
     status = quantized->quantize(bases, [&s, version](std::span<std::uint32_t> bits) {
       return comm::reduce_max(bits, s.group_comm, s.waiter(), s.about(version) + ": the FP8 amax exchange");
-    });
+    }, cuda_stream);
     if (!status) {
       s.in_flight = false;
       return s.give_up(status, "version " + std::to_string(version) + ": quantizing to FP8: ");

@@ -1,6 +1,7 @@
 // Builds without CUDA: the executor's CUDA parts refuse, naming why (the executor itself refuses CUDA
 // parameters before it gets here; these keep the library whole).
 #include "exec/copy_engine.hpp"
+#include "exec/device_quantizer.hpp"
 #include "exec/transfer_memory.hpp"
 #include "weightbridge/status.hpp"
 
@@ -16,6 +17,10 @@ std::unique_ptr<BufferMemory> allocate_device_buffer(std::size_t, int) { no_cuda
 std::unique_ptr<CopyEngine> make_device_copy_engine(int, const ParameterMemory&, const TransferBuffers&,
                                                     const RoundSchedule&) {
   no_cuda("pack and assemble of CUDA parameters");
+}
+
+std::unique_ptr<DeviceQuantizer> make_device_quantizer(const DeviceQuantizePlan&, int) {
+  no_cuda("the FP8 quantizing pack of CUDA parameters");
 }
 
 }  // namespace wb::exec

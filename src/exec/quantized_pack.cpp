@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/checks.hpp"
+#include "exec/device_quantizer.hpp"
 #include "exec/quantized_pack.hpp"
 
 namespace wb::exec {
@@ -46,7 +47,13 @@ void for_each_block_run(const SliceCopy& copy, const layout::QuantizationConfig&
 
 }  // namespace
 
+Status QuantizedPack::quantize(std::span<std::byte* const> parameters, const AmaxExchange& exchange, void* cuda_stream) {
+  if (device_) return device_->quantize(parameters, exchange, cuda_stream);
+  return quantize(parameters, exchange);
+}
+
 Status QuantizedPack::quantize(std::span<std::byte* const> parameters, const AmaxExchange& exchange) {
+  allocate();
   for (TensorBlocks& blocks : blocks_) std::fill(blocks.amax.begin(), blocks.amax.end(), 0.0f);
   for (const Quantized& q : quantized_) {
     if (q.fused) continue;  // below, after the others

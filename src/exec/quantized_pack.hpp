@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -41,6 +42,28 @@ struct BlockKey {
 
 /// The max all-reduce of the shared blocks' |amax| bit patterns over the trainers (comm::reduce_max).
 using AmaxExchange = std::function<Status(std::span<std::uint32_t> amax_bits)>;
+
+/// What the device quantizer (exec/device_quantizer.hpp) needs of a pack: every block of every converted
+/// tensor in one array (each tensor's blocks from `first_block`, row-major), the shadows' sizes and the
+/// copies to quantize (bf16, 2-D).
+struct DeviceQuantizePlan {
+  fp8::ScaleRule rule = fp8::ScaleRule::kPerBlockCast;
+  std::int64_t block_rows = 128, block_cols = 128;
+  struct Tensor {
+    std::int64_t first_block = 0, blocks = 0, scale_cols = 0;
+  };
+  struct Copy {
+    std::uint32_t parameter = 0, shadow = 0, tensor = 0;  // tensor: index into `tensors`
+    std::int64_t offset = 0, stride0 = 0, stride1 = 1, row0 = 0, col0 = 0, rows = 0, cols = 0;
+  };
+  std::vector<Tensor> tensors;          // in the order of the pack's scale parameters
+  std::vector<std::int64_t> shadow_bytes;
+  std::vector<Copy> copies;
+  std::vector<std::int64_t> shared;     // the shared blocks' indices in the one array, in exchange order
+  std::int64_t blocks = 0;
+};
+
+class DeviceQuantizer;
 
 class QuantizedPack {
  public:
@@ -67,8 +90,16 @@ class QuantizedPack {
   Status quantize(std::span<std::byte* const> parameters, const AmaxExchange& exchange);
 
   /// Base address of every parameter of form_map(): the trainer's (as given) then the shadow and scale
-  /// buffers this object owns.
+  /// buffers this object owns (in device memory after use_device).
   std::vector<std::byte*> form_memory(std::span<std::byte* const> parameters);
+
+  /// Trainers' parameters in CUDA memory on `device`: the shadows and scales live there and quantize runs
+  /// the device kernels on `cuda_stream` (exec/device_quantizer.hpp). Set-up: throws kUnsupported for a
+  /// converted tensor held other than in bf16, kUnsupported in a build without CUDA, kCuda.
+  void use_device(int device);
+  Status quantize(std::span<std::byte* const> parameters, const AmaxExchange& exchange, void* cuda_stream);
+  ~QuantizedPack();
+  QuantizedPack(QuantizedPack&&) noexcept;
 
  private:
   struct Quantized {          // one copy of a converted tensor
@@ -84,7 +115,7 @@ class QuantizedPack {
     std::vector<float> amax;            // per block
     std::vector<std::uint8_t> touched;  // per block
     std::vector<fp8::BlockScale> scale; // per block, this update's
-    std::uint32_t scale_buffer = 0;     // index into scales_
+    std::uint32_t scale_buffer = 0;     // index into scales_ (its own index in blocks_)
   };
   const layout::QuantizationConfig config_;
   std::vector<TensorInfo> source_tensors_;
@@ -94,8 +125,15 @@ class QuantizedPack {
   std::vector<Quantized> quantized_;
   std::vector<TensorBlocks> blocks_;        // by tensor
   std::vector<std::int32_t> blocks_of_;     // source tensor -> index into blocks_, -1
+  // The shadow and scale buffers, allocated when first used: a planner that wants only form_map() (wb-plan,
+  // every trainer of a large job in one process) never holds them.
+  void allocate();
+  DeviceQuantizePlan device_plan() const;
+  std::unique_ptr<DeviceQuantizer> device_;
+  bool allocated_ = false;
+  std::size_t shadow_count_ = 0;
   std::vector<std::vector<std::uint8_t>> shadows_;
-  std::vector<std::vector<float>> scales_;
+  std::vector<std::vector<float>> scales_;  // by blocks_ entry
   std::vector<BlockKey> partial_, shared_;
   std::vector<std::uint32_t> exchanged_;    // per shared block
 };

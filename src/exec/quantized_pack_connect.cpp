@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "exec/device_quantizer.hpp"
 #include "exec/quantized_pack.hpp"
 #include "weightbridge/status.hpp"
 
@@ -49,9 +50,8 @@ QuantizedPack::QuantizedPack(const SourceMap& trainer_map, const layout::Fp8Form
                                                    ") lands in parameter " + parameter.name + " of dtype " +
                                                    std::string(dtype_name(parameter.dtype)) + ", which cannot be quantized");
     if (shadow_of[copy.parameter] < 0) {
-      shadow_of[copy.parameter] = static_cast<std::int32_t>(shadows_.size());
+      shadow_of[copy.parameter] = static_cast<std::int32_t>(shadow_parameters.size());
       shadow_parameters.push_back({parameter.name + " (fp8)", DType::kF8E4M3, parameter.shape});
-      shadows_.emplace_back(static_cast<std::size_t>(parameter.numel()), std::uint8_t{0});
     }
     moved.parameter = static_cast<std::uint32_t>(own_parameters_ + static_cast<std::size_t>(shadow_of[copy.parameter]));
     form_map_.copies.push_back(moved);
@@ -82,13 +82,13 @@ QuantizedPack::QuantizedPack(const SourceMap& trainer_map, const layout::Fp8Form
         count[static_cast<std::size_t>(br * blocks.scale_cols + bc)] += rows * cols;
       }
   }
+  shadow_count_ = shadow_parameters.size();
   for (TensorInfo& shadow : shadow_parameters) form_map_.parameters.push_back(std::move(shadow));
   // The scale parameters and the copies of the scale tensors: per block row, each run of touched blocks.
   for (std::size_t b = 0; b < blocks_.size(); ++b) {
     TensorBlocks& blocks = blocks_[b];
     const TensorInfo& tensor = source_tensors_[blocks.tensor];
-    blocks.scale_buffer = static_cast<std::uint32_t>(scales_.size());
-    scales_.emplace_back(blocks.amax.size(), 1.0f);
+    blocks.scale_buffer = static_cast<std::uint32_t>(b);
     const auto scale_parameter = static_cast<std::uint32_t>(form_map_.parameters.size());
     form_map_.parameters.push_back({tensor.name + config_.scale_suffix + " (scales)", DType::kF32,
                                     {blocks.scale_rows, blocks.scale_cols}});
@@ -155,9 +155,56 @@ void QuantizedPack::set_shared_blocks(std::vector<BlockKey> shared) {
   }
 }
 
+void QuantizedPack::allocate() {
+  if (allocated_) return;
+  for (std::size_t s = 0; s < shadow_count_; ++s)
+    shadows_.emplace_back(static_cast<std::size_t>(form_map_.parameters[own_parameters_ + s].numel()), std::uint8_t{0});
+  for (const TensorBlocks& blocks : blocks_) scales_.emplace_back(blocks.amax.size(), 1.0f);
+  allocated_ = true;
+}
+
+QuantizedPack::~QuantizedPack() = default;
+QuantizedPack::QuantizedPack(QuantizedPack&&) noexcept = default;
+
+DeviceQuantizePlan QuantizedPack::device_plan() const {
+  DeviceQuantizePlan plan;
+  plan.rule = config_.rule;
+  plan.block_rows = config_.block_rows;
+  plan.block_cols = config_.block_cols;
+  for (const TensorBlocks& blocks : blocks_) {
+    plan.tensors.push_back({plan.blocks, static_cast<std::int64_t>(blocks.amax.size()), blocks.scale_cols});
+    plan.blocks += static_cast<std::int64_t>(blocks.amax.size());
+  }
+  for (std::size_t s = 0; s < shadow_count_; ++s)
+    plan.shadow_bytes.push_back(static_cast<std::int64_t>(form_map_.parameters[own_parameters_ + s].nbytes()));
+  for (const Quantized& q : quantized_) {
+    const SliceCopy& copy = trainer_map_.copies[q.copy];
+    const TensorInfo& parameter = trainer_map_.parameters[copy.parameter];
+    if (parameter.dtype != DType::kBF16)
+      throw Error(ErrorCode::kUnsupported, "FP8 pack of CUDA parameters: " + source_tensors_[copy.tensor].name +
+                                               " is held in parameter " + parameter.name + " as " +
+                                               std::string(dtype_name(parameter.dtype)) + "; the device kernels take bf16");
+    plan.copies.push_back({copy.parameter, q.shadow, static_cast<std::uint32_t>(blocks_of_[copy.tensor]), copy.offset,
+                           copy.strides[0], copy.strides[1], copy.box.offset[0], copy.box.offset[1], copy.box.extent[0],
+                           copy.box.extent[1]});
+  }
+  for (const BlockKey& key : shared_) {
+    const std::int32_t at = blocks_of_[key.tensor];
+    plan.shared.push_back(at < 0 ? -1 : plan.tensors[static_cast<std::size_t>(at)].first_block + key.block);
+  }
+  return plan;
+}
+
+void QuantizedPack::use_device(int device) { device_ = make_device_quantizer(device_plan(), device); }
+
 std::vector<std::byte*> QuantizedPack::form_memory(std::span<std::byte* const> parameters) {
   std::vector<std::byte*> memory(parameters.begin(), parameters.end());
   memory.resize(own_parameters_, nullptr);
+  if (device_) {
+    for (std::byte* buffer : device_->buffers()) memory.push_back(buffer);
+    return memory;
+  }
+  allocate();
   for (std::vector<std::uint8_t>& shadow : shadows_) memory.push_back(reinterpret_cast<std::byte*>(shadow.data()));
   for (std::vector<float>& scales : scales_) memory.push_back(reinterpret_cast<std::byte*>(scales.data()));
   return memory;

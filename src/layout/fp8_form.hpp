@@ -18,6 +18,7 @@
 
 #include "core/fp8.hpp"
 #include "weightbridge/checkpoint.hpp"
+#include "weightbridge/source_map.hpp"
 
 namespace wb::layout {
 
@@ -90,6 +91,17 @@ Fp8Form derive_fp8_form(std::vector<TensorInfo> source_tensors, QuantizationConf
 /// other path (the senders' pack, the readers of the form) must equal.
 void quantize_band(const QuantizationConfig& config, DType dtype, const void* source, std::int64_t rows,
                    std::int64_t cols, std::uint8_t* codes, float* scales);
+
+/// An FP8 engine's source map (probed against `form.tensors`) checked against the block shape: every
+/// element of a quantized tensor it loads must come with the scale of its block, or the engine would
+/// dequantize it with a stale scale. Returns why not (naming the tensor, the block and the elements, and
+/// the likely cause: a block shape that does not tile its shards the way its scales are laid out, or a
+/// scale parameter shaped for another block), or an empty string.
+std::string blocks_without_scales(const Fp8Form& form, const SourceMap& engine_map);
+
+/// The tensors the form would convert but for their dtype (2-D weights, not excluded, held in a type that
+/// is not floating), as "name (dtype)": what an engine that fails its probe may have asked FP8 of.
+std::vector<std::string> left_unquantized_by_dtype(const Fp8Form& form);
 
 /// The FP8 form's values, read box by box from the source checkpoint (which must hold form.source_tensors):
 /// a box of a quantized tensor or of its scales reads the blocks that it touches, whole. `source` must

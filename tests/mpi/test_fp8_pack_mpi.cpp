@@ -5,8 +5,12 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <limits>
 #include <chrono>
 #include <random>
@@ -237,16 +241,72 @@ struct Buffers {
   }
 };
 
-class Fp8EngineMpi : public ::testing::TestWithParam<std::pair<bool, bool>> {};
-
-TEST_P(Fp8EngineMpi, EveryEngineParameterAndScaleEqualsItsLoaderOfTheFp8Form) {
+// This rank in a world of 5 (world ranks 0-2 train, 3 and 4 serve), or -1 in a world of another size.
+int rank_of_five() {
   int rank = 0, size = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  ASSERT_EQ(size, 5) << "run with 5 ranks";
-  const bool trainer = rank < 3;
+  return size == 5 ? rank : -1;
+}
+
+// The trainers' communicator, or that of the engine numbered `engine` (from 1) that this rank serves.
+MPI_Comm group_of(int rank, int engine = 1) {
   MPI_Comm group = MPI_COMM_NULL;
-  MPI_Comm_split(MPI_COMM_WORLD, trainer ? 0 : 1, rank, &group);
+  MPI_Comm_split(MPI_COMM_WORLD, rank < 3 ? 0 : engine, rank, &group);
+  return group;
+}
+
+// A trainer's updates: versions 1..`versions` of the checkpoint, each loaded, sent, then overwritten in
+// the trainer's memory (a version must not reach the engines from memory the trainer reuses).
+void send_versions(SenderAdapter& sender, const Rank& layout, Buffers& buffers, unsigned versions) {
+  for (unsigned v = 1; v <= versions; ++v) {
+    std::vector<TensorInfo> ignored;
+    apply_source_map(layout.map, make_checkpoint(ignored, v), buffers.params);
+    const Status status = sender.send_weights(v);
+    ASSERT_TRUE(status.is_ok()) << status.to_string();
+    for (auto& m : buffers.memory) std::memset(m.data(), 0x5A, m.size());
+  }
+  ASSERT_TRUE(sender.shutdown().is_ok());
+}
+
+// An engine worker's side until the trainers shut down: after each install, its parameters (`buffers`,
+// filled by `map`) equal `map` applied to `form_of(version's checkpoint)`. Returns the last version installed.
+std::uint64_t receive_versions(ReceiverAdapter& receiver, const SourceMap& map, const Buffers& buffers, const std::string& who,
+                               const std::function<std::unique_ptr<CheckpointReader>(const testing::MemoryCheckpoint&)>& form_of) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  std::uint64_t installed = 0;
+  for (;;) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      ADD_FAILURE() << who << " never saw the shutdown";
+      return installed;
+    }
+    const PollResult result = receiver.poll_requests();
+    if (result.event == PollResult::Event::kFailed) {
+      ADD_FAILURE() << who << ": " << result.status.to_string();
+      return installed;
+    }
+    if (result.event == PollResult::Event::kShutdown) return installed;
+    if (result.event == PollResult::Event::kInstalled) {
+      installed = result.version;
+      std::vector<TensorInfo> ignored;
+      const testing::MemoryCheckpoint bf16 = make_checkpoint(ignored, static_cast<unsigned>(installed));
+      Buffers expected(map);
+      apply_source_map(map, *form_of(bf16), expected.params);
+      for (std::size_t p = 0; p < map.parameters.size(); ++p)
+        EXPECT_EQ(buffers.memory[p], expected.memory[p]) << who << " version " << installed << ": parameter "
+                                                         << map.parameters[p].name << " differs from its load_weights of its form";
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+class Fp8EngineMpi : public ::testing::TestWithParam<std::pair<bool, bool>> {};
+
+TEST_P(Fp8EngineMpi, EveryEngineParameterAndScaleEqualsItsLoaderOfTheFp8Form) {
+  const int rank = rank_of_five();
+  ASSERT_GE(rank, 0) << "run with 5 ranks";
+  const bool trainer = rank < 3;
+  MPI_Comm group = group_of(rank);
   std::vector<TensorInfo> tensors;
   make_checkpoint(tensors);
   AdapterOptions options;
@@ -274,40 +334,20 @@ TEST_P(Fp8EngineMpi, EveryEngineParameterAndScaleEqualsItsLoaderOfTheFp8Form) {
     std::int64_t egress = 0;
     for (std::int64_t bytes : sender.summary().node_egress_bytes) egress += bytes;
     EXPECT_EQ(egress, static_cast<std::int64_t>(form.total_bytes()));
-    for (unsigned v = 1; v <= kVersions; ++v) {
-      std::vector<TensorInfo> ignored;
-      apply_source_map(layout.map, make_checkpoint(ignored, v), buffers.params);
-      const Status status = sender.send_weights(v);
-      ASSERT_TRUE(status.is_ok()) << status.to_string();
-      for (auto& m : buffers.memory) std::memset(m.data(), 0x5A, m.size());  // must not reach version v
-    }
-    ASSERT_TRUE(sender.shutdown().is_ok());
+    // The amax exchange: a.weight's flat cuts (row 100 col 123, row 200 col 11) split its blocks (0, 0),
+    // (0, 1), (1, 0), (1, 1); b.weight's TP cut at column 100 its blocks (0, 0), (1, 0) (rank 2's replica
+    // holds whole blocks): 6 blocks, 4 bytes each.
+    EXPECT_EQ(sender.summary().fp8_amax_bytes, 24);
+    send_versions(sender, layout, buffers, kVersions);
   } else {
     const SourceMap map = engine_map(rank - 3, form);
     Buffers buffers(map);
     options.fp8 = fp8;
     const auto load = [&map](const CheckpointReader& checkpoint, const ParameterSet& p) { apply_source_map(map, checkpoint, p); };
     ReceiverAdapter receiver(MPI_COMM_WORLD, group, buffers.params, load, options);
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-    std::uint64_t installed = 0;
-    for (;;) {
-      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "rank " << rank << " never saw the shutdown";
-      const PollResult result = receiver.poll_requests();
-      ASSERT_NE(result.event, PollResult::Event::kFailed) << result.status.to_string();
-      if (result.event == PollResult::Event::kShutdown) break;
-      if (result.event == PollResult::Event::kInstalled) {
-        installed = result.version;
-        std::vector<TensorInfo> ignored;
-        const testing::MemoryCheckpoint bf16 = make_checkpoint(ignored, static_cast<unsigned>(installed));
-        Buffers expected(map);
-        apply_source_map(map, *layout::open_fp8_form(bf16, form), expected.params);
-        for (std::size_t p = 0; p < map.parameters.size(); ++p)
-          ASSERT_EQ(buffers.memory[p], expected.memory[p])
-              << "engine worker " << rank - 3 << " version " << installed << ": parameter " << map.parameters[p].name
-              << " differs from its load_weights of the FP8 form";
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    const std::uint64_t installed =
+        receive_versions(receiver, map, buffers, "engine worker " + std::to_string(rank - 3),
+                         [&form](const testing::MemoryCheckpoint& bf16) { return layout::open_fp8_form(bf16, form); });
     EXPECT_EQ(installed, kVersions);
   }
   MPI_Comm_free(&group);
@@ -330,6 +370,198 @@ TEST(Fp8EngineOptions, AnUnknownRuleOrABadBlockIsRefusedNamingTheRank) {
   testing::expect_error([&] { ReceiverAdapter receiver(MPI_COMM_WORLD, MPI_COMM_SELF, params, load, options); },
                         ErrorCode::kInvalidArgument, {who, "fp8: block shape 128x0 is not positive"});
 }
+
+// The BF16 checkpoint with one more tensor, ids.weight, of one-byte integers: the FP8 form leaves it as it
+// is (not floating), so an engine that loads it into an fp8 parameter asks for what the trainers cannot give.
+class WithIds final : public CheckpointReader {
+ public:
+  explicit WithIds(const testing::MemoryCheckpoint& base) : base_(base), tensors_(base.tensors()) {
+    tensors_.push_back(ids());
+    for (std::size_t i = 0; i < data_.size(); ++i) data_[i] = static_cast<std::uint8_t>(i * 7);
+  }
+  static TensorInfo ids() { return {"ids.weight", DType::kU8, {16, 8}}; }
+  const std::vector<TensorInfo>& tensors() const override { return tensors_; }
+  void read_box(std::string_view name, const Box& box, void* destination) const override {
+    if (name != "ids.weight") return base_.read_box(name, box, destination);
+    const auto whole = TensorView::contiguous(const_cast<std::uint8_t*>(data_.data()), DType::kU8, ids().shape);
+    copy_tensor(TensorView::contiguous(destination, DType::kU8, box.extent), whole.box(box));
+  }
+  std::string source() const override { return "memory"; }
+
+ private:
+  const testing::MemoryCheckpoint& base_;
+  std::vector<TensorInfo> tensors_;
+  std::array<std::uint8_t, 128> data_{};
+};
+
+// Bad FP8 engines are refused at connect on every rank, the engine's message naming its rank, the tensor
+// and the cause: (1) an fp8 parameter loaded from a tensor the trainers hold as integers; (2) a worker that
+// loads rows of b.weight in two block rows but only the first block row's scales (its scale parameter
+// shaped for a block of 256 rows); (3) two workers of one engine asking for two FP8 forms.
+TEST(Fp8EngineBadInput, ANonFloatingTensorAskedInFp8OrWeightsWithoutTheirScalesAreRefused) {
+  const int rank = rank_of_five();
+  ASSERT_GE(rank, 0) << "run with 5 ranks";
+  const bool trainer = rank < 3;
+  MPI_Comm group = group_of(rank);
+  std::vector<TensorInfo> bf16_tensors;
+  const testing::MemoryCheckpoint bf16 = make_checkpoint(bf16_tensors);
+  const WithIds checkpoint(bf16);
+  const std::vector<TensorInfo>& tensors = checkpoint.tensors();
+  AdapterOptions options;
+  options.timeout_seconds = 30;
+  options.node = trainer ? 0 : 1;
+  Fp8Engine fp8;
+  fp8.modules_to_not_convert = {"lm_head"};
+  layout::QuantizationConfig config;
+  config.modules_to_not_convert = fp8.modules_to_not_convert;
+  const layout::Fp8Form form = layout::derive_fp8_form(tensors, config);
+  const std::uint32_t ids = static_cast<std::uint32_t>(tensors.size() - 1);
+  for (const int scenario : {1, 2, 3}) {
+    SCOPED_TRACE("scenario " + std::to_string(scenario));
+    std::vector<std::string> expected;
+    if (scenario == 1)
+      expected = {"engine 0 worker 0 (world rank 3): probing load_weights failed", "parameter ids",
+                  "if it asks for FP8 of a tensor the trainers hold in a type that is not floating: the FP8 form leaves "
+                  "ids.weight (u8) as they are; only bf16, f16, f32 and f64 weights are quantized"};
+    else if (scenario == 3)
+      expected = {"engine 0 worker 1 (world rank 4) loads the FP8 form (128x128, plain) but its leader engine 0 worker 0 "
+                  "(world rank 3) loads the FP8 form (128x128, per-block-cast): every worker of an engine loads one form"};
+    else
+      expected = {"engine 0 worker 1 (world rank 4): its FP8 load_weights does not follow its block scales",
+                  "b.weight rows [128, 256) columns [128, 192) into parameter b",
+                  "not their block's scale b.weight_scale_inv[1, 1]"};
+    std::string message;
+    if (trainer) {
+      Rank layout = make_rank(rank, bf16_tensors);
+      layout.map.parameters.push_back(WithIds::ids());
+      layout.map.copies.push_back({ids, static_cast<std::uint32_t>(layout.map.parameters.size() - 1),
+                                   Box{{0, 0}, WithIds::ids().shape}, 0, {8, 1}});
+      Buffers buffers(layout.map);
+      const auto load = [&layout](const CheckpointReader& c, const ParameterSet& p) { apply_source_map(layout.map, c, p); };
+      SenderAdapter sender(MPI_COMM_WORLD, group, buffers.params, tensors, load, options);
+      message = testing::expect_error([&] { sender.connect(); }, ErrorCode::kInvalidArgument);
+    } else {
+      SourceMap map = engine_map(rank - 3, form);
+      if (scenario == 2 && rank == 4) {  // b_scales [1, 1]: block row 0's scale only
+        map.parameters[3].shape = {1, 1};
+        map.copies[3].box = Box{{0, 1}, {1, 1}};
+      }
+      if (scenario == 1) map.parameters.push_back({"ids", DType::kF8E4M3, WithIds::ids().shape});
+      Buffers buffers(map);
+      const auto load = [&](const CheckpointReader& c, const ParameterSet& p) {
+        apply_source_map(map, c, p);
+        // As an engine holding fp8 as uint8 would: the bytes of ids.weight into its fp8 parameter.
+        if (scenario == 1) c.read("ids.weight", p.at("ids").view.data);
+      };
+      options.fp8 = fp8;
+      if (scenario == 3 && rank == 4) options.fp8->scale_rule = "plain";
+      ReceiverAdapter receiver(MPI_COMM_WORLD, group, buffers.params, load, options);
+      // The engine connects in its first poll_requests: that fails (or throws), naming the cause.
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      try {
+        for (;;) {
+          ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "rank " << rank << " never failed";
+          const PollResult result = receiver.poll_requests();
+          ASSERT_NE(result.event, PollResult::Event::kInstalled);
+          ASSERT_NE(result.event, PollResult::Event::kShutdown);
+          if (result.event == PollResult::Event::kFailed) {
+            EXPECT_EQ(result.status.code(), ErrorCode::kInvalidArgument) << result.status.to_string();
+            message = result.status.to_string();
+            break;
+          }
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+      } catch (const Error& error) {
+        EXPECT_EQ(error.code(), ErrorCode::kInvalidArgument) << error.what();
+        message = error.what();
+      }
+    }
+    for (const std::string& part : expected) EXPECT_NE(message.find(part), std::string::npos) << message;
+  }
+  MPI_Comm_free(&group);
+}
+
+// Every tensor of `tensors` whole, in a parameter of its own: an engine of one worker.
+SourceMap whole_map(const std::vector<TensorInfo>& tensors) {
+  SourceMap map;
+  for (std::uint32_t t = 0; t < tensors.size(); ++t) {
+    const Shape& shape = tensors[t].shape;
+    Shape strides(shape.size(), 1);
+    for (std::size_t a = shape.size(); a-- > 1;) strides[a - 1] = strides[a] * shape[a];
+    map.parameters.push_back(tensors[t]);
+    map.copies.push_back({t, t, Box{Shape(shape.size(), 0), shape}, 0, strides});
+  }
+  return map;
+}
+
+// A mixed fleet: the 3 BF16 trainers behind an FP8 engine (world rank 3, its node 1) and a BF16 engine
+// (world rank 4, node 2), one plan. After every version the FP8 engine's parameters equal its load_weights
+// of the FP8 form and the BF16 engine's its load_weights of the checkpoint, bit for bit; M is the union of
+// both forms (the tensors they share, norm and lm_head, counted once); each node receives its own form once.
+class Fp8MixedFleetMpi : public ::testing::TestWithParam<std::pair<bool, bool>> {};
+
+TEST_P(Fp8MixedFleetMpi, EachEngineGetsItsOwnFormFromOnePlan) {
+  const int rank = rank_of_five();
+  ASSERT_GE(rank, 0) << "run with 5 ranks";
+  const bool trainer = rank < 3;
+  MPI_Comm group = group_of(rank, rank);
+  std::vector<TensorInfo> tensors;
+  make_checkpoint(tensors);
+  AdapterOptions options;
+  options.sender_staging = GetParam().first;
+  options.receiver_staging = GetParam().second;
+  options.timeout_seconds = 30;
+  options.node = trainer ? 0 : rank - 2;
+  options.buffer_bytes = 64 << 10;
+  Fp8Engine fp8;
+  fp8.modules_to_not_convert = {"lm_head"};
+  layout::QuantizationConfig config;
+  config.modules_to_not_convert = fp8.modules_to_not_convert;
+  const layout::Fp8Form form = layout::derive_fp8_form(tensors, config);
+  std::int64_t checkpoint_bytes = 0, fp8_only_bytes = 0;
+  for (const TensorInfo& t : tensors) checkpoint_bytes += static_cast<std::int64_t>(t.nbytes());
+  for (std::size_t t = 0; t < form.tensors.size(); ++t)
+    if (form.sources[t].role != layout::FormRole::kCopied) fp8_only_bytes += static_cast<std::int64_t>(form.tensors[t].nbytes());
+  constexpr unsigned kVersions = 3;
+  if (trainer) {
+    const Rank layout = make_rank(rank, tensors);
+    Buffers buffers(layout.map);
+    const auto load = [&layout](const CheckpointReader& checkpoint, const ParameterSet& p) { apply_source_map(layout.map, checkpoint, p); };
+    SenderAdapter sender(MPI_COMM_WORLD, group, buffers.params, tensors, load, options);
+    sender.connect();
+    const TransferSummary& summary = sender.summary();
+    EXPECT_EQ(summary.model_bytes, checkpoint_bytes + fp8_only_bytes);
+    // Each rollout node needs its own form and receives it once.
+    std::vector<std::int64_t> needs;
+    for (std::size_t v = 0; v < summary.node_need_bytes.size(); ++v) {
+      if (summary.node_need_bytes[v] == 0) continue;
+      needs.push_back(summary.node_need_bytes[v]);
+      EXPECT_EQ(summary.node_ingress_bytes[v], summary.node_need_bytes[v]) << "node " << v;
+    }
+    std::sort(needs.begin(), needs.end());
+    EXPECT_EQ(needs, (std::vector<std::int64_t>{static_cast<std::int64_t>(form.total_bytes()), checkpoint_bytes}));
+    send_versions(sender, layout, buffers, kVersions);
+  } else {
+    const bool in_fp8 = rank == 3;
+    const SourceMap map = whole_map(in_fp8 ? form.tensors : tensors);
+    Buffers buffers(map);
+    if (in_fp8) options.fp8 = fp8;
+    const auto load = [&map](const CheckpointReader& checkpoint, const ParameterSet& p) { apply_source_map(map, checkpoint, p); };
+    ReceiverAdapter receiver(MPI_COMM_WORLD, group, buffers.params, load, options);
+    const std::uint64_t installed = receive_versions(
+        receiver, map, buffers, in_fp8 ? "the FP8 engine" : "the BF16 engine",
+        [&form, in_fp8](const testing::MemoryCheckpoint& bf16) -> std::unique_ptr<CheckpointReader> {
+          if (in_fp8) return layout::open_fp8_form(bf16, form);
+          return std::make_unique<testing::MemoryCheckpoint>(bf16);
+        });
+    EXPECT_EQ(installed, kVersions);
+  }
+  MPI_Comm_free(&group);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, Fp8MixedFleetMpi,
+                         ::testing::Values(std::pair{false, false}, std::pair{true, false}, std::pair{false, true},
+                                           std::pair{true, true}));
 
 INSTANTIATE_TEST_SUITE_P(Modes, Fp8EngineMpi,
                          ::testing::Values(std::pair{false, false}, std::pair{true, false}, std::pair{false, true},

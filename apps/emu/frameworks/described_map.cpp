@@ -3,9 +3,13 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <optional>
+#include <set>
 #include <string_view>
 #include <unordered_map>
 
+#include "emu/frameworks/fp8_engine.hpp"
+#include "exec/quantized_pack.hpp"
 #include "weightbridge/status.hpp"
 
 namespace wb::emu {
@@ -71,11 +75,22 @@ DescribedDeployment describe_deployment(const ModelConfig& model, const Deployme
                                         const std::vector<TensorInfo>& checkpoint_tensors) {
   DescribedDeployment result;
   const TensorIndex tensor_index = index_tensors(checkpoint_tensors);
+  std::optional<layout::Fp8Form> form;
+  if (deployment.rollout.fp8()) form = engine_form(model, deployment.rollout);
+  result.tensors = form ? form->tensors : checkpoint_tensors;
+  const TensorIndex form_index = form ? index_tensors(result.tensors) : TensorIndex{};
+  std::set<exec::BlockKey> shared;
   std::map<int, SourceMap> by_rank_in_engine;
   const int trainers = deployment.trainer.world_size();
   for (int rank = 0; rank < deployment.world_size(); ++rank) {
     if (deployment.is_trainer(rank)) {
-      result.maps.push_back(describe_worker(*make_trainer_worker(model, deployment.trainer, rank), checkpoint_tensors, tensor_index));
+      SourceMap map = describe_worker(*make_trainer_worker(model, deployment.trainer, rank), checkpoint_tensors, tensor_index);
+      if (form) {  // as connect makes it: the map of the trainer's quantizing pack
+        const exec::QuantizedPack pack(map, *form);
+        shared.insert(pack.partial_blocks().begin(), pack.partial_blocks().end());
+        map = normalize_source_map(pack.form_map());
+      }
+      result.maps.push_back(std::move(map));
       result.sides.push_back(Side::kTrainer);
       result.engine_of_worker.push_back(-1);
     } else {
@@ -85,7 +100,7 @@ DescribedDeployment describe_deployment(const ModelConfig& model, const Deployme
       if (it == by_rank_in_engine.end())
         it = by_rank_in_engine
                  .emplace(in_engine, describe_worker(*make_rollout_worker(model, deployment.rollout, rollout_rank),
-                                                     checkpoint_tensors, tensor_index))
+                                                     result.tensors, form ? form_index : tensor_index))
                  .first;
       result.maps.push_back(it->second);
       result.sides.push_back(Side::kRollout);
@@ -93,6 +108,7 @@ DescribedDeployment describe_deployment(const ModelConfig& model, const Deployme
     }
     result.copies += result.maps.back().copies.size();
   }
+  result.fp8_shared_blocks = static_cast<std::int64_t>(shared.size());
   return result;
 }
 

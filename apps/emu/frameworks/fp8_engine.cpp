@@ -33,10 +33,6 @@ Shape origin_in(const TensorView& whole, const TensorView& piece) {
 
 layout::QuantizationConfig engine_quantization(const ModelConfig& model, const RolloutSpec& spec) {
   if (!spec.fp8()) throw Error(ErrorCode::kInternal, "engine_quantization of a BF16 engine");
-  if (model.is_mla())
-    throw Error(ErrorCode::kUnsupported,
-                "rollout spec '" + spec.to_string() + "': no emulated FP8 engine for " + model.name +
-                    " (MLA): SGLang dequantizes the FP8 kv_b_proj into w_kc / w_vc, which is arithmetic, not a copy");
   layout::QuantizationConfig config;
   config.block_rows = spec.fp8_block_rows;
   config.block_cols = spec.fp8_block_cols;

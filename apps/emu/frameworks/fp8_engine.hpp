@@ -18,8 +18,7 @@ namespace wb::emu {
 
 /// The quantization config of `spec`'s FP8 engine for `model` (spec.fp8() must be true): its block shape
 /// and scale rule; embeddings and lm_head in modules_to_not_convert, every MoE layer's router gate in
-/// ignored_layers. Throws kUnsupported for an architecture whose FP8 loader is not a copy (MLA: SGLang
-/// dequantizes kv_b_proj into w_kc / w_vc).
+/// ignored_layers (MLA's kv_b_proj included: the engine holds it in fp8, as vLLM does).
 layout::QuantizationConfig engine_quantization(const ModelConfig& model, const RolloutSpec& spec);
 
 /// The same config as the adapters' option.

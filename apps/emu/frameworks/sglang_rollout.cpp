@@ -10,7 +10,10 @@
 // An FP8 engine (spec fp8=BLOCK) holds its linear weights in float8_e4m3fn with a float32
 // `<parameter>_scale_inv` beside each, loaded as vLLM's and SGLang's Fp8LinearMethod / Fp8MoEMethod load
 // them from an FP8 checkpoint: the same shards of the fp8 weights, and each shard's block scales in scale
-// units (fp8_engine.hpp). Embeddings, the head, norms and router gates stay as they are.
+// units (fp8_engine.hpp). Embeddings, the head, norms and router gates stay as they are. With MLA it
+// holds kv_b_proj in fp8 with its scales, as vLLM's DeepSeek loader does: w_kc / w_vc are then not
+// parameters but the engine's dequantization of kv_b_proj after each load (vLLM's W_UK / W_UV,
+// SGLang's post_load_weights), arithmetic outside the transfer.
 #include <algorithm>
 #include <cstdint>
 #include <map>
@@ -203,20 +206,23 @@ void SGLangRolloutWorker::declare_parameters() {
     if (model_.is_mla()) {
       const i64 nope = model_.qk_nope_head_dim, rope = model_.qk_rope_head_dim, v = model_.v_head_dim;
       const i64 kv_lora = model_.kv_lora_rank;
+      const std::string a = p + "self_attn.";
       if (model_.q_lora_rank) {
         const i64 q_lora = *model_.q_lora_rank;
-        declare(p + "self_attn.fused_qkv_a_proj_with_mqa.weight", {q_lora + kv_lora + rope, h});
-        declare(p + "self_attn.q_a_layernorm.weight", {q_lora});
-        declare(p + "self_attn.q_b_proj.weight", {heads_ * (nope + rope), q_lora});
+        declare_linear(a + "fused_qkv_a_proj_with_mqa.weight", {q_lora + kv_lora + rope, h}, a + "q_a_proj.weight");
+        declare(a + "q_a_layernorm.weight", {q_lora});
+        declare_linear(a + "q_b_proj.weight", {heads_ * (nope + rope), q_lora}, a + "q_b_proj.weight");
       } else {
-        declare(p + "self_attn.q_proj.weight", {heads_ * (nope + rope), h});
-        declare(p + "self_attn.kv_a_proj_with_mqa.weight", {kv_lora + rope, h});
+        declare_linear(a + "q_proj.weight", {heads_ * (nope + rope), h}, a + "q_proj.weight");
+        declare_linear(a + "kv_a_proj_with_mqa.weight", {kv_lora + rope, h}, a + "kv_a_proj_with_mqa.weight");
       }
-      declare(p + "self_attn.kv_a_layernorm.weight", {kv_lora});
-      declare(p + "self_attn.kv_b_proj.weight", {heads_ * (nope + v), kv_lora});
-      declare(p + "self_attn.o_proj.weight", {h, heads_ * v});
-      declare(p + "self_attn.w_kc", {heads_, kv_lora, nope});
-      declare(p + "self_attn.w_vc", {heads_, v, kv_lora});
+      declare(a + "kv_a_layernorm.weight", {kv_lora});
+      declare_linear(a + "kv_b_proj.weight", {heads_ * (nope + v), kv_lora}, a + "kv_b_proj.weight");
+      declare_linear(a + "o_proj.weight", {h, heads_ * v}, a + "o_proj.weight");
+      if (!fp8_parameters_.count(a + "kv_b_proj.weight")) {  // in FP8: derived after loading (see the top)
+        declare(a + "w_kc", {heads_, kv_lora, nope});
+        declare(a + "w_vc", {heads_, v, kv_lora});
+      }
     } else {
       const i64 hd = model_.head_dim;
       declare_linear(p + "self_attn.qkv_proj.weight", {(heads_ + 2 * kv_heads_) * hd, h}, p + "self_attn.q_proj.weight");
@@ -387,27 +393,34 @@ void SGLangRolloutWorker::load_mla(const CheckpointReader& ckpt, const Parameter
   const i64 nope = model_.qk_nope_head_dim, rope = model_.qk_rope_head_dim, v = model_.v_head_dim;
   const i64 q_rows = heads_ * (nope + rope);
   const std::string kv_a = p + "self_attn.kv_a_proj_with_mqa.weight";
+  const auto whole = [&ckpt](const std::string& tensor) { return Box::whole(ckpt.info(tensor).shape); };
   if (model_.q_lora_rank) {
     // SGLang fuses q_a_proj and kv_a_proj_with_mqa into one replicated matrix (q_a rows first).
     const i64 q_lora = *model_.q_lora_rank;
-    const TensorView fused = params.at(p + "self_attn.fused_qkv_a_proj_with_mqa.weight").view;
-    load_tensor(ckpt, p + "self_attn.q_a_proj.weight", fused.narrow(0, 0, q_lora));
-    load_tensor(ckpt, kv_a, fused.narrow(0, q_lora, fused.shape[0] - q_lora));
+    const Linear fused = linear(params, p + "self_attn.fused_qkv_a_proj_with_mqa.weight");
+    const std::string q_a = p + "self_attn.q_a_proj.weight";
+    load_weight(ckpt, q_a, whole(q_a), fused, fused.weight.narrow(0, 0, q_lora));
+    load_weight(ckpt, kv_a, whole(kv_a), fused, fused.weight.narrow(0, q_lora, fused.weight.shape[0] - q_lora));
     load_tensor(ckpt, p + "self_attn.q_a_layernorm.weight", params.at(p + "self_attn.q_a_layernorm.weight").view);
     const std::string q_b = p + "self_attn.q_b_proj.weight";
-    load_box(ckpt, q_b, row_box(ckpt.info(q_b).shape, attn_tp_rank_ * q_rows, q_rows), params.at(q_b).view);
+    const Linear q_b_proj = linear(params, q_b);
+    load_weight(ckpt, q_b, row_box(ckpt.info(q_b).shape, attn_tp_rank_ * q_rows, q_rows), q_b_proj, q_b_proj.weight);
   } else {
     const std::string q = p + "self_attn.q_proj.weight";
-    load_box(ckpt, q, row_box(ckpt.info(q).shape, attn_tp_rank_ * q_rows, q_rows), params.at(q).view);
-    load_tensor(ckpt, kv_a, params.at(kv_a).view);
+    const Linear q_proj = linear(params, q), kv_a_proj = linear(params, kv_a);
+    load_weight(ckpt, q, row_box(ckpt.info(q).shape, attn_tp_rank_ * q_rows, q_rows), q_proj, q_proj.weight);
+    load_weight(ckpt, kv_a, whole(kv_a), kv_a_proj, kv_a_proj.weight);
   }
   load_tensor(ckpt, p + "self_attn.kv_a_layernorm.weight", params.at(p + "self_attn.kv_a_layernorm.weight").view);
   const std::string kv_b = p + "self_attn.kv_b_proj.weight";
-  const TensorView kv_b_param = params.at(kv_b).view;
-  load_box(ckpt, kv_b, row_box(ckpt.info(kv_b).shape, attn_tp_rank_ * heads_ * (nope + v), heads_ * (nope + v)),
-           kv_b_param);
+  const Linear kv_b_proj = linear(params, kv_b);
+  load_weight(ckpt, kv_b, row_box(ckpt.info(kv_b).shape, attn_tp_rank_ * heads_ * (nope + v), heads_ * (nope + v)),
+              kv_b_proj, kv_b_proj.weight);
   const std::string o = p + "self_attn.o_proj.weight";
-  load_box(ckpt, o, column_box(ckpt.info(o).shape, attn_tp_rank_ * heads_ * v, heads_ * v), params.at(o).view);
+  const Linear o_proj = linear(params, o);
+  load_weight(ckpt, o, column_box(ckpt.info(o).shape, attn_tp_rank_ * heads_ * v, heads_ * v), o_proj, o_proj.weight);
+  if (kv_b_proj.scales) return;  // FP8: w_kc / w_vc are the engine's dequantization of kv_b_proj (see the top)
+  const TensorView& kv_b_param = kv_b_proj.weight;
   // SGLang's post_load_weights: w_kc / w_vc are copies of kv_b_proj split per head into its nope and v
   // rows; w_kc is stored transposed ([head, kv_lora, nope]) because the absorbed kernel wants it so.
   const TensorView per_head = kv_b_param.unflatten(0, heads_);  // [heads, nope + v, kv_lora]
@@ -536,6 +549,7 @@ void SGLangRolloutWorker::export_mla(std::vector<CheckpointPiece>& out, const Pa
   row_shard("self_attn.kv_b_proj.weight");
   const TensorView& o = params.at(p + "self_attn.o_proj.weight").view;
   out.push_back({p + "self_attn.o_proj.weight", make_box({0, attn_tp_rank_ * o.shape[1]}, o.shape), o});
+  if (fp8_parameters_.count(p + "self_attn.kv_b_proj.weight")) return;  // FP8: no w_kc / w_vc (see the top)
   // The absorbed copies map back onto kv_b_proj, one head at a time (their rows are not contiguous there).
   const std::string kv_b = p + "self_attn.kv_b_proj.weight";
   const TensorView& w_kc = params.at(p + "self_attn.w_kc").view;  // [heads, kv_lora, nope]

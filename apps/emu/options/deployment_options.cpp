@@ -5,6 +5,7 @@
 
 #include "core/settings.hpp"
 #include "emu/options/setting_flags.hpp"
+#include "layout/fp8_form.hpp"
 #include "weightbridge/status.hpp"
 
 namespace po = boost::program_options;
@@ -24,6 +25,7 @@ void add_deployment_options(po::options_description& options, DeploymentOptions&
       ("head-dim", po::value(&out.head_dim), "Attention head width of the tiny variant (not MLA; default 4).")
       ("trainer", po::value(&out.trainer), "Trainer layout, e.g. tp=4,pp=2,ep=8,cp=1,dp=2[,pp_last=N].")
       ("rollout", po::value(&out.rollout), "Rollout layout, e.g. engines=2,tp=8,ep=8[,dp_attn=D][,transpose=experts][,fp8=128x128[,fp8_rule=plain|per-block-cast|ue8m0]] (fp8: an FP8 engine loading the FP8 form).")
+      ("fp8-engines", po::value(&out.fp8_engines), "The rollout engines (a preset's too) load the FP8 form in blocks of this shape, e.g. 128x128: the same as fp8=128x128 in --rollout.")
       ("gpus-per-node", po::value(&out.gpus_per_node), "Workers (ranks) per node.");
 }
 
@@ -75,6 +77,12 @@ PresetInstance resolve_deployment(const DeploymentOptions& options, const po::va
     }
     instance.deployment.trainer = TrainerSpec::parse(options.trainer);
     instance.deployment.rollout = RolloutSpec::parse(options.rollout);
+  }
+  if (!options.fp8_engines.empty()) {
+    if (instance.deployment.rollout.fp8())
+      throw Error(ErrorCode::kInvalidArgument, "--fp8-engines and fp8= in --rollout both give the FP8 block shape: give one");
+    layout::parse_block_shape(options.fp8_engines, instance.deployment.rollout.fp8_block_rows,
+                              instance.deployment.rollout.fp8_block_cols, "--fp8-engines");
   }
   if (options.preset.empty() || (variables.count("gpus-per-node") && !variables["gpus-per-node"].defaulted()))
     instance.deployment.gpus_per_node = options.gpus_per_node;

@@ -23,6 +23,7 @@ struct DeploymentOptions {
   std::int64_t head_dim = 0;
   std::string trainer;
   std::string rollout;
+  std::string fp8_engines;  // the rollout engines load the FP8 form in blocks of this shape (fp8= of the spec)
   int gpus_per_node = 8;
 };
 
