@@ -23,6 +23,7 @@ namespace wb::comm {
 namespace {
 
 constexpr int kSecretTag = 31001, kVerdictTag = 31002, kWidenTag = 31003;
+constexpr int kPinTag = 31004;  // abandon_link's receive: nothing is ever sent with it
 constexpr std::size_t kSecretChars = 64;
 constexpr const char* kHeader = "weightbridge-join-address 1";
 
@@ -156,15 +157,17 @@ struct JoinPort::Shared {
       admitting.store(true);  // before looking at `stopping`: ~JoinPort sets that, then waits for this
       if (stopping.load()) {
         admitting.store(false);
-        break;  // after ~JoinPort: abandoned unheard
+        abandon_link(peer);  // after stop_accepting (a knock): abandoned unheard
+        break;
       }
       MPI_Comm_set_errhandler(peer, MPI_ERRORS_RETURN);
       if (admit(peer)) {
         std::lock_guard lock(mutex);
         joined.push_back(peer);
+      } else {
+        abandon_link(peer);  // refused: no disconnect (it may be gone)
       }
       admitting.store(false);
-      // A refused peer's intercommunicator is abandoned: no free, no disconnect (it may be gone).
     }
     finished.store(true);
   }
@@ -249,9 +252,11 @@ MPI_Comm join_by_address(const std::string& path, double timeout) {
   wait_or_throw(verdict, waiter, "joining by " + path + ": the trainers' answer");
   std::int64_t yes = 0;
   std::memcpy(&yes, verdict->in.data(), sizeof yes);
-  if (yes != 1)
+  if (yes != 1) {
+    abandon_link(peer);
     throw Error(ErrorCode::kInvalidArgument, "joining by " + path + ": the trainers refused the secret (the address file "
                                                                     "is not the one this trainer job wrote)");
+  }
   return peer;
 }
 
@@ -262,7 +267,9 @@ bool knock(const std::string& port, double timeout) {
     call->done.store(true);
   });
   // The connection is let go (no disconnect: the accept side abandons its end too).
-  return wait_bounded(call, knocker, timeout) && call->rc == MPI_SUCCESS;
+  if (!wait_bounded(call, knocker, timeout) || call->rc != MPI_SUCCESS) return false;
+  abandon_link(call->result);
+  return true;
 }
 
 MPI_Comm widen_join(MPI_Comm local, MPI_Comm leaders, bool high, double timeout, const std::string& what) {
@@ -299,8 +306,18 @@ MPI_Comm widen_join(MPI_Comm local, MPI_Comm leaders, bool high, double timeout,
 
 bool part(MPI_Comm comm, double seconds) noexcept {
   if (comm == MPI_COMM_NULL) return true;
-  if (!barrier_within(comm, seconds)) return false;
+  if (!barrier_within(comm, seconds)) {
+    abandon_link(comm);
+    return false;
+  }
   return MPI_Comm_free(&comm) == MPI_SUCCESS;
+}
+
+void abandon_link(MPI_Comm comm) noexcept {
+  if (comm == MPI_COMM_NULL) return;
+  OperationPtr pin = make_operation();
+  if (MPI_Irecv(nullptr, 0, MPI_BYTE, MPI_ANY_SOURCE, kPinTag, comm, &pin->request) == MPI_SUCCESS) abandon(std::move(pin));
+  MPI_Comm_free(&comm);
 }
 
 }  // namespace wb::comm

@@ -9,8 +9,8 @@
 // needs MPI_THREAD_MULTIPLE on that rank; the joiner connects on a thread too, and its wait is bounded by
 // the deadline. Separate mpirun jobs only meet through one ompi-server (mpirun --ompi-server file:URI).
 //
-// What is refused stays refused: the intercommunicator of a refused or timed-out peer is abandoned (no
-// free, no disconnect: both may wait on a peer that is gone), kept until finalize.
+// What is refused stays refused: the intercommunicator of a refused or timed-out peer is abandoned
+// (abandon_link: no disconnect, since both may wait on a peer that is gone).
 #pragma once
 
 #include <mpi.h>
@@ -92,8 +92,17 @@ MPI_Comm widen_join(MPI_Comm local, MPI_Comm leaders, bool high, double timeout,
 /// a barrier bounded by `seconds`, then the communicator is freed. Open MPI's MPI_Finalize runs a barrier
 /// of its own over every communicator still spanning two jobs; with the other job already ended, it
 /// wrote into closed sockets and hung in libevent (measured: 5 runs of 5). False when the barrier did not
-/// complete in time: the communicator is then abandoned (never freed, never waited on again: the other
+/// complete in time: the communicator is then abandoned (abandon_link: never waited on again, the other
 /// job may be gone).
 bool part(MPI_Comm comm, double seconds) noexcept;
+
+/// Gives up on a communicator that spans two jobs (the other job may be gone or stopped): it is freed, so
+/// that MPI_Finalize does not synchronize over it with that job (Open MPI 4.1's MPI_Finalize disconnects
+/// every communicator still spanning jobs, and with a dead or stopped peer waited for ever: measured, a
+/// trainer job whose joined engine was SIGKILLed never ended). A receive that nothing matches is left
+/// pending on it first: its context id then stays taken, so a message the other job still sends (a
+/// stopped engine that resumes) never reaches a later joiner's communicator, and its buffers stay kept.
+/// Nothing is waited for.
+void abandon_link(MPI_Comm comm) noexcept;
 
 }  // namespace wb::comm

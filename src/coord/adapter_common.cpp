@@ -122,16 +122,25 @@ void AdapterBase::part_link(MPI_Comm executor_comm) {
     return;
   }
   // Both jobs part the same communicators in the same order, each within the timeout. After a failure the
-  // other job may be gone or stopped: nothing is waited for, the communicators are abandoned (kept; a
-  // stopped engine that resumes may still send on them, which a freed context id would hand to the next
-  // joiner's communicator).
-  if (!shut_down || !failure.is_ok()) return;
-  for (MPI_Comm comm : {executor_comm, world, link})
-    if (!comm::part(comm, options.timeout_seconds)) {
+  // other job may be gone or stopped: nothing is waited for, the communicators are abandoned
+  // (comm::abandon_link: their context ids stay taken, MPI_Finalize does not wait for that job).
+  bool parting = shut_down && failure.is_ok();
+  for (MPI_Comm comm : {executor_comm, world, link}) {
+    if (!parting) {
+      comm::abandon_link(comm);
+    } else if (!comm::part(comm, options.timeout_seconds)) {
       WB_LOG(kWarn) << who() << ": the other job did not end the link within " << comm::seconds_text(options.timeout_seconds)
-                    << "; its communicators are abandoned (MPI_Finalize may then wait for that job)";
-      return;
+                    << "; its communicators are abandoned";
+      parting = false;
     }
+  }
+}
+
+void AdapterBase::abandon_link_comms() {
+  if (link == MPI_COMM_NULL) return;
+  const MPI_Comm executor_comm = connection && connection->executor ? connection->executor->communicator() : MPI_COMM_NULL;
+  for (MPI_Comm comm : {executor_comm, world, link}) comm::abandon_link(comm);
+  link = MPI_COMM_NULL;
 }
 
 comm::Waiter AdapterBase::waiter() const {
@@ -170,7 +179,8 @@ Status AdapterBase::give_up(Status status, const std::string& context) {
 Status AdapterBase::fail(Status status) {
   if (failure.is_ok()) {
     failure = std::move(status);
-    faults->announce(failure, group->first_incomplete());
+    faults->announce(announce_prefix.empty() ? failure : Status(failure.code(), announce_prefix + failure.message()),
+                     group->first_incomplete());
     faults->raise(failure);  // a transfer still running on the background thread stops too
   }
   return failure;

@@ -48,9 +48,13 @@ struct SenderAdapter::State : AdapterBase {
 
   ~State() {
     // A dropped link's engine may be gone or stopped: nothing of it is waited for again. It is kept, with
-    // its buffers and communicators, to the end of the process (a transfer to it may still be pending).
+    // its buffers, to the end of the process (a transfer to it may still be pending); its communicators
+    // are abandoned (MPI_Finalize would otherwise wait for that job).
     for (std::unique_ptr<State>& link : joined)
-      if (link->dropped && !link->left) comm::keep_alive(std::shared_ptr<State>(link.release()));
+      if (link->dropped && !link->left) {
+        link->abandon_link_comms();
+        comm::keep_alive(std::shared_ptr<State>(link.release()));
+      }
   }
 
   void connect_link() {
@@ -92,6 +96,9 @@ struct SenderAdapter::State : AdapterBase {
       if (!merged) return;
       auto link = std::make_unique<State>(*merged, group_comm, params, checkpoint_tensors, load_weights, given);
       link->link = *merged;
+      // A failure of this link drops it, and the engine, once it looks again (a stopped one that resumes),
+      // learns that from the notice.
+      link->announce_prefix = "the trainers dropped this engine job after a failure (the training goes on without it): ";
       link->connect_link();
       link->version = version;
       link->joined_after = link->acknowledged = version;
