@@ -196,7 +196,7 @@ void AdapterBase::announce_departure(const std::string& why) {
   for (const double until = comm::local_seconds() + 0.05; comm::local_seconds() < until; backoff.pause()) (void)faults->poll();
 }
 
-void AdapterBase::connect(const std::vector<TensorInfo>* checkpoint_tensors) {
+void AdapterBase::connect(const std::vector<TensorInfo>* checkpoint_tensors, const SourceMap* probed) {
   ConnectInput input;
   input.world = world;
   input.roles = &roles;
@@ -205,6 +205,7 @@ void AdapterBase::connect(const std::vector<TensorInfo>* checkpoint_tensors) {
   input.params = &params;
   input.load_weights = &load_weights;
   input.checkpoint_tensors = checkpoint_tensors;
+  input.probed = probed;
   input.options = options;
   connection.emplace(establish_connection(input));
   if (connection->executor) faults->add_neighbours(connection->executor->schedule().peers);

@@ -91,7 +91,8 @@ struct AdapterBase {
   Status claim_background(const std::string& what);
   /// Connects this worker (establish_connection, collective over world) and keeps what that established; its
   /// transfer peers hear of this rank's failure first. `checkpoint_tensors`: the trainers' (null on rollouts).
-  void connect(const std::vector<TensorInfo>* checkpoint_tensors);
+  /// `probed`: this worker's load_weights probed before (a trainer connecting a joined link), not probed again.
+  void connect(const std::vector<TensorInfo>* checkpoint_tensors, const SourceMap* probed = nullptr);
   /// The executor's figures, refreshed when no transfer runs.
   void refresh_stats();
   AdapterStats stats() const;

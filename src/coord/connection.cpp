@@ -478,14 +478,16 @@ Connection establish_connection(const ConnectInput& input) {
   Status probed = share_form(c, tensors, form);
   // An FP8 engine probes its own loader against its own form; the trainers against the checkpoint.
   SourceMap map;
-  if (probed) probed = probe_worker(c, form && !c.roles.trainer ? form->tensors : tensors, map);
+  if (probed && input.probed) map = *input.probed;
+  else if (probed) probed = probe_worker(c, form && !c.roles.trainer ? form->tensors : tensors, map);
+  Connection connection;
+  if (probed && c.roles.trainer) connection.probed = map;
   std::unique_ptr<exec::QuantizedPack> quantized;
   if (probed && form && c.roles.trainer) probed = make_quantized_pack(c, *form, map, quantized);
   c.doing("the source maps");
   std::vector<SourceMap> maps = allgather_source_maps(map, input.world, c.call, probed);
   if (form) share_partial_blocks(c, quantized.get());
   const std::vector<WorkerConfig> configs = gather_worker_configs(c);
-  Connection connection;
   connection.rollouts_stage = check_one_mode(c, configs);
   if (input.roles->engine_leaders.empty()) return connect_without_engines(c, std::move(connection), started);
   Planned planned = plan_on_rank_zero(c, form ? form->tensors : tensors, std::move(maps), configs);

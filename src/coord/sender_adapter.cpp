@@ -57,9 +57,11 @@ struct SenderAdapter::State : AdapterBase {
       }
   }
 
-  void connect_link() {
+  // `probed`: the trainers' load_weights as probed at their own connect (a joined link): only the joiner
+  // probes; the trainers' maps are kept.
+  void connect_link(const SourceMap* probed = nullptr) {
     throw_if_error(send_request(RequestKind::kConnect, 0));
-    connect(&checkpoint_tensors);
+    connect(&checkpoint_tensors, probed);
   }
 
   std::string joined_name(std::size_t k) const {
@@ -99,7 +101,7 @@ struct SenderAdapter::State : AdapterBase {
       // A failure of this link drops it, and the engine, once it looks again (a stopped one that resumes),
       // learns that from the notice.
       link->announce_prefix = "the trainers dropped this engine job after a failure (the training goes on without it): ";
-      link->connect_link();
+      link->connect_link(&connection->probed);
       link->version = version;
       link->joined_after = link->acknowledged = version;
       if (roles.leader) {

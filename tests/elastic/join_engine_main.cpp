@@ -19,7 +19,8 @@
 // MODE: sync | sender-staged | receiver-staged | async. Every rollout worker checks every version it installs against its own
 // load_weights of that version, bit for bit; the built-in engine installs 1..last in order; a joiner's
 // first event after kConnected is kInstalled, then every later version in order. The trainers' every
-// send_weights succeeds, and their AdapterStats list every engine with the state the scenario implies.
+// send_weights succeeds, and their AdapterStats list every engine with the state the scenario implies; a
+// join probes the joiner's load_weights only, never the trainers' again.
 #include <mpi.h>
 
 #include <unistd.h>
@@ -49,6 +50,7 @@ struct Worker {
   std::unique_ptr<SyntheticCheckpoint> checkpoint;
   std::unique_ptr<EmulatedWorker> worker;
   std::unique_ptr<HostParameters> params;
+  mutable int probes = 0;  // calls of load(): the adapters' probes of this worker's load_weights
 
   Worker(bool trainer, const char* spec, int rank) {
     ScaleOptions scale;
@@ -62,7 +64,10 @@ struct Worker {
     worker->load_weights(*checkpoint, params->parameters());
   }
   LoadWeightsFn load() const {
-    return [this](const CheckpointReader& c, const ParameterSet& p) { worker->load_weights(c, p); };
+    return [this](const CheckpointReader& c, const ParameterSet& p) {
+      ++probes;
+      worker->load_weights(c, p);
+    };
   }
   // Its parameters hold exactly its own load_weights of version v.
   bool holds(std::uint64_t v) const {
@@ -170,6 +175,7 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
     SenderAdapter sender(MPI_COMM_WORLD, group, w.params->parameters(), w.tensors, w.load(),
                          options_for(address, mode, victim ? 5 : 30));
     sender.connect();
+    const int probes = w.probes;  // a join probes the joiner only: the trainers' maps are kept
     // The events the scenario waits for, in order: engines() after a send_weights, and the states then
     // (sorted where a victim's place among the joined jobs is not known).
     using Events = std::vector<std::pair<int, std::string>>;
@@ -227,6 +233,11 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
       if (v >= kBefore) std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     if (!sender.shutdown()) ok = 0;
+    if (ok && w.probes != probes) {
+      std::fprintf(stderr, "trainer %d: load_weights probed %d times at connect, %d times by the end: a join probed the trainers\n",
+                   rank, probes, w.probes);
+      ok = 0;
+    }
     const AdapterStats stats = sender.stats();
     if (ok && rank == 0) {
       for (const EngineRecord& e : stats.engines)
