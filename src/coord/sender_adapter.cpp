@@ -79,12 +79,14 @@ struct SenderAdapter::State : AdapterBase {
     link.dropped = true;
     link.left = is_leave(cause);
     link.why = cause.message();
+    // A trainer's notice of the failure carries what the engine is told: the cause is what follows.
+    if (link.why.starts_with(link.announce_prefix)) link.why.erase(0, link.announce_prefix.size());
     if (!roles.leader) return;
     if (link.left) {
       WB_LOG(kInfo) << joined_name(k) << " left after version " << link.acknowledged << "; the training goes on without it";
     } else {
       WB_LOG(kWarn) << who() << ": " << joined_name(k) << " was dropped after version " << link.acknowledged
-                    << " (the training goes on without it): " << cause.message();
+                    << " (the training goes on without it): " << link.why;
     }
   }
 
