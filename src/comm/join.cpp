@@ -25,6 +25,9 @@ namespace {
 constexpr int kSecretTag = 31001, kVerdictTag = 31002, kWidenTag = 31003;
 constexpr int kPinTag = 31004;  // abandon_link's receive: nothing is ever sent with it
 constexpr std::size_t kSecretChars = 64;
+// What a peer presents: one character, a join or a knock (ends the accept thread), then the secret.
+constexpr char kJoin = 'j', kKnock = 'k';
+constexpr std::size_t kPresentedChars = 1 + kSecretChars;
 constexpr const char* kHeader = "weightbridge-join-address 1";
 
 void require_thread_multiple(const char* who) {
@@ -121,14 +124,21 @@ struct JoinPort::Shared {
   std::mutex mutex;
   std::vector<MPI_Comm> joined;
 
-  // One accepted peer: its secret within the timeout, then the verdict. Nothing else is sent to it.
+  // One accepted peer: its secret within the timeout, then the verdict. Nothing else is sent to it. A knock
+  // with the secret ends the accept loop instead (no verdict).
   bool admit(MPI_Comm peer) {
     const Waiter waiter{timeout, {}};
-    OperationPtr secret = make_operation(0, kSecretChars);
-    if (MPI_Irecv(secret->in.data(), static_cast<int>(kSecretChars), MPI_CHAR, 0, kSecretTag, peer, &secret->request) != MPI_SUCCESS)
+    OperationPtr secret = make_operation(0, kPresentedChars);
+    if (MPI_Irecv(secret->in.data(), static_cast<int>(kPresentedChars), MPI_CHAR, 0, kSecretTag, peer, &secret->request) != MPI_SUCCESS)
       return false;
     const Status got = wait_for(secret, waiter, false, "a joiner's secret");
-    const bool admitted = got && same_secret(std::string(reinterpret_cast<const char*>(secret->in.data()), kSecretChars), address.secret);
+    const char* presented = reinterpret_cast<const char*>(secret->in.data());
+    const bool genuine = got && same_secret(std::string(presented + 1, kSecretChars), address.secret);
+    if (genuine && presented[0] == kKnock) {
+      stopping.store(true);
+      return false;
+    }
+    const bool admitted = genuine && presented[0] == kJoin;
     if (!admitted) {
       WB_LOG(kWarn) << "join port: a peer was refused before any plan or weight reached it: "
                     << (got ? std::string("it presented a wrong secret") : got.message());
@@ -165,7 +175,7 @@ struct JoinPort::Shared {
         std::lock_guard lock(mutex);
         joined.push_back(peer);
       } else {
-        abandon_link(peer);  // refused: no disconnect (it may be gone)
+        abandon_link(peer);  // refused or a knock: no disconnect (it may be gone)
       }
       admitting.store(false);
     }
@@ -194,6 +204,8 @@ void JoinPort::stop_accepting() {
 bool JoinPort::stopped() const { return shared_->finished.load(); }
 
 const std::string& JoinPort::port_name() const { return shared_->address.port; }
+
+const JoinAddress& JoinPort::address() const { return shared_->address; }
 
 JoinPort::~JoinPort() {
   stop_accepting();
@@ -243,9 +255,10 @@ MPI_Comm join_by_address(const std::string& path, double timeout) {
   const MPI_Comm peer = call->result;
   WB_CHECK_MPI(MPI_Comm_set_errhandler(peer, MPI_ERRORS_RETURN));
   const Waiter waiter{timeout, {}};
-  OperationPtr secret = make_operation(kSecretChars);
-  std::memcpy(secret->out.data(), address.secret.data(), kSecretChars);
-  WB_CHECK_MPI(MPI_Isend(secret->out.data(), static_cast<int>(kSecretChars), MPI_CHAR, 0, kSecretTag, peer, &secret->request));
+  OperationPtr secret = make_operation(kPresentedChars);
+  secret->out[0] = static_cast<std::byte>(kJoin);
+  std::memcpy(secret->out.data() + 1, address.secret.data(), kSecretChars);
+  WB_CHECK_MPI(MPI_Isend(secret->out.data(), static_cast<int>(kPresentedChars), MPI_CHAR, 0, kSecretTag, peer, &secret->request));
   OperationPtr verdict = make_operation(0, sizeof(std::int64_t));
   WB_CHECK_MPI(MPI_Irecv(verdict->in.data(), 1, MPI_INT64_T, 0, kVerdictTag, peer, &verdict->request));
   wait_or_throw(secret, waiter, "joining by " + path + ": presenting the secret");
@@ -260,14 +273,22 @@ MPI_Comm join_by_address(const std::string& path, double timeout) {
   return peer;
 }
 
-bool knock(const std::string& port, double timeout) {
+bool knock(const JoinAddress& address, double timeout) {
   auto call = std::make_shared<BlockingCall>();
-  std::thread knocker([call, port] {
+  std::thread knocker([call, port = address.port] {
     call->rc = MPI_Comm_connect(port.c_str(), MPI_INFO_NULL, 0, MPI_COMM_SELF, &call->result);
     call->done.store(true);
   });
-  // The connection is let go (no disconnect: the accept side abandons its end too).
   if (!wait_bounded(call, knocker, timeout) || call->rc != MPI_SUCCESS) return false;
+  MPI_Comm_set_errhandler(call->result, MPI_ERRORS_RETURN);
+  // Not waited for (small, sent eagerly); the connection is let go (no disconnect: the accept side
+  // abandons its end too, and after stop_accepting it reads nothing).
+  OperationPtr knocked = make_operation(kPresentedChars);
+  knocked->out[0] = static_cast<std::byte>(kKnock);
+  std::memcpy(knocked->out.data() + 1, address.secret.data(), kSecretChars);
+  if (MPI_Isend(knocked->out.data(), static_cast<int>(kPresentedChars), MPI_CHAR, 0, kSecretTag, call->result,
+                &knocked->request) == MPI_SUCCESS)
+    abandon(std::move(knocked));
   abandon_link(call->result);
   return true;
 }

@@ -53,6 +53,8 @@ class JoinPort {
   /// Takes no joiner from now on. The accept thread still waits in MPI_Comm_accept until some process
   /// connects (knock(): nothing wakes it from inside its own process in Open MPI 4.1, measured).
   void stop_accepting();
+  /// The port and the secret (the other trainers knock with them).
+  const JoinAddress& address() const;
   /// True once the accept thread has ended.
   bool stopped() const;
   const std::string& port_name() const;
@@ -75,9 +77,11 @@ class JoinPort {
 /// or the answer does not come within `timeout`, kInvalidArgument when the trainers refused the secret.
 MPI_Comm join_by_address(const std::string& path, double timeout);
 
-/// Another process of the trainer job ends a port's accept thread after stop_accepting(): it connects to
-/// `port` (bounded by `timeout`) and lets the connection go. False when that did not complete in time.
-bool knock(const std::string& port, double timeout);
+/// Another process of the trainer job ends a port's accept thread: it connects to the port (bounded by
+/// `timeout`), presents the secret as a knock, not a join, and lets the connection go. The accept thread
+/// ends on it whether or not stop_accepting() was called yet (so the knocker needs no step with the port's
+/// rank first: that rank may be unwinding an exception). False when the connection did not complete in time.
+bool knock(const JoinAddress& address, double timeout);
 
 /// Both jobs, collective over each side's `local` communicator: widens the leaders' intercommunicator
 /// (`leaders`, significant on local rank 0 only) to every rank of both jobs and merges it into one

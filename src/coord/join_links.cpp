@@ -18,19 +18,21 @@ TrainersJoinPort open_join_port(MPI_Comm trainers, const std::string& address, d
   } else if (rank == 0) {
     try {
       out.port = std::make_unique<comm::JoinPort>(address, timeout);
-      out.name = out.port->port_name();
+      out.address = out.port->address();
     } catch (const Error& error) {
       opened = Status(error.code(), "trainer 0: opening the join port at " + address + ": " + error.status().message());
     }
   }
   const comm::Waiter waiter{timeout, {}};
   comm::agree(opened, trainers, waiter, "opening the join port");
-  const std::vector<std::byte> name = comm::broadcast(
-      rank == 0 ? std::vector<std::byte>(reinterpret_cast<const std::byte*>(out.name.data()),
-                                         reinterpret_cast<const std::byte*>(out.name.data()) + out.name.size())
-                : std::vector<std::byte>{},
-      0, trainers, waiter, "the join port's name");
-  out.name.assign(reinterpret_cast<const char*>(name.data()), name.size());
+  // Port and secret, one line each, to every trainer: any of them may knock.
+  const std::string text = rank == 0 ? out.address.port + "\n" + out.address.secret : std::string();
+  const std::vector<std::byte> bytes = comm::broadcast(
+      std::vector<std::byte>(reinterpret_cast<const std::byte*>(text.data()), reinterpret_cast<const std::byte*>(text.data()) + text.size()),
+      0, trainers, waiter, "the join port's address");
+  const std::string shared(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  out.address.port = shared.substr(0, shared.find('\n'));
+  out.address.secret = shared.substr(shared.find('\n') + 1);
   out.open = true;
   if (rank == 0) {
     WB_LOG(kInfo) << "trainers take joining engines at " << address;
@@ -44,9 +46,7 @@ void close_join_port(TrainersJoinPort& port, MPI_Comm trainers, double timeout) 
   int rank = 0;
   WB_CHECK_MPI(MPI_Comm_rank(trainers, &rank));
   if (port.port) port.port->stop_accepting();
-  const comm::Waiter waiter{timeout, {}};
-  comm::barrier(trainers, waiter, "closing the join port");
-  if (rank == 1 && !comm::knock(port.name, timeout)) {
+  if (rank == 1 && !comm::knock(port.address, timeout)) {
     WB_LOG(kWarn) << "trainer 1: knocking at the join port to end its accept thread did not complete within "
                   << comm::seconds_text(timeout);
   }

@@ -117,6 +117,16 @@ struct SenderAdapter::State : AdapterBase {
     }
   }
 
+  // No more joins (shutdown, or the adapter's end on any path); each trainer on its own.
+  void close_port() noexcept {
+    if (!port.open) return;
+    try {
+      close_join_port(port, group_comm, options.timeout_seconds);
+    } catch (const Error& error) {
+      WB_LOG(kWarn) << who() << ": closing the join port: " << error.status().message();
+    }
+  }
+
   Status send(std::uint64_t version, void* cuda_stream);
   Status finish_link() {
     if (!failure.is_ok()) return failure;
@@ -293,9 +303,14 @@ SenderAdapter::~SenderAdapter() {
     return;
   }
   if (std::uncaught_exceptions() > 0) {
-    // Collective calls are out of the question while unwinding: the peers are told instead.
-    state_->announce_departure("its SenderAdapter was destroyed by an exception after version " +
-                               std::to_string(state_->version));
+    // Collective calls are out of the question while unwinding: the peers are told instead, joined engines
+    // too, and the join port closes without a step of the trainers (its accept thread must not outlive
+    // the adapter: one left in MPI_Comm_accept hangs MPI_Finalize).
+    const std::string why = "its SenderAdapter was destroyed by an exception after version " + std::to_string(state_->version);
+    state_->announce_departure(why);
+    for (const std::unique_ptr<State>& link : state_->joined)
+      if (!link->dropped) link->announce_departure(why);
+    state_->close_port();
     return;
   }
   const Status status = shutdown();
@@ -414,13 +429,7 @@ Status SenderAdapter::State::shutdown_link() {
 
 Status SenderAdapter::shutdown() {
   State& s = *state_;
-  if (s.port.open) {
-    try {
-      close_join_port(s.port, s.group_comm, s.options.timeout_seconds);
-    } catch (const Error& error) {
-      WB_LOG(kWarn) << s.who() << ": closing the join port: " << error.status().message();
-    }
-  }
+  s.close_port();
   Status status = s.shutdown_link();
   for (std::size_t k = 0; k < s.joined.size(); ++k)
     if (!s.joined[k]->dropped)
