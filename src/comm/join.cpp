@@ -53,6 +53,17 @@ struct BlockingCall {
   std::atomic<bool> done{false};
   int rc = MPI_SUCCESS;
   MPI_Comm result = MPI_COMM_NULL;
+
+  // MPI_Comm_connect over a duplicate of MPI_COMM_SELF that returns errors (a runtime without connect
+  // must not abort the job through the application's handler on MPI_COMM_SELF).
+  void connect(const std::string& port) {
+    MPI_Comm self = MPI_COMM_NULL;
+    rc = MPI_Comm_dup(MPI_COMM_SELF, &self);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_set_errhandler(self, MPI_ERRORS_RETURN);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_connect(port.c_str(), MPI_INFO_NULL, 0, self, &result);
+    if (self != MPI_COMM_NULL) MPI_Comm_free(&self);
+    done.store(true);
+  }
 };
 
 // Waits for `call` until `timeout`: true when it finished. A thread given up on is detached with its
@@ -186,7 +197,9 @@ struct JoinPort::Shared {
 JoinPort::JoinPort(std::string path, double timeout) : path_(std::move(path)), shared_(std::make_shared<Shared>()) {
   require_thread_multiple("a trainer job that takes joins by address");
   shared_->timeout = timeout;
-  WB_CHECK_MPI(MPI_Comm_dup(MPI_COMM_SELF, &shared_->accept_comm));
+  // MPI_ERRORS_RETURN: where the runtime has no accept/connect (srun --mpi=pmix: measured), MPI_Comm_accept
+  // fails instead of aborting the trainer job; joins are then off, with a warning, and the training goes on.
+  shared_->accept_comm = duplicate(MPI_COMM_SELF);
   shared_->address.secret = make_join_secret();
   char port[MPI_MAX_PORT_NAME] = {};
   WB_CHECK_MPI(MPI_Open_port(MPI_INFO_NULL, port));
@@ -242,16 +255,15 @@ MPI_Comm join_by_address(const std::string& path, double timeout) {
   require_thread_multiple("an engine that joins by address");
   const JoinAddress address = read_address_file(path);
   auto call = std::make_shared<BlockingCall>();
-  std::thread connector([call, port = address.port] {
-    call->rc = MPI_Comm_connect(port.c_str(), MPI_INFO_NULL, 0, MPI_COMM_SELF, &call->result);
-    call->done.store(true);
-  });
+  std::thread connector([call, port = address.port] { call->connect(port); });
   if (!wait_bounded(call, connector, timeout))
     throw Error(ErrorCode::kTimeout, "joining by " + path + ": MPI_Comm_connect did not complete within " + seconds_text(timeout) +
                                          " (is the trainer job running, and were both jobs started with mpirun "
                                          "--ompi-server file:URI of one ompi-server?)");
   if (call->rc != MPI_SUCCESS)
-    throw Error(ErrorCode::kMpi, "joining by " + path + ": MPI_Comm_connect failed: " + detail::mpi_error_string(call->rc));
+    throw Error(ErrorCode::kMpi, "joining by " + path + ": MPI_Comm_connect failed: " + detail::mpi_error_string(call->rc) +
+                                     " (jobs launched by srun --mpi=pmix have no accept/connect in Open MPI 4.1: start "
+                                     "each job with mpirun --ompi-server file:URI, inside the allocation too)");
   const MPI_Comm peer = call->result;
   WB_CHECK_MPI(MPI_Comm_set_errhandler(peer, MPI_ERRORS_RETURN));
   const Waiter waiter{timeout, {}};
@@ -275,10 +287,7 @@ MPI_Comm join_by_address(const std::string& path, double timeout) {
 
 bool knock(const JoinAddress& address, double timeout) {
   auto call = std::make_shared<BlockingCall>();
-  std::thread knocker([call, port = address.port] {
-    call->rc = MPI_Comm_connect(port.c_str(), MPI_INFO_NULL, 0, MPI_COMM_SELF, &call->result);
-    call->done.store(true);
-  });
+  std::thread knocker([call, port = address.port] { call->connect(port); });
   if (!wait_bounded(call, knocker, timeout) || call->rc != MPI_SUCCESS) return false;
   MPI_Comm_set_errhandler(call->result, MPI_ERRORS_RETURN);
   // Not waited for (small, sent eagerly); the connection is let go (no disconnect: the accept side

@@ -47,7 +47,7 @@ void close_join_port(TrainersJoinPort& port, MPI_Comm trainers, double timeout) 
   WB_CHECK_MPI(MPI_Comm_rank(trainers, &rank));
   if (port.port) port.port->stop_accepting();
   if (rank == 1 && !comm::knock(port.address, timeout)) {
-    WB_LOG(kWarn) << "trainer 1: knocking at the join port to end its accept thread did not complete within "
+    WB_LOG(kWarn) << "trainer 1: knocking at the join port to end its accept thread failed or did not complete within "
                   << comm::seconds_text(timeout);
   }
   port.port.reset();  // waits for the accept thread (bounded)
