@@ -24,6 +24,7 @@ namespace {
 
 constexpr int kSecretTag = 31001, kVerdictTag = 31002, kWidenTag = 31003;
 constexpr int kPinTag = 31004;  // abandon_link's receive: nothing is ever sent with it
+constexpr int kTakeTag = 31005, kReadyTag = 31006;
 constexpr std::size_t kSecretChars = 64;
 // What a peer presents: one character, a join or a knock (ends the accept thread), then the secret.
 constexpr char kJoin = 'j', kKnock = 'k';
@@ -283,6 +284,40 @@ MPI_Comm join_by_address(const std::string& path, double timeout) {
                                                                     "is not the one this trainer job wrote)");
   }
   return peer;
+}
+
+namespace {
+// One small message each way on the leaders' intercommunicator (rank 0 on either side): sends `say`,
+// waits up to `seconds` for `hear`; the first when `first`, else the other way round.
+Status exchange(MPI_Comm leaders, int say, int hear, bool first, double seconds, const std::string& what) {
+  const Waiter waiter{seconds, {}};
+  OperationPtr in = make_operation(0, sizeof(std::int64_t));
+  WB_TRY_MPI(MPI_Irecv(in->in.data(), 1, MPI_INT64_T, 0, hear, leaders, &in->request));
+  const auto tell = [&]() -> Status {
+    OperationPtr out = make_operation(sizeof(std::int64_t));
+    const std::int64_t one = 1;
+    std::memcpy(out->out.data(), &one, sizeof one);
+    WB_TRY_MPI(MPI_Isend(out->out.data(), 1, MPI_INT64_T, 0, say, leaders, &out->request));
+    abandon(std::move(out));  // small, sent eagerly; a peer that is gone never takes it
+    return Status::ok();
+  };
+  if (first) WB_RETURN_IF_ERROR(tell());
+  WB_RETURN_IF_ERROR(wait_for(in, waiter, false, what));
+  if (!first) WB_RETURN_IF_ERROR(tell());
+  return Status::ok();
+}
+}  // namespace
+
+bool confirm_take(MPI_Comm leaders, double seconds) {
+  return exchange(leaders, kTakeTag, kReadyTag, true, seconds, "the joiner's ready").is_ok();
+}
+
+Status answer_take(MPI_Comm leaders, double seconds) {
+  const Status taken = exchange(leaders, kReadyTag, kTakeTag, false, seconds, "the trainers' take");
+  if (taken) return taken;
+  return Status(taken.code(), "the trainers did not take this engine within " + seconds_text(seconds) +
+                                  " of its admission (they take a joiner at their next send_weights: is a training "
+                                  "step longer than the timeout?)");
 }
 
 bool knock(const JoinAddress& address, double timeout) {

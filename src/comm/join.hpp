@@ -21,6 +21,8 @@
 #include <string>
 #include <thread>
 
+#include "weightbridge/status.hpp"
+
 namespace wb::comm {
 
 /// What the address file holds: the MPI port name and the secret a joiner presents.
@@ -76,6 +78,15 @@ class JoinPort {
 /// Returns the intercommunicator to the trainers' leader. Throws wb::Error: kTimeout when the connection
 /// or the answer does not come within `timeout`, kInvalidArgument when the trainers refused the secret.
 MPI_Comm join_by_address(const std::string& path, double timeout);
+
+/// The take handshake, on the leaders' intercommunicator of an admitted joiner, before both jobs enter the
+/// widening (MPI_Intercomm_create has no deadline, and a thread left in it with a joiner that is gone blocked
+/// every later join and failed the trainer job: measured). The trainers' leader, when it takes the joiner:
+/// asks "take" and waits up to `seconds` for "ready"; false (the joiner is gone, or gave up waiting) means
+/// the joiner is not widened with. The joiner's leader answers: waits up to `seconds` for "take", says
+/// "ready" and goes straight into the widening; kTimeout when the trainers did not take it in time.
+bool confirm_take(MPI_Comm leaders, double seconds);
+Status answer_take(MPI_Comm leaders, double seconds);
 
 /// Another process of the trainer job ends a port's accept thread: it connects to the port (bounded by
 /// `timeout`), presents the secret as a knock, not a join, and lets the connection go. The accept thread

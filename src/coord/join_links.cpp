@@ -1,5 +1,7 @@
 #include "coord/join_links.hpp"
 
+#include <algorithm>
+
 #include "comm/collectives.hpp"
 #include "core/checks.hpp"
 #include "core/log.hpp"
@@ -53,8 +55,20 @@ void close_join_port(TrainersJoinPort& port, MPI_Comm trainers, double timeout) 
   port.port.reset();  // waits for the accept thread (bounded)
 }
 
+namespace {
+// How long trainer rank 0 waits for an admitted joiner's "ready": it waits for the "take" actively, so it
+// answers at once; one that does not is gone, and the training waits no longer for it.
+constexpr double kTakeAnswerSeconds = 5;
+}  // namespace
+
 std::optional<MPI_Comm> take_joiner(comm::JoinPort* port, comm::Group& trainers, const comm::Waiter& waiter) {
   std::optional<MPI_Comm> leaders = port != nullptr ? port->take() : std::nullopt;
+  if (leaders && !comm::confirm_take(*leaders, std::min(kTakeAnswerSeconds, waiter.timeout))) {
+    WB_LOG(kWarn) << "trainer 0: an admitted engine did not answer when taken (gone, or it gave up waiting); the "
+                     "training goes on without it";
+    comm::abandon_link(*leaders);
+    leaders.reset();
+  }
   std::int64_t values[comm::Group::kValues] = {leaders ? 1 : 0, 0, 0, 0};
   throw_if_error(trainers.step(Status::ok(), std::span<std::int64_t, comm::Group::kValues>(values), waiter,
                                "send_weights: whether an engine joined"));
@@ -76,6 +90,14 @@ MPI_Comm join_trainers(MPI_Comm engine, const std::string& address, double timeo
     }
   }
   comm::agree(joined, engine, comm::Waiter{timeout, {}}, "joining the trainers");
+  // Admitted: the trainers take this engine at their next send_weights; rank 0 answers their take, and
+  // every rank goes into the widening only then (the others wait for rank 0's wait, and a margin more).
+  Status taken = rank == 0 ? comm::answer_take(leaders, timeout) : Status::ok();
+  if (!taken) {
+    comm::abandon_link(leaders);
+    taken = Status(taken.code(), "engine worker 0: joining by " + address + ": " + taken.message());
+  }
+  comm::agree(taken, engine, comm::Waiter{1.5 * timeout, {}}, "joining the trainers: waiting to be taken");
   return comm::widen_join(engine, leaders, true, timeout, "joining the trainers at " + address);
 }
 

@@ -9,6 +9,8 @@
 //             job is SIGKILLed in that update; it is dropped (at D): D+1..D+3
 //     stop    as kill, but the victim is SIGSTOPped in that update, dropped after the deadline, resumed by
 //             the script, and joins again (at R): R+1..R+3
+//     vanish  a joiner is admitted at the port and dies before the trainers take it; then another joins
+//             (at J): J+1..J+3
 //   join_engine engine ADDRESS MODE ROLE          an engine of as many workers as its job's ranks (tp=n)
 //                                                 that joins by ADDRESS:
 //     serve   until the trainers shut down
@@ -16,6 +18,7 @@
 //     killed  every worker SIGKILLs itself in the before_update_hook of the version ADDRESS.trigger names
 //     stopped every worker writes its pid to ADDRESS.stopped.RANK and SIGSTOPs itself in that hook; once
 //             resumed, its poll_requests must end in kFailed naming why; it joins again and serves
+//     vanish  (one rank) presents the secret, is admitted, and SIGKILLs itself
 // MODE: sync | sender-staged | receiver-staged | async. Every rollout worker checks every version it installs against its own
 // load_weights of that version, bit for bit; the built-in engine installs 1..last in order; a joiner's
 // first event after kConnected is kInstalled, then every later version in order. The trainers' every
@@ -34,6 +37,7 @@
 #include <string>
 #include <thread>
 
+#include "comm/join.hpp"
 #include "emu/checkpoints/synthetic.hpp"
 #include "emu/checkpoints/versioned_checkpoint.hpp"
 #include "emu/frameworks/backend.hpp"
@@ -183,6 +187,7 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
         scenario == "join"    ? Events{{2, "serving serving"}}
         : scenario == "leave" ? Events{{2, "serving serving"}, {1, "serving left"}, {2, "serving left serving"}}
         : scenario == "kill"  ? Events{{4, "serving serving serving serving"}, {3, "dropped serving serving serving"}}
+        : scenario == "vanish" ? Events{{2, "serving serving"}}
                               : Events{{4, "serving serving serving serving"}, {3, "dropped serving serving serving"},
                                        {4, "dropped serving serving serving serving"}};
     std::size_t next = 0;
@@ -291,6 +296,12 @@ int run_engine_job(const std::string& address, const std::string& mode, const st
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (role == "vanish") {  // admitted at the port, gone before the trainers take it
+    (void)comm::join_by_address(address, 30);
+    std::printf("vanishing joiner: admitted\n");
+    std::fflush(stdout);
+    std::raise(SIGKILL);
+  }
   Worker w(false, ("engines=1,tp=" + std::to_string(size)).c_str(), rank);
   std::vector<std::uint64_t> installed;
   int ok = 0;

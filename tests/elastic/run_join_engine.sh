@@ -9,6 +9,8 @@
 #   warn once, naming it, and the other two install that version and every later one.
 # stop: as kill, but the first is SIGSTOPped during an update; once the trainers dropped it, this script
 #   resumes it (SIGCONT); it reports kFailed naming why, joins again and installs every later version.
+# vanish: a joiner is admitted at the port and dies before the trainers take it; the trainers warn, and the
+#   next joiner joins and installs every later version.
 set -euo pipefail
 program=$1
 mpiexec=${2:-mpirun}
@@ -57,6 +59,16 @@ case $scenario in
     engine first leave
     wait "${engines[0]}" || fail "the engine job that leaves failed"
     engine second serve ;;
+  vanish)
+    engine first vanish 1
+    wait "${engines[0]}" && fail "the vanishing joiner ended with 0" || true
+    for _ in $(seq 600); do
+      grep -q "did not answer when taken" "$dir/trainers.log" 2>/dev/null && break
+      kill -0 "$trainers" 2>/dev/null || break
+      sleep 0.1
+    done
+    grep -q "did not answer when taken" "$dir/trainers.log" || fail "the trainers did not warn about the joiner that vanished"
+    engine second serve ;;
   kill) engine first killed; engines_at 2; engine second serve; engines_at 3; engine third serve 1 ;;
   stop)
     engine first stopped; engines_at 2; engine second serve; engines_at 3; engine third serve 1
@@ -91,6 +103,9 @@ case $scenario in
     [[ ${rcs[0]} == 0 ]] || fail "the engine job failed (${rcs[0]})" ;;
   leave)
     [[ $(grep -c "then it left" "$dir/first.log") == 2 ]] || fail "the first engine's workers did not both leave"
+    serving=$dir/second.log ;;
+  vanish)
+    [[ $(grep -c "did not answer when taken" "$dir/trainers.log") == 1 ]] || fail "no warning about the joiner that vanished"
     serving=$dir/second.log ;;
   kill|stop)
     [[ $(grep -c "was dropped after version" "$dir/trainers.log") == 1 ]] || fail "not one warning naming the lost engine"
