@@ -62,18 +62,22 @@ constexpr double kTakeAnswerSeconds = 5;
 }  // namespace
 
 std::optional<MPI_Comm> take_joiner(comm::JoinPort* port, comm::Group& trainers, const comm::Waiter& waiter) {
-  std::optional<MPI_Comm> leaders = port != nullptr ? port->take() : std::nullopt;
-  if (leaders && !comm::confirm_take(*leaders, std::min(kTakeAnswerSeconds, waiter.timeout))) {
+  const std::optional<MPI_Comm> taken = port != nullptr ? port->take() : std::nullopt;
+  MPI_Comm leaders = taken.value_or(MPI_COMM_NULL);
+  if (leaders != MPI_COMM_NULL && !comm::confirm_take(leaders, std::min(kTakeAnswerSeconds, 0.5 * waiter.timeout))) {
     WB_LOG(kWarn) << "trainer 0: an admitted engine did not answer when taken (gone, or it gave up waiting); the "
                      "training goes on without it";
-    comm::abandon_link(*leaders);
-    leaders.reset();
+    comm::abandon_link(leaders);
+    leaders = MPI_COMM_NULL;
   }
-  std::int64_t values[comm::Group::kValues] = {leaders ? 1 : 0, 0, 0, 0};
-  throw_if_error(trainers.step(Status::ok(), std::span<std::int64_t, comm::Group::kValues>(values), waiter,
+  std::int64_t values[comm::Group::kValues] = {leaders != MPI_COMM_NULL ? 1 : 0, 0, 0, 0};
+  // Trainer rank 0 may have waited for a joiner's answer (at most half the timeout) before this step.
+  comm::Waiter longer = waiter;
+  longer.timeout = 1.5 * waiter.timeout;
+  throw_if_error(trainers.step(Status::ok(), std::span<std::int64_t, comm::Group::kValues>(values), longer,
                                "send_weights: whether an engine joined"));
   if (values[0] == 0) return std::nullopt;
-  return comm::widen_join(trainers.comm(), leaders.value_or(MPI_COMM_NULL), false, waiter.timeout,
+  return comm::widen_join(trainers.comm(), leaders, false, waiter.timeout,
                           "send_weights: taking a joining engine");
 }
 

@@ -34,7 +34,7 @@ TrainersJoinPort open_join_port(MPI_Comm trainers, const std::string& address, d
 void close_join_port(TrainersJoinPort& port, MPI_Comm trainers, double timeout);
 
 /// Trainers, one step of `trainers`: when trainer rank 0's port holds an admitted joiner that answers the
-/// take (comm::confirm_take, within 5 s), its job and the trainers widened and merged (trainers first): the
+/// take (comm::confirm_take, within 5 s or half the timeout), its job and the trainers widened and merged (trainers first): the
 /// new link's world. nullopt when none waits, which costs that one step, or when the joiner did not answer
 /// (a warning; it is never widened with). Throws when the widening fails or passes the deadline.
 std::optional<MPI_Comm> take_joiner(comm::JoinPort* port, comm::Group& trainers, const comm::Waiter& waiter);
