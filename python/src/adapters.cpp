@@ -281,6 +281,7 @@ class PySenderAdapter {
   void wait() { check(gate_.run("wait", [&] { return adapter_->wait(); })); }
   void shutdown() { check(gate_.run("shutdown", [&] { return adapter_->shutdown(); })); }
   bool connected() const { return adapter_->connected(); }
+  int engines() const { return adapter_->engines(); }
   TransferSummary summary() const { return adapter_->summary(); }
   AdapterStats stats() const { return adapter_->stats(); }
   WatchedParameters& watched() { return *watched_; }
@@ -330,6 +331,17 @@ class PyReceiverAdapter {
     return result;
   }
 
+  void leave() {
+    const Status status = gate_.run("leave", [&] {
+      try {
+        adapter_->leave();
+      } catch (const Error& error) {
+        return error.status();
+      }
+      return Status::ok();
+    });
+    if (!status) raise_error(status);
+  }
   std::uint64_t installed_version() const { return adapter_->installed_version(); }
   bool connected() const { return adapter_->connected(); }
   bool closed() const { return adapter_->closed(); }
@@ -359,7 +371,7 @@ py::tuple check_parameters(Adapter& adapter) {
 
 constexpr const char* kOptionNames[] = {"sender_staging", "receiver_staging", "buffer_bytes", "pipeline_depth",
                                         "transport",      "timeout_seconds",  "verify",       "node",
-                                        "trace",          "not_loaded",       "fp8"};
+                                        "trace",          "not_loaded",       "fp8",          "join_address"};
 
 }  // namespace
 
@@ -454,6 +466,8 @@ void bind_adapters(py::module_& m) {
            "Waits for the version in flight, then tells every engine to close (their poll_requests return\n"
            "Event.SHUTDOWN). Collective over the trainers. Also done when the adapter is destroyed.")
       .def_property_readonly("connected", &PySenderAdapter::connected)
+      .def_property_readonly("engines", &PySenderAdapter::engines,
+                             "engines served now: the world's and the joined ones that neither left nor were dropped")
       .def("_check_parameters", &check_parameters<PySenderAdapter>,
            "The check of the parameters every send_weights runs first, without following anything: (indices of\n"
            "the parameters rebound to new memory, parameters read in place). Raises weightbridge.Error where an\n"
@@ -483,7 +497,8 @@ void bind_adapters(py::module_& m) {
            py::arg("world"), py::arg("engine_comm"), py::arg("params"), py::arg("load_weights"),
            py::arg("options") = py::none(), py::arg("before_update_hook") = py::none(),
            "Collective over `world` (every trainer and rollout rank constructs its adapter).\n\n"
-           "world: mpi4py communicator of all trainers and rollouts.\n"
+           "world: mpi4py communicator of all trainers and rollouts; for an engine that is an MPI job of its\n"
+           "    own and joins the trainers by address (join_address), its own job's, as engine_comm.\n"
            "engine_comm: mpi4py communicator of this engine's ranks (one model replica, e.g. one TP group).\n"
            "params: this rank's parameters, name -> tensor (dict, state_dict or named_parameters()):\n"
            "    torch.Tensor or any object with __dlpack__, contiguous host memory for now, bf16 included.\n"
@@ -504,6 +519,11 @@ void bind_adapters(py::module_& m) {
            "complete on the device when the call returns. Raises weightbridge.Error when connect or an update\n"
            "failed, except once for an update that failed after before_update_hook ran for it: Event.ABORTED,\n"
            "with aborted_version, status and parameters_intact (the next call raises).")
+      .def("leave", &PyReceiverAdapter::leave,
+           "An engine that joined by address (join_address) leaves the trainers, best between updates, on\n"
+           "every rank of its job: it tells them and lets go of its link; poll_requests then returns\n"
+           "Event.SHUTDOWN. Also done when such an adapter is destroyed after a clean stop. weightbridge.Error\n"
+           "for an engine of the trainers' own world (it cannot leave without ending the job).")
       .def_property_readonly("installed_version", &PyReceiverAdapter::installed_version)
       .def_property_readonly("connected", &PyReceiverAdapter::connected)
       .def_property_readonly("closed", &PyReceiverAdapter::closed, "shut down or failed")

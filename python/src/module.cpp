@@ -82,7 +82,7 @@ std::string options_repr(const AdapterOptions& o) {
          (o.fp8 ? ", fp8=Fp8Engine(" + std::to_string(o.fp8->block_rows) + "x" + std::to_string(o.fp8->block_cols) + ", '" +
                       o.fp8->scale_rule + "')"
                 : std::string()) +
-         ")";
+         (o.join_address ? ", join_address='" + *o.join_address + "'" : std::string()) + ")";
 }
 
 py::tuple shape_tuple(const Shape& shape) {
@@ -218,23 +218,28 @@ void bind_values(py::module_& m) {
                              "not_loaded (no setting, []): names of parameters load_weights does not fill and no\n"
                              "    update writes (a rotary cache the engine computes itself). Any other rollout\n"
                              "    parameter load_weights never writes fails connect, naming it.\n"
-                             "fp8 (no setting, None): rollouts: a weightbridge.Fp8Engine, to load the FP8 form.\n\n"
+                             "fp8 (no setting, None): rollouts: a weightbridge.Fp8Engine, to load the FP8 form.\n"
+                             "join_address (WB_JOIN_ADDRESS, none): engines as jobs of their own. Trainers: the address\n"
+                             "    file trainer rank 0 publishes its port in (mode 0600, with a secret); engines: the\n"
+                             "    trainers' file, read to join them (world and engine_comm both the engine job's own).\n\n"
                              "The staged modes run a background thread: MPI must be initialized with\n"
                              "MPI_THREAD_MULTIPLE (mpi4py's default thread level, mpi4py.rc.thread_level).")
       .def(py::init([](std::optional<bool> sender_staging, std::optional<bool> receiver_staging,
                        std::optional<std::int64_t> buffer_bytes, std::optional<int> pipeline_depth,
                        std::optional<std::string> transport, std::optional<double> timeout_seconds,
                        std::optional<bool> verify, std::optional<int> node, std::optional<bool> trace,
-                       std::vector<std::string> not_loaded, std::optional<Fp8Engine> fp8) {
+                       std::vector<std::string> not_loaded, std::optional<Fp8Engine> fp8,
+                       std::optional<std::string> join_address) {
              return AdapterOptions{sender_staging, receiver_staging, buffer_bytes, pipeline_depth,
                                    std::move(transport), timeout_seconds, verify, node, trace, std::move(not_loaded),
-                                   std::nullopt, std::move(fp8)};  // join_address: not in Python yet
+                                   std::move(join_address), std::move(fp8)};
            }),
            py::kw_only(), py::arg("sender_staging") = py::none(), py::arg("receiver_staging") = py::none(),
            py::arg("buffer_bytes") = py::none(), py::arg("pipeline_depth") = py::none(),
            py::arg("transport") = py::none(), py::arg("timeout_seconds") = py::none(), py::arg("verify") = py::none(),
            py::arg("node") = py::none(), py::arg("trace") = py::none(),
-           py::arg("not_loaded") = std::vector<std::string>{}, py::arg("fp8") = py::none())
+           py::arg("not_loaded") = std::vector<std::string>{}, py::arg("fp8") = py::none(),
+           py::arg("join_address") = py::none())
       .def_readwrite("sender_staging", &AdapterOptions::sender_staging)
       .def_readwrite("receiver_staging", &AdapterOptions::receiver_staging)
       .def_readwrite("buffer_bytes", &AdapterOptions::buffer_bytes)
@@ -246,6 +251,7 @@ void bind_values(py::module_& m) {
       .def_readwrite("node", &AdapterOptions::node)
       .def_readwrite("not_loaded", &AdapterOptions::not_loaded)
       .def_readwrite("fp8", &AdapterOptions::fp8)
+      .def_readwrite("join_address", &AdapterOptions::join_address)
       .def("__repr__", &options_repr);
 
   py::class_<StallInterval>(m, "StallInterval",
@@ -318,6 +324,15 @@ void bind_values(py::module_& m) {
                ", agst_seconds=" + figure(u.agst_seconds) + ")";
       });
 
+  py::class_<EngineRecord>(m, "EngineRecord", "One engine as the trainers see it (AdapterStats.engines).")
+      .def_readonly("name", &EngineRecord::name, "'engine 0 (world ranks 2, 3)', 'joined engine 1 (2 workers, after version 3)'")
+      .def_readonly("state", &EngineRecord::state, "'serving', 'left' (between updates) or 'dropped' (it failed)")
+      .def_readonly("installed", &EngineRecord::installed, "the last version it acknowledged")
+      .def_readonly("why", &EngineRecord::why, "left or dropped: the cause, as the trainers met it")
+      .def("__repr__", [](const EngineRecord& e) {
+        return "EngineRecord('" + e.name + "', '" + e.state + "', installed=" + std::to_string(e.installed) + ")";
+      });
+
   py::class_<AdapterStats>(m, "AdapterStats", "This worker's counters, all updates so far.")
       .def_readonly("version", &AdapterStats::version, "sender: last sent; receiver: installed")
       .def_readonly("stalls", &AdapterStats::stalls, "one StallInterval per update this worker stalled for")
@@ -328,7 +343,8 @@ void bind_values(py::module_& m) {
       .def_readonly("registrations", &AdapterStats::registrations, "memory registrations, all made at connect")
       .def_readonly("staging_bytes", &AdapterStats::staging_bytes)
       .def_readonly("traffic", &AdapterStats::traffic, "LinkTraffic per transport and peer")
-      .def_readonly("trace", &AdapterStats::trace, "TraceSpan per round step, all updates (AdapterOptions.trace)");
+      .def_readonly("trace", &AdapterStats::trace, "TraceSpan per round step, all updates (AdapterOptions.trace)")
+      .def_readonly("engines", &AdapterStats::engines, "trainers: every engine, built-in and joined (EngineRecord)");
 
   py::class_<PollResult> poll(m, "PollResult",
                               "What ReceiverAdapter.poll_requests did: `event` and the `version` now in the parameters.\n"

@@ -23,7 +23,12 @@ namespace wb::comm {
 namespace {
 
 constexpr int kSecretTag = 31001, kVerdictTag = 31002, kWidenTag = 31003;
+constexpr int kPinTag = 31004;  // abandon_link's receive: nothing is ever sent with it
+constexpr int kTakeTag = 31005, kReadyTag = 31006;
 constexpr std::size_t kSecretChars = 64;
+// What a peer presents: one character, a join or a knock (ends the accept thread), then the secret.
+constexpr char kJoin = 'j', kKnock = 'k';
+constexpr std::size_t kPresentedChars = 1 + kSecretChars;
 constexpr const char* kHeader = "weightbridge-join-address 1";
 
 void require_thread_multiple(const char* who) {
@@ -49,6 +54,17 @@ struct BlockingCall {
   std::atomic<bool> done{false};
   int rc = MPI_SUCCESS;
   MPI_Comm result = MPI_COMM_NULL;
+
+  // MPI_Comm_connect over a duplicate of MPI_COMM_SELF that returns errors (a runtime without connect
+  // must not abort the job through the application's handler on MPI_COMM_SELF).
+  void connect(const std::string& port) {
+    MPI_Comm self = MPI_COMM_NULL;
+    rc = MPI_Comm_dup(MPI_COMM_SELF, &self);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_set_errhandler(self, MPI_ERRORS_RETURN);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_connect(port.c_str(), MPI_INFO_NULL, 0, self, &result);
+    if (self != MPI_COMM_NULL) MPI_Comm_free(&self);
+    done.store(true);
+  }
 };
 
 // Waits for `call` until `timeout`: true when it finished. A thread given up on is detached with its
@@ -120,14 +136,21 @@ struct JoinPort::Shared {
   std::mutex mutex;
   std::vector<MPI_Comm> joined;
 
-  // One accepted peer: its secret within the timeout, then the verdict. Nothing else is sent to it.
+  // One accepted peer: its secret within the timeout, then the verdict. Nothing else is sent to it. A knock
+  // with the secret ends the accept loop instead (no verdict).
   bool admit(MPI_Comm peer) {
     const Waiter waiter{timeout, {}};
-    OperationPtr secret = make_operation(0, kSecretChars);
-    if (MPI_Irecv(secret->in.data(), static_cast<int>(kSecretChars), MPI_CHAR, 0, kSecretTag, peer, &secret->request) != MPI_SUCCESS)
+    OperationPtr secret = make_operation(0, kPresentedChars);
+    if (MPI_Irecv(secret->in.data(), static_cast<int>(kPresentedChars), MPI_CHAR, 0, kSecretTag, peer, &secret->request) != MPI_SUCCESS)
       return false;
     const Status got = wait_for(secret, waiter, false, "a joiner's secret");
-    const bool admitted = got && same_secret(std::string(reinterpret_cast<const char*>(secret->in.data()), kSecretChars), address.secret);
+    const char* presented = reinterpret_cast<const char*>(secret->in.data());
+    const bool genuine = got && same_secret(std::string(presented + 1, kSecretChars), address.secret);
+    if (genuine && presented[0] == kKnock) {
+      stopping.store(true);
+      return false;
+    }
+    const bool admitted = genuine && presented[0] == kJoin;
     if (!admitted) {
       WB_LOG(kWarn) << "join port: a peer was refused before any plan or weight reached it: "
                     << (got ? std::string("it presented a wrong secret") : got.message());
@@ -156,15 +179,17 @@ struct JoinPort::Shared {
       admitting.store(true);  // before looking at `stopping`: ~JoinPort sets that, then waits for this
       if (stopping.load()) {
         admitting.store(false);
-        break;  // after ~JoinPort: abandoned unheard
+        abandon_link(peer);  // after stop_accepting (a knock): abandoned unheard
+        break;
       }
       MPI_Comm_set_errhandler(peer, MPI_ERRORS_RETURN);
       if (admit(peer)) {
         std::lock_guard lock(mutex);
         joined.push_back(peer);
+      } else {
+        abandon_link(peer);  // refused or a knock: no disconnect (it may be gone)
       }
       admitting.store(false);
-      // A refused peer's intercommunicator is abandoned: no free, no disconnect (it may be gone).
     }
     finished.store(true);
   }
@@ -173,7 +198,9 @@ struct JoinPort::Shared {
 JoinPort::JoinPort(std::string path, double timeout) : path_(std::move(path)), shared_(std::make_shared<Shared>()) {
   require_thread_multiple("a trainer job that takes joins by address");
   shared_->timeout = timeout;
-  WB_CHECK_MPI(MPI_Comm_dup(MPI_COMM_SELF, &shared_->accept_comm));
+  // MPI_ERRORS_RETURN: where the runtime has no accept/connect (srun --mpi=pmix: measured), MPI_Comm_accept
+  // fails instead of aborting the trainer job; joins are then off, with a warning, and the training goes on.
+  shared_->accept_comm = duplicate(MPI_COMM_SELF);
   shared_->address.secret = make_join_secret();
   char port[MPI_MAX_PORT_NAME] = {};
   WB_CHECK_MPI(MPI_Open_port(MPI_INFO_NULL, port));
@@ -191,6 +218,8 @@ void JoinPort::stop_accepting() {
 bool JoinPort::stopped() const { return shared_->finished.load(); }
 
 const std::string& JoinPort::port_name() const { return shared_->address.port; }
+
+const JoinAddress& JoinPort::address() const { return shared_->address; }
 
 JoinPort::~JoinPort() {
   stop_accepting();
@@ -227,42 +256,85 @@ MPI_Comm join_by_address(const std::string& path, double timeout) {
   require_thread_multiple("an engine that joins by address");
   const JoinAddress address = read_address_file(path);
   auto call = std::make_shared<BlockingCall>();
-  std::thread connector([call, port = address.port] {
-    call->rc = MPI_Comm_connect(port.c_str(), MPI_INFO_NULL, 0, MPI_COMM_SELF, &call->result);
-    call->done.store(true);
-  });
+  std::thread connector([call, port = address.port] { call->connect(port); });
   if (!wait_bounded(call, connector, timeout))
     throw Error(ErrorCode::kTimeout, "joining by " + path + ": MPI_Comm_connect did not complete within " + seconds_text(timeout) +
                                          " (is the trainer job running, and were both jobs started with mpirun "
                                          "--ompi-server file:URI of one ompi-server?)");
   if (call->rc != MPI_SUCCESS)
-    throw Error(ErrorCode::kMpi, "joining by " + path + ": MPI_Comm_connect failed: " + detail::mpi_error_string(call->rc));
+    throw Error(ErrorCode::kMpi, "joining by " + path + ": MPI_Comm_connect failed: " + detail::mpi_error_string(call->rc) +
+                                     " (jobs launched by srun --mpi=pmix have no accept/connect in Open MPI 4.1: start "
+                                     "each job with mpirun --ompi-server file:URI, inside the allocation too)");
   const MPI_Comm peer = call->result;
   WB_CHECK_MPI(MPI_Comm_set_errhandler(peer, MPI_ERRORS_RETURN));
   const Waiter waiter{timeout, {}};
-  OperationPtr secret = make_operation(kSecretChars);
-  std::memcpy(secret->out.data(), address.secret.data(), kSecretChars);
-  WB_CHECK_MPI(MPI_Isend(secret->out.data(), static_cast<int>(kSecretChars), MPI_CHAR, 0, kSecretTag, peer, &secret->request));
+  OperationPtr secret = make_operation(kPresentedChars);
+  secret->out[0] = static_cast<std::byte>(kJoin);
+  std::memcpy(secret->out.data() + 1, address.secret.data(), kSecretChars);
+  WB_CHECK_MPI(MPI_Isend(secret->out.data(), static_cast<int>(kPresentedChars), MPI_CHAR, 0, kSecretTag, peer, &secret->request));
   OperationPtr verdict = make_operation(0, sizeof(std::int64_t));
   WB_CHECK_MPI(MPI_Irecv(verdict->in.data(), 1, MPI_INT64_T, 0, kVerdictTag, peer, &verdict->request));
   wait_or_throw(secret, waiter, "joining by " + path + ": presenting the secret");
   wait_or_throw(verdict, waiter, "joining by " + path + ": the trainers' answer");
   std::int64_t yes = 0;
   std::memcpy(&yes, verdict->in.data(), sizeof yes);
-  if (yes != 1)
+  if (yes != 1) {
+    abandon_link(peer);
     throw Error(ErrorCode::kInvalidArgument, "joining by " + path + ": the trainers refused the secret (the address file "
                                                                     "is not the one this trainer job wrote)");
+  }
   return peer;
 }
 
-bool knock(const std::string& port, double timeout) {
+namespace {
+// One small message each way on the leaders' intercommunicator (rank 0 on either side): sends `say`,
+// waits up to `seconds` for `hear`; the first when `first`, else the other way round.
+Status exchange(MPI_Comm leaders, int say, int hear, bool first, double seconds, const std::string& what) {
+  const Waiter waiter{seconds, {}};
+  OperationPtr in = make_operation(0, sizeof(std::int64_t));
+  WB_TRY_MPI(MPI_Irecv(in->in.data(), 1, MPI_INT64_T, 0, hear, leaders, &in->request));
+  const auto tell = [&]() -> Status {
+    OperationPtr out = make_operation(sizeof(std::int64_t));
+    const std::int64_t one = 1;
+    std::memcpy(out->out.data(), &one, sizeof one);
+    WB_TRY_MPI(MPI_Isend(out->out.data(), 1, MPI_INT64_T, 0, say, leaders, &out->request));
+    abandon(std::move(out));  // small, sent eagerly; a peer that is gone never takes it
+    return Status::ok();
+  };
+  if (first) WB_RETURN_IF_ERROR(tell());
+  WB_RETURN_IF_ERROR(wait_for(in, waiter, false, what));
+  if (!first) WB_RETURN_IF_ERROR(tell());
+  return Status::ok();
+}
+}  // namespace
+
+bool confirm_take(MPI_Comm leaders, double seconds) {
+  return exchange(leaders, kTakeTag, kReadyTag, true, seconds, "the joiner's ready").is_ok();
+}
+
+Status answer_take(MPI_Comm leaders, double seconds) {
+  const Status taken = exchange(leaders, kReadyTag, kTakeTag, false, seconds, "the trainers' take");
+  if (taken) return taken;
+  return Status(taken.code(), "the trainers did not take this engine within " + seconds_text(seconds) +
+                                  " of its admission (they take a joiner at their next send_weights: is a training "
+                                  "step longer than the timeout?)");
+}
+
+bool knock(const JoinAddress& address, double timeout) {
   auto call = std::make_shared<BlockingCall>();
-  std::thread knocker([call, port] {
-    call->rc = MPI_Comm_connect(port.c_str(), MPI_INFO_NULL, 0, MPI_COMM_SELF, &call->result);
-    call->done.store(true);
-  });
-  // The connection is let go (no disconnect: the accept side abandons its end too).
-  return wait_bounded(call, knocker, timeout) && call->rc == MPI_SUCCESS;
+  std::thread knocker([call, port = address.port] { call->connect(port); });
+  if (!wait_bounded(call, knocker, timeout) || call->rc != MPI_SUCCESS) return false;
+  MPI_Comm_set_errhandler(call->result, MPI_ERRORS_RETURN);
+  // Not waited for (small, sent eagerly); the connection is let go (no disconnect: the accept side
+  // abandons its end too, and after stop_accepting it reads nothing).
+  OperationPtr knocked = make_operation(kPresentedChars);
+  knocked->out[0] = static_cast<std::byte>(kKnock);
+  std::memcpy(knocked->out.data() + 1, address.secret.data(), kSecretChars);
+  if (MPI_Isend(knocked->out.data(), static_cast<int>(kPresentedChars), MPI_CHAR, 0, kSecretTag, call->result,
+                &knocked->request) == MPI_SUCCESS)
+    abandon(std::move(knocked));
+  abandon_link(call->result);
+  return true;
 }
 
 MPI_Comm widen_join(MPI_Comm local, MPI_Comm leaders, bool high, double timeout, const std::string& what) {
@@ -299,8 +371,18 @@ MPI_Comm widen_join(MPI_Comm local, MPI_Comm leaders, bool high, double timeout,
 
 bool part(MPI_Comm comm, double seconds) noexcept {
   if (comm == MPI_COMM_NULL) return true;
-  if (!barrier_within(comm, seconds)) return false;
+  if (!barrier_within(comm, seconds)) {
+    abandon_link(comm);
+    return false;
+  }
   return MPI_Comm_free(&comm) == MPI_SUCCESS;
+}
+
+void abandon_link(MPI_Comm comm) noexcept {
+  if (comm == MPI_COMM_NULL) return;
+  OperationPtr pin = make_operation();
+  if (MPI_Irecv(nullptr, 0, MPI_BYTE, MPI_ANY_SOURCE, kPinTag, comm, &pin->request) == MPI_SUCCESS) abandon(std::move(pin));
+  MPI_Comm_free(&comm);
 }
 
 }  // namespace wb::comm

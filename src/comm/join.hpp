@@ -9,8 +9,8 @@
 // needs MPI_THREAD_MULTIPLE on that rank; the joiner connects on a thread too, and its wait is bounded by
 // the deadline. Separate mpirun jobs only meet through one ompi-server (mpirun --ompi-server file:URI).
 //
-// What is refused stays refused: the intercommunicator of a refused or timed-out peer is abandoned (no
-// free, no disconnect: both may wait on a peer that is gone), kept until finalize.
+// What is refused stays refused: the intercommunicator of a refused or timed-out peer is abandoned
+// (abandon_link: no disconnect, since both may wait on a peer that is gone).
 #pragma once
 
 #include <mpi.h>
@@ -20,6 +20,8 @@
 #include <optional>
 #include <string>
 #include <thread>
+
+#include "weightbridge/status.hpp"
 
 namespace wb::comm {
 
@@ -53,6 +55,8 @@ class JoinPort {
   /// Takes no joiner from now on. The accept thread still waits in MPI_Comm_accept until some process
   /// connects (knock(): nothing wakes it from inside its own process in Open MPI 4.1, measured).
   void stop_accepting();
+  /// The port and the secret (the other trainers knock with them).
+  const JoinAddress& address() const;
   /// True once the accept thread has ended.
   bool stopped() const;
   const std::string& port_name() const;
@@ -75,9 +79,20 @@ class JoinPort {
 /// or the answer does not come within `timeout`, kInvalidArgument when the trainers refused the secret.
 MPI_Comm join_by_address(const std::string& path, double timeout);
 
-/// Another process of the trainer job ends a port's accept thread after stop_accepting(): it connects to
-/// `port` (bounded by `timeout`) and lets the connection go. False when that did not complete in time.
-bool knock(const std::string& port, double timeout);
+/// The take handshake, on the leaders' intercommunicator of an admitted joiner, before both jobs enter the
+/// widening (MPI_Intercomm_create has no deadline, and a thread left in it with a joiner that is gone blocked
+/// every later join and failed the trainer job: measured). The trainers' leader, when it takes the joiner:
+/// asks "take" and waits up to `seconds` for "ready"; false (the joiner is gone, or gave up waiting) means
+/// the joiner is not widened with. The joiner's leader answers: waits up to `seconds` for "take", says
+/// "ready" and goes straight into the widening; kTimeout when the trainers did not take it in time.
+bool confirm_take(MPI_Comm leaders, double seconds);
+Status answer_take(MPI_Comm leaders, double seconds);
+
+/// Another process of the trainer job ends a port's accept thread: it connects to the port (bounded by
+/// `timeout`), presents the secret as a knock, not a join, and lets the connection go. The accept thread
+/// ends on it whether or not stop_accepting() was called yet (so the knocker needs no step with the port's
+/// rank first: that rank may be unwinding an exception). False when the connection did not complete in time.
+bool knock(const JoinAddress& address, double timeout);
 
 /// Both jobs, collective over each side's `local` communicator: widens the leaders' intercommunicator
 /// (`leaders`, significant on local rank 0 only) to every rank of both jobs and merges it into one
@@ -92,8 +107,17 @@ MPI_Comm widen_join(MPI_Comm local, MPI_Comm leaders, bool high, double timeout,
 /// a barrier bounded by `seconds`, then the communicator is freed. Open MPI's MPI_Finalize runs a barrier
 /// of its own over every communicator still spanning two jobs; with the other job already ended, it
 /// wrote into closed sockets and hung in libevent (measured: 5 runs of 5). False when the barrier did not
-/// complete in time: the communicator is then abandoned (never freed, never waited on again: the other
+/// complete in time: the communicator is then abandoned (abandon_link: never waited on again, the other
 /// job may be gone).
 bool part(MPI_Comm comm, double seconds) noexcept;
+
+/// Gives up on a communicator that spans two jobs (the other job may be gone or stopped): it is freed, so
+/// that MPI_Finalize does not synchronize over it with that job (Open MPI 4.1's MPI_Finalize disconnects
+/// every communicator still spanning jobs, and with a dead or stopped peer waited for ever: measured, a
+/// trainer job whose joined engine was SIGKILLed never ended). A receive that nothing matches is left
+/// pending on it first: its context id then stays taken, so a message the other job still sends (a
+/// stopped engine that resumes) never reaches a later joiner's communicator, and its buffers stay kept.
+/// Nothing is waited for.
+void abandon_link(MPI_Comm comm) noexcept;
 
 }  // namespace wb::comm

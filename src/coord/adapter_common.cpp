@@ -126,16 +126,25 @@ void AdapterBase::part_link(MPI_Comm executor_comm) {
     return;
   }
   // Both jobs part the same communicators in the same order, each within the timeout. After a failure the
-  // other job may be gone or stopped: nothing is waited for, the communicators are abandoned (kept; a
-  // stopped engine that resumes may still send on them, which a freed context id would hand to the next
-  // joiner's communicator).
-  if (!shut_down || !failure.is_ok()) return;
-  for (MPI_Comm comm : {executor_comm, world, link})
-    if (!comm::part(comm, options.timeout_seconds)) {
+  // other job may be gone or stopped: nothing is waited for, the communicators are abandoned
+  // (comm::abandon_link: their context ids stay taken, MPI_Finalize does not wait for that job).
+  bool parting = shut_down && failure.is_ok();
+  for (MPI_Comm comm : {executor_comm, world, link}) {
+    if (!parting) {
+      comm::abandon_link(comm);
+    } else if (!comm::part(comm, options.timeout_seconds)) {
       WB_LOG(kWarn) << who() << ": the other job did not end the link within " << comm::seconds_text(options.timeout_seconds)
-                    << "; its communicators are abandoned (MPI_Finalize may then wait for that job)";
-      return;
+                    << "; its communicators are abandoned";
+      parting = false;
     }
+  }
+}
+
+void AdapterBase::abandon_link_comms() {
+  if (link == MPI_COMM_NULL) return;
+  const MPI_Comm executor_comm = connection && connection->executor ? connection->executor->communicator() : MPI_COMM_NULL;
+  for (MPI_Comm comm : {executor_comm, world, link}) comm::abandon_link(comm);
+  link = MPI_COMM_NULL;
 }
 
 comm::Waiter AdapterBase::waiter() const {
@@ -174,7 +183,8 @@ Status AdapterBase::give_up(Status status, const std::string& context) {
 Status AdapterBase::fail(Status status) {
   if (failure.is_ok()) {
     failure = std::move(status);
-    faults->announce(failure, group->first_incomplete());
+    faults->announce(announce_prefix.empty() ? failure : Status(failure.code(), announce_prefix + failure.message()),
+                     group->first_incomplete());
     faults->raise(failure);  // a transfer still running on the background thread stops too
   }
   return failure;
@@ -190,13 +200,16 @@ void AdapterBase::announce_departure(const std::string& why) {
   for (const double until = comm::local_seconds() + 0.05; comm::local_seconds() < until; backoff.pause()) (void)faults->poll();
 }
 
-void AdapterBase::connect(const std::vector<TensorInfo>* checkpoint_tensors) {
+void AdapterBase::connect(const std::vector<TensorInfo>* checkpoint_tensors, const SourceMap* probed) {
   // A framework that moved its parameters between construction and connect (vLLM's
-  // process_weights_after_loading, say): the probe must read where load_weights writes.
-  std::vector<MovedParameter> moved;
-  Status checked = check_parameters(moved, "connect");
-  if (checked) checked = follow(moved);
-  if (!checked) throw Error(fail(checked));  // announced: the others' waits in connect end on it
+  // process_weights_after_loading, say): the probe must read where load_weights writes. A joined link's
+  // connect (`probed`) probes nothing of this worker: its moves reach the link at each send.
+  if (probed == nullptr) {
+    std::vector<MovedParameter> moved;
+    Status checked = check_parameters(moved, "connect");
+    if (checked) checked = follow(moved);
+    if (!checked) throw Error(fail(checked));  // announced: the others' waits in connect end on it
+  }
   ConnectInput input;
   input.world = world;
   input.roles = &roles;
@@ -205,6 +218,7 @@ void AdapterBase::connect(const std::vector<TensorInfo>* checkpoint_tensors) {
   input.params = &params;
   input.load_weights = &load_weights;
   input.checkpoint_tensors = checkpoint_tensors;
+  input.probed = probed;
   input.options = options;
   input.enter_together = watched_job;
   connection.emplace(establish_connection(input));

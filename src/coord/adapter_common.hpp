@@ -32,6 +32,7 @@ struct AdapterBase {
   MPI_Comm group_comm = MPI_COMM_NULL;
   MPI_Comm link = MPI_COMM_NULL;        // a joined engine job's link: the merged world of both jobs
   bool left = false;                    // the link ended by an engine's leave(): its communicators are freed
+  std::string announce_prefix;          // starts what fail() tells the peers (a joined link: that it was dropped)
   Roles roles;
   ResolvedOptions options;
   ParameterSet params;
@@ -63,6 +64,9 @@ struct AdapterBase {
   ~AdapterBase();
 
   void part_link(MPI_Comm executor_comm);
+  /// A joined link given up on and kept (never destroyed): its communicators are abandoned now
+  /// (comm::abandon_link), and nothing uses them afterwards.
+  void abandon_link_comms();
   double now() const { return comm::local_seconds() + clock_offset; }
   std::string who() const { return describe_worker(roles, roles.world_rank); }
   /// Every wait of this adapter: the timeout, and the fault channel served while waiting.
@@ -100,8 +104,9 @@ struct AdapterBase {
   /// Connects this worker (establish_connection, collective over world) and keeps what that established; its
   /// transfer peers hear of this rank's failure first. `checkpoint_tensors`: the trainers' (null on rollouts).
   /// Parameters moved since construction are followed first (the probe reads them); a refusal fails connect
-  /// here and, through its notice, on every rank.
-  void connect(const std::vector<TensorInfo>* checkpoint_tensors);
+  /// here and, through its notice, on every rank. `probed`: this worker's load_weights probed before (a
+  /// trainer connecting a joined link), not probed again.
+  void connect(const std::vector<TensorInfo>* checkpoint_tensors, const SourceMap* probed = nullptr);
   /// The executor's figures, refreshed when no transfer runs.
   void refresh_stats();
   AdapterStats stats() const;

@@ -19,6 +19,7 @@
 #include "exec/quantized_pack.hpp"
 #include "exec/round_executor.hpp"
 #include "layout/fp8_form.hpp"
+#include "weightbridge/source_map.hpp"
 #include "weightbridge/adapter.hpp"
 
 namespace wb::coord {
@@ -48,6 +49,9 @@ struct Connection {
   bool rollouts_stage = false;  // the engines use receiver staging (they all agree)
   /// Trainers, when the engines load the FP8 form: the quantizing pack, run before every update's rounds.
   std::unique_ptr<exec::QuantizedPack> quantized;
+  /// Trainers: this worker's load_weights as probed (in the checkpoint's form), kept for the links of
+  /// engines that join later: they are connected with it instead of probing again.
+  SourceMap probed;
 };
 
 struct ConnectInput {
@@ -58,13 +62,16 @@ struct ConnectInput {
   const ParameterSet* params = nullptr;
   const LoadWeightsFn* load_weights = nullptr;
   const std::vector<TensorInfo>* checkpoint_tensors = nullptr;  // read on the trainer leader only
+  /// This worker's load_weights probed at an earlier connect (a trainer connecting a joined engine's link):
+  /// taken as it is, not probed again. Null: probed now.
+  const SourceMap* probed = nullptr;
   ResolvedOptions options;
   /// Some rank of the job watches its parameters (coord/binding_checks.hpp): every rank enters each update
   /// together (ExecutorOptions::enter_together).
   bool enter_together = false;
 };
 
-/// Probe, all-gather, plan on world rank 0, scatter, stage, register and connect. Every failure throws
+/// Probe (unless given), all-gather, plan on world rank 0, scatter, stage, register and connect. Every failure throws
 /// the same wb::Error on every rank (the failing rank named), so that no rank is left waiting.
 Connection establish_connection(const ConnectInput& input);
 

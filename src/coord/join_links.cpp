@@ -1,5 +1,7 @@
 #include "coord/join_links.hpp"
 
+#include <algorithm>
+
 #include "comm/collectives.hpp"
 #include "core/checks.hpp"
 #include "core/log.hpp"
@@ -18,19 +20,21 @@ TrainersJoinPort open_join_port(MPI_Comm trainers, const std::string& address, d
   } else if (rank == 0) {
     try {
       out.port = std::make_unique<comm::JoinPort>(address, timeout);
-      out.name = out.port->port_name();
+      out.address = out.port->address();
     } catch (const Error& error) {
       opened = Status(error.code(), "trainer 0: opening the join port at " + address + ": " + error.status().message());
     }
   }
   const comm::Waiter waiter{timeout, {}};
   comm::agree(opened, trainers, waiter, "opening the join port");
-  const std::vector<std::byte> name = comm::broadcast(
-      rank == 0 ? std::vector<std::byte>(reinterpret_cast<const std::byte*>(out.name.data()),
-                                         reinterpret_cast<const std::byte*>(out.name.data()) + out.name.size())
-                : std::vector<std::byte>{},
-      0, trainers, waiter, "the join port's name");
-  out.name.assign(reinterpret_cast<const char*>(name.data()), name.size());
+  // Port and secret, one line each, to every trainer: any of them may knock.
+  const std::string text = rank == 0 ? out.address.port + "\n" + out.address.secret : std::string();
+  const std::vector<std::byte> bytes = comm::broadcast(
+      std::vector<std::byte>(reinterpret_cast<const std::byte*>(text.data()), reinterpret_cast<const std::byte*>(text.data()) + text.size()),
+      0, trainers, waiter, "the join port's address");
+  const std::string shared(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  out.address.port = shared.substr(0, shared.find('\n'));
+  out.address.secret = shared.substr(shared.find('\n') + 1);
   out.open = true;
   if (rank == 0) {
     WB_LOG(kInfo) << "trainers take joining engines at " << address;
@@ -44,22 +48,36 @@ void close_join_port(TrainersJoinPort& port, MPI_Comm trainers, double timeout) 
   int rank = 0;
   WB_CHECK_MPI(MPI_Comm_rank(trainers, &rank));
   if (port.port) port.port->stop_accepting();
-  const comm::Waiter waiter{timeout, {}};
-  comm::barrier(trainers, waiter, "closing the join port");
-  if (rank == 1 && !comm::knock(port.name, timeout)) {
-    WB_LOG(kWarn) << "trainer 1: knocking at the join port to end its accept thread did not complete within "
+  if (rank == 1 && !comm::knock(port.address, timeout)) {
+    WB_LOG(kWarn) << "trainer 1: knocking at the join port to end its accept thread failed or did not complete within "
                   << comm::seconds_text(timeout);
   }
   port.port.reset();  // waits for the accept thread (bounded)
 }
 
+namespace {
+// How long trainer rank 0 waits for an admitted joiner's "ready": it waits for the "take" actively, so it
+// answers at once; one that does not is gone, and the training waits no longer for it.
+constexpr double kTakeAnswerSeconds = 5;
+}  // namespace
+
 std::optional<MPI_Comm> take_joiner(comm::JoinPort* port, comm::Group& trainers, const comm::Waiter& waiter) {
-  std::optional<MPI_Comm> leaders = port != nullptr ? port->take() : std::nullopt;
-  std::int64_t values[comm::Group::kValues] = {leaders ? 1 : 0, 0, 0, 0};
-  throw_if_error(trainers.step(Status::ok(), std::span<std::int64_t, comm::Group::kValues>(values), waiter,
+  const std::optional<MPI_Comm> taken = port != nullptr ? port->take() : std::nullopt;
+  MPI_Comm leaders = taken.value_or(MPI_COMM_NULL);
+  if (leaders != MPI_COMM_NULL && !comm::confirm_take(leaders, std::min(kTakeAnswerSeconds, 0.5 * waiter.timeout))) {
+    WB_LOG(kWarn) << "trainer 0: an admitted engine did not answer when taken (gone, or it gave up waiting); the "
+                     "training goes on without it";
+    comm::abandon_link(leaders);
+    leaders = MPI_COMM_NULL;
+  }
+  std::int64_t values[comm::Group::kValues] = {leaders != MPI_COMM_NULL ? 1 : 0, 0, 0, 0};
+  // Trainer rank 0 may have waited for a joiner's answer (at most half the timeout) before this step.
+  comm::Waiter longer = waiter;
+  longer.timeout = 1.5 * waiter.timeout;
+  throw_if_error(trainers.step(Status::ok(), std::span<std::int64_t, comm::Group::kValues>(values), longer,
                                "send_weights: whether an engine joined"));
   if (values[0] == 0) return std::nullopt;
-  return comm::widen_join(trainers.comm(), leaders.value_or(MPI_COMM_NULL), false, waiter.timeout,
+  return comm::widen_join(trainers.comm(), leaders, false, waiter.timeout,
                           "send_weights: taking a joining engine");
 }
 
@@ -76,6 +94,14 @@ MPI_Comm join_trainers(MPI_Comm engine, const std::string& address, double timeo
     }
   }
   comm::agree(joined, engine, comm::Waiter{timeout, {}}, "joining the trainers");
+  // Admitted: the trainers take this engine at their next send_weights; rank 0 answers their take, and
+  // every rank goes into the widening only then (the others wait for rank 0's wait, and a margin more).
+  Status taken = rank == 0 ? comm::answer_take(leaders, timeout) : Status::ok();
+  if (!taken) {
+    comm::abandon_link(leaders);
+    taken = Status(taken.code(), "engine worker 0: joining by " + address + ": " + taken.message());
+  }
+  comm::agree(taken, engine, comm::Waiter{1.5 * timeout, {}}, "joining the trainers: waiting to be taken");
   return comm::widen_join(engine, leaders, true, timeout, "joining the trainers at " + address);
 }
 

@@ -15,11 +15,11 @@
 
 namespace wb::coord {
 
-/// The trainers' join port: open on trainer rank 0, its name known to every trainer (trainer rank 1 knocks
-/// at close, since nothing wakes MPI_Comm_accept from inside its own process).
+/// The trainers' join port: open on trainer rank 0, its address (port and secret) known to every trainer
+/// (trainer rank 1 knocks at close, since nothing wakes MPI_Comm_accept from inside its own process).
 struct TrainersJoinPort {
   std::unique_ptr<comm::JoinPort> port;  // trainer rank 0 only
-  std::string name;
+  comm::JoinAddress address;
   bool open = false;
 };
 
@@ -28,12 +28,15 @@ struct TrainersJoinPort {
 /// one trainer (no other process could end the accept thread at close).
 TrainersJoinPort open_join_port(MPI_Comm trainers, const std::string& address, double timeout);
 
-/// Trainers, collective over `trainers`: no more joins; the address file goes and the accept thread ends.
+/// Trainers, each on its own (no step together: a trainer may be unwinding an exception, and its adapter
+/// ends this way too): no more joins. Trainer rank 0 removes the address file and waits (up to twice the
+/// timeout) for its accept thread to end; trainer rank 1 knocks, which ends it.
 void close_join_port(TrainersJoinPort& port, MPI_Comm trainers, double timeout);
 
-/// Trainers, one step of `trainers`: when trainer rank 0's port holds an admitted joiner, its job and the
-/// trainers widened and merged (trainers first): the new link's world. nullopt when none waits, which
-/// costs that one step. Throws when the widening fails or passes the deadline.
+/// Trainers, one step of `trainers`: when trainer rank 0's port holds an admitted joiner that answers the
+/// take (comm::confirm_take, within 5 s or half the timeout), its job and the trainers widened and merged (trainers first): the
+/// new link's world. nullopt when none waits, which costs that one step, or when the joiner did not answer
+/// (a warning; it is never widened with). Throws when the widening fails or passes the deadline.
 std::optional<MPI_Comm> take_joiner(comm::JoinPort* port, comm::Group& trainers, const comm::Waiter& waiter);
 
 /// A rollout engine job, collective over `engine`: joins the trainers whose address file is `address`;

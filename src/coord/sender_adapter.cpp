@@ -48,14 +48,20 @@ struct SenderAdapter::State : AdapterBase {
 
   ~State() {
     // A dropped link's engine may be gone or stopped: nothing of it is waited for again. It is kept, with
-    // its buffers and communicators, to the end of the process (a transfer to it may still be pending).
+    // its buffers, to the end of the process (a transfer to it may still be pending); its communicators
+    // are abandoned (MPI_Finalize would otherwise wait for that job).
     for (std::unique_ptr<State>& link : joined)
-      if (link->dropped && !link->left) comm::keep_alive(std::shared_ptr<State>(link.release()));
+      if (link->dropped && !link->left) {
+        link->abandon_link_comms();
+        comm::keep_alive(std::shared_ptr<State>(link.release()));
+      }
   }
 
-  void connect_link() {
+  // `probed`: the trainers' load_weights as probed at their own connect (a joined link): only the joiner
+  // probes; the trainers' maps are kept.
+  void connect_link(const SourceMap* probed = nullptr) {
     throw_if_error(send_request(RequestKind::kConnect, 0));
-    connect(&checkpoint_tensors);
+    connect(&checkpoint_tensors, probed);
   }
 
   std::string joined_name(std::size_t k) const {
@@ -73,12 +79,14 @@ struct SenderAdapter::State : AdapterBase {
     link.dropped = true;
     link.left = is_leave(cause);
     link.why = cause.message();
+    // A trainer's notice of the failure carries what the engine is told: the cause is what follows.
+    if (link.why.starts_with(link.announce_prefix)) link.why.erase(0, link.announce_prefix.size());
     if (!roles.leader) return;
     if (link.left) {
       WB_LOG(kInfo) << joined_name(k) << " left after version " << link.acknowledged << "; the training goes on without it";
     } else {
       WB_LOG(kWarn) << who() << ": " << joined_name(k) << " was dropped after version " << link.acknowledged
-                    << " (the training goes on without it): " << cause.message();
+                    << " (the training goes on without it): " << link.why;
     }
   }
 
@@ -92,7 +100,10 @@ struct SenderAdapter::State : AdapterBase {
       if (!merged) return;
       auto link = std::make_unique<State>(*merged, group_comm, params, checkpoint_tensors, load_weights, given);
       link->link = *merged;
-      link->connect_link();
+      // A failure of this link drops it, and the engine, once it looks again (a stopped one that resumes),
+      // learns that from the notice.
+      link->announce_prefix = "the trainers dropped this engine job after a failure (the training goes on without it): ";
+      link->connect_link(&connection->probed);
       link->version = version;
       link->joined_after = link->acknowledged = version;
       if (roles.leader) {
@@ -103,6 +114,16 @@ struct SenderAdapter::State : AdapterBase {
       joined.push_back(std::move(link));
     } catch (const Error& error) {
       WB_LOG(kWarn) << who() << ": an engine's join failed; the training goes on without it: " << error.status().message();
+    }
+  }
+
+  // No more joins (shutdown, or the adapter's end on any path); each trainer on its own.
+  void close_port() noexcept {
+    if (!port.open) return;
+    try {
+      close_join_port(port, group_comm, options.timeout_seconds);
+    } catch (const Error& error) {
+      WB_LOG(kWarn) << who() << ": closing the join port: " << error.status().message();
     }
   }
 
@@ -284,9 +305,14 @@ SenderAdapter::~SenderAdapter() {
     return;
   }
   if (std::uncaught_exceptions() > 0) {
-    // Collective calls are out of the question while unwinding: the peers are told instead.
-    state_->announce_departure("its SenderAdapter was destroyed by an exception after version " +
-                               std::to_string(state_->version));
+    // Collective calls are out of the question while unwinding: the peers are told instead, joined engines
+    // too, and the join port closes without a step of the trainers (its accept thread must not outlive
+    // the adapter: one left in MPI_Comm_accept hangs MPI_Finalize).
+    const std::string why = "its SenderAdapter was destroyed by an exception after version " + std::to_string(state_->version);
+    state_->announce_departure(why);
+    for (const std::unique_ptr<State>& link : state_->joined)
+      if (!link->dropped) link->announce_departure(why);
+    state_->close_port();
     return;
   }
   const Status status = shutdown();
@@ -416,13 +442,7 @@ Status SenderAdapter::State::shutdown_link() {
 
 Status SenderAdapter::shutdown() {
   State& s = *state_;
-  if (s.port.open) {
-    try {
-      close_join_port(s.port, s.group_comm, s.options.timeout_seconds);
-    } catch (const Error& error) {
-      WB_LOG(kWarn) << s.who() << ": closing the join port: " << error.status().message();
-    }
-  }
+  s.close_port();
   Status status = s.shutdown_link();
   for (std::size_t k = 0; k < s.joined.size(); ++k)
     if (!s.joined[k]->dropped)

@@ -5,24 +5,39 @@
 //                                                 versions more were sent:
 //     join    an engine joined (at version J): J+1..J+3
 //     leave   an engine joined and left (leave()), then another joined (at J2): J2+1..J2+3
-//     kill    two engines joined, one was dropped (at D, its job SIGKILLed during that update): D+1..D+3
-//   join_engine engine ADDRESS MODE ROLE          a 2-worker engine (tp=2) that joins by ADDRESS:
+//     kill    three engine jobs joined (at J); trainer rank 0 writes ADDRESS.trigger naming J+2; the victim
+//             job is SIGKILLed in that update; it is dropped (at D): D+1..D+3
+//     stop    as kill, but the victim is SIGSTOPped in that update, dropped after the deadline, resumed by
+//             the script, and joins again (at R): R+1..R+3
+//     vanish  a joiner is admitted at the port and dies before the trainers take it; then another joins
+//             (at J): J+1..J+3
+//   join_engine engine ADDRESS MODE ROLE          an engine of as many workers as its job's ranks (tp=n)
+//                                                 that joins by ADDRESS:
 //     serve   until the trainers shut down
 //     leave   leaves after its third install (then poll_requests says kShutdown)
-//     killed  worker 0 SIGKILLs itself in the before_update_hook of its fifth version
-// MODE: sync | receiver-staged. Every rollout worker checks every version it installs against its own
+//     killed  every worker SIGKILLs itself in the before_update_hook of the version ADDRESS.trigger names
+//     stopped every worker writes its pid to ADDRESS.stopped.RANK and SIGSTOPs itself in that hook; once
+//             resumed, its poll_requests must end in kFailed naming why; it joins again and serves
+//     vanish  (one rank) presents the secret, is admitted, and SIGKILLs itself
+// MODE: sync | sender-staged | receiver-staged | async. Every rollout worker checks every version it installs against its own
 // load_weights of that version, bit for bit; the built-in engine installs 1..last in order; a joiner's
 // first event after kConnected is kInstalled, then every later version in order. The trainers' every
-// send_weights succeeds, and their AdapterStats list every engine with the state the scenario implies.
+// send_weights succeeds, and their AdapterStats list every engine with the state the scenario implies; a
+// join probes the joiner's load_weights only, never the trainers' again.
 #include <mpi.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <thread>
 
+#include "comm/join.hpp"
 #include "emu/checkpoints/synthetic.hpp"
 #include "emu/checkpoints/versioned_checkpoint.hpp"
 #include "emu/frameworks/backend.hpp"
@@ -39,6 +54,7 @@ struct Worker {
   std::unique_ptr<SyntheticCheckpoint> checkpoint;
   std::unique_ptr<EmulatedWorker> worker;
   std::unique_ptr<HostParameters> params;
+  mutable int probes = 0;  // calls of load(): the adapters' probes of this worker's load_weights
 
   Worker(bool trainer, const char* spec, int rank) {
     ScaleOptions scale;
@@ -52,7 +68,10 @@ struct Worker {
     worker->load_weights(*checkpoint, params->parameters());
   }
   LoadWeightsFn load() const {
-    return [this](const CheckpointReader& c, const ParameterSet& p) { worker->load_weights(c, p); };
+    return [this](const CheckpointReader& c, const ParameterSet& p) {
+      ++probes;
+      worker->load_weights(c, p);
+    };
   }
   // Its parameters hold exactly its own load_weights of version v.
   bool holds(std::uint64_t v) const {
@@ -73,16 +92,17 @@ AdapterOptions options_for(const std::string& address, const std::string& mode, 
   AdapterOptions o;
   o.timeout_seconds = timeout;
   o.join_address = address;
-  o.receiver_staging = mode == "receiver-staged";
+  o.sender_staging = mode == "sender-staged" || mode == "async";
+  o.receiver_staging = mode == "receiver-staged" || mode == "async";
   o.buffer_bytes = 96 << 10;  // several rounds
   return o;
 }
 
 // Polls until shutdown (or, `leave_after` > 0, until that many installs, then leaves); the installed
 // versions in order. The first event after kConnected must be kInstalled (nothing else but kNone /
-// kReceiving in between).
+// kReceiving in between). `failed`: a failure ends it too (false), kept there.
 bool serve(ReceiverAdapter& receiver, const Worker& w, const char* who, std::vector<std::uint64_t>& installed,
-           std::size_t leave_after = 0) {
+           std::size_t leave_after = 0, PollResult* failed = nullptr) {
   bool connected = false;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
   while (std::chrono::steady_clock::now() < deadline) {
@@ -104,7 +124,8 @@ bool serve(ReceiverAdapter& receiver, const Worker& w, const char* who, std::vec
         break;
       case PollResult::Event::kShutdown: return connected;
       default:
-        std::fprintf(stderr, "%s: %s: %s\n", who, poll_event_name(r.event), r.status.to_string().c_str());
+        if (failed != nullptr) *failed = r;
+        else std::fprintf(stderr, "%s: %s: %s\n", who, poll_event_name(r.event), r.status.to_string().c_str());
         return false;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -120,11 +141,28 @@ bool consecutive(const std::vector<std::uint64_t>& v, std::uint64_t first, std::
   return true;
 }
 
-// The trainers' view of the engines: stats().engines, one word per engine ("serving left dropped").
-std::string engine_states(const SenderAdapter& sender) {
+// The trainers' view of the engines: stats().engines, one word per engine ("serving left dropped"), in
+// the order given, or sorted (which joined job a victim is, is the order its job happened to join in).
+std::string engine_states(const SenderAdapter& sender, bool sorted = false) {
+  std::vector<std::string> words;
+  for (const EngineRecord& e : sender.stats().engines) words.push_back(e.state);
+  if (sorted) std::sort(words.begin(), words.end());
   std::string states;
-  for (const EngineRecord& e : sender.stats().engines) states += (states.empty() ? "" : " ") + e.state;
+  for (const std::string& word : words) states += (states.empty() ? "" : " ") + word;
   return states;
+}
+
+// Trainer rank 0 names the version the victim is hit in: written whole (a rename), before the update
+// before it is sent, so every worker of the victim reads it in time and alike.
+void write_trigger(const std::string& address, std::uint64_t version) {
+  const std::string path = address + ".trigger";
+  std::ofstream(path + ".part") << version << "\n";
+  std::rename((path + ".part").c_str(), path.c_str());
+}
+std::uint64_t read_trigger(const std::string& address) {
+  std::uint64_t version = 0;
+  std::ifstream(address + ".trigger") >> version;
+  return version;
 }
 
 int run_trainer_job(const std::string& address, const std::string& mode, const std::string& scenario) {
@@ -136,17 +174,24 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
   int ok = 1;
   if (trainer) {
     Worker w(true, "tp=2", rank);
-    // The kill scenario's deadline is short: it is how long the lost engine is waited for.
+    const bool victim = scenario == "kill" || scenario == "stop";
+    // A victim's deadline is short: it is how long the lost engine is waited for.
     SenderAdapter sender(MPI_COMM_WORLD, group, w.params->parameters(), w.tensors, w.load(),
-                         options_for(address, mode, scenario == "kill" ? 5 : 30));
+                         options_for(address, mode, victim ? 5 : 30));
     sender.connect();
-    // The events the scenario waits for, in order: engines() after a send_weights, and the states then.
-    const std::vector<std::pair<int, std::string>> events =
-        scenario == "join"    ? std::vector<std::pair<int, std::string>>{{2, "serving serving"}}
-        : scenario == "leave" ? std::vector<std::pair<int, std::string>>{{2, "serving serving"}, {1, "serving left"},
-                                                                          {2, "serving left serving"}}
-                              : std::vector<std::pair<int, std::string>>{{3, "serving serving serving"}, {2, ""}};
+    const int probes = w.probes;  // a join probes the joiner only: the trainers' maps are kept
+    // The events the scenario waits for, in order: engines() after a send_weights, and the states then
+    // (sorted where a victim's place among the joined jobs is not known).
+    using Events = std::vector<std::pair<int, std::string>>;
+    const Events events =
+        scenario == "join"    ? Events{{2, "serving serving"}}
+        : scenario == "leave" ? Events{{2, "serving serving"}, {1, "serving left"}, {2, "serving left serving"}}
+        : scenario == "kill"  ? Events{{4, "serving serving serving serving"}, {3, "dropped serving serving serving"}}
+        : scenario == "vanish" ? Events{{2, "serving serving"}}
+                              : Events{{4, "serving serving serving serving"}, {3, "dropped serving serving serving"},
+                                       {4, "dropped serving serving serving serving"}};
     std::size_t next = 0;
+    int engines = sender.engines();
     std::uint64_t last_event = 0, last = 0;
     for (std::uint64_t v = 1;; ++v) {
       w.worker->load_weights(VersionedCheckpoint(*w.checkpoint, v), w.params->parameters());  // "training"
@@ -157,9 +202,13 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
         break;
       }
       if (v == kBefore && rank == 0) std::printf("trainers: version %llu sent\n", static_cast<unsigned long long>(v));
+      if (const int now = sender.engines(); now != engines && rank == 0) {
+        std::printf("trainers: %d engines after version %llu\n", now, static_cast<unsigned long long>(v));
+      }
+      engines = sender.engines();
       std::fflush(stdout);
       if (next < events.size() && sender.engines() == events[next].first) {
-        const std::string states = engine_states(sender);
+        const std::string states = engine_states(sender, victim);
         if (!events[next].second.empty() && states != events[next].second) {
           std::fprintf(stderr, "trainer %d: after version %llu the engines are \"%s\", not \"%s\"\n", rank,
                        static_cast<unsigned long long>(v), states.c_str(), events[next].second.c_str());
@@ -170,6 +219,10 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
           std::printf("trainers: at version %llu %d engines (%s)\n", static_cast<unsigned long long>(v), sender.engines(),
                       states.c_str());
         if (scenario == "join" && rank == 0) std::printf("trainers: an engine joined at version %llu;\n", static_cast<unsigned long long>(v));
+        if (victim && next == 0 && rank == 0) {
+          write_trigger(address, v + 2);
+          std::printf("trainers: the victim is hit in version %llu\n", static_cast<unsigned long long>(v + 2));
+        }
         ++next;
         last_event = v;
       }
@@ -177,14 +230,19 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
         last = v;
         break;
       }
-      if (v > 600) {
-        std::fprintf(stderr, "trainer %d: %zu of the scenario's %zu events by version 600\n", rank, next, events.size());
+      if (v > 1500) {
+        std::fprintf(stderr, "trainer %d: %zu of the scenario's %zu events by version 1500\n", rank, next, events.size());
         ok = 0;
         break;
       }
       if (v >= kBefore) std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     if (!sender.shutdown()) ok = 0;
+    if (ok && w.probes != probes) {
+      std::fprintf(stderr, "trainer %d: load_weights probed %d times at connect, %d times by the end: a join probed the trainers\n",
+                   rank, probes, w.probes);
+      ok = 0;
+    }
     const AdapterStats stats = sender.stats();
     if (ok && rank == 0) {
       for (const EngineRecord& e : stats.engines)
@@ -192,8 +250,9 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
                     static_cast<unsigned long long>(e.installed), e.why.empty() ? "" : ": ", e.why.c_str());
       std::printf("trainers: sent up to %llu\n", static_cast<unsigned long long>(last));
     }
-    // Killed: exactly one engine dropped, named with its cause, the others serving up to the last version.
-    if (ok && scenario == "kill") {
+    // Killed or stopped: exactly one engine dropped, named with its cause, the others serving up to the last
+    // version.
+    if (ok && victim) {
       int dropped = 0;
       for (const EngineRecord& e : stats.engines) {
         if (e.state == "dropped" && !e.why.empty() && e.installed < last) ++dropped;
@@ -219,22 +278,55 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
   return all == 1 ? 0 : 1;
 }
 
+// The victim's hook: in the version the trainers named, every worker is killed or stopped (the whole job,
+// as a crash or a frozen node would); a stopped one writes its pid for the script that resumes it.
+BeforeUpdateHook victim_hook(const std::string& address, const std::string& role, int rank, bool& hit) {
+  if (role != "killed" && role != "stopped") return {};
+  return [address, role, rank, &hit](std::uint64_t v) {
+    const std::uint64_t at = read_trigger(address);
+    if (hit || at == 0 || v < at) return;
+    hit = true;
+    if (role == "killed") std::raise(SIGKILL);
+    std::ofstream(address + ".stopped." + std::to_string(rank)) << getpid() << "\n";
+    std::raise(SIGSTOP);
+  };
+}
+
 int run_engine_job(const std::string& address, const std::string& mode, const std::string& role) {
-  int rank = 0;
+  int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  Worker w(false, "engines=1,tp=2", rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (role == "vanish") {  // admitted at the port, gone before the trainers take it
+    (void)comm::join_by_address(address, 30);
+    std::printf("vanishing joiner: admitted\n");
+    std::fflush(stdout);
+    std::raise(SIGKILL);
+  }
+  Worker w(false, ("engines=1,tp=" + std::to_string(size)).c_str(), rank);
   std::vector<std::uint64_t> installed;
   int ok = 0;
+  bool hit = false;
+  const bool stopped = role == "stopped";
   {
-    std::size_t seen = 0;  // versions whose hook ran
-    BeforeUpdateHook hook = [&](std::uint64_t) {
-      if (role == "killed" && ++seen == 5 && rank == 0) std::raise(SIGKILL);
-    };
     ReceiverAdapter receiver(MPI_COMM_WORLD, MPI_COMM_WORLD, w.params->parameters(), w.load(),
-                             options_for(address, mode, role == "killed" ? 5 : 30), hook);
-    ok = serve(receiver, w, "the joined engine", installed, role == "leave" ? 3 : 0) ? 1 : 0;
+                             options_for(address, mode), victim_hook(address, role, rank, hit));
+    PollResult failed;
+    ok = serve(receiver, w, "the joined engine", installed, role == "leave" ? 3 : 0, stopped ? &failed : nullptr) ? 1 : 0;
+    if (stopped) {
+      // Resumed after the trainers dropped it: its update ends in kFailed (an kAborted of the version it
+      // was in first), naming why.
+      if (failed.event == PollResult::Event::kAborted) failed = receiver.poll_requests();
+      ok = hit && failed.event == PollResult::Event::kFailed && !failed.status.message().empty() ? 1 : 0;
+      std::printf("joined engine worker %d: resumed: %s: %s\n", rank, poll_event_name(failed.event), failed.status.to_string().c_str());
+    }
   }
-  const std::uint64_t count = role == "leave" ? 3 : kAfter + 1;
+  if (stopped && ok) {
+    // It joins again: the first event after kConnected is kInstalled, then every later version.
+    installed.clear();
+    ReceiverAdapter again(MPI_COMM_WORLD, MPI_COMM_WORLD, w.params->parameters(), w.load(), options_for(address, mode));
+    ok = serve(again, w, "the engine that joined again", installed) ? 1 : 0;
+  }
+  const std::size_t count = role == "leave" ? 3 : kAfter + 1;
   if (ok && (installed.size() < count || installed.front() <= kBefore || !consecutive(installed, installed.front(), installed.back()))) {
     std::fprintf(stderr, "joined engine worker %d: %zu versions installed, not J.. in order (%llu or more) with J > %llu\n", rank,
                  installed.size(), static_cast<unsigned long long>(count), static_cast<unsigned long long>(kBefore));
@@ -243,7 +335,7 @@ int run_engine_job(const std::string& address, const std::string& mode, const st
   if (ok)
     std::printf("joined engine worker %d: first event after kConnected kInstalled %llu, then up to %llu, each bit for bit%s\n", rank,
                 static_cast<unsigned long long>(installed.front()), static_cast<unsigned long long>(installed.back()),
-                role == "leave" ? "; then it left" : "");
+                role == "leave" ? "; then it left" : stopped ? "; it had joined again" : "");
   int all = 0;
   MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   return all == 1 ? 0 : 1;
@@ -259,8 +351,7 @@ int main(int argc, char** argv) {
   try {
     if (role == "trainers") rc = wb::emu::run_trainer_job(argv[2], argv[3], argv[4]);
     else if (role == "engine") rc = wb::emu::run_engine_job(argv[2], argv[3], argv[4]);
-    else std::fprintf(stderr, "usage: join_engine trainers ADDRESS sync|receiver-staged join|leave|kill | "
-                              "engine ADDRESS sync|receiver-staged serve|leave|killed\n");
+    else std::fprintf(stderr, "usage: join_engine trainers ADDRESS MODE join|leave|kill|stop | engine ADDRESS MODE serve|leave|killed|stopped (MODE: sync, sender-staged, receiver-staged or async)\n");
   } catch (const wb::Error& error) {
     std::fprintf(stderr, "%s\n", error.status().to_string().c_str());
     rc = 1;

@@ -2,7 +2,9 @@
 // mpiruns (run_join_port.sh starts them, with one ompi-server):
 //   join_port trainer ADDRESS_FILE JOINS REFUSALS   2 ranks: rank 0 opens the port; exits 0 once JOINS
 //                                                    peers were admitted (each is sent one value, 42),
-//                                                    REFUSALS refused, and rank 1's knock ended the accept
+//                                                    REFUSALS refused, and rank 1's knock (with the
+//                                                    secret, before rank 0 stopped accepting) ended the
+//                                                    accept thread
 //   join_port joiner ADDRESS_FILE ok|refused         every rank of this job ends with the outcome its
 //                                                    leader met; exits 0 when it is the one expected
 #include <mpi.h>
@@ -24,11 +26,12 @@ constexpr double kTimeout = 20;
 
 // Trainer rank 1 ends rank 0's accept thread at the end (a knock): nothing wakes it from its own process.
 int run_knocker() {
-  char name[MPI_MAX_PORT_NAME] = {};
+  char name[MPI_MAX_PORT_NAME] = {}, secret[80] = {};
   MPI_Bcast(name, sizeof name, MPI_CHAR, 0, MPI_COMM_WORLD);
+  MPI_Bcast(secret, sizeof secret, MPI_CHAR, 0, MPI_COMM_WORLD);
   int go = 0;
   MPI_Bcast(&go, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  if (!wb::comm::knock(name, kTimeout)) {
+  if (!wb::comm::knock(wb::comm::JoinAddress{name, secret}, kTimeout)) {
     std::fprintf(stderr, "trainer 1: the knock did not complete\n");
     return 1;
   }
@@ -42,9 +45,11 @@ int run_trainer(const std::string& path, int joins, int refusals) {
   int admitted = 0;
   {
     wb::comm::JoinPort port(path, kTimeout);
-    char name[MPI_MAX_PORT_NAME] = {};
+    char name[MPI_MAX_PORT_NAME] = {}, secret[80] = {};
     std::snprintf(name, sizeof name, "%s", port.port_name().c_str());
+    std::snprintf(secret, sizeof secret, "%s", port.address().secret.c_str());
     MPI_Bcast(name, sizeof name, MPI_CHAR, 0, MPI_COMM_WORLD);
+    MPI_Bcast(secret, sizeof secret, MPI_CHAR, 0, MPI_COMM_WORLD);
     struct stat st {};
     if (stat(path.c_str(), &st) != 0 || (st.st_mode & 0777) != 0600) {
       std::fprintf(stderr, "trainer: the address file %s is not mode 0600 (%o)\n", path.c_str(), st.st_mode & 0777);
@@ -63,15 +68,15 @@ int run_trainer(const std::string& path, int joins, int refusals) {
         ++admitted;
       }
     }
-    port.stop_accepting();
     int go = 1;
-    MPI_Bcast(&go, 1, MPI_INT, 0, MPI_COMM_WORLD);  // trainer 1 knocks now
+    MPI_Bcast(&go, 1, MPI_INT, 0, MPI_COMM_WORLD);  // trainer 1 knocks now, before stop_accepting
     wb::comm::Backoff wait_stop;
     for (const double start = wb::comm::local_seconds(); !port.stopped(); wait_stop.pause())
       if (wb::comm::local_seconds() - start > kTimeout) {
         std::fprintf(stderr, "trainer: the accept thread did not end after the knock\n");
         return 1;
       }
+    port.stop_accepting();
     if (port.refused() != refusals) {
       std::fprintf(stderr, "trainer: %lld refusals, %d expected\n", static_cast<long long>(port.refused()), refusals);
       return 1;

@@ -5,8 +5,12 @@
 # SCENARIO join: one engine job joins after version 3; its first install is the trainers' version when
 #   they took it, and it installs every later one up to the trainers' last.
 # leave: an engine job joins, installs three versions and leaves; then another joins in its place.
-# kill: two engine jobs join; one is SIGKILLed during an update; the trainers warn once, naming it, and
-#   the other installs that version and every later one.
+# kill: three engine jobs join (2, 2 and 1 workers); the first is SIGKILLed during an update; the trainers
+#   warn once, naming it, and the other two install that version and every later one.
+# stop: as kill, but the first is SIGSTOPped during an update; once the trainers dropped it, this script
+#   resumes it (SIGCONT); it reports kFailed naming why, joins again and installs every later version.
+# vanish: a joiner is admitted at the port and dies before the trainers take it; the trainers warn, and the
+#   next joiner joins and installs every later version.
 set -euo pipefail
 program=$1
 mpiexec=${2:-mpirun}
@@ -36,18 +40,49 @@ for _ in $(seq 600); do
   sleep 0.1
 done
 grep -q "version 3 sent" "$dir/trainers.log" || { cat "$dir/trainers.log"; echo "the trainers never sent version 3"; exit 1; }
-engine() {  # engine NAME ROLE: starts an engine job in the background, its log $dir/NAME.log
-  run -np 2 "$program" engine "$dir/address" "$mode" "$2" > "$dir/$1.log" 2>&1 &
+engine() {  # engine NAME ROLE [WORKERS]: starts an engine job in the background, its log $dir/NAME.log
+  run -np "${3:-2}" "$program" engine "$dir/address" "$mode" "$2" > "$dir/$1.log" 2>&1 &
   engines+=($!)
 }
 fail() { for f in "$dir"/*.log; do echo "== $f"; cat "$f"; done; echo "$@"; exit 1; }
+engines_at() {  # engines_at N: waits until the trainers count N engines (one job joins at a time)
+  for _ in $(seq 1200); do
+    grep -q "^trainers: $1 engines after version" "$dir/trainers.log" 2>/dev/null && return
+    kill -0 "$trainers" 2>/dev/null || break
+    sleep 0.1
+  done
+  fail "the trainers never counted $1 engines"
+}
 case $scenario in
   join) engine first serve ;;
   leave)
     engine first leave
     wait "${engines[0]}" || fail "the engine job that leaves failed"
     engine second serve ;;
-  kill) engine first killed; engine second serve ;;
+  vanish)
+    engine first vanish 1
+    wait "${engines[0]}" && fail "the vanishing joiner ended with 0" || true
+    for _ in $(seq 600); do
+      grep -q "did not answer when taken" "$dir/trainers.log" 2>/dev/null && break
+      kill -0 "$trainers" 2>/dev/null || break
+      sleep 0.1
+    done
+    grep -q "did not answer when taken" "$dir/trainers.log" || fail "the trainers did not warn about the joiner that vanished"
+    engine second serve ;;
+  kill) engine first killed; engines_at 2; engine second serve; engines_at 3; engine third serve 1 ;;
+  stop)
+    engine first stopped; engines_at 2; engine second serve; engines_at 3; engine third serve 1
+    # Resumed once the trainers dropped it (their warning), every worker of it by the pid it wrote.
+    for _ in $(seq 1200); do
+      grep -q "was dropped after version" "$dir/trainers.log" 2>/dev/null && break
+      kill -0 "$trainers" 2>/dev/null || break
+      sleep 0.1
+    done
+    grep -q "was dropped after version" "$dir/trainers.log" || fail "the trainers never dropped the stopped engine"
+    for rank in 0 1; do
+      [[ -s $dir/address.stopped.$rank ]] || fail "engine worker $rank of the stopped job wrote no pid"
+      kill -CONT "$(cat "$dir/address.stopped.$rank")"
+    done ;;
 esac
 trainers_rc=0
 wait "$trainers" || trainers_rc=$?
@@ -64,17 +99,37 @@ case $scenario in
     # every worker: none older, none later.
     joined_at=$(sed -n 's/^trainers: an engine joined at version \([0-9]*\);.*/\1/p' "$dir/trainers.log")
     firsts=$(sed -n 's/^joined engine worker [0-9]*: first event after kConnected kInstalled \([0-9]*\),.*/\1/p' "$dir/first.log" | sort -u)
-    [[ -n $joined_at && $firsts == "$joined_at" ]] || fail "the trainers took the joiner at version '$joined_at'; its workers installed first '$firsts'" ;;
+    [[ -n $joined_at && $firsts == "$joined_at" ]] || fail "the trainers took the joiner at version '$joined_at'; its workers installed first '$firsts'"
+    [[ ${rcs[0]} == 0 ]] || fail "the engine job failed (${rcs[0]})" ;;
   leave)
     [[ $(grep -c "then it left" "$dir/first.log") == 2 ]] || fail "the first engine's workers did not both leave"
     serving=$dir/second.log ;;
-  kill)
-    [[ ${rcs[0]} != 0 ]] || fail "the killed engine job ended with 0"
-    [[ $(grep -c "was dropped after version" "$dir/trainers.log") == 1 ]] || fail "not one warning naming the lost engine"
+  vanish)
+    [[ $(grep -c "did not answer when taken" "$dir/trainers.log") == 1 ]] || fail "no warning about the joiner that vanished"
     serving=$dir/second.log ;;
+  kill|stop)
+    [[ $(grep -c "was dropped after version" "$dir/trainers.log") == 1 ]] || fail "not one warning naming the lost engine"
+    hit=$(sed -n 's/^trainers: the victim is hit in version \([0-9]*\)$/\1/p' "$dir/trainers.log")
+    dropped=$(sed -n 's/.* was dropped after version \([0-9]*\) .*/\1/p' "$dir/trainers.log")
+    [[ -n $hit && $dropped == $((hit - 1)) ]] || fail "the victim was hit in version '$hit' but dropped after version '$dropped'"
+    if [[ $scenario == kill ]]; then
+      [[ ${rcs[0]} != 0 ]] || fail "the killed engine job ended with 0"
+      serving="$dir/second.log $dir/third.log"
+    else
+      [[ ${rcs[0]} == 0 ]] || fail "the stopped engine job failed (${rcs[0]})"
+      [[ $(grep -c "resumed: failed: " "$dir/first.log") == 2 ]] || fail "the resumed engine's workers did not both report kFailed"
+      serving="$dir/first.log $dir/second.log $dir/third.log"
+    fi
+    # The others installed the version the victim was hit in, bit for bit (J.. in order, J before it).
+    for f in $dir/second.log $dir/third.log; do
+      firsts=$(sed -n 's/^joined engine worker [0-9]*: first event after kConnected kInstalled \([0-9]*\),.*/\1/p' "$f" | sort -u)
+      [[ -n $firsts && $firsts -le $hit ]] || fail "$(basename "$f"): first install '$firsts', after the version the victim was hit in ($hit)"
+    done ;;
 esac
-[[ ${rcs[-1]} == 0 ]] || fail "the serving engine job failed (${rcs[-1]})"
-lasts=$(sed -n 's/^joined engine worker [0-9]*: .*then up to \([0-9]*\),.*/\1/p' "$serving" | sort -u)
-[[ -n $last && $lasts == "$last" ]] || fail "the trainers sent up to '$last'; the serving joiner's workers installed up to '$lasts'"
+for rc in "${rcs[@]:1}"; do [[ $rc == 0 ]] || fail "a serving engine job failed ($rc)"; done
+for f in $serving; do
+  lasts=$(sed -n 's/^joined engine worker [0-9]*: .*then up to \([0-9]*\),.*/\1/p' "$f" | sort -u)
+  [[ -n $last && $lasts == "$last" ]] || fail "the trainers sent up to '$last'; $(basename "$f")'s workers installed up to '$lasts'"
+done
 for f in "$dir"/*.log; do echo "== $(basename "$f")"; cat "$f"; done
 echo "elastic $scenario ($mode): passed"

@@ -1,10 +1,15 @@
 // A trainer job that starts with no engine at all (issue 31): a world of trainers only constructs and
 // connects its adapters, its load_weights is still probed (a bad one fails connect on every trainer), and
-// send_weights returns at once in every mode, sending nothing.
+// send_weights returns at once in every mode, sending nothing. Its join port closes on every path, an
+// adapter destroyed by an exception included.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
@@ -106,6 +111,49 @@ TEST(NoEngineFailures, ABadTrainerLoaderFailsConnectOnEveryTrainer) {
   EXPECT_NE(message.find("model.no_such_tensor"), std::string::npos) << message;
   EXPECT_FALSE(sender.connected());
 }
+
+// A trainer job that takes joins by address, whose SenderAdapter is destroyed by an exception without
+// shutdown() (on every trainer, or on trainer 0 only while trainer 1 shuts down): the accept thread on trainer
+// 0 ends (trainer 1 knocks with the secret, no step of the trainers needed) and the address file goes, well
+// within the timeout. Before, trainer 0 waited twice the timeout for a knock that never came, left the
+// thread in MPI_Comm_accept, and MPI_Finalize hung.
+class JoinPortAtAnException : public ::testing::TestWithParam<bool> {};
+
+TEST_P(JoinPortAtAnException, TheAcceptThreadEndsAndTheAddressFileGoes) {
+  const bool every_trainer_throws = GetParam();
+  Trainers t;
+  int id = t.rank == 0 ? static_cast<int>(::getpid()) : 0;
+  MPI_Bcast(&id, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  const std::string path = "/tmp/wb-join-test-" + std::to_string(id) + (every_trainer_throws ? "-all" : "-one");
+  AdapterOptions options;
+  options.timeout_seconds = 10;
+  options.join_address = path;
+  std::chrono::steady_clock::time_point thrown;
+  try {
+    SenderAdapter sender(MPI_COMM_WORLD, MPI_COMM_WORLD, t.params->parameters(), t.tensors, t.load(), options);
+    sender.connect();
+    for (std::uint64_t v = 1; v <= 2; ++v) ASSERT_TRUE(sender.send_weights(v).is_ok());
+    struct stat st {};
+    if (t.rank == 0) {
+      ASSERT_EQ(::stat(path.c_str(), &st), 0) << "no address file " << path;
+    }
+    thrown = std::chrono::steady_clock::now();
+    if (every_trainer_throws || t.rank == 0) throw std::runtime_error("the training step failed");
+    (void)sender.shutdown();  // fails once trainer 0's departure is known; the port closes either way
+  } catch (const std::runtime_error&) {
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - thrown).count();
+  EXPECT_LT(seconds, 5.0) << "trainer " << t.rank << ": the adapter's end took " << seconds << " s";
+  MPI_Barrier(MPI_COMM_WORLD);
+  struct stat st {};
+  EXPECT_NE(::stat(path.c_str(), &st), 0) << "the address file " << path << " is still there";
+  ::unlink(path.c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, JoinPortAtAnException, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return std::string(info.param ? "EveryTrainerThrows" : "TrainerZeroThrows");
+                         });
 
 }  // namespace
 }  // namespace wb::emu
