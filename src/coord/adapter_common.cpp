@@ -333,11 +333,11 @@ Status AdapterBase::run_transfer(std::uint64_t v, void* cuda_stream) {
   return status;
 }
 
-void AdapterBase::start_background(std::uint64_t v) {
+void AdapterBase::start_background(std::uint64_t v, const std::atomic<int>* packable) {
   RoundExecutor& executor = *connection->executor;
   background_version = v;
   background_bytes_before = executor.stats().bytes_written;  // read while no transfer runs
-  thread.start([&executor] { return executor.run_update(); });
+  thread.start([&executor, packable] { return executor.run_update({}, packable); });
 }
 
 Status AdapterBase::claim_background(const std::string& what) {

@@ -4,6 +4,7 @@
 
 #include <mpi.h>
 
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -96,8 +97,8 @@ struct AdapterBase {
   /// Runs one transfer on this thread and records it (history, statistics). CUDA parameters moved in place:
   /// ordered after the work on `cuda_stream` (a cudaStream_t; null: the legacy default stream).
   Status run_transfer(std::uint64_t v, void* cuda_stream = nullptr);
-  /// Starts one transfer on the background thread (staged sides).
-  void start_background(std::uint64_t v);
+  /// Starts one transfer on the background thread (staged sides); `packable` as for RoundExecutor::run_update.
+  void start_background(std::uint64_t v, const std::atomic<int>* packable = nullptr);
   /// Waits for the background transfer and records it; returns early with the failure a peer announced or
   /// a timeout (the transfer, watching the same notices and deadline, then ends on its own).
   Status claim_background(const std::string& what);

@@ -387,12 +387,23 @@ Staging stage_parameters(const Connect& c, const RoundSchedule& schedule) {
   Staging staging;
   const bool stages = roles.trainer ? options.sender_staging : options.receiver_staging;
   if (stages) {
+    const std::size_t parameters = c.in.params->size();
     std::vector<BufferCopy> copies;
-    for (const RoundPlan& round : schedule.rounds)
+    std::vector<std::size_t> round_ends;
+    for (const RoundPlan& round : schedule.rounds) {
       for (const BufferCopy& copy : roles.trainer ? round.pack : round.assemble)
-        if (copy.copy.parameter < c.in.params->size()) copies.push_back(copy);  // not the FP8 pack's own buffers
-    staging = Staging(*c.in.params, touched_ranges(copies, c.in.params->size()));
-    if (roles.trainer) throw_if_error(staging.copy_from(*c.in.params));
+        if (copy.copy.parameter < parameters) copies.push_back(copy);  // not the FP8 pack's own buffers
+      round_ends.push_back(copies.size());
+    }
+    staging = Staging(*c.in.params, touched_ranges(copies, parameters));
+    if (roles.trainer) {
+      // Staged in the order the rounds read it, so that an update's transfer starts with its first round's bytes.
+      std::vector<std::span<const BufferCopy>> by_round;
+      for (std::size_t r = 0, first = 0; r < round_ends.size(); first = round_ends[r++])
+        by_round.push_back(std::span<const BufferCopy>(copies).subspan(first, round_ends[r] - first));
+      staging.order_by_rounds(by_round);
+      throw_if_error(staging.copy_from(*c.in.params));
+    }
   }
   return staging;
 }

@@ -27,6 +27,7 @@ struct SenderAdapter::State : AdapterBase {
   double requested_at = 0;             // when the version in flight was requested
   std::optional<StallInterval> open_stall;  // send_weights' stall, while it lasts
   comm::SpanSummary rollout_stalls;    // trainer rank 0: the engines' stalls for the version in flight
+  std::atomic<int> staged_rounds{0};   // sender staging by round: rounds whose sources are staged (run_update's gate)
 
   AdapterOptions given;                      // what a joined engine's link is constructed with (no port)
   TrainersJoinPort port;                     // when joins by address are taken
@@ -391,8 +392,14 @@ Status SenderAdapter::State::send(std::uint64_t version, void* cuda_stream, cons
       return s.give_up(status, "version " + std::to_string(version) + ": quantizing to FP8: ");
     }
   }
-  if (s.options.sender_staging) {
-    // The staged copy is what the transfer reads: the trainer may change its parameters from here on.
+  if (s.options.sender_staging && s.connection->staging.stages_by_round()) {
+    // The staged copy is what the transfer reads, and the trainer may change its parameters once this
+    // returns. Host staging is copied in the order of the rounds while the transfer already packs and
+    // sends those staged (a copy of host memory cannot fail), so the copy's time leaves the EWTT.
+    s.staged_rounds.store(0, std::memory_order_relaxed);
+    s.start_background(version, &s.staged_rounds);
+    (void)s.connection->staging.copy_from_by_round(s.params, s.staged_rounds);
+  } else if (s.options.sender_staging) {
     status = s.connection->staging.copy_from(s.params, cuda_stream);
     if (!status) {
       s.in_flight = false;

@@ -7,13 +7,14 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <iterator>
 #include <string>
 
 #include "core/checks.hpp"
 
 namespace wb::coord {
 
-std::vector<ByteRanges> touched_ranges(const std::vector<BufferCopy>& copies, std::size_t parameters) {
+std::vector<ByteRanges> touched_ranges(std::span<const BufferCopy> copies, std::size_t parameters) {
   std::vector<ByteRanges> ranges(parameters);
   struct Axis {
     std::int64_t extent, stride;
@@ -119,9 +120,10 @@ Staging::Staging(const ParameterSet& params, std::vector<ByteRanges> ranges) : a
 Staging::~Staging() { release(); }
 
 Staging::Staging(Staging&& other) noexcept
-    : copies_(std::move(other.copies_)), bytes_(other.bytes_), active_(other.active_), stream_(std::move(other.stream_)),
+    : copies_(std::move(other.copies_)), round_pieces_(std::move(other.round_pieces_)), bytes_(other.bytes_), active_(other.active_), stream_(std::move(other.stream_)),
       pinned_(std::move(other.pinned_)) {
   other.copies_.clear();
+  other.round_pieces_.clear();
   other.pinned_.clear();
   other.bytes_ = 0;
   other.active_ = false;
@@ -131,11 +133,13 @@ Staging& Staging::operator=(Staging&& other) noexcept {
   if (this != &other) {
     release();
     copies_ = std::move(other.copies_);
+    round_pieces_ = std::move(other.round_pieces_);
     bytes_ = other.bytes_;
     active_ = other.active_;
     stream_ = std::move(other.stream_);
     pinned_ = std::move(other.pinned_);
     other.copies_.clear();
+    other.round_pieces_.clear();
     other.pinned_.clear();
     other.bytes_ = 0;
     other.active_ = false;
@@ -150,6 +154,7 @@ void Staging::release() {
   for (Copy& copy : copies_)
     if (copy.data != nullptr) ::munmap(copy.data, copy.mapped);
   copies_.clear();
+  round_pieces_.clear();
   bytes_ = 0;
   active_ = false;
 }
@@ -178,6 +183,71 @@ Status Staging::copy(const ParameterSet& params, bool to_staging, void* after_st
 }
 
 Status Staging::copy_from(const ParameterSet& params, void* after_stream) { return copy(params, true, after_stream); }
+
+namespace {
+
+// `ranges` less `covered` (both sorted and disjoint), appended to `out` as pieces of `parameter`.
+template <typename Piece>
+void append_uncovered(std::size_t parameter, const ByteRanges& ranges, const ByteRanges& covered, std::vector<Piece>& out) {
+  auto c = covered.begin();
+  for (auto [first, last] : ranges) {
+    while (c != covered.end() && c->second <= first) ++c;
+    for (auto d = c; d != covered.end() && d->first < last; ++d) {
+      if (d->first > first) out.push_back({parameter, first, d->first});
+      first = std::max(first, d->second);
+    }
+    if (first < last) out.push_back({parameter, first, last});
+  }
+}
+
+// `a` and `b` (sorted, disjoint) merged into one such list.
+ByteRanges merged(const ByteRanges& a, const ByteRanges& b) {
+  ByteRanges all;
+  std::merge(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(all));
+  ByteRanges out;
+  for (const auto& range : all) {
+    if (!out.empty() && range.first <= out.back().second)
+      out.back().second = std::max(out.back().second, range.second);
+    else
+      out.push_back(range);
+  }
+  return out;
+}
+
+}  // namespace
+
+void Staging::order_by_rounds(std::span<const std::span<const BufferCopy>> rounds) {
+  round_pieces_.assign(rounds.size(), {});
+  std::vector<ByteRanges> covered(copies_.size());
+  for (std::size_t r = 0; r < rounds.size(); ++r) {
+    const std::vector<ByteRanges> packed = touched_ranges(rounds[r], copies_.size());
+    for (std::size_t p = 0; p < packed.size(); ++p) {
+      if (packed[p].empty() || copies_[p].data == nullptr) continue;
+      append_uncovered(p, packed[p], covered[p], round_pieces_[r]);
+      covered[p] = merged(covered[p], packed[p]);
+    }
+  }
+  // What the staging holds beyond the rounds' ranges (none when both come from one schedule) goes last.
+  std::vector<Piece> rest;
+  for (std::size_t p = 0; p < copies_.size(); ++p) append_uncovered(p, copies_[p].ranges, covered[p], rest);
+  if (!rest.empty()) round_pieces_.push_back(std::move(rest));
+}
+
+Status Staging::copy_from_by_round(const ParameterSet& params, std::atomic<int>& staged, void* after_stream) {
+  if (!stages_by_round()) {
+    const Status status = copy_from(params, after_stream);
+    staged.store(status ? kAllRoundsStaged : -1, std::memory_order_release);
+    return status;
+  }
+  for (std::size_t r = 0; r < round_pieces_.size(); ++r) {
+    for (const Piece& piece : round_pieces_[r])
+      std::memcpy(copies_[piece.parameter].data + piece.first, static_cast<const std::byte*>(params[piece.parameter].view.data) + piece.first,
+                  static_cast<std::size_t>(piece.last - piece.first));
+    staged.store(static_cast<int>(r + 1), std::memory_order_release);
+  }
+  staged.store(kAllRoundsStaged, std::memory_order_release);
+  return Status::ok();
+}
 
 Status Staging::copy_to(const ParameterSet& params, void* after_stream) { return copy(params, false, after_stream); }
 

@@ -3,8 +3,10 @@
 // version arrives in before it is installed at one step (receiver staging). Allocated at connect.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -19,7 +21,7 @@ namespace wb::coord {
 using ByteRanges = std::vector<std::pair<std::int64_t, std::int64_t>>;
 
 /// The bytes of their parameters that `copies` touch, per parameter: sorted, disjoint, adjacent ranges merged.
-std::vector<ByteRanges> touched_ranges(const std::vector<BufferCopy>& copies, std::size_t parameters);
+std::vector<ByteRanges> touched_ranges(std::span<const BufferCopy> copies, std::size_t parameters);
 
 /// Sorted, disjoint ranges with every gap of at most `gap` bytes closed: the copies of one parameter when
 /// a copy costs more to issue than `gap` bytes cost to move (device copies: a launch is worth ~64 KiB).
@@ -53,6 +55,17 @@ class Staging {
   /// cudaStream_t; null: the legacy default stream, and with it every blocking stream).
   Status copy_from(const ParameterSet& params, void* after_stream = nullptr);
   Status copy_to(const ParameterSet& params, void* after_stream = nullptr);
+  /// Sender staging: `rounds[r]` the copies that round r of the schedule packs (those this staging was made
+  /// from); kept as pieces so that copy_from_by_round stages in the order the transfer reads.
+  void order_by_rounds(std::span<const std::span<const BufferCopy>> rounds);
+  /// Host staging ordered by rounds: copy_from in that order, `staged` set to r + 1 (release) once all that
+  /// rounds 0..r pack is staged, so that a transfer started before packs round r as soon as it may. The
+  /// staging's other ranges, if any, last. Otherwise (CUDA parameters, no order): copy_from, then `staged`
+  /// set to kAllRoundsStaged, or to -1 when the copy failed.
+  Status copy_from_by_round(const ParameterSet& params, std::atomic<int>& staged, void* after_stream = nullptr);
+  static constexpr int kAllRoundsStaged = 1 << 30;
+  /// Whether copy_from_by_round stages round by round (a transfer may start before it).
+  bool stages_by_round() const { return !stream_.valid() && !round_pieces_.empty(); }
   /// What the executor reads or writes: the host staging for a side that stages (the parameters it does not
   /// stage are never touched), the parameters themselves otherwise.
   ParameterMemory memory(const ParameterSet& params) const;
@@ -70,6 +83,11 @@ class Staging {
     ByteRanges ranges;
   };
   std::vector<Copy> copies_;
+  struct Piece {
+    std::size_t parameter = 0;
+    std::int64_t first = 0, last = 0;
+  };
+  std::vector<std::vector<Piece>> round_pieces_;  // order_by_rounds: each byte in the first round that packs it
   std::int64_t bytes_ = 0;
   bool active_ = false;                 // constructed for a side that stages
   DeviceCopyStream stream_;             // CUDA parameters

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -86,6 +87,7 @@ struct RoundExecutor::State {
   std::vector<MPI_Request> grant_requests;
   std::deque<std::uint64_t> grant_buffers;  // one per grant request; a deque, so buffers in flight never move
   std::unique_ptr<exec::Verifier> verifier;  // options.verify
+  const std::atomic<int>* packable = nullptr;  // run_update's, during the update
 
   /// The schedule round that global round `g` runs (rounds are numbered across updates), and its work.
   std::size_t round_index(std::uint64_t g) const { return static_cast<std::size_t>(g % static_cast<std::uint64_t>(rounds)); }

@@ -182,6 +182,11 @@ struct InFlight {
 Status pack_round(RoundExecutor::State& s, const UpdateRounds& u, const InFlight& round, bool& progressed) {
   RoundProgress& p = round.p;
   if (!round.work.packs || p.packed) return Status::ok();
+  if (s.packable != nullptr && !p.pack_started) {
+    const int ready = s.packable->load(std::memory_order_acquire);
+    if (ready < 0) return step_failed(s, Status(ErrorCode::kSystem, "its sources were not made (the staging copy failed)"), "pack", round.g);
+    if (static_cast<std::int64_t>(s.round_index(round.g)) >= ready) return Status::ok();  // its sources are not ready yet
+  }
   const bool was_started = p.pack_started;
   if (s.options.trace && p.pack_begin == 0) p.pack_begin = seconds_now();
   const Status status = s.engine->advance(exec::CopyStep::kPack, s.round_index(round.g), slot_of(u, round.g),
@@ -431,6 +436,8 @@ WaitState RoundExecutor::State::wait_state(std::uint64_t g) {
   }
   if (p.done < p.posts) add(std::to_string(p.posts - p.done) + " posts to complete");
   if (p.pack_started && !p.packed) add("the pack kernel to finish");
+  if (packable != nullptr && round.packs && !p.pack_started && static_cast<std::int64_t>(round_index(g)) >= packable->load())
+    add("its sources (the staging copy of round " + std::to_string(round_index(g) + 1) + ")");
   if (p.assemble_started && !p.assembled) add("the assemble kernel to finish");
   if (waiting.empty()) waiting = "its own work";
   std::sort(state.second.begin(), state.second.end());
@@ -439,8 +446,15 @@ WaitState RoundExecutor::State::wait_state(std::uint64_t g) {
 }
 
 
-Status RoundExecutor::run_update(const DeviceOrdering& after) {
+Status RoundExecutor::run_update(const DeviceOrdering& after, const std::atomic<int>* packable) {
   State& s = *state_;
+  if (packable != nullptr && s.parameters.memory != MemoryKind::kHost)
+    return Status(ErrorCode::kInvalidArgument, "run_update: packing as sources become ready is for host parameters only");
+  s.packable = packable;
+  struct Clear {
+    State& s;
+    ~Clear() { s.packable = nullptr; }
+  } clear{s};
   // A peer that gave up before this update began: nothing is written or assembled.
   Status status = s.options.interrupt ? s.options.interrupt(nullptr) : Status::ok();
   if (status && s.options.enter_together) {

@@ -18,6 +18,7 @@
 
 #include <mpi.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -153,7 +154,12 @@ class RoundExecutor {
   /// receives is assembled into its parameters. Every rank of the plan runs the same number of updates.
   /// CUDA parameters: ordered after `after` (DeviceOrdering); a lost CUDA context (a kernel faulted) is
   /// one error, "CUDA context lost (a pack/assemble kernel faulted)", from then on.
-  Status run_update(const DeviceOrdering& after = {});
+  ///
+  /// `packable`, when given (a trainer whose sources are still being written, such as sender staging
+  /// copied while the transfer starts): round r is packed only once it holds more than r (acquire), so
+  /// whoever writes the sources stores r + 1 (release) when all that rounds 0..r pack is ready; a negative
+  /// value fails the update (the sources could not be made). Host parameters only.
+  Status run_update(const DeviceOrdering& after = {}, const std::atomic<int>* packable = nullptr);
 
   /// Parameter `parameter`, found at `from`, is at `to` from now on (its framework rebound it to new memory
   /// of the same size): the next update packs from or assembles into `to`. False, changing nothing, when

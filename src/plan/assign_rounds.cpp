@@ -13,6 +13,9 @@
 namespace wb::plan_detail {
 namespace {
 
+// The most slots deepen_pipeline gives a worker (more bought nothing in the measurement it cites).
+constexpr int kDeepestPipeline = 8;
+
 // Per atom, its distinct needer workers as one id (in order of first appearance): atoms with the same
 // needers are handed on alike.
 std::vector<std::uint32_t> needer_ids(const std::vector<Atom>& atoms) {
@@ -95,6 +98,19 @@ void sort_and_merge(const Correspondence& correspondence, const AtomRoutes& rout
   }
   plan.segments = std::move(sorted);
   plan.landers = std::move(landers);
+}
+
+// Rounds that fill less of their slots than the budget allows (a model small for the buffer, many rounds
+// for the fill at the end): more slots in flight, up to kDeepestPipeline, within the same buffer memory. A
+// relay holds its receive slot until its forwards are done, so with only the requested depth the trainers
+// wait for slots while links idle: at 4 replicas on 1 Gbit/s links, 8 slots gave 1.09 x T_min where 4 gave
+// 1.21 x (the same rounds). Depth 1 (no relays) stays.
+void deepen_pipeline(TransferPlan& plan, std::int64_t budget) {
+  if (plan.pipeline_depth < 2) return;
+  std::int64_t largest = 1;
+  for (std::size_t w = 0; w < plan.worker_send_slot_bytes.size(); ++w)
+    largest = std::max(largest, plan.worker_send_slot_bytes[w] + plan.worker_receive_slot_bytes[w]);
+  plan.pipeline_depth = static_cast<int>(std::clamp<std::int64_t>(budget / largest, plan.pipeline_depth, std::max(plan.pipeline_depth, kDeepestPipeline)));
 }
 
 }  // namespace
@@ -237,6 +253,7 @@ RoutedRounds route_rounds(const PlanBasis& basis, const Exchange& exchange, int 
                                                    std::to_string(budget) + " bytes per worker (raise the budget)");
     rounds += std::max(1, rounds / 8);
   }
+  deepen_pipeline(plan, budget);
   if (exchange.fan_out == kRelayAllToAll || exchange.height <= 1) {
     plan.exchange = "all-to-all";
   } else {

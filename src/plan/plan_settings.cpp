@@ -17,8 +17,9 @@ Setting<std::int64_t> buffer_mib_setting("buffer_mib", 2048,
                                          "receive; fewer bytes mean more rounds. connect fits the smallest any worker gives.",
                                          1, std::int64_t{1} << 30);
 Setting<std::int64_t> pipeline_depth_setting("pipeline_depth", 4,
-                                             "Transfer rounds in flight per worker (4 by default: with 2, a link idles "
-                                             "while a round's completion travels back; 8 buys no more).",
+                                             "Transfer rounds in flight per worker, at least (4 by default: with 2, a link "
+                                             "idles while a round's completion travels back). Rounds smaller than their "
+                                             "share of the buffer get more slots in flight, up to 8, in the same memory.",
                                              1, 64);
 Setting<double> node_gbps_setting("node_gbps", 400,
                                   "Inter-node network bandwidth per node, GB/s each direction, for planning and T_min "

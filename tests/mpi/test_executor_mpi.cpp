@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "../support/executor_rank.hpp"
 #include "emu/check/checkpoint_check.hpp"
@@ -143,6 +145,47 @@ TEST(ExecutorUnderMpiRebound, UpdatesFollowParametersMovedBetweenThem) {
     for (std::size_t b = 0; b < p.view.nbytes(); ++b)
       ASSERT_EQ(static_cast<unsigned char*>(p.view.data)[b], 0xAB) << "rank " << rank << ": the old memory of " << p.name
                                                                     << " was written at byte " << b;
+}
+
+// run_update's gate (what sender staging copied round by round uses): the trainers start their update
+// with no round's sources ready, write the version into their parameters 300 ms later, and only then open
+// the gate. Every rollout parameter must be that version: a round packed before its gate opened would carry
+// the pattern the trainers' parameters held until then.
+TEST(ExecutorUnderMpiGated, RoundsArePackedOnlyOnceTheGateSaysTheirSourcesAreReady) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  testing_support::ExecutorRank r = testing_support::executor_rank({"qwen3-30b-a3b", 3, "tp=2,ep=2", "engines=3,tp=2,ep=2", 2},
+                                                                   96 << 10, MPI_COMM_WORLD);
+  const EmulatedWorker& worker = *r.setup.worker;
+  ParameterMemory memory;
+  for (const Parameter& p : r.host.parameters()) {
+    std::memset(p.view.data, 0xAB, p.view.nbytes());
+    memory.data.push_back(static_cast<std::byte*>(p.view.data));
+    memory.bytes.push_back(p.view.nbytes());
+  }
+  ExecutorOptions options;
+  options.timeout_seconds = 60;
+  RoundExecutor executor(std::move(r.schedule), memory, MPI_COMM_WORLD, options);
+  const SyntheticCheckpoint checkpoint(r.setup.tensors, 3001);
+  std::atomic<int> packable{0};
+  Status status;
+  if (r.trainer) {
+    std::thread update([&] { status = executor.run_update({}, &packable); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    worker.load_weights(checkpoint, r.host.parameters());
+    packable.store(1 << 30, std::memory_order_release);
+    update.join();
+  } else {
+    status = executor.run_update();
+  }
+  ASSERT_TRUE(status.is_ok()) << status.to_string();
+  if (!r.trainer) {
+    HostParameters expected(worker.parameter_infos());
+    for (std::size_t p = 0; p < expected.parameters().size(); ++p)
+      std::memcpy(expected.parameters()[p].view.data, r.host.parameters()[p].view.data, memory.bytes[p]);
+    worker.load_weights(checkpoint, expected.parameters());
+    ASSERT_EQ(first_difference(r.host.parameters(), expected.parameters()), "") << "rank " << rank;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

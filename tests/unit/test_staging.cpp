@@ -3,11 +3,13 @@
 // GPU only (tests/gpu, scripts/gpu-check.sh); the ranges they copy are decided here, on the host.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
 #include "coord/staging.hpp"
+#include "plan/round_schedule.hpp"
 
 namespace wb::coord {
 namespace {
@@ -83,6 +85,64 @@ TEST(Staging, ASideThatDoesNotStageHandsOverTheParametersInTheirOwnMemory) {
   EXPECT_EQ(on_device.memory, MemoryKind::kCuda);
   EXPECT_EQ(on_device.device, 3);
   EXPECT_EQ(on_device.bytes[0], 64u);
+}
+
+// A contiguous run of `n` one-byte elements of `parameter` from element `first`, as a round packs it.
+BufferCopy run_of(std::uint32_t parameter, std::int64_t first, std::int64_t n) {
+  return BufferCopy{SliceCopy{0, parameter, Box{{0}, {n}}, first, {1}}, 0, 1};
+}
+
+TEST(Staging, SenderStagingByRoundCopiesEachByteOnceInTheOrderTheRoundsPackIt) {
+  std::vector<std::uint8_t> a(10000), b(300);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<std::uint8_t>(i * 7 + 1);
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<std::uint8_t>(i * 3 + 2);
+  ParameterSet params;
+  params.add("a", TensorView::contiguous(a.data(), DType::kU8, {10000}));
+  params.add("b", TensorView::contiguous(b.data(), DType::kU8, {300}));
+  // Round 0 packs a[100, 150) and a[5000]; round 1 a[120, 200) (partly staged by round 0) and b[0, 10);
+  // round 2 nothing; round 3 b[5, 20).
+  const std::vector<std::vector<BufferCopy>> rounds = {
+      {run_of(0, 100, 50), run_of(0, 5000, 1)}, {run_of(0, 120, 80), run_of(1, 0, 10)}, {}, {run_of(1, 5, 15)}};
+  std::vector<BufferCopy> all;
+  for (const auto& round : rounds) all.insert(all.end(), round.begin(), round.end());
+  Staging staging(params, touched_ranges(all, params.size()));
+  EXPECT_EQ(staging.bytes(), 100 + 1 + 20);
+  EXPECT_FALSE(staging.stages_by_round());
+  std::vector<std::span<const BufferCopy>> by_round(rounds.begin(), rounds.end());
+  staging.order_by_rounds(by_round);
+  ASSERT_TRUE(staging.stages_by_round());
+
+  std::atomic<int> staged{-5};
+  ASSERT_TRUE(staging.copy_from_by_round(params, staged).is_ok());
+  EXPECT_EQ(staged.load(), Staging::kAllRoundsStaged);
+  const ParameterMemory memory = staging.memory(params);
+  EXPECT_EQ(std::memcmp(memory.data[0] + 100, a.data() + 100, 100), 0);
+  EXPECT_EQ(memory.data[0][5000], std::byte{a[5000]});
+  EXPECT_EQ(std::memcmp(memory.data[1], b.data(), 20), 0);
+  // The staging's other bytes were never written (its pages start zeroed).
+  EXPECT_EQ(memory.data[0][99], std::byte{0});
+  EXPECT_EQ(memory.data[0][200], std::byte{0});
+  EXPECT_EQ(memory.data[1][20], std::byte{0});
+  // Each byte once: what a copy by rounds moves is exactly what the staging holds.
+  EXPECT_EQ(staging.copies_per_version(), 3u);
+
+  // Changed parameters are staged again by the next copy, round by round as before.
+  a[150] = static_cast<std::uint8_t>(a[150] + 1);
+  b[19] = static_cast<std::uint8_t>(b[19] + 1);
+  ASSERT_TRUE(staging.copy_from_by_round(params, staged).is_ok());
+  EXPECT_EQ(memory.data[0][150], std::byte{a[150]});
+  EXPECT_EQ(memory.data[1][19], std::byte{b[19]});
+}
+
+TEST(Staging, WithoutARoundOrderTheCopyIsWholeAndThenEveryRoundIsPackable) {
+  std::vector<std::uint8_t> a(64, 9);
+  ParameterSet params;
+  params.add("a", TensorView::contiguous(a.data(), DType::kU8, {64}));
+  Staging staging(params, {{{0, 64}}});
+  std::atomic<int> staged{0};
+  ASSERT_TRUE(staging.copy_from_by_round(params, staged).is_ok());
+  EXPECT_EQ(staged.load(), Staging::kAllRoundsStaged);
+  EXPECT_EQ(staging.memory(params).data[0][63], std::byte{9});
 }
 
 }  // namespace
