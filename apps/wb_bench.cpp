@@ -296,9 +296,16 @@ void measure(const Bench& b, Outcome& out) {
                        std::to_string(b.timeout) + " s of the barrier before it");
               break;
             }
-            // The inference step the engine runs before it polls again (a GPU engine's CPU mostly waits for it).
-            if (b.options.step_ms > 0 && receivers[k]->installed_version() < version)
-              std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(b.options.step_ms));
+            // The inference step the engine runs before it polls again (a GPU engine's CPU mostly waits for
+            // it). Steps end on multiples of the step time of the machine's clock, so that the ranks of an engine
+            // poll together, as those of a GPU engine do (each step ends in the engine's own collectives): a
+            // rank that came early would spin in the poll's engine-wide step, CPU work no GPU engine does.
+            if (b.options.step_ms > 0 && receivers[k]->installed_version() < version) {
+              const auto step = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                  std::chrono::duration<double, std::milli>(b.options.step_ms));
+              const auto now = std::chrono::steady_clock::now().time_since_epoch();
+              std::this_thread::sleep_until(std::chrono::steady_clock::time_point((now / step + 1) * step));
+            }
           }
           if (!out.failure.empty()) break;
         }
