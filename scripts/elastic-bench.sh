@@ -4,55 +4,63 @@
 # SIGKILLed in the middle of an update, and the training goes on with the others. Every install of every
 # engine job is checked bit for bit against the engine's own load_weights of that version.
 #
-#   1. ompi-server; the trainer job (WB_TRAINER_RANKS ranks) publishes its address and sends versions, one
-#      every WB_STEP_MS, while engine jobs A, B and C (WB_ENGINE_TP workers each) join one after another;
-#      once all three serve, it sends WB_STEPS more ("counted");
+#   1. ompi-server; the trainer job publishes its address and sends versions, one every --step-ms, while
+#      engine jobs A, B and C (--engine-tp workers each) join one after another; once all three serve, it
+#      sends --steps more ("counted");
 #   2. when C has installed 3 versions, A's rank 0 kills itself (SIGKILL) in its before_update_hook of the
 #      next update (wb-replay --fault kill,rank=0,when=FILE): the trainers wait WB_TIMEOUT_SECONDS, drop A
 #      and go on with B and C;
-#   3. scripts/elastic_bench.py merges the jobs' JSON into $WB_BENCH_DIR/elastic-bench.json: per join the
+#   3. scripts/elastic_bench.py merges the jobs' JSON into $WB_OUT_DIR/elastic-bench.json: per join the
 #      time from the take to the first install with the probe apart, against the T_min of one replica; the
 #      EWTT of the update A was killed in, against T_min + the deadline + one resend; the updates after the
 #      loss against the T_min of the smaller fleet (wb-plan's bound of that fleet as one plan, and the sum
 #      of the per-link bounds the trainers run today).
 #
-#   scripts/elastic-bench.sh [MODE]      MODE: sync (default), sender-staged, receiver-staged or async
+#   scripts/elastic-bench.sh [--mode sync|sender-staged|receiver-staged|async] [--trainer SPEC] [--trainer-ranks N]
+#       [--engine-tp N] [--steps K] [--step-ms MS] [--engine-step-ms MS] [--gpus-per-node G]
+#   defaults: sync, tp=2 on 2 ranks, engines of tp=2, 12 steps, a training step of 100 ms, an inference step
+#   (the engines poll between two; a sync install waits for the next poll) of 2 ms, and nodes of --engine-tp
+#   ranks (the trainers' ranks must fill whole nodes: wb-plan's bound takes trainers and engines apart).
 # Environment (defaults in brackets):
-#   WB_BUILD_DIR [build/], WB_BENCH_DIR [$WB_BUILD_DIR/elastic-bench], WB_BENCH_SKIP_BUILD [0]
+#   WB_BUILD_DIR [build/], WB_OUT_DIR [$WB_BUILD_DIR/elastic-bench], WB_DEMO_SKIP_BUILD [0: build first]
 #   WB_MPIRUN            the launcher of every job, words [mpirun --oversubscribe]; on the emulated cluster:
 #                        "bash scripts/cluster.sh mpirun --oversubscribe" (with WB_CLUSTER_SLOTS)
 #   WB_JOB_HOSTS         optional: four hosts, one per job (trainers, A, B, C), each passed as --host H:SLOTS
 #   WB_SERVER_PREFIX     words before ompi-server [none]; on the emulated cluster "bash scripts/cluster.sh exec 1"
 #   WB_MODEL_ARGS        [--model qwen3-30b-a3b --scale tiny]
 #   WB_BENCH_ARGS        more options for every wb-replay and wb-plan (settings), e.g. "--node-gbps 0.125"
-#   WB_TRAINER [tp=2], WB_TRAINER_RANKS [2], WB_ENGINE_TP [2], WB_STEPS [12]
-#   WB_STEP_MS [100]     the trainers' training step; WB_ENGINE_STEP_MS [2] the engines' inference step (they
-#                        poll between two, and a sync install waits for the next poll)
-#   WB_GPUS_PER_NODE     [WB_ENGINE_TP] ranks per node for wb-replay and wb-plan: the trainers' ranks must fill
-#                        whole nodes (wb-plan's bound assumes trainers and engines on separate nodes)
 #   WB_TIMEOUT_SECONDS   the deadline on a silent engine, the detection deadline of the kill [5]
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${WB_BUILD_DIR:-$root/build}
-mode=${1:-sync}
-[[ "${WB_BENCH_SKIP_BUILD:-0}" == "1" ]] || bash "$root/scripts/build.sh" --target wb-replay wb-plan
+mode=sync trainer=tp=2 trainer_ranks=2 engine_tp=2 steps=12 step_ms=100 engine_step_ms=2 gpus_per_node=
+while [[ $# -gt 0 ]]; do
+  [[ $# -ge 2 ]] || { echo "elastic-bench.sh: $1 needs a value"; exit 2; }
+  case $1 in
+    --mode) mode=$2 ;;
+    --trainer) trainer=$2 ;;
+    --trainer-ranks) trainer_ranks=$2 ;;
+    --engine-tp) engine_tp=$2 ;;
+    --steps) steps=$2 ;;
+    --step-ms) step_ms=$2 ;;
+    --engine-step-ms) engine_step_ms=$2 ;;
+    --gpus-per-node) gpus_per_node=$2 ;;
+    *) echo "elastic-bench.sh: unknown option $1"; exit 2 ;;
+  esac
+  shift 2
+done
+gpus_per_node=${gpus_per_node:-$engine_tp}
+((trainer_ranks % gpus_per_node == 0)) || { echo "--trainer-ranks $trainer_ranks does not fill nodes of $gpus_per_node ranks"; exit 2; }
+[[ "${WB_DEMO_SKIP_BUILD:-0}" == "1" ]] || bash "$root/scripts/build.sh" --target wb-replay wb-plan
 replay=$build/apps/wb-replay
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export WB_TIMEOUT_SECONDS=${WB_TIMEOUT_SECONDS:-5}
-dir=${WB_BENCH_DIR:-$build/elastic-bench}
+dir=${WB_OUT_DIR:-$build/elastic-bench}
 read -r -a launcher <<<"${WB_MPIRUN:-mpirun --oversubscribe}"
 read -r -a hosts <<<"${WB_JOB_HOSTS:-}"
 read -r -a server_prefix <<<"${WB_SERVER_PREFIX:-}"
 read -r -a model <<<"${WB_MODEL_ARGS:---model qwen3-30b-a3b --scale tiny}"
 read -r -a extra <<<"${WB_BENCH_ARGS:-}"
-trainer=${WB_TRAINER:-tp=2}
-trainer_ranks=${WB_TRAINER_RANKS:-2}
-engine_tp=${WB_ENGINE_TP:-2}
-steps=${WB_STEPS:-12}
-step_ms=${WB_STEP_MS:-100}
-engine_step_ms=${WB_ENGINE_STEP_MS:-2}
-gpus_per_node=${WB_GPUS_PER_NODE:-$engine_tp}
-((trainer_ranks % gpus_per_node == 0)) || { echo "WB_TRAINER_RANKS=$trainer_ranks does not fill nodes of $gpus_per_node ranks"; exit 2; }
 mkdir -p "$dir"
 rm -f "$dir"/*.log "$dir"/*.json "$dir/uri" "$dir/address" "$dir/kill"
 
