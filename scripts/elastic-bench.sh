@@ -69,7 +69,9 @@ cleanup() {  # whatever still runs when the script ends (an error, Ctrl-C)
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
 }
 trap cleanup EXIT
-"${server_prefix[@]}" ompi-server --no-daemonize --report-uri "$dir/uri" &
+# Bounded in time too: under a prefix (cluster.sh exec) the kill above reaches the prefix, not the server.
+# (setsid around the jobs, to kill what a prefix starts, made the joins' TCP connects fail here: 2 runs of 2.)
+"${server_prefix[@]}" timeout 1800 ompi-server --no-daemonize --report-uri "$dir/uri" &
 pids+=($!)
 for _ in $(seq 100); do [[ -s $dir/uri ]] && break; sleep 0.1; done
 [[ -s $dir/uri ]] || { echo "ompi-server wrote no URI"; exit 1; }
