@@ -68,7 +68,8 @@ def main(directory):
                       "wait_at_port_s": e["taken_after_s"], "probe_s": e["probe_s"],
                       "link_connect_s": e["connect_seconds"], "join_to_install_s": e["join_to_install_s"],
                       "after_probe_s": e["after_probe_s"], "t_min_one_replica_s": e["t_min_s"],
-                      "after_probe_over_t_min": ratio(e["after_probe_s"], e["t_min_s"]), "goal": 1.2})
+                      "after_probe_over_t_min": ratio(e["after_probe_s"], e["t_min_s"]), "goal": 1.2,
+                      "link_trainer_egress_bytes": e.get("link_trainer_egress_bytes")})
 
     counted = [s for s in sends if s["counted"]]
     serving = [j for j in joins if j["engine"] != "A"]  # they must serve to the end
@@ -77,7 +78,10 @@ def main(directory):
               "between_hosts": trainers.get("between_hosts"), "node_gbps": trainers.get("node_gbps"),
               "detection_deadline_s": deadline, "versions_sent": last,
               "verified": trainers["verified"] and all(j.get("verified") and j["every_version_to_the_last"] for j in serving),
-              "engines": join["engines"], "joins": joins}
+              "engines": join["engines"], "joins": joins,
+              # Each joined job has a plan of its own: the trainers' egress per update is the sum over the
+              # serving links (the goal is that a join leaves it unchanged).
+              "trainer_egress_bytes_per_link": [j.get("link_trainer_egress_bytes") for j in joins if "probe_s" in j]}
     if killed is None:
         result["kill"] = {"report": "no counted update lost an engine"}
     else:

@@ -88,6 +88,10 @@ nlohmann::json joined_engine_json(const JoinedEngineOutcome& o) {
   nlohmann::json stalls = nlohmann::json::array();
   for (const StallInterval& s : o.stats.stalls) stalls.push_back({s.version, s.begin_seconds, s.end_seconds});
   const bool installed = o.first_installed > 0;
+  // The trainers' planned egress for this link per update: what leaves their nodes (need 0: trainer nodes).
+  std::int64_t trainer_egress = 0;
+  for (std::size_t n = 0; n < o.summary.node_egress_bytes.size() && n < o.summary.node_need_bytes.size(); ++n)
+    if (o.summary.node_need_bytes[n] == 0) trainer_egress += o.summary.node_egress_bytes[n];
   return {{"installed", o.installed},
           {"verified_versions", o.verified},
           {"failure", o.failure},
@@ -100,6 +104,7 @@ nlohmann::json joined_engine_json(const JoinedEngineOutcome& o) {
           {"after_probe_s", installed ? nlohmann::json(o.first_installed - o.taken - o.probe_seconds) : nlohmann::json(nullptr)},
           {"t_min_s", o.summary.t_min_seconds},
           {"model_bytes", o.summary.model_bytes},
+          {"link_trainer_egress_bytes", trainer_egress},
           {"connect_seconds", o.summary.connect_seconds},
           {"stalls", stalls}};
 }

@@ -48,7 +48,8 @@ JoinedEngineOutcome serve_joined_engine(const ParameterSet& params, const LoadWe
 
 /// The outcome as a report: versions, the join's timings relative to join_began (taken_after_s,
 /// probe_s, connected_after_s, first_install_after_s, join_to_install_s from taken, after_probe_s =
-/// join_to_install_s - probe_s), the link's T_min and the stall intervals [version, begin, end].
+/// join_to_install_s - probe_s), the link's T_min, the trainers' planned egress per update for the link
+/// (link_trainer_egress_bytes) and the stall intervals [version, begin, end].
 nlohmann::json joined_engine_json(const JoinedEngineOutcome& outcome);
 
 }  // namespace wb::emu
