@@ -52,6 +52,7 @@
 #include "emu/process/bounded_exit.hpp"
 #include "emu/process/mpi_main.hpp"
 #include "emu/process/start_line.hpp"
+#include "emu/setup/engine_job.hpp"
 #include "emu/reports/trace_file.hpp"
 #include "emu/setup/run_setup.hpp"
 #include "transport/transport.hpp"
@@ -75,6 +76,12 @@ struct Options : RunOptions {
   double step_ms = 2;
   std::string csv;
   std::string fault;
+  // Engines as jobs of their own (README, "Engines as jobs of their own"), as wb-replay takes them.
+  std::string join_address;  // the join_address setting: the trainer job publishes it, an engine job joins it
+  bool engine_job = false;
+  int joiners = 0;
+  double join_wait_s = 120;
+  std::string engine_name = "engine job";
 };
 
 // What wb-bench's options shared with wb-replay mean here.
@@ -105,8 +112,19 @@ bool parse_options(int argc, char** argv, Options& o, int rank) {
       ("ring-segment-kib", po::value(&o.ring_segment_kib)->default_value(o.ring_segment_kib), "ring-broadcast: bytes a worker passes down the chain at once, KiB.")
       ("csv", po::value(&o.csv), "Write one line per method as CSV (rank 0).")
       ("fault", po::value(&o.fault), (std::string(kFaultOptionHelp) + " Versions count every method's updates; a fault is "
-                                      "injected only in a WeightBridge update, a trainer's just before send_weights.").c_str());
+                                      "injected only in a WeightBridge update, a trainer's just before send_weights.").c_str())
+      ("engine-job", po::bool_switch(&o.engine_job), "This job is one rollout engine (--rollout engines=1,tp=<the job's ranks>, one of --modes) that joins the trainers at --join-address and verifies every version it installs, bit for bit, until they shut down; its JSON has the join's timings and its stalls.")
+      ("joiners", po::value(&o.joiners)->default_value(o.joiners), "Trainer job with --join-address (--methods weightbridge, one mode): engine jobs to wait for before the warm-up; the trainers send versions (not measured) while they join.")
+      ("join-wait-s", po::value(&o.join_wait_s)->default_value(o.join_wait_s), "Trainer job: seconds to wait for the --joiners before failing.")
+      ("engine-name", po::value(&o.engine_name)->default_value(o.engine_name), "Engine job: its name in what it prints and in its JSON.");
   if (!parse_run_options(argc, argv, general, o, rank == 0)) return false;
+  o.join_address = find_setting("join_address")->value_text();
+  if (o.engine_job && o.join_address.empty()) throw Error(ErrorCode::kInvalidArgument, "--engine-job needs --join-address");
+  if (o.joiners < 0 || (o.joiners > 0 && (o.join_address.empty() || o.engine_job)))
+    throw Error(ErrorCode::kInvalidArgument, "--joiners is for a trainer job with --join-address");
+  if (!(o.join_wait_s > 0 && o.join_wait_s <= 86400)) throw Error(ErrorCode::kInvalidArgument, "--join-wait-s must be in (0, 86400]");
+  o.deployment.engines_may_join = !o.join_address.empty() && !o.engine_job;
+  if (o.engine_job && o.deployment.preset.empty() && o.deployment.trainer.empty()) o.deployment.trainer = "tp=1";  // unused
   if (o.reps < 1 || o.warmup < 0) throw Error(ErrorCode::kInvalidArgument, "--reps must be at least 1 and --warmup not negative");
   if (o.bucket_mib < 1 || o.bucket_mib > 1024) throw Error(ErrorCode::kInvalidArgument, "--bucket-mib must be in 1..1024");
   if (o.step_ms < 0 || o.step_ms > 1000) throw Error(ErrorCode::kInvalidArgument, "--step-ms must be in 0..1000");
@@ -173,6 +191,8 @@ struct Outcome {
   TransferSummary summary;
   nlohmann::json spans = nlohmann::json::array();   // --trace: the adapters' spans
   nlohmann::json stalls = nlohmann::json::array();  // --trace: every method's update interval here
+  int join_versions = 0;                            // updates while engine jobs joined (not measured)
+  nlohmann::json engines = nlohmann::json::array(); // trainers with --join-address: stats().engines at the end
 
   void fail(const std::string& why) {
     if (!failure.empty()) return;
@@ -212,6 +232,8 @@ void measure(const Bench& b, Outcome& out) {
       adapter.node = deployment.node_of(rank);
       if (!b.options.trace.empty()) adapter.trace = true;
       if (b.setup.engine_form) adapter.fp8 = fp8_engine_option(b.setup.engine_form->config);
+      // The trainers publish the address (one mode then); an engine of their own world never joins by it.
+      adapter.join_address = trainer ? b.options.join_address : std::string();
       if (trainer) {
         senders.push_back(std::make_unique<SenderAdapter>(MPI_COMM_WORLD, b.group, b.params.parameters(),
                                                           b.setup.checkpoint->tensors(), load, adapter));
@@ -238,7 +260,13 @@ void measure(const Bench& b, Outcome& out) {
   // The interleaved schedule: warm-up rounds, then measured ones, each method once per round.
   std::uint64_t version = 0;
   const int rounds = b.options.warmup + b.options.reps;
+  // --joiners: rank 0 (trainer 0) says at each start whether engine jobs still join; such updates run as
+  // any other but are not rounds of the schedule (join mode has one method).
+  bool joining = rank == 0 && b.options.joiners > 0;
+  const int wanted = deployment.rollout.engines + b.options.joiners;
+  const double join_began = wall_seconds();
   for (int round = 0; round < rounds && out.failure.empty(); ++round) {
+    bool join_round = false;
     for (const Method& method : b.methods) {
       ++version;
       out.attempted = version;
@@ -258,7 +286,17 @@ void measure(const Bench& b, Outcome& out) {
         if (ended(r)) heard = r;
         return !heard;
       };
-      const std::string not_started = b.start.wait(version, method.name + " version " + std::to_string(version), serve);
+      std::string note;
+      if (joining && senders.front()->engines() >= wanted) joining = false;
+      if (joining && wall_seconds() - join_began > b.options.join_wait_s) {
+        out.fail(b.who + ": " + std::to_string(senders.front()->engines()) + " of " + std::to_string(wanted) + " engines serve after " +
+                 std::to_string(b.options.join_wait_s) + " s (--joiners " + std::to_string(b.options.joiners) + ")");
+        break;
+      }
+      if (joining) note = "joining";
+      const std::string not_started = b.start.wait(version, method.name + " version " + std::to_string(version), serve, &note);
+      join_round = note == "joining";
+      if (join_round) ++out.join_versions;
       if (heard) {
         out.fail(*heard);
         break;
@@ -340,6 +378,7 @@ void measure(const Bench& b, Outcome& out) {
       }
       out.samples.push_back(sample);
     }
+    if (join_round) --round;
   }
   if (!out.failure.empty()) b.start.leave(out.attempted, out.failure);
   // Shutdown: sent after a failure too (then it tells the engines the trainers gave up). The rollouts wait
@@ -348,6 +387,9 @@ void measure(const Bench& b, Outcome& out) {
     const Status closed = sender->shutdown();
     if (!closed && out.failure.empty()) out.fail(closed.to_string());
   }
+  if (!b.options.join_address.empty() && !senders.empty())
+    for (const EngineRecord& e : senders.front()->stats().engines)
+      out.engines.push_back({{"name", e.name}, {"state", e.state}, {"installed", e.installed}, {"why", e.why}});
   if (out.failure.empty()) {
     const double since = wall_seconds();
     comm::Backoff backoff;
@@ -394,6 +436,13 @@ int run(int argc, char** argv, Ending& ending) {
   log_effective_settings();
 
   RunSetup setup = make_run_setup(o);
+  if (o.engine_job) {
+    if (modes.size() != 1) throw Error(ErrorCode::kInvalidArgument, "--engine-job: give one of --modes (the trainers' mode)");
+    return run_engine_job(o, setup, {"wb-bench", o.engine_name, modes.front(), o.step_ms, fault, o.join_address}, ending);
+  }
+  if (!o.join_address.empty() && (modes.size() != 1 || methods.size() != 1))
+    throw Error(ErrorCode::kInvalidArgument, "--join-address: the trainers publish one adapter's address: --methods weightbridge "
+                                             "and one of --modes");
   const Deployment& deployment = setup.deployment;
   if (world != deployment.world_size())
     throw Error(ErrorCode::kInvalidArgument, "the layouts need " + std::to_string(deployment.world_size()) + " ranks but mpirun started " +
@@ -500,9 +549,12 @@ int run(int argc, char** argv, Ending& ending) {
 
     // The measured updates per method (version v is round (v-1)/methods, method (v-1)%methods).
     std::map<std::string, std::vector<std::vector<Sample>>> measured;
+    // Updates while engine jobs joined come first and are not measured (rank 0 is trainer 0).
+    const auto joined = static_cast<std::uint64_t>(out.join_versions);
     for (auto& [v, samples_of] : updates) {
-      const auto index = static_cast<std::size_t>((v - 1) % methods.size());
-      const auto round = static_cast<int>((v - 1) / methods.size());
+      if (v <= joined) continue;
+      const auto index = static_cast<std::size_t>((v - joined - 1) % methods.size());
+      const auto round = static_cast<int>((v - joined - 1) / methods.size());
       if (round < o.warmup || samples_of.size() != static_cast<std::size_t>(world)) continue;
       for (std::size_t r = 0; r < samples_of.size(); ++r)
         WB_LOG(kDebug) << methods[index].name << " version " << v << " rank " << r << ": stall " << samples_of[r].begin << " .. "
@@ -597,6 +649,10 @@ int run(int argc, char** argv, Ending& ending) {
                              {"strongest_broadcast", strongest},
                              {"failures", failed}};
     if (!first_failed.empty()) result["failure"] = first_failed;
+    if (!o.join_address.empty())
+      // EWTT and AGST above are over this world's workers; each engine job's own JSON has its stalls.
+      result["join"] = {{"address", o.join_address}, {"joiners", o.joiners}, {"join_versions", out.join_versions},
+                        {"engines", out.engines}};
     write_run_results(o, result, reports);
     if (!o.csv.empty()) {
       std::ofstream file(o.csv);

@@ -22,10 +22,12 @@
 #include <string>
 #include <thread>
 
+#include "comm/deadline.hpp"
 #include "emu/checkpoints/synthetic.hpp"
 #include "emu/checkpoints/versioned_checkpoint.hpp"
 #include "emu/frameworks/backend.hpp"
 #include "emu/options/setting_flags.hpp"
+#include "emu/setup/joined_engine.hpp"
 #include "weightbridge/adapter.hpp"
 
 namespace po = boost::program_options;
@@ -122,32 +124,12 @@ int run_trainers(const Options& o, int rank, int size) {
 
 int run_engine(const Options& o, int rank, int size) {
   Worker w(o, rank, size);
-  ReceiverAdapter receiver(MPI_COMM_WORLD, MPI_COMM_WORLD, w.params->parameters(), w.load(), adapter_options(o));
-  bool ok = true;
-  for (;;) {
-    const PollResult r = receiver.poll_requests();
-    if (r.event == PollResult::Event::kShutdown) break;
-    if (r.event == PollResult::Event::kInstalled) {
-      const std::string wrong = w.differs(r.version);
-      if (!wrong.empty()) std::fprintf(stderr, "%s worker %d: version %llu: %s differs\n", o.name.c_str(), rank, static_cast<unsigned long long>(r.version), wrong.c_str());
-      // Every rank checked its own shard; rank 0 says it once for the engine.
-      const bool whole = all_ranks(wrong.empty());
-      ok = ok && whole;
-      if (rank == 0)
-        std::printf("%s: installed version %llu%s\n", o.name.c_str(), static_cast<unsigned long long>(r.version),
-                    whole ? ", bit for bit" : ", NOT as its own load_weights of it");
-      std::fflush(stdout);
-    } else if (r.event == PollResult::Event::kConnected && rank == 0) {
-      std::printf("%s: joined (%d worker%s)\n", o.name.c_str(), size, size == 1 ? "" : "s");
-    } else if (r.event == PollResult::Event::kFailed || r.event == PollResult::Event::kAborted) {
-      std::fprintf(stderr, "%s worker %d: %s: %s\n", o.name.c_str(), rank, poll_event_name(r.event), r.status.to_string().c_str());
-      ok = false;
-      if (r.event == PollResult::Event::kFailed) break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));  // one inference step
-  }
-  if (rank == 0 && ok) std::printf("%s: shut down at version %llu\n", o.name.c_str(), static_cast<unsigned long long>(receiver.installed_version()));
-  return all_ranks(ok) ? 0 : 1;
+  JoinedEngineRun run;
+  run.name = o.name;
+  run.timeout = comm::normalize_timeout(comm::timeout_setting());
+  const JoinedEngineOutcome out = serve_joined_engine(w.params->parameters(), w.load(), adapter_options(o), {},
+                                                      [&w](std::uint64_t v) { return w.differs(v); }, run);
+  return all_ranks(out.failure.empty()) ? 0 : 1;
 }
 
 }  // namespace

@@ -51,9 +51,11 @@
 #include "emu/process/mpi_main.hpp"
 #include "emu/reports/network_report.hpp"
 #include "emu/reports/trace_file.hpp"
+#include "emu/setup/engine_job.hpp"
 #include "emu/setup/run_setup.hpp"
 #include "transport/transport.hpp"
 #include "weightbridge/adapter.hpp"
+#include "weightbridge/job_clock.hpp"
 #include "weightbridge/plan.hpp"
 
 namespace po = boost::program_options;
@@ -69,6 +71,12 @@ struct Options : RunOptions {
   double step_ms = 2;
   std::string mode = "sync";
   std::string fault;
+  // Engines as jobs of their own (README, "Engines as jobs of their own").
+  std::string join_address;  // the join_address setting: the trainer job publishes it, an engine job joins it
+  bool engine_job = false;   // this job is one rollout engine that joins the trainers at join_address
+  int joiners = 0;           // trainer job: engine jobs to wait for (training on) before the --steps versions
+  double join_wait_s = 120;  // trainer job: how long it waits for them
+  std::string engine_name = "engine job";
 };
 
 // What wb-replay's options shared with wb-bench mean here.
@@ -88,8 +96,24 @@ bool parse_options(int argc, char** argv, Options& options, int rank) {
       ("mode", po::value(&options.mode)->default_value(options.mode), "Synchronization mode: sync (no staging), sender-staged, receiver-staged or async (both staged).")
       ("fault", po::value(&options.fault), kFaultOptionHelp)
       ("steps", po::value(&options.steps)->default_value(options.steps), "Versions to send (1..K); version 0 is the checkpoint itself.")
-      ("step-ms", po::value(&options.step_ms)->default_value(options.step_ms), "Emulated compute per training step and per inference step, in milliseconds.");
+      ("step-ms", po::value(&options.step_ms)->default_value(options.step_ms), "Emulated compute per training step and per inference step, in milliseconds.")
+      ("engine-job", po::bool_switch(&options.engine_job), "This job is one rollout engine (--rollout engines=1,tp=<the job's ranks>) that joins the trainers at --join-address and verifies, bit for bit, every version it installs until they shut down; --trainer is not needed. --fault counts the trainers' versions; when=FILE suits a joiner.")
+      ("joiners", po::value(&options.joiners)->default_value(options.joiners), "Trainer job: engine jobs to wait for before the --steps versions; the trainers keep sending versions (one per step) while they join.")
+      ("join-wait-s", po::value(&options.join_wait_s)->default_value(options.join_wait_s), "Trainer job: seconds to wait for the --joiners before failing.")
+      ("engine-name", po::value(&options.engine_name)->default_value(options.engine_name), "Engine job: its name in what it prints and in its JSON.");
   if (!parse_run_options(argc, argv, general, options, rank == 0)) return false;
+  // The join_address setting (--join-address, WB_JOIN_ADDRESS): the trainer job publishes that address file
+  // (its --rollout engines=N, 0 allowed, are the engines of its own world) and each --engine-job joins it.
+  options.join_address = find_setting("join_address")->value_text();
+  if (options.engine_job && options.join_address.empty()) throw Error(ErrorCode::kInvalidArgument, "--engine-job needs --join-address");
+  if (options.joiners < 0 || (options.joiners > 0 && (options.join_address.empty() || options.engine_job)))
+    throw Error(ErrorCode::kInvalidArgument, "--joiners is for a trainer job with --join-address");
+  if (!(options.join_wait_s > 0 && options.join_wait_s <= kMaxStepMs))
+    throw Error(ErrorCode::kInvalidArgument, "--join-wait-s must be positive");
+  // A trainer job that publishes an address may start with no engine of its own; an engine job needs no trainers' layout.
+  options.deployment.engines_may_join = !options.join_address.empty() && !options.engine_job;
+  if (options.engine_job && options.deployment.preset.empty() && options.deployment.trainer.empty())
+    options.deployment.trainer = "tp=1";  // unused: the trainers' layout is theirs
   if (options.steps < 1) throw Error(ErrorCode::kInvalidArgument, "--steps must be at least 1");
   // nan, inf and 1e300 would pass a "not negative" check and then sleep for no time or for ever.
   const auto text = [](double value) {
@@ -223,6 +247,10 @@ struct WorkerOutcome {
   std::string parameters;              // rollouts: what the parameters hold at the end ("version 2", ...)
   bool mixed = false;                  // rollouts: they hold no single version
   bool reported_intact = true;         // rollouts: what the adapter said of them
+  // Trainers with --join-address: every send_weights, on the trainers' clock (trainer rank 0's), and the
+  // engines serving before and after it; the versions sent while the --joiners joined.
+  nlohmann::json sends = nlohmann::json::array();
+  int join_versions = 0;
 };
 
 void sleep_ms(double ms) {
@@ -236,25 +264,54 @@ WorkerOutcome run_trainer(const Setup& setup, EmulatedWorker& worker, const Work
   adapter.sender_staging = mode.sender_staging;
   adapter.node = setup.deployment.node_of(process_rank());
   if (!options.trace.empty()) adapter.trace = true;
+  if (!options.join_address.empty()) adapter.join_address = options.join_address;
   const ParameterSet& params = stored.parameters();
   SenderAdapter sender(MPI_COMM_WORLD, trainers, params, setup.checkpoint->tensors(), stored.loader(worker), adapter);
   sender.connect();
   summary = sender.summary();
+  // Trainer rank 0's clock, on which the adapters (and every joined link) put their stalls.
+  const JobClock clock(trainers);
+  comm::Group agree(trainers, "the trainers' wait for engine jobs", nullptr);
+  const int wanted = setup.deployment.rollout.engines + options.joiners;
+  const double join_began = wall_seconds();
   WorkerOutcome outcome;
-  for (int k = 1; k <= options.steps; ++k) {
-    // The training step: this trainer's parameters become version k.
-    const auto v = static_cast<std::uint64_t>(k);
+  int counted = 0;
+  for (std::uint64_t v = 1; counted < options.steps; ++v) {
+    // While engine jobs join, the trainers train on: these versions count apart (join_versions). Whether
+    // time is up is agreed (one step of the trainers); engines() is the same on every trainer already.
+    const bool joining = counted == 0 && sender.engines() < wanted;
+    if (joining) {
+      std::int64_t late[comm::Group::kValues] = {wall_seconds() - join_began > options.join_wait_s ? 1 : 0, 0, 0, 0};
+      if (Status agreed = agree.step(Status::ok(), std::span<std::int64_t, comm::Group::kValues>(late),
+                                     comm::Waiter{job_timeout(), {}}, "the trainers' wait for engine jobs");
+          !agreed || late[0] != 0) {
+        outcome.failure = !agreed ? agreed.to_string()
+                                  : who + ": " + std::to_string(sender.engines()) + " of " + std::to_string(wanted) +
+                                        " engines serve after " + std::to_string(options.join_wait_s) + " s (--joiners " +
+                                        std::to_string(options.joiners) + ")";
+        outcome.failed_at = wall_seconds();
+        break;
+      }
+    }
+    // The training step: this trainer's parameters become version v.
     if (fault.due(process_rank(), v) && fault.kind == "throw") inject(fault, "wb-replay", who);
     stored.load(worker, VersionedCheckpoint(*setup.checkpoint, v));
     if (fault.due(process_rank(), v)) inject(fault, "wb-replay", who);
     sleep_ms(options.step_ms);
+    const int before = sender.engines();
+    const double began = clock.now();
     const Status status = sender.send_weights(v);
+    if (!options.join_address.empty())
+      outcome.sends.push_back({{"version", v}, {"begin_s", began}, {"end_s", clock.now()}, {"engines_before", before},
+                               {"engines_after", sender.engines()}, {"counted", !joining}});
+    if (joining) ++outcome.join_versions;
+    else ++counted;
     if (!status) {
       outcome.failure = status.to_string();
       outcome.failed_at = wall_seconds();
       break;
     }
-    // Staged: the trainer moves on at once; what it does to its parameters must not reach version k.
+    // Staged: the trainer moves on at once; what it does to its parameters must not reach version v.
     if (mode.sender_staging)
       stored.fill(std::byte{0xA5});
   }
@@ -301,6 +358,7 @@ WorkerOutcome run_rollout(const Setup& setup, EmulatedWorker& worker, const Work
   AdapterOptions adapter;
   adapter.receiver_staging = mode.receiver_staging;
   adapter.node = setup.deployment.node_of(process_rank());
+  adapter.join_address = std::string();  // an engine of the trainers' own world (the trainers' address is theirs)
   if (setup.engine_form) adapter.fp8 = fp8_engine_option(setup.engine_form->config);
   if (!options.trace.empty()) adapter.trace = true;
   ReceiverAdapter receiver(MPI_COMM_WORLD, engine, stored.parameters(), stored.loader(worker), adapter, hook);
@@ -385,6 +443,7 @@ nlohmann::json outcome_json(const WorkerOutcome& o, const std::string& who, cons
           {"history", history}, {"traffic", traffic},
           {"machine", machine_id()}, {"failure", error}, {"failed_at", o.failed_at},
           {"parameters", o.parameters}, {"mixed", o.mixed},
+          {"sends", o.sends}, {"join_versions", o.join_versions},
           {"trace", timeline_json(o.stats)}};
 }
 
@@ -403,6 +462,8 @@ int run(int argc, char** argv, Ending& ending) {
 
   const auto start = std::chrono::steady_clock::now();
   Setup setup = make_run_setup(options);
+  if (options.engine_job)
+    return run_engine_job(options, setup, {"wb-replay", options.engine_name, mode, options.step_ms, fault, options.join_address}, ending);
   const Deployment& deployment = setup.deployment;
   if (world != deployment.world_size())
     throw Error(ErrorCode::kInvalidArgument,
@@ -449,6 +510,8 @@ int run(int argc, char** argv, Ending& ending) {
   bool everyone = true;
   std::string first_failed;  // rank 0: the first failure, for the verdict
   if (rank == 0) {
+    // Versions sent: --steps, and those sent while engine jobs joined (rank 0 is trainer 0).
+    const int versions = options.steps + outcome.join_versions;
     std::map<std::uint64_t, std::pair<double, double>> span;    // per version: first begin, last end
     std::map<std::uint64_t, double> total_stall;
     std::map<std::uint64_t, std::int64_t> moved;                // per version: bytes all writes carried
@@ -483,18 +546,18 @@ int run(int argc, char** argv, Ending& ending) {
       if (!error.empty()) {
         verified = false;
         failed.push_back({{"rank", r}, {"error", error}, {"parameters", report["parameters"]}});
-      } else if (!deployment.is_trainer(r) && report["verified_versions"].get<std::int64_t>() != options.steps) {
+      } else if (!deployment.is_trainer(r) && report["verified_versions"].get<std::int64_t>() != versions) {
         verified = false;
         failed.push_back({{"rank", r},
                           {"error", "verified " + std::to_string(report["verified_versions"].get<std::int64_t>()) + " of " +
-                                        std::to_string(options.steps) + " versions"}});
+                                        std::to_string(versions) + " versions"}});
       }
     }
     // Versions every worker finished: the network counters add up over them.
     std::int64_t updates = 0;
-    for (int k = 1; k <= options.steps; ++k) updates += completed.count(static_cast<std::uint64_t>(k)) && completed[static_cast<std::uint64_t>(k)] ? 1 : 0;
+    for (int k = 1; k <= versions; ++k) updates += completed.count(static_cast<std::uint64_t>(k)) && completed[static_cast<std::uint64_t>(k)] ? 1 : 0;
     const NetworkReport network = network_report(summary, machines, links, updates);
-    if (layouts_ok && everyone && updates == options.steps)
+    if (layouts_ok && everyone && updates == versions)
       for (const std::string& problem : network.failures) {
         verified = false;
         failed.push_back({{"rank", 0}, {"error", "network traffic: " + problem}});
@@ -508,7 +571,7 @@ int run(int argc, char** argv, Ending& ending) {
     double ewtt_sum = 0, agst_sum = 0;
     std::int64_t moved_sum = 0;
     std::size_t whole = 0;
-    for (int k = 1; k <= options.steps; ++k) {
+    for (int k = 1; k <= versions; ++k) {
       const auto v = static_cast<std::uint64_t>(k);
       if (!span.count(v) && !moved.count(v)) continue;  // never sent (an earlier failure)
       const bool done = completed.count(v) && completed[v];
@@ -558,7 +621,7 @@ int run(int argc, char** argv, Ending& ending) {
       for (const std::string& problem : network.failures) std::fprintf(stderr, "wb-replay: network traffic: %s\n", problem.c_str());
       std::printf("wb-replay summary: mode %s, %s, %zu of %d versions, mean EWTT %.2f ms, mean AGST %.2f ms, T_min %.2f ms "
                   "(at %.3g GB/s per node%s), %lld bytes moved per version\n",
-                  options.mode.c_str(), verified ? "verified" : "NOT VERIFIED", whole, options.steps, 1e3 * ewtt_sum / sent,
+                  options.mode.c_str(), verified ? "verified" : "NOT VERIFIED", whole, versions, 1e3 * ewtt_sum / sent,
                   1e3 * agst_sum / sent, 1e3 * summary.t_min_seconds, network_from_settings().node_bandwidth / 1e9,
                   between_hosts ? "" : "; one host: every write a same-machine copy, so no ratio to it",
                   static_cast<long long>(moved_sum / std::max<std::int64_t>(static_cast<std::int64_t>(whole), 1)));
@@ -609,6 +672,32 @@ int run(int argc, char** argv, Ending& ending) {
                   static_cast<long long>(scale_bytes), static_cast<long long>(checkpoint_bytes),
                   result["fp8"]["model_bytes_over_checkpoint_bytes"].get<double>(),
                   static_cast<long long>(summary.fp8_amax_bytes));
+    }
+    if (!options.join_address.empty()) {
+      // Each send_weights over every trainer: the first to enter it, the last to leave (trainer 0's clock).
+      nlohmann::json sends = outcome.sends;
+      for (int r = 1; r < deployment.trainer.world_size(); ++r)
+        if (const nlohmann::json& report = reports[static_cast<std::size_t>(r)]; !report.is_null())
+          for (std::size_t i = 0; i < sends.size() && i < report["sends"].size(); ++i) {
+            sends[i]["begin_s"] = std::min(sends[i]["begin_s"].get<double>(), report["sends"][i]["begin_s"].get<double>());
+            sends[i]["end_s"] = std::max(sends[i]["end_s"].get<double>(), report["sends"][i]["end_s"].get<double>());
+          }
+      nlohmann::json engines = nlohmann::json::array();
+      for (const EngineRecord& e : outcome.stats.engines)
+        engines.push_back({{"name", e.name}, {"state", e.state}, {"installed", e.installed}, {"why", e.why}});
+      result["join"] = {{"address", options.join_address},      {"joiners", options.joiners},
+                        {"join_versions", outcome.join_versions}, {"timeout_s", timeout},
+                        {"sends", sends},                          {"engines", engines}};
+      // The table above covers the engines of this world; each joined job's installs are in its own JSON.
+      std::printf("%-8s %18s %16s\n", "version", "send_weights [ms]", "engines");
+      for (const nlohmann::json& send : sends)
+        std::printf("%-8llu %18.3f %9d -> %-4d%s\n", static_cast<unsigned long long>(send["version"].get<std::uint64_t>()),
+                    1e3 * (send["end_s"].get<double>() - send["begin_s"].get<double>()), send["engines_before"].get<int>(),
+                    send["engines_after"].get<int>(), send["counted"].get<bool>() ? "" : "  (while engine jobs join)");
+      for (const nlohmann::json& e : engines)
+        std::printf("wb-replay: %s: %s, last version %llu%s%s\n", e["name"].get<std::string>().c_str(),
+                    e["state"].get<std::string>().c_str(), static_cast<unsigned long long>(e["installed"].get<std::uint64_t>()),
+                    e["why"].get<std::string>().empty() ? "" : ": ", e["why"].get<std::string>().c_str());
     }
     write_run_results(options, result, reports);
   }

@@ -28,7 +28,8 @@ constexpr const char* kScriptVariables[] = {
     "WB_FAKE_OLD",           "WB_FAKE_NO_CREATE_QP", "WB_TEST_NO_RDMA_WITH_LIBFABRIC",
     "WB_DEMO_STEPS",         "WB_DEMO_SKIP_BUILD", "WB_WITH_PYTHON",      "WB_WITH_SLURM",
     "WB_CHECKPOINT",         "WB_MODES",          "WB_REPS",             "WB_OUT_DIR",
-    "WB_REPLAY_ARGS",        "WB_SANITIZE_BUILD_ONLY",
+    "WB_REPLAY_ARGS",        "WB_SANITIZE_BUILD_ONLY", "WB_MPIRUN",         "WB_JOB_HOSTS",
+    "WB_SERVER_PREFIX",      "WB_MODEL_ARGS",     "WB_BENCH_ARGS",
 };
 
 std::size_t edit_distance(std::string_view a, std::string_view b) {

@@ -1,7 +1,9 @@
 // What wb-replay and wb-bench say when they end after a failure (emu/process/bounded_exit), the faults the tests
 // inject (emu/faults/fault_injection), and how a rank is named. The MPI side runs in the fault suite (tests/faults).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -50,8 +52,21 @@ TEST(FaultInjection, ParsesAndRefuses) {
   EXPECT_FALSE(stop.due(3, 2));
   EXPECT_DOUBLE_EQ(stop.seconds, 7.5);
   for (const char* bad : {"pause,rank=1,version=2", "stop,rank=1,version=2", "kill,rank=x,version=2", "kill,rank=1",
-                          "kill,rank=1,version=2,colour=red"})
+                          "kill,rank=1,version=2,colour=red", "kill,rank=1,version=2,when=/x", "kill,rank=1,when="})
     EXPECT_THROW(Fault::parse(bad), Error) << bad;
+  // By file: not due before the file exists, then due at the first version met and at that one only.
+  const std::string file = ::testing::TempDir() + "wb_fault_when_" + std::to_string(::getpid());
+  std::remove(file.c_str());
+  const Fault when = Fault::parse("kill,rank=1,when=" + file);
+  EXPECT_FALSE(when.due(1, 5));
+  std::FILE* created = std::fopen(file.c_str(), "w");
+  ASSERT_NE(created, nullptr);
+  std::fclose(created);
+  EXPECT_FALSE(when.due(0, 6));
+  EXPECT_TRUE(when.due(1, 6));
+  EXPECT_FALSE(when.due(1, 7));
+  EXPECT_TRUE(when.due(1, 6));
+  std::remove(file.c_str());
 }
 
 TEST(Deployment, NamesWorkersAsTheLibraryDoes) {

@@ -30,22 +30,33 @@ Fault Fault::parse(const std::string& text) {
       if (key == "rank") fault.rank = std::stoi(value);
       else if (key == "version") fault.version = std::stoull(value);
       else if (key == "seconds") fault.seconds = std::stod(value);
+      else if (key == "when" && !value.empty()) fault.when = value;
       else throw Error(ErrorCode::kInvalidArgument, "--fault " + text + ": unknown key " + key);
     }
   } catch (const std::logic_error&) {  // std::stoi and friends: not a number, or out of range
     throw Error(ErrorCode::kInvalidArgument, "--fault " + text + ": a value is not a number");
   }
-  if (fault.rank < 0 || fault.version == 0 || (fault.kind == "stop" && !(fault.seconds > 0)))
-    throw Error(ErrorCode::kInvalidArgument, "--fault " + text + ": needs rank=R,version=K (and seconds=S for stop)");
+  if (fault.rank < 0 || (fault.version == 0) == fault.when.empty() || (fault.kind == "stop" && !(fault.seconds > 0)))
+    throw Error(ErrorCode::kInvalidArgument,
+                "--fault " + text + ": needs rank=R and one of version=K or when=FILE (and seconds=S for stop)");
   return fault;
+}
+
+bool Fault::due(int world_rank, std::uint64_t v) const {
+  if (kind.empty() || world_rank != rank) return false;
+  if (when.empty()) return v == version;
+  if (met != 0) return v == met;  // found already: that version only
+  if (::access(when.c_str(), F_OK) != 0) return false;
+  met = v;
+  return true;
 }
 
 void inject(const Fault& fault, const std::string& program, const std::string& who) {
   std::fprintf(stderr, "%s: fault: %s: %s at version %llu, at t=%.3f\n", program.c_str(), who.c_str(), fault.kind.c_str(),
-               static_cast<unsigned long long>(fault.version), wall_seconds());
+               static_cast<unsigned long long>(fault.when.empty() ? fault.version : fault.met), wall_seconds());
   std::fflush(stderr);
   if (fault.kind == "kill") ::raise(SIGKILL);
-  if (fault.kind == "throw") throw std::runtime_error("injected fault: " + who + " threw at version " + std::to_string(fault.version));
+  if (fault.kind == "throw") throw std::runtime_error("injected fault: " + who + " threw at version " + std::to_string(fault.when.empty() ? fault.version : fault.met));
   // stop: a child wakes this process up again; it touches nothing but the clock and one signal.
   const pid_t parent = ::getpid();
   const pid_t child = ::fork();

@@ -1,6 +1,8 @@
 // Faults on purpose, for the fault-injection tests (tests/faults/): --fault KIND,rank=R,version=K[,seconds=S]
 // makes world rank R, at version K, stop for S seconds (SIGSTOP; a child process sends SIGCONT), kill
-// itself (SIGKILL) or throw. Where the programs call inject() is theirs to say (wb-replay, wb-bench).
+// itself (SIGKILL) or throw; when=FILE instead of version=K: at the first version it meets once FILE exists
+// (a script's trigger: an engine job joins at a version nobody knows in advance). Where the programs call
+// inject() is theirs to say (wb-replay, wb-bench).
 #pragma once
 
 #include <cstdint>
@@ -11,17 +13,21 @@ namespace wb::emu {
 /// The help text of the --fault option, the same in every program that takes it.
 inline constexpr const char* kFaultOptionHelp =
     "For fault-injection tests: KIND,rank=R,version=K[,seconds=S] makes world rank R stop for S seconds (KIND stop), "
-    "kill itself (kill) or throw (throw) at version K: a trainer in its training step, a rollout in before_update_hook.";
+    "kill itself (kill) or throw (throw) at version K: a trainer in its training step, a rollout in before_update_hook; "
+    "when=FILE instead of version=K: at the first version it meets once FILE exists.";
 
 struct Fault {
   std::string kind;  // "" (none), stop, kill, throw
   int rank = -1;
   std::uint64_t version = 0;
   double seconds = 0;
+  std::string when;                // a file: due at the first version met once it exists
+  mutable std::uint64_t met = 0;   // by file: that version, once met
 
-  /// "" is no fault; anything else that is not KIND,rank=R,version=K[,seconds=S] throws wb::Error.
+  /// "" is no fault; anything else that is not KIND,rank=R,(version=K|when=FILE)[,seconds=S] throws wb::Error.
   static Fault parse(const std::string& text);
-  bool due(int world_rank, std::uint64_t v) const { return !kind.empty() && world_rank == rank && v == version; }
+  /// A fault by file is due at the first call that finds the file (which records `v` in `met`), and at `met` only.
+  bool due(int world_rank, std::uint64_t v) const;
 };
 
 /// Does `fault` now, after the line "PROGRAM: fault: WHO: KIND at version K, at t=T" (and, after a stop,

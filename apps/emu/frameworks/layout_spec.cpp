@@ -110,7 +110,8 @@ std::vector<std::pair<std::int64_t, std::int64_t>> TrainerSpec::stage_layers(std
 RolloutSpec RolloutSpec::parse(std::string_view text) {
   const auto pairs = parse_pairs(text, "rollout", {"engines", "tp", "ep", "dp_attn", "transpose", "fp8", "fp8_rule"});
   RolloutSpec spec;
-  spec.engines = positive(pairs, "engines", 1, "rollout", text);
+  // engines=0: a trainer job whose engines all join by address (resolve_deployment refuses it otherwise).
+  spec.engines = positive(pairs, "engines", 1, "rollout", text, 0);
   spec.tp = positive(pairs, "tp", 1, "rollout", text);
   spec.ep = positive(pairs, "ep", 1, "rollout", text);
   spec.dp_attn = positive(pairs, "dp_attn", 1, "rollout", text);

@@ -84,6 +84,10 @@ PresetInstance resolve_deployment(const DeploymentOptions& options, const po::va
     layout::parse_block_shape(options.fp8_engines, instance.deployment.rollout.fp8_block_rows,
                               instance.deployment.rollout.fp8_block_cols, "--fp8-engines");
   }
+  if (instance.deployment.rollout.engines == 0 && !options.engines_may_join)
+    throw Error(ErrorCode::kInvalidArgument, "--rollout " + options.rollout +
+                                                 ": engines=0 leaves no rollout engine (only a trainer job whose engines "
+                                                 "join by address may start with none: wb-replay --join-address)");
   if (options.preset.empty() || (variables.count("gpus-per-node") && !variables["gpus-per-node"].defaulted()))
     instance.deployment.gpus_per_node = options.gpus_per_node;
   // Ranks are mapped to nodes by dividing by it: 0 would divide by zero, a negative count means nothing.

@@ -25,6 +25,7 @@ struct DeploymentOptions {
   std::string rollout;
   std::string fp8_engines;  // the rollout engines load the FP8 form in blocks of this shape (fp8= of the spec)
   int gpus_per_node = 8;
+  bool engines_may_join = false;  // rollout engines=0 allowed: every engine is a job of its own that joins
 };
 
 /// Adds --preset, --model, --scale, --layers, --trainer, --rollout and --gpus-per-node, bound to `out`.

@@ -22,7 +22,8 @@ std::string seconds_text(double seconds) {
 
 }  // namespace
 
-std::string StartLine::wait(std::uint64_t version, const std::string& what, const std::function<bool()>& idle) {
+std::string StartLine::wait(std::uint64_t version, const std::string& what, const std::function<bool()>& idle,
+                            std::string* note) {
   if (rank_ != 0) {
     send(0, version, kReady, "");
     comm::OperationPtr answer = comm::make_operation(0, kMaxBytes);
@@ -38,7 +39,10 @@ std::string StartLine::wait(std::uint64_t version, const std::string& what, cons
     if (!wait_within(answer, 2 * seconds_, waiting))
       return interrupted ? "" : name_(0) + " did not start " + what + " within " + seconds_text(2 * seconds_) + " s";
     const auto [kind, text] = decode(answer->in);
-    if (kind == kGo) return "";
+    if (kind == kGo) {
+      if (note != nullptr) *note = text;
+      return "";
+    }
     left_ = true;
     return text;
   }
@@ -79,7 +83,8 @@ std::string StartLine::wait(std::uint64_t version, const std::string& what, cons
     if (idle && !idle()) return "";
     backoff.pause();
   }
-  for (int r = 1; r < world_; ++r) send(r, version, failed_.empty() ? kGo : kStop, failed_);
+  for (int r = 1; r < world_; ++r)
+    send(r, version, failed_.empty() ? kGo : kStop, failed_.empty() && note != nullptr ? *note : failed_);
   if (!failed_.empty()) left_ = true;
   return failed_;
 }

@@ -21,8 +21,10 @@ class StartLine {
       : rank_(rank), world_(world), seconds_(seconds), name_(std::move(name)) {}
 
   /// Every rank ready for `what` (version `version`): "" when all are, else why not. `idle` runs while
-  /// this rank waits; when it returns false the wait ends ("", and the caller leaves).
-  std::string wait(std::uint64_t version, const std::string& what, const std::function<bool()>& idle);
+  /// this rank waits; when it returns false the wait ends ("", and the caller leaves). `note` (optional):
+  /// rank 0's goes to every rank with the go (what rank 0 alone decides, e.g. that engine jobs still join).
+  std::string wait(std::uint64_t version, const std::string& what, const std::function<bool()>& idle,
+                   std::string* note = nullptr);
 
   /// This rank's part failed (before or during update `version`): nobody waits for it at a start. Rank 0
   /// tells every rank; the others tell rank 0. Once per rank, and not after a start that stopped.

@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# The figures of issue 31's "Measured" paragraph, as benchmark JSON: engines that are MPI jobs of their own
+# (wb-replay --engine-job) join a trainer job (wb-replay --join-address, no engine of its own), one is
+# SIGKILLed in the middle of an update, and the training goes on with the others. Every install of every
+# engine job is checked bit for bit against the engine's own load_weights of that version.
+#
+#   1. ompi-server; the trainer job publishes its address and sends versions, one every --step-ms, while
+#      engine jobs A, B and C (--engine-tp workers each) join one after another; once all three serve, it
+#      sends --steps more ("counted");
+#   2. when C has installed 3 versions, A's rank 0 kills itself (SIGKILL) in its before_update_hook of the
+#      next update (wb-replay --fault kill,rank=0,when=FILE): the trainers wait WB_TIMEOUT_SECONDS, drop A
+#      and go on with B and C;
+#   3. scripts/elastic_bench.py merges the jobs' JSON into $WB_OUT_DIR/elastic-bench.json: per join the
+#      time from the take to the first install with the probe apart, against the T_min of one replica; the
+#      EWTT of the update A was killed in, against T_min + the deadline + one resend; the updates after the
+#      loss against the T_min of the smaller fleet (wb-plan's bound of that fleet as one plan, and the sum
+#      of the per-link bounds the trainers run today).
+#
+#   scripts/elastic-bench.sh [--mode sync|sender-staged|receiver-staged|async] [--trainer SPEC] [--trainer-ranks N]
+#       [--engine-tp N] [--steps K] [--step-ms MS] [--engine-step-ms MS] [--gpus-per-node G]
+#   defaults: sync, tp=2 on 2 ranks, engines of tp=2, 12 steps, a training step of 100 ms, an inference step
+#   (the engines poll between two; a sync install waits for the next poll) of 2 ms, and nodes of --engine-tp
+#   ranks (the trainers' ranks must fill whole nodes: wb-plan's bound takes trainers and engines apart).
+# Environment (defaults in brackets):
+#   WB_BUILD_DIR [build/], WB_OUT_DIR [$WB_BUILD_DIR/elastic-bench], WB_DEMO_SKIP_BUILD [0: build first]
+#   WB_MPIRUN            the launcher of every job, words [mpirun --oversubscribe]; on the emulated cluster:
+#                        "bash scripts/cluster.sh mpirun --oversubscribe" (with WB_CLUSTER_SLOTS)
+#   WB_JOB_HOSTS         optional: four hosts, one per job (trainers, A, B, C), each passed as --host H:SLOTS
+#   WB_SERVER_PREFIX     words before ompi-server [none]; on the emulated cluster "bash scripts/cluster.sh exec 1"
+#   WB_MODEL_ARGS        [--model qwen3-30b-a3b --scale tiny]
+#   WB_BENCH_ARGS        more options for every wb-replay and wb-plan (settings), e.g. "--node-gbps 0.125"
+#   WB_TIMEOUT_SECONDS   the deadline on a silent engine, the detection deadline of the kill [5]
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${WB_BUILD_DIR:-$root/build}
+mode=sync trainer=tp=2 trainer_ranks=2 engine_tp=2 steps=12 step_ms=100 engine_step_ms=2 gpus_per_node=
+while [[ $# -gt 0 ]]; do
+  [[ $# -ge 2 ]] || { echo "elastic-bench.sh: $1 needs a value"; exit 2; }
+  case $1 in
+    --mode) mode=$2 ;;
+    --trainer) trainer=$2 ;;
+    --trainer-ranks) trainer_ranks=$2 ;;
+    --engine-tp) engine_tp=$2 ;;
+    --steps) steps=$2 ;;
+    --step-ms) step_ms=$2 ;;
+    --engine-step-ms) engine_step_ms=$2 ;;
+    --gpus-per-node) gpus_per_node=$2 ;;
+    *) echo "elastic-bench.sh: unknown option $1"; exit 2 ;;
+  esac
+  shift 2
+done
+gpus_per_node=${gpus_per_node:-$engine_tp}
+((trainer_ranks % gpus_per_node == 0)) || { echo "--trainer-ranks $trainer_ranks does not fill nodes of $gpus_per_node ranks"; exit 2; }
+[[ "${WB_DEMO_SKIP_BUILD:-0}" == "1" ]] || bash "$root/scripts/build.sh" --target wb-replay wb-plan
+replay=$build/apps/wb-replay
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export WB_TIMEOUT_SECONDS=${WB_TIMEOUT_SECONDS:-5}
+dir=${WB_OUT_DIR:-$build/elastic-bench}
+read -r -a launcher <<<"${WB_MPIRUN:-mpirun --oversubscribe}"
+read -r -a hosts <<<"${WB_JOB_HOSTS:-}"
+read -r -a server_prefix <<<"${WB_SERVER_PREFIX:-}"
+read -r -a model <<<"${WB_MODEL_ARGS:---model qwen3-30b-a3b --scale tiny}"
+read -r -a extra <<<"${WB_BENCH_ARGS:-}"
+mkdir -p "$dir"
+rm -f "$dir"/*.log "$dir"/*.json "$dir/uri" "$dir/address" "$dir/kill"
+
+pids=()
+cleanup() {  # whatever still runs when the script ends (an error, Ctrl-C)
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+# Bounded in time too: under a prefix (cluster.sh exec) the kill above reaches the prefix, not the server.
+# (setsid around the jobs, to kill what a prefix starts, made the joins' TCP connects fail here: 2 runs of 2.)
+"${server_prefix[@]}" timeout 1800 ompi-server --no-daemonize --report-uri "$dir/uri" &
+pids+=($!)
+for _ in $(seq 100); do [[ -s $dir/uri ]] && break; sleep 0.1; done
+[[ -s $dir/uri ]] || { echo "ompi-server wrote no URI"; exit 1; }
+
+job() {  # job INDEX NAME RANKS ARGS...: one wb-replay job in the background, its log $dir/NAME.log
+  local index=$1 name=$2 ranks=$3 place=()
+  shift 3
+  [[ ${#hosts[@]} -gt $index ]] && place=(--host "${hosts[$index]}:$ranks")
+  "${launcher[@]}" "${place[@]}" --ompi-server "file:$dir/uri" -np "$ranks" "$replay" "${model[@]}" "${extra[@]}" \
+    --mode "$mode" --gpus-per-node "$gpus_per_node" --join-address "$dir/address" --json "$dir/$name.json" "$@" >"$dir/$name.log" 2>&1 &
+  pids+=($!)
+  eval "pid_$name=$!"
+}
+wait_for() {  # wait_for NAME PATTERN COUNT: until NAME.log has COUNT lines matching PATTERN (up to 120 s)
+  for _ in $(seq 1200); do
+    (($(grep -c -- "$2" "$dir/$1.log" 2>/dev/null || true) >= $3)) && return
+    sleep 0.1
+  done
+  echo "no '$2' in $1.log within 120 s"; cat "$dir/$1.log"; exit 1
+}
+
+echo "== trainer job ($trainer_ranks ranks, $trainer, no engine of its own, $mode): 3 engine jobs join, then $steps versions"
+job 0 trainers "$trainer_ranks" --trainer "$trainer" --rollout "engines=0,tp=$engine_tp" --joiners 3 --steps "$steps" \
+  --step-ms "$step_ms"
+for _ in $(seq 600); do [[ -s $dir/address ]] && break; sleep 0.1; done
+engine() {  # engine INDEX NAME ARGS...
+  job "$1" "$2" "$engine_tp" --engine-job --rollout "engines=1,tp=$engine_tp" --engine-name "$2" --step-ms "$engine_step_ms" "${@:3}"
+}
+engine 1 A --fault "kill,rank=0,when=$dir/kill"
+wait_for A "installed version" 1
+engine 2 B
+wait_for B "installed version" 1
+engine 3 C
+wait_for C "installed version" 3
+echo "== engine A's rank 0 kills itself in its next update"
+touch "$dir/kill"
+
+status=0
+wait "$pid_trainers" || { echo "the trainer job failed"; status=1; }
+wait "$pid_A" && { echo "engine A was not killed"; status=1; }
+for e in B C; do wait "$(eval echo "\$pid_$e")" || { echo "engine job $e failed"; status=1; }; done
+grep -E "^wb-replay engine job|^wb-replay: joined" "$dir"/*.log | sed "s|$dir/||" || true
+
+# wb-plan's T_min of the fleets as one plan: the trainers and 1, 2 or 3 engines of the engine jobs' layout.
+for n in 1 2 3; do
+  "$build/apps/wb-plan" "${model[@]}" "${extra[@]}" --gpus-per-node "$gpus_per_node" --trainer "$trainer" --rollout "engines=$n,tp=$engine_tp" \
+    --json "$dir/plan_$n.json" >"$dir/plan_$n.log" 2>&1 || { echo "wb-plan (engines=$n) failed"; cat "$dir/plan_$n.log"; status=1; }
+done
+/usr/bin/env python3 "$root/scripts/elastic_bench.py" "$dir" >"$dir/elastic-bench.json" || status=1
+cat "$dir/elastic-bench.json"
+echo "logs and JSON: $dir"
+exit $status

@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""Merges what scripts/elastic-bench.sh's jobs wrote (DIR/trainers.json, DIR/{A,B,C}.json, DIR/plan_N.json)
+into the benchmark JSON of issue 31's "Measured" paragraph, on stdout. Usage: elastic_bench.py DIR
+
+EWTT of version v: from the first trainer entering send_weights(v) to the last stall end of any worker for v
+(the trainers' send_weights spans and every engine job's stall intervals are on one clock: trainer rank 0's).
+T_min of one replica: the bound of a joined engine's own link (the trainers to that engine). T_min of a fleet:
+wb-plan's bound for the trainers and that many engines as one plan, and beside it the sum of the per-link
+bounds, which is what the trainers run today (one plan per joined engine job, written one after another)."""
+import json
+import os
+import statistics
+import sys
+
+NAMES = ("A", "B", "C")
+
+
+def load(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def ratio(a, b):
+    return a / b if a is not None and b else None
+
+
+def main(directory):
+    trainers = load(os.path.join(directory, "trainers.json"))
+    if trainers is None or "join" not in trainers:
+        sys.exit("elastic_bench.py: no trainers.json with a join record in " + directory)
+    engines = {n: load(os.path.join(directory, n + ".json")) for n in NAMES}
+    plans = {n: load(os.path.join(directory, "plan_%d.json" % n)) for n in (1, 2, 3)}
+    join = trainers["join"]
+    sends = join["sends"]
+    last = sends[-1]["version"] if sends else 0
+    deadline = join["timeout_s"]
+
+    spans = {}
+    for s in sends:
+        spans[s["version"]] = [s["begin_s"], s["end_s"]]
+    for e in engines.values():
+        for version, begin, end in (e or {}).get("stalls", []):
+            if version in spans:
+                spans[version][0] = min(spans[version][0], begin)
+                spans[version][1] = max(spans[version][1], end)
+    ewtt = {v: end - begin for v, (begin, end) in spans.items()}
+
+    links = [e["t_min_s"] for e in engines.values() if e and e.get("t_min_s")]
+    t_min_one = statistics.median(links) if links else None  # every engine job has the same layout
+    one_plan = {n: (p or {}).get("t_min_s") for n, p in plans.items()}
+
+    def fleet(n):
+        return {"engines": n, "t_min_one_plan_s": one_plan.get(n),
+                "t_min_per_link_sum_s": n * t_min_one if t_min_one else None}
+
+    joins = []
+    for name, e in engines.items():
+        if not e:
+            joins.append({"engine": name, "report": "none (killed before it wrote one)" if name == "A" else "missing"})
+            continue
+        versions = e["installed"]
+        joins.append({"engine": name, "verified": e["verified"], "installed_first": (versions or [None])[0],
+                      "installed_last": (versions or [None])[-1], "installs": len(versions),
+                      "every_version_to_the_last": bool(versions) and versions == list(range(versions[0], last + 1)),
+                      "wait_at_port_s": e["taken_after_s"], "probe_s": e["probe_s"],
+                      "link_connect_s": e["connect_seconds"], "join_to_install_s": e["join_to_install_s"],
+                      "after_probe_s": e["after_probe_s"], "t_min_one_replica_s": e["t_min_s"],
+                      "after_probe_over_t_min": ratio(e["after_probe_s"], e["t_min_s"]), "goal": 1.2,
+                      "link_trainer_egress_bytes": e.get("link_trainer_egress_bytes")})
+
+    counted = [s for s in sends if s["counted"]]
+    serving = [j for j in joins if j["engine"] != "A"]  # they must serve to the end
+    killed = next((s for s in counted if s["engines_after"] < s["engines_before"]), None)
+    result = {"mode": trainers["mode"], "model": trainers["model"], "trainer": trainers["trainer"],
+              "between_hosts": trainers.get("between_hosts"), "node_gbps": trainers.get("node_gbps"),
+              "detection_deadline_s": deadline, "versions_sent": last,
+              "verified": trainers["verified"] and all(j.get("verified") and j["every_version_to_the_last"] for j in serving),
+              "engines": join["engines"], "joins": joins,
+              # Each joined job has a plan of its own: the trainers' egress per update is the sum over the
+              # serving links (the goal is that a join leaves it unchanged).
+              "trainer_egress_bytes_per_link": [j.get("link_trainer_egress_bytes") for j in joins if "probe_s" in j]}
+    if killed is None:
+        result["kill"] = {"report": "no counted update lost an engine"}
+    else:
+        v, before, after = killed["version"], killed["engines_before"], killed["engines_after"]
+        old = fleet(before)
+        bound = old["t_min_one_plan_s"] + deadline + t_min_one if old["t_min_one_plan_s"] and t_min_one else None
+        per_link = old["t_min_per_link_sum_s"] + deadline + t_min_one if t_min_one else None
+        result["kill"] = {"version": v, "ewtt_s": ewtt[v], "fleet_before": old,
+                          "bound_s": bound, "bound": "T_min of the fleet as one plan + the deadline + one resend (T_min of one replica)",
+                          "ewtt_over_bound": ratio(ewtt[v], bound),
+                          "bound_per_link_s": per_link, "ewtt_over_bound_per_link": ratio(ewtt[v], per_link)}
+        before_loss = [ewtt[s["version"]] for s in counted if s["version"] < v]
+        after_loss = [ewtt[s["version"]] for s in counted if s["version"] > v]
+        smaller = fleet(after)
+        median_after = statistics.median(after_loss) if after_loss else None
+        result["before_loss"] = {"updates": len(before_loss), "ewtt_s": before_loss,
+                                 "ewtt_median_s": statistics.median(before_loss) if before_loss else None,
+                                 "fleet": fleet(before)}
+        result["after_loss"] = {"updates": len(after_loss), "ewtt_s": after_loss, "ewtt_median_s": median_after,
+                                "fleet": smaller, "goal": 1.15,
+                                "median_over_t_min_one_plan": ratio(median_after, smaller["t_min_one_plan_s"]),
+                                "median_over_t_min_per_link_sum": ratio(median_after, smaller["t_min_per_link_sum_s"]),
+                                "within_goal_one_plan": sum(1 for x in after_loss if smaller["t_min_one_plan_s"]
+                                                            and x <= 1.15 * smaller["t_min_one_plan_s"])}
+    if not result["between_hosts"]:
+        result["note"] = ("one host: every write is a same-machine copy while T_min assumes links of node_gbps, "
+                          "so the ratios to T_min say nothing here; run on the emulated cluster with shaped links")
+    json.dump(result, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+    return 0 if result["verified"] else 1
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    sys.exit(main(sys.argv[1]))

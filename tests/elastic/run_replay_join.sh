@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# wb-replay's separate-job mode: a trainer job (2 trainers and one engine of its own world) publishes its
+# address and waits for one engine job, which joins it (wb-replay --engine-job, one worker). Passes when both
+# jobs exit 0 and their JSON says: the engine job verified every version it installed bit for bit against its
+# own load_weights, its first install is the version the trainers took it at and it installed every later one
+# to the trainers' last; the trainers' own engine verified all of them; the trainers list the joined engine
+# as serving with that last version. Usage: run_replay_join.sh WB_REPLAY MPIEXEC
+set -euo pipefail
+replay=$1
+mpiexec=${2:-mpirun}
+dir=$(mktemp -d)
+server=
+trainers=
+cleanup() {
+  [[ -n $trainers ]] && kill "$trainers" 2>/dev/null || true
+  [[ -n $server ]] && { kill "$server" 2>/dev/null; wait "$server" 2>/dev/null; } || true
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+fail() { for f in "$dir"/*.log; do echo "== $f"; cat "$f"; done; echo "$@"; exit 1; }
+ompi-server --no-daemonize --report-uri "$dir/uri" &
+server=$!
+for _ in $(seq 100); do [[ -s $dir/uri ]] && break; sleep 0.1; done
+[[ -s $dir/uri ]] || { echo "ompi-server wrote no URI"; exit 1; }
+run() {  # NAME RANKS ARGS...
+  local name=$1 ranks=$2
+  shift 2
+  timeout 100 "$mpiexec" --oversubscribe --ompi-server "file:$dir/uri" -np "$ranks" "$replay" --model qwen3-30b-a3b \
+    --scale tiny --layers 2 --join-address "$dir/address" --json "$dir/$name.json" "$@" >"$dir/$name.log" 2>&1
+}
+run trainers 3 --trainer tp=2 --rollout engines=1,tp=1 --joiners 1 --steps 3 --step-ms 20 &
+trainers=$!
+for _ in $(seq 600); do [[ -s $dir/address ]] && break; kill -0 "$trainers" 2>/dev/null || break; sleep 0.1; done
+[[ -s $dir/address ]] || fail "the trainers published no address"
+engine_rc=0
+run engine 1 --engine-job --rollout tp=1 --engine-name joiner --step-ms 2 || engine_rc=$?
+trainers_rc=0
+wait "$trainers" || trainers_rc=$?
+trainers=
+[[ $trainers_rc == 0 && $engine_rc == 0 ]] || fail "the trainer job ended with $trainers_rc, the engine job with $engine_rc"
+/usr/bin/python3 - "$dir" <<'PY' || fail "the JSON does not say so"
+import json, re, sys
+d = sys.argv[1]
+t, e = json.load(open(d + "/trainers.json")), json.load(open(d + "/engine.json"))
+last = t["join"]["sends"][-1]["version"]
+joined = [x for x in t["join"]["engines"] if x["name"].startswith("joined engine")]
+assert t["verified"] and len(joined) == 1 and joined[0]["state"] == "serving" and joined[0]["installed"] == last, (t["verified"], joined, last)
+taken = int(re.search(r"after version (\d+)", joined[0]["name"]).group(1))
+v = e["installed"]
+assert e["verified"] and e["failures"] == [] and e["verified_versions"] == len(v), e
+assert v == list(range(taken + 1, last + 1)), (v, taken, last)
+assert t["join"]["join_versions"] + 3 == last, t["join"]
+print("engine job: versions %d..%d, every one bit for bit; the trainers' engine: %d versions" % (v[0], v[-1], last))
+PY
+grep -h "verified bit for bit\|wb-replay summary" "$dir"/*.log
+echo "replay join: passed"
