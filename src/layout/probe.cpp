@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <ctime>
+#include <iterator>
 #include <sstream>
 
 #include "core/cuda_device.hpp"
@@ -378,7 +380,7 @@ std::vector<ParameterAccount> verify_against_load(const SourceMap& map, const Pr
         offset += row * copy.strides[0];
       }
       expected.resize(static_cast<std::size_t>(part.numel()) * element);
-      probe.read_box(tensor.name, part, expected.data());
+      probe.read_box(copy.tensor, part, expected.data());  // by index: the map's order is not the list's
       TensorView target = param.view;
       target.data = static_cast<std::byte*>(param.view.data) + offset * static_cast<std::int64_t>(element);
       target.shape = part.extent;
@@ -428,6 +430,13 @@ std::vector<ParameterAccount> verify_against_load(const SourceMap& map, const Pr
   return accounts;
 }
 
+// The calling thread's CPU time: what the probe costs on a machine shared with other work.
+double thread_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -436,6 +445,7 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 SourceMap probe_host(const std::vector<TensorInfo>& checkpoint_tensors, const ParameterSet& params, const PassLoader& run,
                      const ProbeOptions& options, ProbeReport* report) {
   const auto start = std::chrono::steady_clock::now();
+  const double cpu_start = thread_cpu_seconds();
   ProbePlan plan(checkpoint_tensors);
   ProbeCheckpoint probe(checkpoint_tensors, plan);
   SavedParameters saved(params);
@@ -466,14 +476,21 @@ SourceMap probe_host(const std::vector<TensorInfo>& checkpoint_tensors, const Pa
   const auto decode_start = std::chrono::steady_clock::now();
   SourceMap map;
   for (const Parameter& param : params) map.parameters.push_back(TensorInfo{param.name, param.view.dtype, param.view.shape});
+  // Normalized parameter by parameter: copies of different parameters never merge and the normal order
+  // starts with the parameter, so this is the map's normal form, in small sorts (100,000 tensors: one
+  // sort of the whole map per axis and sweep took 14% of the probe).
+  SourceMap one;
+  std::vector<const SparseField*> fields;
   for (std::size_t i = 0; i < params.size(); ++i) {
-    std::vector<const SparseField*> fields;
+    fields.clear();
     for (const auto& pass : passes) fields.push_back(&pass[i]);
     ParameterDecoder decoder(params[i], static_cast<std::uint32_t>(i), plan, checkpoint_tensors, fields);
-    decoder.decode(map.copies);
+    one.copies.clear();
+    decoder.decode(one.copies);
+    one = normalize_source_map(std::move(one));
+    std::move(one.copies.begin(), one.copies.end(), std::back_inserter(map.copies));
   }
   passes.clear();
-  map = normalize_source_map(std::move(map));
   validate_source_map(map, checkpoint_tensors);
   decode_seconds += seconds_since(decode_start);
 
@@ -496,11 +513,13 @@ SourceMap probe_host(const std::vector<TensorInfo>& checkpoint_tensors, const Pa
     report->copies = map.copies.size();
     report->serialized_bytes = serialize_source_map(map).size();
     report->seconds = seconds_since(start);
+    report->cpu_seconds = thread_cpu_seconds() - cpu_start;
     report->accounts = std::move(accounts);
   }
   WB_LOG(kDebug) << "probe: " << params.size() << " parameters, " << map.copies.size() << " copies, "
-                 << plan.num_passes() + 1 << " load_weights passes, " << seconds_since(start) << " s (load "
-                 << load_seconds << " s, decode " << decode_seconds << " s, verify " << verify_seconds << " s)";
+                 << plan.num_passes() + 1 << " load_weights passes, " << seconds_since(start) << " s, CPU "
+                 << thread_cpu_seconds() - cpu_start << " s (load " << load_seconds << " s, decode " << decode_seconds
+                 << " s, verify " << verify_seconds << " s)";
   return map;
 }
 
