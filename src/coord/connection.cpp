@@ -4,6 +4,7 @@
 #include <climits>
 #include <functional>
 #include <map>
+#include <memory>
 #include <span>
 #include <string_view>
 
@@ -83,6 +84,7 @@ class TrainersTensors final : public CheckpointReader {
     }
   }
   std::string source() const override { return "the trainers' checkpoint_tensors (" + probe_.source() + ")"; }
+  bool wraps(const CheckpointReader& probe) const { return &probe == &probe_; }
 
  private:
   const CheckpointReader& probe_;
@@ -201,9 +203,16 @@ Status probe_worker(const Connect& c, const std::vector<TensorInfo>& tensors, So
   try {
     const LoadWeightsFn& load = *c.in.load_weights;
     ProbeReport report;
+    // One wrapper for every pass (the probe checkpoint is one object whose values change between passes):
+    // its name index is built once, not once per pass (100,000 tensors: 5 builds of 100,000 entries).
+    std::unique_ptr<TrainersTensors> trainers;
     map = probe_source_map(
         tensors, *c.in.params,
-        [&load](const CheckpointReader& probe, const ParameterSet& p) { load(TrainersTensors(probe), p); }, {}, &report);
+        [&load, &trainers](const CheckpointReader& probe, const ParameterSet& p) {
+          if (!trainers || !trainers->wraps(probe)) trainers = std::make_unique<TrainersTensors>(probe);
+          load(*trainers, p);
+        },
+        {}, &report);
     probed = account_elements(*c.in.params, report.accounts, c.options.not_loaded, !c.roles.trainer, who);
   } catch (const Error& error) {
     probed = Status(error.code() == ErrorCode::kNotFound ? ErrorCode::kNotFound : ErrorCode::kInvalidArgument,

@@ -353,7 +353,11 @@ void ParameterSet::add(std::string name, TensorView view) {
 }
 
 const Parameter* ParameterSet::find(std::string_view name) const {
-  auto it = index_.find(std::string(name));
+  // The key in a reused buffer: a std::string per lookup was a heap allocation for every name longer than
+  // the small-string buffer (loaders look up every parameter, in each of the probe's passes).
+  thread_local std::string key;
+  key.assign(name);
+  auto it = index_.find(key);
   return it == index_.end() ? nullptr : &parameters_[it->second];
 }
 

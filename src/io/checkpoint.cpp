@@ -59,12 +59,18 @@ const TensorInfo* CheckpointReader::find(std::string_view name) const {
     index_.reserve(all.size());
     for (std::size_t i = 0; i < all.size(); ++i) index_.emplace(all[i].name, i);
   }
-  // The next tensor in list order first: no hash of the name, no probe of a table that misses the cache.
+  // The next tensor in list order first, then the last one found again (a loader asks for a tensor's info
+  // before reading it): no hash of the name, no probe of a table that misses the cache.
   std::size_t found = next_;  // (with repeated names, index_ is smaller and keeps the first: then no hint)
-  if (index_.size() != all.size() || found >= all.size() || all[found].name != name) {
-    const auto it = index_.find(name);
-    if (it == index_.end()) return nullptr;
-    found = it->second;
+  const bool hinted = index_.size() == all.size();
+  if (!hinted || found >= all.size() || all[found].name != name) {
+    if (hinted && found > 0 && found <= all.size() && all[found - 1].name == name) {
+      --found;
+    } else {
+      const auto it = index_.find(name);
+      if (it == index_.end()) return nullptr;
+      found = it->second;
+    }
   }
   next_ = found + 1;
   return &all[found];

@@ -42,6 +42,7 @@ struct ParameterAccount {
 struct ProbeReport {
   int passes = 0;                      // load_weights calls, verification included
   double seconds = 0;                  // wall time of the whole probe
+  double cpu_seconds = 0;              // the calling thread's CPU time over the whole probe (user and system)
   double decode_seconds = 0;           // second differences and decoding, without load_weights
   double load_seconds = 0;             // the load_weights passes, with the parameters' fill before each
   double verify_seconds = 0;           // replaying the decoded copies against the verification pass

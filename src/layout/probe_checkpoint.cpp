@@ -253,13 +253,22 @@ void ProbeCheckpoint::set_verification(std::uint64_t seed) {
 
 void ProbeCheckpoint::read_box(std::string_view name, const Box& box, void* destination) const {
   std::size_t t = next_.load(std::memory_order_relaxed);
-  if (t >= tensors_.size() || tensors_[t].name != name) {
+  if (t > 0 && t <= tensors_.size() && tensors_[t - 1].name == name) {
+    --t;  // the same tensor again (a parameter built from several boxes of it)
+  } else if (t >= tensors_.size() || tensors_[t].name != name) {
     const auto it = by_name_.find(name);
     if (it == by_name_.end())
       throw Error(ErrorCode::kNotFound, "checkpoint " + source() + ": no tensor named " + std::string(name));
     t = it->second;
   }
   next_.store(t + 1, std::memory_order_relaxed);
+  read_box(t, box, destination);
+}
+
+void ProbeCheckpoint::read_box(std::size_t t, const Box& box, void* destination) const {
+  if (t >= tensors_.size())
+    throw Error(ErrorCode::kInvalidArgument, "checkpoint " + source() + ": no tensor " + std::to_string(t) + " (it has " +
+                                                 std::to_string(tensors_.size()) + ")");
   const TensorInfo& info = tensors_[t];
   if (box.offset.size() != box.extent.size() || !box.fits_in(info.shape))
     throw Error(ErrorCode::kInvalidArgument, "checkpoint " + source() + ": tensor " + info.name + ": box " +

@@ -36,6 +36,9 @@ class ProbeCheckpoint final : public CheckpointReader {
   const std::vector<TensorInfo>& tensors() const override { return tensors_; }
   /// Thread-safe (reads nothing mutable).
   void read_box(std::string_view name, const Box& box, void* destination) const override;
+  /// The same for tensor `tensor` of the list, without looking up a name (throws kInvalidArgument when out
+  /// of range).
+  void read_box(std::size_t tensor, const Box& box, void* destination) const;
   /// "probe pass 2 of 5 (tensor index, digit 1)" (passes counted from 1 here) or "probe verification (seed s)".
   std::string source() const override;
 
@@ -47,7 +50,9 @@ class ProbeCheckpoint final : public CheckpointReader {
 
   std::vector<TensorInfo> tensors_;
   ProbePlan plan_;
-  std::unordered_map<std::string, std::size_t, NameHash, std::equal_to<>> by_name_;
+  // Views into tensors_' names (fixed after construction; the class is neither copied nor moved): no
+  // string of its own per tensor.
+  std::unordered_map<std::string_view, std::size_t, NameHash> by_name_;
   // The tensor after the last one read: loaders mostly read in list order, so most reads find their tensor
   // without hashing the name. Only a hint (checked by name), so relaxed: reads stay thread-safe.
   mutable std::atomic<std::size_t> next_{0};
