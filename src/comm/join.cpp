@@ -1,8 +1,10 @@
 #include "comm/join.hpp"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cerrno>
@@ -252,15 +254,62 @@ std::optional<MPI_Comm> JoinPort::take() {
 
 std::int64_t JoinPort::refused() const { return shared_->refused.load(); }
 
+namespace {
+// Open MPI pairs a connect with an accept by publishing "PORT:connect" and "PORT:accept" at the name server
+// and looking up the other, each read once: two joiners connecting to one port at once may each take
+// another's half, and then neither pair completes (measured: engine jobs started at once never joined, the
+// accept thread stayed in MPI_Comm_accept, once the trainer job crashed in MPI_Finalize). So one joiner at a
+// time connects: an exclusive flock on the address file, which every joiner opens anyway, held from before
+// its connect until that connect returned (the accept's next publication is then the next joiner's). The
+// kernel releases it when a joiner dies. A file system without flock (ENOLCK, ENOSYS): joiners go
+// unordered, with a warning.
+class ConnectTurn {
+ public:
+  ConnectTurn(const std::string& path, double deadline) {
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0) throw Error(ErrorCode::kNotFound, "the join address file " + path + " cannot be opened (" + std::strerror(errno) + ")");
+    Backoff backoff;
+    while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      if (errno != EWOULDBLOCK && errno != EINTR) {
+        WB_LOG(kWarn) << "joining by " << path << ": the address file cannot be locked (" << std::strerror(errno)
+                      << "); engine jobs that join at the same moment may then not join";
+        return;
+      }
+      if (local_seconds() > deadline) {
+        ::close(fd_);
+        throw Error(ErrorCode::kTimeout, "joining by " + path + ": another engine job held its turn to connect until the deadline");
+      }
+      backoff.pause();
+    }
+  }
+  /// The connect did not return: its half stays published, so the turn is kept to the end of this process.
+  void keep() { fd_ = -1; }
+  ~ConnectTurn() {
+    if (fd_ >= 0) ::close(fd_);  // releases the lock
+  }
+  ConnectTurn(const ConnectTurn&) = delete;
+  ConnectTurn& operator=(const ConnectTurn&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+}  // namespace
+
 MPI_Comm join_by_address(const std::string& path, double timeout) {
   require_thread_multiple("an engine that joins by address");
+  const double deadline = local_seconds() + timeout;
   const JoinAddress address = read_address_file(path);
   auto call = std::make_shared<BlockingCall>();
-  std::thread connector([call, port = address.port] { call->connect(port); });
-  if (!wait_bounded(call, connector, timeout))
-    throw Error(ErrorCode::kTimeout, "joining by " + path + ": MPI_Comm_connect did not complete within " + seconds_text(timeout) +
-                                         " (is the trainer job running, and were both jobs started with mpirun "
-                                         "--ompi-server file:URI of one ompi-server?)");
+  {
+    ConnectTurn turn(path, deadline);
+    std::thread connector([call, port = address.port] { call->connect(port); });
+    if (!wait_bounded(call, connector, std::max(0.0, deadline - local_seconds()))) {
+      turn.keep();
+      throw Error(ErrorCode::kTimeout, "joining by " + path + ": MPI_Comm_connect did not complete within " + seconds_text(timeout) +
+                                           " (is the trainer job running, and were both jobs started with mpirun "
+                                           "--ompi-server file:URI of one ompi-server?)");
+    }
+  }
   if (call->rc != MPI_SUCCESS)
     throw Error(ErrorCode::kMpi, "joining by " + path + ": MPI_Comm_connect failed: " + detail::mpi_error_string(call->rc) +
                                      " (jobs launched by srun --mpi=pmix have no accept/connect in Open MPI 4.1: start "

@@ -74,7 +74,8 @@ class JoinPort {
   std::thread thread_;
 };
 
-/// The joiner's leader: connects to the address in `path` over MPI_COMM_SELF and presents its secret.
+/// The joiner's leader: connects to the address in `path` over MPI_COMM_SELF and presents its secret. One
+/// joiner connects at a time (an exclusive flock on the address file, waited for within `timeout`).
 /// Returns the intercommunicator to the trainers' leader. Throws wb::Error: kTimeout when the connection
 /// or the answer does not come within `timeout`, kInvalidArgument when the trainers refused the secret.
 MPI_Comm join_by_address(const std::string& path, double timeout);

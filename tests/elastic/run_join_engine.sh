@@ -11,6 +11,9 @@
 #   resumes it (SIGCONT); it reports kFailed naming why, joins again and installs every later version.
 # vanish: a joiner is admitted at the port and dies before the trainers take it; the trainers warn, and the
 #   next joiner joins and installs every later version.
+# ghost: as vanish, but the joiner dies right after it answered the trainers' take.
+# at_once: three engine jobs (2, 2 and 1 workers) started at the same moment all join, each installs every
+#   version from its first to the trainers' last.
 set -euo pipefail
 program=$1
 mpiexec=${2:-mpirun}
@@ -55,6 +58,7 @@ engines_at() {  # engines_at N: waits until the trainers count N engines (one jo
 }
 case $scenario in
   join) engine first serve ;;
+  at_once) engine first serve; engine second serve; engine third serve 1 ;;
   leave)
     engine first leave
     wait "${engines[0]}" || fail "the engine job that leaves failed"
@@ -68,6 +72,10 @@ case $scenario in
       sleep 0.1
     done
     grep -q "did not answer when taken" "$dir/trainers.log" || fail "the trainers did not warn about the joiner that vanished"
+    engine second serve ;;
+  ghost)
+    engine first ghost 1
+    wait "${engines[0]}" && fail "the ghost joiner ended with 0" || true
     engine second serve ;;
   kill) engine first killed; engines_at 2; engine second serve; engines_at 3; engine third serve 1 ;;
   stop)
@@ -104,6 +112,8 @@ case $scenario in
   leave)
     [[ $(grep -c "then it left" "$dir/first.log") == 2 ]] || fail "the first engine's workers did not both leave"
     serving=$dir/second.log ;;
+  at_once) serving="$dir/first.log $dir/second.log $dir/third.log" ;;
+  ghost) serving=$dir/second.log ;;
   vanish)
     [[ $(grep -c "did not answer when taken" "$dir/trainers.log") == 1 ]] || fail "no warning about the joiner that vanished"
     serving=$dir/second.log ;;
