@@ -173,7 +173,9 @@ struct LinkTraffic {
 /// One transfer this worker took part in.
 struct UpdateRecord {
   std::uint64_t version = 0;
-  std::int64_t bytes_written = 0;  // by this worker's one-sided writes for this version (also when it failed)
+  // By this worker's one-sided writes for this version (a trainer's: to joined engine jobs too), also when
+  // it failed.
+  std::int64_t bytes_written = 0;
   bool completed = false;          // its part of the transfer finished (false: the update failed)
   /// Trainers, once every engine acknowledged the version (see SenderAdapter::send_weights): the job's
   /// figures for this update from every worker's stall interval, on the common clock. EWTT: from the first

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <random>
 #include <sstream>
@@ -386,36 +387,78 @@ bool knock(const JoinAddress& address, double timeout) {
   return true;
 }
 
-MPI_Comm widen_join(MPI_Comm local, MPI_Comm leaders, bool high, double timeout, const std::string& what) {
-  // Open MPI's TCP links to another job outlive it: a write to one after that job ended raises SIGPIPE,
-  // which killed processes at MPI_Finalize after every check passed (measured). A process connected to
-  // another job ignores it, unless the application installed a handler of its own.
-  struct sigaction current {};
-  if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) std::signal(SIGPIPE, SIG_IGN);
-  auto call = std::make_shared<BlockingCall>();
-  std::thread widener([call, local, leaders, high]() mutable {
-    // Open MPI refuses an intercommunicator as the bridge: the two leaders merge theirs first (trainers'
-    // leader rank 0 of the two, the joiner's rank 1).
-    MPI_Comm bridge = MPI_COMM_NULL, inter = MPI_COMM_NULL;
-    if (leaders != MPI_COMM_NULL) call->rc = MPI_Intercomm_merge(leaders, high ? 1 : 0, &bridge);
-    if (call->rc == MPI_SUCCESS) call->rc = MPI_Intercomm_create(local, 0, bridge, high ? 0 : 1, kWidenTag, &inter);
-    if (call->rc == MPI_SUCCESS) call->rc = MPI_Intercomm_merge(inter, high ? 1 : 0, &call->result);
-    // The steps are complete, nothing is pending on them: they go now (MPI_Finalize would otherwise
-    // synchronize over each with the other job; see part()).
-    if (call->rc == MPI_SUCCESS) {
-      MPI_Comm_free(&inter);
-      if (bridge != MPI_COMM_NULL) MPI_Comm_free(&bridge);
-      if (leaders != MPI_COMM_NULL) MPI_Comm_free(&leaders);
-    }
-    call->done.store(true);
+namespace {
+// One blocking MPI call that makes a communicator (no deadline in MPI), on a thread, bounded by `timeout`.
+// A call given up on keeps its thread and everything it holds to the end of the process.
+// A call that completes after it was given up on (the other job was only slow) abandons what it made: the
+// caller has gone on without it, and MPI_Finalize must not wait for that job over it.
+MPI_Comm bounded(std::function<int(MPI_Comm*)> make, double timeout, const std::string& what) {
+  enum : int { kRunning, kDone, kGivenUp };
+  struct Call {
+    std::atomic<int> state{kRunning};
+    int rc = MPI_SUCCESS;
+    MPI_Comm result = MPI_COMM_NULL;
+  };
+  auto call = std::make_shared<Call>();
+  std::thread maker([call, make = std::move(make)] {
+    call->rc = make(&call->result);
+    int running = kRunning;
+    if (!call->state.compare_exchange_strong(running, kDone) && call->rc == MPI_SUCCESS) abandon_link(call->result);
   });
-  if (!wait_bounded(call, widener, timeout))
-    throw Error(ErrorCode::kTimeout, what + ": widening the join to every rank of both jobs did not complete within " +
-                                         seconds_text(timeout));
-  if (call->rc != MPI_SUCCESS)
-    throw Error(ErrorCode::kMpi, what + ": widening the join failed: " + detail::mpi_error_string(call->rc));
+  Backoff backoff;
+  for (const double start = local_seconds(); call->state.load() == kRunning; backoff.pause()) {
+    int running = kRunning;
+    if (local_seconds() - start > timeout && call->state.compare_exchange_strong(running, kGivenUp)) {
+      maker.detach();
+      keep_alive(call);
+      throw Error(ErrorCode::kTimeout, what + " did not complete within " + seconds_text(timeout) + " (the other job died in it?)");
+    }
+  }
+  maker.join();
+  if (call->rc != MPI_SUCCESS) throw Error(ErrorCode::kMpi, what + " failed: " + detail::mpi_error_string(call->rc));
   WB_CHECK_MPI(MPI_Comm_set_errhandler(call->result, MPI_ERRORS_RETURN));
   return call->result;
+}
+
+// Open MPI's TCP links to another job outlive it: a write to one after that job ended raises SIGPIPE,
+// which killed processes at MPI_Finalize after every check passed (measured). A process connected to
+// another job ignores it, unless the application installed a handler of its own.
+void ignore_sigpipe() {
+  struct sigaction current {};
+  if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) std::signal(SIGPIPE, SIG_IGN);
+}
+}  // namespace
+
+MPI_Comm bridge_join(MPI_Comm leaders, bool high, double timeout, const std::string& what) {
+  ignore_sigpipe();
+  // Open MPI refuses an intercommunicator as the bridge of MPI_Intercomm_create: the leaders merge theirs
+  // (trainers' leader rank 0 of the two, the joiner's rank 1); complete, it goes (MPI_Finalize would
+  // otherwise synchronize over it with the other job; see part()).
+  return bounded([leaders, high](MPI_Comm* bridge) mutable {
+    const int rc = MPI_Intercomm_merge(leaders, high ? 1 : 0, bridge);
+    if (rc == MPI_SUCCESS) MPI_Comm_free(&leaders);
+    return rc;
+  }, timeout, what + ": merging the leaders' link");
+}
+
+MPI_Comm widen_join(MPI_Comm local, MPI_Comm bridge, bool high, double timeout, const std::string& what) {
+  ignore_sigpipe();
+  // Over a duplicate of `local` of its own: a widening given up on (the other job died in it) leaves its
+  // thread in MPI with a collective pending there, which then never meets a later one (the next widening,
+  // a step of the group: measured, the next join's widening matched the stuck one's and MPI aborted the job).
+  MPI_Comm own = duplicate(local, Waiter{timeout, {}}, what + ": widening the join");
+  return bounded([own, bridge, high](MPI_Comm* merged) mutable {
+    MPI_Comm inter = MPI_COMM_NULL;
+    int rc = MPI_Intercomm_create(own, 0, bridge, high ? 0 : 1, kWidenTag, &inter);
+    if (rc == MPI_SUCCESS) rc = MPI_Intercomm_merge(inter, high ? 1 : 0, merged);
+    // The steps are complete, nothing is pending on them: they go now (see above).
+    if (rc == MPI_SUCCESS) {
+      MPI_Comm_free(&own);
+      MPI_Comm_free(&inter);
+      if (bridge != MPI_COMM_NULL) MPI_Comm_free(&bridge);
+    }
+    return rc;
+  }, timeout, what + ": widening the join to every rank of both jobs");
 }
 
 bool part(MPI_Comm comm, double seconds) noexcept {
@@ -425,6 +468,22 @@ bool part(MPI_Comm comm, double seconds) noexcept {
     return false;
   }
   return MPI_Comm_free(&comm) == MPI_SUCCESS;
+}
+
+bool spans_jobs(MPI_Comm comm) noexcept {
+  MPI_Group group = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+  int size = 0;
+  bool other = false;
+  if (MPI_Comm_group(comm, &group) == MPI_SUCCESS && MPI_Comm_group(MPI_COMM_WORLD, &world) == MPI_SUCCESS &&
+      MPI_Group_size(group, &size) == MPI_SUCCESS) {
+    std::vector<int> ranks(static_cast<std::size_t>(size)), in_world(ranks.size());
+    for (int r = 0; r < size; ++r) ranks[static_cast<std::size_t>(r)] = r;
+    if (MPI_Group_translate_ranks(group, size, ranks.data(), world, in_world.data()) == MPI_SUCCESS)
+      other = std::find(in_world.begin(), in_world.end(), MPI_UNDEFINED) != in_world.end();
+  }
+  if (group != MPI_GROUP_NULL) MPI_Group_free(&group);
+  if (world != MPI_GROUP_NULL) MPI_Group_free(&world);
+  return other;
 }
 
 void abandon_link(MPI_Comm comm) noexcept {

@@ -98,7 +98,13 @@ struct SenderAdapter::State : AdapterBase {
     try {
       std::optional<MPI_Comm> merged = take_joiner(port.port.get(), *group, waiter());
       if (!merged) return;
-      auto link = std::make_unique<State>(*merged, group_comm, params, checkpoint_tensors, load_weights, given);
+      std::unique_ptr<State> link;
+      try {
+        link = std::make_unique<State>(*merged, group_comm, params, checkpoint_tensors, load_weights, given);
+      } catch (const Error&) {
+        comm::abandon_link(*merged);  // the joiner may be gone: never waited on again
+        throw;
+      }
       link->link = *merged;
       // A failure of this link drops it, and the engine, once it looks again (a stopped one that resumes),
       // learns that from the notice.
@@ -467,6 +473,14 @@ const TransferSummary& SenderAdapter::summary() const {
 AdapterStats SenderAdapter::stats() const {
   const State& s = *state_;
   AdapterStats stats = s.stats();
+  // This trainer's writes to joined engine jobs count as its own: per version (its egress per update) and
+  // in all.
+  for (const std::unique_ptr<State>& link : s.joined) {
+    for (const UpdateRecord& r : link->history)
+      for (UpdateRecord& mine : stats.history)
+        if (mine.version == r.version) mine.bytes_written += r.bytes_written;
+    stats.bytes_written += link->executor_stats.bytes_written;
+  }
   for (std::size_t e = 0; e < s.roles.engine_leaders.size(); ++e)
     stats.engines.push_back({s.engine_name(e), "serving", s.acknowledged, ""});
   for (std::size_t k = 0; k < s.joined.size(); ++k) {

@@ -253,6 +253,13 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
         std::printf("trainers: %s: %s, installed %llu%s%s\n", e.name.c_str(), e.state.c_str(),
                     static_cast<unsigned long long>(e.installed), e.why.empty() ? "" : ": ", e.why.c_str());
       std::printf("trainers: sent up to %llu\n", static_cast<unsigned long long>(last));
+      // Trainer 0's egress per update (its writes to every engine, built-in and joined): first and last.
+      if (stats.history.size() > 1)
+        std::printf("trainers: trainer 0 wrote %lld bytes for version %llu, %lld for version %llu (%d engines)\n",
+                    static_cast<long long>(stats.history.front().bytes_written),
+                    static_cast<unsigned long long>(stats.history.front().version),
+                    static_cast<long long>(stats.history.back().bytes_written),
+                    static_cast<unsigned long long>(stats.history.back().version), sender.engines());
     }
     // Killed or stopped: exactly one engine dropped, named with its cause, the others serving up to the last
     // version.

@@ -30,12 +30,10 @@ cleanup() {
   rm -rf "$dir"
 }
 trap cleanup EXIT
-ompi-server --no-daemonize --report-uri "$dir/uri" &
-server=$!
-for _ in $(seq 100); do [[ -s $dir/uri ]] && break; sleep 0.1; done
-[[ -s $dir/uri ]] || { echo "ompi-server wrote no URI"; exit 1; }
+. "$(dirname "${BASH_SOURCE[0]}")/name_server.sh"
+start_name_server
 run() { timeout 200 "$mpiexec" --oversubscribe --ompi-server "file:$dir/uri" "$@"; }
-run -np 3 "$program" trainers "$dir/address" "$mode" "$scenario" > "$dir/trainers.log" 2>&1 &
+WB_JOIN_ANSWER_SECONDS=${WB_JOIN_ANSWER_SECONDS:-3} run -np 3 "$program" trainers "$dir/address" "$mode" "$scenario" > "$dir/trainers.log" 2>&1 &
 trainers=$!
 for _ in $(seq 600); do
   grep -q "version 3 sent" "$dir/trainers.log" 2>/dev/null && break
@@ -113,7 +111,9 @@ case $scenario in
     [[ $(grep -c "then it left" "$dir/first.log") == 2 ]] || fail "the first engine's workers did not both leave"
     serving=$dir/second.log ;;
   at_once) serving="$dir/first.log $dir/second.log $dir/third.log" ;;
-  ghost) serving=$dir/second.log ;;
+  ghost)
+    [[ $(grep -c "merging the leaders' link did not complete" "$dir/trainers.log") == 1 ]] || fail "no warning about the joiner that died after its answer"
+    serving=$dir/second.log ;;
   vanish)
     [[ $(grep -c "did not answer when taken" "$dir/trainers.log") == 1 ]] || fail "no warning about the joiner that vanished"
     serving=$dir/second.log ;;
