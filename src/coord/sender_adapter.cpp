@@ -34,6 +34,8 @@ struct SenderAdapter::State : AdapterBase {
   // A joined link's own record: when it joined, the last version every engine of it acknowledged, and,
   // once it left or failed, why (it is then skipped: the training never fails for a joined engine).
   std::uint64_t joined_after = 0, acknowledged = 0;
+  double taken_at = 0;         // when the send_weights that took it began (local clock)
+  double connect_seconds = 0, first_install_seconds = 0;  // after taken_at
   bool dropped = false;
   std::string why;
 
@@ -95,6 +97,7 @@ struct SenderAdapter::State : AdapterBase {
   // that fails is the joiner's failure, not the training's: a warning, and the link is dropped.
   void take_joins() {
     if (!port.open) return;
+    const double began = comm::local_seconds();
     try {
       std::optional<MPI_Comm> merged = take_joiner(port.port.get(), *group, waiter());
       if (!merged) return;
@@ -110,6 +113,8 @@ struct SenderAdapter::State : AdapterBase {
       // learns that from the notice.
       link->announce_prefix = "the trainers dropped this engine job after a failure (the training goes on without it): ";
       link->connect_link(&connection->probed);
+      link->taken_at = began;
+      link->connect_seconds = comm::local_seconds() - began;
       link->version = version;
       link->joined_after = link->acknowledged = version;
       if (roles.leader) {
@@ -266,6 +271,7 @@ struct SenderAdapter::State : AdapterBase {
     const Status agreed = group->step(Status::ok(), longer, about(version) + ": the trainers' outcome");
     if (!agreed) return fail(agreed);
     acknowledged = version;
+    if (taken_at > 0 && first_install_seconds == 0) first_install_seconds = comm::local_seconds() - taken_at;
     close_stall(version);  // without staging on either side, send_weights(version) stalled until here
     return record_figures(version);
   }
@@ -485,7 +491,9 @@ AdapterStats SenderAdapter::stats() const {
     stats.engines.push_back({s.engine_name(e), "serving", s.acknowledged, ""});
   for (std::size_t k = 0; k < s.joined.size(); ++k) {
     const State& link = *s.joined[k];
-    stats.engines.push_back({s.joined_name(k), link.dropped ? (link.left ? "left" : "dropped") : "serving", link.acknowledged, link.why});
+    stats.engines.push_back({s.joined_name(k), link.dropped ? (link.left ? "left" : "dropped") : "serving", link.acknowledged, link.why,
+                             link.connect_seconds, link.connection ? link.connection->summary.probe_seconds : 0.0,
+                             link.first_install_seconds});
   }
   return stats;
 }

@@ -248,10 +248,19 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
       ok = 0;
     }
     const AdapterStats stats = sender.stats();
+    // A joined engine's figures: its probe within its connect, within the time to its first install.
+    for (const EngineRecord& e : stats.engines)
+      if (ok && e.name.starts_with("joined") && (e.state == "serving" || e.first_install_seconds > 0) &&
+          !(e.probe_seconds > 0 && e.probe_seconds <= e.connect_seconds && e.connect_seconds <= e.first_install_seconds)) {
+        std::fprintf(stderr, "trainer %d: %s: probe %g s, connect %g s, first install %g s are not in order\n", rank,
+                     e.name.c_str(), e.probe_seconds, e.connect_seconds, e.first_install_seconds);
+        ok = 0;
+      }
     if (ok && rank == 0) {
       for (const EngineRecord& e : stats.engines)
-        std::printf("trainers: %s: %s, installed %llu%s%s\n", e.name.c_str(), e.state.c_str(),
-                    static_cast<unsigned long long>(e.installed), e.why.empty() ? "" : ": ", e.why.c_str());
+        std::printf("trainers: %s: %s, installed %llu (connected %.3f s after the take, its probe %.3f s, first install "
+                    "%.3f s)%s%s\n", e.name.c_str(), e.state.c_str(), static_cast<unsigned long long>(e.installed),
+                    e.connect_seconds, e.probe_seconds, e.first_install_seconds, e.why.empty() ? "" : ": ", e.why.c_str());
       std::printf("trainers: sent up to %llu\n", static_cast<unsigned long long>(last));
       // Trainer 0's egress per update (its writes to every engine, built-in and joined): first and last.
       if (stats.history.size() > 1)
