@@ -152,6 +152,7 @@ struct TransferSummary {
   double simulated_seconds = 0;            // the planner's simulation of the plan it chose (simulator.hpp);
                                            // 0 when it chose none (a relay fan-out given): wb-plan simulates any
   double connect_seconds = 0;              // probe, exchange, plan, scatter, register (world rank 0)
+  double probe_seconds = 0;                // of which: to every worker's source map gathered (world rank 0)
   // FP8 engines: the control bytes each trainer sends per update for the amaxes of the blocks it shares
   // with other trainers (4 per block, one max all-reduce before the rounds); 0 when no block is shared.
   std::int64_t fp8_amax_bytes = 0;
@@ -173,7 +174,9 @@ struct LinkTraffic {
 /// One transfer this worker took part in.
 struct UpdateRecord {
   std::uint64_t version = 0;
-  std::int64_t bytes_written = 0;  // by this worker's one-sided writes for this version (also when it failed)
+  // By this worker's one-sided writes for this version (a trainer's: to joined engine jobs too), also when
+  // it failed.
+  std::int64_t bytes_written = 0;
   bool completed = false;          // its part of the transfer finished (false: the update failed)
   /// Trainers, once every engine acknowledged the version (see SenderAdapter::send_weights): the job's
   /// figures for this update from every worker's stall interval, on the common clock. EWTT: from the first
@@ -190,6 +193,10 @@ struct EngineRecord {
   std::string state;              // "serving", "left" (it left between updates), "dropped" (it failed)
   std::uint64_t installed = 0;    // the last version it acknowledged
   std::string why;                // left or dropped: the cause, as the trainers met it
+  // A joined engine (0 for one of the world): seconds from the start of the send_weights that took it to its
+  // link connected (the widening and the link's connect, the joiner's probe included), of which its probe
+  // (to every source map gathered), and to its first install acknowledged (as trainer rank 0 saw it).
+  double connect_seconds = 0, probe_seconds = 0, first_install_seconds = 0;
 };
 
 struct AdapterStats {

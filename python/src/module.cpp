@@ -283,6 +283,8 @@ void bind_values(py::module_& m) {
       .def_readonly("simulated_seconds", &TransferSummary::simulated_seconds)
       .def_readonly("connect_seconds", &TransferSummary::connect_seconds,
                     "probe, exchange, plan, scatter, register (world rank 0)")
+      .def_readonly("probe_seconds", &TransferSummary::probe_seconds,
+                    "of which: to every worker's source map gathered (world rank 0)")
       .def_readonly("fp8_amax_bytes", &TransferSummary::fp8_amax_bytes,
                     "FP8 engines: control bytes each trainer sends per update for the amaxes of shared blocks")
       .def_readonly("node_of_worker", &TransferSummary::node_of_worker)
@@ -329,6 +331,11 @@ void bind_values(py::module_& m) {
       .def_readonly("state", &EngineRecord::state, "'serving', 'left' (between updates) or 'dropped' (it failed)")
       .def_readonly("installed", &EngineRecord::installed, "the last version it acknowledged")
       .def_readonly("why", &EngineRecord::why, "left or dropped: the cause, as the trainers met it")
+      .def_readonly("connect_seconds", &EngineRecord::connect_seconds,
+                    "a joined engine: from the send_weights that took it to its link connected (its probe included)")
+      .def_readonly("probe_seconds", &EngineRecord::probe_seconds, "a joined engine: of which its probe")
+      .def_readonly("first_install_seconds", &EngineRecord::first_install_seconds,
+                    "a joined engine: from the send_weights that took it to its first install acknowledged")
       .def("__repr__", [](const EngineRecord& e) {
         return "EngineRecord('" + e.name + "', '" + e.state + "', installed=" + std::to_string(e.installed) + ")";
       });

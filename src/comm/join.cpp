@@ -1,13 +1,16 @@
 #include "comm/join.hpp"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <random>
 #include <sstream>
@@ -252,15 +255,62 @@ std::optional<MPI_Comm> JoinPort::take() {
 
 std::int64_t JoinPort::refused() const { return shared_->refused.load(); }
 
+namespace {
+// Open MPI pairs a connect with an accept by publishing "PORT:connect" and "PORT:accept" at the name server
+// and looking up the other, each read once: two joiners connecting to one port at once may each take
+// another's half, and then neither pair completes (measured: engine jobs started at once never joined, the
+// accept thread stayed in MPI_Comm_accept, once the trainer job crashed in MPI_Finalize). So one joiner at a
+// time connects: an exclusive flock on the address file, which every joiner opens anyway, held from before
+// its connect until that connect returned (the accept's next publication is then the next joiner's). The
+// kernel releases it when a joiner dies. A file system without flock (ENOLCK, ENOSYS): joiners go
+// unordered, with a warning.
+class ConnectTurn {
+ public:
+  ConnectTurn(const std::string& path, double deadline) {
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0) throw Error(ErrorCode::kNotFound, "the join address file " + path + " cannot be opened (" + std::strerror(errno) + ")");
+    Backoff backoff;
+    while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      if (errno != EWOULDBLOCK && errno != EINTR) {
+        WB_LOG(kWarn) << "joining by " << path << ": the address file cannot be locked (" << std::strerror(errno)
+                      << "); engine jobs that join at the same moment may then not join";
+        return;
+      }
+      if (local_seconds() > deadline) {
+        ::close(fd_);
+        throw Error(ErrorCode::kTimeout, "joining by " + path + ": another engine job held its turn to connect until the deadline");
+      }
+      backoff.pause();
+    }
+  }
+  /// The connect did not return: its half stays published, so the turn is kept to the end of this process.
+  void keep() { fd_ = -1; }
+  ~ConnectTurn() {
+    if (fd_ >= 0) ::close(fd_);  // releases the lock
+  }
+  ConnectTurn(const ConnectTurn&) = delete;
+  ConnectTurn& operator=(const ConnectTurn&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+}  // namespace
+
 MPI_Comm join_by_address(const std::string& path, double timeout) {
   require_thread_multiple("an engine that joins by address");
+  const double deadline = local_seconds() + timeout;
   const JoinAddress address = read_address_file(path);
   auto call = std::make_shared<BlockingCall>();
-  std::thread connector([call, port = address.port] { call->connect(port); });
-  if (!wait_bounded(call, connector, timeout))
-    throw Error(ErrorCode::kTimeout, "joining by " + path + ": MPI_Comm_connect did not complete within " + seconds_text(timeout) +
-                                         " (is the trainer job running, and were both jobs started with mpirun "
-                                         "--ompi-server file:URI of one ompi-server?)");
+  {
+    ConnectTurn turn(path, deadline);
+    std::thread connector([call, port = address.port] { call->connect(port); });
+    if (!wait_bounded(call, connector, std::max(0.0, deadline - local_seconds()))) {
+      turn.keep();
+      throw Error(ErrorCode::kTimeout, "joining by " + path + ": MPI_Comm_connect did not complete within " + seconds_text(timeout) +
+                                           " (is the trainer job running, and were both jobs started with mpirun "
+                                           "--ompi-server file:URI of one ompi-server?)");
+    }
+  }
   if (call->rc != MPI_SUCCESS)
     throw Error(ErrorCode::kMpi, "joining by " + path + ": MPI_Comm_connect failed: " + detail::mpi_error_string(call->rc) +
                                      " (jobs launched by srun --mpi=pmix have no accept/connect in Open MPI 4.1: start "
@@ -337,36 +387,78 @@ bool knock(const JoinAddress& address, double timeout) {
   return true;
 }
 
-MPI_Comm widen_join(MPI_Comm local, MPI_Comm leaders, bool high, double timeout, const std::string& what) {
-  // Open MPI's TCP links to another job outlive it: a write to one after that job ended raises SIGPIPE,
-  // which killed processes at MPI_Finalize after every check passed (measured). A process connected to
-  // another job ignores it, unless the application installed a handler of its own.
-  struct sigaction current {};
-  if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) std::signal(SIGPIPE, SIG_IGN);
-  auto call = std::make_shared<BlockingCall>();
-  std::thread widener([call, local, leaders, high]() mutable {
-    // Open MPI refuses an intercommunicator as the bridge: the two leaders merge theirs first (trainers'
-    // leader rank 0 of the two, the joiner's rank 1).
-    MPI_Comm bridge = MPI_COMM_NULL, inter = MPI_COMM_NULL;
-    if (leaders != MPI_COMM_NULL) call->rc = MPI_Intercomm_merge(leaders, high ? 1 : 0, &bridge);
-    if (call->rc == MPI_SUCCESS) call->rc = MPI_Intercomm_create(local, 0, bridge, high ? 0 : 1, kWidenTag, &inter);
-    if (call->rc == MPI_SUCCESS) call->rc = MPI_Intercomm_merge(inter, high ? 1 : 0, &call->result);
-    // The steps are complete, nothing is pending on them: they go now (MPI_Finalize would otherwise
-    // synchronize over each with the other job; see part()).
-    if (call->rc == MPI_SUCCESS) {
-      MPI_Comm_free(&inter);
-      if (bridge != MPI_COMM_NULL) MPI_Comm_free(&bridge);
-      if (leaders != MPI_COMM_NULL) MPI_Comm_free(&leaders);
-    }
-    call->done.store(true);
+namespace {
+// One blocking MPI call that makes a communicator (no deadline in MPI), on a thread, bounded by `timeout`.
+// A call given up on keeps its thread and everything it holds to the end of the process.
+// A call that completes after it was given up on (the other job was only slow) abandons what it made: the
+// caller has gone on without it, and MPI_Finalize must not wait for that job over it.
+MPI_Comm bounded(std::function<int(MPI_Comm*)> make, double timeout, const std::string& what) {
+  enum : int { kRunning, kDone, kGivenUp };
+  struct Call {
+    std::atomic<int> state{kRunning};
+    int rc = MPI_SUCCESS;
+    MPI_Comm result = MPI_COMM_NULL;
+  };
+  auto call = std::make_shared<Call>();
+  std::thread maker([call, make = std::move(make)] {
+    call->rc = make(&call->result);
+    int running = kRunning;
+    if (!call->state.compare_exchange_strong(running, kDone) && call->rc == MPI_SUCCESS) abandon_link(call->result);
   });
-  if (!wait_bounded(call, widener, timeout))
-    throw Error(ErrorCode::kTimeout, what + ": widening the join to every rank of both jobs did not complete within " +
-                                         seconds_text(timeout));
-  if (call->rc != MPI_SUCCESS)
-    throw Error(ErrorCode::kMpi, what + ": widening the join failed: " + detail::mpi_error_string(call->rc));
+  Backoff backoff;
+  for (const double start = local_seconds(); call->state.load() == kRunning; backoff.pause()) {
+    int running = kRunning;
+    if (local_seconds() - start > timeout && call->state.compare_exchange_strong(running, kGivenUp)) {
+      maker.detach();
+      keep_alive(call);
+      throw Error(ErrorCode::kTimeout, what + " did not complete within " + seconds_text(timeout) + " (the other job died in it?)");
+    }
+  }
+  maker.join();
+  if (call->rc != MPI_SUCCESS) throw Error(ErrorCode::kMpi, what + " failed: " + detail::mpi_error_string(call->rc));
   WB_CHECK_MPI(MPI_Comm_set_errhandler(call->result, MPI_ERRORS_RETURN));
   return call->result;
+}
+
+// Open MPI's TCP links to another job outlive it: a write to one after that job ended raises SIGPIPE,
+// which killed processes at MPI_Finalize after every check passed (measured). A process connected to
+// another job ignores it, unless the application installed a handler of its own.
+void ignore_sigpipe() {
+  struct sigaction current {};
+  if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) std::signal(SIGPIPE, SIG_IGN);
+}
+}  // namespace
+
+MPI_Comm bridge_join(MPI_Comm leaders, bool high, double timeout, const std::string& what) {
+  ignore_sigpipe();
+  // Open MPI refuses an intercommunicator as the bridge of MPI_Intercomm_create: the leaders merge theirs
+  // (trainers' leader rank 0 of the two, the joiner's rank 1); complete, it goes (MPI_Finalize would
+  // otherwise synchronize over it with the other job; see part()).
+  return bounded([leaders, high](MPI_Comm* bridge) mutable {
+    const int rc = MPI_Intercomm_merge(leaders, high ? 1 : 0, bridge);
+    if (rc == MPI_SUCCESS) MPI_Comm_free(&leaders);
+    return rc;
+  }, timeout, what + ": merging the leaders' link");
+}
+
+MPI_Comm widen_join(MPI_Comm local, MPI_Comm bridge, bool high, double timeout, const std::string& what) {
+  ignore_sigpipe();
+  // Over a duplicate of `local` of its own: a widening given up on (the other job died in it) leaves its
+  // thread in MPI with a collective pending there, which then never meets a later one (the next widening,
+  // a step of the group: measured, the next join's widening matched the stuck one's and MPI aborted the job).
+  MPI_Comm own = duplicate(local, Waiter{timeout, {}}, what + ": widening the join");
+  return bounded([own, bridge, high](MPI_Comm* merged) mutable {
+    MPI_Comm inter = MPI_COMM_NULL;
+    int rc = MPI_Intercomm_create(own, 0, bridge, high ? 0 : 1, kWidenTag, &inter);
+    if (rc == MPI_SUCCESS) rc = MPI_Intercomm_merge(inter, high ? 1 : 0, merged);
+    // The steps are complete, nothing is pending on them: they go now (see above).
+    if (rc == MPI_SUCCESS) {
+      MPI_Comm_free(&own);
+      MPI_Comm_free(&inter);
+      if (bridge != MPI_COMM_NULL) MPI_Comm_free(&bridge);
+    }
+    return rc;
+  }, timeout, what + ": widening the join to every rank of both jobs");
 }
 
 bool part(MPI_Comm comm, double seconds) noexcept {
@@ -376,6 +468,22 @@ bool part(MPI_Comm comm, double seconds) noexcept {
     return false;
   }
   return MPI_Comm_free(&comm) == MPI_SUCCESS;
+}
+
+bool spans_jobs(MPI_Comm comm) noexcept {
+  MPI_Group group = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+  int size = 0;
+  bool other = false;
+  if (MPI_Comm_group(comm, &group) == MPI_SUCCESS && MPI_Comm_group(MPI_COMM_WORLD, &world) == MPI_SUCCESS &&
+      MPI_Group_size(group, &size) == MPI_SUCCESS) {
+    std::vector<int> ranks(static_cast<std::size_t>(size)), in_world(ranks.size());
+    for (int r = 0; r < size; ++r) ranks[static_cast<std::size_t>(r)] = r;
+    if (MPI_Group_translate_ranks(group, size, ranks.data(), world, in_world.data()) == MPI_SUCCESS)
+      other = std::find(in_world.begin(), in_world.end(), MPI_UNDEFINED) != in_world.end();
+  }
+  if (group != MPI_GROUP_NULL) MPI_Group_free(&group);
+  if (world != MPI_GROUP_NULL) MPI_Group_free(&world);
+  return other;
 }
 
 void abandon_link(MPI_Comm comm) noexcept {

@@ -74,7 +74,8 @@ class JoinPort {
   std::thread thread_;
 };
 
-/// The joiner's leader: connects to the address in `path` over MPI_COMM_SELF and presents its secret.
+/// The joiner's leader: connects to the address in `path` over MPI_COMM_SELF and presents its secret. One
+/// joiner connects at a time (an exclusive flock on the address file, waited for within `timeout`).
 /// Returns the intercommunicator to the trainers' leader. Throws wb::Error: kTimeout when the connection
 /// or the answer does not come within `timeout`, kInvalidArgument when the trainers refused the secret.
 MPI_Comm join_by_address(const std::string& path, double timeout);
@@ -94,14 +95,21 @@ Status answer_take(MPI_Comm leaders, double seconds);
 /// rank first: that rank may be unwinding an exception). False when the connection did not complete in time.
 bool knock(const JoinAddress& address, double timeout);
 
-/// Both jobs, collective over each side's `local` communicator: widens the leaders' intercommunicator
-/// (`leaders`, significant on local rank 0 only) to every rank of both jobs and merges it into one
-/// intracommunicator, this side's ranks after the other side's when `high`; `leaders` and the steps between
-/// are freed once it succeeded. MPI_Intercomm_create and
-/// MPI_Intercomm_merge have no deadline either: they run on a thread, bounded by `timeout` (kTimeout).
+/// The two leaders, right after the take handshake: merges the leaders' intercommunicator (freed once
+/// merged) into the bridge of widen_join, this side rank 1 when `high`. MPI_Intercomm_merge has no
+/// deadline: it runs on a thread, bounded by `timeout` (kTimeout; the other leader died after its answer,
+/// and the thread stays in MPI to the end of the process, holding `leaders`). Only the leaders take part,
+/// so the other ranks of either job never wait for a joiner that died between its answer and this.
 /// Sets SIGPIPE to be ignored when it has its default action (a link to a job that ended must not kill
 /// this process).
-MPI_Comm widen_join(MPI_Comm local, MPI_Comm leaders, bool high, double timeout, const std::string& what);
+MPI_Comm bridge_join(MPI_Comm leaders, bool high, double timeout, const std::string& what);
+
+/// Both jobs, collective over each side's `local` communicator: widens the bridge (significant on local
+/// rank 0 only; freed once widened) to every rank of both jobs and merges it into one intracommunicator,
+/// this side's ranks after the other side's when `high`. MPI_Intercomm_create and MPI_Intercomm_merge have
+/// no deadline either: they run on a thread, bounded by `timeout` (kTimeout), over a duplicate of `local`
+/// of their own, so that a widening given up on never meets a later collective of `local`.
+MPI_Comm widen_join(MPI_Comm local, MPI_Comm bridge, bool high, double timeout, const std::string& what);
 
 /// The clean end of a communicator that spans two jobs (a joined engine's link), collective over `comm`:
 /// a barrier bounded by `seconds`, then the communicator is freed. Open MPI's MPI_Finalize runs a barrier
@@ -110,6 +118,9 @@ MPI_Comm widen_join(MPI_Comm local, MPI_Comm leaders, bool high, double timeout,
 /// complete in time: the communicator is then abandoned (abandon_link: never waited on again, the other
 /// job may be gone).
 bool part(MPI_Comm comm, double seconds) noexcept;
+
+/// Whether `comm` holds a process of another job (one MPI_COMM_WORLD does not hold). Local.
+bool spans_jobs(MPI_Comm comm) noexcept;
 
 /// Gives up on a communicator that spans two jobs (the other job may be gone or stopped): it is freed, so
 /// that MPI_Finalize does not synchronize over it with that job (Open MPI 4.1's MPI_Finalize disconnects

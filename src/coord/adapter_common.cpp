@@ -69,37 +69,45 @@ AdapterBase::AdapterBase(MPI_Comm world_comm, MPI_Comm group_comm_in, bool train
   world = comm::duplicate(world_comm, setup,
                           "constructing the adapter: duplicating the world communicator (some rank did not "
                           "construct its adapter, or passed another world communicator)");
-  // The first exchange over the world also carries what a language binding found wrong with its caller's
-  // arguments, so that C++ and Python ranks of one job run the same collectives from the first one on.
-  check_groups(world, group_comm_in, trainer, setup, BindingChecks::current());
-  group_comm = comm::duplicate(group_comm_in, setup,
-                               std::string("constructing the adapter: duplicating the ") +
-                                   (trainer ? "trainer_comm" : "engine_comm"));
-  roles = exchange_roles(world, group_comm, trainer, options.timeout_seconds);
-  faults = std::make_unique<FaultChannel>(world, roles);
-  group = std::make_unique<comm::Group>(group_comm, trainer ? "the trainers" : "engine " + std::to_string(roles.engine),
-                                        faults.get(), roles.group(), roles.world_rank);
-  // Agreed, so that every rank fails alike instead of some waiting for the others.
-  Status usable = check_parameter_memory(params, who());
-  if (usable && options.verify && !stages && !params.empty() && params[0].view.memory == MemoryKind::kCuda)
-    usable = Status(ErrorCode::kUnsupported, who() + ": verify digests host transfer buffers, and these parameters are in "
-                                                     "CUDA memory: turn on " + (trainer ? "sender" : "receiver") +
-                                                     " staging on this side, or verify off");
-  if (usable && !load_weights) usable = Status(ErrorCode::kInvalidArgument, who() + ": load_weights is empty");
-  if (const std::string unknown = unknown_not_loaded(params, options.not_loaded); usable && !unknown.empty())
-    usable = Status(ErrorCode::kInvalidArgument, who() + ": not_loaded names " + unknown + ", which " +
-                                                     "this worker's parameters do not have");
-  if (usable && stages && level < MPI_THREAD_MULTIPLE)
-    usable = Status(ErrorCode::kUnsupported,
-                    who() + ": " + (trainer ? "sender" : "receiver") +
-                        " staging runs the transfer on a background thread and needs MPI_THREAD_MULTIPLE, but MPI "
-                        "was initialized with " + thread_level_name(level) + " (use MPI_Init_thread)");
-  comm::Group job(world, "the job", faults.get());
-  std::int64_t values[comm::Group::kValues] = {watch ? 1 : 0, 0, 0, 0};
-  throw_if_error(job.step(usable, std::span<std::int64_t, comm::Group::kValues>(values), waiter(), "constructing the adapters"));
-  watched_job = values[0] != 0;
-  clock_offset = measure_clock_offset(world, roles, options.timeout_seconds);
-  group->set_clock_offset(clock_offset);
+  // A joined engine's link (the world spans two jobs) that fails here: the duplicate is abandoned, since
+  // MPI_Finalize would otherwise synchronize over it with the other job, which may be gone.
+  try {
+    // The first exchange over the world also carries what a language binding found wrong with its caller's
+    // arguments, so that C++ and Python ranks of one job run the same collectives from the first one on.
+    check_groups(world, group_comm_in, trainer, setup, BindingChecks::current());
+    group_comm = comm::duplicate(group_comm_in, setup,
+                                 std::string("constructing the adapter: duplicating the ") +
+                                     (trainer ? "trainer_comm" : "engine_comm"));
+    roles = exchange_roles(world, group_comm, trainer, options.timeout_seconds);
+    faults = std::make_unique<FaultChannel>(world, roles);
+    group = std::make_unique<comm::Group>(group_comm, trainer ? "the trainers" : "engine " + std::to_string(roles.engine),
+                                          faults.get(), roles.group(), roles.world_rank);
+    // Agreed, so that every rank fails alike instead of some waiting for the others.
+    Status usable = check_parameter_memory(params, who());
+    if (usable && options.verify && !stages && !params.empty() && params[0].view.memory == MemoryKind::kCuda)
+      usable = Status(ErrorCode::kUnsupported, who() + ": verify digests host transfer buffers, and these parameters are in "
+                                                       "CUDA memory: turn on " + (trainer ? "sender" : "receiver") +
+                                                       " staging on this side, or verify off");
+    if (usable && !load_weights) usable = Status(ErrorCode::kInvalidArgument, who() + ": load_weights is empty");
+    if (const std::string unknown = unknown_not_loaded(params, options.not_loaded); usable && !unknown.empty())
+      usable = Status(ErrorCode::kInvalidArgument, who() + ": not_loaded names " + unknown + ", which " +
+                                                       "this worker's parameters do not have");
+    if (usable && stages && level < MPI_THREAD_MULTIPLE)
+      usable = Status(ErrorCode::kUnsupported,
+                      who() + ": " + (trainer ? "sender" : "receiver") +
+                          " staging runs the transfer on a background thread and needs MPI_THREAD_MULTIPLE, but MPI "
+                          "was initialized with " + thread_level_name(level) + " (use MPI_Init_thread)");
+    comm::Group job(world, "the job", faults.get());
+    std::int64_t values[comm::Group::kValues] = {watch ? 1 : 0, 0, 0, 0};
+    throw_if_error(job.step(usable, std::span<std::int64_t, comm::Group::kValues>(values), waiter(), "constructing the adapters"));
+    watched_job = values[0] != 0;
+    clock_offset = measure_clock_offset(world, roles, options.timeout_seconds);
+    group->set_clock_offset(clock_offset);
+  } catch (...) {
+    if (comm::spans_jobs(world)) comm::abandon_link(world);
+    world = MPI_COMM_NULL;
+    throw;
+  }
 }
 
 AdapterBase::~AdapterBase() {

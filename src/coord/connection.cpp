@@ -564,6 +564,7 @@ Connection establish_connection(const ConnectInput& input) {
   if (probed && form && c.roles.trainer) probed = make_quantized_pack(c, *form, united ? &*united : nullptr, map, quantized);
   c.doing("the source maps");
   std::vector<SourceMap> maps = allgather_source_maps(map, input.world, c.call, probed);
+  const double probe_seconds = comm::local_seconds() - started;
   const std::int64_t shared_blocks = form ? share_partial_blocks(c, quantized.get()) : 0;
   const std::vector<WorkerConfig> configs = gather_worker_configs(c);
   connection.rollouts_stage = check_one_mode(c, configs);
@@ -588,9 +589,10 @@ Connection establish_connection(const ConnectInput& input) {
   comm::agree(made, input.world, input.waiter, "connect: staging and connecting the transports");
 
   TransferSummary& s = connection.summary;
-  s.connect_seconds = comm::local_seconds() - started;
-  comm::broadcast_fixed(std::as_writable_bytes(std::span(&s.connect_seconds, 1)), 0, input.world, input.waiter,
-                        "connect: the final handshake");
+  double seconds[2] = {comm::local_seconds() - started, probe_seconds};
+  comm::broadcast_fixed(std::as_writable_bytes(std::span(seconds)), 0, input.world, input.waiter, "connect: the final handshake");
+  s.connect_seconds = seconds[0];
+  s.probe_seconds = seconds[1];
   if (c.rank == 0) {
     WB_LOG(kInfo) << "connected " << c.size << " workers: M = " << s.model_bytes << " bytes, " << s.rounds
                   << " rounds, T_min " << s.t_min_seconds << " s on the planned topology, connect "

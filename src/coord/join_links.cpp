@@ -5,6 +5,7 @@
 #include "comm/collectives.hpp"
 #include "core/checks.hpp"
 #include "core/log.hpp"
+#include "core/settings.hpp"
 
 namespace wb::coord {
 
@@ -56,35 +57,56 @@ void close_join_port(TrainersJoinPort& port, MPI_Comm trainers, double timeout) 
 }
 
 namespace {
-// How long trainer rank 0 waits for an admitted joiner's "ready": it waits for the "take" actively, so it
-// answers at once; one that does not is gone, and the training waits no longer for it.
-constexpr double kTakeAnswerSeconds = 5;
+// A joiner waits for the "take" actively, answers at once and merges the leaders' link right after: one
+// that does not answer is gone, and one that dies after its answer never completes the merge. The training
+// waits no longer than this for either.
+Setting<double> join_answer_setting("join_answer_seconds", 5.0,
+                                    "Engines as jobs of their own: how long the trainers wait, at the send_weights "
+                                    "that takes an admitted joiner, for its answer to the take, and then trainer "
+                                    "rank 0 for merging its link with the joiner's leader (each at most half of "
+                                    "timeout_seconds). A joiner that does not answer, or dies before that merge "
+                                    "completed, is never widened with.",
+                                    0.001, 3600.0);
 }  // namespace
+
+double join_answer_seconds(double timeout) { return std::min(*join_answer_setting, 0.5 * timeout); }
 
 std::optional<MPI_Comm> take_joiner(comm::JoinPort* port, comm::Group& trainers, const comm::Waiter& waiter) {
   const std::optional<MPI_Comm> taken = port != nullptr ? port->take() : std::nullopt;
-  MPI_Comm leaders = taken.value_or(MPI_COMM_NULL);
-  if (leaders != MPI_COMM_NULL && !comm::confirm_take(leaders, std::min(kTakeAnswerSeconds, 0.5 * waiter.timeout))) {
+  MPI_Comm leaders = taken.value_or(MPI_COMM_NULL), bridge = MPI_COMM_NULL;
+  const double answer = join_answer_seconds(waiter.timeout);
+  if (leaders != MPI_COMM_NULL && !comm::confirm_take(leaders, answer)) {
     WB_LOG(kWarn) << "trainer 0: an admitted engine did not answer when taken (gone, or it gave up waiting); the "
                      "training goes on without it";
     comm::abandon_link(leaders);
     leaders = MPI_COMM_NULL;
   }
-  std::int64_t values[comm::Group::kValues] = {leaders != MPI_COMM_NULL ? 1 : 0, 0, 0, 0};
-  // Trainer rank 0 may have waited for a joiner's answer (at most half the timeout) before this step.
+  // Trainer rank 0 and the joiner's leader only: a joiner that dies between its answer and here leaves
+  // trainer rank 0's merging thread in MPI (bounded by the deadline, then left), and no other trainer waits.
+  if (leaders != MPI_COMM_NULL) {
+    try {
+      bridge = comm::bridge_join(leaders, false, answer, "trainer 0: taking a joining engine");
+    } catch (const Error& error) {
+      WB_LOG(kWarn) << error.status().message() << "; it is never widened with, and the training goes on without it";
+    }
+  }
+  std::int64_t values[comm::Group::kValues] = {bridge != MPI_COMM_NULL ? 1 : 0, 0, 0, 0};
+  // Trainer rank 0 may have waited for a joiner's answer and the merge (each at most half the timeout)
+  // before this step.
   comm::Waiter longer = waiter;
-  longer.timeout = 1.5 * waiter.timeout;
+  longer.timeout = 2 * waiter.timeout;
   throw_if_error(trainers.step(Status::ok(), std::span<std::int64_t, comm::Group::kValues>(values), longer,
                                "send_weights: whether an engine joined"));
   if (values[0] == 0) return std::nullopt;
-  return comm::widen_join(trainers.comm(), leaders, false, waiter.timeout,
-                          "send_weights: taking a joining engine");
+  // Every rank of both jobs, once the leaders' link is merged: a joiner that dies in these milliseconds still
+  // leaves a thread of every trainer in MPI (MPI cannot cancel a call that makes a communicator).
+  return comm::widen_join(trainers.comm(), bridge, false, waiter.timeout, "send_weights: taking a joining engine");
 }
 
 MPI_Comm join_trainers(MPI_Comm engine, const std::string& address, double timeout) {
   int rank = 0;
   WB_CHECK_MPI(MPI_Comm_rank(engine, &rank));
-  MPI_Comm leaders = MPI_COMM_NULL;
+  MPI_Comm leaders = MPI_COMM_NULL, bridge = MPI_COMM_NULL;
   Status joined;
   if (rank == 0) {
     try {
@@ -94,15 +116,22 @@ MPI_Comm join_trainers(MPI_Comm engine, const std::string& address, double timeo
     }
   }
   comm::agree(joined, engine, comm::Waiter{timeout, {}}, "joining the trainers");
-  // Admitted: the trainers take this engine at their next send_weights; rank 0 answers their take, and
-  // every rank goes into the widening only then (the others wait for rank 0's wait, and a margin more).
+  // Admitted: the trainers take this engine at their next send_weights; rank 0 answers their take and
+  // merges the leaders' link with trainer 0 at once, and every rank goes into the widening only then (the
+  // others wait for rank 0's waits, and a margin more).
   Status taken = rank == 0 ? comm::answer_take(leaders, timeout) : Status::ok();
   if (!taken) {
     comm::abandon_link(leaders);
     taken = Status(taken.code(), "engine worker 0: joining by " + address + ": " + taken.message());
+  } else if (rank == 0) {
+    try {
+      bridge = comm::bridge_join(leaders, true, timeout, "engine worker 0: joining by " + address);
+    } catch (const Error& error) {
+      taken = error.status();
+    }
   }
-  comm::agree(taken, engine, comm::Waiter{1.5 * timeout, {}}, "joining the trainers: waiting to be taken");
-  return comm::widen_join(engine, leaders, true, timeout, "joining the trainers at " + address);
+  comm::agree(taken, engine, comm::Waiter{2.5 * timeout, {}}, "joining the trainers: waiting to be taken");
+  return comm::widen_join(engine, bridge, true, timeout, "joining the trainers at " + address);
 }
 
 }  // namespace wb::coord

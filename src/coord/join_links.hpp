@@ -33,10 +33,15 @@ TrainersJoinPort open_join_port(MPI_Comm trainers, const std::string& address, d
 /// timeout) for its accept thread to end; trainer rank 1 knocks, which ends it.
 void close_join_port(TrainersJoinPort& port, MPI_Comm trainers, double timeout);
 
+/// The join_answer_seconds setting, at most half of `timeout`: how long the trainers wait for a joiner's
+/// answer to the take, and then trainer rank 0 for merging the leaders' link (comm::bridge_join).
+double join_answer_seconds(double timeout);
+
 /// Trainers, one step of `trainers`: when trainer rank 0's port holds an admitted joiner that answers the
-/// take (comm::confirm_take, within 5 s or half the timeout), its job and the trainers widened and merged (trainers first): the
-/// new link's world. nullopt when none waits, which costs that one step, or when the joiner did not answer
-/// (a warning; it is never widened with). Throws when the widening fails or passes the deadline.
+/// take (comm::confirm_take) and merges the leaders' link (comm::bridge_join), each within
+/// join_answer_seconds, its job and the trainers widened and merged (trainers first): the new link's world.
+/// nullopt when none waits, which costs that one step, or when the joiner did not answer or died before the
+/// merge (a warning; it is never widened with). Throws when the widening fails or passes the deadline.
 std::optional<MPI_Comm> take_joiner(comm::JoinPort* port, comm::Group& trainers, const comm::Waiter& waiter);
 
 /// A rollout engine job, collective over `engine`: joins the trainers whose address file is `address`;

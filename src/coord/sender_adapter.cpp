@@ -35,6 +35,8 @@ struct SenderAdapter::State : AdapterBase {
   // A joined link's own record: when it joined, the last version every engine of it acknowledged, and,
   // once it left or failed, why (it is then skipped: the training never fails for a joined engine).
   std::uint64_t joined_after = 0, acknowledged = 0;
+  double taken_at = 0;         // when the send_weights that took it began (local clock)
+  double connect_seconds = 0, first_install_seconds = 0;  // after taken_at
   bool dropped = false;
   std::string why;
 
@@ -96,15 +98,24 @@ struct SenderAdapter::State : AdapterBase {
   // that fails is the joiner's failure, not the training's: a warning, and the link is dropped.
   void take_joins() {
     if (!port.open) return;
+    const double began = comm::local_seconds();
     try {
       std::optional<MPI_Comm> merged = take_joiner(port.port.get(), *group, waiter());
       if (!merged) return;
-      auto link = std::make_unique<State>(*merged, group_comm, params, checkpoint_tensors, load_weights, given);
+      std::unique_ptr<State> link;
+      try {
+        link = std::make_unique<State>(*merged, group_comm, params, checkpoint_tensors, load_weights, given);
+      } catch (const Error&) {
+        comm::abandon_link(*merged);  // the joiner may be gone: never waited on again
+        throw;
+      }
       link->link = *merged;
       // A failure of this link drops it, and the engine, once it looks again (a stopped one that resumes),
       // learns that from the notice.
       link->announce_prefix = "the trainers dropped this engine job after a failure (the training goes on without it): ";
       link->connect_link(&connection->probed);
+      link->taken_at = began;
+      link->connect_seconds = comm::local_seconds() - began;
       link->version = version;
       link->joined_after = link->acknowledged = version;
       if (roles.leader) {
@@ -261,6 +272,7 @@ struct SenderAdapter::State : AdapterBase {
     const Status agreed = group->step(Status::ok(), longer, about(version) + ": the trainers' outcome");
     if (!agreed) return fail(agreed);
     acknowledged = version;
+    if (taken_at > 0 && first_install_seconds == 0) first_install_seconds = comm::local_seconds() - taken_at;
     close_stall(version);  // without staging on either side, send_weights(version) stalled until here
     return record_figures(version);
   }
@@ -474,11 +486,21 @@ const TransferSummary& SenderAdapter::summary() const {
 AdapterStats SenderAdapter::stats() const {
   const State& s = *state_;
   AdapterStats stats = s.stats();
+  // This trainer's writes to joined engine jobs count as its own: per version (its egress per update) and
+  // in all.
+  for (const std::unique_ptr<State>& link : s.joined) {
+    for (const UpdateRecord& r : link->history)
+      for (UpdateRecord& mine : stats.history)
+        if (mine.version == r.version) mine.bytes_written += r.bytes_written;
+    stats.bytes_written += link->executor_stats.bytes_written;
+  }
   for (std::size_t e = 0; e < s.roles.engine_leaders.size(); ++e)
     stats.engines.push_back({s.engine_name(e), "serving", s.acknowledged, ""});
   for (std::size_t k = 0; k < s.joined.size(); ++k) {
     const State& link = *s.joined[k];
-    stats.engines.push_back({s.joined_name(k), link.dropped ? (link.left ? "left" : "dropped") : "serving", link.acknowledged, link.why});
+    stats.engines.push_back({s.joined_name(k), link.dropped ? (link.left ? "left" : "dropped") : "serving", link.acknowledged, link.why,
+                             link.connect_seconds, link.connection ? link.connection->summary.probe_seconds : 0.0,
+                             link.first_install_seconds});
   }
   return stats;
 }

@@ -11,6 +11,8 @@
 //             the script, and joins again (at R): R+1..R+3
 //     vanish  a joiner is admitted at the port and dies before the trainers take it; then another joins
 //             (at J): J+1..J+3
+//     ghost   as vanish, but the joiner dies right after it answered the trainers' take
+//     at_once three engine jobs, started at the same moment, all joined: 3 more
 //   join_engine engine ADDRESS MODE ROLE          an engine of as many workers as its job's ranks (tp=n)
 //                                                 that joins by ADDRESS:
 //     serve   until the trainers shut down
@@ -19,6 +21,7 @@
 //     stopped every worker writes its pid to ADDRESS.stopped.RANK and SIGSTOPs itself in that hook; once
 //             resumed, its poll_requests must end in kFailed naming why; it joins again and serves
 //     vanish  (one rank) presents the secret, is admitted, and SIGKILLs itself
+//     ghost   (one rank) as vanish, once it answered the trainers' take
 // MODE: sync | sender-staged | receiver-staged | async. Every rollout worker checks every version it installs against its own
 // load_weights of that version, bit for bit; the built-in engine installs 1..last in order; a joiner's
 // first event after kConnected is kInstalled, then every later version in order. The trainers' every
@@ -187,7 +190,8 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
         scenario == "join"    ? Events{{2, "serving serving"}}
         : scenario == "leave" ? Events{{2, "serving serving"}, {1, "serving left"}, {2, "serving left serving"}}
         : scenario == "kill"  ? Events{{4, "serving serving serving serving"}, {3, "dropped serving serving serving"}}
-        : scenario == "vanish" ? Events{{2, "serving serving"}}
+        : scenario == "vanish" || scenario == "ghost" ? Events{{2, "serving serving"}}
+        : scenario == "at_once" ? Events{{4, "serving serving serving serving"}}
                               : Events{{4, "serving serving serving serving"}, {3, "dropped serving serving serving"},
                                        {4, "dropped serving serving serving serving"}};
     std::size_t next = 0;
@@ -244,11 +248,27 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
       ok = 0;
     }
     const AdapterStats stats = sender.stats();
+    // A joined engine's figures: its probe within its connect, within the time to its first install.
+    for (const EngineRecord& e : stats.engines)
+      if (ok && e.name.starts_with("joined") && (e.state == "serving" || e.first_install_seconds > 0) &&
+          !(e.probe_seconds > 0 && e.probe_seconds <= e.connect_seconds && e.connect_seconds <= e.first_install_seconds)) {
+        std::fprintf(stderr, "trainer %d: %s: probe %g s, connect %g s, first install %g s are not in order\n", rank,
+                     e.name.c_str(), e.probe_seconds, e.connect_seconds, e.first_install_seconds);
+        ok = 0;
+      }
     if (ok && rank == 0) {
       for (const EngineRecord& e : stats.engines)
-        std::printf("trainers: %s: %s, installed %llu%s%s\n", e.name.c_str(), e.state.c_str(),
-                    static_cast<unsigned long long>(e.installed), e.why.empty() ? "" : ": ", e.why.c_str());
+        std::printf("trainers: %s: %s, installed %llu (connected %.3f s after the take, its probe %.3f s, first install "
+                    "%.3f s)%s%s\n", e.name.c_str(), e.state.c_str(), static_cast<unsigned long long>(e.installed),
+                    e.connect_seconds, e.probe_seconds, e.first_install_seconds, e.why.empty() ? "" : ": ", e.why.c_str());
       std::printf("trainers: sent up to %llu\n", static_cast<unsigned long long>(last));
+      // Trainer 0's egress per update (its writes to every engine, built-in and joined): first and last.
+      if (stats.history.size() > 1)
+        std::printf("trainers: trainer 0 wrote %lld bytes for version %llu, %lld for version %llu (%d engines)\n",
+                    static_cast<long long>(stats.history.front().bytes_written),
+                    static_cast<unsigned long long>(stats.history.front().version),
+                    static_cast<long long>(stats.history.back().bytes_written),
+                    static_cast<unsigned long long>(stats.history.back().version), sender.engines());
     }
     // Killed or stopped: exactly one engine dropped, named with its cause, the others serving up to the last
     // version.
@@ -299,6 +319,13 @@ int run_engine_job(const std::string& address, const std::string& mode, const st
   if (role == "vanish") {  // admitted at the port, gone before the trainers take it
     (void)comm::join_by_address(address, 30);
     std::printf("vanishing joiner: admitted\n");
+    std::fflush(stdout);
+    std::raise(SIGKILL);
+  }
+  if (role == "ghost") {  // answers the trainers' take, and is gone before the widening
+    const MPI_Comm leaders = comm::join_by_address(address, 30);
+    if (!comm::answer_take(leaders, 30)) return 1;
+    std::printf("ghost joiner: answered the take\n");
     std::fflush(stdout);
     std::raise(SIGKILL);
   }

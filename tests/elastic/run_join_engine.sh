@@ -11,6 +11,9 @@
 #   resumes it (SIGCONT); it reports kFailed naming why, joins again and installs every later version.
 # vanish: a joiner is admitted at the port and dies before the trainers take it; the trainers warn, and the
 #   next joiner joins and installs every later version.
+# ghost: as vanish, but the joiner dies right after it answered the trainers' take.
+# at_once: three engine jobs (2, 2 and 1 workers) started at the same moment all join, each installs every
+#   version from its first to the trainers' last.
 set -euo pipefail
 program=$1
 mpiexec=${2:-mpirun}
@@ -27,12 +30,10 @@ cleanup() {
   rm -rf "$dir"
 }
 trap cleanup EXIT
-ompi-server --no-daemonize --report-uri "$dir/uri" &
-server=$!
-for _ in $(seq 100); do [[ -s $dir/uri ]] && break; sleep 0.1; done
-[[ -s $dir/uri ]] || { echo "ompi-server wrote no URI"; exit 1; }
+. "$(dirname "${BASH_SOURCE[0]}")/name_server.sh"
+start_name_server
 run() { timeout 200 "$mpiexec" --oversubscribe --ompi-server "file:$dir/uri" "$@"; }
-run -np 3 "$program" trainers "$dir/address" "$mode" "$scenario" > "$dir/trainers.log" 2>&1 &
+WB_JOIN_ANSWER_SECONDS=${WB_JOIN_ANSWER_SECONDS:-3} run -np 3 "$program" trainers "$dir/address" "$mode" "$scenario" > "$dir/trainers.log" 2>&1 &
 trainers=$!
 for _ in $(seq 600); do
   grep -q "version 3 sent" "$dir/trainers.log" 2>/dev/null && break
@@ -55,6 +56,7 @@ engines_at() {  # engines_at N: waits until the trainers count N engines (one jo
 }
 case $scenario in
   join) engine first serve ;;
+  at_once) engine first serve; engine second serve; engine third serve 1 ;;
   leave)
     engine first leave
     wait "${engines[0]}" || fail "the engine job that leaves failed"
@@ -68,6 +70,10 @@ case $scenario in
       sleep 0.1
     done
     grep -q "did not answer when taken" "$dir/trainers.log" || fail "the trainers did not warn about the joiner that vanished"
+    engine second serve ;;
+  ghost)
+    engine first ghost 1
+    wait "${engines[0]}" && fail "the ghost joiner ended with 0" || true
     engine second serve ;;
   kill) engine first killed; engines_at 2; engine second serve; engines_at 3; engine third serve 1 ;;
   stop)
@@ -103,6 +109,10 @@ case $scenario in
     [[ ${rcs[0]} == 0 ]] || fail "the engine job failed (${rcs[0]})" ;;
   leave)
     [[ $(grep -c "then it left" "$dir/first.log") == 2 ]] || fail "the first engine's workers did not both leave"
+    serving=$dir/second.log ;;
+  at_once) serving="$dir/first.log $dir/second.log $dir/third.log" ;;
+  ghost)
+    [[ $(grep -c "merging the leaders' link did not complete" "$dir/trainers.log") == 1 ]] || fail "no warning about the joiner that died after its answer"
     serving=$dir/second.log ;;
   vanish)
     [[ $(grep -c "did not answer when taken" "$dir/trainers.log") == 1 ]] || fail "no warning about the joiner that vanished"

@@ -15,10 +15,8 @@ cleanup() {
   rm -rf "$dir"
 }
 trap cleanup EXIT
-ompi-server --no-daemonize --report-uri "$dir/uri" &
-server=$!
-for _ in $(seq 100); do [[ -s $dir/uri ]] && break; sleep 0.1; done
-[[ -s $dir/uri ]] || { echo "ompi-server wrote no URI"; exit 1; }
+. "$(dirname "${BASH_SOURCE[0]}")/name_server.sh"
+start_name_server
 run() { timeout 90 "$mpiexec" --oversubscribe --ompi-server "file:$dir/uri" "$@"; }
 run -np 2 "$program" trainer "$dir/address" 1 1 &
 trainer=$!

@@ -1,0 +1,160 @@
+// What relays across engine jobs need first (issue 31): one communicator that spans the trainers and two
+// engine jobs, made with the join operations of the control plane (comm/join.hpp) only, so that an engine
+// job that already holds a version can write it to a job that joined later. run_relay_link.sh starts, with
+// one ompi-server:
+//   relay_link trainers DIR   2 ranks: rank 0 opens the trainers' port (DIR/t); A is taken and widened
+//                             with (link T+A), then B, widened with the whole link T+A (link T+A+B)
+//   relay_link a DIR          2 ranks: joins the trainers (link T+A); its rank 0 opens a port of its own
+//                             (DIR/a) and admits B there; then every rank takes part in widening T+A with B
+//   relay_link b DIR          1 rank: connects to A's port first (Open MPI's runtime then knows both jobs:
+//                             without it, the widening of T+A with B hung in every process, measured), then
+//                             joins the trainers and is widened with T+A
+// On T+A+B, A's rank 0 writes 16 MiB to B's rank 0 and B checks them bit for bit; every step has a deadline.
+#include <mpi.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "comm/backoff.hpp"
+#include "comm/collectives.hpp"
+#include "comm/deadline.hpp"
+#include "comm/join.hpp"
+#include "comm/operation.hpp"
+#include "core/checks.hpp"
+#include "weightbridge/status.hpp"
+
+namespace {
+
+using namespace wb::comm;
+constexpr double kTimeout = 20;
+constexpr std::size_t kBytes = std::size_t(16) << 20;
+
+std::byte pattern(std::size_t i) { return static_cast<std::byte>((i * 131 + 7) & 0xff); }
+
+// A port's leader: the next admitted peer, within the deadline.
+MPI_Comm admitted(JoinPort& port) {
+  Backoff backoff;
+  for (const double start = local_seconds(); local_seconds() - start < kTimeout; backoff.pause())
+    if (std::optional<MPI_Comm> peer = port.take()) return *peer;
+  throw wb::Error(wb::ErrorCode::kTimeout, "nobody joined within " + seconds_text(kTimeout));
+}
+
+// Every rank of `comm` learns its rank 0's port address (the knocker needs it at the end).
+JoinAddress shared_address(const JoinPort* port, MPI_Comm comm) {
+  const std::string text = port ? port->address().port + "\n" + port->address().secret : std::string();
+  std::vector<std::byte> bytes(reinterpret_cast<const std::byte*>(text.data()), reinterpret_cast<const std::byte*>(text.data()) + text.size());
+  bytes = broadcast(std::move(bytes), 0, comm, Waiter{kTimeout, {}}, "the port's address");
+  const std::string shared(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  return JoinAddress{shared.substr(0, shared.find('\n')), shared.substr(shared.find('\n') + 1)};
+}
+
+// The joiner's side of a take: answers, merges the leaders' link (rank 0), then every rank widens.
+MPI_Comm be_taken(MPI_Comm local, MPI_Comm leaders) {
+  MPI_Comm bridge = MPI_COMM_NULL;
+  if (leaders != MPI_COMM_NULL) {
+    wb::throw_if_error(answer_take(leaders, kTimeout));
+    bridge = bridge_join(leaders, true, kTimeout, "joiner");
+  }
+  agree(wb::Status::ok(), local, Waiter{kTimeout, {}}, "taken");
+  return widen_join(local, bridge, true, kTimeout, "joiner");
+}
+
+// The taking side: rank 0 of `local` holds the admitted joiner's link.
+MPI_Comm take(MPI_Comm local, MPI_Comm leaders) {
+  MPI_Comm bridge = MPI_COMM_NULL;
+  if (leaders != MPI_COMM_NULL) {
+    if (!confirm_take(leaders, kTimeout)) throw wb::Error(wb::ErrorCode::kTimeout, "the joiner did not answer");
+    bridge = bridge_join(leaders, false, kTimeout, "taker");
+  }
+  agree(wb::Status::ok(), local, Waiter{kTimeout, {}}, "taking");
+  return widen_join(local, bridge, false, kTimeout, "taker");
+}
+
+// On T+A+B (T0 T1 A0 A1 B0): A0 writes kBytes to B0; B0 checks them. True where nothing was wrong.
+bool relay(MPI_Comm all, const char* who) {
+  int rank = 0, size = 0;
+  MPI_Comm_rank(all, &rank);
+  MPI_Comm_size(all, &size);
+  if (size != 5) {
+    std::fprintf(stderr, "%s: the link has %d ranks, not 5\n", who, size);
+    return false;
+  }
+  const int a0 = 2, b0 = 4;
+  const Waiter waiter{kTimeout, {}};
+  const double start = local_seconds();
+  if (rank == a0) {
+    OperationPtr op = make_operation(kBytes);
+    for (std::size_t i = 0; i < kBytes; ++i) op->out[i] = pattern(i);
+    WB_CHECK_MPI(MPI_Isend(op->out.data(), static_cast<int>(kBytes), MPI_BYTE, b0, 5, all, &op->request));
+    wait_or_throw(op, waiter, "A0 writing to B0");
+  } else if (rank == b0) {
+    OperationPtr op = make_operation(0, kBytes);
+    WB_CHECK_MPI(MPI_Irecv(op->in.data(), static_cast<int>(kBytes), MPI_BYTE, a0, 5, all, &op->request));
+    wait_or_throw(op, waiter, "B0 receiving from A0");
+    for (std::size_t i = 0; i < kBytes; ++i)
+      if (op->in[i] != pattern(i)) {
+        std::fprintf(stderr, "%s: byte %zu from A0 differs\n", who, i);
+        return false;
+      }
+    std::printf("B0: 16 MiB from A0 over the link T+A+B in %.3f s, bit for bit\n", local_seconds() - start);
+  }
+  return barrier_within(all, kTimeout);
+}
+
+int run(const std::string& role, const std::string& dir) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  bool ok = true;
+  if (role == "trainers") {
+    std::optional<JoinPort> port;
+    if (rank == 0) port.emplace(dir + "/t", kTimeout);
+    const JoinAddress address = shared_address(port ? &*port : nullptr, MPI_COMM_WORLD);
+    const MPI_Comm ta = take(MPI_COMM_WORLD, port ? admitted(*port) : MPI_COMM_NULL);
+    const MPI_Comm tab = take(ta, port ? admitted(*port) : MPI_COMM_NULL);
+    ok = relay(tab, "trainers");
+    if (port) port->stop_accepting();
+    if (rank == 1 && !knock(address, kTimeout)) ok = false;
+    port.reset();
+    ok = part(tab, kTimeout) && part(ta, kTimeout) && ok;
+  } else if (role == "a") {
+    const MPI_Comm ta = be_taken(MPI_COMM_WORLD, rank == 0 ? join_by_address(dir + "/t", kTimeout) : MPI_COMM_NULL);
+    // B connects here before it joins the trainers; what it needs is the connection, not this link.
+    std::optional<JoinPort> port;
+    if (rank == 0) port.emplace(dir + "/a", kTimeout);
+    const JoinAddress address = shared_address(port ? &*port : nullptr, MPI_COMM_WORLD);
+    if (port) abandon_link(admitted(*port));
+    agree(wb::Status::ok(), MPI_COMM_WORLD, Waiter{kTimeout, {}}, "B connected to A");
+    const MPI_Comm tab = take(ta, MPI_COMM_NULL);  // T0 is rank 0 of T+A: it holds B's link
+    ok = relay(tab, "A");
+    if (port) port->stop_accepting();
+    if (rank == 1 && !knock(address, kTimeout)) ok = false;
+    port.reset();
+    ok = part(tab, kTimeout) && part(ta, kTimeout) && ok;
+  } else {
+    abandon_link(join_by_address(dir + "/a", kTimeout));
+    const MPI_Comm tab = be_taken(MPI_COMM_WORLD, join_by_address(dir + "/t", kTimeout));
+    ok = relay(tab, "B");
+    ok = part(tab, kTimeout) && ok;
+  }
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  int rc = 2;
+  try {
+    if (argc == 3) rc = run(argv[1], argv[2]);
+    else std::fprintf(stderr, "usage: relay_link trainers|a|b DIR\n");
+  } catch (const wb::Error& error) {
+    std::fprintf(stderr, "%s\n", error.status().to_string().c_str());
+    rc = 1;
+  }
+  MPI_Finalize();
+  return rc;
+}
