@@ -95,5 +95,14 @@ inline float bf16_to_float(std::uint16_t bits) { return std::bit_cast<float>(std
 float bf16_amax(const std::uint16_t* values, std::int64_t count);
 /// codes[k] = quantize(scale, bf16 values[k]) for k < count.
 void quantize_bf16(const BlockScale& scale, const std::uint16_t* values, std::int64_t count, std::uint8_t* codes);
+/// A row through consecutive blocks of `block_cols` columns, the first of which has `lead` (< block_cols)
+/// columns before values[0]: codes[k] = quantize(scales[(lead + k) / block_cols], bf16 values[k]) for k <
+/// count, in one call (the senders' cast of a row, exec/fp8_cast_program.cpp).
+void quantize_bf16_blocks(const BlockScale* scales, std::int64_t block_cols, std::int64_t lead, const std::uint16_t* values,
+                          std::int64_t count, std::uint8_t* codes);
+/// running[k] = max(running[k], values[k] & 0x7FFF) for k < count: the magnitudes' bits, whose order is
+/// |x|'s (NaNs above infinity), gathered over the rows of a band; bf16_amax of a range of `running` is
+/// then the amax of those columns over the rows.
+void bf16_magnitude_max(const std::uint16_t* values, std::int64_t count, std::uint16_t* running);
 
 }  // namespace wb::fp8

@@ -2,6 +2,7 @@
 // SSE2 (the x86-64 baseline), the tail element by element. The vector cast is e4m3_from_float's arithmetic
 // lane by lane: the same integer rounding of normal values, cvtps (round to nearest even in the default
 // mode) for the subnormal ones where the scalar path uses nearbyint, and the same saturation and NaN codes.
+#include <algorithm>
 #include <limits>
 
 #include "core/fp8.hpp"
@@ -136,6 +137,32 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) std::int64_t quantize_bf16_
 
 #pragma GCC diagnostic pop
 
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void quantize_bf16_blocks_avx512(
+    const BlockScale* scales, std::int64_t block_cols, std::int64_t lead, const std::uint16_t* values, std::int64_t count,
+    std::uint8_t* codes) {
+  for (std::int64_t j = 0, g = 0; j < count; ++g) {
+    const std::int64_t run = std::min(count - j, block_cols - (g == 0 ? lead : 0));
+    (void)quantize_bf16_avx512(scales[g], values + j, run, codes + j);
+    j += run;
+  }
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void magnitude_max_avx512(const std::uint16_t* values,
+                                                                               std::int64_t count,
+                                                                               std::uint16_t* running) {
+  const __m512i magnitude = _mm512_set1_epi16(0x7FFF);
+  std::int64_t k = 0;
+  for (; k + 32 <= count; k += 32) {
+    const __m512i x = _mm512_and_si512(_mm512_loadu_si512(values + k), magnitude);
+    _mm512_storeu_si512(running + k, _mm512_max_epu16(_mm512_loadu_si512(running + k), x));
+  }
+  if (k < count) {
+    const auto mask = static_cast<__mmask32>((1u << (count - k)) - 1u);
+    const __m512i x = _mm512_and_si512(_mm512_maskz_loadu_epi16(mask, values + k), magnitude);
+    _mm512_mask_storeu_epi16(running + k, mask, _mm512_max_epu16(_mm512_maskz_loadu_epi16(mask, running + k), x));
+  }
+}
+
 bool has_avx512() {
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
 }
@@ -144,6 +171,24 @@ using BulkQuantize = std::int64_t (*)(const BlockScale&, const std::uint16_t*, s
 const BulkQuantize kQuantizeWide = has_avx512()                  ? quantize_bf16_avx512
                                    : __builtin_cpu_supports("avx2") ? quantize_bf16_avx2
                                                                     : nullptr;
+const bool kAvx512 = has_avx512();
+#endif
+
+#if defined(WB_FP8_SIMD)
+// SSE2 (the x86-64 baseline): signed 16-bit max, right for magnitudes (at most 0x7FFF).
+void magnitude_max_sse2(const std::uint16_t* values, std::int64_t count, std::uint16_t* running) {
+  const __m128i magnitude = _mm_set1_epi16(0x7FFF);
+  std::int64_t k = 0;
+  for (; k + 8 <= count; k += 8) {
+    const __m128i x = _mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(values + k)), magnitude);
+    auto* at = reinterpret_cast<__m128i*>(running + k);
+    _mm_storeu_si128(at, _mm_max_epi16(_mm_loadu_si128(at), x));
+  }
+  for (; k < count; ++k) {
+    const auto bits = static_cast<std::uint16_t>(values[k] & 0x7FFFu);
+    running[k] = bits > running[k] ? bits : running[k];
+  }
+}
 #endif
 
 }  // namespace
@@ -189,6 +234,30 @@ void quantize_bf16(const BlockScale& scale, const std::uint16_t* values, std::in
   }
 #endif
   for (; k < count; ++k) codes[k] = quantize(scale, bf16_to_float(values[k]));
+}
+
+void quantize_bf16_blocks(const BlockScale* scales, std::int64_t block_cols, std::int64_t lead, const std::uint16_t* values,
+                          std::int64_t count, std::uint8_t* codes) {
+#if defined(WB_FP8_SIMD)
+  if (kAvx512) return quantize_bf16_blocks_avx512(scales, block_cols, lead, values, count, codes);
+#endif
+  for (std::int64_t j = 0, g = 0; j < count; ++g) {
+    const std::int64_t run = std::min(count - j, block_cols - (g == 0 ? lead : 0));
+    quantize_bf16(scales[g], values + j, run, codes + j);
+    j += run;
+  }
+}
+
+void bf16_magnitude_max(const std::uint16_t* values, std::int64_t count, std::uint16_t* running) {
+#if defined(WB_FP8_SIMD)
+  if (kAvx512) return magnitude_max_avx512(values, count, running);
+  return magnitude_max_sse2(values, count, running);
+#else
+  for (std::int64_t k = 0; k < count; ++k) {
+    const auto bits = static_cast<std::uint16_t>(values[k] & 0x7FFFu);
+    running[k] = bits > running[k] ? bits : running[k];
+  }
+#endif
 }
 
 }  // namespace wb::fp8
