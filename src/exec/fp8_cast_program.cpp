@@ -54,7 +54,8 @@ Fp8CastProgram::Fp8CastProgram(std::span<const BufferCopy> copies, QuantizedPack
     cast.block_grid_cols = (c1 - 1) / block_cols_ - cast.first_block_col + 1;
     const std::int64_t grid_rows = (r1 - 1) / block_rows_ - cast.first_block_row + 1;
     cast.own_amax.assign(static_cast<std::size_t>(grid_rows * cast.block_grid_cols), 0);
-    if (running_.size() < static_cast<std::size_t>(box.extent[1])) running_.resize(static_cast<std::size_t>(box.extent[1]));
+    running_.resize(static_cast<std::size_t>(std::max(kChunkColumns, block_cols_)));
+    tables_.resize(static_cast<std::size_t>(std::max<std::int64_t>(1, kChunkColumns / block_cols_)));
     const Shape& shape = quantized.tensor_shape(source->tensor_blocks);  // where the edge blocks end
     const bool rows_of_bf16 = cast.dtype == DType::kBF16 && c.copy.strides[1] == 1;
     for (std::int64_t gr = 0; gr < grid_rows; ++gr)
@@ -105,31 +106,45 @@ void Fp8CastProgram::cast_rows(const Cast& cast, const std::uint16_t* values, st
   const std::int64_t rows = copy.box.extent[0], cols = copy.box.extent[1];
   const std::int64_t r0 = copy.box.offset[0], c0 = copy.box.offset[1], lead = c0 % block_cols_;
   auto* codes = reinterpret_cast<std::uint8_t*>(buffer + cast.buffer_offset);
-  // A band of block rows at a time, its rows in order (the reads stay sequential): where the cast takes
-  // some of the band's amaxes, the magnitudes' column maxima over its rows first, then their blocks' scales,
-  // then every row's codes while the band is still in the cache.
+  // A band of block rows at a time, in chunks of whole block columns small enough for the cache: where the
+  // cast takes some of a chunk's amaxes, the magnitudes' column maxima over its rows first, then those
+  // blocks' scales, then the chunk's codes, row by row, while its rows are still in the cache.
+  const std::int64_t chunk_blocks = std::max<std::int64_t>(1, kChunkColumns / block_cols_);
   for (std::int64_t i = 0; i < rows;) {
     const std::int64_t block_row = (r0 + i) / block_rows_;
     const std::int64_t band_end = std::min(rows, (block_row + 1) * block_rows_ - r0);
     const std::uint8_t* own =
         cast.own_amax.data() + static_cast<std::size_t>((block_row - cast.first_block_row) * cast.block_grid_cols);
     fp8::BlockScale* scales = cast.scales + block_row * cast.scale_cols + cast.first_block_col;
-    if (std::find(own, own + cast.block_grid_cols, std::uint8_t{1}) != own + cast.block_grid_cols) {
-      std::uint16_t* running = running_.data();
-      std::fill(running, running + cols, std::uint16_t{0});
-      for (std::int64_t r = i; r < band_end; ++r)
-        fp8::bf16_magnitude_max(values + copy.offset + r * copy.strides[0], cols, running);
-      for (std::int64_t j = 0, g = 0; j < cols; ++g) {
-        const std::int64_t run = std::min(cols - j, block_cols_ - (g == 0 ? lead : 0));
-        if (own[g] != 0) {
-          scales[g] = fp8::block_scale(rule_, fp8::bf16_amax(running + j, run));
-          cast.scale_values[block_row * cast.scale_cols + cast.first_block_col + g] = scales[g].scale_inv;
+    for (std::int64_t g0 = 0; g0 < cast.block_grid_cols; g0 += chunk_blocks) {
+      const std::int64_t g1 = std::min(cast.block_grid_cols, g0 + chunk_blocks);
+      const std::int64_t j0 = g0 == 0 ? 0 : g0 * block_cols_ - lead, j1 = std::min(cols, g1 * block_cols_ - lead);
+      if (std::find(own + g0, own + g1, std::uint8_t{1}) != own + g1) {
+        std::uint16_t* running = running_.data();
+        std::fill(running, running + (j1 - j0), std::uint16_t{0});
+        for (std::int64_t r = i; r < band_end; ++r) {
+          // The chunk's rows are short runs a row apart: fetch a few rows ahead, which the hardware's
+          // prefetchers do not (the first read of the elements, from memory).
+          if (r + kPrefetchRows < band_end) {
+            const auto* ahead = reinterpret_cast<const char*>(values + copy.offset + (r + kPrefetchRows) * copy.strides[0] + j0);
+            for (std::int64_t at = 0; at < 2 * (j1 - j0); at += 64) __builtin_prefetch(ahead + at);
+          }
+          fp8::bf16_magnitude_max(values + copy.offset + r * copy.strides[0] + j0, j1 - j0, running);
         }
-        j += run;
+        for (std::int64_t g = g0, j = j0; g < g1; ++g) {
+          const std::int64_t run = std::min(j1 - j, block_cols_ - (g == 0 ? lead : 0));
+          if (own[g] != 0) {
+            scales[g] = fp8::block_scale(rule_, fp8::bf16_amax(running + (j - j0), run));
+            cast.scale_values[block_row * cast.scale_cols + cast.first_block_col + g] = scales[g].scale_inv;
+          }
+          j += run;
+        }
       }
+      for (std::int64_t g = g0; g < g1; ++g) fp8::make_cast_table(scales[g], tables_[static_cast<std::size_t>(g - g0)]);
+      for (std::int64_t r = i; r < band_end; ++r)
+        fp8::quantize_bf16_blocks(tables_.data(), block_cols_, g0 == 0 ? lead : 0, values + copy.offset + r * copy.strides[0] + j0,
+                                  j1 - j0, codes + r * cols + j0);
     }
-    for (std::int64_t r = i; r < band_end; ++r)
-      fp8::quantize_bf16_blocks(scales, block_cols_, lead, values + copy.offset + r * copy.strides[0], cols, codes + r * cols);
     i = band_end;
   }
 }

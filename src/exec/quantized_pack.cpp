@@ -59,10 +59,18 @@ Status QuantizedPack::quantize(std::span<std::byte* const> parameters, const Ama
   const auto wanted = [this](const TensorBlocks& blocks, std::int64_t block) {
     return !cast_in_pack_ || blocks.amax_first[static_cast<std::size_t>(block)] != 0;
   };
+  // Whether some block of a copy's box is wanted (casting in the pack, most copies have none).
+  const auto any_wanted = [&](const SliceCopy& copy, const TensorBlocks& blocks) {
+    for (std::int64_t br = copy.box.offset[0] / config_.block_rows; br * config_.block_rows < copy.box.offset[0] + copy.box.extent[0]; ++br)
+      for (std::int64_t bc = copy.box.offset[1] / config_.block_cols; bc * config_.block_cols < copy.box.offset[1] + copy.box.extent[1]; ++bc)
+        if (wanted(blocks, br * blocks.scale_cols + bc)) return true;
+    return false;
+  };
   for (const Quantized& q : quantized_) {
     if (q.fused && !cast_in_pack_) continue;  // below, after the others
     const SliceCopy& copy = trainer_map_.copies[q.copy];
     TensorBlocks& blocks = blocks_[static_cast<std::size_t>(blocks_of_[copy.tensor])];
+    if (cast_in_pack_ && !any_wanted(copy, blocks)) continue;
     const DType dtype = trainer_map_.parameters[copy.parameter].dtype;
     const std::size_t size = dtype_size(dtype);
     const std::byte* base = parameters[copy.parameter];

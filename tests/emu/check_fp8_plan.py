@@ -49,8 +49,9 @@ def main():
                             f"{node['need_bytes']}")
     if failures:
         sys.exit("\n".join(failures))
-    print(f"check_fp8_plan: M and the trainers' egress are, and {len(plan['rollout_nodes'])} rollout nodes' M_v and ingress "
-          f"within the FP8 form's {form} bytes ({form / fp8['checkpoint_bytes']:.3f} x the checkpoint's)")
+    print(f"check_fp8_plan: M and the trainers' egress are the FP8 form's {form} bytes "
+          f"({form / fp8['checkpoint_bytes']:.3f} x the checkpoint's); {len(plan['rollout_nodes'])} rollout nodes "
+          f"receive their M_v")
 
 
 if __name__ == "__main__":

@@ -71,9 +71,9 @@ TEST(DeploymentOptions, Fp8EnginesTakeThePresetsFp8LayoutWhereItsOwnIsRefused) {
   const RolloutSpec& rollout = instance.deployment.rollout;
   EXPECT_EQ(rollout.to_string(), RolloutSpec::parse("engines=16,tp=16,ep=16,dp_attn=4,fp8=2x2").to_string());
   EXPECT_EQ(rollout.engines * rollout.tp, 256);  // the same GPUs
-  for (const char* part : {"kimi-k2 with FP8 engines: rollout engines=16,tp=16", "deployment guide",
-                           "the preset's engines=8,tp=32", "is refused by FP8 loaders", "does not tile rows [0, 3) of",
-                           "mlp.gate_proj.weight"})
+  for (const char* part : {"kimi-k2 with FP8 engines: rollout engines=16,tp=16,ep=16,dp_attn=4 (", "deployment guide",
+                           "), not the preset's engines=8,tp=32,ep=32,dp_attn=8, which FP8 loaders refuse: ",
+                           "does not tile rows [0, 3) of", "mlp.gate_proj.weight"})
     EXPECT_NE(line.find(part), std::string::npos) << part << " not in: " << line;
   // What the line says is so: the chosen layout tiles, the refused one does not.
   EXPECT_NO_THROW(describe_rollout_engine(instance.model, rollout, model_tensors(instance.model)));

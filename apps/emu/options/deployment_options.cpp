@@ -108,10 +108,9 @@ std::string choose_fp8_rollout(const DeploymentOptions& options, PresetInstance&
     fp8.fp8_block_rows = rollout.fp8_block_rows;
     fp8.fp8_block_cols = rollout.fp8_block_cols;
     fp8.fp8_rule = rollout.fp8_rule;
-    const std::string refused = rollout.to_string();
     rollout = fp8;
-    return preset.name + " with FP8 engines: rollout " + rollout.to_string() + ", " + preset.fp8_rollout_why +
-           "; the preset's " + refused + " is refused by FP8 loaders (" + refusal.status().message() + ")";
+    return preset.name + " with FP8 engines: rollout " + preset.fp8_rollout + " (" + preset.fp8_rollout_why +
+           "), not the preset's " + preset.rollout + ", which FP8 loaders refuse: " + refusal.status().message();
   }
 }
 
