@@ -13,8 +13,9 @@
 //           buffer, amaxes of whole blocks from the same read) and the CopyProgram of the scales;
 //   shadows the staged or verified path: quantize writes the codes into shadow parameters, the round's
 //           CopyProgram copies them and the scales.
-// Counters (per repetition; run with --benchmark_repetitions=5 for medians): plain_ms, casts_ms, shadows_ms,
-// casts_over_plain (the goal's ratio), shadows_over_plain. Both FP8 buffers are checked first against
+// Counters (per repetition; run with --benchmark_repetitions=5 for medians): plain_ms, casts_ms (of it
+// casts_quantize_ms in quantize), shadows_ms, casts_over_plain (the goal's ratio), shadows_over_plain,
+// own_amax_blocks (blocks whose amax the casts take as they read them). Both FP8 buffers are checked first against
 // open_fp8_form of the parameters, bit for bit: the benchmark exits non-zero otherwise.
 #include <benchmark/benchmark.h>
 #include <time.h>

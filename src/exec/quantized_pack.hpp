@@ -16,7 +16,9 @@
 // per shared block, exchange_bytes); then each rank computes every scale it touches by the rule and writes
 // the codes of its own elements into the shadow parameters. A block's amax is the maximum over the same
 // set of elements as the reference's (quantize_band), and max is exact, so each code and scale equals the
-// reference's bit for bit (NaN included: both take the canonical quiet NaN).
+// reference's bit for bit (NaN included: both take the canonical quiet NaN). Host parameters neither
+// staged nor verified (cast_in_pack): no shadow; quantize takes only the amaxes and scales the rounds'
+// casts cannot take as they read (exec/fp8_cast_program.hpp), and the casts write the codes.
 #pragma once
 
 #include <cstddef>
