@@ -137,14 +137,13 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) std::int64_t quantize_bf16_
 }
 
 #pragma GCC diagnostic pop
-
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's own _mm256_undefined_si256, as above
 // A row through its blocks by their tables (core/fp8.hpp, CastTable): 32 elements a step in 16-bit lanes,
-// the step looked up by the mantissa's 7 bits in a 128-byte table (vpermi2b). A step with an element the
-// table does not cover (zero, subnormal, infinite or NaN input, an output below e4m3's normals) is noted
-// and cast again by the float path after the loop (no call inside it: the constants stay in registers),
-// as is a run's tail and a block without a table.
+// the step looked up by the mantissa's 7 bits in a 128-byte table (vpermi2b). A run with an element the
+// table does not cover (zero, subnormal, infinite or NaN input, an output below e4m3's normals) is cast
+// again by the float path after the loop (no call or bookkeeping inside it), as is a run's tail and a
+// block without a table.
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi"))) void quantize_bf16_blocks_vbmi(
     const CastTable* tables, std::int64_t block_cols, std::int64_t lead, const std::uint16_t* values, std::int64_t count,
     std::uint8_t* codes) {
@@ -161,35 +160,26 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi"))) void quantize_bf
     if (t.table) {
       const __m512i low = _mm512_load_si512(t.step), high = _mm512_load_si512(t.step + 64);
       const __m512i base = _mm512_set1_epi16(t.base);
-      while (k + 32 <= run) {
-        const std::int64_t start = k;
-        std::uint64_t again = 0;  // steps (from `start`) the float path casts again
-        for (int step = 0; step < 64 && k + 32 <= run; ++step, k += 32) {
-          const __m512i x = _mm512_loadu_si512(x_at + k);
-          const __m512i looked_up = _mm512_and_si512(_mm512_permutex2var_epi8(low, x, high), low_byte);
-          const __m512i code =
-              _mm512_add_epi16(_mm512_add_epi16(_mm512_and_si512(_mm512_srli_epi16(x, 4), exponent), base), looked_up);
-          // Not a normal finite input (|x| bits outside [0x0080, 0x7F7F]), or an output below 2^-6.
-          const __mmask32 other =
-              _mm512_cmpgt_epu16_mask(_mm512_sub_epi16(_mm512_and_si512(x, magnitude), first_normal), normal_span) |
-              _mm512_cmplt_epi16_mask(code, eight);
-          again |= static_cast<std::uint64_t>(other != 0) << step;
-          // Saturated at 448 (0x7E), the sign of x (the product's: the factor is positive) merged.
-          const __m512i coded = _mm512_ternarylogic_epi32(_mm512_min_epi16(code, largest), _mm512_srli_epi16(x, 8), sign, 0xF8);
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(code_at + k), _mm512_cvtepi16_epi8(coded));
-        }
-        for (; again != 0; again &= again - 1) {
-          const std::int64_t at = start + 32 * std::countr_zero(again);
-          (void)quantize_bf16_avx512(t.scale, x_at + at, 32, code_at + at);
-        }
+      __mmask32 other = 0;  // some lane of some step the table does not cover: the run again by the float path
+      for (; k + 32 <= run; k += 32) {
+        const __m512i x = _mm512_loadu_si512(x_at + k);
+        const __m512i looked_up = _mm512_and_si512(_mm512_permutex2var_epi8(low, x, high), low_byte);
+        const __m512i code =
+            _mm512_add_epi16(_mm512_add_epi16(_mm512_and_si512(_mm512_srli_epi16(x, 4), exponent), base), looked_up);
+        // Not a normal finite input (|x| bits outside [0x0080, 0x7F7F]), or an output below 2^-6.
+        other |= _mm512_cmpgt_epu16_mask(_mm512_sub_epi16(_mm512_and_si512(x, magnitude), first_normal), normal_span) |
+                 _mm512_cmplt_epi16_mask(code, eight);
+        // Saturated at 448 (0x7E), the sign of x (the product's: the factor is positive) merged.
+        const __m512i coded = _mm512_ternarylogic_epi32(_mm512_min_epi16(code, largest), _mm512_srli_epi16(x, 8), sign, 0xF8);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(code_at + k), _mm512_cvtepi16_epi8(coded));
       }
+      if (other != 0) k = 0;
     }
     if (k < run) (void)quantize_bf16_avx512(t.scale, x_at + k, run - k, code_at + k);
     j += run;
   }
 }
 #pragma GCC diagnostic pop
-
 
 __attribute__((target("avx512f,avx512bw,avx512vl"))) void magnitude_max_avx512(const std::uint16_t* values,
                                                                                std::int64_t count,
