@@ -76,15 +76,15 @@ Fp8CastProgram::Fp8CastProgram(std::span<const BufferCopy> copies, QuantizedPack
     bytes_ += c.bytes();
     casts_.push_back(std::move(cast));
   }
+  // In buffer order: a range that starts before the furthest end so far overlaps some earlier range.
   std::sort(ranges.begin(), ranges.end());
-  for (std::size_t i = 1; i < ranges.size(); ++i) {
-    const auto& [begin, end, is_cast, index] = ranges[i];
-    const auto& [prior_begin, prior_end, prior_cast, prior_index] = ranges[i - 1];
-    if (begin < prior_end && (is_cast || prior_cast))
-      throw Error(ErrorCode::kInternal, describe(copies[index], index) + " overlaps copy " + std::to_string(prior_index) +
-                                            " in the buffer, where a cast cannot follow the copies' order");
-    (void)prior_begin;
-    (void)end;
+  std::int64_t furthest = 0, furthest_cast = 0;  // ends, of all ranges and of the casts' ranges
+  for (const auto& [begin, end, is_cast, index] : ranges) {
+    if ((is_cast && begin < furthest) || begin < furthest_cast)
+      throw Error(ErrorCode::kInternal, describe(copies[index], index) +
+                                            " overlaps another copy in the buffer, where a cast cannot follow the copies' order");
+    furthest = std::max(furthest, end);
+    if (is_cast) furthest_cast = std::max(furthest_cast, end);
   }
   // A scale packed in this round is taken by a cast of this round (which runs first) or before the rounds.
   std::sort(own.begin(), own.end());
@@ -106,9 +106,9 @@ void Fp8CastProgram::cast_rows(const Cast& cast, const std::uint16_t* values, st
   const std::int64_t rows = copy.box.extent[0], cols = copy.box.extent[1];
   const std::int64_t r0 = copy.box.offset[0], c0 = copy.box.offset[1], lead = c0 % block_cols_;
   auto* codes = reinterpret_cast<std::uint8_t*>(buffer + cast.buffer_offset);
-  // A band of block rows at a time, in chunks of whole block columns small enough for the cache: where the
-  // cast takes some of a chunk's amaxes, the magnitudes' column maxima over its rows first, then those
-  // blocks' scales, then the chunk's codes, row by row, while its rows are still in the cache.
+  // A band of block rows at a time, in chunks of whole block columns (kChunkColumns): where the cast takes
+  // some of a chunk's amaxes, the magnitudes' column maxima over its rows first, then those blocks' scales,
+  // then the chunk's codes, row by row, while its rows are still in the cache.
   const std::int64_t chunk_blocks = std::max<std::int64_t>(1, kChunkColumns / block_cols_);
   for (std::int64_t i = 0; i < rows;) {
     const std::int64_t block_row = (r0 + i) / block_rows_;
