@@ -311,7 +311,8 @@ int run(int argc, char** argv) {
 
   const auto start = Clock::now();
   const double cpu_start = cpu_seconds();
-  const PresetInstance instance = resolve_deployment(choice, variables);
+  PresetInstance instance = resolve_deployment(choice, variables);
+  const std::string fp8_layout = choose_fp8_rollout(choice, instance);  // a preset's FP8 engines' own layout
   const ModelConfig& model = instance.model;
   const Deployment& deployment = instance.deployment;
   const std::vector<TensorInfo> tensors = model_tensors(model);
@@ -328,6 +329,7 @@ int run(int argc, char** argv) {
   std::printf("%s: trainer %s, rollout %s, %d workers on %d nodes of %d\n", model.name.c_str(),
               deployment.trainer.to_string().c_str(), deployment.rollout.to_string().c_str(), deployment.world_size(),
               topology.num_nodes(), deployment.gpus_per_node);
+  if (!fp8_layout.empty()) std::printf("  %s\n", fp8_layout.c_str());
   std::printf("  source maps: %zu copies (described in %.1f s); correspondence: %zu atoms\n", copies, describe_seconds, e.atoms);
   std::int64_t checkpoint_bytes = 0, form_bytes = 0, scale_bytes = 0;
   for (const TensorInfo& t : tensors) checkpoint_bytes += static_cast<std::int64_t>(t.nbytes());
@@ -434,6 +436,7 @@ int run(int argc, char** argv) {
                      {"scale_bytes", scale_bytes},
                      {"checkpoint_bytes", checkpoint_bytes},
                      {"trainer_egress_bytes", trainer_egress},
+                     {"layout_note", fp8_layout},
                      {"shared_blocks", fp8_shared_blocks},
                      {"amax_bytes_per_trainer", 4 * fp8_shared_blocks}};
   nlohmann::json all = nlohmann::json::object();

@@ -1,25 +1,36 @@
-// The trainers' FP8 pack (exec/quantized_pack.hpp) against the plain pack of the same parameters, on one
-// core: what quantizing costs a trainer per update. Prints one line of JSON.
+// The trainers' FP8 pack (exec/quantized_pack.hpp, exec/fp8_cast_program.hpp) against the plain pack of the
+// same parameters, on one core: what quantizing costs a trainer per update (issue 32's goal: at most 1.5 x).
 //
-//   bench_fp8_pack [--rows R] [--cols C] [--tensors N] [--reps K] [--rule RULE]
+//   bench_fp8_pack [--rows R] [--cols C] [--tensors N] [--piece-rows P] [--rule RULE] [--benchmark_* flags]
 //
 // N BF16 weights [R, C] (default 4 of [1536, 4000]: edge blocks of 128 x 128 in every row of blocks), each a
-// trainer parameter holding the whole tensor. plain: the CopyProgram packing the BF16 parameters into the
-// buffer (2 bytes an element). fp8: QuantizedPack::quantize (amaxes, scales, codes) then the CopyProgram
-// packing the FP8 form (codes and scales, about 1 byte an element). Both are checked first: the fp8 buffer
-// holds open_fp8_form of the parameters bit for bit. The two are interleaved, K times each, and the medians
-// compared: fp8_over_plain is the goal's ratio (issue 32: at most 1.5).
-#include <algorithm>
-#include <chrono>
+// trainer parameter holding the whole tensor, packed as one round whose pieces are P rows of a tensor (0,
+// the default: the whole tensor; a P off a multiple of 128 cuts blocks, whose amaxes quantize then takes
+// before the round). Every iteration times, on this thread's CPU clock, one after the other:
+//   plain   the CopyProgram packing the BF16 parameters (2 bytes an element);
+//   casts   how a trainer packs for FP8 engines (no staging): QuantizedPack::quantize (the amaxes the casts
+//           cannot take themselves, the scales), then the round's Fp8CastProgram (codes straight into the
+//           buffer, amaxes of whole blocks from the same read) and the CopyProgram of the scales;
+//   shadows the staged or verified path: quantize writes the codes into shadow parameters, the round's
+//           CopyProgram copies them and the scales.
+// Counters (per repetition; run with --benchmark_repetitions=5 for medians): plain_ms, casts_ms (of it
+// casts_quantize_ms in quantize), shadows_ms, casts_over_plain (the goal's ratio), shadows_over_plain,
+// own_amax_blocks (blocks whose amax the casts take as they read them). Both FP8 buffers are checked first against
+// open_fp8_form of the parameters, bit for bit: the benchmark exits non-zero otherwise.
+#include <benchmark/benchmark.h>
+#include <time.h>
+
+#include <bit>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "core/fp8.hpp"
+#include "exec/fp8_cast_program.hpp"
 #include "exec/pack.hpp"
 #include "exec/quantized_pack.hpp"
 #include "layout/fp8_form.hpp"
@@ -29,7 +40,18 @@ namespace {
 
 using namespace wb;
 using i64 = std::int64_t;
-using Clock = std::chrono::steady_clock;
+
+struct Flags {
+  i64 rows = 1536, cols = 4000, tensors = 4, piece_rows = 0;
+  std::string rule = "per-block-cast";
+};
+Flags flags;
+
+double thread_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
 
 // The parameters read as a checkpoint (each parameter the whole tensor of the same index).
 class ParameterCheckpoint final : public CheckpointReader {
@@ -43,8 +65,7 @@ class ParameterCheckpoint final : public CheckpointReader {
       const i64 cols = tensors_[t].shape[1], element = 2;
       auto* out = static_cast<std::byte*>(destination);
       for (i64 r = 0; r < box.extent[0]; ++r)
-        std::memcpy(out + r * box.extent[1] * element,
-                    memory_[t] + ((box.offset[0] + r) * cols + box.offset[1]) * element,
+        std::memcpy(out + r * box.extent[1] * element, memory_[t] + ((box.offset[0] + r) * cols + box.offset[1]) * element,
                     static_cast<std::size_t>(box.extent[1] * element));
       return;
     }
@@ -57,13 +78,22 @@ class ParameterCheckpoint final : public CheckpointReader {
   const std::vector<std::byte*>& memory_;
 };
 
-std::vector<BufferCopy> buffer_copies(const SourceMap& map, i64& buffer_bytes) {
+// One round packing every copy of `map`, cut into pieces of `piece_rows` rows (0: whole).
+std::vector<BufferCopy> round_copies(const SourceMap& map, i64 piece_rows, i64& buffer_bytes) {
   std::vector<BufferCopy> out;
   buffer_bytes = 0;
   for (const SliceCopy& copy : map.copies) {
     const auto element = static_cast<std::uint8_t>(dtype_size(map.parameters[copy.parameter].dtype));
-    out.push_back({copy, buffer_bytes, element});
-    buffer_bytes += out.back().bytes();
+    const i64 rows = copy.box.extent[0];
+    const i64 step = piece_rows > 0 && copy.box.ndim() == 2 && copy.box.extent[1] > 1 ? piece_rows : rows;
+    for (i64 r = 0; r < rows; r += step) {
+      SliceCopy piece = copy;
+      piece.box.offset[0] += r;
+      piece.box.extent[0] = std::min(step, rows - r);
+      piece.offset += r * copy.strides[0];
+      out.push_back({piece, buffer_bytes, element});
+      buffer_bytes += out.back().bytes();
+    }
   }
   return out;
 }
@@ -74,100 +104,144 @@ std::vector<i64> parameter_bytes(const SourceMap& map) {
   return out;
 }
 
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
-}
-
-int run(int argc, char** argv) {
-  i64 rows = 1536, cols = 4000, tensors = 4;
-  int reps = 9;
-  std::string rule = "per-block-cast";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--rows") rows = std::stoll(value);
-    else if (flag == "--cols") cols = std::stoll(value);
-    else if (flag == "--tensors") tensors = std::stoll(value);
-    else if (flag == "--reps") reps = std::stoi(value);
-    else if (flag == "--rule") rule = value;
-    else throw Error(ErrorCode::kInvalidArgument, "unknown flag " + flag);
-  }
-  if (rows <= 0 || cols <= 0 || tensors <= 0 || reps <= 0)
-    throw Error(ErrorCode::kInvalidArgument, "--rows, --cols, --tensors and --reps must be positive");
+// The parameters, the FP8 form, and the three packs, built and checked once.
+struct Setup {
   std::vector<TensorInfo> infos;
   SourceMap map;
   std::vector<std::vector<std::uint16_t>> storage;
   std::vector<std::byte*> memory;
-  std::mt19937 generator(7);
-  std::normal_distribution<float> normal(0.0f, 0.02f);
-  for (i64 t = 0; t < tensors; ++t) {
-    const std::string name = "layers." + std::to_string(t) + ".weight";
-    infos.push_back({name, DType::kBF16, {rows, cols}});
-    map.parameters.push_back({name, DType::kBF16, {rows, cols}});
-    map.copies.push_back({static_cast<std::uint32_t>(t), static_cast<std::uint32_t>(t), Box::whole(infos.back().shape), 0, {cols, 1}});
-    storage.emplace_back(static_cast<std::size_t>(rows * cols));
-    for (std::uint16_t& v : storage.back()) v = static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(normal(generator)) >> 16);
-    memory.push_back(reinterpret_cast<std::byte*>(storage.back().data()));
-  }
-  layout::QuantizationConfig config;
-  config.rule = layout::parse_scale_rule_or_throw(rule, "--rule");
-  const layout::Fp8Form form = layout::derive_fp8_form(infos, config);
-  exec::QuantizedPack quantized(map, form);
-  const SourceMap& fp8_map = quantized.form_map();
-  const std::vector<std::byte*> fp8_memory = quantized.form_memory(memory);
+  layout::Fp8Form form;
+  std::unique_ptr<exec::QuantizedPack> casting, shadowing;
+  std::vector<std::byte*> casting_memory, shadowing_memory;
+  exec::CopyProgram plain, cast_rest, shadows;
+  exec::Fp8CastProgram casts;
+  std::vector<std::byte> plain_buffer, cast_buffer, shadow_buffer;
+  i64 plain_bytes = 0, fp8_bytes = 0, own_amax_blocks = 0;
+  exec::AmaxExchange none = [](std::span<std::uint32_t>) { return Status::ok(); };
 
-  i64 plain_bytes = 0, fp8_bytes = 0;
-  const std::vector<BufferCopy> plain_copies = buffer_copies(map, plain_bytes);
-  const std::vector<BufferCopy> fp8_copies = buffer_copies(fp8_map, fp8_bytes);
-  const exec::CopyProgram plain(exec::CopyDirection::kPack, plain_copies, parameter_bytes(map), plain_bytes);
-  const exec::CopyProgram fp8(exec::CopyDirection::kPack, fp8_copies, parameter_bytes(fp8_map), fp8_bytes);
-  std::vector<std::byte> plain_buffer(static_cast<std::size_t>(plain_bytes)), fp8_buffer(static_cast<std::size_t>(fp8_bytes));
-  const exec::AmaxExchange none = [](std::span<std::uint32_t>) { return Status::ok(); };
+  Setup() {
+    std::mt19937 generator(7);
+    std::normal_distribution<float> normal(0.0f, 0.02f);
+    for (i64 t = 0; t < flags.tensors; ++t) {
+      const std::string name = "layers." + std::to_string(t) + ".weight";
+      infos.push_back({name, DType::kBF16, {flags.rows, flags.cols}});
+      map.parameters.push_back({name, DType::kBF16, {flags.rows, flags.cols}});
+      map.copies.push_back({static_cast<std::uint32_t>(t), static_cast<std::uint32_t>(t), Box::whole(infos.back().shape), 0,
+                            {flags.cols, 1}});
+      storage.emplace_back(static_cast<std::size_t>(flags.rows * flags.cols));
+      for (std::uint16_t& v : storage.back()) v = static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(normal(generator)) >> 16);
+      memory.push_back(reinterpret_cast<std::byte*>(storage.back().data()));
+    }
+    layout::QuantizationConfig config;
+    config.rule = layout::parse_scale_rule_or_throw(flags.rule, "--rule");
+    form = layout::derive_fp8_form(infos, config);
+    casting = std::make_unique<exec::QuantizedPack>(map, form);
+    shadowing = std::make_unique<exec::QuantizedPack>(map, form);
+    casting->cast_in_pack();
+    casting_memory = casting->form_memory(memory);
+    shadowing_memory = shadowing->form_memory(memory);
 
-  // Checked before timing: every code and scale in the buffer equals the FP8 form of the parameters.
-  {
-    const Status status = quantized.quantize(memory, none);
-    if (!status) throw Error(status);
-    fp8.execute(fp8_memory, fp8_buffer.data());
+    const std::vector<BufferCopy> plain_copies = round_copies(map, flags.piece_rows, plain_bytes);
+    plain = exec::CopyProgram(exec::CopyDirection::kPack, plain_copies, parameter_bytes(map), plain_bytes);
+    const std::vector<BufferCopy> fp8_copies = round_copies(casting->form_map(), flags.piece_rows, fp8_bytes);
+    std::vector<BufferCopy> rest;
+    casts = exec::Fp8CastProgram(fp8_copies, *casting, fp8_bytes, rest);
+    own_amax_blocks = casts.own_amax_blocks();
+    const std::vector<i64> fp8_parameter_bytes = parameter_bytes(casting->form_map());
+    cast_rest = exec::CopyProgram(exec::CopyDirection::kPack, rest, fp8_parameter_bytes, fp8_bytes);
+    shadows = exec::CopyProgram(exec::CopyDirection::kPack, fp8_copies, fp8_parameter_bytes, fp8_bytes);
+    plain_buffer.resize(static_cast<std::size_t>(plain_bytes));
+    cast_buffer.resize(static_cast<std::size_t>(fp8_bytes));
+    shadow_buffer.resize(static_cast<std::size_t>(fp8_bytes));
+
+    // Checked before timing: every code and scale in both buffers equals the FP8 form of the parameters.
+    pack_casts();
+    pack_shadows();
     const ParameterCheckpoint bf16(infos, memory);
     const auto reference = layout::open_fp8_form(bf16, form);
     for (const BufferCopy& c : fp8_copies) {
       std::vector<std::byte> expected(static_cast<std::size_t>(c.bytes()));
       reference->read_box(form.tensors[c.copy.tensor].name, c.copy.box, expected.data());
-      if (std::memcmp(expected.data(), fp8_buffer.data() + c.buffer_offset, expected.size()) != 0)
-        throw Error(ErrorCode::kInternal, "the FP8 pack of " + form.tensors[c.copy.tensor].name + " differs from its FP8 form");
+      for (const std::vector<std::byte>* buffer : {&cast_buffer, &shadow_buffer})
+        if (std::memcmp(expected.data(), buffer->data() + c.buffer_offset, expected.size()) != 0)
+          throw Error(ErrorCode::kInternal, "the FP8 pack (" + std::string(buffer == &cast_buffer ? "casts" : "shadows") +
+                                                ") of " + form.tensors[c.copy.tensor].name + " differs from its FP8 form");
     }
   }
-  std::vector<double> plain_s, fp8_s, quantize_s;
-  for (int k = 0; k < reps; ++k) {
-    auto start = Clock::now();
-    plain.execute(memory, plain_buffer.data());
-    plain_s.push_back(std::chrono::duration<double>(Clock::now() - start).count());
-    start = Clock::now();
-    const Status status = quantized.quantize(memory, none);
-    const auto quantized_at = Clock::now();
-    fp8.execute(fp8_memory, fp8_buffer.data());
-    fp8_s.push_back(std::chrono::duration<double>(Clock::now() - start).count());
-    quantize_s.push_back(std::chrono::duration<double>(quantized_at - start).count());
-    if (!status) throw Error(status);
+
+  double cast_quantize_seconds = 0;  // of pack_casts, in quantize (the amaxes the casts do not take)
+  void pack_casts() {
+    const double t0 = thread_seconds();
+    if (const Status status = casting->quantize(memory, none); !status) throw Error(status);
+    cast_quantize_seconds += thread_seconds() - t0;
+    casts.execute(casting_memory, cast_buffer.data());
+    cast_rest.execute(casting_memory, cast_buffer.data());
   }
-  const double p = median(plain_s), f = median(fp8_s), q = median(quantize_s);
-  std::printf("{\"benchmark\":\"fp8_pack\",\"rule\":\"%s\",\"tensors\":%lld,\"shape\":[%lld,%lld],\"reps\":%d,"
-              "\"plain_bytes\":%lld,\"fp8_bytes\":%lld,\"plain_s\":%.6f,\"fp8_s\":%.6f,\"quantize_s\":%.6f,"
-              "\"plain_GBps\":%.3f,\"fp8_source_GBps\":%.3f,\"fp8_over_plain\":%.3f,\"goal\":1.5,\"verified\":true}\n",
-              rule.c_str(), static_cast<long long>(tensors), static_cast<long long>(rows), static_cast<long long>(cols), reps,
-              static_cast<long long>(plain_bytes), static_cast<long long>(fp8_bytes), p, f, q, plain_bytes / p / 1e9,
-              plain_bytes / f / 1e9, f / p);
-  return 0;
+  void pack_shadows() {
+    if (const Status status = shadowing->quantize(memory, none); !status) throw Error(status);
+    shadows.execute(shadowing_memory, shadow_buffer.data());
+  }
+};
+
+Setup& setup() {
+  static Setup instance;
+  return instance;
 }
+
+// Interleaved on one thread's CPU clock: plain, casts, shadows in every iteration.
+void BM_Fp8Pack(benchmark::State& state) {
+  Setup& s = setup();
+  double plain = 0, casts = 0, shadows = 0;
+  s.cast_quantize_seconds = 0;
+  for (auto _ : state) {
+    double t0 = thread_seconds();
+    s.plain.execute(s.memory, s.plain_buffer.data());
+    double t1 = thread_seconds();
+    plain += t1 - t0;
+    s.pack_casts();
+    t0 = thread_seconds();
+    casts += t0 - t1;
+    s.pack_shadows();
+    shadows += thread_seconds() - t0;
+    benchmark::ClobberMemory();
+  }
+  const auto n = static_cast<double>(state.iterations());
+  state.counters["plain_ms"] = plain / n * 1e3;
+  state.counters["casts_ms"] = casts / n * 1e3;
+  state.counters["shadows_ms"] = shadows / n * 1e3;
+  state.counters["casts_quantize_ms"] = s.cast_quantize_seconds / n * 1e3;
+  state.counters["casts_over_plain"] = casts / plain;
+  state.counters["shadows_over_plain"] = shadows / plain;
+  state.counters["plain_MiB"] = static_cast<double>(s.plain_bytes) / (1 << 20);
+  state.counters["fp8_MiB"] = static_cast<double>(s.fp8_bytes) / (1 << 20);
+  state.counters["own_amax_blocks"] = static_cast<double>(s.own_amax_blocks);
+}
+BENCHMARK(BM_Fp8Pack)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
   try {
-    return run(argc, argv);
+    for (int i = 1; i < argc; i += 2) {
+      const std::string flag = argv[i];
+      if (i + 1 >= argc) throw Error(ErrorCode::kInvalidArgument, flag + " needs a value");
+      const std::string value = argv[i + 1];
+      if (flag == "--rows") flags.rows = std::stoll(value);
+      else if (flag == "--cols") flags.cols = std::stoll(value);
+      else if (flag == "--tensors") flags.tensors = std::stoll(value);
+      else if (flag == "--piece-rows") flags.piece_rows = std::stoll(value);
+      else if (flag == "--rule") flags.rule = value;
+      else throw Error(ErrorCode::kInvalidArgument, "unknown flag " + flag);
+    }
+    if (flags.rows <= 0 || flags.cols <= 0 || flags.tensors <= 0 || flags.piece_rows < 0)
+      throw Error(ErrorCode::kInvalidArgument, "--rows, --cols and --tensors must be positive, --piece-rows not negative");
+    (void)setup();  // builds and checks: a wrong pack fails here, before any timing
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_fp8_pack: %s\n", e.what());
     return 1;
   }
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
 }

@@ -465,6 +465,12 @@ std::unique_ptr<RoundExecutor> connect_executor(const Connect& c, RoundSchedule 
       } catch (const Error& error) {
         throw Error(error.code(), c.who() + error.status().message());
       }
+    } else if (!options.sender_staging && !options.verify) {
+      // The rounds read the trainer's own parameters before send_weights returns: they cast the codes
+      // straight into the send buffer. Staged, the shadows are the staged copy (half its bytes); verified,
+      // the verifier's programs digest the shadows they pack.
+      quantized->cast_in_pack();
+      memory.fp8_casts = quantized;
     }
     memory.data = quantized->form_memory(memory.data);
     const std::vector<TensorInfo>& parameters = quantized->form_map().parameters;

@@ -95,5 +95,27 @@ inline float bf16_to_float(std::uint16_t bits) { return std::bit_cast<float>(std
 float bf16_amax(const std::uint16_t* values, std::int64_t count);
 /// codes[k] = quantize(scale, bf16 values[k]) for k < count.
 void quantize_bf16(const BlockScale& scale, const std::uint16_t* values, std::int64_t count, std::uint8_t* codes);
+/// One block's cast of bf16 elements, made once for many rows (the senders' cast, exec/fp8_cast_program.cpp).
+/// For a finite normal factor, x * factor (or x / factor) of a normal bf16 x is the product of its mantissa
+/// 1.m with the factor, exactly scaled by x's power of two, and the product's rounding to float32 and then to
+/// e4m3 depend on m alone: the normal code is 8 * (x's exponent bits) + base + step[m], looked up 32
+/// elements at a time (AVX-512 VBMI). Zeros, subnormal inputs and outputs, infinities and NaNs go through
+/// quantize_bf16, as does every element of a scale without a table.
+struct CastTable {
+  alignas(64) std::uint8_t step[128] = {};
+  std::int16_t base = 0;
+  bool table = false;  // else quantize_bf16 with `scale`
+  BlockScale scale;
+};
+void make_cast_table(const BlockScale& scale, CastTable& out);
+/// A row through consecutive blocks of `block_cols` columns, the first of which has `lead` (< block_cols)
+/// columns before values[0]: codes[k] = quantize(tables[(lead + k) / block_cols].scale, bf16 values[k])
+/// for k < count, in one call.
+void quantize_bf16_blocks(const CastTable* tables, std::int64_t block_cols, std::int64_t lead, const std::uint16_t* values,
+                          std::int64_t count, std::uint8_t* codes);
+/// running[k] = max(running[k], values[k] & 0x7FFF) for k < count: the magnitudes' bits, whose order is
+/// |x|'s (NaNs above infinity), gathered over the rows of a band; bf16_amax of a range of `running` is
+/// then the amax of those columns over the rows.
+void bf16_magnitude_max(const std::uint16_t* values, std::int64_t count, std::uint16_t* running);
 
 }  // namespace wb::fp8

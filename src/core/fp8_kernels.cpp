@@ -2,6 +2,8 @@
 // SSE2 (the x86-64 baseline), the tail element by element. The vector cast is e4m3_from_float's arithmetic
 // lane by lane: the same integer rounding of normal values, cvtps (round to nearest even in the default
 // mode) for the subnormal ones where the scalar path uses nearbyint, and the same saturation and NaN codes.
+#include <algorithm>
+#include <bit>
 #include <limits>
 
 #include "core/fp8.hpp"
@@ -135,6 +137,65 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) std::int64_t quantize_bf16_
 }
 
 #pragma GCC diagnostic pop
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's own _mm256_undefined_si256, as above
+// A row through its blocks by their tables (core/fp8.hpp, CastTable): 32 elements a step in 16-bit lanes,
+// the step looked up by the mantissa's 7 bits in a 128-byte table (vpermi2b). A run with an element the
+// table does not cover (zero, subnormal, infinite or NaN input, an output below e4m3's normals) is cast
+// again by the float path after the loop (no call or bookkeeping inside it), as is a run's tail and a
+// block without a table.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi"))) void quantize_bf16_blocks_vbmi(
+    const CastTable* tables, std::int64_t block_cols, std::int64_t lead, const std::uint16_t* values, std::int64_t count,
+    std::uint8_t* codes) {
+  const __m512i low_byte = _mm512_set1_epi16(0x00FF), exponent = _mm512_set1_epi16(0x07F8);
+  const __m512i magnitude = _mm512_set1_epi16(0x7FFF), first_normal = _mm512_set1_epi16(0x0080);
+  const __m512i normal_span = _mm512_set1_epi16(0x7EFF), eight = _mm512_set1_epi16(8);
+  const __m512i largest = _mm512_set1_epi16(0x7E), sign = _mm512_set1_epi16(0x80);
+  for (std::int64_t j = 0, g = 0; j < count; ++g) {
+    const std::int64_t run = std::min(count - j, block_cols - (g == 0 ? lead : 0));
+    const CastTable& t = tables[g];
+    const std::uint16_t* x_at = values + j;
+    std::uint8_t* code_at = codes + j;
+    std::int64_t k = 0;
+    if (t.table) {
+      const __m512i low = _mm512_load_si512(t.step), high = _mm512_load_si512(t.step + 64);
+      const __m512i base = _mm512_set1_epi16(t.base);
+      __mmask32 other = 0;  // some lane of some step the table does not cover: the run again by the float path
+      for (; k + 32 <= run; k += 32) {
+        const __m512i x = _mm512_loadu_si512(x_at + k);
+        const __m512i looked_up = _mm512_and_si512(_mm512_permutex2var_epi8(low, x, high), low_byte);
+        const __m512i code =
+            _mm512_add_epi16(_mm512_add_epi16(_mm512_and_si512(_mm512_srli_epi16(x, 4), exponent), base), looked_up);
+        // Not a normal finite input (|x| bits outside [0x0080, 0x7F7F]), or an output below 2^-6.
+        other |= _mm512_cmpgt_epu16_mask(_mm512_sub_epi16(_mm512_and_si512(x, magnitude), first_normal), normal_span) |
+                 _mm512_cmplt_epi16_mask(code, eight);
+        // Saturated at 448 (0x7E), the sign of x (the product's: the factor is positive) merged.
+        const __m512i coded = _mm512_ternarylogic_epi32(_mm512_min_epi16(code, largest), _mm512_srli_epi16(x, 8), sign, 0xF8);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(code_at + k), _mm512_cvtepi16_epi8(coded));
+      }
+      if (other != 0) k = 0;
+    }
+    if (k < run) (void)quantize_bf16_avx512(t.scale, x_at + k, run - k, code_at + k);
+    j += run;
+  }
+}
+#pragma GCC diagnostic pop
+
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void magnitude_max_avx512(const std::uint16_t* values,
+                                                                               std::int64_t count,
+                                                                               std::uint16_t* running) {
+  const __m512i magnitude = _mm512_set1_epi16(0x7FFF);
+  std::int64_t k = 0;
+  for (; k + 32 <= count; k += 32) {
+    const __m512i x = _mm512_and_si512(_mm512_loadu_si512(values + k), magnitude);
+    _mm512_storeu_si512(running + k, _mm512_max_epu16(_mm512_loadu_si512(running + k), x));
+  }
+  if (k < count) {
+    const auto mask = static_cast<__mmask32>((1u << (count - k)) - 1u);
+    const __m512i x = _mm512_and_si512(_mm512_maskz_loadu_epi16(mask, values + k), magnitude);
+    _mm512_mask_storeu_epi16(running + k, mask, _mm512_max_epu16(_mm512_maskz_loadu_epi16(mask, running + k), x));
+  }
+}
 
 bool has_avx512() {
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
@@ -144,6 +205,25 @@ using BulkQuantize = std::int64_t (*)(const BlockScale&, const std::uint16_t*, s
 const BulkQuantize kQuantizeWide = has_avx512()                  ? quantize_bf16_avx512
                                    : __builtin_cpu_supports("avx2") ? quantize_bf16_avx2
                                                                     : nullptr;
+const bool kAvx512 = has_avx512();
+const bool kVbmi = kAvx512 && __builtin_cpu_supports("avx512vbmi");
+#endif
+
+#if defined(WB_FP8_SIMD)
+// SSE2 (the x86-64 baseline): signed 16-bit max, right for magnitudes (at most 0x7FFF).
+void magnitude_max_sse2(const std::uint16_t* values, std::int64_t count, std::uint16_t* running) {
+  const __m128i magnitude = _mm_set1_epi16(0x7FFF);
+  std::int64_t k = 0;
+  for (; k + 8 <= count; k += 8) {
+    const __m128i x = _mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(values + k)), magnitude);
+    auto* at = reinterpret_cast<__m128i*>(running + k);
+    _mm_storeu_si128(at, _mm_max_epi16(_mm_loadu_si128(at), x));
+  }
+  for (; k < count; ++k) {
+    const auto bits = static_cast<std::uint16_t>(values[k] & 0x7FFFu);
+    running[k] = bits > running[k] ? bits : running[k];
+  }
+}
 #endif
 
 }  // namespace
@@ -189,6 +269,55 @@ void quantize_bf16(const BlockScale& scale, const std::uint16_t* values, std::in
   }
 #endif
   for (; k < count; ++k) codes[k] = quantize(scale, bf16_to_float(values[k]));
+}
+
+void make_cast_table(const BlockScale& scale, CastTable& out) {
+  out.scale = scale;
+  out.table = false;
+#if defined(WB_FP8_SIMD)
+  const std::uint32_t factor = std::bit_cast<std::uint32_t>(scale.factor);
+  const std::uint32_t factor_exponent = (factor >> 23) & 0xFFu;
+  if (!kVbmi || (factor >> 31) != 0 || factor_exponent == 0 || factor_exponent == 0xFF) return;
+  std::uint32_t first = 0;
+  for (std::uint32_t m = 0; m < 128; ++m) {
+    // 1.m times (or over) the factor, then e4m3_from_float's normal rounding, without its exponent's bias:
+    // for x = 1.m * 2^(e - 127) the code is that + 8 * (e - 127) - 960 = 8 * e + (that - 1976).
+    const float x = bf16_to_float(static_cast<std::uint16_t>((127u << 7) | m));
+    const std::uint32_t a = std::bit_cast<std::uint32_t>(scale.divide ? x / scale.factor : x * scale.factor);
+    const std::uint32_t exponent = (a >> 23) & 0xFFu;
+    if (exponent == 0 || exponent == 0xFF) return;  // the product leaves the normal floats: no table
+    const std::uint32_t rounded = (a + 0x7FFFFu + ((a >> 20) & 1u)) >> 20;
+    if (m == 0) first = rounded;
+    if (rounded - first > 255u) return;
+    out.step[m] = static_cast<std::uint8_t>(rounded - first);
+  }
+  out.base = static_cast<std::int16_t>(static_cast<std::int32_t>(first) - 1976);
+  out.table = true;
+#endif
+}
+
+void quantize_bf16_blocks(const CastTable* tables, std::int64_t block_cols, std::int64_t lead, const std::uint16_t* values,
+                          std::int64_t count, std::uint8_t* codes) {
+#if defined(WB_FP8_SIMD)
+  if (kVbmi) return quantize_bf16_blocks_vbmi(tables, block_cols, lead, values, count, codes);
+#endif
+  for (std::int64_t j = 0, g = 0; j < count; ++g) {
+    const std::int64_t run = std::min(count - j, block_cols - (g == 0 ? lead : 0));
+    quantize_bf16(tables[g].scale, values + j, run, codes + j);
+    j += run;
+  }
+}
+
+void bf16_magnitude_max(const std::uint16_t* values, std::int64_t count, std::uint16_t* running) {
+#if defined(WB_FP8_SIMD)
+  if (kAvx512) return magnitude_max_avx512(values, count, running);
+  return magnitude_max_sse2(values, count, running);
+#else
+  for (std::int64_t k = 0; k < count; ++k) {
+    const auto bits = static_cast<std::uint16_t>(values[k] & 0x7FFFu);
+    running[k] = bits > running[k] ? bits : running[k];
+  }
+#endif
 }
 
 }  // namespace wb::fp8

@@ -1,9 +1,13 @@
 // Pack and assemble of host parameters (copy_engine.hpp): the CPU copy programs, run at once on the
 // executor's thread; when verifying, the verifier's programs, which digest as they copy (exec/verify.hpp).
+// A trainer packing for FP8 engines casts the codes of its pieces of the converted tensors into the buffer
+// first (exec/fp8_cast_program.hpp), then copies the rest.
 #include <chrono>
+#include <span>
 #include <vector>
 
 #include "exec/copy_engine.hpp"
+#include "exec/fp8_cast_program.hpp"
 #include "exec/pack.hpp"
 #include "exec/verify.hpp"
 
@@ -15,6 +19,7 @@ class HostCopyEngine final : public CopyEngine {
   HostCopyEngine(const ParameterMemory& parameters, const TransferBuffers& buffers, const RoundSchedule& schedule,
                  Verifier* verifier)
       : verifier_(verifier),
+        fp8_casts_(parameters.fp8_casts),
         parameters_(parameters.data),
         parameter_bytes_(parameters.bytes.begin(), parameters.bytes.end()),
         send_(buffers.send->for_copies()),
@@ -22,11 +27,20 @@ class HostCopyEngine final : public CopyEngine {
         send_stride_(static_cast<std::size_t>(buffers.send_slot_stride)),
         receive_stride_(static_cast<std::size_t>(buffers.receive_slot_stride)),
         send_slot_bytes_(schedule.send_slot_bytes),
-        receive_slot_bytes_(schedule.receive_slot_bytes) {}
+        receive_slot_bytes_(schedule.receive_slot_bytes) {
+    // The verifier digests what its own programs pack, from the shadows (QuantizedPack::cast_in_pack).
+    if (fp8_casts_ != nullptr && verifier_ != nullptr)
+      throw Error(ErrorCode::kInternal, "FP8 casts in the pack and a verifier: a verified pack reads the shadows");
+  }
 
   void add_round(const RoundPlan& plan) override {
-    rounds_.push_back({CopyProgram(CopyDirection::kPack, plan.pack, parameter_bytes_, send_slot_bytes_),
-                       CopyProgram(CopyDirection::kAssemble, plan.assemble, parameter_bytes_, receive_slot_bytes_)});
+    Fp8CastProgram casts;
+    std::vector<BufferCopy> rest;
+    if (fp8_casts_ != nullptr) casts = Fp8CastProgram(plan.pack, *fp8_casts_, send_slot_bytes_, rest);
+    const std::span<const BufferCopy> pack = fp8_casts_ != nullptr ? std::span<const BufferCopy>(rest) : plan.pack;
+    rounds_.push_back({CopyProgram(CopyDirection::kPack, pack, parameter_bytes_, send_slot_bytes_),
+                       CopyProgram(CopyDirection::kAssemble, plan.assemble, parameter_bytes_, receive_slot_bytes_),
+                       std::move(casts)});
   }
   std::int64_t assembled_bytes(std::size_t round) const override { return rounds_[round].assemble.bytes(); }
 
@@ -44,9 +58,10 @@ class HostCopyEngine final : public CopyEngine {
       verifier_->pack(static_cast<int>(round), parameters_, send_slot);  // packs and digests
     else if (verifier_ != nullptr)
       verifier_->assemble(static_cast<int>(round), parameters_, receive_slot);  // digests and assembles
-    else if (step == CopyStep::kPack)
+    else if (step == CopyStep::kPack) {
+      rounds_[round].casts.execute(parameters_, send_slot);  // first: the scale copies read what it takes
       rounds_[round].pack.execute(parameters_, send_slot);
-    else
+    } else
       rounds_[round].assemble.execute(parameters_, receive_slot);
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     started = done = true;
@@ -63,8 +78,10 @@ class HostCopyEngine final : public CopyEngine {
  private:
   struct Round {
     CopyProgram pack, assemble;
+    Fp8CastProgram casts;
   };
   Verifier* verifier_;
+  QuantizedPack* fp8_casts_;
   std::vector<std::byte*> parameters_;
   std::vector<std::int64_t> parameter_bytes_;
   std::byte* send_;

@@ -55,22 +55,36 @@ Status QuantizedPack::quantize(std::span<std::byte* const> parameters, const Ama
 Status QuantizedPack::quantize(std::span<std::byte* const> parameters, const AmaxExchange& exchange) {
   allocate();
   for (TensorBlocks& blocks : blocks_) std::fill(blocks.amax.begin(), blocks.amax.end(), 0.0f);
+  // Casting in the pack: only the blocks whose amax the casts cannot take as they read them (amax_first).
+  const auto wanted = [this](const TensorBlocks& blocks, std::int64_t block) {
+    return !cast_in_pack_ || blocks.amax_first[static_cast<std::size_t>(block)] != 0;
+  };
+  // Whether some block of a copy's box is wanted (casting in the pack, most copies have none).
+  const auto any_wanted = [&](const SliceCopy& copy, const TensorBlocks& blocks) {
+    for (std::int64_t br = copy.box.offset[0] / config_.block_rows; br * config_.block_rows < copy.box.offset[0] + copy.box.extent[0]; ++br)
+      for (std::int64_t bc = copy.box.offset[1] / config_.block_cols; bc * config_.block_cols < copy.box.offset[1] + copy.box.extent[1]; ++bc)
+        if (wanted(blocks, br * blocks.scale_cols + bc)) return true;
+    return false;
+  };
   for (const Quantized& q : quantized_) {
-    if (q.fused) continue;  // below, after the others
+    if (q.fused && !cast_in_pack_) continue;  // below, after the others
     const SliceCopy& copy = trainer_map_.copies[q.copy];
     TensorBlocks& blocks = blocks_[static_cast<std::size_t>(blocks_of_[copy.tensor])];
+    if (cast_in_pack_ && !any_wanted(copy, blocks)) continue;
     const DType dtype = trainer_map_.parameters[copy.parameter].dtype;
     const std::size_t size = dtype_size(dtype);
     const std::byte* base = parameters[copy.parameter];
     if (bf16_rows(copy, dtype)) {
       const auto* values = reinterpret_cast<const std::uint16_t*>(base);
       for_each_block_run(copy, config_, blocks.scale_cols, [&](std::int64_t first, std::int64_t count, std::int64_t block) {
+        if (!wanted(blocks, block)) return;
         float& amax = blocks.amax[static_cast<std::size_t>(block)];
         amax = fp8::amax_combine(amax, fp8::bf16_amax(values + first, count));
       });
       continue;
     }
     for_each_element(copy, config_, blocks.scale_cols, [&](std::int64_t position, std::int64_t block) {
+      if (!wanted(blocks, block)) return;
       float& amax = blocks.amax[static_cast<std::size_t>(block)];
       amax = fp8::amax_combine(amax, std::fabs(fp8::load_float(dtype, base + position * static_cast<std::int64_t>(size))));
     });
@@ -91,11 +105,12 @@ Status QuantizedPack::quantize(std::span<std::byte* const> parameters, const Ama
   for (TensorBlocks& blocks : blocks_) {
     std::vector<float>& scales = scales_[blocks.scale_buffer];
     for (std::size_t b = 0; b < blocks.amax.size(); ++b) {
-      if (!blocks.touched[b]) continue;
+      if (!blocks.touched[b] || !wanted(blocks, static_cast<std::int64_t>(b))) continue;
       blocks.scale[b] = fp8::block_scale(config_.rule, blocks.amax[b]);
       scales[b] = blocks.scale[b].scale_inv;
     }
   }
+  if (cast_in_pack_) return Status::ok();  // the rounds' packs cast the codes (exec/fp8_cast_program.hpp)
   for (const Quantized& q : quantized_) {
     if (q.fused) continue;
     const SliceCopy& copy = trainer_map_.copies[q.copy];

@@ -16,13 +16,16 @@
 // per shared block, exchange_bytes); then each rank computes every scale it touches by the rule and writes
 // the codes of its own elements into the shadow parameters. A block's amax is the maximum over the same
 // set of elements as the reference's (quantize_band), and max is exact, so each code and scale equals the
-// reference's bit for bit (NaN included: both take the canonical quiet NaN).
+// reference's bit for bit (NaN included: both take the canonical quiet NaN). Host parameters neither
+// staged nor verified (cast_in_pack): no shadow; quantize takes only the amaxes and scales the rounds'
+// casts cannot take as they read (exec/fp8_cast_program.hpp), and the casts write the codes.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -90,8 +93,40 @@ class QuantizedPack {
   Status quantize(std::span<std::byte* const> parameters, const AmaxExchange& exchange);
 
   /// Base address of every parameter of form_map(): the trainer's (as given) then the shadow and scale
-  /// buffers this object owns (in device memory after use_device).
+  /// buffers this object owns (in device memory after use_device; the shadows null after cast_in_pack).
   std::vector<std::byte*> form_memory(std::span<std::byte* const> parameters);
+
+  /// Host parameters the rounds read as they are (no sender staging, not verifying): the rounds' packs cast
+  /// the codes from the trainer's parameters straight into the send buffer (exec/fp8_cast_program.hpp),
+  /// and quantize takes only the amaxes the casts cannot take themselves, and the scales. No shadow is ever
+  /// allocated. Set-up, before form_memory.
+  void cast_in_pack();
+  bool casts_in_pack() const { return cast_in_pack_; }
+
+  /// Where a pack copy of a shadow parameter (form_map() coordinates) reads its elements: the trainer's
+  /// parameter and dtype, the copy of the trainer's map it lies in, and its tensor's blocks.
+  struct CastSource {
+    std::uint32_t parameter = 0;  // the trainer's
+    DType dtype = DType::kBF16;
+    std::uint32_t tensor_blocks = 0;  // the tensor's entry for block_scales, scale_memory, ...
+  };
+  /// nullopt when `copy` is not of a shadow; throws kInternal when it lies in no copy of the trainer's map.
+  std::optional<CastSource> cast_source(const SliceCopy& copy) const;
+  /// The tensor's entry of a scale parameter of form_map(); nullopt for any other parameter.
+  std::optional<std::uint32_t> scale_parameter(std::uint32_t parameter) const;
+  const layout::QuantizationConfig& config() const { return config_; }
+  /// Per block of tensor_blocks entry `at`: this update's scale (valid after quantize for the blocks quantize
+  /// scales), the scale tensor's row length, the f32 scales the scale parameter holds.
+  fp8::BlockScale* block_scales(std::uint32_t at) { return blocks_[at].scale.data(); }
+  std::int64_t scale_cols(std::uint32_t at) const { return blocks_[at].scale_cols; }
+  const Shape& tensor_shape(std::uint32_t at) const { return source_tensors_[blocks_[at].tensor].shape; }
+  float* scale_memory(std::uint32_t at);
+  /// Whether this rank holds every element of the block (once) and shares none: whoever reads them all has
+  /// its amax.
+  bool whole_block(std::uint32_t at, std::int64_t block) const;
+  /// A cast program that cannot take block `block`'s amax itself (it casts only part of it, or packs its scale
+  /// without casting all of it first): quantize takes it before the rounds.
+  void need_amax(std::uint32_t at, std::int64_t block) { blocks_[at].amax_first[static_cast<std::size_t>(block)] = 1; }
 
   /// Trainers' parameters in CUDA memory on `device`: the shadows and scales live there and quantize runs
   /// the device kernels on `cuda_stream` (exec/device_quantizer.hpp). Set-up: throws kUnsupported for a
@@ -115,6 +150,7 @@ class QuantizedPack {
     std::vector<float> amax;            // per block
     std::vector<std::uint8_t> touched;  // per block
     std::vector<fp8::BlockScale> scale; // per block, this update's
+    std::vector<std::uint8_t> amax_first;  // per block, casting in the pack: quantize takes its amax
     std::uint32_t scale_buffer = 0;     // index into scales_ (its own index in blocks_)
   };
   const layout::QuantizationConfig config_;
@@ -131,6 +167,7 @@ class QuantizedPack {
   DeviceQuantizePlan device_plan() const;
   std::unique_ptr<DeviceQuantizer> device_;
   bool allocated_ = false;
+  bool cast_in_pack_ = false;
   std::size_t shadow_count_ = 0;
   std::vector<std::vector<std::uint8_t>> shadows_;
   std::vector<std::vector<float>> scales_;  // by blocks_ entry

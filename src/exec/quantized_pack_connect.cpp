@@ -66,6 +66,7 @@ QuantizedPack::QuantizedPack(const SourceMap& trainer_map, const layout::Fp8Form
       blocks.amax.assign(static_cast<std::size_t>(scales[0] * scales[1]), 0.0f);
       blocks.touched.assign(blocks.amax.size(), 0);
       blocks.scale.assign(blocks.amax.size(), {});
+      blocks.amax_first.assign(blocks.amax.size(), 0);
       blocks_.push_back(std::move(blocks));
       counts.emplace_back(blocks_.back().amax.size(), 0);
     }
@@ -142,6 +143,9 @@ void QuantizedPack::set_shared_blocks(std::vector<BlockKey> shared) {
                                                    " block " + std::to_string(key.block) + ", which does not exist");
   shared_ = std::move(shared);
   exchanged_.assign(shared_.size(), 0);
+  // Every rank that holds some of a shared block brings its amax to the exchange, whoever sends it.
+  for (const BlockKey& key : shared_)
+    if (const std::int32_t at = blocks_of_[key.tensor]; at >= 0) need_amax(static_cast<std::uint32_t>(at), key.block);
   // A copy with a shared block waits for the exchange like the others.
   for (Quantized& q : quantized_) {
     if (!q.fused) continue;
@@ -157,8 +161,9 @@ void QuantizedPack::set_shared_blocks(std::vector<BlockKey> shared) {
 
 void QuantizedPack::allocate() {
   if (allocated_) return;
-  for (std::size_t s = 0; s < shadow_count_; ++s)
-    shadows_.emplace_back(static_cast<std::size_t>(form_map_.parameters[own_parameters_ + s].numel()), std::uint8_t{0});
+  if (!cast_in_pack_)
+    for (std::size_t s = 0; s < shadow_count_; ++s)
+      shadows_.emplace_back(static_cast<std::size_t>(form_map_.parameters[own_parameters_ + s].numel()), std::uint8_t{0});
   for (const TensorBlocks& blocks : blocks_) scales_.emplace_back(blocks.amax.size(), 1.0f);
   allocated_ = true;
 }
@@ -206,8 +211,54 @@ std::vector<std::byte*> QuantizedPack::form_memory(std::span<std::byte* const> p
   }
   allocate();
   for (std::vector<std::uint8_t>& shadow : shadows_) memory.push_back(reinterpret_cast<std::byte*>(shadow.data()));
+  if (cast_in_pack_) memory.resize(own_parameters_ + shadow_count_, nullptr);  // no pack reads a shadow
   for (std::vector<float>& scales : scales_) memory.push_back(reinterpret_cast<std::byte*>(scales.data()));
   return memory;
+}
+
+void QuantizedPack::cast_in_pack() {
+  if (device_ || allocated_) throw Error(ErrorCode::kInternal, "FP8 pack: cast_in_pack after use_device or form_memory");
+  cast_in_pack_ = true;
+}
+
+float* QuantizedPack::scale_memory(std::uint32_t at) {
+  allocate();
+  return scales_[blocks_[at].scale_buffer].data();
+}
+
+std::optional<std::uint32_t> QuantizedPack::scale_parameter(std::uint32_t parameter) const {
+  const std::size_t first = own_parameters_ + shadow_count_;
+  if (parameter < first || parameter >= first + blocks_.size()) return std::nullopt;
+  return static_cast<std::uint32_t>(parameter - first);
+}
+
+bool QuantizedPack::whole_block(std::uint32_t at, std::int64_t block) const {
+  const BlockKey key{blocks_[at].tensor, block};
+  return !std::binary_search(partial_.begin(), partial_.end(), key) && !std::binary_search(shared_.begin(), shared_.end(), key);
+}
+
+std::optional<QuantizedPack::CastSource> QuantizedPack::cast_source(const SliceCopy& copy) const {
+  if (copy.parameter < own_parameters_ || copy.parameter >= own_parameters_ + shadow_count_) return std::nullopt;
+  const auto shadow = static_cast<std::uint32_t>(copy.parameter - own_parameters_);
+  // The copy of the trainer's map whose box holds the piece's and puts its elements where the piece does.
+  for (const Quantized& q : quantized_) {
+    if (q.shadow != shadow) continue;
+    const SliceCopy& held = trainer_map_.copies[q.copy];
+    if (held.strides != copy.strides || held.box.ndim() != copy.box.ndim()) continue;
+    bool inside = true;
+    std::int64_t offset = held.offset;
+    for (int k = 0; k < copy.box.ndim() && inside; ++k) {
+      const auto a = static_cast<std::size_t>(k);
+      inside = copy.box.offset[a] >= held.box.offset[a] &&
+               copy.box.offset[a] + copy.box.extent[a] <= held.box.offset[a] + held.box.extent[a];
+      offset += (copy.box.offset[a] - held.box.offset[a]) * held.strides[a];
+    }
+    if (!inside || offset != copy.offset) continue;
+    return CastSource{held.parameter, trainer_map_.parameters[held.parameter].dtype,
+                      static_cast<std::uint32_t>(blocks_of_[held.tensor])};
+  }
+  throw Error(ErrorCode::kInternal, "FP8 pack: a piece of " + form_map_.parameters[copy.parameter].name + " at element " +
+                                        std::to_string(copy.offset) + " lies in no copy of the trainer's map");
 }
 
 }  // namespace wb::exec

@@ -35,6 +35,10 @@
 
 namespace wb {
 
+namespace exec {
+class QuantizedPack;
+}
+
 /// A rank's parameters as its source map lists them: base address and size in bytes of each, all in
 /// host memory, or all in the memory of CUDA device `device` (builds with CUDA only). The caller makes
 /// sure its own work on the parameters is finished before run_update (a trainer's last write, a rollout's
@@ -44,6 +48,9 @@ struct ParameterMemory {
   std::vector<std::size_t> bytes;
   MemoryKind memory = MemoryKind::kHost;
   int device = 0;
+  /// A trainer sending to FP8 engines whose packs cast the codes straight from its parameters
+  /// (QuantizedPack::cast_in_pack; host parameters, not verifying); null otherwise.
+  exec::QuantizedPack* fp8_casts = nullptr;
 };
 
 /// CUDA parameters: how an update orders itself after the caller's own work on the device, so that the

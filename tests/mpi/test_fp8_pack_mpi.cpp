@@ -14,11 +14,14 @@
 #include <limits>
 #include <chrono>
 #include <random>
+#include <string>
 #include <thread>
 
 #include "comm/collectives.hpp"
 #include "weightbridge/adapter.hpp"
 #include "comm/max_reduce.hpp"
+#include "exec/fp8_cast_program.hpp"
+#include "exec/pack.hpp"
 #include "exec/quantized_pack.hpp"
 #include "layout/fp8_form.hpp"
 #include "../support/expect_error.hpp"
@@ -193,6 +196,149 @@ TEST_P(Fp8PackMpi, EveryCodeAndScaleEqualsTheFormOfTheWholeCheckpoint) {
     EXPECT_GT(checked, 0);
   }
   EXPECT_EQ(exchanges, 2);
+  MPI_Comm_free(&trainers);
+}
+
+// The same trainers casting straight into the send buffer (QuantizedPack::cast_in_pack, as connect sets it
+// up for host parameters, not staged, not verified): the form map's copies packed in two rounds, whole or cut
+// into pieces of 50 rows (cutting blocks), alternately in round 0 and 1, so that a block's scale is packed
+// in the round that casts it whole, in one that casts only part of it, or in one that casts none of it.
+// Shared blocks take the exchanged amax before the rounds; blocks a piece holds whole take theirs as the
+// cast reads them. Every byte of both buffers equals the FP8 form of the whole checkpoint, in two updates.
+TEST_P(Fp8PackMpi, CastsStraightIntoTheBufferEqualTheFormOfTheWholeCheckpoint) {
+  int world_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm trainers = MPI_COMM_NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, world_rank < 3 ? 0 : MPI_UNDEFINED, world_rank, &trainers);
+  if (trainers == MPI_COMM_NULL) return;
+  int rank = 0;
+  MPI_Comm_rank(trainers, &rank);
+  std::vector<TensorInfo> tensors;
+  testing::MemoryCheckpoint checkpoint = make_checkpoint(tensors);
+  layout::QuantizationConfig config;
+  config.rule = GetParam();
+  config.modules_to_not_convert = {"lm_head"};
+  const layout::Fp8Form form = layout::derive_fp8_form(tensors, config);
+  Rank mine = make_rank(rank, tensors);
+  ParameterSet params;
+  for (const TensorInfo& p : mine.map.parameters) {
+    mine.memory.emplace_back(static_cast<std::size_t>(p.numel()), 0);
+    params.add(p.name, TensorView::contiguous(mine.memory.back().data(), p.dtype, p.shape));
+  }
+  std::vector<std::byte*> bases;
+  for (auto& m : mine.memory) bases.push_back(reinterpret_cast<std::byte*>(m.data()));
+  const comm::Waiter waiter = comm::Waiter::from_settings();
+
+  for (const std::int64_t piece_rows : {std::int64_t{0}, std::int64_t{50}}) {
+    SCOPED_TRACE("pieces of " + std::to_string(piece_rows) + " rows (0: whole copies)");
+    apply_source_map(mine.map, checkpoint, params);  // version 0 again
+    QuantizedPack pack(mine.map, form);
+    pack.cast_in_pack();
+    {
+      const auto& partial = pack.partial_blocks();
+      const auto all = comm::allgather(std::as_bytes(std::span(partial)), trainers, waiter, "partial blocks");
+      std::vector<BlockKey> shared;
+      for (const auto& bytes : all) {
+        const auto* keys = reinterpret_cast<const BlockKey*>(bytes.data());
+        shared.insert(shared.end(), keys, keys + bytes.size() / sizeof(BlockKey));
+      }
+      pack.set_shared_blocks(shared);
+    }
+    const SourceMap& map = pack.form_map();
+    std::vector<std::int64_t> parameter_bytes;
+    for (const TensorInfo& p : map.parameters) parameter_bytes.push_back(static_cast<std::int64_t>(p.nbytes()));
+    std::array<std::vector<BufferCopy>, 2> rounds;
+    std::array<std::int64_t, 2> buffer_bytes{};
+    std::size_t piece = 0;
+    for (const SliceCopy& copy : map.copies) {
+      const auto element = static_cast<std::uint8_t>(dtype_size(map.parameters[copy.parameter].dtype));
+      const std::int64_t rows = copy.box.ndim() == 2 ? copy.box.extent[0] : 1;
+      const std::int64_t step = piece_rows > 0 && copy.box.ndim() == 2 ? piece_rows : rows;
+      for (std::int64_t r = 0; r < rows; r += step, ++piece) {
+        SliceCopy part = copy;
+        if (copy.box.ndim() == 2) {
+          part.box.offset[0] += r;
+          part.box.extent[0] = std::min(step, rows - r);
+          part.offset += r * copy.strides[0];
+        }
+        const std::size_t round = piece % 2;
+        rounds[round].push_back({part, buffer_bytes[round], element});
+        buffer_bytes[round] += rounds[round].back().bytes();
+      }
+    }
+    std::array<exec::Fp8CastProgram, 2> casts;
+    std::array<exec::CopyProgram, 2> rest_programs;
+    std::int64_t cast_bytes = 0;
+    for (std::size_t r = 0; r < 2; ++r) {
+      std::vector<BufferCopy> rest;
+      casts[r] = exec::Fp8CastProgram(rounds[r], pack, buffer_bytes[r], rest);
+      rest_programs[r] = exec::CopyProgram(exec::CopyDirection::kPack, rest, parameter_bytes, buffer_bytes[r]);
+      cast_bytes += casts[r].bytes();
+    }
+    EXPECT_GT(cast_bytes, 0);
+    // Rank 1 holds b.weight's second block column whole, in one copy: whole, its two blocks take their amaxes
+    // in the cast; cut at 50 rows, neither does.
+    if (rank == 1) {
+      const std::int64_t own = casts[0].own_amax_blocks() + casts[1].own_amax_blocks();
+      if (piece_rows == 0) {
+        EXPECT_GE(own, 2);
+      } else {
+        EXPECT_EQ(own, 0);
+      }
+    }
+    const std::vector<std::byte*> memory = pack.form_memory(bases);
+    for (std::size_t p = pack.own_parameters(); p < memory.size(); ++p) {
+      if (map.parameters[p].dtype == DType::kF8E4M3) {
+        EXPECT_EQ(memory[p], nullptr) << "a shadow was allocated";
+      }
+    }
+    for (int update = 0; update < 2; ++update) {
+      if (update == 1)
+        for (auto& m : mine.memory)
+          for (std::uint16_t& v : m) v = static_cast<std::uint16_t>(v ^ 0x0040u);
+      const Status quantized = pack.quantize(bases, [&](std::span<std::uint32_t> bits) {
+        return comm::reduce_max(bits, trainers, waiter, "FP8 amax exchange");
+      });
+      ASSERT_TRUE(quantized.ok()) << quantized.message();
+      std::array<std::vector<std::byte>, 2> buffers;
+      for (std::size_t r = 0; r < 2; ++r) {
+        buffers[r].assign(static_cast<std::size_t>(buffer_bytes[r]), std::byte{0xAB});
+        casts[r].execute(memory, buffers[r].data());  // first, as the copy engine does
+        rest_programs[r].execute(memory, buffers[r].data());
+      }
+      testing::MemoryCheckpoint flipped;
+      {
+        std::vector<TensorInfo> ignored;
+        const testing::MemoryCheckpoint version = make_checkpoint(ignored);
+        for (const TensorInfo& t : tensors) {
+          std::vector<std::uint16_t> values(static_cast<std::size_t>(t.numel()));
+          version.read_box(t.name, Box{Shape(t.shape.size(), 0), t.shape}, values.data());
+          if (update == 1)
+            for (std::uint16_t& v : values) v = static_cast<std::uint16_t>(v ^ 0x0040u);
+          flipped.add(t, std::move(values));
+        }
+      }
+      const auto reference = layout::open_fp8_form(flipped, form);
+      // Counted, not asserted byte by byte: every rank goes on to the next exchange whatever it found.
+      std::int64_t differ = 0;
+      std::string first;
+      for (std::size_t r = 0; r < 2; ++r)
+        for (const BufferCopy& c : rounds[r]) {
+          const TensorInfo& t = form.tensors[c.copy.tensor];
+          std::vector<std::byte> expected(static_cast<std::size_t>(c.bytes()));
+          reference->read_box(t.name, c.copy.box, expected.data());
+          for (std::int64_t b = 0; b < c.bytes(); ++b) {
+            const std::byte got = buffers[r][static_cast<std::size_t>(c.buffer_offset + b)];
+            if (got == expected[static_cast<std::size_t>(b)]) continue;
+            if (differ++ == 0)
+              first = "round " + std::to_string(r) + ": " + t.name + " box at row " + std::to_string(c.copy.box.offset[0]) +
+                      " byte " + std::to_string(b) + " is " + std::to_string(static_cast<int>(got)) + ", not " +
+                      std::to_string(static_cast<int>(expected[static_cast<std::size_t>(b)]));
+          }
+        }
+      EXPECT_EQ(differ, 0) << "rank " << rank << " update " << update << ", first " << first;
+    }
+  }
   MPI_Comm_free(&trainers);
 }
 

@@ -3,6 +3,7 @@
 // the three scale rules as the engines write them, in float32, and the block grid walked element by element.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -166,6 +167,69 @@ TEST(Fp8Bulk, QuantizeEveryBf16ValueAsTheReference) {
         }
       }
     }
+}
+
+// The senders' cast of a row through its blocks' tables (make_cast_table, quantize_bf16_blocks: the table
+// kernel where the CPU has AVX-512 VBMI, the float path for the elements and scales it does not cover):
+// every bf16 value, in each of three blocks of different scales, at several leads into the first block,
+// as the reference cast of x * factor (or x / factor), in the three rules and at amaxes from 0 to 3e9
+// (factors that leave the normal floats get no table).
+TEST(Fp8Bulk, RowsThroughBlockTablesCastEveryBf16ValueAsTheReference) {
+  const std::int64_t block = 0x10000;  // every value in every block
+  std::vector<std::uint16_t> values(static_cast<std::size_t>(3 * block));
+  for (std::size_t k = 0; k < values.size(); ++k) values[k] = static_cast<std::uint16_t>((k * 40503u) ^ (k >> 16));
+  std::vector<std::uint8_t> codes(values.size());
+  // (Not a NaN amax: which NaN's sign x * NaN keeps where x is a NaN too is the compiler's choice of
+  // operand order, in the reference as in the float path.)
+  const float amaxes[] = {0.0f, 1e-30f, 3e-5f, 0.02f, 1.0f, 448.0f, 3e9f, std::numeric_limits<float>::infinity()};
+  int tables = 0;
+  for (const ScaleRule rule : {ScaleRule::kPlain, ScaleRule::kPerBlockCast, ScaleRule::kUe8m0})
+    for (std::size_t a = 0; a < std::size(amaxes); ++a) {
+      std::array<fp8::CastTable, 3> blocks;
+      for (std::size_t b = 0; b < 3; ++b) {
+        fp8::make_cast_table(fp8::block_scale(rule, amaxes[(a + b) % std::size(amaxes)]), blocks[b]);
+        tables += blocks[b].table ? 1 : 0;
+      }
+      for (const std::int64_t lead : {std::int64_t{0}, std::int64_t{7}, std::int64_t{45}}) {
+        const std::int64_t count = static_cast<std::int64_t>(values.size()) - lead - 3;
+        fp8::quantize_bf16_blocks(blocks.data(), block, lead, values.data(), count, codes.data());
+        for (std::int64_t k = 0; k < count; ++k) {
+          const fp8::BlockScale& scale = blocks[static_cast<std::size_t>((lead + k) / block)].scale;
+          const float x = bf16_value(values[static_cast<std::size_t>(k)]);
+          const float y = scale.divide ? x / scale.factor : x * scale.factor;
+          ASSERT_EQ(codes[static_cast<std::size_t>(k)], reference_cast(y))
+              << fp8::scale_rule_name(rule) << " amax " << amaxes[a] << " lead " << lead << ": bf16 " << x << " at " << k;
+        }
+      }
+    }
+  if (__builtin_cpu_supports("avx512vbmi")) {
+    EXPECT_GT(tables, 30);  // the table kernel ran
+  }
+}
+
+// The column maxima of magnitudes over rows, whose bf16_amax is the rows' amax (NaN above infinity).
+TEST(Fp8Bulk, MagnitudeMaximaOverRowsGiveTheAmax) {
+  std::mt19937 generator(5);
+  for (int trial = 0; trial < 100; ++trial) {
+    const std::size_t cols = 1 + generator() % 300, rows = 1 + generator() % 5;
+    std::vector<std::uint16_t> running(cols, 0);
+    float expected = 0.0f;
+    for (std::size_t r = 0; r < rows; ++r) {
+      std::vector<std::uint16_t> row(cols);
+      for (std::uint16_t& v : row) {
+        v = static_cast<std::uint16_t>(generator());
+        if (trial % 3 != 0 && (v & 0x7F80u) == 0x7F80u) v = static_cast<std::uint16_t>(v & 0xBF80u);  // mostly finite
+        expected = fp8::amax_combine(expected, std::fabs(bf16_value(v)));
+      }
+      fp8::bf16_magnitude_max(row.data(), static_cast<std::int64_t>(cols), running.data());
+    }
+    const float amax = fp8::bf16_amax(running.data(), static_cast<std::int64_t>(cols));
+    if (std::isnan(expected)) {
+      EXPECT_TRUE(std::isnan(amax)) << trial;
+    } else {
+      EXPECT_EQ(amax, expected) << trial;
+    }
+  }
 }
 
 TEST(Fp8Bulk, AmaxOfRunsAsTheElementwiseFold) {

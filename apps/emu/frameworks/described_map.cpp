@@ -71,6 +71,15 @@ SourceMap described_source_map(const EmulatedWorker& worker, const std::vector<T
   return describe_worker(worker, checkpoint_tensors, index_tensors(checkpoint_tensors));
 }
 
+std::vector<SourceMap> describe_rollout_engine(const ModelConfig& model, const RolloutSpec& spec,
+                                               const std::vector<TensorInfo>& checkpoint_tensors) {
+  const std::vector<TensorInfo> tensors = spec.fp8() ? engine_form(model, spec).tensors : checkpoint_tensors;
+  const TensorIndex index = index_tensors(tensors);
+  std::vector<SourceMap> maps;
+  for (int rank = 0; rank < spec.tp; ++rank) maps.push_back(describe_worker(*make_rollout_worker(model, spec, rank), tensors, index));
+  return maps;
+}
+
 DescribedDeployment describe_deployment(const ModelConfig& model, const Deployment& deployment,
                                         const std::vector<TensorInfo>& checkpoint_tensors) {
   DescribedDeployment result;

@@ -28,6 +28,12 @@ struct DescribedDeployment {
   // FP8 engines: the blocks trainers share (their amaxes exchanged every update, 4 bytes per block per trainer).
   std::int64_t fp8_shared_blocks = 0;
 };
+/// The described maps of one rollout engine's workers (`spec`'s first engine), in the FP8 form's tensors for
+/// FP8 engines: what describe_deployment builds for the rollout side, alone. Throws as the engine's loader
+/// refuses (kInvalidArgument: a shard that does not tile the FP8 blocks).
+std::vector<SourceMap> describe_rollout_engine(const ModelConfig& model, const RolloutSpec& spec,
+                                               const std::vector<TensorInfo>& checkpoint_tensors);
+
 DescribedDeployment describe_deployment(const ModelConfig& model, const Deployment& deployment,
                                         const std::vector<TensorInfo>& checkpoint_tensors);
 

@@ -12,7 +12,11 @@ const std::vector<Preset>& presets() {
       {"qwen3-30b-a3b", "qwen3-30b-a3b", "tp=4,ep=8,dp=4", "engines=2,tp=8,ep=8", 8, 4, 0},
       {"qwen3-235b-a22b", "qwen3-235b-a22b", "tp=4,pp=4,cp=2,dp=4,ep=16,pp_last=22", "engines=2,tp=32,ep=32", 8, 7, 1},
       {"kimi-k2", "kimi-k2-instruct", "tp=8,pp=8,cp=4,dp=1,ep=32,pp_last=5", "engines=8,tp=32,ep=32,dp_attn=8", 8, 15, 1,
-       32 /* the shared expert is split over rollout TP 32 */},
+       32 /* the shared expert is split over rollout TP 32 */,
+       // The FP8 release's deployment guide runs 16-GPU engines (TP 16, or DP+EP 16): TP 16 cuts the dense
+       // MLP's 18,432 rows into 1,152 (9 blocks of 128) where TP 32 cuts 576, which vLLM refuses.
+       "engines=16,tp=16,ep=16,dp_attn=4",
+       "TP 16 as in Kimi-K2's FP8 deployment guide (16-GPU engines), on the same 256 GPUs with the same attention TP 4"},
       {"qwen3-32b", "qwen3-32b", "tp=8,pp=2", "engines=2,tp=8", 8, 4, 0},
   };
   return table;

@@ -22,6 +22,10 @@ struct Preset {
   std::int64_t tiny_layers = 4;
   int tiny_pp_last = 0;
   std::int64_t tiny_moe_intermediate_size = 0;  // 0: the tiny default
+  // FP8 engines: the layout an FP8 deployment of the model runs where `rollout`'s shards do not tile the
+  // engines' blocks (empty: none), and why it is that one, in a few words.
+  std::string fp8_rollout = {};
+  std::string fp8_rollout_why = {};
 };
 
 const std::vector<Preset>& presets();

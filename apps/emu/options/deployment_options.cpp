@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/settings.hpp"
+#include "emu/frameworks/described_map.hpp"
 #include "emu/options/setting_flags.hpp"
 #include "layout/fp8_form.hpp"
 #include "weightbridge/status.hpp"
@@ -95,6 +96,26 @@ PresetInstance resolve_deployment(const DeploymentOptions& options, const po::va
     throw Error(ErrorCode::kInvalidArgument, "--gpus-per-node must be a positive number of ranks per node, not " +
                                                  std::to_string(instance.deployment.gpus_per_node));
   return instance;
+}
+
+std::string choose_fp8_rollout(const DeploymentOptions& options, PresetInstance& instance) {
+  RolloutSpec& rollout = instance.deployment.rollout;
+  if (options.preset.empty() || !rollout.fp8()) return "";
+  const Preset& preset = find_preset(options.preset);
+  if (preset.fp8_rollout.empty()) return "";
+  try {
+    (void)describe_rollout_engine(instance.model, rollout, model_tensors(instance.model));
+    return "";
+  } catch (const Error& refusal) {
+    if (refusal.code() != ErrorCode::kInvalidArgument) throw;
+    RolloutSpec fp8 = RolloutSpec::parse(preset.fp8_rollout);
+    fp8.fp8_block_rows = rollout.fp8_block_rows;
+    fp8.fp8_block_cols = rollout.fp8_block_cols;
+    fp8.fp8_rule = rollout.fp8_rule;
+    rollout = fp8;
+    return preset.name + " with FP8 engines: rollout " + preset.fp8_rollout + " (" + preset.fp8_rollout_why +
+           "), not the preset's " + preset.rollout + ", which FP8 loaders refuse: " + refusal.status().message();
+  }
 }
 
 bool parse_command_line(int argc, char** argv, po::options_description& options, po::variables_map& variables,

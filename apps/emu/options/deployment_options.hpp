@@ -36,6 +36,13 @@ void add_deployment_options(boost::program_options::options_description& options
 PresetInstance resolve_deployment(const DeploymentOptions& options,
                                   const boost::program_options::variables_map& variables);
 
+/// FP8 engines on a preset whose own engine layout their loaders refuse (a shard that does not tile the
+/// blocks, as vLLM refuses it): the preset's FP8 layout (Preset::fp8_rollout) instead, the block shape and
+/// rule kept. Returns the one line that says so, naming the refusal; empty when nothing changed (not a
+/// preset, BF16 engines, a layout that tiles, or a preset with no FP8 layout: the refusal then comes at
+/// planning). Describes one engine's workers (emu/frameworks/described_map.hpp).
+std::string choose_fp8_rollout(const DeploymentOptions& options, PresetInstance& instance);
+
 /// Adds the settings' flags to `options`, parses the command line, applies the settings given and
 /// returns true; on --help prints the options (when `print_help`) and returns false.
 bool parse_command_line(int argc, char** argv, boost::program_options::options_description& options,
