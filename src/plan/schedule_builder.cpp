@@ -6,14 +6,12 @@
 // A lander at depth d > 1 of a relay tree receives a segment d - 1 rounds after the segment's round; it
 // forwards it to its own children one round later still, from where it landed (a relay write, lag 1).
 #include <algorithm>
-#include <atomic>
 #include <cstring>
-#include <exception>
 #include <mutex>
-#include <thread>
 #include <tuple>
 #include <unordered_map>
 
+#include "core/parallel.hpp"
 #include "plan/atom_routes.hpp"
 #include "plan/round_schedule.hpp"
 #include "weightbridge/status.hpp"
@@ -38,17 +36,25 @@ struct Region {
 
 namespace {
 
-// Where the box of `segment` sits in the parameter of copy `copy_index` of `worker`'s source map.
-SliceCopy copy_at(const Correspondence& correspondence, std::uint32_t tensor, int worker, std::uint32_t copy_index, const Box& box) {
+// Where the box of `segment` sits in the parameter of copy `copy_index` of `worker`'s source map, written
+// into `result` (assigned, so that its vectors keep their memory from the schedule built before).
+void copy_at(const Correspondence& correspondence, std::uint32_t tensor, int worker, std::uint32_t copy_index, const Box& box,
+             SliceCopy& result) {
   const SliceCopy& copy = correspondence.maps[static_cast<std::size_t>(worker)].copies[copy_index];
-  SliceCopy result;
   result.tensor = tensor;
   result.parameter = copy.parameter;
   result.box = box;
   result.offset = copy.offset;
   for (std::size_t a = 0; a < copy.strides.size(); ++a) result.offset += (box.offset[a] - copy.box.offset[a]) * copy.strides[a];
   result.strides = copy.strides;
-  return result;
+}
+
+// The next entry of a list that is refilled in place: entries past `used` are the previous schedule's,
+// overwritten rather than destroyed and made again (a BufferCopy holds three vectors; making and freeing
+// them for every entry of every rank was most of the time building schedules took).
+BufferCopy& next_entry(std::vector<BufferCopy>& list, std::size_t& used) {
+  if (used == list.size()) list.emplace_back();
+  return list[used++];
 }
 
 }  // namespace
@@ -270,6 +276,12 @@ RoundScheduleBuilder::RoundScheduleBuilder(const Correspondence& correspondence,
 RoundScheduleBuilder::~RoundScheduleBuilder() { delete index_; }
 
 RoundSchedule RoundScheduleBuilder::build(int rank) const {
+  RoundSchedule schedule;
+  build(rank, schedule);
+  return schedule;
+}
+
+void RoundScheduleBuilder::build(int rank, RoundSchedule& schedule) const {
   using Role = Index::Role;
   const Index& index = *index_;
   const Correspondence& correspondence = correspondence_;
@@ -277,13 +289,19 @@ RoundSchedule RoundScheduleBuilder::build(int rank) const {
   if (rank < 0 || static_cast<std::size_t>(rank) >= correspondence.sides.size())
     throw Error(ErrorCode::kInvalidArgument, "round schedule: rank " + std::to_string(rank) + " is not a worker of the plan");
   const auto r_index = static_cast<std::size_t>(rank);
-  RoundSchedule schedule;
   schedule.rank = rank;
   schedule.side = correspondence.sides[r_index];
   schedule.pipeline_depth = plan.pipeline_depth;
   schedule.send_slot_bytes = plan.worker_send_slot_bytes[r_index];
   schedule.receive_slot_bytes = plan.worker_receive_slot_bytes[r_index];
   schedule.rounds.resize(static_cast<std::size_t>(plan.rounds));
+  // Writes and arrivals are plain values: cleared, they keep their memory. Pack and assemble entries are
+  // refilled in place (next_entry) and cut to what this schedule used at the end.
+  std::vector<std::size_t> packed(schedule.rounds.size(), 0), assembled(schedule.rounds.size(), 0);
+  for (RoundPlan& work : schedule.rounds) {
+    work.writes.clear();
+    work.arrivals.clear();
+  }
   for (const Region& region : index.regions[r_index])
     schedule.rounds[region.round].arrivals.push_back({region.source, region.stage, region.start, region.bytes});
 
@@ -354,7 +372,10 @@ RoundSchedule RoundScheduleBuilder::build(int rank) const {
       case Role::kSend: {
         const std::int64_t local = send_cursor;
         send_cursor += part.bytes;
-        work.pack.push_back({copy_at(correspondence, tensor, rank, copies[part.first_copy], segment.box), local, part.element_bytes});
+        BufferCopy& pack = next_entry(work.pack, packed[round]);
+        copy_at(correspondence, tensor, rank, copies[part.first_copy], segment.box, pack.copy);
+        pack.buffer_offset = local;
+        pack.element_bytes = part.element_bytes;
         write_all(work, part, local);
         break;
       }
@@ -362,8 +383,12 @@ RoundSchedule RoundScheduleBuilder::build(int rank) const {
         Cursor& in = cursor(in_cursor, part.in_source, part.in_stage, part.in_lag, rank, part.in_source);
         const std::int64_t local = in.start + in.bytes;
         in.bytes += part.bytes;
-        for (std::uint32_t c = part.first_copy; c < part.first_copy + part.copy_count; ++c)
-          work.assemble.push_back({copy_at(correspondence, tensor, rank, copies[c], segment.box), local, part.element_bytes});
+        for (std::uint32_t c = part.first_copy; c < part.first_copy + part.copy_count; ++c) {
+          BufferCopy& assemble = next_entry(work.assemble, assembled[round]);
+          copy_at(correspondence, tensor, rank, copies[c], segment.box, assemble.copy);
+          assemble.buffer_offset = local;
+          assemble.element_bytes = part.element_bytes;
+        }
         if (part.relays_later) landed.emplace(part.segment, local);
         write_all(work, part, local);
         break;
@@ -379,49 +404,40 @@ RoundSchedule RoundScheduleBuilder::build(int rank) const {
     }
   }
   std::vector<int> peers;
-  for (RoundPlan& work : schedule.rounds) {
+  for (std::size_t r = 0; r < schedule.rounds.size(); ++r) {
+    RoundPlan& work = schedule.rounds[r];
+    work.pack.resize(packed[r]);
+    work.assemble.resize(assembled[r]);
     // Relays first within their stage: they wait only for the round before, so they can go out first.
-    std::stable_sort(work.writes.begin(), work.writes.end(), [](const Write& a, const Write& b) {
+    const auto in_order = [](const Write& a, const Write& b) {
       return std::make_tuple(a.stage, -a.lag, a.peer, a.remote_offset) < std::make_tuple(b.stage, -b.lag, b.peer, b.remote_offset);
-    });
+    };
+    if (!std::is_sorted(work.writes.begin(), work.writes.end(), in_order))
+      std::stable_sort(work.writes.begin(), work.writes.end(), in_order);
     for (const Write& w : work.writes) peers.push_back(w.peer);
     for (const Arrival& a : work.arrivals) peers.push_back(a.peer);
   }
   std::sort(peers.begin(), peers.end());
   peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
   schedule.peers = std::move(peers);
-  return schedule;
 }
 
 std::vector<std::vector<std::byte>> serialize_round_schedules(const RoundScheduleBuilder& builder, int ranks, int threads,
                                                               const std::function<void(const RoundSchedule&)>& inspect) {
-  std::vector<std::vector<std::byte>> serialized(static_cast<std::size_t>(std::max(0, ranks)));
-  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::min(16u, std::thread::hardware_concurrency())));
-  threads = std::max(1, std::min(threads, ranks / 8));  // a few ranks are not worth a thread
-  std::atomic<int> next{0};
+  const auto count = static_cast<std::size_t>(std::max(0, ranks));
+  std::vector<std::vector<std::byte>> serialized(count);
+  threads = task_threads(count / 8, threads);  // a few ranks are not worth a thread
+  std::vector<RoundSchedule> schedules(static_cast<std::size_t>(threads));  // per thread, refilled rank after rank
   std::mutex lock;
-  std::exception_ptr failure;
-  const auto work = [&] {
-    try {
-      for (int rank = next++; rank < ranks; rank = next++) {
-        const RoundSchedule schedule = builder.build(rank);
-        serialized[static_cast<std::size_t>(rank)] = serialize_round_schedule(schedule);
-        if (inspect) {
-          const std::lock_guard<std::mutex> guard(lock);
-          inspect(schedule);
-        }
-      }
-    } catch (...) {
+  run_tasks(count, threads, [&](std::size_t rank, int thread) {
+    RoundSchedule& schedule = schedules[static_cast<std::size_t>(thread)];
+    builder.build(static_cast<int>(rank), schedule);
+    serialized[rank] = serialize_round_schedule(schedule);
+    if (inspect) {
       const std::lock_guard<std::mutex> guard(lock);
-      if (!failure) failure = std::current_exception();
-      next = ranks;  // the others stop at their next rank
+      inspect(schedule);
     }
-  };
-  std::vector<std::thread> pool;
-  for (int t = 1; t < threads; ++t) pool.emplace_back(work);
-  work();
-  for (std::thread& thread : pool) thread.join();
-  if (failure) std::rethrow_exception(failure);
+  });
   return serialized;
 }
 

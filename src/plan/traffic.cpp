@@ -19,8 +19,6 @@
 #include <cstdint>
 #include <deque>
 #include <string>
-#include <tuple>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -35,28 +33,40 @@ Error bad_plan(const std::string& what) { return Error(ErrorCode::kInvalidArgume
 
 constexpr std::size_t kRelayStage = kStageCount;  // the traffic's fourth stage, in plans that relay
 
-// One round's transfers: (from, to) -> bytes per stage, summed as they come (a round has few pairs).
+// One round's transfers: per stage, (from, to) -> bytes. Hops are kept as they come and summed per pair
+// when the round is flushed, by sorting (cheaper than a hash map per round and stage, which the planner
+// filled for every candidate it simulates).
 class RoundTally {
  public:
   void add(std::size_t stage, int from, int to, std::int64_t bytes) {
-    sums_[stage][static_cast<std::uint64_t>(static_cast<std::uint32_t>(from)) << 32 | static_cast<std::uint32_t>(to)] += bytes;
+    hops_[stage].push_back({static_cast<std::uint64_t>(static_cast<std::uint32_t>(from)) << 32 | static_cast<std::uint32_t>(to), bytes});
   }
 
-  // Moves the round's sums into `stages` (one transfer per pair, one message each, relays with lag 1).
+  // Moves the round's sums into `stages` (one transfer per pair, one message each, relays with lag 1), in
+  // order of (from, to).
   void flush(std::vector<std::vector<Transfer>>& stages, std::size_t stage_count) {
     stages.resize(stage_count);
     for (std::size_t s = 0; s < stage_count; ++s) {
+      auto& hops = hops_[s];
+      std::sort(hops.begin(), hops.end(), [](const PairBytes& a, const PairBytes& b) { return a.key < b.key; });
       auto& out = stages[s];
-      out.reserve(sums_[s].size());
-      for (const auto& [key, bytes] : sums_[s])
+      for (std::size_t i = 0; i < hops.size();) {
+        std::int64_t bytes = 0;
+        const std::uint64_t key = hops[i].key;
+        for (; i < hops.size() && hops[i].key == key; ++i) bytes += hops[i].bytes;
         out.push_back(Transfer{static_cast<int>(key >> 32), static_cast<int>(key & 0xffffffffu), bytes, 1,
                                static_cast<std::uint8_t>(s == kRelayStage ? 1 : 0)});
-      std::sort(out.begin(), out.end(), [](const Transfer& a, const Transfer& b) { return std::tie(a.from, a.to) < std::tie(b.from, b.to); });
+      }
+      hops = {};
     }
   }
 
  private:
-  std::array<std::unordered_map<std::uint64_t, std::int64_t>, kStageCount + 1> sums_;
+  struct PairBytes {
+    std::uint64_t key;  // from << 32 | to
+    std::int64_t bytes;
+  };
+  std::array<std::vector<PairBytes>, kStageCount + 1> hops_;
 };
 
 void check_segment(const Correspondence& correspondence, const TransferPlan& plan, std::size_t i) {
