@@ -44,4 +44,22 @@ void run_tasks(std::size_t tasks, int threads, Task&& task) {
   if (failure) std::rethrow_exception(failure);
 }
 
+/// Calls work(i) for every i in [0, count), in blocks of `block` on the machine's cores. Where some fail,
+/// rethrows what the lowest i threw, as a loop in order would have: errors name the same thing on any host.
+template <class Work>
+void for_each_index(std::size_t count, std::size_t block, Work&& work) {
+  block = std::max<std::size_t>(1, block);
+  const std::size_t blocks = (count + block - 1) / block;
+  std::vector<std::exception_ptr> failures(blocks);
+  run_tasks(blocks, 0, [&](std::size_t b, int) {
+    try {
+      for (std::size_t i = b * block; i < std::min(count, (b + 1) * block); ++i) work(i);
+    } catch (...) {
+      failures[b] = std::current_exception();
+    }
+  });
+  for (const std::exception_ptr& failure : failures)
+    if (failure) std::rethrow_exception(failure);
+}
+
 }  // namespace wb

@@ -124,6 +124,13 @@ struct RoundScheduleBuilder::Index {
 
   explicit Index(const std::vector<RelayTree>& trees) : children(trees) {}
 
+  struct Lists;
+  // Indexes segments [begin, end) of the plan into `lists`.
+  void add_segments(const Correspondence& correspondence, const TransferPlan& plan, std::uint32_t begin, std::uint32_t end,
+                    Lists& lists) const;
+  // Joins `worker`'s lists of every run (in run order) into its own, sorted and laid out.
+  void take(std::size_t worker, std::vector<Lists>& runs);
+
   std::int64_t region_start(int worker, std::uint32_t round, Stage stage, std::uint8_t lag, int source) const {
     const auto& list = regions[static_cast<std::size_t>(worker)];
     const auto key = std::make_tuple(round, stage, lag, source);
@@ -148,37 +155,39 @@ struct RoundScheduleBuilder::Index {
   }
 };
 
-RoundScheduleBuilder::RoundScheduleBuilder(const Correspondence& correspondence, const TransferPlan& plan)
-    : correspondence_(correspondence), plan_(plan), index_(new Index(plan.relay_trees)) {
-  using Part = Index::Part;
-  using Role = Index::Role;
-  Index& index = *index_;
-  const std::size_t workers = correspondence.sides.size();
-  index.routes = plan_detail::atom_routes(correspondence, plan.topology);
-  index.regions.assign(workers, {});
-  index.parts.assign(workers, {});
-  index.targets.assign(workers, {});
-  index.copies.assign(workers, {});
+// What a run of consecutive segments gives every worker: its regions, parts, targets and copies, as the
+// Index holds them (first_target and first_copy into this run's lists).
+struct RoundScheduleBuilder::Index::Lists {
+  std::vector<std::vector<Region>> regions;
+  std::vector<std::vector<Part>> parts;
+  std::vector<std::vector<Target>> targets;
+  std::vector<std::vector<std::uint32_t>> copies;
+
+  explicit Lists(std::size_t workers) : regions(workers), parts(workers), targets(workers), copies(workers) {}
+};
+
+void RoundScheduleBuilder::Index::add_segments(const Correspondence& correspondence, const TransferPlan& plan, std::uint32_t begin,
+                                               std::uint32_t end, Lists& lists) const {
   const auto begin_part = [&](int worker, Part part) -> Part& {
-    part.first_target = static_cast<std::uint32_t>(index.targets[static_cast<std::size_t>(worker)].size());
-    part.first_copy = static_cast<std::uint32_t>(index.copies[static_cast<std::size_t>(worker)].size());
-    return index.parts[static_cast<std::size_t>(worker)].emplace_back(part);
+    part.first_target = static_cast<std::uint32_t>(lists.targets[static_cast<std::size_t>(worker)].size());
+    part.first_copy = static_cast<std::uint32_t>(lists.copies[static_cast<std::size_t>(worker)].size());
+    return lists.parts[static_cast<std::size_t>(worker)].emplace_back(part);
   };
   const auto add_copy = [&](int worker, Part& part, std::uint32_t copy) {
-    index.copies[static_cast<std::size_t>(worker)].push_back(copy);
+    lists.copies[static_cast<std::size_t>(worker)].push_back(copy);
     ++part.copy_count;
   };
   const auto add_target = [&](int worker, Part& part, int peer, Stage stage, std::uint8_t lag) {
-    index.targets[static_cast<std::size_t>(worker)].push_back({peer, stage, lag});
+    lists.targets[static_cast<std::size_t>(worker)].push_back({peer, stage, lag});
     ++part.target_count;
   };
-  for (std::uint32_t i = 0; i < plan.segments.size(); ++i) {
+  for (std::uint32_t i = begin; i < end; ++i) {
     const Segment& segment = plan.segments[i];
-    const std::int64_t bytes = plan_detail::segment_bytes(index.routes, segment);
-    const auto element_bytes = static_cast<std::uint8_t>(index.routes.atoms[segment.atom].element_bytes);
+    const std::int64_t bytes = plan_detail::segment_bytes(routes, segment);
+    const auto element_bytes = static_cast<std::uint8_t>(routes.atoms[segment.atom].element_bytes);
     // Segments of one route come one after another: their hops add to the region the last one began.
-    plan_detail::for_each_hop(correspondence, index.routes, plan, segment, [&](const plan_detail::Hop& hop) {
-      auto& list = index.regions[static_cast<std::size_t>(hop.to)];
+    plan_detail::for_each_hop(correspondence, routes, plan, segment, [&](const plan_detail::Hop& hop) {
+      auto& list = lists.regions[static_cast<std::size_t>(hop.to)];
       const Region region{hop.round, hop.stage, hop.lag, hop.from, 0, bytes};
       if (!list.empty() && list.back().key() == region.key()) {
         list.back().bytes += bytes;
@@ -196,13 +205,13 @@ RoundScheduleBuilder::RoundScheduleBuilder(const Correspondence& correspondence,
     send.element_bytes = element_bytes;
     add_copy(sender, send, atom.holders[segment.sender].copy);
     add_target(sender, send, lander_worker(segment.origin), Stage::kReceive, 0);
-    const plan_detail::NodeNeeders* nodes = index.routes.nodes_of(index.routes.atoms[segment.atom]);
+    const plan_detail::NodeNeeders* nodes = routes.nodes_of(routes.atoms[segment.atom]);
     for (std::size_t k = 0; k < landers.size(); ++k) {
       const std::uint32_t round = plan.landing_round(segment, k);
       const int lander = lander_worker(k);
       bool relays = false;
-      if (k != segment.origin) index.children_of(segment, k, [&](std::size_t) { relays = true; });
-      const std::uint32_t* needers = index.routes.needers_of(nodes[k]);
+      if (k != segment.origin) children_of(segment, k, [&](std::size_t) { relays = true; });
+      const std::uint32_t* needers = routes.needers_of(nodes[k]);
       for (std::uint32_t n = 0; n < nodes[k].count; ++n) {
         const std::uint32_t first = needers[n];  // the worker's first copy: its copies follow in atom.needers
         const int worker = atom.needers[first].worker;
@@ -219,7 +228,7 @@ RoundScheduleBuilder::RoundScheduleBuilder(const Correspondence& correspondence,
         if (k == segment.origin) {
           receive.in_stage = Stage::kReceive;
           receive.in_source = sender;
-          index.children_of(segment, k, [&](std::size_t child) {
+          children_of(segment, k, [&](std::size_t child) {
             add_target(worker, receive, lander_worker(child), Stage::kExternalExchange, 0);
           });
         } else {
@@ -237,40 +246,89 @@ RoundScheduleBuilder::RoundScheduleBuilder(const Correspondence& correspondence,
         // Depth >= 1 relay: its children sit at depth >= 2 and take the segment one round after it landed.
         Part& relay = begin_part(lander, {round + 1, i, Role::kRelay});
         relay.bytes = bytes;
-        index.children_of(segment, k, [&](std::size_t child) {
+        children_of(segment, k, [&](std::size_t child) {
           add_target(lander, relay, lander_worker(child), Stage::kExternalExchange, 1);
         });
       }
     }
   }
-  for (auto& list : index.parts) {
-    // Parts come in plan order, which is round order but for relays: mostly sorted already.
-    const auto by_key = [](const Part& a, const Part& b) { return a.key() < b.key(); };
-    if (!std::is_sorted(list.begin(), list.end(), by_key)) std::sort(list.begin(), list.end(), by_key);
-    list.shrink_to_fit();
+}
+
+void RoundScheduleBuilder::Index::take(std::size_t worker, std::vector<Lists>& runs) {
+  auto& own_parts = parts[worker];
+  auto& own_targets = targets[worker];
+  auto& own_copies = copies[worker];
+  auto& own_regions = regions[worker];
+  std::size_t part_count = 0, target_count = 0, copy_count = 0, region_count = 0;
+  for (const Lists& run : runs) {
+    part_count += run.parts[worker].size();
+    target_count += run.targets[worker].size();
+    copy_count += run.copies[worker].size();
+    region_count += run.regions[worker].size();
   }
-  for (auto& list : index.targets) list.shrink_to_fit();
-  for (auto& list : index.copies) list.shrink_to_fit();
-  for (auto& list : index.regions) {
-    const auto by_key = [](const Region& a, const Region& b) { return a.key() < b.key(); };
-    if (!std::is_sorted(list.begin(), list.end(), by_key)) std::stable_sort(list.begin(), list.end(), by_key);
-    std::size_t out = 0;
-    for (std::size_t i = 0; i < list.size(); ++i) {
-      if (out > 0 && list[out - 1].key() == list[i].key()) {
-        list[out - 1].bytes += list[i].bytes;
-        continue;
-      }
-      list[out++] = list[i];
+  own_parts.reserve(part_count);
+  own_targets.reserve(target_count);
+  own_copies.reserve(copy_count);
+  own_regions.reserve(region_count);
+  for (Lists& run : runs) {
+    for (Part part : run.parts[worker]) {
+      part.first_target += static_cast<std::uint32_t>(own_targets.size());
+      part.first_copy += static_cast<std::uint32_t>(own_copies.size());
+      own_parts.push_back(part);
     }
-    list.resize(out);
-    list.shrink_to_fit();
-    std::int64_t at = 0;
-    for (std::size_t i = 0; i < list.size(); ++i) {
-      if (i > 0 && list[i].round != list[i - 1].round) at = 0;
-      list[i].start = at;
-      at += list[i].bytes;
-    }
+    own_targets.insert(own_targets.end(), run.targets[worker].begin(), run.targets[worker].end());
+    own_copies.insert(own_copies.end(), run.copies[worker].begin(), run.copies[worker].end());
+    own_regions.insert(own_regions.end(), run.regions[worker].begin(), run.regions[worker].end());
+    run.parts[worker] = {};
+    run.targets[worker] = {};
+    run.copies[worker] = {};
+    run.regions[worker] = {};
   }
+  // Parts come in plan order, which is round order but for relays: mostly sorted already.
+  const auto part_order = [](const Part& a, const Part& b) { return a.key() < b.key(); };
+  if (!std::is_sorted(own_parts.begin(), own_parts.end(), part_order)) std::sort(own_parts.begin(), own_parts.end(), part_order);
+  // Regions: in (round, stage, lag, source) order, those of one key summed, laid out per round.
+  const auto region_order = [](const Region& a, const Region& b) { return a.key() < b.key(); };
+  if (!std::is_sorted(own_regions.begin(), own_regions.end(), region_order))
+    std::stable_sort(own_regions.begin(), own_regions.end(), region_order);
+  std::size_t out = 0;
+  for (std::size_t i = 0; i < own_regions.size(); ++i) {
+    if (out > 0 && own_regions[out - 1].key() == own_regions[i].key()) {
+      own_regions[out - 1].bytes += own_regions[i].bytes;
+      continue;
+    }
+    own_regions[out++] = own_regions[i];
+  }
+  own_regions.resize(out);
+  own_regions.shrink_to_fit();
+  std::int64_t at = 0;
+  for (std::size_t i = 0; i < own_regions.size(); ++i) {
+    if (i > 0 && own_regions[i].round != own_regions[i - 1].round) at = 0;
+    own_regions[i].start = at;
+    at += own_regions[i].bytes;
+  }
+}
+
+RoundScheduleBuilder::RoundScheduleBuilder(const Correspondence& correspondence, const TransferPlan& plan)
+    : correspondence_(correspondence), plan_(plan), index_(new Index(plan.relay_trees)) {
+  Index& index = *index_;
+  const std::size_t workers = correspondence.sides.size();
+  index.routes = plan_detail::atom_routes(correspondence, plan.topology);
+  index.regions.assign(workers, {});
+  index.parts.assign(workers, {});
+  index.targets.assign(workers, {});
+  index.copies.assign(workers, {});
+  // The segments in a few runs of consecutive ones, each run indexed on a core of its own, then every
+  // worker's lists joined in run order (so in plan order, as one pass over the plan gives them).
+  const auto segments = static_cast<std::uint32_t>(plan.segments.size());
+  const auto runs = static_cast<std::uint32_t>(task_threads(segments / 4096, 0));
+  std::vector<Index::Lists> lists(runs, Index::Lists(workers));
+  run_tasks(runs, static_cast<int>(runs), [&](std::size_t run, int) {
+    const auto begin = static_cast<std::uint32_t>(static_cast<std::uint64_t>(segments) * run / runs);
+    const auto end = static_cast<std::uint32_t>(static_cast<std::uint64_t>(segments) * (run + 1) / runs);
+    index.add_segments(correspondence, plan, begin, end, lists[run]);
+  });
+  for (std::size_t worker = 0; worker < workers; ++worker) index.take(worker, lists);
 }
 
 RoundScheduleBuilder::~RoundScheduleBuilder() { delete index_; }
