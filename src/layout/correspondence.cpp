@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 
+#include "core/parallel.hpp"
 #include "weightbridge/status.hpp"
 
 namespace wb {
@@ -144,6 +145,62 @@ std::int64_t Correspondence::needed_elements() const {
   return total;
 }
 
+namespace {
+
+struct CopyRef {
+  int worker;
+  std::uint32_t copy;
+};
+
+// The atoms of tensor `t` from the copies that touch it, merged; none when no rollout worker needs it.
+std::vector<Atom> tensor_atoms(std::size_t t, const std::vector<TensorInfo>& checkpoint_tensors, const std::vector<SourceMap>& maps,
+                               const std::vector<Side>& sides, const std::vector<CopyRef>& refs) {
+  bool needed = false;
+  for (const CopyRef& r : refs) needed = needed || sides[static_cast<std::size_t>(r.worker)] == Side::kRollout;
+  if (!needed) return {};
+  const Grid grid(checkpoint_tensors[t].shape, refs, [&](const CopyRef& r) -> const Box& {
+    return maps[static_cast<std::size_t>(r.worker)].copies[r.copy].box;
+  });
+  std::vector<std::vector<AtomEndpoint>> holders(grid.total), needers(grid.total);
+  {
+    // Count first, so that every cell's lists are allocated once (a cell many replicas need gets a needer
+    // from each).
+    std::vector<std::uint32_t> holder_count(grid.total, 0), needer_count(grid.total, 0);
+    for (const CopyRef& r : refs) {
+      auto& count = sides[static_cast<std::size_t>(r.worker)] == Side::kRollout ? needer_count : holder_count;
+      grid.for_each_cell(maps[static_cast<std::size_t>(r.worker)].copies[r.copy].box, [&](std::size_t cell) { ++count[cell]; });
+    }
+    for (std::size_t cell = 0; cell < grid.total; ++cell) {
+      holders[cell].reserve(holder_count[cell]);
+      needers[cell].reserve(needer_count[cell]);
+    }
+  }
+  for (const CopyRef& r : refs) {
+    const bool rollout = sides[static_cast<std::size_t>(r.worker)] == Side::kRollout;
+    grid.for_each_cell(maps[static_cast<std::size_t>(r.worker)].copies[r.copy].box, [&](std::size_t cell) {
+      (rollout ? needers : holders)[cell].push_back(AtomEndpoint{r.worker, r.copy});
+    });
+  }
+  std::vector<Atom> atoms;
+  for (std::size_t cell = 0; cell < grid.total; ++cell) {
+    if (needers[cell].empty()) continue;
+    Atom atom{static_cast<std::uint32_t>(t), grid.cell_box(cell), std::move(holders[cell]), std::move(needers[cell])};
+    if (atom.holders.empty()) {
+      const AtomEndpoint& needer = atom.needers.front();
+      const SourceMap& map = maps[static_cast<std::size_t>(needer.worker)];
+      throw Error(ErrorCode::kInvalidArgument, "rollout worker " + std::to_string(needer.worker) + " needs " +
+                                                   checkpoint_tensors[t].name + atom.box.to_string() + " (parameter " +
+                                                   map.parameters[map.copies[needer.copy].parameter].name +
+                                                   "), which no trainer worker holds");
+    }
+    atoms.push_back(std::move(atom));
+  }
+  merge_atoms(atoms);
+  return atoms;
+}
+
+}  // namespace
+
 Correspondence build_correspondence(const std::vector<TensorInfo>& checkpoint_tensors, std::vector<SourceMap> maps,
                                     std::vector<Side> sides) {
   if (maps.size() != sides.size())
@@ -151,64 +208,25 @@ Correspondence build_correspondence(const std::vector<TensorInfo>& checkpoint_te
                                                  std::to_string(sides.size()) + " sides");
   Correspondence result;
   result.tensors = checkpoint_tensors;
+  // Maps and tensors are independent of one another: checked and cut on the host's cores (a Kimi-K2
+  // deployment has 512 maps and 70,000 tensors), the atoms kept in tensor order.
+  for_each_index(maps.size(), 16, [&](std::size_t w) { validate_source_map(maps[w], checkpoint_tensors); });
   // Every copy, bucketed by tensor.
-  struct Ref {
-    int worker;
-    std::uint32_t copy;
-  };
-  std::vector<std::vector<Ref>> by_tensor(checkpoint_tensors.size());
-  for (std::size_t w = 0; w < maps.size(); ++w) {
-    validate_source_map(maps[w], checkpoint_tensors);
+  std::vector<std::vector<CopyRef>> by_tensor(checkpoint_tensors.size());
+  for (std::size_t w = 0; w < maps.size(); ++w)
     for (std::size_t c = 0; c < maps[w].copies.size(); ++c)
-      by_tensor[maps[w].copies[c].tensor].push_back(Ref{static_cast<int>(w), static_cast<std::uint32_t>(c)});
-  }
-
-  for (std::size_t t = 0; t < checkpoint_tensors.size(); ++t) {
-    const auto& refs = by_tensor[t];
-    bool needed = false;
-    for (const Ref& r : refs) needed = needed || sides[static_cast<std::size_t>(r.worker)] == Side::kRollout;
-    if (!needed) continue;
-    const Grid grid(checkpoint_tensors[t].shape, refs, [&](const Ref& r) -> const Box& {
-      return maps[static_cast<std::size_t>(r.worker)].copies[r.copy].box;
-    });
-    std::vector<std::vector<AtomEndpoint>> holders(grid.total), needers(grid.total);
-    {
-      // Count first, so that every cell's lists are allocated once (a cell many replicas need gets a needer
-      // from each).
-      std::vector<std::uint32_t> holder_count(grid.total, 0), needer_count(grid.total, 0);
-      for (const Ref& r : refs) {
-        auto& count = sides[static_cast<std::size_t>(r.worker)] == Side::kRollout ? needer_count : holder_count;
-        grid.for_each_cell(maps[static_cast<std::size_t>(r.worker)].copies[r.copy].box, [&](std::size_t cell) { ++count[cell]; });
-      }
-      for (std::size_t cell = 0; cell < grid.total; ++cell) {
-        holders[cell].reserve(holder_count[cell]);
-        needers[cell].reserve(needer_count[cell]);
-      }
-    }
-    for (const Ref& r : refs) {
-      const bool rollout = sides[static_cast<std::size_t>(r.worker)] == Side::kRollout;
-      grid.for_each_cell(maps[static_cast<std::size_t>(r.worker)].copies[r.copy].box, [&](std::size_t cell) {
-        (rollout ? needers : holders)[cell].push_back(AtomEndpoint{r.worker, r.copy});
-      });
-    }
-    std::vector<Atom> atoms;
-    for (std::size_t cell = 0; cell < grid.total; ++cell) {
-      if (needers[cell].empty()) continue;
-      Atom atom{static_cast<std::uint32_t>(t), grid.cell_box(cell), std::move(holders[cell]), std::move(needers[cell])};
-      if (atom.holders.empty())
-        throw Error(ErrorCode::kInvalidArgument,
-                    "rollout worker " + std::to_string(atom.needers.front().worker) + " needs " +
-                        checkpoint_tensors[t].name + atom.box.to_string() + " (parameter " +
-                        maps[static_cast<std::size_t>(atom.needers.front().worker)]
-                            .parameters[maps[static_cast<std::size_t>(atom.needers.front().worker)]
-                                            .copies[atom.needers.front().copy]
-                                            .parameter]
-                            .name +
-                        "), which no trainer worker holds");
-      atoms.push_back(std::move(atom));
-    }
-    merge_atoms(atoms);
-    for (Atom& atom : atoms) result.atoms.push_back(std::move(atom));
+      by_tensor[maps[w].copies[c].tensor].push_back(CopyRef{static_cast<int>(w), static_cast<std::uint32_t>(c)});
+  std::vector<std::vector<Atom>> atoms(checkpoint_tensors.size());
+  for_each_index(checkpoint_tensors.size(), 256, [&](std::size_t t) {
+    atoms[t] = tensor_atoms(t, checkpoint_tensors, maps, sides, by_tensor[t]);
+    by_tensor[t] = {};
+  });
+  std::size_t total = 0;
+  for (const std::vector<Atom>& list : atoms) total += list.size();
+  result.atoms.reserve(total);
+  for (std::vector<Atom>& list : atoms) {
+    for (Atom& atom : list) result.atoms.push_back(std::move(atom));
+    list = {};
   }
   result.maps = std::move(maps);
   result.sides = std::move(sides);

@@ -263,6 +263,10 @@ RoutedRounds route_rounds(const PlanBasis& basis, const Exchange& exchange, int 
 }
 
 TransferPlan assign_rounds(const PlanBasis& basis, const Exchange& exchange, int rounds) {
+  return assign_rounds(basis, exchange, route_rounds(basis, exchange, rounds));
+}
+
+TransferPlan assign_rounds(const PlanBasis& basis, const Exchange& exchange, RoutedRounds routed) {
   const Correspondence& correspondence = basis.correspondence;
   const AtomRoutes& routes = basis.routes;
   const PieceTable& pieces = basis.pieces;
@@ -272,7 +276,6 @@ TransferPlan assign_rounds(const PlanBasis& basis, const Exchange& exchange, int
   const std::size_t nodes = static_cast<std::size_t>(basis.topology.num_nodes());
   const auto node_of = [&](int worker) { return static_cast<std::size_t>(basis.topology.node_of_worker[static_cast<std::size_t>(worker)]); };
 
-  RoutedRounds routed = route_rounds(basis, exchange, rounds);
   // Traffic tallies, from the flows (their pieces' sums).
   TransferPlan& skeleton = routed.skeleton;
   skeleton.worker_send_bytes.assign(workers, 0);

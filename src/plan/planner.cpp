@@ -8,8 +8,11 @@
 #include <iterator>
 #include <limits>
 #include <new>
+#include <optional>
 #include <string>
+#include <utility>
 
+#include "core/parallel.hpp"
 #include "plan/planning.hpp"
 #include "weightbridge/simulator.hpp"
 #include "weightbridge/status.hpp"
@@ -91,16 +94,16 @@ TransferPlan plan_checked(const Correspondence& correspondence, const Topology& 
   PlanBasis basis{correspondence, topology, routes, pieces, senders, landing, sets, options, {}, 0};
   classify_pieces(basis);
 
-  const auto build = [&](const Exchange& exchange, int rounds) {
-    TransferPlan plan = assign_rounds(basis, exchange, rounds);
+  if (options.relay_fan_out != kRelayChoose) {
+    TransferPlan plan = assign_rounds(basis, assign_trees(pieces, landing, sets, options.relay_fan_out), base_rounds);
     plan.bound = bound;
     return plan;
-  };
-  if (options.relay_fan_out != kRelayChoose) return build(assign_trees(pieces, landing, sets, options.relay_fan_out), base_rounds);
+  }
 
   // Choose, on the topology's network model: every shape at two round counts (twice and four times the
   // fewest; the fewest and twice when those are many already), then the fastest shape at neighbouring counts
-  // while they help. Drafts are simulated from their flows; the winner is built in full.
+  // while they help. Drafts are simulated from their flows, those of one step side by side on the host's
+  // cores (each is routed and simulated on its own); the winner is built in full from its draft's routing.
   const auto rounds_at = [&](int multiple) {
     return static_cast<int>(std::min<double>(kMostRounds, std::max<double>(base_rounds, std::round(base_rounds * kRoundMultiples[multiple]))));
   };
@@ -108,23 +111,39 @@ TransferPlan plan_checked(const Correspondence& correspondence, const Topology& 
     Exchange exchange;
     std::vector<double> seconds = std::vector<double>(kMultipleCount, -1);  // per multiple; -1: not simulated
     int best = -1;
+    std::optional<RoutedRounds> best_routed;  // the draft of `best`
   };
   std::vector<ExchangeCandidate> tried;
-  const auto simulate_at = [&](Shape& shape, int multiple) {
-    if (multiple < 0 || multiple >= kMultipleCount || shape.seconds[static_cast<std::size_t>(multiple)] >= 0) return;
-    const RoutedRounds routed = route_rounds(basis, shape.exchange, rounds_at(multiple));
-    const double seconds = simulate(traffic_of(basis, routed), topology).ewtt_seconds;
-    tried.push_back({routed.skeleton.exchange, std::max(1, shape.exchange.largest_fan_out), shape.exchange.height,
-                     routed.skeleton.rounds, seconds, false});
-    shape.seconds[static_cast<std::size_t>(multiple)] = seconds;
-    if (shape.best < 0 || seconds < shape.seconds[static_cast<std::size_t>(shape.best)]) shape.best = multiple;
+  // Simulates each (shape, multiple) not simulated yet, in parallel, and records them in the order given.
+  const auto simulate_all = [&](const std::vector<std::pair<Shape*, int>>& wanted) {
+    std::vector<std::pair<Shape*, int>> jobs;
+    for (const auto& [shape, multiple] : wanted)
+      if (multiple >= 0 && multiple < kMultipleCount && shape->seconds[static_cast<std::size_t>(multiple)] < 0) jobs.emplace_back(shape, multiple);
+    std::vector<std::optional<RoutedRounds>> routed(jobs.size());
+    std::vector<double> seconds(jobs.size());
+    run_tasks(jobs.size(), 0, [&](std::size_t j, int) {
+      routed[j] = route_rounds(basis, jobs[j].first->exchange, rounds_at(jobs[j].second));
+      seconds[j] = simulate(traffic_of(basis, *routed[j]), topology).ewtt_seconds;
+    });
+    for (std::size_t j = 0; j < jobs.size(); ++j) {
+      auto& [shape, multiple] = jobs[j];
+      tried.push_back({routed[j]->skeleton.exchange, std::max(1, shape->exchange.largest_fan_out), shape->exchange.height,
+                       routed[j]->skeleton.rounds, seconds[j], false});
+      shape->seconds[static_cast<std::size_t>(multiple)] = seconds[j];
+      if (shape->best < 0 || seconds[j] < shape->seconds[static_cast<std::size_t>(shape->best)]) {
+        shape->best = multiple;
+        shape->best_routed = std::move(routed[j]);
+      }
+      routed[j].reset();
+    }
   };
   const int first = base_rounds < 32 ? 2 : 0;  // index of 2x, or 1x
   std::vector<Shape> shapes;
-  for (int f : relay_fan_outs(sets)) shapes.push_back({assign_trees(pieces, landing, sets, f)});
-  for (Shape& shape : shapes) {
-    simulate_at(shape, first);
-    simulate_at(shape, first + 2);
+  for (int f : relay_fan_outs(sets)) shapes.emplace_back().exchange = assign_trees(pieces, landing, sets, f);
+  {
+    std::vector<std::pair<Shape*, int>> start;
+    for (Shape& shape : shapes) start.insert(start.end(), {{&shape, first}, {&shape, first + 2}});
+    simulate_all(start);
   }
   Shape* fastest = &shapes.front();
   for (Shape& shape : shapes)
@@ -132,13 +151,13 @@ TransferPlan plan_checked(const Correspondence& correspondence, const Topology& 
   // Climb to the best multiple: simulate the neighbours of the best so far until both are slower.
   for (int step = 0; step < kMultipleCount; ++step) {
     const int at = fastest->best;
-    simulate_at(*fastest, at - 1);
-    simulate_at(*fastest, at + 1);
+    simulate_all({{fastest, at - 1}, {fastest, at + 1}});
     if (fastest->best == at) break;
   }
   Shape& best = *fastest;
   const double best_seconds = best.seconds[static_cast<std::size_t>(best.best)];
-  TransferPlan plan = build(best.exchange, rounds_at(best.best));
+  TransferPlan plan = assign_rounds(basis, best.exchange, std::move(*best.best_routed));
+  plan.bound = bound;
   for (ExchangeCandidate& c : tried) c.chosen = c.shape == plan.exchange && c.rounds == plan.rounds && c.simulated_seconds == best_seconds;
   plan.candidates = std::move(tried);
   return plan;

@@ -133,6 +133,8 @@ RoutedRounds route_rounds(const PlanBasis& basis, const Exchange& exchange, int 
 /// The plan of one exchange with `rounds` trainer rounds: route_rounds, then segments (ordered by route,
 /// neighbours merged) and traffic tallies.
 TransferPlan assign_rounds(const PlanBasis& basis, const Exchange& exchange, int rounds);
+/// The same from `routed`, what route_rounds made of `exchange` (the draft the planner chose).
+TransferPlan assign_rounds(const PlanBasis& basis, const Exchange& exchange, RoutedRounds routed);
 
 /// The traffic of the plan assign_rounds makes from `routed`, from its flows: the same transfers as
 /// traffic_of that plan, at the cost of one set of hops per flow instead of per segment (what the planner

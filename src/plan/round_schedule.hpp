@@ -88,6 +88,9 @@ class RoundScheduleBuilder {
 
   /// The schedule of `rank` (world rank = worker index of the correspondence).
   RoundSchedule build(int rank) const;
+  /// The same, into `schedule`, whose lists keep their memory from the schedule it held before: building
+  /// every rank's schedule into one object allocates little beyond the first.
+  void build(int rank, RoundSchedule& schedule) const;
 
  private:
   struct Index;

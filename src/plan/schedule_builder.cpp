@@ -6,14 +6,12 @@
 // A lander at depth d > 1 of a relay tree receives a segment d - 1 rounds after the segment's round; it
 // forwards it to its own children one round later still, from where it landed (a relay write, lag 1).
 #include <algorithm>
-#include <atomic>
 #include <cstring>
-#include <exception>
 #include <mutex>
-#include <thread>
 #include <tuple>
 #include <unordered_map>
 
+#include "core/parallel.hpp"
 #include "plan/atom_routes.hpp"
 #include "plan/round_schedule.hpp"
 #include "weightbridge/status.hpp"
@@ -38,17 +36,25 @@ struct Region {
 
 namespace {
 
-// Where the box of `segment` sits in the parameter of copy `copy_index` of `worker`'s source map.
-SliceCopy copy_at(const Correspondence& correspondence, std::uint32_t tensor, int worker, std::uint32_t copy_index, const Box& box) {
+// Where the box of `segment` sits in the parameter of copy `copy_index` of `worker`'s source map, written
+// into `result` (assigned, so that its vectors keep their memory from the schedule built before).
+void copy_at(const Correspondence& correspondence, std::uint32_t tensor, int worker, std::uint32_t copy_index, const Box& box,
+             SliceCopy& result) {
   const SliceCopy& copy = correspondence.maps[static_cast<std::size_t>(worker)].copies[copy_index];
-  SliceCopy result;
   result.tensor = tensor;
   result.parameter = copy.parameter;
   result.box = box;
   result.offset = copy.offset;
   for (std::size_t a = 0; a < copy.strides.size(); ++a) result.offset += (box.offset[a] - copy.box.offset[a]) * copy.strides[a];
   result.strides = copy.strides;
-  return result;
+}
+
+// The next entry of a list that is refilled in place: entries past `used` are the previous schedule's,
+// overwritten rather than destroyed and made again (a BufferCopy holds three vectors; making and freeing
+// them for every entry of every rank was most of the time building schedules took).
+BufferCopy& next_entry(std::vector<BufferCopy>& list, std::size_t& used) {
+  if (used == list.size()) list.emplace_back();
+  return list[used++];
 }
 
 }  // namespace
@@ -118,6 +124,14 @@ struct RoundScheduleBuilder::Index {
 
   explicit Index(const std::vector<RelayTree>& trees) : children(trees) {}
 
+  struct Lists;
+  // Indexes segments [begin, end) of the plan into `lists`.
+  void add_segments(const Correspondence& correspondence, const TransferPlan& plan, std::uint32_t begin, std::uint32_t end,
+                    Lists& lists) const;
+  // Joins `worker`'s lists of every run (in run order) into its own, sorted and laid out (`rounds`: the
+  // plan's).
+  void take(std::size_t worker, std::size_t rounds, std::vector<Lists>& runs);
+
   std::int64_t region_start(int worker, std::uint32_t round, Stage stage, std::uint8_t lag, int source) const {
     const auto& list = regions[static_cast<std::size_t>(worker)];
     const auto key = std::make_tuple(round, stage, lag, source);
@@ -142,37 +156,39 @@ struct RoundScheduleBuilder::Index {
   }
 };
 
-RoundScheduleBuilder::RoundScheduleBuilder(const Correspondence& correspondence, const TransferPlan& plan)
-    : correspondence_(correspondence), plan_(plan), index_(new Index(plan.relay_trees)) {
-  using Part = Index::Part;
-  using Role = Index::Role;
-  Index& index = *index_;
-  const std::size_t workers = correspondence.sides.size();
-  index.routes = plan_detail::atom_routes(correspondence, plan.topology);
-  index.regions.assign(workers, {});
-  index.parts.assign(workers, {});
-  index.targets.assign(workers, {});
-  index.copies.assign(workers, {});
+// What a run of consecutive segments gives every worker: its regions, parts, targets and copies, as the
+// Index holds them (first_target and first_copy into this run's lists).
+struct RoundScheduleBuilder::Index::Lists {
+  std::vector<std::vector<Region>> regions;
+  std::vector<std::vector<Part>> parts;
+  std::vector<std::vector<Target>> targets;
+  std::vector<std::vector<std::uint32_t>> copies;
+
+  explicit Lists(std::size_t workers) : regions(workers), parts(workers), targets(workers), copies(workers) {}
+};
+
+void RoundScheduleBuilder::Index::add_segments(const Correspondence& correspondence, const TransferPlan& plan, std::uint32_t begin,
+                                               std::uint32_t end, Lists& lists) const {
   const auto begin_part = [&](int worker, Part part) -> Part& {
-    part.first_target = static_cast<std::uint32_t>(index.targets[static_cast<std::size_t>(worker)].size());
-    part.first_copy = static_cast<std::uint32_t>(index.copies[static_cast<std::size_t>(worker)].size());
-    return index.parts[static_cast<std::size_t>(worker)].emplace_back(part);
+    part.first_target = static_cast<std::uint32_t>(lists.targets[static_cast<std::size_t>(worker)].size());
+    part.first_copy = static_cast<std::uint32_t>(lists.copies[static_cast<std::size_t>(worker)].size());
+    return lists.parts[static_cast<std::size_t>(worker)].emplace_back(part);
   };
   const auto add_copy = [&](int worker, Part& part, std::uint32_t copy) {
-    index.copies[static_cast<std::size_t>(worker)].push_back(copy);
+    lists.copies[static_cast<std::size_t>(worker)].push_back(copy);
     ++part.copy_count;
   };
   const auto add_target = [&](int worker, Part& part, int peer, Stage stage, std::uint8_t lag) {
-    index.targets[static_cast<std::size_t>(worker)].push_back({peer, stage, lag});
+    lists.targets[static_cast<std::size_t>(worker)].push_back({peer, stage, lag});
     ++part.target_count;
   };
-  for (std::uint32_t i = 0; i < plan.segments.size(); ++i) {
+  for (std::uint32_t i = begin; i < end; ++i) {
     const Segment& segment = plan.segments[i];
-    const std::int64_t bytes = plan_detail::segment_bytes(index.routes, segment);
-    const auto element_bytes = static_cast<std::uint8_t>(index.routes.atoms[segment.atom].element_bytes);
+    const std::int64_t bytes = plan_detail::segment_bytes(routes, segment);
+    const auto element_bytes = static_cast<std::uint8_t>(routes.atoms[segment.atom].element_bytes);
     // Segments of one route come one after another: their hops add to the region the last one began.
-    plan_detail::for_each_hop(correspondence, index.routes, plan, segment, [&](const plan_detail::Hop& hop) {
-      auto& list = index.regions[static_cast<std::size_t>(hop.to)];
+    plan_detail::for_each_hop(correspondence, routes, plan, segment, [&](const plan_detail::Hop& hop) {
+      auto& list = lists.regions[static_cast<std::size_t>(hop.to)];
       const Region region{hop.round, hop.stage, hop.lag, hop.from, 0, bytes};
       if (!list.empty() && list.back().key() == region.key()) {
         list.back().bytes += bytes;
@@ -190,13 +206,13 @@ RoundScheduleBuilder::RoundScheduleBuilder(const Correspondence& correspondence,
     send.element_bytes = element_bytes;
     add_copy(sender, send, atom.holders[segment.sender].copy);
     add_target(sender, send, lander_worker(segment.origin), Stage::kReceive, 0);
-    const plan_detail::NodeNeeders* nodes = index.routes.nodes_of(index.routes.atoms[segment.atom]);
+    const plan_detail::NodeNeeders* nodes = routes.nodes_of(routes.atoms[segment.atom]);
     for (std::size_t k = 0; k < landers.size(); ++k) {
       const std::uint32_t round = plan.landing_round(segment, k);
       const int lander = lander_worker(k);
       bool relays = false;
-      if (k != segment.origin) index.children_of(segment, k, [&](std::size_t) { relays = true; });
-      const std::uint32_t* needers = index.routes.needers_of(nodes[k]);
+      if (k != segment.origin) children_of(segment, k, [&](std::size_t) { relays = true; });
+      const std::uint32_t* needers = routes.needers_of(nodes[k]);
       for (std::uint32_t n = 0; n < nodes[k].count; ++n) {
         const std::uint32_t first = needers[n];  // the worker's first copy: its copies follow in atom.needers
         const int worker = atom.needers[first].worker;
@@ -213,7 +229,7 @@ RoundScheduleBuilder::RoundScheduleBuilder(const Correspondence& correspondence,
         if (k == segment.origin) {
           receive.in_stage = Stage::kReceive;
           receive.in_source = sender;
-          index.children_of(segment, k, [&](std::size_t child) {
+          children_of(segment, k, [&](std::size_t child) {
             add_target(worker, receive, lander_worker(child), Stage::kExternalExchange, 0);
           });
         } else {
@@ -231,45 +247,110 @@ RoundScheduleBuilder::RoundScheduleBuilder(const Correspondence& correspondence,
         // Depth >= 1 relay: its children sit at depth >= 2 and take the segment one round after it landed.
         Part& relay = begin_part(lander, {round + 1, i, Role::kRelay});
         relay.bytes = bytes;
-        index.children_of(segment, k, [&](std::size_t child) {
+        children_of(segment, k, [&](std::size_t child) {
           add_target(lander, relay, lander_worker(child), Stage::kExternalExchange, 1);
         });
       }
     }
   }
-  for (auto& list : index.parts) {
-    // Parts come in plan order, which is round order but for relays: mostly sorted already.
-    const auto by_key = [](const Part& a, const Part& b) { return a.key() < b.key(); };
-    if (!std::is_sorted(list.begin(), list.end(), by_key)) std::sort(list.begin(), list.end(), by_key);
-    list.shrink_to_fit();
+}
+
+void RoundScheduleBuilder::Index::take(std::size_t worker, std::size_t rounds, std::vector<Lists>& runs) {
+  auto& own_parts = parts[worker];
+  auto& own_targets = targets[worker];
+  auto& own_copies = copies[worker];
+  auto& own_regions = regions[worker];
+  std::size_t part_count = 0, target_count = 0, copy_count = 0, region_count = 0;
+  for (const Lists& run : runs) {
+    part_count += run.parts[worker].size();
+    target_count += run.targets[worker].size();
+    copy_count += run.copies[worker].size();
+    region_count += run.regions[worker].size();
   }
-  for (auto& list : index.targets) list.shrink_to_fit();
-  for (auto& list : index.copies) list.shrink_to_fit();
-  for (auto& list : index.regions) {
-    const auto by_key = [](const Region& a, const Region& b) { return a.key() < b.key(); };
-    if (!std::is_sorted(list.begin(), list.end(), by_key)) std::stable_sort(list.begin(), list.end(), by_key);
-    std::size_t out = 0;
-    for (std::size_t i = 0; i < list.size(); ++i) {
-      if (out > 0 && list[out - 1].key() == list[i].key()) {
-        list[out - 1].bytes += list[i].bytes;
-        continue;
-      }
-      list[out++] = list[i];
+  own_targets.reserve(target_count);
+  own_copies.reserve(copy_count);
+  own_regions.reserve(region_count);
+  // Parts by round, in plan order within a round (a counting sort): the order of their keys, as a worker
+  // has one part of a segment in any round. Plan order is round order but for relays and the landers deeper
+  // in relay trees, so this is one pass where sorting took a quarter of the index's time.
+  std::vector<std::uint32_t> first_of_round(rounds + 1, 0);
+  for (const Lists& run : runs)
+    for (const Part& part : run.parts[worker]) {
+      if (part.round + 1 >= first_of_round.size()) first_of_round.resize(part.round + 2, 0);
+      ++first_of_round[part.round + 1];
     }
-    list.resize(out);
-    list.shrink_to_fit();
-    std::int64_t at = 0;
-    for (std::size_t i = 0; i < list.size(); ++i) {
-      if (i > 0 && list[i].round != list[i - 1].round) at = 0;
-      list[i].start = at;
-      at += list[i].bytes;
+  for (std::size_t r = 0; r + 1 < first_of_round.size(); ++r) first_of_round[r + 1] += first_of_round[r];
+  own_parts.resize(part_count);
+  for (Lists& run : runs) {
+    for (Part part : run.parts[worker]) {
+      part.first_target += static_cast<std::uint32_t>(own_targets.size());
+      part.first_copy += static_cast<std::uint32_t>(own_copies.size());
+      own_parts[first_of_round[part.round]++] = part;
     }
+    own_targets.insert(own_targets.end(), run.targets[worker].begin(), run.targets[worker].end());
+    own_copies.insert(own_copies.end(), run.copies[worker].begin(), run.copies[worker].end());
+    own_regions.insert(own_regions.end(), run.regions[worker].begin(), run.regions[worker].end());
+    run.parts[worker] = {};
+    run.targets[worker] = {};
+    run.copies[worker] = {};
+    run.regions[worker] = {};
   }
+  const auto part_order = [](const Part& a, const Part& b) { return a.key() < b.key(); };
+  if (!std::is_sorted(own_parts.begin(), own_parts.end(), part_order))
+    throw Error(ErrorCode::kInternal, "round schedule: worker " + std::to_string(worker) + " has two parts of one segment in a round");
+  // Regions: in (round, stage, lag, source) order, those of one key summed, laid out per round.
+  const auto region_order = [](const Region& a, const Region& b) { return a.key() < b.key(); };
+  if (!std::is_sorted(own_regions.begin(), own_regions.end(), region_order))
+    std::stable_sort(own_regions.begin(), own_regions.end(), region_order);
+  std::size_t out = 0;
+  for (std::size_t i = 0; i < own_regions.size(); ++i) {
+    if (out > 0 && own_regions[out - 1].key() == own_regions[i].key()) {
+      own_regions[out - 1].bytes += own_regions[i].bytes;
+      continue;
+    }
+    own_regions[out++] = own_regions[i];
+  }
+  own_regions.resize(out);
+  own_regions.shrink_to_fit();
+  std::int64_t at = 0;
+  for (std::size_t i = 0; i < own_regions.size(); ++i) {
+    if (i > 0 && own_regions[i].round != own_regions[i - 1].round) at = 0;
+    own_regions[i].start = at;
+    at += own_regions[i].bytes;
+  }
+}
+
+RoundScheduleBuilder::RoundScheduleBuilder(const Correspondence& correspondence, const TransferPlan& plan)
+    : correspondence_(correspondence), plan_(plan), index_(new Index(plan.relay_trees)) {
+  Index& index = *index_;
+  const std::size_t workers = correspondence.sides.size();
+  index.routes = plan_detail::atom_routes(correspondence, plan.topology);
+  index.regions.assign(workers, {});
+  index.parts.assign(workers, {});
+  index.targets.assign(workers, {});
+  index.copies.assign(workers, {});
+  // The segments in a few runs of consecutive ones, each run indexed on a core of its own, then every
+  // worker's lists joined in run order (so in plan order, as one pass over the plan gives them).
+  const auto segments = static_cast<std::uint32_t>(plan.segments.size());
+  const auto runs = static_cast<std::uint32_t>(task_threads(segments / 4096, 0));
+  std::vector<Index::Lists> lists(runs, Index::Lists(workers));
+  run_tasks(runs, static_cast<int>(runs), [&](std::size_t run, int) {
+    const auto begin = static_cast<std::uint32_t>(static_cast<std::uint64_t>(segments) * run / runs);
+    const auto end = static_cast<std::uint32_t>(static_cast<std::uint64_t>(segments) * (run + 1) / runs);
+    index.add_segments(correspondence, plan, begin, end, lists[run]);
+  });
+  for (std::size_t worker = 0; worker < workers; ++worker) index.take(worker, static_cast<std::size_t>(plan.rounds), lists);
 }
 
 RoundScheduleBuilder::~RoundScheduleBuilder() { delete index_; }
 
 RoundSchedule RoundScheduleBuilder::build(int rank) const {
+  RoundSchedule schedule;
+  build(rank, schedule);
+  return schedule;
+}
+
+void RoundScheduleBuilder::build(int rank, RoundSchedule& schedule) const {
   using Role = Index::Role;
   const Index& index = *index_;
   const Correspondence& correspondence = correspondence_;
@@ -277,13 +358,19 @@ RoundSchedule RoundScheduleBuilder::build(int rank) const {
   if (rank < 0 || static_cast<std::size_t>(rank) >= correspondence.sides.size())
     throw Error(ErrorCode::kInvalidArgument, "round schedule: rank " + std::to_string(rank) + " is not a worker of the plan");
   const auto r_index = static_cast<std::size_t>(rank);
-  RoundSchedule schedule;
   schedule.rank = rank;
   schedule.side = correspondence.sides[r_index];
   schedule.pipeline_depth = plan.pipeline_depth;
   schedule.send_slot_bytes = plan.worker_send_slot_bytes[r_index];
   schedule.receive_slot_bytes = plan.worker_receive_slot_bytes[r_index];
   schedule.rounds.resize(static_cast<std::size_t>(plan.rounds));
+  // Writes and arrivals are plain values: cleared, they keep their memory. Pack and assemble entries are
+  // refilled in place (next_entry) and cut to what this schedule used at the end.
+  std::vector<std::size_t> packed(schedule.rounds.size(), 0), assembled(schedule.rounds.size(), 0);
+  for (RoundPlan& work : schedule.rounds) {
+    work.writes.clear();
+    work.arrivals.clear();
+  }
   for (const Region& region : index.regions[r_index])
     schedule.rounds[region.round].arrivals.push_back({region.source, region.stage, region.start, region.bytes});
 
@@ -354,7 +441,10 @@ RoundSchedule RoundScheduleBuilder::build(int rank) const {
       case Role::kSend: {
         const std::int64_t local = send_cursor;
         send_cursor += part.bytes;
-        work.pack.push_back({copy_at(correspondence, tensor, rank, copies[part.first_copy], segment.box), local, part.element_bytes});
+        BufferCopy& pack = next_entry(work.pack, packed[round]);
+        copy_at(correspondence, tensor, rank, copies[part.first_copy], segment.box, pack.copy);
+        pack.buffer_offset = local;
+        pack.element_bytes = part.element_bytes;
         write_all(work, part, local);
         break;
       }
@@ -362,8 +452,12 @@ RoundSchedule RoundScheduleBuilder::build(int rank) const {
         Cursor& in = cursor(in_cursor, part.in_source, part.in_stage, part.in_lag, rank, part.in_source);
         const std::int64_t local = in.start + in.bytes;
         in.bytes += part.bytes;
-        for (std::uint32_t c = part.first_copy; c < part.first_copy + part.copy_count; ++c)
-          work.assemble.push_back({copy_at(correspondence, tensor, rank, copies[c], segment.box), local, part.element_bytes});
+        for (std::uint32_t c = part.first_copy; c < part.first_copy + part.copy_count; ++c) {
+          BufferCopy& assemble = next_entry(work.assemble, assembled[round]);
+          copy_at(correspondence, tensor, rank, copies[c], segment.box, assemble.copy);
+          assemble.buffer_offset = local;
+          assemble.element_bytes = part.element_bytes;
+        }
         if (part.relays_later) landed.emplace(part.segment, local);
         write_all(work, part, local);
         break;
@@ -379,49 +473,40 @@ RoundSchedule RoundScheduleBuilder::build(int rank) const {
     }
   }
   std::vector<int> peers;
-  for (RoundPlan& work : schedule.rounds) {
+  for (std::size_t r = 0; r < schedule.rounds.size(); ++r) {
+    RoundPlan& work = schedule.rounds[r];
+    work.pack.resize(packed[r]);
+    work.assemble.resize(assembled[r]);
     // Relays first within their stage: they wait only for the round before, so they can go out first.
-    std::stable_sort(work.writes.begin(), work.writes.end(), [](const Write& a, const Write& b) {
+    const auto in_order = [](const Write& a, const Write& b) {
       return std::make_tuple(a.stage, -a.lag, a.peer, a.remote_offset) < std::make_tuple(b.stage, -b.lag, b.peer, b.remote_offset);
-    });
+    };
+    if (!std::is_sorted(work.writes.begin(), work.writes.end(), in_order))
+      std::stable_sort(work.writes.begin(), work.writes.end(), in_order);
     for (const Write& w : work.writes) peers.push_back(w.peer);
     for (const Arrival& a : work.arrivals) peers.push_back(a.peer);
   }
   std::sort(peers.begin(), peers.end());
   peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
   schedule.peers = std::move(peers);
-  return schedule;
 }
 
 std::vector<std::vector<std::byte>> serialize_round_schedules(const RoundScheduleBuilder& builder, int ranks, int threads,
                                                               const std::function<void(const RoundSchedule&)>& inspect) {
-  std::vector<std::vector<std::byte>> serialized(static_cast<std::size_t>(std::max(0, ranks)));
-  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::min(16u, std::thread::hardware_concurrency())));
-  threads = std::max(1, std::min(threads, ranks / 8));  // a few ranks are not worth a thread
-  std::atomic<int> next{0};
+  const auto count = static_cast<std::size_t>(std::max(0, ranks));
+  std::vector<std::vector<std::byte>> serialized(count);
+  threads = task_threads(count / 8, threads);  // a few ranks are not worth a thread
+  std::vector<RoundSchedule> schedules(static_cast<std::size_t>(threads));  // per thread, refilled rank after rank
   std::mutex lock;
-  std::exception_ptr failure;
-  const auto work = [&] {
-    try {
-      for (int rank = next++; rank < ranks; rank = next++) {
-        const RoundSchedule schedule = builder.build(rank);
-        serialized[static_cast<std::size_t>(rank)] = serialize_round_schedule(schedule);
-        if (inspect) {
-          const std::lock_guard<std::mutex> guard(lock);
-          inspect(schedule);
-        }
-      }
-    } catch (...) {
+  run_tasks(count, threads, [&](std::size_t rank, int thread) {
+    RoundSchedule& schedule = schedules[static_cast<std::size_t>(thread)];
+    builder.build(static_cast<int>(rank), schedule);
+    serialized[rank] = serialize_round_schedule(schedule);
+    if (inspect) {
       const std::lock_guard<std::mutex> guard(lock);
-      if (!failure) failure = std::current_exception();
-      next = ranks;  // the others stop at their next rank
+      inspect(schedule);
     }
-  };
-  std::vector<std::thread> pool;
-  for (int t = 1; t < threads; ++t) pool.emplace_back(work);
-  work();
-  for (std::thread& thread : pool) thread.join();
-  if (failure) std::rethrow_exception(failure);
+  });
   return serialized;
 }
 

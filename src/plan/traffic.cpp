@@ -19,8 +19,6 @@
 #include <cstdint>
 #include <deque>
 #include <string>
-#include <tuple>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -35,28 +33,65 @@ Error bad_plan(const std::string& what) { return Error(ErrorCode::kInvalidArgume
 
 constexpr std::size_t kRelayStage = kStageCount;  // the traffic's fourth stage, in plans that relay
 
-// One round's transfers: (from, to) -> bytes per stage, summed as they come (a round has few pairs).
+// A hop's bytes for a (from, to) pair, the pair as one key: from << 32 | to.
+struct PairBytes {
+  std::uint64_t key;
+  std::int64_t bytes;
+};
+
+// Sums bytes per pair with an open-addressing table that is kept from one call to the next (a hash map per
+// round and stage, or sorting every hop, cost the planner more than the simulation of its candidates).
+class PairSums {
+ public:
+  // The pairs of `hops`, each with its bytes summed, in key order (so in order of (from, to)).
+  const std::vector<PairBytes>& sum(const std::vector<PairBytes>& hops) {
+    sums_.clear();
+    int bits = 4;
+    while ((std::size_t{1} << bits) < 2 * hops.size()) ++bits;
+    slots_.assign(std::size_t{1} << bits, kEmpty);
+    const std::size_t mask = slots_.size() - 1;
+    for (const PairBytes& hop : hops) {
+      std::size_t at = static_cast<std::size_t>((hop.key * 0x9e3779b97f4a7c15ull) >> (64 - bits));
+      while (slots_[at] != kEmpty && sums_[slots_[at]].key != hop.key) at = (at + 1) & mask;
+      if (slots_[at] == kEmpty) {
+        slots_[at] = static_cast<std::uint32_t>(sums_.size());
+        sums_.push_back({hop.key, 0});
+      }
+      sums_[slots_[at]].bytes += hop.bytes;
+    }
+    std::sort(sums_.begin(), sums_.end(), [](const PairBytes& a, const PairBytes& b) { return a.key < b.key; });
+    return sums_;
+  }
+
+ private:
+  static constexpr std::uint32_t kEmpty = UINT32_MAX;
+  std::vector<std::uint32_t> slots_;  // index into sums_, or kEmpty
+  std::vector<PairBytes> sums_;
+};
+
+// One round's transfers: per stage, (from, to) -> bytes. Hops are kept as they come and summed per pair
+// when the round is flushed.
 class RoundTally {
  public:
   void add(std::size_t stage, int from, int to, std::int64_t bytes) {
-    sums_[stage][static_cast<std::uint64_t>(static_cast<std::uint32_t>(from)) << 32 | static_cast<std::uint32_t>(to)] += bytes;
+    hops_[stage].push_back({static_cast<std::uint64_t>(static_cast<std::uint32_t>(from)) << 32 | static_cast<std::uint32_t>(to), bytes});
   }
 
-  // Moves the round's sums into `stages` (one transfer per pair, one message each, relays with lag 1).
-  void flush(std::vector<std::vector<Transfer>>& stages, std::size_t stage_count) {
+  // Moves the round's sums into `stages` (one transfer per pair, one message each, relays with lag 1), in
+  // order of (from, to).
+  void flush(std::vector<std::vector<Transfer>>& stages, std::size_t stage_count, PairSums& sums) {
     stages.resize(stage_count);
     for (std::size_t s = 0; s < stage_count; ++s) {
       auto& out = stages[s];
-      out.reserve(sums_[s].size());
-      for (const auto& [key, bytes] : sums_[s])
-        out.push_back(Transfer{static_cast<int>(key >> 32), static_cast<int>(key & 0xffffffffu), bytes, 1,
+      for (const PairBytes& pair : sums.sum(hops_[s]))
+        out.push_back(Transfer{static_cast<int>(pair.key >> 32), static_cast<int>(pair.key & 0xffffffffu), pair.bytes, 1,
                                static_cast<std::uint8_t>(s == kRelayStage ? 1 : 0)});
-      std::sort(out.begin(), out.end(), [](const Transfer& a, const Transfer& b) { return std::tie(a.from, a.to) < std::tie(b.from, b.to); });
+      hops_[s] = {};
     }
   }
 
  private:
-  std::array<std::unordered_map<std::uint64_t, std::int64_t>, kStageCount + 1> sums_;
+  std::array<std::vector<PairBytes>, kStageCount + 1> hops_;
 };
 
 void check_segment(const Correspondence& correspondence, const TransferPlan& plan, std::size_t i) {
@@ -144,6 +179,7 @@ TrafficSchedule traffic_of(const Correspondence& correspondence, const TransferP
   schedule.rounds.resize(static_cast<std::size_t>(plan.rounds));
   // Tallies of the rounds still receiving hops: a segment's hops fall in its round and the few after it.
   std::deque<RoundTally> open;
+  PairSums sums;
   std::size_t first_open = 0;
   const auto tally = [&](std::uint32_t round) -> RoundTally& {
     while (first_open + open.size() <= round) open.emplace_back();
@@ -151,7 +187,7 @@ TrafficSchedule traffic_of(const Correspondence& correspondence, const TransferP
   };
   const auto flush_before = [&](std::size_t round) {
     while (first_open < round && !open.empty()) {
-      open.front().flush(schedule.rounds[first_open], stage_count);
+      open.front().flush(schedule.rounds[first_open], stage_count, sums);
       open.pop_front();
       ++first_open;
     }
@@ -221,7 +257,8 @@ TrafficSchedule traffic_of(const PlanBasis& basis, const RoutedRounds& routed) {
       tallies[hop.round].add(hop.lag != 0 ? kRelayStage : static_cast<std::size_t>(hop.stage), hop.from, hop.to, flow.bytes);
     });
   schedule.rounds.resize(static_cast<std::size_t>(plan.rounds));
-  for (std::size_t r = 0; r < tallies.size(); ++r) tallies[r].flush(schedule.rounds[r], stage_count);
+  PairSums sums;
+  for (std::size_t r = 0; r < tallies.size(); ++r) tallies[r].flush(schedule.rounds[r], stage_count, sums);
   return schedule;
 }
 

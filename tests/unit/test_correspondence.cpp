@@ -57,6 +57,31 @@ TEST(Correspondence, AnElementNoTrainerHoldsIsAnError) {
   }
 }
 
+TEST(Correspondence, ManyTensorsGiveAtomsInTensorOrderAndNameTheFirstUnheldOne) {
+  // 3,000 one-row tensors, cut on the host's cores in blocks: atoms come out in tensor order; where two
+  // tensors lack a holder (here 700 and 2,900), the error names the first, whichever block failed first.
+  std::vector<TensorInfo> tensors;
+  SourceMap trainer, rollout;
+  for (std::uint32_t t = 0; t < 3000; ++t) {
+    tensors.push_back({"t" + std::to_string(t), DType::kF32, {4}});
+    rollout.parameters.push_back({"r" + std::to_string(t), DType::kF32, {4}});
+    rollout.copies.push_back({t, t, Box{{0}, {4}}, 0, {1}});
+    trainer.parameters.push_back({"h" + std::to_string(t), DType::kF32, {4}});
+    trainer.copies.push_back({t, t, Box{{0}, {t == 700 || t == 2900 ? 2 : 4}}, 0, {1}});
+  }
+  try {
+    build_correspondence(tensors, {trainer, rollout}, {Side::kTrainer, Side::kRollout});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("rollout worker 1 needs t700[2:4] (parameter r700)"));
+  }
+  trainer.copies[700].box.extent = {4};
+  trainer.copies[2900].box.extent = {4};
+  const Correspondence c = build_correspondence(tensors, {trainer, rollout}, {Side::kTrainer, Side::kRollout});
+  ASSERT_EQ(c.atoms.size(), 3000u);
+  for (std::uint32_t t = 0; t < 3000; ++t) EXPECT_EQ(c.atoms[t].tensor, t);
+}
+
 }  // namespace
 }  // namespace wb
 

@@ -2,12 +2,12 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <map>
 #include <optional>
 #include <set>
 #include <string_view>
 #include <unordered_map>
 
+#include "core/parallel.hpp"
 #include "emu/frameworks/fp8_engine.hpp"
 #include "exec/quantized_pack.hpp"
 #include "weightbridge/status.hpp"
@@ -88,34 +88,38 @@ DescribedDeployment describe_deployment(const ModelConfig& model, const Deployme
   if (deployment.rollout.fp8()) form = engine_form(model, deployment.rollout);
   result.tensors = form ? form->tensors : checkpoint_tensors;
   const TensorIndex form_index = form ? index_tensors(result.tensors) : TensorIndex{};
-  std::set<exec::BlockKey> shared;
-  std::map<int, SourceMap> by_rank_in_engine;
-  const int trainers = deployment.trainer.world_size();
-  for (int rank = 0; rank < deployment.world_size(); ++rank) {
-    if (deployment.is_trainer(rank)) {
-      SourceMap map = describe_worker(*make_trainer_worker(model, deployment.trainer, rank), checkpoint_tensors, tensor_index);
-      if (form) {  // as connect makes it: the map of the trainer's quantizing pack
-        const exec::QuantizedPack pack(map, *form);
-        shared.insert(pack.partial_blocks().begin(), pack.partial_blocks().end());
-        map = normalize_source_map(pack.form_map());
-      }
-      result.maps.push_back(std::move(map));
-      result.sides.push_back(Side::kTrainer);
-      result.engine_of_worker.push_back(-1);
-    } else {
-      const int rollout_rank = rank - trainers;
-      const int in_engine = rollout_rank % deployment.rollout.tp;
-      auto it = by_rank_in_engine.find(in_engine);
-      if (it == by_rank_in_engine.end())
-        it = by_rank_in_engine
-                 .emplace(in_engine, describe_worker(*make_rollout_worker(model, deployment.rollout, rollout_rank),
-                                                     result.tensors, form ? form_index : tensor_index))
-                 .first;
-      result.maps.push_back(it->second);
-      result.sides.push_back(Side::kRollout);
-      result.engine_of_worker.push_back(rollout_rank / deployment.rollout.tp);
+  const auto world = static_cast<std::size_t>(deployment.world_size());
+  const auto trainers = static_cast<std::size_t>(deployment.trainer.world_size());
+  // Rollout engines are identical: the first engine's maps are described, the others' are copies of them.
+  const std::size_t described = std::min(world, trainers + static_cast<std::size_t>(deployment.rollout.tp));
+  result.maps.resize(world);
+  std::vector<std::vector<exec::BlockKey>> partial(trainers);
+  // Every worker on its own, on the machine's cores (a Kimi-K2 trainer has 256 workers).
+  for_each_index(described, 4, [&](std::size_t rank) {
+    if (rank >= trainers) {
+      result.maps[rank] = describe_worker(*make_rollout_worker(model, deployment.rollout, static_cast<int>(rank - trainers)),
+                                          result.tensors, form ? form_index : tensor_index);
+      return;
     }
-    result.copies += result.maps.back().copies.size();
+    SourceMap map = describe_worker(*make_trainer_worker(model, deployment.trainer, static_cast<int>(rank)), checkpoint_tensors, tensor_index);
+    if (form) {  // as connect makes it: the map of the trainer's quantizing pack
+      const exec::QuantizedPack pack(map, *form);
+      partial[rank] = pack.partial_blocks();
+      map = normalize_source_map(pack.form_map());
+    }
+    result.maps[rank] = std::move(map);
+  });
+  for_each_index(world - described, 4, [&](std::size_t i) {
+    const std::size_t rank = described + i;
+    result.maps[rank] = result.maps[trainers + (rank - trainers) % static_cast<std::size_t>(deployment.rollout.tp)];
+  });
+  std::set<exec::BlockKey> shared;
+  for (const std::vector<exec::BlockKey>& blocks : partial) shared.insert(blocks.begin(), blocks.end());
+  for (std::size_t rank = 0; rank < world; ++rank) {
+    const bool trainer = rank < trainers;
+    result.sides.push_back(trainer ? Side::kTrainer : Side::kRollout);
+    result.engine_of_worker.push_back(trainer ? -1 : static_cast<int>(rank - trainers) / deployment.rollout.tp);
+    result.copies += result.maps[rank].copies.size();
   }
   result.fp8_shared_blocks = static_cast<std::int64_t>(shared.size());
   return result;
