@@ -28,6 +28,16 @@ struct Case {
   std::int64_t buffer_bytes;
 };
 
+// Host parameters as the executor addresses them.
+ParameterMemory memory_of(const ParameterSet& params) {
+  ParameterMemory memory;
+  for (const Parameter& p : params) {
+    memory.data.push_back(static_cast<std::byte*>(p.view.data));
+    memory.bytes.push_back(p.view.nbytes());
+  }
+  return memory;
+}
+
 class ExecutorUnderMpi : public ::testing::TestWithParam<Case> {};
 
 TEST_P(ExecutorUnderMpi, EveryUpdateIsBitExactAndRegistersNothing) {
@@ -47,11 +57,7 @@ TEST_P(ExecutorUnderMpi, EveryUpdateIsBitExactAndRegistersNothing) {
 
   // Rollouts start from a fill pattern that only padding keeps.
   for (const Parameter& p : host.parameters()) std::memset(p.view.data, 0xEE, p.view.nbytes());
-  ParameterMemory memory;
-  for (const Parameter& p : host.parameters()) {
-    memory.data.push_back(static_cast<std::byte*>(p.view.data));
-    memory.bytes.push_back(p.view.nbytes());
-  }
+  const ParameterMemory memory = memory_of(host.parameters());
   ExecutorOptions options;
   options.timeout_seconds = 60;
   // The batches longer than one write, which a post size of one must split (counted before the schedule
@@ -100,11 +106,7 @@ TEST(ExecutorUnderMpiRebound, UpdatesFollowParametersMovedBetweenThem) {
   testing_support::ExecutorRank r = testing_support::executor_rank({"qwen3-30b-a3b", 3, "tp=2,ep=2", "engines=3,tp=2,ep=2", 2},
                                                                    96 << 10, MPI_COMM_WORLD);
   const EmulatedWorker& worker = *r.setup.worker;
-  ParameterMemory memory;
-  for (const Parameter& p : r.host.parameters()) {
-    memory.data.push_back(static_cast<std::byte*>(p.view.data));
-    memory.bytes.push_back(p.view.nbytes());
-  }
+  const ParameterMemory memory = memory_of(r.host.parameters());
   ExecutorOptions options;
   options.timeout_seconds = 60;
   options.enter_together = true;
@@ -157,12 +159,8 @@ TEST(ExecutorUnderMpiGated, RoundsArePackedOnlyOnceTheGateSaysTheirSourcesAreRea
   testing_support::ExecutorRank r = testing_support::executor_rank({"qwen3-30b-a3b", 3, "tp=2,ep=2", "engines=3,tp=2,ep=2", 2},
                                                                    96 << 10, MPI_COMM_WORLD);
   const EmulatedWorker& worker = *r.setup.worker;
-  ParameterMemory memory;
-  for (const Parameter& p : r.host.parameters()) {
-    std::memset(p.view.data, 0xAB, p.view.nbytes());
-    memory.data.push_back(static_cast<std::byte*>(p.view.data));
-    memory.bytes.push_back(p.view.nbytes());
-  }
+  for (const Parameter& p : r.host.parameters()) std::memset(p.view.data, 0xAB, p.view.nbytes());
+  const ParameterMemory memory = memory_of(r.host.parameters());
   ExecutorOptions options;
   options.timeout_seconds = 60;
   RoundExecutor executor(std::move(r.schedule), memory, MPI_COMM_WORLD, options);

@@ -38,13 +38,26 @@ TEST(Staging, PinnedSpansAreWholePagesAndNeverAPageNoRangeNeeds) {
     for (const auto& [first, last] : spans) EXPECT_FALSE(p * page >= first && p * page < last) << "page " << p;
 }
 
-TEST(Staging, HostCopiesMoveOnlyTheStagedRangesAndTheExecutorSeesTheStaging) {
-  std::vector<std::uint8_t> a(10000), b(300);
-  for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<std::uint8_t>(i * 7 + 1);
-  for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<std::uint8_t>(i * 3 + 2);
+// Two byte parameters, a (10,000) and b (300), each byte a function of its index.
+struct TwoParameters {
+  std::vector<std::uint8_t> a = pattern(10000, 7, 1), b = pattern(300, 3, 2);
   ParameterSet params;
-  params.add("a", TensorView::contiguous(a.data(), DType::kU8, {10000}));
-  params.add("b", TensorView::contiguous(b.data(), DType::kU8, {300}));
+  TwoParameters() {
+    params.add("a", TensorView::contiguous(a.data(), DType::kU8, {10000}));
+    params.add("b", TensorView::contiguous(b.data(), DType::kU8, {300}));
+  }
+  static std::vector<std::uint8_t> pattern(std::size_t n, unsigned scale, unsigned add) {
+    std::vector<std::uint8_t> v(n);
+    for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::uint8_t>(i * scale + add);
+    return v;
+  }
+};
+
+TEST(Staging, HostCopiesMoveOnlyTheStagedRangesAndTheExecutorSeesTheStaging) {
+  TwoParameters two;
+  std::vector<std::uint8_t>& a = two.a;
+  std::vector<std::uint8_t>& b = two.b;
+  ParameterSet& params = two.params;
   std::vector<ByteRanges> ranges = {{{100, 200}, {5000, 5001}}, {}};
   Staging staging(params, ranges);
   EXPECT_EQ(staging.bytes(), 101);
@@ -93,12 +106,10 @@ BufferCopy run_of(std::uint32_t parameter, std::int64_t first, std::int64_t n) {
 }
 
 TEST(Staging, SenderStagingByRoundCopiesEachByteOnceInTheOrderTheRoundsPackIt) {
-  std::vector<std::uint8_t> a(10000), b(300);
-  for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<std::uint8_t>(i * 7 + 1);
-  for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<std::uint8_t>(i * 3 + 2);
-  ParameterSet params;
-  params.add("a", TensorView::contiguous(a.data(), DType::kU8, {10000}));
-  params.add("b", TensorView::contiguous(b.data(), DType::kU8, {300}));
+  TwoParameters two;
+  std::vector<std::uint8_t>& a = two.a;
+  std::vector<std::uint8_t>& b = two.b;
+  ParameterSet& params = two.params;
   // Round 0 packs a[100, 150) and a[5000]; round 1 a[120, 200) (partly staged by round 0) and b[0, 10);
   // round 2 nothing; round 3 b[5, 20).
   const std::vector<std::vector<BufferCopy>> rounds = {
