@@ -99,8 +99,8 @@ void quantize_bf16(const BlockScale& scale, const std::uint16_t* values, std::in
 /// For a finite normal factor, x * factor (or x / factor) of a normal bf16 x is the product of its mantissa
 /// 1.m with the factor, exactly scaled by x's power of two, and the product's rounding to float32 and then to
 /// e4m3 depend on m alone: the normal code is 8 * (x's exponent bits) + base + step[m], looked up 32
-/// elements at a time (AVX-512 VBMI). Zeros, subnormal inputs and outputs, infinities and NaNs go through
-/// quantize_bf16, as does every element of a scale without a table.
+/// elements at a time (AVX-512 VBMI). A run of a block with a zero, a subnormal input or output, an
+/// infinity or a NaN goes through quantize_bf16, as does every element of a scale without a table.
 struct CastTable {
   alignas(64) std::uint8_t step[128] = {};
   std::int16_t base = 0;
@@ -110,12 +110,17 @@ struct CastTable {
 void make_cast_table(const BlockScale& scale, CastTable& out);
 /// A row through consecutive blocks of `block_cols` columns, the first of which has `lead` (< block_cols)
 /// columns before values[0]: codes[k] = quantize(tables[(lead + k) / block_cols].scale, bf16 values[k])
-/// for k < count, in one call.
-void quantize_bf16_blocks(const CastTable* tables, std::int64_t block_cols, std::int64_t lead, const std::uint16_t* values,
-                          std::int64_t count, std::uint8_t* codes);
+/// for k < count, in one call. Returns how many of them the tables cast (the rest: the float path).
+std::int64_t quantize_bf16_blocks(const CastTable* tables, std::int64_t block_cols, std::int64_t lead,
+                                  const std::uint16_t* values, std::int64_t count, std::uint8_t* codes);
 /// running[k] = max(running[k], values[k] & 0x7FFF) for k < count: the magnitudes' bits, whose order is
 /// |x|'s (NaNs above infinity), gathered over the rows of a band; bf16_amax of a range of `running` is
 /// then the amax of those columns over the rows.
 void bf16_magnitude_max(const std::uint16_t* values, std::int64_t count, std::uint16_t* running);
+/// The same over `rows` rows of `count` values, `stride` values apart (a band of a block row). With AVX-512
+/// the rows are read as four sequential streams (rows i, q + i, 2q + i, 3q + i for q = rows / 4), which
+/// this CPU's prefetchers serve faster from memory than one (bench_fp8_pack: 0.09 against 0.13 ns an element).
+void bf16_magnitude_max_rows(const std::uint16_t* values, std::int64_t stride, std::int64_t rows, std::int64_t count,
+                             std::uint16_t* running);
 
 }  // namespace wb::fp8

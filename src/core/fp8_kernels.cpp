@@ -139,46 +139,71 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) std::int64_t quantize_bf16_
 #pragma GCC diagnostic pop
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's own _mm256_undefined_si256, as above
-// A row through its blocks by their tables (core/fp8.hpp, CastTable): 32 elements a step in 16-bit lanes,
-// the step looked up by the mantissa's 7 bits in a 128-byte table (vpermi2b). A run with an element the
-// table does not cover (zero, subnormal, infinite or NaN input, an output below e4m3's normals) is cast
-// again by the float path after the loop (no call or bookkeeping inside it), as is a run's tail and a
-// block without a table.
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi"))) void quantize_bf16_blocks_vbmi(
-    const CastTable* tables, std::int64_t block_cols, std::int64_t lead, const std::uint16_t* values, std::int64_t count,
-    std::uint8_t* codes) {
-  const __m512i low_byte = _mm512_set1_epi16(0x00FF), exponent = _mm512_set1_epi16(0x07F8);
-  const __m512i magnitude = _mm512_set1_epi16(0x7FFF), first_normal = _mm512_set1_epi16(0x0080);
-  const __m512i normal_span = _mm512_set1_epi16(0x7EFF), eight = _mm512_set1_epi16(8);
-  const __m512i largest = _mm512_set1_epi16(0x7E), sign = _mm512_set1_epi16(0x80);
+#define WB_FP8_VBMI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi")))
+// One block's table in registers, and the extremes of the codes it gave (core/fp8.hpp, CastTable).
+struct TableLanes {
+  __m512i low, high, base;
+  __m512i least, most;  // of the codes before saturation, over the lanes cast
+};
+
+// 32 elements in 16-bit lanes: the step looked up by the mantissa's 7 bits (vpermi2b, the high bytes
+// zeroed by the mask), plus 8 x the exponent bits and the base; saturated at 448 (0x7E), the sign of x (the
+// product's: the factor is positive) merged. Returns the codes in the words' low bytes.
+WB_FP8_VBMI __attribute__((always_inline)) inline __m512i table_codes(__m512i x, TableLanes& t, __mmask32 lanes) {
+  const __m512i step = _mm512_maskz_permutex2var_epi8(0x5555555555555555ull, t.low, x, t.high);
+  const __m512i code =
+      _mm512_add_epi16(_mm512_add_epi16(_mm512_and_si512(_mm512_srli_epi16(x, 4), _mm512_set1_epi16(0x07F8)), t.base), step);
+  t.least = _mm512_mask_min_epi16(t.least, lanes, t.least, code);
+  t.most = _mm512_mask_max_epi16(t.most, lanes, t.most, code);
+  // min(code, 0x7E) | ((x >> 8) & 0x80): ternary logic A | (B & C), 0xF8.
+  return _mm512_ternarylogic_epi32(_mm512_min_epi16(code, _mm512_set1_epi16(0x7E)), _mm512_srli_epi16(x, 8),
+                                   _mm512_set1_epi16(0x80), 0xF8);
+}
+
+// A row through its blocks by their tables, 64 elements a step (the low bytes of two vectors of words
+// permuted into one store), the tail of a run under a mask. A run with an element the table does not
+// cover is cast again by the float path after its loop (no test inside it), as is a block without a
+// table. Such an element gives a code below 8 (an output below e4m3's normals, a zero or subnormal input,
+// whose codes make_cast_table keeps below 8) or from 8 x 255 + base up (an infinite or NaN input, and the
+// finite ones of exponent 253 or 254, which the float path then casts as well).
+WB_FP8_VBMI std::int64_t quantize_bf16_blocks_vbmi(const CastTable* tables, std::int64_t block_cols, std::int64_t lead,
+                                                   const std::uint16_t* values, std::int64_t count, std::uint8_t* codes) {
+  const __m512i low_bytes = _mm512_set_epi8(126, 124, 122, 120, 118, 116, 114, 112, 110, 108, 106, 104, 102, 100, 98, 96, 94, 92,
+                                            90, 88, 86, 84, 82, 80, 78, 76, 74, 72, 70, 68, 66, 64, 62, 60, 58, 56, 54, 52, 50,
+                                            48, 46, 44, 42, 40, 38, 36, 34, 32, 30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6,
+                                            4, 2, 0);
+  std::int64_t by_table = 0;
   for (std::int64_t j = 0, g = 0; j < count; ++g) {
     const std::int64_t run = std::min(count - j, block_cols - (g == 0 ? lead : 0));
-    const CastTable& t = tables[g];
-    const std::uint16_t* x_at = values + j;
-    std::uint8_t* code_at = codes + j;
-    std::int64_t k = 0;
-    if (t.table) {
-      const __m512i low = _mm512_load_si512(t.step), high = _mm512_load_si512(t.step + 64);
-      const __m512i base = _mm512_set1_epi16(t.base);
-      __mmask32 other = 0;  // some lane of some step the table does not cover: the run again by the float path
-      for (; k + 32 <= run; k += 32) {
-        const __m512i x = _mm512_loadu_si512(x_at + k);
-        const __m512i looked_up = _mm512_and_si512(_mm512_permutex2var_epi8(low, x, high), low_byte);
-        const __m512i code =
-            _mm512_add_epi16(_mm512_add_epi16(_mm512_and_si512(_mm512_srli_epi16(x, 4), exponent), base), looked_up);
-        // Not a normal finite input (|x| bits outside [0x0080, 0x7F7F]), or an output below 2^-6.
-        other |= _mm512_cmpgt_epu16_mask(_mm512_sub_epi16(_mm512_and_si512(x, magnitude), first_normal), normal_span) |
-                 _mm512_cmplt_epi16_mask(code, eight);
-        // Saturated at 448 (0x7E), the sign of x (the product's: the factor is positive) merged.
-        const __m512i coded = _mm512_ternarylogic_epi32(_mm512_min_epi16(code, largest), _mm512_srli_epi16(x, 8), sign, 0xF8);
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(code_at + k), _mm512_cvtepi16_epi8(coded));
-      }
-      if (other != 0) k = 0;
-    }
-    if (k < run) (void)quantize_bf16_avx512(t.scale, x_at + k, run - k, code_at + k);
+    const CastTable& table = tables[g];
+    const std::uint16_t* x = values + j;
+    std::uint8_t* code = codes + j;
     j += run;
+    if (table.table) {
+      TableLanes t{_mm512_load_si512(table.step), _mm512_load_si512(table.step + 64), _mm512_set1_epi16(table.base),
+                   _mm512_set1_epi16(0x7FFF), _mm512_set1_epi16(-0x8000)};
+      std::int64_t k = 0;
+      for (; k + 64 <= run; k += 64) {
+        const __m512i c0 = table_codes(_mm512_loadu_si512(x + k), t, ~__mmask32{0});
+        const __m512i c1 = table_codes(_mm512_loadu_si512(x + k + 32), t, ~__mmask32{0});
+        _mm512_storeu_si512(code + k, _mm512_permutex2var_epi8(c0, low_bytes, c1));
+      }
+      for (; k < run; k += 32) {
+        const auto lanes = static_cast<__mmask32>(run - k >= 32 ? ~0u : (1u << (run - k)) - 1u);
+        _mm256_mask_storeu_epi8(code + k, lanes, _mm512_cvtepi16_epi8(table_codes(_mm512_maskz_loadu_epi16(lanes, x + k), t, lanes)));
+      }
+      const __mmask32 other = _mm512_cmplt_epi16_mask(t.least, _mm512_set1_epi16(8)) |
+                              _mm512_cmpge_epi16_mask(t.most, _mm512_set1_epi16(static_cast<std::int16_t>(table.base + 8 * 255)));
+      if (other == 0) {
+        by_table += run;
+        continue;
+      }
+    }
+    (void)quantize_bf16_avx512(table.scale, x, run, code);
   }
+  return by_table;
 }
+#undef WB_FP8_VBMI
 #pragma GCC diagnostic pop
 
 __attribute__((target("avx512f,avx512bw,avx512vl"))) void magnitude_max_avx512(const std::uint16_t* values,
@@ -194,6 +219,24 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void magnitude_max_avx512(c
     const auto mask = static_cast<__mmask32>((1u << (count - k)) - 1u);
     const __m512i x = _mm512_and_si512(_mm512_maskz_loadu_epi16(mask, values + k), magnitude);
     _mm512_mask_storeu_epi16(running + k, mask, _mm512_max_epu16(_mm512_maskz_loadu_epi16(mask, running + k), x));
+  }
+}
+
+// Four rows into `running` at once: their magnitudes max'ed in registers, one load and store of `running`.
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void magnitude_max4_avx512(const std::uint16_t* const rows[4],
+                                                                                std::int64_t count, std::uint16_t* running) {
+  const __m512i magnitude = _mm512_set1_epi16(0x7FFF);
+  const auto of = [&](__mmask32 lanes, std::int64_t k) __attribute__((target("avx512f,avx512bw,avx512vl"))) {
+    __m512i m[4];
+    for (int r = 0; r < 4; ++r) m[r] = _mm512_and_si512(_mm512_maskz_loadu_epi16(lanes, rows[r] + k), magnitude);
+    return _mm512_max_epu16(_mm512_max_epu16(m[0], m[1]), _mm512_max_epu16(m[2], m[3]));
+  };
+  std::int64_t k = 0;
+  for (; k + 32 <= count; k += 32)
+    _mm512_storeu_si512(running + k, _mm512_max_epu16(_mm512_loadu_si512(running + k), of(~__mmask32{0}, k)));
+  if (k < count) {
+    const auto lanes = static_cast<__mmask32>((1u << (count - k)) - 1u);
+    _mm512_mask_storeu_epi16(running + k, lanes, _mm512_max_epu16(_mm512_maskz_loadu_epi16(lanes, running + k), of(lanes, k)));
   }
 }
 
@@ -291,13 +334,18 @@ void make_cast_table(const BlockScale& scale, CastTable& out) {
     if (rounded - first > 255u) return;
     out.step[m] = static_cast<std::uint8_t>(rounded - first);
   }
-  out.base = static_cast<std::int16_t>(static_cast<std::int32_t>(first) - 1976);
+  // A zero or subnormal input (exponent bits 0) must give a code below 8, which sends its run to the float
+  // path: so must the largest mantissa's, base + step[127]. That holds where 2 x the factor stays below
+  // 2^121: in every rule but the plain one's of amaxes below about 1e-33.
+  const std::int32_t base = static_cast<std::int32_t>(first) - 1976;
+  if (base + out.step[127] >= 8) return;
+  out.base = static_cast<std::int16_t>(base);
   out.table = true;
 #endif
 }
 
-void quantize_bf16_blocks(const CastTable* tables, std::int64_t block_cols, std::int64_t lead, const std::uint16_t* values,
-                          std::int64_t count, std::uint8_t* codes) {
+std::int64_t quantize_bf16_blocks(const CastTable* tables, std::int64_t block_cols, std::int64_t lead,
+                                  const std::uint16_t* values, std::int64_t count, std::uint8_t* codes) {
 #if defined(WB_FP8_SIMD)
   if (kVbmi) return quantize_bf16_blocks_vbmi(tables, block_cols, lead, values, count, codes);
 #endif
@@ -306,6 +354,25 @@ void quantize_bf16_blocks(const CastTable* tables, std::int64_t block_cols, std:
     quantize_bf16(tables[g].scale, values + j, run, codes + j);
     j += run;
   }
+  return 0;
+}
+
+void bf16_magnitude_max_rows(const std::uint16_t* values, std::int64_t stride, std::int64_t rows, std::int64_t count,
+                             std::uint16_t* running) {
+  std::int64_t r = 0;
+#if defined(WB_FP8_SIMD)
+  if (kAvx512) {
+    // Rows i, q + i, 2q + i and 3q + i together: four sequential streams through the band.
+    const std::int64_t q = rows / 4;
+    for (; r < q; ++r) {
+      const std::uint16_t* const four[4] = {values + r * stride, values + (q + r) * stride, values + (2 * q + r) * stride,
+                                            values + (3 * q + r) * stride};
+      magnitude_max4_avx512(four, count, running);
+    }
+    r = 4 * q;
+  }
+#endif
+  for (; r < rows; ++r) bf16_magnitude_max(values + r * stride, count, running);
 }
 
 void bf16_magnitude_max(const std::uint16_t* values, std::int64_t count, std::uint16_t* running) {

@@ -122,15 +122,8 @@ void Fp8CastProgram::cast_rows(const Cast& cast, const std::uint16_t* values, st
       if (std::find(own + g0, own + g1, std::uint8_t{1}) != own + g1) {
         std::uint16_t* running = running_.data();
         std::fill(running, running + (j1 - j0), std::uint16_t{0});
-        for (std::int64_t r = i; r < band_end; ++r) {
-          // The chunk's rows are short runs a row apart: fetch a few rows ahead, which the hardware's
-          // prefetchers do not (the first read of the elements, from memory).
-          if (r + kPrefetchRows < band_end) {
-            const auto* ahead = reinterpret_cast<const char*>(values + copy.offset + (r + kPrefetchRows) * copy.strides[0] + j0);
-            for (std::int64_t at = 0; at < 2 * (j1 - j0); at += 64) __builtin_prefetch(ahead + at);
-          }
-          fp8::bf16_magnitude_max(values + copy.offset + r * copy.strides[0] + j0, j1 - j0, running);
-        }
+        fp8::bf16_magnitude_max_rows(values + copy.offset + i * copy.strides[0] + j0, copy.strides[0], band_end - i, j1 - j0,
+                                     running);
         for (std::int64_t g = g0, j = j0; g < g1; ++g) {
           const std::int64_t run = std::min(j1 - j, block_cols_ - (g == 0 ? lead : 0));
           if (own[g] != 0) {

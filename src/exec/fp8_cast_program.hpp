@@ -61,10 +61,8 @@ class Fp8CastProgram {
   mutable std::vector<fp8::CastTable> tables_;  // a chunk's blocks' casts (the same)
   // Columns of a band cast together. Narrow chunks that stay in L2 (512 columns: 128 KiB) read the rows in
   // short runs, which the hardware prefetches badly: 11.6 ms for bench_fp8_pack's default against 8.8 ms
-  // for whole rows of up to 8192 columns (2 MiB a band, the second read from L3). Where a chunk is narrow,
-  // the amax pass fetches kPrefetchRows rows ahead.
+  // for whole rows of up to 8192 columns (2 MiB a band, the second read from L3).
   static constexpr std::int64_t kChunkColumns = 8192;
-  static constexpr std::int64_t kPrefetchRows = 4;
   void cast_rows(const Cast& cast, const std::uint16_t* values, std::byte* buffer) const noexcept;
 };
 

@@ -207,6 +207,70 @@ TEST(Fp8Bulk, RowsThroughBlockTablesCastEveryBf16ValueAsTheReference) {
   }
 }
 
+// The table kernel's own path (no zero, NaN or subnormal in a run): all 65,536 bf16 values in order, in
+// blocks of 128 (one sign and exponent each, every mantissa), so that most runs are normal values that the
+// tables cast; the runs of exponent 0 (zeros, subnormals) and 255 (infinities, NaNs) and those whose outputs
+// fall below e4m3's normals go to the float path. Three rules, amaxes from 1e-30 to 3e9 (a block's scale
+// need not be its own amax here), leads that cut runs anywhere: every code as the reference's.
+TEST(Fp8Bulk, TableRunsOfEveryExponentCastAsTheReference) {
+  const std::int64_t block = 128;
+  std::vector<std::uint16_t> values(0x10000);
+  for (std::size_t k = 0; k < values.size(); ++k) values[k] = static_cast<std::uint16_t>(k);
+  std::vector<std::uint8_t> codes(values.size());
+  const float amaxes[] = {1e-30f, 3e-5f, 0.02f, 1.0f, 448.0f, 3e9f};
+  std::int64_t by_table = 0;
+  for (const ScaleRule rule : {ScaleRule::kPlain, ScaleRule::kPerBlockCast, ScaleRule::kUe8m0})
+    for (const float amax : amaxes)
+      for (const std::int64_t lead : {std::int64_t{0}, std::int64_t{5}, std::int64_t{77}}) {
+        const std::int64_t count = static_cast<std::int64_t>(values.size()) - lead;
+        std::vector<fp8::CastTable> tables(static_cast<std::size_t>((lead + count + block - 1) / block));
+        for (std::size_t g = 0; g < tables.size(); ++g)  // neighbouring blocks of different scales
+          fp8::make_cast_table(fp8::block_scale(rule, g % 2 == 0 ? amax : amax * 3.0f), tables[g]);
+        by_table += fp8::quantize_bf16_blocks(tables.data(), block, lead, values.data() + lead, count, codes.data());
+        for (std::int64_t k = 0; k < count; ++k) {
+          const fp8::BlockScale& scale = tables[static_cast<std::size_t>((lead + k) / block)].scale;
+          const float x = bf16_value(values[static_cast<std::size_t>(lead + k)]);
+          const float y = scale.divide ? x / scale.factor : x * scale.factor;
+          ASSERT_EQ(codes[static_cast<std::size_t>(k)], reference_cast(y))
+              << fp8::scale_rule_name(rule) << " amax " << amax << " lead " << lead << ": bf16 0x" << std::hex
+              << values[static_cast<std::size_t>(lead + k)];
+        }
+      }
+  if (__builtin_cpu_supports("avx512vbmi")) {
+    EXPECT_GT(by_table, 18 * 0x10000 / 4);  // the tables cast most of them (about a third of each rule's runs)
+  } else {
+    EXPECT_EQ(by_table, 0);
+  }
+}
+
+// A run the tables cover but for one element (a NaN, an infinity, a zero, a subnormal input, an output
+// below e4m3's normals) at any place: the whole run by the float path, every code as the reference's.
+TEST(Fp8Bulk, OneElementOutsideATableSendsItsRunToTheFloatPath) {
+  const std::int64_t block = 128;
+  const fp8::BlockScale scale = fp8::block_scale(ScaleRule::kPerBlockCast, 0.5f);
+  fp8::CastTable tables[2];
+  fp8::make_cast_table(scale, tables[0]);
+  tables[1] = tables[0];
+  std::mt19937 generator(11);
+  std::vector<std::uint16_t> values(static_cast<std::size_t>(2 * block));
+  std::vector<std::uint8_t> codes(values.size());
+  const std::uint16_t odd[] = {0x7FC0, 0xFFC1, 0x7F80, 0xFF80, 0x0000, 0x8000, 0x0001, 0x8070, 0x3000, 0xB000};
+  for (const std::uint16_t special : odd)
+    for (std::size_t at = 0; at < values.size(); at += 37) {
+      for (std::uint16_t& v : values) v = static_cast<std::uint16_t>(0x3C00u + generator() % 0x380u);  // |x| in [2^-7, 0.5)
+      if (generator() % 2 == 0)
+        for (std::uint16_t& v : values) v = static_cast<std::uint16_t>(v | 0x8000u);
+      values[at] = special;
+      const std::int64_t by_table = fp8::quantize_bf16_blocks(tables, block, 0, values.data(), 2 * block, codes.data());
+      for (std::size_t k = 0; k < values.size(); ++k)
+        ASSERT_EQ(codes[k], reference_cast(bf16_value(values[k]) * scale.factor))
+            << "special 0x" << std::hex << special << " at " << std::dec << at << ", element " << k;
+      if (__builtin_cpu_supports("avx512vbmi")) {
+        EXPECT_EQ(by_table, block) << "special 0x" << std::hex << special;  // the other run by its table
+      }
+    }
+}
+
 // The column maxima of magnitudes over rows, whose bf16_amax is the rows' amax (NaN above infinity).
 TEST(Fp8Bulk, MagnitudeMaximaOverRowsGiveTheAmax) {
   std::mt19937 generator(5);
@@ -229,6 +293,27 @@ TEST(Fp8Bulk, MagnitudeMaximaOverRowsGiveTheAmax) {
     } else {
       EXPECT_EQ(amax, expected) << trial;
     }
+  }
+}
+
+// A band's rows at once (four streams where the CPU has AVX-512): every column's maximum of the magnitudes'
+// bits, over 1 to 13 rows a stride apart, as row by row; the running maxima it starts from kept.
+TEST(Fp8Bulk, MagnitudeMaximaOfABandAsRowByRow) {
+  std::mt19937 generator(9);
+  for (int trial = 0; trial < 200; ++trial) {
+    const std::int64_t cols = 1 + generator() % 300, rows = 1 + generator() % 13, stride = cols + generator() % 40;
+    std::vector<std::uint16_t> band(static_cast<std::size_t>(rows * stride));
+    for (std::uint16_t& v : band) v = static_cast<std::uint16_t>(generator());
+    std::vector<std::uint16_t> running(static_cast<std::size_t>(cols)), expected;
+    for (std::uint16_t& v : running) v = static_cast<std::uint16_t>(generator() % 0x4000u);
+    expected = running;
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t c = 0; c < cols; ++c) {
+        std::uint16_t& e = expected[static_cast<std::size_t>(c)];
+        e = std::max<std::uint16_t>(e, band[static_cast<std::size_t>(r * stride + c)] & 0x7FFFu);
+      }
+    fp8::bf16_magnitude_max_rows(band.data(), stride, rows, cols, running.data());
+    ASSERT_EQ(running, expected) << "trial " << trial << ": " << rows << " rows of " << cols;
   }
 }
 
