@@ -139,6 +139,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) std::int64_t quantize_bf16_
 #pragma GCC diagnostic pop
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's own _mm256_undefined_si256, as above
+#pragma GCC diagnostic ignored "-Wuninitialized"        // and its _mm512_undefined_epi32 in the shifts
 #define WB_FP8_VBMI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi")))
 // One block's table in registers, and the extremes of the codes it gave (core/fp8.hpp, CastTable).
 struct TableLanes {
@@ -202,6 +203,33 @@ WB_FP8_VBMI std::int64_t quantize_bf16_blocks_vbmi(const CastTable* tables, std:
     (void)quantize_bf16_avx512(table.scale, x, run, code);
   }
   return by_table;
+}
+// A table's steps, 16 mantissas a vector: 1.m times (or over) the factor, then e4m3_from_float's normal
+// rounding without its exponent's bias (for x = 1.m * 2^(e - 127) the code is that + 8 * (e - 127) - 960 =
+// 8 * e + (that - 1976)), less the first's. False where a product leaves the normal floats or the steps
+// span more than a byte: no table.
+WB_FP8_VBMI bool cast_steps_vbmi(const BlockScale& scale, std::uint8_t* step, std::int32_t& first) {
+  const __m512 factor = _mm512_set1_ps(scale.factor);
+  const __m512i mantissa = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  __m512i rounded[8];
+  __mmask16 outside = 0;
+  for (int v = 0; v < 8; ++v) {
+    const __m512i bits = _mm512_or_si512(_mm512_set1_epi32(127 << 23), _mm512_slli_epi32(_mm512_add_epi32(mantissa, _mm512_set1_epi32(16 * v)), 16));
+    const __m512 x = _mm512_castsi512_ps(bits);
+    const __m512i a = _mm512_castps_si512(scale.divide ? _mm512_div_ps(x, factor) : _mm512_mul_ps(x, factor));
+    const __m512i exponent = _mm512_and_si512(_mm512_srli_epi32(a, 23), _mm512_set1_epi32(0xFF));
+    outside |= _mm512_cmpeq_epi32_mask(exponent, _mm512_setzero_si512()) | _mm512_cmpeq_epi32_mask(exponent, _mm512_set1_epi32(0xFF));
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(a, 20), _mm512_set1_epi32(1));
+    rounded[v] = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(a, _mm512_set1_epi32(0x7FFFF)), odd), 20);
+  }
+  if (outside != 0) return false;
+  first = _mm_cvtsi128_si32(_mm512_castsi512_si128(rounded[0]));
+  for (int v = 0; v < 8; ++v) {
+    const __m512i s = _mm512_sub_epi32(rounded[v], _mm512_set1_epi32(first));
+    if (_mm512_cmpgt_epu32_mask(s, _mm512_set1_epi32(255)) != 0) return false;
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(step + 16 * v), _mm512_cvtepi32_epi8(s));
+  }
+  return true;
 }
 #undef WB_FP8_VBMI
 #pragma GCC diagnostic pop
@@ -321,23 +349,12 @@ void make_cast_table(const BlockScale& scale, CastTable& out) {
   const std::uint32_t factor = std::bit_cast<std::uint32_t>(scale.factor);
   const std::uint32_t factor_exponent = (factor >> 23) & 0xFFu;
   if (!kVbmi || (factor >> 31) != 0 || factor_exponent == 0 || factor_exponent == 0xFF) return;
-  std::uint32_t first = 0;
-  for (std::uint32_t m = 0; m < 128; ++m) {
-    // 1.m times (or over) the factor, then e4m3_from_float's normal rounding, without its exponent's bias:
-    // for x = 1.m * 2^(e - 127) the code is that + 8 * (e - 127) - 960 = 8 * e + (that - 1976).
-    const float x = bf16_to_float(static_cast<std::uint16_t>((127u << 7) | m));
-    const std::uint32_t a = std::bit_cast<std::uint32_t>(scale.divide ? x / scale.factor : x * scale.factor);
-    const std::uint32_t exponent = (a >> 23) & 0xFFu;
-    if (exponent == 0 || exponent == 0xFF) return;  // the product leaves the normal floats: no table
-    const std::uint32_t rounded = (a + 0x7FFFFu + ((a >> 20) & 1u)) >> 20;
-    if (m == 0) first = rounded;
-    if (rounded - first > 255u) return;
-    out.step[m] = static_cast<std::uint8_t>(rounded - first);
-  }
+  std::int32_t first = 0;
+  if (!cast_steps_vbmi(scale, out.step, first)) return;
   // A zero or subnormal input (exponent bits 0) must give a code below 8, which sends its run to the float
   // path: so must the largest mantissa's, base + step[127]. That holds where 2 x the factor stays below
   // 2^121: in every rule but the plain one's of amaxes below about 1e-33.
-  const std::int32_t base = static_cast<std::int32_t>(first) - 1976;
+  const std::int32_t base = first - 1976;
   if (base + out.step[127] >= 8) return;
   out.base = static_cast<std::int16_t>(base);
   out.table = true;
