@@ -15,7 +15,8 @@
 //           CopyProgram copies them and the scales.
 // Counters (per repetition; run with --benchmark_repetitions=5 for medians): plain_ms, casts_ms (of it
 // casts_quantize_ms in quantize), shadows_ms, casts_over_plain (the goal's ratio), shadows_over_plain,
-// own_amax_blocks (blocks whose amax the casts take as they read them). Both FP8 buffers are checked first against
+// own_amax_blocks (blocks whose amax the casts take as they read them), plain_ns_per_element and
+// casts_ns_per_element. Both FP8 buffers are checked first against
 // open_fp8_form of the parameters, bit for bit: the benchmark exits non-zero otherwise.
 #include <benchmark/benchmark.h>
 #include <time.h>
@@ -215,6 +216,9 @@ void BM_Fp8Pack(benchmark::State& state) {
   state.counters["plain_MiB"] = static_cast<double>(s.plain_bytes) / (1 << 20);
   state.counters["fp8_MiB"] = static_cast<double>(s.fp8_bytes) / (1 << 20);
   state.counters["own_amax_blocks"] = static_cast<double>(s.own_amax_blocks);
+  const double elements = static_cast<double>(flags.tensors * flags.rows * flags.cols) * n;
+  state.counters["plain_ns_per_element"] = plain / elements * 1e9;
+  state.counters["casts_ns_per_element"] = casts / elements * 1e9;
 }
 BENCHMARK(BM_Fp8Pack)->Unit(benchmark::kMillisecond);
 
