@@ -210,14 +210,18 @@ TEST(Fp8Bulk, RowsThroughBlockTablesCastEveryBf16ValueAsTheReference) {
 // The table kernel's own path (no zero, NaN or subnormal in a run): all 65,536 bf16 values in order, in
 // blocks of 128 (one sign and exponent each, every mantissa), so that most runs are normal values that the
 // tables cast; the runs of exponent 0 (zeros, subnormals) and 255 (infinities, NaNs) and those whose outputs
-// fall below e4m3's normals go to the float path. Three rules, amaxes from 1e-30 to 3e9 (a block's scale
-// need not be its own amax here), leads that cut runs anywhere: every code as the reference's.
+// fall below e4m3's normals go to the float path. Three rules, amaxes from 1e-35 (the plain rule's factor
+// then too large for a table whose zeros stay below code 8: no table) to 3e9 (a block's scale need not be
+// its own amax here), leads that cut runs anywhere: every code as the reference's.
 TEST(Fp8Bulk, TableRunsOfEveryExponentCastAsTheReference) {
   const std::int64_t block = 128;
   std::vector<std::uint16_t> values(0x10000);
   for (std::size_t k = 0; k < values.size(); ++k) values[k] = static_cast<std::uint16_t>(k);
   std::vector<std::uint8_t> codes(values.size());
-  const float amaxes[] = {1e-30f, 3e-5f, 0.02f, 1.0f, 448.0f, 3e9f};
+  fp8::CastTable huge_factor;
+  fp8::make_cast_table(fp8::block_scale(ScaleRule::kPlain, 1e-35f), huge_factor);
+  EXPECT_FALSE(huge_factor.table);
+  const float amaxes[] = {1e-35f, 1e-30f, 3e-5f, 0.02f, 1.0f, 448.0f, 3e9f};
   std::int64_t by_table = 0;
   for (const ScaleRule rule : {ScaleRule::kPlain, ScaleRule::kPerBlockCast, ScaleRule::kUe8m0})
     for (const float amax : amaxes)
