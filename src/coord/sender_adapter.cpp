@@ -160,11 +160,19 @@ struct SenderAdapter::State : AdapterBase {
         if (!link.server) link.server = std::make_unique<TransferThread>();
         link.server->start([&work, &link] { return work(link); });
       }
-    const Status status = own();
     comm::Waiter served_here{comm::kNoDeadline, [this](bool) {
                                (void)service(false);  // this link's queries answered meanwhile
                                return Status::ok();
                              }};
+    Status status;
+    try {
+      status = own();
+    } catch (...) {
+      // The links' threads use this adapter's state: they end before an exception leaves it.
+      if (together)
+        for (std::size_t k : served) (void)joined[k]->server->wait(served_here, joined_name(k));
+      throw;
+    }
     for (std::size_t k : served) {
       State& link = *joined[k];
       const Status done = together ? link.server->wait(served_here, joined_name(k)) : work(link);
