@@ -23,8 +23,13 @@
 #   ranks (the trainers' ranks must fill whole nodes: wb-plan's bound takes trainers and engines apart).
 # Environment (defaults in brackets):
 #   WB_BUILD_DIR [build/], WB_OUT_DIR [$WB_BUILD_DIR/elastic-bench], WB_DEMO_SKIP_BUILD [0: build first]
-#   WB_MPIRUN            the launcher of every job, words [mpirun --oversubscribe]; on the emulated cluster:
-#                        "bash scripts/cluster.sh mpirun --oversubscribe" (with WB_CLUSTER_SLOTS)
+#   WB_MPIRUN            the launcher of every job, words [mpirun --oversubscribe]; a word %h is replaced by the
+#                        job's number (1 trainers, 2-4 engine jobs A-C). On the emulated cluster each job's
+#                        mpirun runs on its own host: "bash scripts/cluster.sh exec %h mpirun --oversubscribe
+#                        --mca btl tcp,self,vader --mca btl_tcp_if_include SUBNET.0/24 --mca oob_tcp_if_include
+#                        SUBNET.0/24" with WB_JOB_HOSTS (Open MPI 4.1's mpirun crashed, SIGSEGV in
+#                        orte_rml_base_parse_uris, when the ranks of joined jobs ran under daemons of another
+#                        host: "cluster.sh mpirun" starts every mpirun on host 1)
 #   WB_JOB_HOSTS         optional: four hosts, one per job (trainers, A, B, C), each passed as --host H:SLOTS
 #   WB_SERVER_PREFIX     words before ompi-server [none]; on the emulated cluster "bash scripts/cluster.sh exec 1"
 #   WB_MODEL_ARGS        [--model qwen3-30b-a3b --scale tiny]
@@ -80,7 +85,7 @@ job() {  # job INDEX NAME RANKS ARGS...: one wb-replay job in the background, it
   local index=$1 name=$2 ranks=$3 place=()
   shift 3
   [[ ${#hosts[@]} -gt $index ]] && place=(--host "${hosts[$index]}:$ranks")
-  "${launcher[@]}" "${place[@]}" --ompi-server "file:$dir/uri" -np "$ranks" "$replay" "${model[@]}" "${extra[@]}" \
+  "${launcher[@]//%h/$((index + 1))}" "${place[@]}" --ompi-server "file:$dir/uri" -np "$ranks" "$replay" "${model[@]}" "${extra[@]}" \
     --mode "$mode" --gpus-per-node "$gpus_per_node" --join-address "$dir/address" --json "$dir/$name.json" "$@" >"$dir/$name.log" 2>&1 &
   pids+=($!)
   eval "pid_$name=$!"

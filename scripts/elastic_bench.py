@@ -71,11 +71,16 @@ def main(directory):
                       "after_probe_over_t_min": ratio(e["after_probe_s"], e["t_min_s"]), "goal": 1.2,
                       "link_trainer_egress_bytes": e.get("link_trainer_egress_bytes")})
 
+    # Each job's own JSON sees its own hosts only: the fleet spans hosts when an engine job ran on a host the
+    # trainers did not (its "machine" starts with its host name).
+    trainer_hosts = {h["host"] for h in trainers.get("network", {}).get("hosts", [])}
+    engine_hosts = {e["machine"].split(":")[0] for e in engines.values() if e and e.get("machine")}
+    between_hosts = bool(trainers.get("between_hosts")) or bool(engine_hosts - trainer_hosts)
     counted = [s for s in sends if s["counted"]]
     serving = [j for j in joins if j["engine"] != "A"]  # they must serve to the end
     killed = next((s for s in counted if s["engines_after"] < s["engines_before"]), None)
     result = {"mode": trainers["mode"], "model": trainers["model"], "trainer": trainers["trainer"],
-              "between_hosts": trainers.get("between_hosts"), "node_gbps": trainers.get("node_gbps"),
+              "between_hosts": between_hosts, "hosts": sorted(trainer_hosts | engine_hosts), "node_gbps": trainers.get("node_gbps"),
               "detection_deadline_s": deadline, "versions_sent": last,
               "verified": trainers["verified"] and all(j.get("verified") and j["every_version_to_the_last"] for j in serving),
               "engines": join["engines"], "joins": joins,

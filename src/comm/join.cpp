@@ -19,6 +19,7 @@
 #include "comm/backoff.hpp"
 #include "comm/collectives.hpp"
 #include "comm/operation.hpp"
+#include "comm/stranded.hpp"
 #include "core/checks.hpp"
 #include "core/log.hpp"
 
@@ -396,19 +397,27 @@ MPI_Comm bounded(std::function<int(MPI_Comm*)> make, double timeout, const std::
   enum : int { kRunning, kDone, kGivenUp };
   struct Call {
     std::atomic<int> state{kRunning};
+    std::atomic<long> thread{0};  // the maker's kernel id (comm/stranded.hpp)
     int rc = MPI_SUCCESS;
     MPI_Comm result = MPI_COMM_NULL;
   };
   auto call = std::make_shared<Call>();
   std::thread maker([call, make = std::move(make)] {
+    call->thread.store(kernel_thread_id());
     call->rc = make(&call->result);
     int running = kRunning;
-    if (!call->state.compare_exchange_strong(running, kDone) && call->rc == MPI_SUCCESS) abandon_link(call->result);
+    if (call->state.compare_exchange_strong(running, kDone)) return;
+    unstrand(call.get());
+    if (call->rc == MPI_SUCCESS) abandon_link(call->result);
   });
   Backoff backoff;
   for (const double start = local_seconds(); call->state.load() == kRunning; backoff.pause()) {
+    if (local_seconds() - start <= timeout) continue;
+    strand(call.get(), what, call->thread.load());  // before the thread can see it given up (it then unstrands)
     int running = kRunning;
-    if (local_seconds() - start > timeout && call->state.compare_exchange_strong(running, kGivenUp)) {
+    if (!call->state.compare_exchange_strong(running, kGivenUp)) {
+      unstrand(call.get());  // it completed meanwhile
+    } else {
       maker.detach();
       keep_alive(call);
       throw Error(ErrorCode::kTimeout, what + " did not complete within " + seconds_text(timeout) + " (the other job died in it?)");

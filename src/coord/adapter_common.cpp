@@ -98,9 +98,10 @@ AdapterBase::AdapterBase(MPI_Comm world_comm, MPI_Comm group_comm_in, bool train
                           " staging runs the transfer on a background thread and needs MPI_THREAD_MULTIPLE, but MPI "
                           "was initialized with " + thread_level_name(level) + " (use MPI_Init_thread)");
     comm::Group job(world, "the job", faults.get());
-    std::int64_t values[comm::Group::kValues] = {watch ? 1 : 0, 0, 0, 0};
+    std::int64_t values[comm::Group::kValues] = {watch ? 1 : 0, trainer && level < MPI_THREAD_MULTIPLE ? 1 : 0, 0, 0};
     throw_if_error(job.step(usable, std::span<std::int64_t, comm::Group::kValues>(values), waiter(), "constructing the adapters"));
     watched_job = values[0] != 0;
+    trainers_multithreaded = values[1] == 0;
     clock_offset = measure_clock_offset(world, roles, options.timeout_seconds);
     group->set_clock_offset(clock_offset);
   } catch (...) {
@@ -179,7 +180,10 @@ Status AdapterBase::give_up(Status status, const std::string& context) {
   // its notice, the cause, may be a moment behind: it gets that moment.
   Status known = faults->poll();
   comm::Backoff backoff;
-  const double grace = comm::interrupted() ? 0.0 : std::min(0.2, 0.1 * options.timeout_seconds);  // own Ctrl-C: no peer's
+  // A joined engine job's link that timed out has waited a whole deadline with the notices taken all along:
+  // no notice is coming (the job is most likely gone), and the grace cost the update it died in 0.2 s more.
+  const bool waited = link != MPI_COMM_NULL && status.code() == ErrorCode::kTimeout;
+  const double grace = comm::interrupted() || waited ? 0.0 : std::min(0.2, 0.1 * options.timeout_seconds);  // own Ctrl-C: no peer's
   for (const double until = comm::local_seconds() + grace; known && comm::local_seconds() < until;) {
     backoff.pause();
     known = faults->poll();

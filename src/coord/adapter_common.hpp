@@ -40,6 +40,7 @@ struct AdapterBase {
   LoadWeightsFn load_weights;
   ParameterWatch watch;          // a binding's, over parameters its framework may move (empty: none)
   bool watched_job = false;      // some rank of the job has one: every update is entered together
+  bool trainers_multithreaded = false;  // every trainer has MPI_THREAD_MULTIPLE (joined links served at once)
   double clock_offset = 0;
   std::unique_ptr<FaultChannel> faults;
   std::unique_ptr<comm::Group> group;          // the trainers, or this rank's engine

@@ -443,8 +443,10 @@ std::unique_ptr<RoundExecutor> connect_executor(const Connect& c, RoundSchedule 
     const FaultChannel::WaitProbe probe = [&waiting] { return waiting(); };
     return faults->poll(&probe);
   };
-  // At a timeout, the peers waited on are asked what they wait on, to name the rank that holds it all up.
+  // At a timeout, the peers waited on are asked what they wait on, to name the rank that holds it all up
+  // (in the deadline's last trace_seconds).
   const double trace_seconds = std::min(1.0, 0.5 * options.timeout_seconds);
+  executor_options.explain_seconds = trace_seconds;
   executor_options.explain = [faults, trace_seconds](const std::vector<int>& peers) {
     faults->set_waits(peers);  // a peer tracing the same hold-up through this rank is sent on to them
     return faults->trace(peers, trace_seconds);

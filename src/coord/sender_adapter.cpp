@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <optional>
 
 #include "comm/backoff.hpp"
@@ -39,6 +40,7 @@ struct SenderAdapter::State : AdapterBase {
   double connect_seconds = 0, first_install_seconds = 0;  // after taken_at
   bool dropped = false;
   std::string why;
+  std::unique_ptr<TransferThread> server;  // a joined link's: serves it while the others are served (serve())
 
   State(MPI_Comm world, MPI_Comm trainers, ParameterSet params, std::vector<TensorInfo> tensors, LoadWeightsFn load,
         const AdapterOptions& options)
@@ -139,6 +141,46 @@ struct SenderAdapter::State : AdapterBase {
     }
   }
 
+  // `work` on every joined link still served while `own` (this link's) runs on this thread; then each link
+  // whose work failed is dropped, in join order. Every link has communicators, a fault channel and an
+  // executor of its own, so where every trainer may call MPI from several threads the joined links run at
+  // once, each on a thread of its own: a link whose engine died waits its deadline alone, and every other
+  // engine installs the version as soon as its own bytes are written (served one after another, every link
+  // after a dead one in join order waited its whole deadline: 6.2 s at a 5 s deadline, measured). The
+  // waits here have no deadline of their own: each link's work ends within its own deadlines. Ctrl-C
+  // (comm/interrupt.hpp) reaches this thread's work only; a link's ends by its deadlines.
+  Status serve(const std::function<Status(State&)>& work, const std::function<Status()>& own) {
+    std::vector<std::size_t> served;
+    for (std::size_t k = 0; k < joined.size(); ++k)
+      if (!joined[k]->dropped) served.push_back(k);
+    const bool together = trainers_multithreaded && !served.empty();
+    if (together)
+      for (std::size_t k : served) {
+        State& link = *joined[k];
+        if (!link.server) link.server = std::make_unique<TransferThread>();
+        link.server->start([&work, &link] { return work(link); });
+      }
+    comm::Waiter served_here{comm::kNoDeadline, [this](bool) {
+                               (void)service(false);  // this link's queries answered meanwhile
+                               return Status::ok();
+                             }};
+    Status status;
+    try {
+      status = own();
+    } catch (...) {
+      // The links' threads use this adapter's state: they end before an exception leaves it.
+      if (together)
+        for (std::size_t k : served) (void)joined[k]->server->wait(served_here, joined_name(k));
+      throw;
+    }
+    for (std::size_t k : served) {
+      State& link = *joined[k];
+      const Status done = together ? link.server->wait(served_here, joined_name(k)) : work(link);
+      if (!done) drop(k, done);
+    }
+    return status;
+  }
+
   /// `moved`: the parameters to follow first (check_parameters), once the version in flight has ended (a
   /// background transfer may still read this link's ParameterSet in its messages).
   Status send(std::uint64_t version, void* cuda_stream, const std::vector<MovedParameter>& moved = {});
@@ -210,6 +252,20 @@ struct SenderAdapter::State : AdapterBase {
     std::vector<bool> acknowledged(engines, false);
     std::size_t pending = engines;
     const double start = comm::local_seconds();
+    // Asking the silent engines what they wait on (the diagnosis of a timeout) takes the last trace_seconds
+    // of the deadline, and an acknowledgement that arrives meanwhile still counts: a silent engine costs the
+    // deadline, diagnosis included (after it, 1 s more of the update a joined engine job died in, measured).
+    const double trace_seconds = std::min(1.0, 0.5 * options.timeout_seconds);
+    std::optional<std::string> traced;
+    const auto silent = [&] {
+      std::pair<std::string, std::vector<int>> who;
+      for (std::size_t e = 0; e < engines; ++e)
+        if (!acknowledged[e]) {
+          who.first += (who.first.empty() ? "" : ", ") + engine_name(e);
+          who.second.insert(who.second.end(), roles.engines[e].begin(), roles.engines[e].end());
+        }
+      return who;
+    };
     comm::Backoff backoff;
     for (int polls = 0; pending > 0; ++polls) {
       for (std::size_t e = 0; e < engines; ++e) {
@@ -237,20 +293,17 @@ struct SenderAdapter::State : AdapterBase {
       }
       if (pending == 0) break;
       if (polls % 16 == 0) WB_RETURN_IF_ERROR(service(true));
-      if (comm::local_seconds() - start > options.timeout_seconds) {
-        std::string missing;
-        std::vector<int> ranks;
-        for (std::size_t e = 0; e < engines; ++e)
-          if (!acknowledged[e]) {
-            missing += (missing.empty() ? "" : ", ") + engine_name(e);
-            ranks.insert(ranks.end(), roles.engines[e].begin(), roles.engines[e].end());
-          }
+      const double waited = comm::local_seconds() - start;
+      if (!traced && waited > options.timeout_seconds - trace_seconds) {
+        const std::vector<int> ranks = silent().second;
         faults->set_waits(ranks);
-        return Status(ErrorCode::kTimeout, about(v) + ": " + missing + " did not install it within " +
-                                               comm::seconds_text(options.timeout_seconds) +
-                                               " (it stopped calling poll_requests, or its transfer is stuck)" +
-                                               faults->trace(ranks, std::min(1.0, 0.5 * options.timeout_seconds)));
+        traced = faults->trace(ranks, trace_seconds);
+        continue;  // what arrived during the trace is taken before the deadline is judged
       }
+      if (waited > options.timeout_seconds)
+        return Status(ErrorCode::kTimeout, about(v) + ": " + silent().first + " did not install it within " +
+                                               comm::seconds_text(options.timeout_seconds) +
+                                               " (it stopped calling poll_requests, or its transfer is stuck)" + traced.value_or(""));
       backoff.pause();
     }
     return take_started_notes();
@@ -353,11 +406,8 @@ Status SenderAdapter::send_weights(std::uint64_t version, void* cuda_stream) {
     for (std::size_t k = 0; k < s.joined.size(); ++k)
       if (!s.joined[k]->dropped) (void)s.joined[k]->fail(checked);
   }
-  Status status = s.send(version, cuda_stream, moved);
-  for (std::size_t k = 0; k < s.joined.size(); ++k)
-    if (!s.joined[k]->dropped)
-      if (Status sent = s.joined[k]->send(version, cuda_stream, moved); !sent) s.drop(k, sent);
-  return status;
+  return s.serve([&](State& link) { return link.send(version, cuda_stream, moved); },
+                 [&] { return s.send(version, cuda_stream, moved); });
 }
 
 Status SenderAdapter::State::send(std::uint64_t version, void* cuda_stream, const std::vector<MovedParameter>& moved) {
@@ -436,11 +486,7 @@ Status SenderAdapter::State::send(std::uint64_t version, void* cuda_stream, cons
 
 Status SenderAdapter::wait() {
   State& s = *state_;
-  Status status = s.finish_link();
-  for (std::size_t k = 0; k < s.joined.size(); ++k)
-    if (!s.joined[k]->dropped)
-      if (Status done = s.joined[k]->finish_link(); !done) s.drop(k, done);
-  return status;
+  return s.serve([](State& link) { return link.finish_link(); }, [&s] { return s.finish_link(); });
 }
 
 Status SenderAdapter::State::shutdown_link() {
@@ -462,11 +508,7 @@ Status SenderAdapter::State::shutdown_link() {
 Status SenderAdapter::shutdown() {
   State& s = *state_;
   s.close_port();
-  Status status = s.shutdown_link();
-  for (std::size_t k = 0; k < s.joined.size(); ++k)
-    if (!s.joined[k]->dropped)
-      if (Status done = s.joined[k]->shutdown_link(); !done) s.drop(k, done);
-  return status;
+  return s.serve([](State& link) { return link.shutdown_link(); }, [&s] { return s.shutdown_link(); });
 }
 
 bool SenderAdapter::connected() const { return state_->connection.has_value(); }

@@ -24,6 +24,7 @@
 #include <chrono>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -79,15 +80,16 @@ Status step_failed(const RoundExecutor::State& s, const Status& status, const ch
                                    status.message());
 }
 
-// What the oldest round waits for, when an update makes no progress for the timeout.
-Status timed_out(RoundExecutor::State& s, std::uint64_t oldest) {
+// What the oldest round waits for, when an update makes no progress for the timeout; `explained`: what
+// options.explain said about its peers.
+Status timed_out(RoundExecutor::State& s, std::uint64_t oldest, const std::string& explained) {
   const WaitState state = s.wait_state(oldest);
   std::ostringstream timeout;
   timeout << s.options.timeout_seconds;
   return Status(ErrorCode::kTimeout, s.name(s.rank) + ": no progress for " + timeout.str() + " s in round " +
                                          std::to_string(s.round_index(oldest) + 1) + " of " +
                                          std::to_string(s.rounds) + ", waiting for " + state.first +
-                                         (s.options.explain ? s.options.explain(state.second) : std::string()));
+                                         explained);
 }
 
 // The rounds of one update: this update's global rounds [first, end), of which this rank works on
@@ -346,6 +348,7 @@ class IdleWait {
     if (progressed) {
       last_progress_ = now;
       backoff_.progressed();
+      explained_.reset();
       return Status::ok();
     }
     if (s_.options.interrupt && now - last_interrupt_check_ > std::chrono::milliseconds(1)) {
@@ -353,7 +356,13 @@ class IdleWait {
       RoundExecutor::State& s = s_;
       WB_RETURN_IF_ERROR(s.options.interrupt([&s, oldest] { return s.wait_state(oldest); }));
     }
-    if (std::chrono::duration<double>(now - last_progress_).count() > s_.options.timeout_seconds) return timed_out(s_, oldest);
+    const double idle = std::chrono::duration<double>(now - last_progress_).count();
+    if (!explained_ && idle > s_.options.timeout_seconds - s_.options.explain_seconds) {
+      // The diagnosis in the deadline's last explain_seconds; the next pass may still progress.
+      explained_ = s_.options.explain ? s_.options.explain(s_.wait_state(oldest).second) : std::string();
+      return Status::ok();
+    }
+    if (idle > s_.options.timeout_seconds) return timed_out(s_, oldest, *explained_);
     backoff_.pause();
     return Status::ok();
   }
@@ -362,6 +371,7 @@ class IdleWait {
   RoundExecutor::State& s_;
   comm::Backoff backoff_;
   Clock::time_point last_progress_, last_interrupt_check_;
+  std::optional<std::string> explained_;  // options.explain's text since the last progress
 };
 
 // After the last round: grants still in flight complete in the background; reap the finished ones.

@@ -90,6 +90,9 @@ struct ExecutorOptions {
   /// At a timeout, with the peers the update waits on: a text to append (the coordinator asks them in turn
   /// what they wait for, to name the rank that holds everything up).
   std::function<std::string(const std::vector<int>& peers)> explain;
+  /// How long explain may take: it is asked that long before the timeout, so that a silent peer costs the
+  /// timeout, its diagnosis included (progress meanwhile voids the text).
+  double explain_seconds = 0;
   /// Names a rank of the communicator in messages ("engine 1 worker 0 (world rank 4)"); "rank N" if empty.
   std::function<std::string(int)> describe_rank;
   /// Names an element of a parameter in messages ("model.norm.weight[12]"); "parameter P element E" if empty.

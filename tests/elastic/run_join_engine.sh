@@ -113,6 +113,8 @@ case $scenario in
   at_once) serving="$dir/first.log $dir/second.log $dir/third.log" ;;
   ghost)
     [[ $(grep -c "merging the leaders' link did not complete" "$dir/trainers.log") == 1 ]] || fail "no warning about the joiner that died after its answer"
+    grep -q "MPI_Finalize with 1 thread(s) of WeightBridge still inside MPI, given up on: trainer 0: taking a joining engine" \
+      "$dir/trainers.log" || fail "MPI_Finalize did not name trainer 0's merging thread left inside MPI"
     serving=$dir/second.log ;;
   vanish)
     [[ $(grep -c "did not answer when taken" "$dir/trainers.log") == 1 ]] || fail "no warning about the joiner that vanished"

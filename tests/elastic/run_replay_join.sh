@@ -4,10 +4,20 @@
 # jobs exit 0 and their JSON says: the engine job verified every version it installed bit for bit against its
 # own load_weights, its first install is the version the trainers took it at and it installed every later one
 # to the trainers' last; the trainers' own engine verified all of them; the trainers list the joined engine
-# as serving with that last version. Usage: run_replay_join.sh WB_REPLAY MPIEXEC
+# as serving with that last version. With `fp8` both engines serve block FP8 (fp8=128x128 on a model whose
+# shards the blocks tile): the joined link's trainers quantize and exchange amaxes on it, beside the world's.
+# Usage: run_replay_join.sh WB_REPLAY MPIEXEC [bf16|fp8] [MODE]
 set -euo pipefail
 replay=$1
 mpiexec=${2:-mpirun}
+form=${3:-bf16}
+mode=${4:-sync}
+model=(--model qwen3-30b-a3b --scale tiny --layers 2)
+fp8=
+if [[ $form == fp8 ]]; then
+  model+=(--hidden 576 --experts 8 --expert-width 128 --head-dim 64)
+  fp8=,fp8=128x128
+fi
 dir=$(mktemp -d)
 server=
 trainers=
@@ -25,15 +35,15 @@ for _ in $(seq 100); do [[ -s $dir/uri ]] && break; sleep 0.1; done
 run() {  # NAME RANKS ARGS...
   local name=$1 ranks=$2
   shift 2
-  timeout 100 "$mpiexec" --oversubscribe --ompi-server "file:$dir/uri" -np "$ranks" "$replay" --model qwen3-30b-a3b \
-    --scale tiny --layers 2 --join-address "$dir/address" --json "$dir/$name.json" "$@" >"$dir/$name.log" 2>&1
+  timeout 100 "$mpiexec" --oversubscribe --ompi-server "file:$dir/uri" -np "$ranks" "$replay" "${model[@]}" --mode "$mode" \
+    --join-address "$dir/address" --json "$dir/$name.json" "$@" >"$dir/$name.log" 2>&1
 }
-run trainers 3 --trainer tp=2 --rollout engines=1,tp=1 --joiners 1 --steps 3 --step-ms 20 &
+run trainers 3 --trainer tp=2 --rollout "engines=1,tp=1$fp8" --joiners 1 --steps 3 --step-ms 20 &
 trainers=$!
 for _ in $(seq 600); do [[ -s $dir/address ]] && break; kill -0 "$trainers" 2>/dev/null || break; sleep 0.1; done
 [[ -s $dir/address ]] || fail "the trainers published no address"
 engine_rc=0
-run engine 1 --engine-job --rollout tp=1 --engine-name joiner --step-ms 2 || engine_rc=$?
+run engine 1 --engine-job --rollout "tp=1$fp8" --engine-name joiner --step-ms 2 || engine_rc=$?
 trainers_rc=0
 wait "$trainers" || trainers_rc=$?
 trainers=
@@ -53,4 +63,4 @@ assert t["join"]["join_versions"] + 3 == last, t["join"]
 print("engine job: versions %d..%d, every one bit for bit; the trainers' engine: %d versions" % (v[0], v[-1], last))
 PY
 grep -h "verified bit for bit\|wb-replay summary" "$dir"/*.log
-echo "replay join: passed"
+echo "replay join ($form, $mode): passed"

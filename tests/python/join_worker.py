@@ -7,6 +7,11 @@
                                             that joins by ADDRESS; ROLE leave: leave() after its third
                                             install; serve: until the trainers shut down
 
+Parameters moved by their framework on a joined link (`p.data = p.data.clone()`, as vLLM's
+process_weights_after_loading does): trainer rank 0 rebinds every parameter once the first engine job
+joined (every later version must be read from the new memory), and the serving engine's worker 0 after its
+first install (every later one must land there; the memory it let go of, kept alive, is never written again).
+
 MODE: sync | async (both sides staged). Version v is the example model's initial checkpoint plus v/1000
 (examples/python/tiny_model.py): the trainers load it with their load_weights before each send_weights, and
 every engine worker compares each version it installs with its own load_weights of it, bit for bit.
@@ -52,6 +57,7 @@ def run_trainers():
     checks.check(sender.engines == 0, f"a trainer job with no engine counts {sender.engines} engines")
     events = [1, 0, 1]  # engines after a send_weights: one joined, it left, another joined
     seen, engines, last = 0, 0, 0
+    rebound = False
     for version in range(1, 1500):
         model.load_weights(checkpoint(version))  # "training"
         sender.send_weights(version)
@@ -60,6 +66,11 @@ def run_trainers():
         if sender.engines != engines and rank == 0:
             say(f"trainers: {sender.engines} engines after version {version}")
         engines = sender.engines
+        if engines == 1 and not rebound:
+            rebound = True
+            if rank == 0:
+                for p in model.parameters():
+                    p.data = p.data.clone()
         if seen < len(events) and engines == events[seen]:
             seen += 1
             last = version + AFTER if seen == len(events) else 0
@@ -86,7 +97,7 @@ def run_engine():
     receiver = weightbridge.ReceiverAdapter(world, world, dict(model.named_parameters()), model.load_weights,
                                             join_address=address, timeout_seconds=30, receiver_staging=staged,
                                             sender_staging=staged)
-    events, installed = [], []
+    events, installed, let_go = [], [], []
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         result = receiver.poll_requests()
@@ -99,6 +110,10 @@ def run_engine():
             for (name, got), (_, want) in zip(model.named_parameters(), expected.named_parameters()):
                 checks.check(torch.equal(got, want), f"version {result.version}: {name} differs")
             installed.append(result.version)
+            if engine_role == "serve" and rank == 0 and not let_go:
+                for p in model.parameters():
+                    let_go.append((p.data, p.data.clone()))
+                    p.data = p.data.clone()
             if engine_role == "leave" and len(installed) == 3:
                 receiver.leave()
                 final = receiver.poll_requests().event
@@ -110,6 +125,8 @@ def run_engine():
                  f"the first events were {events[:2]}, not CONNECTED then INSTALLED")
     checks.check(len(installed) >= 3 and installed == list(range(installed[0], installed[0] + len(installed)))
                  and installed[0] > BEFORE, f"installed {installed}")
+    checks.check(all(torch.equal(old, kept) for old, kept in let_go),
+                 "the memory the engine let go of was written after it rebound its parameters")
     if installed:
         say(f"joined engine worker {rank}: first event after CONNECTED INSTALLED {installed[0]}, then up to "
             f"{installed[-1]}, each bit for bit{'; then it left' if engine_role == 'leave' else ''}")
