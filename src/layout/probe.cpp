@@ -59,14 +59,13 @@ void fill_parameters(const ParameterSet& params, Fill fill) {
 // One probe pass: prepare the parameters as `fill` says, then run load_weights on `probe`.
 using PassLoader = std::function<void(const CheckpointReader& probe, Fill fill)>;
 
-// One cell of the cut grid of a parameter, with the affine map of every field over it.
+// One cell of the cut grid of a parameter: the key at its corner and the key's step along each axis (the
+// key is affine inside a cell; modulo 2^64, as the second differences work).
 struct Cell {
   Shape corner;
   Shape extent;
-  std::int64_t tensor = 0;
-  Shape tensor_slope;                   // change of the tensor index per step along parameter axis a
-  Shape base;                           // checkpoint coordinate at the corner, per checkpoint axis
-  std::vector<Shape> slope;             // slope[c][a]: change of coordinate c per step along parameter axis a
+  std::uint64_t key = 0;
+  std::vector<std::uint64_t> step;  // step[a]: change of the key per step along parameter axis a
 };
 
 // Decodes the passes of one parameter into slice copies (appended to `out`).
@@ -74,7 +73,8 @@ class ParameterDecoder {
  public:
   ParameterDecoder(const Parameter& param, std::uint32_t index, const ProbePlan& plan,
                    const std::vector<TensorInfo>& tensors, const std::vector<const SparseField*>& passes)
-      : param_(param), index_(index), plan_(plan), tensors_(tensors), passes_(passes) {}
+      : param_(param), index_(index), plan_(plan), tensors_(tensors), passes_(passes),
+        space_(layout::digit_space(param.view.dtype)) {}
 
   void decode(std::vector<SliceCopy>& out) {
     const Shape& shape = param_.view.shape;
@@ -109,8 +109,8 @@ class ParameterDecoder {
     // Walk every cell of the cut grid.
     std::vector<std::size_t> cell(static_cast<std::size_t>(ndim), 0);
     while (true) {
-      Cell c = make_cell(cell);
-      if (c.tensor >= 0) emit(c, out);
+      Cell c;
+      if (make_cell(cell, c)) emit(c, out);
       int a = ndim - 1;
       for (; a >= 0; --a) {
         if (++cell[static_cast<std::size_t>(a)] < cuts_[static_cast<std::size_t>(a)].size()) break;
@@ -138,12 +138,31 @@ class ParameterDecoder {
     return flat;
   }
 
-  // Builds the cell's affine map from the digits at its corner and one step along each axis; tensor -1
-  // marks padding.
-  Cell make_cell(const std::vector<std::size_t>& cell_index) const {
+  // The key at grid point `point` from its digit in every pass; false when every pass left the sentinel
+  // there (no checkpoint element reached it). Throws on bits that are no code, or a sentinel in some passes only.
+  bool key_at(std::size_t point, const Shape& at, std::uint64_t& key) const {
+    const auto sentinel = -static_cast<std::int64_t>(space_.lo);
+    const bool unsourced = values_[0][point] == sentinel;
+    std::uint64_t place = 1, term = 0;
+    bool overflow = false;
+    key = 0;
+    for (std::size_t p = 0; p < passes_.size(); ++p) {
+      const std::int64_t v = values_[p][point];
+      const auto digit = space_.digit(static_cast<std::uint64_t>(v));
+      if ((v == sentinel) != unsourced || (!unsourced && !digit))
+        not_a_copy(param_, flat_of(at), kComputed, "bits that are no probe code in pass " + std::to_string(p));
+      if (unsourced) continue;
+      overflow = overflow || __builtin_mul_overflow(*digit, place, &term) || __builtin_add_overflow(key, term, &key);
+      if (p + 1 < passes_.size()) overflow = overflow || __builtin_mul_overflow(place, space_.size, &place);
+    }
+    if (overflow) not_a_copy(param_, flat_of(at), kComputed, "the codes decode to a key past 2^64");
+    return !unsourced;
+  }
+
+  // The cell's corner key and steps; false for padding (no source), which must be uniform.
+  bool make_cell(const std::vector<std::size_t>& cell_index, Cell& c) const {
     const Shape& shape = param_.view.shape;
     const std::size_t ndim = shape.size();
-    Cell c;
     c.corner.resize(ndim);
     c.extent.resize(ndim);
     for (std::size_t a = 0; a < ndim; ++a) {
@@ -151,104 +170,86 @@ class ParameterDecoder {
       c.corner[a] = cuts[cell_index[a]];
       c.extent[a] = (cell_index[a] + 1 < cuts.size() ? cuts[cell_index[a] + 1] : shape[a]) - c.corner[a];
     }
-    const layout::CodeSpace space = layout::code_space(param_.view.dtype);
-    const auto sentinel = -static_cast<std::int64_t>(space.lo);
-    const std::size_t corner = grid_index(c.corner);
-    const std::size_t passes = passes_.size();
-    // Scratch reused from cell to cell (a parameter may have many cells, a rank 100,000 parameters).
-    std::vector<std::uint64_t>& digits = digits_;
-    digits.assign(passes, 0);
-    std::vector<std::vector<std::int64_t>>& steps = steps_;
-    steps.resize(ndim);
-    for (auto& step : steps) step.assign(passes, 0);
-    // The grid point one step along each axis (the same in every pass); npos where the cell is one wide.
-    constexpr std::size_t npos = static_cast<std::size_t>(-1);
-    std::vector<std::size_t>& next_index = next_index_;
-    next_index.assign(ndim, npos);
-    Shape next = c.corner;
+    const bool sourced = key_at(grid_index(c.corner), c.corner, c.key);
+    c.step.assign(ndim, 0);
+    Shape& next = next_;
+    next = c.corner;
     for (std::size_t a = 0; a < ndim; ++a) {
       if (c.extent[a] < 2) continue;
       ++next[a];
-      next_index[a] = grid_index(next);
+      std::uint64_t key = 0;
+      if (key_at(grid_index(next), next, key) != sourced)
+        not_a_copy(param_, flat_of(c.corner), kComputed, "a region no checkpoint element reaches is not uniform");
+      c.step[a] = key - c.key;
+      if (!sourced) {
+        // Padding: every pass must hold the sentinel all along (its second differences are 0 only then).
+        for (std::size_t p = 0; p < passes_.size(); ++p)
+          if (values_[p][grid_index(next)] != values_[p][grid_index(c.corner)])
+            not_a_copy(param_, flat_of(c.corner), kComputed, "a region no checkpoint element reaches is not uniform");
+      }
       --next[a];
     }
-    bool unsourced = false;
-    for (std::size_t p = 0; p < passes; ++p) {
-      const std::int64_t d = values_[p][corner];
-      if (p == 0) unsourced = d == sentinel;
-      if (unsourced != (d == sentinel) ||
-          (!unsourced && (d < 0 || static_cast<std::uint64_t>(d) >= space.size)))
-        not_a_copy(param_, flat_of(c.corner), kComputed, "bits that are no probe code in pass " + std::to_string(p));
-      digits[p] = unsourced ? 0 : static_cast<std::uint64_t>(d);
-      for (std::size_t a = 0; a < ndim; ++a)
-        if (next_index[a] != npos) steps[a][p] = values_[p][next_index[a]] - d;
-    }
-    for (std::size_t a = 0; a < ndim; ++a)
-      for (std::size_t p = 0; p < passes; ++p)
-        if (unsourced && steps[a][p] != 0)
-          not_a_copy(param_, flat_of(c.corner), kComputed, "a region no checkpoint element reaches is not uniform");
-    if (unsourced) {
-      c.tensor = -1;
-      return c;
-    }
-    // Fields from digits; slopes from digit steps (the digit places are the same linear weights).
-    std::vector<std::uint64_t>& fields = fields_;
-    fields.assign(static_cast<std::size_t>(plan_.num_fields()), 0);
-    plan_.combine_all(param_.view.dtype, digits, fields);
-    const std::uint64_t base = space.size;
-    auto field_slope = [&](int field, std::size_t axis) {
-      std::int64_t slope = 0, place = 1;
-      for (std::size_t p = 0; p < passes; ++p) {
-        const layout::ProbePass& pass = plan_.pass(static_cast<int>(p));
-        if (pass.field != field) continue;
-        place = static_cast<std::int64_t>(layout::place_value(base, pass.digit));
-        slope += steps[axis][p] * place;
-      }
-      return slope;
-    };
-    // The tensor index may itself step along an axis (experts e = 0, 1, ... stored one after another
-    // come from tensors listed at a fixed distance): emit() splits such cells, one tensor per piece.
-    c.tensor = static_cast<std::int64_t>(fields[0]);
-    c.tensor_slope.resize(ndim);
-    for (std::size_t a = 0; a < ndim; ++a) c.tensor_slope[a] = field_slope(layout::kTensorField, a);
-    const std::size_t max_ndim = static_cast<std::size_t>(plan_.max_ndim());
-    c.base.resize(max_ndim);
-    c.slope.assign(max_ndim, Shape(ndim, 0));
-    for (std::size_t axis = 0; axis < max_ndim; ++axis) {
-      const int f = layout::axis_field(static_cast<int>(axis));
-      c.base[axis] = static_cast<std::int64_t>(fields[static_cast<std::size_t>(f)]);
-      for (std::size_t a = 0; a < ndim; ++a) c.slope[axis][a] = field_slope(f, a);
-    }
-    return c;
+    return sourced;
   }
 
-  // A cell is one slice copy when every parameter axis it spans walks exactly one checkpoint axis with
-  // step 1 and no checkpoint axis is walked by two parameter axes; otherwise it is split along its first
-  // long axis (a parameter axis folded onto a checkpoint axis, e.g. [experts, rows] from rows) and the
-  // pieces are merged again by normalization.
+  // The checkpoint element a key names, of the parameter's dtype (a dtype the loader converted decodes to
+  // no element, or to one the verification pass then refutes).
+  std::size_t element_of(std::uint64_t key, const Cell& c, Shape& index) const {
+    std::size_t tensor = 0;
+    if (!plan_.element(param_.view.dtype, key, tensor, index))
+      not_a_copy(param_, flat_of(c.corner), kComputed,
+                 "the codes decode to no element of a " + std::string(dtype_name(param_.view.dtype)) + " tensor");
+    return tensor;
+  }
+
+  // A cell is one slice copy when its corner and one step along every long axis decode to elements of one
+  // tensor, every coordinate stays inside the tensor over the whole cell (then, the key being affine in the
+  // tensor's coordinates, every element of the cell is the one the copy says), every parameter axis it spans
+  // walks exactly one checkpoint axis with step 1 and no checkpoint axis is walked by two parameter axes.
+  // Otherwise it is split along the axis that leaves the tensor (experts e = 0, 1, ... stored one after
+  // another) or its first long axis (a parameter axis folded onto a checkpoint axis, e.g. [experts, rows]
+  // from rows), each piece keyed from the affine key, and the pieces are merged again by normalization.
   void emit(const Cell& c, std::vector<SliceCopy>& out) {
     const std::size_t ndim = c.corner.size();
+    Shape at, next;
+    const std::size_t tensor = element_of(c.key, c, at);
+    const Shape& tshape = tensors_[tensor].shape;
+    const std::size_t tensor_ndim = tshape.size();
+    std::vector<Shape> slope(tensor_ndim, Shape(ndim, 0));  // slope[t][a]: coordinate t per step along axis a
     std::size_t split = ndim;
-    for (std::size_t a = 0; a < ndim && split == ndim; ++a)
-      if (c.extent[a] > 1 && c.tensor_slope[a] != 0) split = a;
+    for (std::size_t a = 0; a < ndim && split == ndim; ++a) {
+      if (c.extent[a] < 2) continue;
+      if (element_of(c.key + c.step[a], c, next) != tensor) {
+        split = a;
+        break;
+      }
+      for (std::size_t t = 0; t < tensor_ndim; ++t) slope[t][a] = next[t] - at[t];
+    }
     if (split == ndim) {
-      check_tensor(c);
-      const std::size_t tensor_ndim = tensors_[static_cast<std::size_t>(c.tensor)].shape.size();
-      std::vector<int> driver(tensor_ndim, -1);
       bool one_copy = true;
+      for (std::size_t t = 0; t < tensor_ndim && one_copy; ++t) {
+        std::int64_t lo = at[t], hi = at[t];
+        for (std::size_t a = 0; a < ndim && one_copy; ++a) {
+          std::int64_t move = 0;
+          one_copy = !__builtin_mul_overflow(slope[t][a], c.extent[a] - 1, &move) &&
+                     !__builtin_add_overflow(slope[t][a] < 0 ? lo : hi, move, slope[t][a] < 0 ? &lo : &hi);
+        }
+        one_copy = one_copy && lo >= 0 && hi < tshape[t];
+      }
+      std::vector<int> driver(tensor_ndim, -1);
       for (std::size_t a = 0; a < ndim && one_copy; ++a) {
         if (c.extent[a] < 2) continue;
         int walked = -1;
         for (std::size_t t = 0; t < tensor_ndim; ++t) {
-          if (c.slope[t][a] == 0) continue;
-          if (walked >= 0 || c.slope[t][a] != 1 || driver[t] >= 0) one_copy = false;
+          if (slope[t][a] == 0) continue;
+          if (walked >= 0 || slope[t][a] != 1 || driver[t] >= 0) one_copy = false;
           walked = static_cast<int>(t);
           if (one_copy) driver[t] = static_cast<int>(a);
         }
         if (walked < 0) one_copy = false;  // an axis that reads one element many times is no copy
       }
       if (one_copy) {
-        emit_copy(c, driver, out);
+        emit_copy(c, tensor, at, driver, out);
         return;
       }
       for (std::size_t a = 0; a < ndim && split == ndim; ++a)
@@ -260,38 +261,18 @@ class ParameterDecoder {
       Cell piece = c;
       piece.corner[split] += i;
       piece.extent[split] = 1;
-      piece.tensor += c.tensor_slope[split] * i;
-      for (std::size_t t = 0; t < piece.base.size(); ++t) piece.base[t] += c.slope[t][split] * i;
+      piece.key += c.step[split] * static_cast<std::uint64_t>(i);
       emit(piece, out);
     }
   }
 
-  // The cell's tensor exists, has the parameter's dtype, and the coordinates of axes it lacks stay 0.
-  void check_tensor(const Cell& c) const {
-    if (c.tensor < 0 || static_cast<std::size_t>(c.tensor) >= tensors_.size())
-      not_a_copy(param_, flat_of(c.corner), kComputed,
-                 "decodes to tensor index " + std::to_string(c.tensor) + " of " + std::to_string(tensors_.size()));
-    const TensorInfo& tensor = tensors_[static_cast<std::size_t>(c.tensor)];
-    if (tensor.dtype != param_.view.dtype)
-      not_a_copy(param_, flat_of(c.corner),
-                 "it holds elements of " + tensor.name + " (" + std::string(dtype_name(tensor.dtype)) + ") in a " +
-                     std::string(dtype_name(param_.view.dtype)) + " parameter: load_weights converts dtypes, which a "
-                     "transfer of the checkpoint's bytes cannot reproduce",
-                 "dtype mismatch");
-    for (std::size_t axis = tensor.shape.size(); axis < c.base.size(); ++axis) {
-      bool varies = c.base[axis] != 0;
-      for (std::size_t a = 0; a < c.extent.size(); ++a) varies = varies || (c.extent[a] > 1 && c.slope[axis][a] != 0);
-      if (varies) not_a_copy(param_, flat_of(c.corner), kComputed, "coordinate of an axis " + tensor.name + " lacks is not zero");
-    }
-  }
-
-  void emit_copy(const Cell& c, const std::vector<int>& driver, std::vector<SliceCopy>& out) const {
+  void emit_copy(const Cell& c, std::size_t tensor, const Shape& at, const std::vector<int>& driver,
+                 std::vector<SliceCopy>& out) const {
     const std::size_t tensor_ndim = driver.size();
-    const TensorInfo& tensor = tensors_[static_cast<std::size_t>(c.tensor)];
     SliceCopy copy;
-    copy.tensor = static_cast<std::uint32_t>(c.tensor);
+    copy.tensor = static_cast<std::uint32_t>(tensor);
     copy.parameter = index_;
-    copy.box.offset.assign(c.base.begin(), c.base.begin() + static_cast<std::ptrdiff_t>(tensor_ndim));
+    copy.box.offset = at;
     copy.box.extent.assign(tensor_ndim, 1);
     copy.strides.assign(tensor_ndim, 0);
     for (std::size_t t = 0; t < tensor_ndim; ++t) {
@@ -300,9 +281,6 @@ class ParameterDecoder {
       copy.strides[t] = strides_[static_cast<std::size_t>(driver[t])];
     }
     copy.offset = flat_of(c.corner);
-    if (!copy.box.fits_in(tensor.shape))
-      not_a_copy(param_, copy.offset, kComputed,
-                 "decodes to " + tensor.name + copy.box.to_string() + ", outside its shape " + shape_to_string(tensor.shape));
     out.push_back(std::move(copy));
   }
 
@@ -311,15 +289,13 @@ class ParameterDecoder {
   const ProbePlan& plan_;
   const std::vector<TensorInfo>& tensors_;
   const std::vector<const SparseField*>& passes_;
+  const layout::DigitSpace space_;
   Shape strides_;
   std::vector<std::vector<std::int64_t>> cuts_;
   std::vector<std::vector<std::int64_t>> points_;
   std::vector<std::vector<std::int64_t>> values_;
   std::int64_t splits_ = 0;
-  // make_cell's scratch.
-  mutable std::vector<std::uint64_t> digits_, fields_;
-  mutable std::vector<std::vector<std::int64_t>> steps_;
-  mutable std::vector<std::size_t> next_index_;
+  mutable Shape next_;  // make_cell's scratch
 };
 
 // The elements of a parameter after the verification pass, by what they hold.
@@ -472,6 +448,21 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// Wall and CPU time of one phase of the probe, summed over its intervals.
+struct PhaseTime {
+  double wall = 0, cpu = 0;
+  std::chrono::steady_clock::time_point wall_start;
+  double cpu_start = 0;
+  void start() {
+    wall_start = std::chrono::steady_clock::now();
+    cpu_start = thread_cpu_seconds();
+  }
+  void stop() {
+    wall += seconds_since(wall_start);
+    cpu += thread_cpu_seconds() - cpu_start;
+  }
+};
+
 // The probe on host parameters; `run` prepares them and calls load_weights for each pass.
 SourceMap probe_host(const std::vector<TensorInfo>& checkpoint_tensors, const ParameterSet& params, const PassLoader& run,
                      const ProbeOptions& options, ProbeReport* report) {
@@ -480,17 +471,17 @@ SourceMap probe_host(const std::vector<TensorInfo>& checkpoint_tensors, const Pa
   ProbePlan plan(checkpoint_tensors);
   ProbeCheckpoint probe(checkpoint_tensors, plan);
   SavedParameters saved(params);
-  double decode_seconds = 0, load_seconds = 0;
+  PhaseTime decode, load, verify;
 
   // passes[p][i]: the nonzeros of pass p in parameter i.
   std::vector<std::vector<SparseField>> passes(static_cast<std::size_t>(plan.num_passes()));
   std::size_t sparse_bytes = 0;
   for (int p = 0; p < plan.num_passes(); ++p) {
     probe.set_pass(p);
-    const auto load_start = std::chrono::steady_clock::now();
+    load.start();
     run(probe, Fill::kZero);
-    load_seconds += seconds_since(load_start);
-    const auto decode_start = std::chrono::steady_clock::now();
+    load.stop();
+    decode.start();
     auto& fields = passes[static_cast<std::size_t>(p)];
     fields.reserve(params.size());
     for (const Parameter& param : params) {
@@ -501,10 +492,10 @@ SourceMap probe_host(const std::vector<TensorInfo>& checkpoint_tensors, const Pa
         not_a_copy(param, fields.back().covered, kComputed, "the values are not piecewise affine (too many breaks to be copies)");
       sparse_bytes += fields.back().flat_positions.size() * 16;
     }
-    decode_seconds += seconds_since(decode_start);
+    decode.stop();
   }
 
-  const auto decode_start = std::chrono::steady_clock::now();
+  decode.start();
   SourceMap map;
   for (const Parameter& param : params) map.parameters.push_back(TensorInfo{param.name, param.view.dtype, param.view.shape});
   // Normalized parameter by parameter: copies of different parameters never merge and the normal order
@@ -523,21 +514,24 @@ SourceMap probe_host(const std::vector<TensorInfo>& checkpoint_tensors, const Pa
   }
   passes.clear();
   validate_source_map(map, checkpoint_tensors);
-  decode_seconds += seconds_since(decode_start);
+  decode.stop();
 
   probe.set_verification(options.verification_seed);
-  const auto load_start = std::chrono::steady_clock::now();
+  load.start();
   run(probe, Fill::kMarker);
-  load_seconds += seconds_since(load_start);
-  const auto verify_start = std::chrono::steady_clock::now();
+  load.stop();
+  verify.start();
   std::vector<ParameterAccount> accounts = verify_against_load(map, probe, params);
-  const double verify_seconds = seconds_since(verify_start);
+  verify.stop();
 
   if (report != nullptr) {
     report->passes = plan.num_passes() + 1;
-    report->decode_seconds = decode_seconds;
-    report->load_seconds = load_seconds;
-    report->verify_seconds = verify_seconds;
+    report->decode_seconds = decode.wall;
+    report->load_seconds = load.wall;
+    report->verify_seconds = verify.wall;
+    report->decode_cpu_seconds = decode.cpu;
+    report->load_cpu_seconds = load.cpu;
+    report->verify_cpu_seconds = verify.cpu;
     report->parameter_bytes = params.total_bytes();
     report->scratch_bytes = saved.bytes();
     report->sparse_bytes = sparse_bytes;
@@ -549,8 +543,9 @@ SourceMap probe_host(const std::vector<TensorInfo>& checkpoint_tensors, const Pa
   }
   WB_LOG(kDebug) << "probe: " << params.size() << " parameters, " << map.copies.size() << " copies, "
                  << plan.num_passes() + 1 << " load_weights passes, " << seconds_since(start) << " s, CPU "
-                 << thread_cpu_seconds() - cpu_start << " s (load " << load_seconds << " s, decode " << decode_seconds
-                 << " s, verify " << verify_seconds << " s)";
+                 << thread_cpu_seconds() - cpu_start << " s (load " << load.wall << " s, decode " << decode.wall
+                 << " s, verify " << verify.wall << " s; CPU load " << load.cpu << " s, decode " << decode.cpu
+                 << " s, verify " << verify.cpu << " s)";
   return map;
 }
 

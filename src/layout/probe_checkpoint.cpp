@@ -20,17 +20,6 @@ inline std::uint64_t mix64(std::uint64_t z) {
   return z ^ (z >> 31);
 }
 
-// Repeats out[0, block) until out holds `total` elements: doubling copies, so a box of many short
-// rows costs log(rows) memcpy calls rather than one per row.
-template <typename T>
-void replicate(T* out, std::int64_t block, std::int64_t total) {
-  for (std::int64_t have = block; have < total;) {
-    const std::int64_t n = std::min(have, total - have);
-    std::memcpy(out + have, out, static_cast<std::size_t>(n) * sizeof(T));
-    have += n;
-  }
-}
-
 // out[0, n) = value, eight bytes per store: the plain element loop is not vectorized at -O2 and
 // writes 1- and 2-byte elements at a fraction of the memory bandwidth.
 template <typename T>
@@ -66,62 +55,79 @@ class DigitCounter {
   std::uint64_t base_, place_, rest_, digit_;
 };
 
-// out[j] = lo + digit_k(v0 + j) for j < n: with place 1 runs of consecutive codes (wrapping at D),
-// otherwise runs of one code. Only one block of a box is built this way; the rest is replicated.
+// out[0, n) = first, first + 1, ...: 16 bytes per store (GCC's vector extension; the scalar loop is not
+// vectorized at -O2 and stores 2-byte codes at a fraction of the memory bandwidth).
 template <typename T>
-void fill_digit_run(T* out, std::int64_t n, std::uint64_t v0, std::uint64_t base, std::uint64_t place,
-                    std::uint64_t lo) {
+void fill_consecutive(T* out, std::int64_t n, T first) {
+  constexpr int kLanes = 16 / sizeof(T);
+  typedef T Lanes __attribute__((vector_size(16)));
+  Lanes v{}, step{};
+  for (int i = 0; i < kLanes; ++i) {
+    v[i] = static_cast<T>(first + static_cast<T>(i));
+    step[i] = static_cast<T>(kLanes);
+  }
+  std::int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes, v += step) std::memcpy(out + i, &v, sizeof(v));
+  for (; i < n; ++i) out[i] = static_cast<T>(first + static_cast<T>(i));
+}
+
+// out[j] = the code of digit k of key k0 + j, for j < n (place = D^k): with place 1 runs of consecutive
+// codes up to the next wrap of the digit or the hole of the digit space, otherwise runs of one code.
+template <typename T>
+void fill_key_run(T* out, std::int64_t n, std::uint64_t k0, const DigitSpace& ds, std::uint64_t place) {
   if (place == 1) {
-    std::uint64_t digit = v0 % base;
-    for (std::int64_t j = 0; j < n; digit = 0) {  // every run after the first starts at digit 0
-      const auto len = static_cast<std::int64_t>(std::min<std::uint64_t>(static_cast<std::uint64_t>(n - j), base - digit));
-      const std::uint64_t first = lo + digit;
-      T* run = out + j;
-      for (std::int64_t i = 0; i < len; ++i) run[i] = static_cast<T>(first + static_cast<std::uint64_t>(i));
+    std::uint64_t digit = k0 % ds.size;
+    for (std::int64_t j = 0; j < n;) {
+      const std::uint64_t end = digit < ds.half ? ds.half : ds.size;
+      const auto len = static_cast<std::int64_t>(std::min<std::uint64_t>(static_cast<std::uint64_t>(n - j), end - digit));
+      fill_consecutive(out + j, len, static_cast<T>(ds.bits(digit)));
       j += len;
+      digit += static_cast<std::uint64_t>(len);
+      if (digit == ds.size) digit = 0;
     }
     return;
   }
-  DigitCounter counter(v0, base, place);
+  DigitCounter counter(k0, ds.size, place);
   for (std::int64_t j = 0; j < n;) {
     const auto len = static_cast<std::int64_t>(std::min<std::uint64_t>(static_cast<std::uint64_t>(n - j), counter.run()));
-    fill_constant(out + j, len, static_cast<T>(lo + counter.digit()));
+    fill_constant(out + j, len, static_cast<T>(ds.bits(counter.digit())));
     counter.skip(static_cast<std::uint64_t>(len));
     j += len;
   }
 }
 
-// Codes of one pass for `box` of tensor `tensor`. The field is either constant over the box (tensor
-// index, or an axis the tensor lacks), or the coordinate along one axis: then the box is `outer` copies
-// of one block of extent[axis] × `inner` elements, built once and replicated.
+// Codes of pass p for `box` of tensor `tensor`, row by row (the key runs on along a row). The key grows in
+// the box's row-major order (each axis' place exceeds everything the axes inside it add), so when the first
+// and the last element share their run of the digit, the whole box is one code: in the passes of high digits
+// almost every box.
 template <typename T>
-void fill_pass(const TensorInfo& info, std::size_t tensor, const ProbePass& pass, const Box& box, T* out) {
-  const CodeSpace cs = code_space(info.dtype);
-  const std::uint64_t place = place_value(cs.size, pass.digit);
+void fill_pass(const ProbePlan& plan, std::size_t tensor, int pass, const Box& box, T* out) {
+  const DigitSpace ds = digit_space(plan.dtype(tensor));
+  const std::uint64_t place = place_value(ds.size, pass);
   const std::int64_t numel = box.numel();
   if (numel == 0) return;
-  const int ndim = box.ndim();
-  const int axis = pass.field - 1;
-  if (pass.field == kTensorField || axis >= ndim) {
-    const std::uint64_t value = pass.field == kTensorField ? tensor : 0;
-    fill_constant(out, numel, static_cast<T>(cs.lo + (value / place) % cs.size));
+  const auto ndim = static_cast<std::size_t>(box.ndim());
+  const std::span<const std::uint64_t> places = plan.places(tensor);
+  std::uint64_t first = plan.base(tensor), last = first;
+  for (std::size_t a = 0; a < ndim; ++a) {
+    first += static_cast<std::uint64_t>(box.offset[a]) * places[a];
+    last += static_cast<std::uint64_t>(box.offset[a] + box.extent[a] - 1) * places[a];
+  }
+  if (first / place == last / place) {
+    fill_constant(out, numel, static_cast<T>(ds.bits((first / place) % ds.size)));
     return;
   }
-  std::int64_t outer = 1, inner = 1;
-  for (int a = 0; a < axis; ++a) outer *= box.extent[a];
-  for (int a = axis + 1; a < ndim; ++a) inner *= box.extent[a];
-  const std::int64_t n = box.extent[axis];
-  const auto v0 = static_cast<std::uint64_t>(box.offset[axis]);
-  if (inner == 1) {
-    fill_digit_run(out, n, v0, cs.size, place, cs.lo);
-  } else {
-    DigitCounter counter(v0, cs.size, place);
-    for (std::int64_t i = 0; i < n; ++i) {
-      fill_constant(out + i * inner, inner, static_cast<T>(cs.lo + counter.digit()));
-      counter.skip(1);
+  const std::int64_t row = box.extent[ndim - 1];  // ndim >= 1: a scalar is one element, filled above
+  Shape index(ndim - 1, 0);                      // odometer over the axes before the last
+  for (std::int64_t r = 0, rows = numel / row; r < rows; ++r, out += row) {
+    std::uint64_t k = first;
+    for (std::size_t a = 0; a + 1 < ndim; ++a) k += static_cast<std::uint64_t>(index[a]) * places[a];
+    fill_key_run(out, row, k, ds, place);
+    for (std::size_t a = ndim - 1; a-- > 0;) {
+      if (++index[a] < box.extent[a]) break;
+      index[a] = 0;
     }
   }
-  replicate(out, n * inner, numel);
 }
 
 // Verification values: the flat index f of an element picks hash word w = f / kSlices of its tensor's
@@ -212,13 +218,13 @@ void fill_verification(const TensorInfo& info, std::size_t tensor, std::uint64_t
 }
 
 template <typename T>
-void fill(const TensorInfo& info, std::size_t tensor, bool verification, std::uint64_t seed, const ProbePass& pass,
-          const Box& box, void* destination) {
+void fill(const ProbePlan& plan, const TensorInfo& info, std::size_t tensor, bool verification, std::uint64_t seed,
+          int pass, const Box& box, void* destination) {
   T* out = static_cast<T*>(destination);
   if (verification)
     fill_verification(info, tensor, seed, box, out);
   else
-    fill_pass(info, tensor, pass, box, out);
+    fill_pass(plan, tensor, pass, box, out);
 }
 
 }  // namespace
@@ -241,7 +247,7 @@ ProbeCheckpoint::ProbeCheckpoint(std::vector<TensorInfo> tensors, ProbePlan plan
 }
 
 void ProbeCheckpoint::set_pass(int p) {
-  plan_.pass(p);  // range check
+  plan_.describe_pass(p);  // range check
   pass_ = p;
   verification_ = false;
 }
@@ -274,12 +280,11 @@ void ProbeCheckpoint::read_box(std::size_t t, const Box& box, void* destination)
     throw Error(ErrorCode::kInvalidArgument, "checkpoint " + source() + ": tensor " + info.name + ": box " +
                                                  box.to_string() + " does not fit the tensor's shape " +
                                                  shape_to_string(info.shape));
-  const ProbePass& pass = plan_.passes()[static_cast<std::size_t>(pass_)];
   switch (dtype_size(info.dtype)) {
-    case 1: return fill<std::uint8_t>(info, t, verification_, seed_, pass, box, destination);
-    case 2: return fill<std::uint16_t>(info, t, verification_, seed_, pass, box, destination);
-    case 4: return fill<std::uint32_t>(info, t, verification_, seed_, pass, box, destination);
-    default: return fill<std::uint64_t>(info, t, verification_, seed_, pass, box, destination);
+    case 1: return fill<std::uint8_t>(plan_, info, t, verification_, seed_, pass_, box, destination);
+    case 2: return fill<std::uint16_t>(plan_, info, t, verification_, seed_, pass_, box, destination);
+    case 4: return fill<std::uint32_t>(plan_, info, t, verification_, seed_, pass_, box, destination);
+    default: return fill<std::uint64_t>(plan_, info, t, verification_, seed_, pass_, box, destination);
   }
 }
 
