@@ -108,9 +108,10 @@ class ParameterDecoder {
 
     // Walk every cell of the cut grid.
     std::vector<std::size_t> cell(static_cast<std::size_t>(ndim), 0);
+    pieces_.resize(static_cast<std::size_t>(ndim) + 1);  // emit's pieces, one per depth of splitting
+    Cell& c = pieces_[0];
     while (true) {
-      Cell c;
-      if (make_cell(cell, c)) emit(c, out);
+      if (make_cell(cell, c)) emit(0, out);
       int a = ndim - 1;
       for (; a >= 0; --a) {
         if (++cell[static_cast<std::size_t>(a)] < cuts_[static_cast<std::size_t>(a)].size()) break;
@@ -209,13 +210,16 @@ class ParameterDecoder {
   // Otherwise it is split along the axis that leaves the tensor (experts e = 0, 1, ... stored one after
   // another) or its first long axis (a parameter axis folded onto a checkpoint axis, e.g. [experts, rows]
   // from rows), each piece keyed from the affine key, and the pieces are merged again by normalization.
-  void emit(const Cell& c, std::vector<SliceCopy>& out) {
+  void emit(std::size_t depth, std::vector<SliceCopy>& out) {
+    const Cell& c = pieces_[depth];
     const std::size_t ndim = c.corner.size();
-    Shape at, next;
+    Shape& at = at_;  // scratch: a split no longer needs them
+    Shape& next = stepped_;
     const std::size_t tensor = element_of(c.key, c, at);
     const Shape& tshape = tensors_[tensor].shape;
     const std::size_t tensor_ndim = tshape.size();
-    std::vector<Shape> slope(tensor_ndim, Shape(ndim, 0));  // slope[t][a]: coordinate t per step along axis a
+    std::vector<std::int64_t>& slope = slope_;  // slope[t * ndim + a]: coordinate t per step along axis a
+    slope.assign(tensor_ndim * ndim, 0);
     std::size_t split = ndim;
     for (std::size_t a = 0; a < ndim && split == ndim; ++a) {
       if (c.extent[a] < 2) continue;
@@ -223,26 +227,29 @@ class ParameterDecoder {
         split = a;
         break;
       }
-      for (std::size_t t = 0; t < tensor_ndim; ++t) slope[t][a] = next[t] - at[t];
+      for (std::size_t t = 0; t < tensor_ndim; ++t) slope[t * ndim + a] = next[t] - at[t];
     }
     if (split == ndim) {
       bool one_copy = true;
       for (std::size_t t = 0; t < tensor_ndim && one_copy; ++t) {
         std::int64_t lo = at[t], hi = at[t];
         for (std::size_t a = 0; a < ndim && one_copy; ++a) {
+          const std::int64_t k = slope[t * ndim + a];
           std::int64_t move = 0;
-          one_copy = !__builtin_mul_overflow(slope[t][a], c.extent[a] - 1, &move) &&
-                     !__builtin_add_overflow(slope[t][a] < 0 ? lo : hi, move, slope[t][a] < 0 ? &lo : &hi);
+          one_copy = !__builtin_mul_overflow(k, c.extent[a] - 1, &move) &&
+                     !__builtin_add_overflow(k < 0 ? lo : hi, move, k < 0 ? &lo : &hi);
         }
         one_copy = one_copy && lo >= 0 && hi < tshape[t];
       }
-      std::vector<int> driver(tensor_ndim, -1);
+      std::vector<int>& driver = driver_;
+      driver.assign(tensor_ndim, -1);
       for (std::size_t a = 0; a < ndim && one_copy; ++a) {
         if (c.extent[a] < 2) continue;
         int walked = -1;
         for (std::size_t t = 0; t < tensor_ndim; ++t) {
-          if (slope[t][a] == 0) continue;
-          if (walked >= 0 || slope[t][a] != 1 || driver[t] >= 0) one_copy = false;
+          const std::int64_t k = slope[t * ndim + a];
+          if (k == 0) continue;
+          if (walked >= 0 || k != 1 || driver[t] >= 0) one_copy = false;
           walked = static_cast<int>(t);
           if (one_copy) driver[t] = static_cast<int>(a);
         }
@@ -257,12 +264,18 @@ class ParameterDecoder {
     }
     if (++splits_ > std::max<std::int64_t>(4096, param_.view.numel() / 8))
       not_a_copy(param_, flat_of(c.corner), kComputed, "the values are not piecewise affine in the parameter's index");
-    for (std::int64_t i = 0; i < c.extent[split]; ++i) {
-      Cell piece = c;
+    // Pieces of extent 1 along `split`: each splits further along other axes only, so depth stays <= ndim.
+    if (pieces_.size() < depth + 2) pieces_.resize(depth + 2);
+    for (std::int64_t i = 0; i < pieces_[depth].extent[split]; ++i) {
+      const Cell& whole = pieces_[depth];
+      Cell& piece = pieces_[depth + 1];
+      piece.corner.assign(whole.corner.begin(), whole.corner.end());
+      piece.extent.assign(whole.extent.begin(), whole.extent.end());
+      piece.step.assign(whole.step.begin(), whole.step.end());
       piece.corner[split] += i;
       piece.extent[split] = 1;
-      piece.key += c.step[split] * static_cast<std::uint64_t>(i);
-      emit(piece, out);
+      piece.key = whole.key + whole.step[split] * static_cast<std::uint64_t>(i);
+      emit(depth + 1, out);
     }
   }
 
@@ -295,7 +308,12 @@ class ParameterDecoder {
   std::vector<std::vector<std::int64_t>> points_;
   std::vector<std::vector<std::int64_t>> values_;
   std::int64_t splits_ = 0;
-  mutable Shape next_;  // make_cell's scratch
+  std::vector<Cell> pieces_;  // the cell being emitted and its pieces, by depth of splitting
+  // Scratch of make_cell and emit.
+  mutable Shape next_;
+  Shape at_, stepped_;
+  std::vector<std::int64_t> slope_;
+  std::vector<int> driver_;
 };
 
 // The elements of a parameter after the verification pass, by what they hold.

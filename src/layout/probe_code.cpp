@@ -91,26 +91,36 @@ ProbePlan::ProbePlan(const std::vector<TensorInfo>& tensors) {
     shapes_.push_back(t.shape);
     place_start_.push_back(places_.size());
     places_.resize(places_.size() + t.shape.size());
-    // Places from the last axis out: 1, the row's pitch, then (extent + 1) times the place inside.
-    std::uint64_t place = 1, align = 1;
-    for (std::size_t a = t.shape.size(); a-- > 0;) {
-      places_[place_start_.back() + a] = place;
-      const auto extent = static_cast<std::uint64_t>(t.shape[a]);
-      if (a + 1 == t.shape.size()) {
-        auto [it, fresh] = pitches.try_emplace({t.dtype, t.shape[a]}, 0);
-        if (fresh) it->second = row_pitch(extent, ds, t);
-        place = it->second;
-        align = std::min(place, ds.half);
-      } else if (__builtin_mul_overflow(place, extent + 1, &place)) {
-        too_large(t);
+    std::uint64_t* places = places_.data() + place_start_.back();
+    // Places from the last axis out, each (extent + 1) times the one inside: compact first. A tensor whose
+    // range fits in one span of u = ds.half keys is placed inside one span (no digit wraps or jumps inside
+    // it at all); a larger one gets rows pitched to the spans and starts on a row boundary of them.
+    const auto lay_out = [&](std::uint64_t pitch) {
+      std::uint64_t place = 1;
+      for (std::size_t a = t.shape.size(); a-- > 0;) {
+        places[a] = place;
+        const std::uint64_t step = a + 1 == t.shape.size() ? pitch : static_cast<std::uint64_t>(t.shape[a]) + 1;
+        if (__builtin_mul_overflow(place, step, &place)) too_large(t);
       }
-    }
+      return place;  // the range
+    };
+    const std::uint64_t u = ds.half;
     std::uint64_t& range = ranges_[static_cast<std::size_t>(t.dtype)];
+    std::uint64_t size = lay_out(t.shape.empty() ? 1 : static_cast<std::uint64_t>(t.shape.back()) + 1);
+    std::uint64_t align = 1;
+    if (size <= u) {
+      if (range % u + size > u) align = u;  // would straddle the end of the span: start the next one
+    } else {
+      auto [it, fresh] = pitches.try_emplace({t.dtype, t.shape.back()}, 0);
+      if (fresh) it->second = row_pitch(static_cast<std::uint64_t>(t.shape.back()), ds, t);
+      size = lay_out(it->second);
+      align = std::min(it->second, u);
+    }
     std::uint64_t base = 0;
     if (__builtin_add_overflow(range, align - 1, &base)) too_large(t);
     base -= base % align;
     bases_.push_back(base);
-    if (__builtin_add_overflow(base, place, &range)) too_large(t);
+    if (__builtin_add_overflow(base, size, &range)) too_large(t);
     by_dtype_[static_cast<std::size_t>(t.dtype)].push_back(i);
   }
   // At least one pass, so that a lone scalar still writes codes that tell sourced elements from padding.

@@ -325,10 +325,10 @@ TEST(ProbePlan, KeysAndPasses) {
   const ProbePlan plan(tensors);
   // Per dtype: u8 [600, 300] has rows of pitch 480 (two u8 digit spans of 240), 601 * 480 > 240^2 keys.
   EXPECT_EQ(plan.key_range(DType::kU8), 601u * 480u);
-  // bf16: emb [70000, 3] at pitch 4, "empty" [0, 4] at pitch 5 from the next multiple of 5, the 60 small
-  // [2, 3] at pitch 4 from the next multiple of 4.
-  EXPECT_EQ(plan.key_range(DType::kBF16), 280012u + 60u * 12u);
-  EXPECT_EQ(plan.base(10), 280005u);
+  // bf16: emb [70000, 3] (more than a span of 30,720 keys) at pitch 4, a divisor of the span; "empty" [0, 4]
+  // and the 60 small [2, 3] compact (5 and 12 keys) right after it, inside the same span.
+  EXPECT_EQ(plan.key_range(DType::kBF16), 280004u + 5u + 60u * 12u);
+  EXPECT_EQ(plan.base(10), 280004u);
   EXPECT_EQ(plan.key_range(DType::kF8E4M3), 301u * 6u * 8u);
   EXPECT_EQ(plan.key_range(DType::kF16), 61440u);  // [31000]: longer than 30,720, two spans
   EXPECT_EQ(plan.key_range(DType::kI8), 1u);  // the scalar
@@ -339,7 +339,7 @@ TEST(ProbePlan, KeysAndPasses) {
   const std::int64_t w8[] = {2, 3, 4};
   EXPECT_EQ(plan.key(1, w8), 2u * 48u + 3u * 8u + 4u);
   const std::int64_t small[] = {1, 2};
-  EXPECT_EQ(plan.key(11 + 2, small), 280012u + 12u + 1u * 4u + 2u);  // the second bf16 "small"
+  EXPECT_EQ(plan.key(11 + 2, small), 280009u + 12u + 1u * 4u + 2u);  // the second bf16 "small"
   EXPECT_EQ(plan.places(0)[0], 4u);
 
   // One tensor still gets a pass; a bf16 matrix of 4096 x 4096 (pitch 5,120) needs two digits (61,440 each),
@@ -349,6 +349,23 @@ TEST(ProbePlan, KeysAndPasses) {
   EXPECT_EQ(ProbePlan({{"x", DType::kBF16, {163840, 7168}}, {"y", DType::kBF16, {7168}}}).num_passes(), 2);
   EXPECT_EQ(ProbePlan({{"x", DType::kF8E4M3, {163840, 7168}}}).num_passes(), 4);  // 192^4 > 163,841 * 7,200
   EXPECT_THROW(ProbePlan({{"x", DType::kBF16, {-1}}}), Error);
+  // Small tensors never straddle a span of u keys (the digits' wraps and the hole lie on span ends), large
+  // ones start on a multiple of their row pitch or of u.
+  std::vector<TensorInfo> many;
+  for (int i = 0; i < 3000; ++i) many.push_back({"t" + std::to_string(i), DType::kBF16, {7 + i % 5, 13 + i % 3}});
+  many.push_back({"big", DType::kBF16, {100, 40000}});
+  many.push_back({"after", DType::kBF16, {3, 3}});
+  const ProbePlan spans(many);
+  const std::uint64_t u = digit_space(DType::kBF16).half;
+  for (std::size_t t = 0; t < many.size(); ++t) {
+    const std::uint64_t size = static_cast<std::uint64_t>(many[t].shape[0] + 1) * spans.places(t)[0];
+    if (size <= u) {
+      EXPECT_EQ(spans.base(t) / u, (spans.base(t) + size - 1) / u) << many[t].name;
+    } else {
+      EXPECT_EQ(spans.base(t) % u, 0u) << many[t].name;
+      EXPECT_EQ(spans.places(t)[0], 2 * u) << many[t].name;  // 40,001 rounded up to spans
+    }
+  }
   expect_error([] { ProbePlan({{"huge", DType::kF64, {1LL << 40, 1LL << 40}}}); }, ErrorCode::kInvalidArgument,
                {"huge", "2^64"});
 }
