@@ -1,6 +1,7 @@
 #include "layout/probe.hpp"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <ctime>
@@ -368,6 +369,26 @@ bool dense_in_parameter(const Shape& extent, const Shape& strides) {
   return true;
 }
 
+// Whether a box with `strides` in the parameter fills one contiguous run of it in some order of its axes:
+// sorted by stride, each long axis' stride is the product of the extents inside it (then the run starts
+// at the box's offset, every stride being positive).
+bool fills_one_run(const Shape& extent, const Shape& strides) {
+  std::array<std::pair<std::int64_t, std::int64_t>, 16> axes;  // (stride, extent) of the long axes
+  std::size_t n = 0;
+  for (std::size_t a = 0; a < extent.size(); ++a) {
+    if (extent[a] < 2) continue;
+    if (n == axes.size() || strides[a] <= 0) return false;
+    axes[n++] = {strides[a], extent[a]};
+  }
+  std::sort(axes.begin(), axes.begin() + static_cast<std::ptrdiff_t>(n));
+  std::int64_t run = 1;
+  for (std::size_t k = 0; k < n; ++k) {
+    if (axes[k].first != run) return false;
+    run *= axes[k].second;
+  }
+  return true;
+}
+
 // Replays the decoded copies against the verification values load_weights just wrote (into parameters that
 // held the marker): each copied element must match and is then set back to the marker, so that afterwards
 // every element holds the marker (never written) or 0 (a constant load_weights wrote). Returns the accounting
@@ -386,6 +407,9 @@ std::vector<ParameterAccount> verify_against_load(const SourceMap& map, const Pr
     const std::int64_t rows = copy.box.extent.empty() ? 1 : copy.box.extent[0];
     const std::int64_t per_row = copy.box.extent.empty() ? 1 : copy.box.numel() / std::max<std::int64_t>(rows, 1);
     const std::int64_t step = std::max<std::int64_t>(1, kChunk / std::max<std::int64_t>(per_row, 1));
+    // A copy that fills one run of the parameter in another order (a transpose) goes back to the marker
+    // as that run, in one memset once all its chunks compared, not by a strided walk per chunk.
+    const bool one_run = fills_one_run(copy.box.extent, copy.strides);
     for (std::int64_t row = 0; row < rows; row += step) {
       part.offset.assign(copy.box.offset.begin(), copy.box.offset.end());
       part.extent.assign(copy.box.extent.begin(), copy.box.extent.end());
@@ -435,9 +459,13 @@ std::vector<ParameterAccount> verify_against_load(const SourceMap& map, const Pr
       }
       // Copied elements back to the marker: the final scan then finds anything load_weights wrote that no
       // copy explains.
+      if (one_run) continue;
       if (marks.size() < expected.size()) marks.assign(expected.size(), std::byte{kMarker});
       copy_tensor(target, TensorView::contiguous(marks.data(), tensor.dtype, part.extent));
     }
+    if (one_run)
+      std::memset(static_cast<std::byte*>(param.view.data) + copy.offset * static_cast<std::int64_t>(element), kMarker,
+                  static_cast<std::size_t>(copy.box.numel()) * element);
   }
   std::vector<std::int64_t> copied(params.size(), 0);
   for (const SliceCopy& copy : map.copies) copied[copy.parameter] += copy.box.numel();

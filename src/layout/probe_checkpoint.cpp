@@ -130,23 +130,85 @@ void fill_pass(const ProbePlan& plan, std::size_t tensor, int pass, const Box& b
   }
 }
 
-// Verification values: the flat index f of an element picks hash word w = f / kSlices of its tensor's
-// stream (splitmix64: mix64(key + (w + 1)·gamma)) and slice f % kSlices of that word; the slice, a
-// uniform draw, is scaled into [0, D) by multiply-high, no division. Small dtypes share one hash among
-// several elements (16-bit slices for 1- and 2-byte codes, 32-bit for 4-byte), which makes the fill
-// several times faster; a value still depends on (seed, tensor, f) only, so any box agrees with the whole.
+// Verification values. 1- and 2-byte codes: element f of a tensor gets hash16(f mod 2^16 xor k), k a
+// 16-bit key from (seed, tensor, f / 2^16) and hash16 a bijection of 16-bit words (xorshift-multiply
+// rounds), scaled into [0, D) by multiply-high: one value per element, eight per SSE2 vector of 16-bit lanes
+// (a native multiply there), and no two elements of one 2^16-element block share a hash. 4- and 8-byte codes:
+// word w = f / kSlices of a splitmix64 stream (mix64(key + (w + 1)·gamma)), slice f % kSlices of it (two
+// 32-bit slices or one). A value depends on (seed, tensor, f) only, so any box agrees with the whole.
+template <typename V>
+inline V hash16(V x) {
+  x ^= x >> 8;
+  x *= 0x88b5;
+  x ^= x >> 7;
+  x *= 0xdb2d;
+  x ^= x >> 9;
+  return x;
+}
+
+// The 16-bit keys of one tensor's blocks of 2^16 elements.
+class BlockKeys {
+ public:
+  explicit BlockKeys(std::uint64_t key) : key_(key) {}
+  std::uint16_t operator()(std::uint64_t block) {
+    if (block != block_ || !have_) {
+      block_ = block;
+      have_ = true;
+      value_ = static_cast<std::uint16_t>(mix64(key_ ^ mix64(block + kGamma)) >> 48);
+    }
+    return value_;
+  }
+
+ private:
+  std::uint64_t key_, block_ = 0;
+  bool have_ = false;
+  std::uint16_t value_ = 0;
+};
+
+// out[0, n) = the values of elements first, first + 1, ... (1- and 2-byte codes).
+template <typename T>
+void fill_small_verification(BlockKeys& keys, const CodeSpace& cs, std::uint64_t first, std::int64_t n, T* out) {
+  typedef std::uint16_t Lanes __attribute__((vector_size(16)));
+  // D < 2^16: the scaling is a 16-bit multiply-high (SSE2 pmulhuw once vectorized).
+  const auto lo = static_cast<std::uint16_t>(cs.lo), size = static_cast<std::uint16_t>(cs.size);
+  const auto scale = [&](std::uint16_t h) {
+    return static_cast<T>(lo + static_cast<std::uint16_t>((static_cast<std::uint32_t>(h) * size) >> 16));
+  };
+  for (std::int64_t i = 0; i < n;) {
+    const std::uint64_t f = first + static_cast<std::uint64_t>(i);
+    const auto in_block = static_cast<std::int64_t>(std::min<std::uint64_t>(static_cast<std::uint64_t>(n - i), 65536 - (f & 0xffff)));
+    const std::uint16_t k = keys(f >> 16);
+    auto low = static_cast<std::uint16_t>(f);
+    T* o = out + i;
+    std::int64_t j = 0;
+    constexpr std::int64_t kChunk = 256;
+    std::uint16_t hashes[kChunk];
+    for (; j + kChunk <= in_block; j += kChunk, low = static_cast<std::uint16_t>(low + kChunk)) {
+      Lanes x = {low, static_cast<std::uint16_t>(low + 1), static_cast<std::uint16_t>(low + 2),
+                 static_cast<std::uint16_t>(low + 3), static_cast<std::uint16_t>(low + 4),
+                 static_cast<std::uint16_t>(low + 5), static_cast<std::uint16_t>(low + 6),
+                 static_cast<std::uint16_t>(low + 7)};
+      const Lanes eight = {8, 8, 8, 8, 8, 8, 8, 8};
+      for (std::int64_t v = 0; v < kChunk; v += 8, x += eight) {
+        const Lanes h = hash16(x ^ k);
+        std::memcpy(hashes + v, &h, sizeof(h));
+      }
+      for (std::int64_t v = 0; v < kChunk; ++v) o[j + v] = scale(hashes[v]);  // vectorized: a multiply-high
+    }
+    for (; j < in_block; ++j, ++low) o[j] = scale(hash16(static_cast<std::uint16_t>(low ^ k)));
+    i += in_block;
+  }
+}
+
 template <typename T>
 struct VerificationSlices {
-  static constexpr int kSlices = sizeof(T) <= 2 ? 4 : (sizeof(T) == 4 ? 2 : 1);
+  static constexpr int kSlices = sizeof(T) == 4 ? 2 : 1;
   static constexpr int kBits = 64 / kSlices;
 
   static std::uint64_t code(std::uint64_t h, int slice, const CodeSpace& cs) {
     if constexpr (kSlices == 1) {
       (void)slice;
       return cs.lo + static_cast<std::uint64_t>((static_cast<Uint128>(h) * cs.size) >> 64);
-    } else if constexpr (kBits == 16) {  // D < 2^16: a 32-bit product suffices, and is cheaper
-      const auto x = static_cast<std::uint32_t>((h >> (slice * kBits)) & 0xffffU);
-      return cs.lo + ((x * static_cast<std::uint32_t>(cs.size)) >> kBits);
     } else {
       const std::uint64_t x = (h >> (slice * kBits)) & ((1ULL << kBits) - 1);
       return cs.lo + ((x * cs.size) >> kBits);
@@ -154,12 +216,33 @@ struct VerificationSlices {
   }
 };
 
+// Wide codes: out[0, n) = the values of elements first, first + 1, ...
 template <typename T>
-void fill_verification(const TensorInfo& info, std::size_t tensor, std::uint64_t seed, const Box& box, T* out) {
+void fill_wide_verification(std::uint64_t key, const CodeSpace& cs, std::uint64_t first, std::int64_t n, T* out) {
   using Slices = VerificationSlices<T>;
   constexpr auto kSlices = static_cast<std::uint64_t>(Slices::kSlices);
+  const std::uint64_t last = first + static_cast<std::uint64_t>(n);
+  std::uint64_t f = first;  // out[f - first] is the element of flat index f
+  auto partial = [&](std::uint64_t end) {
+    const std::uint64_t h = mix64(key + (f / kSlices + 1) * kGamma);
+    for (; f < end; ++f) out[f - first] = static_cast<T>(Slices::code(h, static_cast<int>(f % kSlices), cs));
+  };
+  if (f % kSlices != 0) partial(std::min(last, (f / kSlices + 1) * kSlices));
+  std::uint64_t state = key + (f / kSlices + 1) * kGamma;
+  for (; f + kSlices <= last; f += kSlices, state += kGamma) {
+    const std::uint64_t h = mix64(state);
+    T* o = out + (f - first);
+#pragma GCC unroll 2
+    for (int s = 0; s < Slices::kSlices; ++s) o[s] = static_cast<T>(Slices::code(h, s, cs));
+  }
+  if (f < last) partial(last);
+}
+
+template <typename T>
+void fill_verification(const TensorInfo& info, std::size_t tensor, std::uint64_t seed, const Box& box, T* out) {
   const CodeSpace cs = code_space(info.dtype);
   const std::uint64_t key = mix64(mix64(seed + kGamma) ^ mix64(static_cast<std::uint64_t>(tensor) + 0x5851f42d4c957f2dULL));
+  BlockKeys keys(key);
   const std::int64_t numel = box.numel();
   if (numel == 0) return;
   const int ndim = box.ndim();
@@ -172,44 +255,13 @@ void fill_verification(const TensorInfo& info, std::size_t tensor, std::uint64_t
   for (int a = inner; a < ndim; ++a) row *= box.extent[a];
   const std::int64_t rows = numel / row;
   Shape index(static_cast<std::size_t>(std::max(ndim, 1)), 0);  // odometer over the axes before `inner`
-  for (std::int64_t r = 0; r < rows; ++r) {
+  for (std::int64_t r = 0; r < rows; ++r, out += row) {
     std::int64_t flat = ndim == 0 ? 0 : box.offset[inner] * strides[inner];
     for (int d = 0; d < inner; ++d) flat += (box.offset[d] + index[d]) * strides[d];
-    // A partial word at either end of the row, whole words (unrolled, constant shifts) in between.
-    const auto first = static_cast<std::uint64_t>(flat), last = first + static_cast<std::uint64_t>(row);
-    std::uint64_t f = first;  // out[f - first] is the element of flat index f
-    auto partial = [&](std::uint64_t end) {
-      const std::uint64_t h = mix64(key + (f / kSlices + 1) * kGamma);
-      for (; f < end; ++f) out[f - first] = static_cast<T>(Slices::code(h, static_cast<int>(f % kSlices), cs));
-    };
-    if (f % kSlices != 0) partial(std::min(last, (f / kSlices + 1) * kSlices));
-    std::uint64_t state = key + (f / kSlices + 1) * kGamma;
-    if constexpr (std::endian::native == std::endian::little && Slices::kSlices > 1) {
-      // Blocks of words: the hashes first, then every slice scaled in one loop over the slices as an array
-      // (slice s of a word is its s-th lane in memory), which the compiler vectorizes (a multiply-high per
-      // lane); one word at a time it could not. The same values as the word-by-word form below.
-      using Lane = std::conditional_t<Slices::kBits == 16, std::uint16_t, std::uint32_t>;
-      using Wide = std::conditional_t<Slices::kBits == 16, std::uint32_t, std::uint64_t>;  // D < 2^kBits
-      const auto lo = static_cast<Wide>(cs.lo), size = static_cast<Wide>(cs.size);
-      constexpr std::uint64_t kWords = 64;
-      std::uint64_t words[kWords];
-      Lane lanes[kWords * kSlices];
-      for (; f + kWords * kSlices <= last; f += kWords * kSlices) {
-        for (std::uint64_t w = 0; w < kWords; ++w, state += kGamma) words[w] = mix64(state);
-        std::memcpy(lanes, words, sizeof(words));
-        T* o = out + (f - first);
-        for (std::uint64_t j = 0; j < kWords * kSlices; ++j)
-          o[j] = static_cast<T>(lo + ((static_cast<Wide>(lanes[j]) * size) >> Slices::kBits));
-      }
-    }
-    for (; f + kSlices <= last; f += kSlices, state += kGamma) {
-      const std::uint64_t h = mix64(state);
-      T* o = out + (f - first);
-#pragma GCC unroll 4
-      for (int s = 0; s < Slices::kSlices; ++s) o[s] = static_cast<T>(Slices::code(h, s, cs));
-    }
-    if (f < last) partial(last);
-    out += row;
+    if constexpr (sizeof(T) <= 2)
+      fill_small_verification(keys, cs, static_cast<std::uint64_t>(flat), row, out);
+    else
+      fill_wide_verification(key, cs, static_cast<std::uint64_t>(flat), row, out);
     for (int d = inner - 1; d >= 0; --d) {
       if (++index[d] < box.extent[d]) break;
       index[d] = 0;
