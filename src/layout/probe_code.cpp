@@ -73,6 +73,9 @@ std::uint64_t row_pitch(std::uint64_t row, const DigitSpace& ds, const TensorInf
 
 }  // namespace
 
+// Digit spans shorter than this (the 1-byte codes) lay out every axis on whole digits instead.
+constexpr std::uint64_t kWholeDigitSpan = 4096;
+
 ProbePlan::ProbePlan(const std::vector<TensorInfo>& tensors) {
   dtypes_.reserve(tensors.size());
   shapes_.reserve(tensors.size());
@@ -108,7 +111,21 @@ ProbePlan::ProbePlan(const std::vector<TensorInfo>& tensors) {
     std::uint64_t& range = ranges_[static_cast<std::size_t>(t.dtype)];
     std::uint64_t size = lay_out(t.shape.empty() ? 1 : static_cast<std::uint64_t>(t.shape.back()) + 1);
     std::uint64_t align = 1;
-    if (size <= u) {
+    if (u < kWholeDigitSpan) {
+      // 1-byte codes (spans of 96-240 keys): every axis but the outermost gets whole digits, its extent
+      // and the gap, and the tensor starts on a digit of its outermost axis, so a digit wraps along an axis
+      // only every D steps, as rows of a few dozen elements would otherwise make it every few.
+      std::uint64_t place = 1;
+      for (std::size_t a = t.shape.size(); a-- > 0;) {
+        places[a] = place;
+        if (a == 0) break;
+        const std::uint64_t digits = place_value(ds.size, digits_needed(static_cast<std::uint64_t>(t.shape[a]), ds.size));
+        if (digits == std::numeric_limits<std::uint64_t>::max() || __builtin_mul_overflow(place, digits, &place)) too_large(t);
+      }
+      if (!t.shape.empty() && __builtin_mul_overflow(place, static_cast<std::uint64_t>(t.shape[0]) + 1, &size)) too_large(t);
+      if (t.shape.empty()) size = 1;
+      align = place;
+    } else if (size <= u) {
       if (range % u + size > u) align = u;  // would straddle the end of the span: start the next one
     } else {
       auto [it, fresh] = pitches.try_emplace({t.dtype, t.shape.back()}, 0);

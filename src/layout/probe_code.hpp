@@ -157,6 +157,8 @@ constexpr DigitSpace digit_space(DType dtype) {
 // u = digit_space.half that exceeds the row (or a multiple of u for rows as long), and every tensor starts
 // at a multiple of min(pitch, u). Every wrap of a digit and every jump over the hole then falls on a row
 // start (or on the same columns of every row), so the cut lines of a parameter stay a few per u keys.
+// 1-byte codes (u of 96-240) instead give every axis but the outermost whole digits (so a digit wraps along
+// any axis only every D steps) and start each tensor on a digit of its outermost axis.
 
 class ProbePlan {
  public:

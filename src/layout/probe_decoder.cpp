@@ -101,8 +101,11 @@ class ParameterDecoder {
       if ((v == sentinel) != unsourced || (!unsourced && !digit))
         not_a_copy(param_, flat_of(at), kComputed, "bits that are no probe code in pass " + std::to_string(p));
       if (unsourced) continue;
-      overflow = overflow || __builtin_mul_overflow(*digit, place, &term) || __builtin_add_overflow(key, term, &key);
-      if (p + 1 < passes_.size()) overflow = overflow || __builtin_mul_overflow(place, space_.size, &place);
+      // Past 2^64 only through a nonzero digit: the passes a larger dtype needs carry digit 0 here.
+      if (*digit != 0)
+        overflow = overflow || place == 0 || __builtin_mul_overflow(*digit, place, &term) ||
+                   __builtin_add_overflow(key, term, &key);
+      if (place != 0 && __builtin_mul_overflow(place, space_.size, &place)) place = 0;  // 0: past 2^64
     }
     if (overflow) not_a_copy(param_, flat_of(at), kComputed, "the codes decode to a key past 2^64");
     return !unsourced;

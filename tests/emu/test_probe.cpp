@@ -338,6 +338,24 @@ TEST(Probe, LayoutsAcrossDigitSpans) {
   }
 }
 
+// An fp8 tensor of 9 M keys takes 4 passes (192^3 < 9e6); the f32 scales beside it need one, and their
+// digits past the first are 0 at places past 2^64 (2^31 per digit): they decode all the same.
+TEST(Probe, DtypesNeedingFewerPassesThanTheProbeRuns) {
+  const std::vector<TensorInfo> tensors = {{"w", DType::kF8E4M3, {3000, 3000}}, {"scale", DType::kF32, {24, 24}}};
+  const std::vector<TensorInfo> infos = {{"w_part", DType::kF8E4M3, {8, 3000}}, {"scale", DType::kF32, {24, 24}}};
+  const auto load = [](const CheckpointReader& c, const ParameterSet& s) {
+    load_box(c, "w", Box{{2990, 0}, {8, 3000}}, s[0].view);
+    load_box(c, "scale", Box{{0, 0}, {24, 24}}, s[1].view);
+  };
+  HostParameters params(infos);
+  ProbeReport report;
+  const SourceMap map = probe_source_map(tensors, params.parameters(), load, {}, &report);
+  EXPECT_EQ(report.passes, 5);
+  ASSERT_EQ(map.copies.size(), 2u);
+  EXPECT_EQ(map.copies[0].box, (Box{{2990, 0}, {8, 3000}}));
+  EXPECT_EQ(map.copies[1].box, (Box{{0, 0}, {24, 24}}));
+}
+
 TEST(Probe, AShardOfALargeMatrixIsOneCopy) {
   const std::vector<TensorInfo> tensors = {{"w", DType::kBF16, {4096, 4096}}};
   HostParameters params({{"shard", DType::kBF16, {1024, 4096}}});

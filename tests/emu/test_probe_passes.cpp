@@ -17,15 +17,15 @@ using layout::ProbePlan;
 TEST(ProbePasses, ShippedModels) {
   struct Row {
     std::string model;
-    int bf16_passes;  // key digits in base 65,024 (bf16 codes of either sign)
-    int fp8_passes;   // the same tensor list stored as f8e4m3 (base 238)
+    int bf16_passes;  // key digits in base 61,440 (bf16 codes of either sign)
+    int fp8_passes;   // the same tensor list stored as f8e4m3 (base 192, whole digits per inner axis)
   };
-  // A pass tells 65,024 bf16 keys apart: two passes up to 4.2e9 keys (Π (extent + 1) summed over the
-  // tensors), three up to 2.7e14, which is every shipped model.
+  // A pass tells 61,440 bf16 keys apart: two passes up to 3.8e9 keys (about Π (extent + 1) summed over the
+  // tensors), three up to 2.3e14, which is every shipped model.
   const std::vector<Row> rows = {{"kimi-k2-instruct", 3, 6},
-                                 {"moonlight-16b-a3b", 3, 5},
-                                 {"qwen3-235b-a22b", 3, 5},
-                                 {"qwen3-30b-a3b", 3, 5},
+                                 {"moonlight-16b-a3b", 3, 6},
+                                 {"qwen3-235b-a22b", 3, 6},
+                                 {"qwen3-30b-a3b", 3, 6},
                                  {"qwen3-32b", 3, 5}};
   for (const Row& row : rows) {
     const ModelConfig config = load_named_model_config(row.model);

@@ -323,21 +323,22 @@ TEST(ProbeDigitSpace, EverySmallPattern) {
 TEST(ProbePlan, KeysAndPasses) {
   const auto tensors = mixed_tensors();
   const ProbePlan plan(tensors);
-  // Per dtype: u8 [600, 300] has rows of pitch 480 (two u8 digit spans of 240), 601 * 480 > 240^2 keys.
-  EXPECT_EQ(plan.key_range(DType::kU8), 601u * 480u);
+  // Per dtype. 1-byte codes give every inner axis whole digits: u8 [600, 300] has rows of 240^2 keys, so
+  // 601 * 57,600 > 240^3 keys take four u8 digits.
+  EXPECT_EQ(plan.key_range(DType::kU8), 601u * 57600u);
   // bf16: emb [70000, 3] (more than a span of 30,720 keys) at pitch 4, a divisor of the span; "empty" [0, 4]
   // and the 60 small [2, 3] compact (5 and 12 keys) right after it, inside the same span.
   EXPECT_EQ(plan.key_range(DType::kBF16), 280004u + 5u + 60u * 12u);
   EXPECT_EQ(plan.base(10), 280004u);
-  EXPECT_EQ(plan.key_range(DType::kF8E4M3), 301u * 6u * 8u);
+  EXPECT_EQ(plan.key_range(DType::kF8E4M3), 301u * 192u * 192u);  // [300, 5, 7]: one digit per inner axis
   EXPECT_EQ(plan.key_range(DType::kF16), 61440u);  // [31000]: longer than 30,720, two spans
   EXPECT_EQ(plan.key_range(DType::kI8), 1u);  // the scalar
-  EXPECT_EQ(plan.num_passes(), 3);
-  EXPECT_EQ(plan.describe_pass(2), "key digit 2");
-  EXPECT_THROW((void)plan.describe_pass(3), Error);
+  EXPECT_EQ(plan.num_passes(), 4);
+  EXPECT_EQ(plan.describe_pass(3), "key digit 3");
+  EXPECT_THROW((void)plan.describe_pass(4), Error);
   // Keys: the base of the tensor's dtype plus its row-major index with a gap after every axis.
   const std::int64_t w8[] = {2, 3, 4};
-  EXPECT_EQ(plan.key(1, w8), 2u * 48u + 3u * 8u + 4u);
+  EXPECT_EQ(plan.key(1, w8), 2u * 192u * 192u + 3u * 192u + 4u);
   const std::int64_t small[] = {1, 2};
   EXPECT_EQ(plan.key(11 + 2, small), 280009u + 12u + 1u * 4u + 2u);  // the second bf16 "small"
   EXPECT_EQ(plan.places(0)[0], 4u);
@@ -347,7 +348,7 @@ TEST(ProbePlan, KeysAndPasses) {
   EXPECT_EQ(ProbePlan({{"x", DType::kBF16, {}}}).num_passes(), 1);
   EXPECT_EQ(ProbePlan({{"x", DType::kBF16, {4096, 4096}}}).num_passes(), 2);
   EXPECT_EQ(ProbePlan({{"x", DType::kBF16, {163840, 7168}}, {"y", DType::kBF16, {7168}}}).num_passes(), 2);
-  EXPECT_EQ(ProbePlan({{"x", DType::kF8E4M3, {163840, 7168}}}).num_passes(), 4);  // 192^4 > 163,841 * 7,200
+  EXPECT_EQ(ProbePlan({{"x", DType::kF8E4M3, {163840, 7168}}}).num_passes(), 5);  // 163,841 * 192^2 > 192^4
   EXPECT_THROW(ProbePlan({{"x", DType::kBF16, {-1}}}), Error);
   // Small tensors never straddle a span of u keys (the digits' wraps and the hole lie on span ends), large
   // ones start on a multiple of their row pitch or of u.
@@ -463,9 +464,9 @@ TEST(ProbeCheckpoint, RandomBoxesMatchTheDefinition) {
             << tensors[t].name << " box " << box.to_string() << " pass " << p;
       }
     }
-    // Thin boxes across the hole of the bf16 digits (key 32,512: row 8,128) and their wrap (key 65,024:
-    // row 16,256), and a box of one column.
-    for (const Box& box : {Box{{8120, 0}, {20, 3}}, Box{{16250, 1}, {20, 2}}, Box{{0, 2}, {70000, 1}}})
+    // Thin boxes across the hole of the bf16 digits (key 30,720: row 7,680) and their wrap (key 61,440:
+    // row 15,360), and a box of one column.
+    for (const Box& box : {Box{{7670, 0}, {20, 3}}, Box{{15350, 1}, {20, 2}}, Box{{0, 2}, {70000, 1}}})
       ASSERT_EQ(read_codes(ckpt, tensors[0], box), expected_codes(plan, p, 0, box)) << box.to_string();
   }
 }
@@ -569,12 +570,12 @@ TEST(ProbeCheckpoint, LookupsInAnyOrderFindTheirTensor) {
 TEST(ProbeCheckpoint, SourceAndErrors) {
   const auto tensors = mixed_tensors();
   ProbeCheckpoint ckpt(tensors, ProbePlan(tensors));
-  EXPECT_EQ(ckpt.source(), "probe pass 1 of 3 (key digit 0)");
+  EXPECT_EQ(ckpt.source(), "probe pass 1 of 4 (key digit 0)");
   ckpt.set_pass(2);
-  EXPECT_EQ(ckpt.source(), "probe pass 3 of 3 (key digit 2)");
+  EXPECT_EQ(ckpt.source(), "probe pass 3 of 4 (key digit 2)");
   ckpt.set_verification(42);
   EXPECT_EQ(ckpt.source(), "probe verification (seed 42)");
-  EXPECT_THROW(ckpt.set_pass(3), Error);
+  EXPECT_THROW(ckpt.set_pass(4), Error);
   EXPECT_THROW(ckpt.set_pass(-1), Error);
 
   std::vector<std::uint16_t> buffer(64);
