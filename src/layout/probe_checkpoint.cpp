@@ -20,17 +20,6 @@ inline std::uint64_t mix64(std::uint64_t z) {
   return z ^ (z >> 31);
 }
 
-// Repeats out[0, block) until out holds `total` elements: doubling copies, so a box of many short
-// rows costs log(rows) memcpy calls rather than one per row.
-template <typename T>
-void replicate(T* out, std::int64_t block, std::int64_t total) {
-  for (std::int64_t have = block; have < total;) {
-    const std::int64_t n = std::min(have, total - have);
-    std::memcpy(out + have, out, static_cast<std::size_t>(n) * sizeof(T));
-    have += n;
-  }
-}
-
 // out[0, n) = value, eight bytes per store: the plain element loop is not vectorized at -O2 and
 // writes 1- and 2-byte elements at a fraction of the memory bandwidth.
 template <typename T>
@@ -66,81 +55,160 @@ class DigitCounter {
   std::uint64_t base_, place_, rest_, digit_;
 };
 
-// out[j] = lo + digit_k(v0 + j) for j < n: with place 1 runs of consecutive codes (wrapping at D),
-// otherwise runs of one code. Only one block of a box is built this way; the rest is replicated.
+// out[0, n) = first, first + 1, ...: 16 bytes per store (GCC's vector extension; the scalar loop is not
+// vectorized at -O2 and stores 2-byte codes at a fraction of the memory bandwidth).
 template <typename T>
-void fill_digit_run(T* out, std::int64_t n, std::uint64_t v0, std::uint64_t base, std::uint64_t place,
-                    std::uint64_t lo) {
+void fill_consecutive(T* out, std::int64_t n, T first) {
+  constexpr int kLanes = 16 / sizeof(T);
+  typedef T Lanes __attribute__((vector_size(16)));
+  Lanes v{}, step{};
+  for (int i = 0; i < kLanes; ++i) {
+    v[i] = static_cast<T>(first + static_cast<T>(i));
+    step[i] = static_cast<T>(kLanes);
+  }
+  std::int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes, v += step) std::memcpy(out + i, &v, sizeof(v));
+  for (; i < n; ++i) out[i] = static_cast<T>(first + static_cast<T>(i));
+}
+
+// out[j] = the code of digit k of key k0 + j, for j < n (place = D^k): with place 1 runs of consecutive
+// codes up to the next wrap of the digit or the hole of the digit space, otherwise runs of one code.
+template <typename T>
+void fill_key_run(T* out, std::int64_t n, std::uint64_t k0, const DigitSpace& ds, std::uint64_t place) {
   if (place == 1) {
-    std::uint64_t digit = v0 % base;
-    for (std::int64_t j = 0; j < n; digit = 0) {  // every run after the first starts at digit 0
-      const auto len = static_cast<std::int64_t>(std::min<std::uint64_t>(static_cast<std::uint64_t>(n - j), base - digit));
-      const std::uint64_t first = lo + digit;
-      T* run = out + j;
-      for (std::int64_t i = 0; i < len; ++i) run[i] = static_cast<T>(first + static_cast<std::uint64_t>(i));
+    std::uint64_t digit = k0 % ds.size;
+    for (std::int64_t j = 0; j < n;) {
+      const std::uint64_t end = digit < ds.half ? ds.half : ds.size;
+      const auto len = static_cast<std::int64_t>(std::min<std::uint64_t>(static_cast<std::uint64_t>(n - j), end - digit));
+      fill_consecutive(out + j, len, static_cast<T>(ds.bits(digit)));
       j += len;
+      digit += static_cast<std::uint64_t>(len);
+      if (digit == ds.size) digit = 0;
     }
     return;
   }
-  DigitCounter counter(v0, base, place);
+  DigitCounter counter(k0, ds.size, place);
   for (std::int64_t j = 0; j < n;) {
     const auto len = static_cast<std::int64_t>(std::min<std::uint64_t>(static_cast<std::uint64_t>(n - j), counter.run()));
-    fill_constant(out + j, len, static_cast<T>(lo + counter.digit()));
+    fill_constant(out + j, len, static_cast<T>(ds.bits(counter.digit())));
     counter.skip(static_cast<std::uint64_t>(len));
     j += len;
   }
 }
 
-// Codes of one pass for `box` of tensor `tensor`. The field is either constant over the box (tensor
-// index, or an axis the tensor lacks), or the coordinate along one axis: then the box is `outer` copies
-// of one block of extent[axis] × `inner` elements, built once and replicated.
+// Codes of pass p for `box` of tensor `tensor`, row by row (the key runs on along a row). The key grows in
+// the box's row-major order (each axis' place exceeds everything the axes inside it add), so when the first
+// and the last element share their run of the digit, the whole box is one code: in the passes of high digits
+// almost every box.
 template <typename T>
-void fill_pass(const TensorInfo& info, std::size_t tensor, const ProbePass& pass, const Box& box, T* out) {
-  const CodeSpace cs = code_space(info.dtype);
-  const std::uint64_t place = place_value(cs.size, pass.digit);
+void fill_pass(const ProbePlan& plan, std::size_t tensor, int pass, const Box& box, T* out) {
+  const DigitSpace ds = digit_space(plan.dtype(tensor));
+  const std::uint64_t place = place_value(ds.size, pass);
   const std::int64_t numel = box.numel();
   if (numel == 0) return;
-  const int ndim = box.ndim();
-  const int axis = pass.field - 1;
-  if (pass.field == kTensorField || axis >= ndim) {
-    const std::uint64_t value = pass.field == kTensorField ? tensor : 0;
-    fill_constant(out, numel, static_cast<T>(cs.lo + (value / place) % cs.size));
+  const auto ndim = static_cast<std::size_t>(box.ndim());
+  const std::span<const std::uint64_t> places = plan.places(tensor);
+  std::uint64_t first = plan.base(tensor), last = first;
+  for (std::size_t a = 0; a < ndim; ++a) {
+    first += static_cast<std::uint64_t>(box.offset[a]) * places[a];
+    last += static_cast<std::uint64_t>(box.offset[a] + box.extent[a] - 1) * places[a];
+  }
+  if (first / place == last / place) {
+    fill_constant(out, numel, static_cast<T>(ds.bits((first / place) % ds.size)));
     return;
   }
-  std::int64_t outer = 1, inner = 1;
-  for (int a = 0; a < axis; ++a) outer *= box.extent[a];
-  for (int a = axis + 1; a < ndim; ++a) inner *= box.extent[a];
-  const std::int64_t n = box.extent[axis];
-  const auto v0 = static_cast<std::uint64_t>(box.offset[axis]);
-  if (inner == 1) {
-    fill_digit_run(out, n, v0, cs.size, place, cs.lo);
-  } else {
-    DigitCounter counter(v0, cs.size, place);
-    for (std::int64_t i = 0; i < n; ++i) {
-      fill_constant(out + i * inner, inner, static_cast<T>(cs.lo + counter.digit()));
-      counter.skip(1);
+  const std::int64_t row = box.extent[ndim - 1];  // ndim >= 1: a scalar is one element, filled above
+  Shape index(ndim - 1, 0);                      // odometer over the axes before the last
+  for (std::int64_t r = 0, rows = numel / row; r < rows; ++r, out += row) {
+    std::uint64_t k = first;
+    for (std::size_t a = 0; a + 1 < ndim; ++a) k += static_cast<std::uint64_t>(index[a]) * places[a];
+    fill_key_run(out, row, k, ds, place);
+    for (std::size_t a = ndim - 1; a-- > 0;) {
+      if (++index[a] < box.extent[a]) break;
+      index[a] = 0;
     }
   }
-  replicate(out, n * inner, numel);
 }
 
-// Verification values: the flat index f of an element picks hash word w = f / kSlices of its tensor's
-// stream (splitmix64: mix64(key + (w + 1)·gamma)) and slice f % kSlices of that word; the slice, a
-// uniform draw, is scaled into [0, D) by multiply-high, no division. Small dtypes share one hash among
-// several elements (16-bit slices for 1- and 2-byte codes, 32-bit for 4-byte), which makes the fill
-// several times faster; a value still depends on (seed, tensor, f) only, so any box agrees with the whole.
+// Verification values. 1- and 2-byte codes: element f of a tensor gets hash16(f mod 2^16 xor k), k a
+// 16-bit key from (seed, tensor, f / 2^16) and hash16 a bijection of 16-bit words (xorshift-multiply
+// rounds), scaled into [0, D) by multiply-high: one value per element, eight per SSE2 vector of 16-bit lanes
+// (a native multiply there), and no two elements of one 2^16-element block share a hash. 4- and 8-byte codes:
+// word w = f / kSlices of a splitmix64 stream (mix64(key + (w + 1)·gamma)), slice f % kSlices of it (two
+// 32-bit slices or one). A value depends on (seed, tensor, f) only, so any box agrees with the whole.
+template <typename V>
+inline V hash16(V x) {
+  x ^= x >> 8;
+  x *= 0x88b5;
+  x ^= x >> 7;
+  x *= 0xdb2d;
+  x ^= x >> 9;
+  return x;
+}
+
+// The 16-bit keys of one tensor's blocks of 2^16 elements.
+class BlockKeys {
+ public:
+  explicit BlockKeys(std::uint64_t key) : key_(key) {}
+  std::uint16_t operator()(std::uint64_t block) {
+    if (block != block_ || !have_) {
+      block_ = block;
+      have_ = true;
+      value_ = static_cast<std::uint16_t>(mix64(key_ ^ mix64(block + kGamma)) >> 48);
+    }
+    return value_;
+  }
+
+ private:
+  std::uint64_t key_, block_ = 0;
+  bool have_ = false;
+  std::uint16_t value_ = 0;
+};
+
+// out[0, n) = the values of elements first, first + 1, ... (1- and 2-byte codes).
+template <typename T>
+void fill_small_verification(BlockKeys& keys, const CodeSpace& cs, std::uint64_t first, std::int64_t n, T* out) {
+  typedef std::uint16_t Lanes __attribute__((vector_size(16)));
+  // D < 2^16: the scaling is a 16-bit multiply-high (SSE2 pmulhuw once vectorized).
+  const auto lo = static_cast<std::uint16_t>(cs.lo), size = static_cast<std::uint16_t>(cs.size);
+  const auto scale = [&](std::uint16_t h) {
+    return static_cast<T>(lo + static_cast<std::uint16_t>((static_cast<std::uint32_t>(h) * size) >> 16));
+  };
+  for (std::int64_t i = 0; i < n;) {
+    const std::uint64_t f = first + static_cast<std::uint64_t>(i);
+    const auto in_block = static_cast<std::int64_t>(std::min<std::uint64_t>(static_cast<std::uint64_t>(n - i), 65536 - (f & 0xffff)));
+    const std::uint16_t k = keys(f >> 16);
+    auto low = static_cast<std::uint16_t>(f);
+    T* o = out + i;
+    std::int64_t j = 0;
+    constexpr std::int64_t kChunk = 256;
+    std::uint16_t hashes[kChunk];
+    for (; j + kChunk <= in_block; j += kChunk, low = static_cast<std::uint16_t>(low + kChunk)) {
+      Lanes x = {low, static_cast<std::uint16_t>(low + 1), static_cast<std::uint16_t>(low + 2),
+                 static_cast<std::uint16_t>(low + 3), static_cast<std::uint16_t>(low + 4),
+                 static_cast<std::uint16_t>(low + 5), static_cast<std::uint16_t>(low + 6),
+                 static_cast<std::uint16_t>(low + 7)};
+      const Lanes eight = {8, 8, 8, 8, 8, 8, 8, 8};
+      for (std::int64_t v = 0; v < kChunk; v += 8, x += eight) {
+        const Lanes h = hash16(x ^ k);
+        std::memcpy(hashes + v, &h, sizeof(h));
+      }
+      for (std::int64_t v = 0; v < kChunk; ++v) o[j + v] = scale(hashes[v]);  // vectorized: a multiply-high
+    }
+    for (; j < in_block; ++j, ++low) o[j] = scale(hash16(static_cast<std::uint16_t>(low ^ k)));
+    i += in_block;
+  }
+}
+
 template <typename T>
 struct VerificationSlices {
-  static constexpr int kSlices = sizeof(T) <= 2 ? 4 : (sizeof(T) == 4 ? 2 : 1);
+  static constexpr int kSlices = sizeof(T) == 4 ? 2 : 1;
   static constexpr int kBits = 64 / kSlices;
 
   static std::uint64_t code(std::uint64_t h, int slice, const CodeSpace& cs) {
     if constexpr (kSlices == 1) {
       (void)slice;
       return cs.lo + static_cast<std::uint64_t>((static_cast<Uint128>(h) * cs.size) >> 64);
-    } else if constexpr (kBits == 16) {  // D < 2^16: a 32-bit product suffices, and is cheaper
-      const auto x = static_cast<std::uint32_t>((h >> (slice * kBits)) & 0xffffU);
-      return cs.lo + ((x * static_cast<std::uint32_t>(cs.size)) >> kBits);
     } else {
       const std::uint64_t x = (h >> (slice * kBits)) & ((1ULL << kBits) - 1);
       return cs.lo + ((x * cs.size) >> kBits);
@@ -148,12 +216,33 @@ struct VerificationSlices {
   }
 };
 
+// Wide codes: out[0, n) = the values of elements first, first + 1, ...
 template <typename T>
-void fill_verification(const TensorInfo& info, std::size_t tensor, std::uint64_t seed, const Box& box, T* out) {
+void fill_wide_verification(std::uint64_t key, const CodeSpace& cs, std::uint64_t first, std::int64_t n, T* out) {
   using Slices = VerificationSlices<T>;
   constexpr auto kSlices = static_cast<std::uint64_t>(Slices::kSlices);
+  const std::uint64_t last = first + static_cast<std::uint64_t>(n);
+  std::uint64_t f = first;  // out[f - first] is the element of flat index f
+  auto partial = [&](std::uint64_t end) {
+    const std::uint64_t h = mix64(key + (f / kSlices + 1) * kGamma);
+    for (; f < end; ++f) out[f - first] = static_cast<T>(Slices::code(h, static_cast<int>(f % kSlices), cs));
+  };
+  if (f % kSlices != 0) partial(std::min(last, (f / kSlices + 1) * kSlices));
+  std::uint64_t state = key + (f / kSlices + 1) * kGamma;
+  for (; f + kSlices <= last; f += kSlices, state += kGamma) {
+    const std::uint64_t h = mix64(state);
+    T* o = out + (f - first);
+#pragma GCC unroll 2
+    for (int s = 0; s < Slices::kSlices; ++s) o[s] = static_cast<T>(Slices::code(h, s, cs));
+  }
+  if (f < last) partial(last);
+}
+
+template <typename T>
+void fill_verification(const TensorInfo& info, std::size_t tensor, std::uint64_t seed, const Box& box, T* out) {
   const CodeSpace cs = code_space(info.dtype);
   const std::uint64_t key = mix64(mix64(seed + kGamma) ^ mix64(static_cast<std::uint64_t>(tensor) + 0x5851f42d4c957f2dULL));
+  BlockKeys keys(key);
   const std::int64_t numel = box.numel();
   if (numel == 0) return;
   const int ndim = box.ndim();
@@ -166,44 +255,13 @@ void fill_verification(const TensorInfo& info, std::size_t tensor, std::uint64_t
   for (int a = inner; a < ndim; ++a) row *= box.extent[a];
   const std::int64_t rows = numel / row;
   Shape index(static_cast<std::size_t>(std::max(ndim, 1)), 0);  // odometer over the axes before `inner`
-  for (std::int64_t r = 0; r < rows; ++r) {
+  for (std::int64_t r = 0; r < rows; ++r, out += row) {
     std::int64_t flat = ndim == 0 ? 0 : box.offset[inner] * strides[inner];
     for (int d = 0; d < inner; ++d) flat += (box.offset[d] + index[d]) * strides[d];
-    // A partial word at either end of the row, whole words (unrolled, constant shifts) in between.
-    const auto first = static_cast<std::uint64_t>(flat), last = first + static_cast<std::uint64_t>(row);
-    std::uint64_t f = first;  // out[f - first] is the element of flat index f
-    auto partial = [&](std::uint64_t end) {
-      const std::uint64_t h = mix64(key + (f / kSlices + 1) * kGamma);
-      for (; f < end; ++f) out[f - first] = static_cast<T>(Slices::code(h, static_cast<int>(f % kSlices), cs));
-    };
-    if (f % kSlices != 0) partial(std::min(last, (f / kSlices + 1) * kSlices));
-    std::uint64_t state = key + (f / kSlices + 1) * kGamma;
-    if constexpr (std::endian::native == std::endian::little && Slices::kSlices > 1) {
-      // Blocks of words: the hashes first, then every slice scaled in one loop over the slices as an array
-      // (slice s of a word is its s-th lane in memory), which the compiler vectorizes (a multiply-high per
-      // lane); one word at a time it could not. The same values as the word-by-word form below.
-      using Lane = std::conditional_t<Slices::kBits == 16, std::uint16_t, std::uint32_t>;
-      using Wide = std::conditional_t<Slices::kBits == 16, std::uint32_t, std::uint64_t>;  // D < 2^kBits
-      const auto lo = static_cast<Wide>(cs.lo), size = static_cast<Wide>(cs.size);
-      constexpr std::uint64_t kWords = 64;
-      std::uint64_t words[kWords];
-      Lane lanes[kWords * kSlices];
-      for (; f + kWords * kSlices <= last; f += kWords * kSlices) {
-        for (std::uint64_t w = 0; w < kWords; ++w, state += kGamma) words[w] = mix64(state);
-        std::memcpy(lanes, words, sizeof(words));
-        T* o = out + (f - first);
-        for (std::uint64_t j = 0; j < kWords * kSlices; ++j)
-          o[j] = static_cast<T>(lo + ((static_cast<Wide>(lanes[j]) * size) >> Slices::kBits));
-      }
-    }
-    for (; f + kSlices <= last; f += kSlices, state += kGamma) {
-      const std::uint64_t h = mix64(state);
-      T* o = out + (f - first);
-#pragma GCC unroll 4
-      for (int s = 0; s < Slices::kSlices; ++s) o[s] = static_cast<T>(Slices::code(h, s, cs));
-    }
-    if (f < last) partial(last);
-    out += row;
+    if constexpr (sizeof(T) <= 2)
+      fill_small_verification(keys, cs, static_cast<std::uint64_t>(flat), row, out);
+    else
+      fill_wide_verification(key, cs, static_cast<std::uint64_t>(flat), row, out);
     for (int d = inner - 1; d >= 0; --d) {
       if (++index[d] < box.extent[d]) break;
       index[d] = 0;
@@ -212,13 +270,13 @@ void fill_verification(const TensorInfo& info, std::size_t tensor, std::uint64_t
 }
 
 template <typename T>
-void fill(const TensorInfo& info, std::size_t tensor, bool verification, std::uint64_t seed, const ProbePass& pass,
-          const Box& box, void* destination) {
+void fill(const ProbePlan& plan, const TensorInfo& info, std::size_t tensor, bool verification, std::uint64_t seed,
+          int pass, const Box& box, void* destination) {
   T* out = static_cast<T*>(destination);
   if (verification)
     fill_verification(info, tensor, seed, box, out);
   else
-    fill_pass(info, tensor, pass, box, out);
+    fill_pass(plan, tensor, pass, box, out);
 }
 
 }  // namespace
@@ -241,7 +299,7 @@ ProbeCheckpoint::ProbeCheckpoint(std::vector<TensorInfo> tensors, ProbePlan plan
 }
 
 void ProbeCheckpoint::set_pass(int p) {
-  plan_.pass(p);  // range check
+  plan_.describe_pass(p);  // range check
   pass_ = p;
   verification_ = false;
 }
@@ -274,12 +332,11 @@ void ProbeCheckpoint::read_box(std::size_t t, const Box& box, void* destination)
     throw Error(ErrorCode::kInvalidArgument, "checkpoint " + source() + ": tensor " + info.name + ": box " +
                                                  box.to_string() + " does not fit the tensor's shape " +
                                                  shape_to_string(info.shape));
-  const ProbePass& pass = plan_.passes()[static_cast<std::size_t>(pass_)];
   switch (dtype_size(info.dtype)) {
-    case 1: return fill<std::uint8_t>(info, t, verification_, seed_, pass, box, destination);
-    case 2: return fill<std::uint16_t>(info, t, verification_, seed_, pass, box, destination);
-    case 4: return fill<std::uint32_t>(info, t, verification_, seed_, pass, box, destination);
-    default: return fill<std::uint64_t>(info, t, verification_, seed_, pass, box, destination);
+    case 1: return fill<std::uint8_t>(plan_, info, t, verification_, seed_, pass_, box, destination);
+    case 2: return fill<std::uint16_t>(plan_, info, t, verification_, seed_, pass_, box, destination);
+    case 4: return fill<std::uint32_t>(plan_, info, t, verification_, seed_, pass_, box, destination);
+    default: return fill<std::uint64_t>(plan_, info, t, verification_, seed_, pass_, box, destination);
   }
 }
 

@@ -20,7 +20,7 @@ class ProbeCheckpoint final : public CheckpointReader {
   /// kInvalidArgument otherwise or when a name repeats.
   ProbeCheckpoint(std::vector<TensorInfo> tensors, ProbePlan plan);
 
-  /// Serves the codes of pass p (0-based): element i of tensor t holds encode_digit(dtype, plan.digit(p, t, i)).
+  /// Serves the codes of pass p (0-based): element i of tensor t holds digit_space(dtype).bits(plan.digit(p, t, i)).
   /// Not to be called while another thread reads.
   void set_pass(int p);
   /// Serves verification values instead: a code derived from a hash of (seed, tensor index, flat index),
@@ -39,7 +39,7 @@ class ProbeCheckpoint final : public CheckpointReader {
   /// The same for tensor `tensor` of the list, without looking up a name (throws kInvalidArgument when out
   /// of range).
   void read_box(std::size_t tensor, const Box& box, void* destination) const;
-  /// "probe pass 2 of 5 (tensor index, digit 1)" (passes counted from 1 here) or "probe verification (seed s)".
+  /// "probe pass 2 of 3 (key digit 1)" (passes counted from 1 here) or "probe verification (seed s)".
   std::string source() const override;
 
  private:

@@ -100,65 +100,105 @@ int digits_needed(std::uint64_t max_value, std::uint64_t base);
 std::uint64_t combine_digits(std::span<const std::uint64_t> digits, std::uint64_t base);
 
 // ---------------------------------------------------------------------------------------------------
+// The digit passes' codes. A digit space is `half` codes of the code space and, for the float dtypes but
+// f64, the same patterns with the sign bit set after them (negative normal numbers, which a copy keeps as
+// well as positive ones): bf16 and f16 carry 61,440 digits per pass, about 16 bits. Digit d is lo + d
+// below `half`, lo + d + hole from there on; the patterns in between are no code. `half` is a smooth number
+// (2^a 3^b 5^c) or a power of two, so that rows of any length can be laid out with their starts on the
+// digit's wraps and on the jump over the hole (see ProbePlan). The verification values keep to the code space.
+
+struct DigitSpace {
+  std::uint64_t lo;
+  std::uint64_t half;  // digits below it are lo + d; the rows' alignment unit
+  std::uint64_t hole;  // added to the bits of digits >= half
+  std::uint64_t size;  // the base of the digits
+
+  constexpr std::uint64_t bits(std::uint64_t digit) const { return lo + digit + (digit >= half ? hole : 0); }
+  /// The digit of bits - lo (as the second differences give it); nullopt for the sentinel or a non-code.
+  constexpr std::optional<std::uint64_t> digit(std::uint64_t offset) const {
+    if (offset < half) return offset;
+    if (offset - half < hole || offset - hole >= size) return std::nullopt;
+    return offset - hole;
+  }
+};
+
+constexpr DigitSpace digit_space(DType dtype) {
+  const CodeSpace cs = code_space(dtype);
+  const auto signed_halves = [&cs](std::uint64_t half, std::uint64_t sign) {
+    return DigitSpace{cs.lo, half, sign - half, 2 * half};
+  };
+  switch (dtype) {
+    case DType::kBF16:  // 32,512 positive normals
+    case DType::kF16: return signed_halves(30720, 0x8000);  // 2^11 * 15
+    case DType::kF32: return signed_halves(1ULL << 30, 0x80000000);
+    case DType::kF8E4M3: return signed_halves(96, 0x80);  // of 119
+    case DType::kF8E5M2: return signed_halves(120, 0x80);
+    case DType::kI8:
+    case DType::kU8: return {cs.lo, 240, 0, 240};  // of 255
+    case DType::kI32: return {cs.lo, 1ULL << 30, 0, 1ULL << 30};
+    case DType::kF64:
+    case DType::kI64: return {cs.lo, 1ULL << 62, 0, 1ULL << 62};
+  }
+  return {0, 0, 0, 0};
+}
+
+// ---------------------------------------------------------------------------------------------------
 // The pass plan.
 //
-// Every checkpoint element has fields: field 0 is its tensor's index in the checkpoint's tensor list,
-// field 1 + a its coordinate along axis a (0 for axes the tensor lacks). A field is written in base-D
-// digits, D the code-space size of the tensor's dtype, one digit per pass; a field gets as many digits
-// as its largest value needs over all tensors (in that tensor's base). The tensor index always gets at
-// least one digit, so every pass writes a code into every element it reaches and any pass tells
-// sourced from unsourced elements.
-
-inline constexpr int kTensorField = 0;
-constexpr int axis_field(int axis) { return 1 + axis; }
-
-struct ProbePass {
-  int field;  // kTensorField or axis_field(a)
-  int digit;  // k: this pass carries digit k of the field
-  bool operator==(const ProbePass&) const = default;
-};
+// Every checkpoint element has one key: key(t, i) = base(t) + Σ_a i_a·place(t, a), the tensor's own
+// row-major index with a gap after every axis, and the tensors of one dtype one after another. Pass p
+// writes digit p of the key in base D = digit_space(dtype).size, so a pass tells a parameter element's
+// source among D^passes keys: the dtype's key range decides the passes (the most any dtype needs), not the
+// count of tensors or the largest extent alone. Inside a slice copy the key is affine in the parameter's
+// index; the gaps make every row end, axis wrap and tensor end a jump, so a cell of the second differences
+// never spans one, and decoding a cell needs its corner's key and one step per axis.
+//
+// Rows are aligned to the digits: the last axis' pitch place(t, rank - 2) is the smallest divisor of
+// u = digit_space.half that exceeds the row (or a multiple of u for rows as long), and every tensor starts
+// at a multiple of min(pitch, u). Every wrap of a digit and every jump over the hole then falls on a row
+// start (or on the same columns of every row), so the cut lines of a parameter stay a few per u keys.
+// 1-byte codes (u of 96-240) instead give every axis but the outermost whole digits (so a digit wraps along
+// any axis only every D steps) and start each tensor on a digit of its outermost axis.
 
 class ProbePlan {
  public:
   ProbePlan() = default;
-  /// Throws kInvalidArgument on a negative extent.
+  /// Throws kInvalidArgument on a negative extent or a key range past 2^64.
   explicit ProbePlan(const std::vector<TensorInfo>& tensors);
 
-  int num_passes() const { return static_cast<int>(passes_.size()); }
-  /// Throws kInvalidArgument when p is out of range.
-  const ProbePass& pass(int p) const;
-  const std::vector<ProbePass>& passes() const { return passes_; }
-
-  /// 1 + the largest ndim of any tensor.
-  int num_fields() const { return static_cast<int>(field_digits_.size()); }
-  int max_ndim() const { return num_fields() - 1; }
-  /// Digits (passes) of a field.
-  int field_digits(int field) const { return field_digits_.at(static_cast<std::size_t>(field)); }
-  /// "tensor index" / "axis 1".
-  static std::string field_name(int field);
-  /// "axis 0, digit 1"
+  int num_passes() const { return passes_; }
+  /// "key digit 1" (digit p of the key, 0 the least significant; throws kInvalidArgument when out of range).
   std::string describe_pass(int p) const;
 
   std::size_t num_tensors() const { return dtypes_.size(); }
   DType dtype(std::size_t tensor) const { return dtypes_[tensor]; }
   const Shape& shape(std::size_t tensor) const { return shapes_[tensor]; }
+  /// Keys of `dtype`: [0, key_range(dtype)).
+  std::uint64_t key_range(DType dtype) const { return ranges_[static_cast<std::size_t>(dtype)]; }
+  std::uint64_t base(std::size_t tensor) const { return bases_[tensor]; }
+  /// place(tensor, a) for each axis of the tensor (the last is 1).
+  std::span<const std::uint64_t> places(std::size_t tensor) const;
 
-  /// Value of `field` for element `index` (a multi-index into the tensor) of tensor `tensor`.
-  static std::uint64_t field_value(int field, std::size_t tensor, std::span<const std::int64_t> index);
+  /// The key of element `index` (a multi-index into the tensor) of tensor `tensor`.
+  std::uint64_t key(std::size_t tensor, std::span<const std::int64_t> index) const;
   /// The digit pass p writes into that element (the element-wise definition the probe checkpoint follows).
   std::uint64_t digit(int p, std::size_t tensor, std::span<const std::int64_t> index) const;
-
-  /// The value of `field` from the digits one element received in every pass (pass_digits[p] for pass
-  /// p, num_passes() entries), in the base of `dtype`. UINT64_MAX on overflow.
-  std::uint64_t combine(DType dtype, int field, std::span<const std::uint64_t> pass_digits) const;
-  /// Every field at once: fields.size() must be num_fields().
-  void combine_all(DType dtype, std::span<const std::uint64_t> pass_digits, std::span<std::uint64_t> fields) const;
+  /// The key from the digits one element received in every pass (pass_digits[p] for pass p, num_passes()
+  /// entries), in the base of `dtype`. UINT64_MAX on overflow.
+  std::uint64_t combine(DType dtype, std::span<const std::uint64_t> pass_digits) const;
+  /// The element of a `dtype` tensor that has `key`: false when none has (past the range, or in a gap).
+  /// `index` gets the tensor's rank.
+  bool element(DType dtype, std::uint64_t key, std::size_t& tensor, Shape& index) const;
 
  private:
   std::vector<DType> dtypes_;
   std::vector<Shape> shapes_;
-  std::vector<int> field_digits_{1};
-  std::vector<ProbePass> passes_{ProbePass{kTensorField, 0}};
+  std::vector<std::uint64_t> bases_;
+  std::vector<std::size_t> place_start_;  // places of tensor t: places_[place_start_[t], + rank)
+  std::vector<std::uint64_t> places_;
+  std::vector<std::vector<std::size_t>> by_dtype_ = std::vector<std::vector<std::size_t>>(kNumDTypes);  // in key order
+  std::vector<std::uint64_t> ranges_ = std::vector<std::uint64_t>(kNumDTypes, 0);
+  int passes_ = 1;
 };
 
 }  // namespace wb::layout

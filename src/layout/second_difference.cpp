@@ -411,9 +411,10 @@ SparseList encode(const T* codes, const Shape& shape, u64 lo, std::size_t limit,
   const i64 rows = numel / length;
   for (i64 r = 0; r < rows; ++r) {
     const T* x = codes + r * length;
-    // Short rows: skip a run of rows that continue affinely in one flat pass (long rows need not: one
-    // row at a time already streams at full speed, and mostly gives two entries).
-    if (length < 256 && combiner.next_row_index() >= 2) {
+    // Skip a run of rows that continue affinely in one flat pass: short rows then cost no per-row
+    // overhead, and long rows no per-row entries where a wrap of a low digit cuts every row many times
+    // (a parameter axis that walks the outer axis of a tensor, as a transpose does).
+    if (combiner.next_row_index() >= 2) {
       const i64 skippable = std::min(combiner.rows_skippable(), rows - r);
       const i64 count = skippable > 0 ? continued_rows(x, length, skippable) : 0;
       if (count > 0) {

@@ -279,6 +279,83 @@ TEST(Probe, RandomSliceTransposeConcatInterleaveLoaders) {
   }
 }
 
+// Layouts where the probe's digits wrap and jump inside the parameters: a bf16 span holds 30,720 keys, so
+// here stacked experts cross from one span to the next (the key's step along the expert axis changes
+// there), a transposed copy of a tensor larger than a span walks its rows with a wrap every 1,280 elements
+// (a jump over the hole every 640), a 1-D parameter holds rows of it back to back (the gap after each row
+// is a cut), a parameter holds the same expert twice (repeated elements), and an f16 vector longer than a
+// span is split across two parameters. The probed map reproduces load_weights bit for bit and stays one
+// copy per loader copy.
+TEST(Probe, LayoutsAcrossDigitSpans) {
+  std::vector<TensorInfo> tensors = {{"pad", DType::kBF16, {10, 2000}}};  // 22,011 keys: span 0 nearly full
+  for (int e = 0; e < 40; ++e) tensors.push_back({"expert" + std::to_string(e), DType::kBF16, {20, 30}});  // 651 keys
+  tensors.push_back({"big", DType::kBF16, {3000, 40}});  // rows pitched 48: 144,048 keys
+  tensors.push_back({"long", DType::kF16, {31000}});
+  const std::vector<TensorInfo> infos = {{"experts", DType::kBF16, {40, 20, 30}},
+                                         {"big_t", DType::kBF16, {40, 3000}},
+                                         {"flat", DType::kBF16, {2900 * 40}},
+                                         {"twice", DType::kBF16, {2, 20, 30}},
+                                         {"long_a", DType::kF16, {20000}},
+                                         {"long_b", DType::kF16, {11000}}};
+  const auto load = [](const CheckpointReader& c, const ParameterSet& s) {
+    for (int e = 0; e < 40; ++e) load_box(c, "expert" + std::to_string(e), Box{{0, 0}, {20, 30}}, s[0].view.select(0, e));
+    load_box(c, "big", Box{{0, 0}, {3000, 40}}, s[1].view.transpose(0, 1));
+    TensorView rows = s[2].view;  // rows 100 .. 2999 of big, back to back
+    rows.shape = {2900, 40};
+    rows.strides = {40, 1};
+    load_box(c, "big", Box{{100, 0}, {2900, 40}}, rows);
+    for (int k = 0; k < 2; ++k) load_box(c, "expert7", Box{{0, 0}, {20, 30}}, s[3].view.select(0, k));
+    load_box(c, "long", Box{{0}, {20000}}, s[4].view);
+    load_box(c, "long", Box{{20000}, {11000}}, s[5].view);
+  };
+  HostParameters params(infos);
+  ProbeReport report;
+  const SourceMap map = probe_source_map(tensors, params.parameters(), load, {}, &report);
+  EXPECT_EQ(report.passes, 3);  // two digits of 61,440 and the verification
+  SyntheticCheckpoint checkpoint(tensors, 5);
+  HostParameters loaded(infos), applied(infos);
+  load(checkpoint, loaded.parameters());
+  apply_source_map(map, checkpoint, applied.parameters());
+  for (std::size_t i = 0; i < infos.size(); ++i)
+    EXPECT_EQ(std::memcmp(loaded.parameters()[i].view.data, applied.parameters()[i].view.data,
+                          loaded.parameters()[i].view.nbytes()), 0)
+        << infos[i].name;
+  // One copy per loader copy; the repeated expert in as many as normalization pairs its rows up (each
+  // element once).
+  std::vector<int> per_parameter(infos.size(), 0);
+  std::int64_t twice = 0;
+  for (const SliceCopy& copy : map.copies) {
+    ++per_parameter[copy.parameter];
+    if (copy.parameter == 3) twice += copy.box.numel();
+  }
+  EXPECT_EQ(twice, 2 * 20 * 30);
+  per_parameter[3] = std::min(per_parameter[3], 2);
+  EXPECT_EQ(per_parameter, (std::vector<int>{40, 1, 1, 2, 1, 1}));
+  for (const SliceCopy& copy : map.copies) {
+    if (copy.parameter == 2) {
+      EXPECT_EQ(copy.box, (Box{{100, 0}, {2900, 40}}));
+    }
+  }
+}
+
+// An fp8 tensor of 9 M keys takes 4 passes (192^3 < 9e6); the f32 scales beside it need one, and their
+// digits past the first are 0 at places past 2^64 (2^31 per digit): they decode all the same.
+TEST(Probe, DtypesNeedingFewerPassesThanTheProbeRuns) {
+  const std::vector<TensorInfo> tensors = {{"w", DType::kF8E4M3, {3000, 3000}}, {"scale", DType::kF32, {24, 24}}};
+  const std::vector<TensorInfo> infos = {{"w_part", DType::kF8E4M3, {8, 3000}}, {"scale", DType::kF32, {24, 24}}};
+  const auto load = [](const CheckpointReader& c, const ParameterSet& s) {
+    load_box(c, "w", Box{{2990, 0}, {8, 3000}}, s[0].view);
+    load_box(c, "scale", Box{{0, 0}, {24, 24}}, s[1].view);
+  };
+  HostParameters params(infos);
+  ProbeReport report;
+  const SourceMap map = probe_source_map(tensors, params.parameters(), load, {}, &report);
+  EXPECT_EQ(report.passes, 5);
+  ASSERT_EQ(map.copies.size(), 2u);
+  EXPECT_EQ(map.copies[0].box, (Box{{2990, 0}, {8, 3000}}));
+  EXPECT_EQ(map.copies[1].box, (Box{{0, 0}, {24, 24}}));
+}
+
 TEST(Probe, AShardOfALargeMatrixIsOneCopy) {
   const std::vector<TensorInfo> tensors = {{"w", DType::kBF16, {4096, 4096}}};
   HostParameters params({{"shard", DType::kBF16, {1024, 4096}}});

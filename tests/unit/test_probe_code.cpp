@@ -273,54 +273,146 @@ void for_each_index(const Shape& extent, F f) {
   }
 }
 
-TEST(ProbePlan, DigitsPerField) {
-  const auto tensors = mixed_tensors();
-  const ProbePlan plan(tensors);
-  ASSERT_EQ(plan.num_fields(), 4);  // tensor index, axes 0..2
-  EXPECT_EQ(plan.field_digits(kTensorField), 2);  // 130 tensors > 119 (fp8 e4m3 base)... and e5m2 120
-  EXPECT_EQ(plan.field_digits(axis_field(0)), 2);
-  EXPECT_EQ(plan.field_digits(axis_field(1)), 2);  // u8 [.., 300]
-  EXPECT_EQ(plan.field_digits(axis_field(2)), 1);
-  EXPECT_EQ(plan.num_passes(), 7);
-  EXPECT_EQ(plan.pass(0), (ProbePass{kTensorField, 0}));
-  EXPECT_EQ(plan.pass(3), (ProbePass{axis_field(0), 1}));
-  EXPECT_EQ(plan.describe_pass(3), "axis 0, digit 1");
-  EXPECT_EQ(plan.describe_pass(1), "tensor index, digit 1");
-  EXPECT_THROW((void)plan.pass(7), Error);
-
-  // One tensor still gets a pass; a bf16 matrix within one digit per axis needs three.
-  EXPECT_EQ(ProbePlan({{"x", DType::kBF16, {}}}).num_passes(), 1);
-  EXPECT_EQ(ProbePlan({{"x", DType::kBF16, {4096, 4096}}}).num_passes(), 3);
-  EXPECT_EQ(ProbePlan({{"x", DType::kBF16, {163840, 7168}}, {"y", DType::kBF16, {7168}}}).num_passes(), 4);
-  EXPECT_THROW(ProbePlan({{"x", DType::kBF16, {-1}}}), Error);
+// The digit passes' codes: for 1- and 2-byte dtypes every bit pattern is checked; the codes are exactly
+// the first `half` codes of the code space and (floats) the same patterns with the sign bit set, each decodes
+// to its own digit, and the digits below `half` are the code space's own codes.
+TEST(ProbeDigitSpace, EverySmallPattern) {
+  for (DType dtype : kAllDTypes) {
+    if (dtype_size(dtype) > 2) continue;
+    SCOPED_TRACE(std::string(dtype_name(dtype)));
+    const DigitSpace ds = digit_space(dtype);
+    const CodeSpace cs = code_space(dtype);
+    EXPECT_EQ(ds.lo, cs.lo);
+    EXPECT_LE(ds.half, cs.size);
+    EXPECT_EQ(ds.size, dtype_is_floating(dtype) ? 2 * ds.half : ds.half);
+    const std::uint64_t patterns = 1ULL << (8 * dtype_size(dtype));
+    const std::uint64_t sign = patterns / 2;
+    std::uint64_t codes = 0;
+    for (std::uint64_t bits = 0; bits < patterns; ++bits) {
+      const std::uint64_t magnitude = dtype_is_floating(dtype) ? bits & (sign - 1) : bits;
+      const bool valid = (dtype_is_floating(dtype) ? positive_normal(dtype, magnitude) : bits != 0) &&
+                         magnitude - ds.lo < ds.half;
+      const auto digit = ds.digit(bits - ds.lo);
+      ASSERT_EQ(digit.has_value(), valid) << "bits 0x" << std::hex << bits;
+      if (!digit) continue;
+      ++codes;
+      ASSERT_LT(*digit, ds.size);
+      ASSERT_EQ(ds.bits(*digit), bits);
+      if (*digit < ds.half) {
+        ASSERT_EQ(decode_digit(dtype, bits), *digit);
+      }
+    }
+    EXPECT_EQ(codes, ds.size);
+  }
+  EXPECT_EQ(digit_space(DType::kBF16).size, 61440u);
+  // The wide floats: negative normals past the half, +inf and NaN in the hole.
+  const DigitSpace f32 = digit_space(DType::kF32);
+  EXPECT_EQ(f32.size, 1ULL << 31);
+  for (const std::uint64_t d : {std::uint64_t{0}, f32.half - 1, f32.half, f32.size - 1}) {
+    const float x = std::bit_cast<float>(static_cast<std::uint32_t>(f32.bits(d)));
+    EXPECT_EQ(std::fpclassify(x), FP_NORMAL) << d;
+    EXPECT_EQ(std::signbit(x), d >= f32.half) << d;
+    EXPECT_EQ(f32.digit(f32.bits(d) - f32.lo), d);
+  }
+  EXPECT_FALSE(f32.digit(0x7F800000 - f32.lo).has_value());  // +inf
+  EXPECT_FALSE(f32.digit(0x80000000 - f32.lo).has_value());  // -0
+  EXPECT_EQ(digit_space(DType::kF64).size, code_space(DType::kF64).size);
+  EXPECT_EQ(digit_space(DType::kI32).size, 1ULL << 30);
 }
 
-// Every element of every tensor: digits → codes → (copy) → digits → combine gives back its tensor index
-// and coordinates (and 0 for axes the tensor lacks).
+TEST(ProbePlan, KeysAndPasses) {
+  const auto tensors = mixed_tensors();
+  const ProbePlan plan(tensors);
+  // Per dtype. 1-byte codes give every inner axis whole digits: u8 [600, 300] has rows of 240^2 keys, so
+  // 601 * 57,600 > 240^3 keys take four u8 digits.
+  EXPECT_EQ(plan.key_range(DType::kU8), 601u * 57600u);
+  // bf16: emb [70000, 3] (more than a span of 30,720 keys) at pitch 4, a divisor of the span; "empty" [0, 4]
+  // and the 60 small [2, 3] compact (5 and 12 keys) right after it, inside the same span.
+  EXPECT_EQ(plan.key_range(DType::kBF16), 280004u + 5u + 60u * 12u);
+  EXPECT_EQ(plan.base(10), 280004u);
+  EXPECT_EQ(plan.key_range(DType::kF8E4M3), 301u * 192u * 192u);  // [300, 5, 7]: one digit per inner axis
+  EXPECT_EQ(plan.key_range(DType::kF16), 61440u);  // [31000]: longer than 30,720, two spans
+  EXPECT_EQ(plan.key_range(DType::kI8), 1u);  // the scalar
+  EXPECT_EQ(plan.num_passes(), 4);
+  EXPECT_EQ(plan.describe_pass(3), "key digit 3");
+  EXPECT_THROW((void)plan.describe_pass(4), Error);
+  // Keys: the base of the tensor's dtype plus its row-major index with a gap after every axis.
+  const std::int64_t w8[] = {2, 3, 4};
+  EXPECT_EQ(plan.key(1, w8), 2u * 192u * 192u + 3u * 192u + 4u);
+  const std::int64_t small[] = {1, 2};
+  EXPECT_EQ(plan.key(11 + 2, small), 280009u + 12u + 1u * 4u + 2u);  // the second bf16 "small"
+  EXPECT_EQ(plan.places(0)[0], 4u);
+
+  // One tensor still gets a pass; a bf16 matrix of 4096 x 4096 (pitch 5,120) needs two digits (61,440 each),
+  // and so does an embedding table beside it (pitch 7,680).
+  EXPECT_EQ(ProbePlan({{"x", DType::kBF16, {}}}).num_passes(), 1);
+  EXPECT_EQ(ProbePlan({{"x", DType::kBF16, {4096, 4096}}}).num_passes(), 2);
+  EXPECT_EQ(ProbePlan({{"x", DType::kBF16, {163840, 7168}}, {"y", DType::kBF16, {7168}}}).num_passes(), 2);
+  EXPECT_EQ(ProbePlan({{"x", DType::kF8E4M3, {163840, 7168}}}).num_passes(), 5);  // 163,841 * 192^2 > 192^4
+  EXPECT_THROW(ProbePlan({{"x", DType::kBF16, {-1}}}), Error);
+  // Small tensors never straddle a span of u keys (the digits' wraps and the hole lie on span ends), large
+  // ones start on a multiple of their row pitch or of u.
+  std::vector<TensorInfo> many;
+  for (int i = 0; i < 3000; ++i) many.push_back({"t" + std::to_string(i), DType::kBF16, {7 + i % 5, 13 + i % 3}});
+  many.push_back({"big", DType::kBF16, {100, 40000}});
+  many.push_back({"after", DType::kBF16, {3, 3}});
+  const ProbePlan spans(many);
+  const std::uint64_t u = digit_space(DType::kBF16).half;
+  for (std::size_t t = 0; t < many.size(); ++t) {
+    const std::uint64_t size = static_cast<std::uint64_t>(many[t].shape[0] + 1) * spans.places(t)[0];
+    if (size <= u) {
+      EXPECT_EQ(spans.base(t) / u, (spans.base(t) + size - 1) / u) << many[t].name;
+    } else {
+      EXPECT_EQ(spans.base(t) % u, 0u) << many[t].name;
+      EXPECT_EQ(spans.places(t)[0], 2 * u) << many[t].name;  // 40,001 rounded up to spans
+    }
+  }
+  expect_error([] { ProbePlan({{"huge", DType::kF64, {1LL << 40, 1LL << 40}}}); }, ErrorCode::kInvalidArgument,
+               {"huge", "2^64"});
+}
+
+// Every element of every tensor: digits → codes → (copy) → digits → key → element gives back its tensor
+// and coordinates; keys in the gaps and past the range name no element.
 TEST(ProbePlan, EveryElementRoundTrips) {
   const auto tensors = mixed_tensors();
   const ProbePlan plan(tensors);
   const auto passes = static_cast<std::size_t>(plan.num_passes());
-  std::vector<std::uint64_t> digits(passes), fields(static_cast<std::size_t>(plan.num_fields()));
+  std::vector<std::uint64_t> digits(passes);
   std::int64_t checked = 0;
   for (std::size_t t = 0; t < tensors.size(); ++t) {
     const DType dtype = tensors[t].dtype;
+    const DigitSpace ds = digit_space(dtype);
+    std::size_t found = 0;
+    Shape at;
     for_each_index(tensors[t].shape, [&](const Shape& index) {
       for (std::size_t p = 0; p < passes; ++p) {
-        const std::uint64_t bits = encode_digit(dtype, plan.digit(static_cast<int>(p), t, index));
-        const auto digit = decode_digit(dtype, bits);
+        const std::uint64_t bits = ds.bits(plan.digit(static_cast<int>(p), t, index));
+        const auto digit = ds.digit(bits - ds.lo);
         ASSERT_TRUE(digit.has_value());
         digits[p] = *digit;
       }
-      plan.combine_all(dtype, digits, fields);
-      ASSERT_EQ(fields[0], t) << tensors[t].name;
-      for (std::size_t a = 0; a + 1 < fields.size(); ++a)
-        ASSERT_EQ(fields[a + 1], a < index.size() ? static_cast<std::uint64_t>(index[a]) : 0u)
-            << tensors[t].name << " axis " << a;
+      const std::uint64_t key = plan.combine(dtype, digits);
+      ASSERT_EQ(key, plan.key(t, index));
+      ASSERT_TRUE(plan.element(dtype, key, found, at)) << tensors[t].name;
+      ASSERT_EQ(found, t) << tensors[t].name;
+      ASSERT_EQ(at, index) << tensors[t].name;
       ++checked;
     });
+    // One past the end of each axis is a gap.
+    if (tensors[t].shape.empty()) continue;
+    for (std::size_t a = 0; a < tensors[t].shape.size(); ++a) {
+      Shape gap(tensors[t].shape.size(), 0);
+      gap[a] = tensors[t].shape[a];
+      EXPECT_FALSE(plan.element(dtype, plan.key(t, gap), found, at)) << tensors[t].name << " axis " << a;
+    }
   }
   EXPECT_GT(checked, 400000);
+  Shape at;
+  std::size_t found = 0;
+  EXPECT_FALSE(plan.element(DType::kBF16, plan.key_range(DType::kBF16), found, at));
+  EXPECT_TRUE(plan.element(DType::kI32, 0, found, at));  // each dtype's keys start at 0: i32 "i"
+  EXPECT_EQ(found, 6u);
+  EXPECT_FALSE(plan.element(DType::kI32, 9, found, at));  // "i" [9]: key 9 is its gap
 }
 
 // --- the probe checkpoint ---------------------------------------------------------------------------
@@ -332,7 +424,7 @@ std::vector<std::uint64_t> expected_codes(const ProbePlan& plan, int p, std::siz
   for_each_index(box.extent, [&](const Shape& rel) {
     Shape index = rel;
     for (std::size_t a = 0; a < index.size(); ++a) index[a] += box.offset[a];
-    out.push_back(encode_digit(plan.dtype(t), plan.digit(p, t, index)));
+    out.push_back(digit_space(plan.dtype(t)).bits(plan.digit(p, t, index)));
   });
   return out;
 }
@@ -372,13 +464,14 @@ TEST(ProbeCheckpoint, RandomBoxesMatchTheDefinition) {
             << tensors[t].name << " box " << box.to_string() << " pass " << p;
       }
     }
-    // A thin box across the bf16 wrap of axis 0 (32512) and a box of one column.
-    for (const Box& box : {Box{{32500, 1}, {40, 2}}, Box{{0, 2}, {70000, 1}}})
+    // Thin boxes across the hole of the bf16 digits (key 30,720: row 7,680) and their wrap (key 61,440:
+    // row 15,360), and a box of one column.
+    for (const Box& box : {Box{{7670, 0}, {20, 3}}, Box{{15350, 1}, {20, 2}}, Box{{0, 2}, {70000, 1}}})
       ASSERT_EQ(read_codes(ckpt, tensors[0], box), expected_codes(plan, p, 0, box)) << box.to_string();
   }
 }
 
-// Reading every pass of whole tensors and combining gives back (tensor index, coordinates) for each element.
+// Reading every pass of whole tensors and combining gives back each element's own key and coordinates.
 TEST(ProbeCheckpoint, PassesCombineToCoordinates) {
   const auto tensors = mixed_tensors();
   ProbeCheckpoint ckpt(tensors, ProbePlan(tensors));
@@ -386,24 +479,25 @@ TEST(ProbeCheckpoint, PassesCombineToCoordinates) {
   for (std::size_t t : {std::size_t{0}, std::size_t{1}, std::size_t{2}, std::size_t{3}, std::size_t{5},
                         std::size_t{8}, std::size_t{9}, tensors.size() - 1}) {
     const TensorInfo& info = tensors[t];
+    const DigitSpace ds = digit_space(info.dtype);
     const Box whole = Box::whole(info.shape);
     std::vector<std::vector<std::uint64_t>> per_pass;
     for (int p = 0; p < plan.num_passes(); ++p) {
       ckpt.set_pass(p);
       per_pass.push_back(read_codes(ckpt, info, whole));
     }
-    std::vector<std::uint64_t> digits(per_pass.size()), fields(static_cast<std::size_t>(plan.num_fields()));
-    std::size_t e = 0;
+    std::vector<std::uint64_t> digits(per_pass.size());
+    std::size_t e = 0, found = 0;
+    Shape at;
     for_each_index(info.shape, [&](const Shape& index) {
       for (std::size_t p = 0; p < per_pass.size(); ++p) {
-        const auto digit = decode_digit(info.dtype, per_pass[p][e]);
+        const auto digit = ds.digit(per_pass[p][e] - ds.lo);
         ASSERT_TRUE(digit.has_value()) << info.name << " element " << e;
         digits[p] = *digit;
       }
-      plan.combine_all(info.dtype, digits, fields);
-      ASSERT_EQ(fields[0], t);
-      for (std::size_t a = 0; a < index.size(); ++a) ASSERT_EQ(fields[a + 1], static_cast<std::uint64_t>(index[a]));
-      for (std::size_t a = index.size(); a + 1 < fields.size(); ++a) ASSERT_EQ(fields[a + 1], 0u);
+      ASSERT_TRUE(plan.element(info.dtype, plan.combine(info.dtype, digits), found, at));
+      ASSERT_EQ(found, t);
+      ASSERT_EQ(at, index);
       ++e;
     });
     EXPECT_EQ(e, static_cast<std::size_t>(info.numel()));
@@ -446,7 +540,7 @@ TEST(ProbeCheckpoint, VerificationValues) {
   // Verification values spread over the code space rather than repeating the coordinate codes.
   ckpt.set_verification(1);
   const auto v = read_codes(ckpt, tensors[0], Box::whole(tensors[0].shape));
-  ckpt.set_pass(2);  // axis 0, digit 0
+  ckpt.set_pass(0);
   EXPECT_FALSE(ckpt.verification());
   EXPECT_NE(read_codes(ckpt, tensors[0], Box::whole(tensors[0].shape)), v);
 }
@@ -476,12 +570,12 @@ TEST(ProbeCheckpoint, LookupsInAnyOrderFindTheirTensor) {
 TEST(ProbeCheckpoint, SourceAndErrors) {
   const auto tensors = mixed_tensors();
   ProbeCheckpoint ckpt(tensors, ProbePlan(tensors));
-  EXPECT_EQ(ckpt.source(), "probe pass 1 of 7 (tensor index, digit 0)");
-  ckpt.set_pass(4);
-  EXPECT_EQ(ckpt.source(), "probe pass 5 of 7 (axis 1, digit 0)");
+  EXPECT_EQ(ckpt.source(), "probe pass 1 of 4 (key digit 0)");
+  ckpt.set_pass(2);
+  EXPECT_EQ(ckpt.source(), "probe pass 3 of 4 (key digit 2)");
   ckpt.set_verification(42);
   EXPECT_EQ(ckpt.source(), "probe verification (seed 42)");
-  EXPECT_THROW(ckpt.set_pass(7), Error);
+  EXPECT_THROW(ckpt.set_pass(4), Error);
   EXPECT_THROW(ckpt.set_pass(-1), Error);
 
   std::vector<std::uint16_t> buffer(64);
@@ -504,7 +598,7 @@ TEST(ProbeCheckpoint, SourceAndErrors) {
 TEST(ProbeCheckpoint, ConcurrentReadsAgree) {
   const std::vector<TensorInfo> tensors = {{"w", DType::kBF16, {20000, 64}}, {"v", DType::kF8E4M3, {500, 500}}};
   ProbeCheckpoint ckpt(tensors, ProbePlan(tensors));
-  ckpt.set_pass(2);
+  ckpt.set_pass(0);
   const auto reference = read_codes(ckpt, tensors[0], Box::whole(tensors[0].shape));
   std::vector<std::thread> pool;
   std::vector<int> ok(4, 0);
