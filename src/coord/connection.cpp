@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 
@@ -388,22 +389,40 @@ TransferSummary share_summary(const Connect& c, const Planned& planned) {
   return decode_summary(bytes);
 }
 
+// Trainers sending FP8: whether the rounds' packs cast the codes from the memory the executor reads (the
+// parameters, or the host staging) instead of packing shadows quantized before the rounds. Not when
+// verifying (the verifier digests the shadows it packs), nor for CUDA parameters read in place (the device
+// quantizer fills the shadows there).
+bool casts_in_pack(const ResolvedOptions& options, const ParameterSet& params) {
+  const bool host = params.empty() || params[0].view.memory == MemoryKind::kHost;
+  return !options.verify && (host || options.sender_staging);
+}
+
 // Staging for the side that stages: the bytes of the parameters this rank's schedule packs from or
-// assembles into, nothing else.
-Staging stage_parameters(const Connect& c, const RoundSchedule& schedule) {
+// assembles into, nothing else. A trainer sending FP8 whose packs cast from the staging stages the bf16
+// elements of the codes it packs, in their rounds, so that its transfer starts once the first round's are
+// staged; one staged at once (CUDA parameters) also stages every element quantize may read (it reads the
+// host copy).
+Staging stage_parameters(const Connect& c, const RoundSchedule& schedule, const exec::QuantizedPack* quantized) {
   const Roles& roles = c.roles;
   const ResolvedOptions& options = c.options;
   Staging staging;
   const bool stages = roles.trainer ? options.sender_staging : options.receiver_staging;
   if (stages) {
     const std::size_t parameters = c.in.params->size();
+    const bool casts = quantized != nullptr && casts_in_pack(options, *c.in.params);
     std::vector<BufferCopy> copies;
     std::vector<std::size_t> round_ends;
     for (const RoundPlan& round : schedule.rounds) {
-      for (const BufferCopy& copy : roles.trainer ? round.pack : round.assemble)
-        if (copy.copy.parameter < parameters) copies.push_back(copy);  // not the FP8 pack's own buffers
+      for (const BufferCopy& copy : roles.trainer ? round.pack : round.assemble) {
+        if (copy.copy.parameter < parameters) copies.push_back(copy);
+        else if (casts)  // a piece of a shadow: its bf16 elements; a scale is the pack's own buffer
+          if (const std::optional<BufferCopy> read = quantized->staged_read(copy)) copies.push_back(*read);
+      }
       round_ends.push_back(copies.size());
     }
+    if (quantized != nullptr && !c.in.params->empty() && (*c.in.params)[0].view.memory == MemoryKind::kCuda)
+      for (const BufferCopy& read : quantized->converted_reads()) copies.push_back(read);  // after every round
     staging = Staging(*c.in.params, touched_ranges(copies, parameters));
     if (roles.trainer) {
       // Staged in the order the rounds read it, so that an update's transfer starts with its first round's bytes.
@@ -469,10 +488,9 @@ std::unique_ptr<RoundExecutor> connect_executor(const Connect& c, RoundSchedule 
       } catch (const Error& error) {
         throw Error(error.code(), c.who() + error.status().message());
       }
-    } else if (!options.sender_staging && !options.verify) {
-      // The rounds read the trainer's own parameters before send_weights returns: they cast the codes
-      // straight into the send buffer. Staged, the shadows are the staged copy (half its bytes); verified,
-      // the verifier's programs digest the shadows they pack.
+    } else if (casts_in_pack(options, *c.in.params)) {
+      // The rounds cast the codes straight into the send buffer from the parameters (read before
+      // send_weights returns) or their staged copy (read once its round is staged: the packable gate).
       quantized->cast_in_pack();
       memory.fp8_casts = quantized;
     }
@@ -587,7 +605,7 @@ Connection establish_connection(const ConnectInput& input) {
   // handshakes with it end at once), and all of them agree on the outcome, so every rank throws the same.
   Status made;
   try {
-    connection.staging = stage_parameters(c, schedule);
+    connection.staging = stage_parameters(c, schedule, quantized.get());
     connection.executor = connect_executor(c, std::move(schedule), connection.staging, quantized.get());
     connection.quantized = std::move(quantized);
   } catch (const Error& error) {

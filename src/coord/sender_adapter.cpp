@@ -391,11 +391,24 @@ Status SenderAdapter::State::send(std::uint64_t version, void* cuda_stream, cons
   s.version = version;
   s.in_flight = true;
   s.open_stall = StallInterval{version, began, began};
+  Staging& staging = s.connection->staging;
+  const bool by_round = s.options.sender_staging && staging.stages_by_round();
+  if (s.options.sender_staging && !by_round) {  // CUDA parameters: staged at once, before the FP8 quantize
+    status = staging.copy_from(s.params, cuda_stream);
+    if (!status) {
+      s.in_flight = false;
+      return s.give_up(status, "version " + std::to_string(version) + ": copying the parameters to staging: ");
+    }
+  }
   if (exec::QuantizedPack* quantized = s.connection->quantized.get()) {
-    // FP8 engines: this trainer's elements quantized into the pack's own buffers, before any round and
-    // before send_weights returns (the trainer may change its parameters afterwards, in every mode).
+    // FP8 engines: the amaxes the rounds' casts cannot take as they read (blocks they cut, blocks split
+    // between trainers, through the exchange) and their scales, or, for shadows, every code, before any
+    // round and before send_weights returns (the trainer may change its parameters afterwards, in every
+    // mode). From the parameters, or from the staging copied at once (the host copy of CUDA parameters).
     std::vector<std::byte*> bases;
-    for (const Parameter& p : s.params) bases.push_back(static_cast<std::byte*>(p.view.data));
+    if (s.options.sender_staging && !by_round) bases = staging.memory(s.params).data;
+    else
+      for (const Parameter& p : s.params) bases.push_back(static_cast<std::byte*>(p.view.data));
     status = quantized->quantize(bases, [&s, version](std::span<std::uint32_t> bits) {
       return comm::reduce_max(bits, s.group_comm, s.waiter(), s.about(version) + ": the FP8 amax exchange");
     }, cuda_stream);
@@ -404,19 +417,15 @@ Status SenderAdapter::State::send(std::uint64_t version, void* cuda_stream, cons
       return s.give_up(status, "version " + std::to_string(version) + ": quantizing to FP8: ");
     }
   }
-  if (s.options.sender_staging && s.connection->staging.stages_by_round()) {
+  if (by_round) {
     // The staged copy is what the transfer reads, and the trainer may change its parameters once this
     // returns. Host staging is copied in the order of the rounds while the transfer already packs and
-    // sends those staged (a copy of host memory cannot fail), so the copy's time leaves the EWTT.
+    // sends those staged (a copy of host memory cannot fail), so the copy's time leaves the EWTT; FP8 packs
+    // cast their codes from it behind the same gate.
     s.staged_rounds.store(0, std::memory_order_relaxed);
     s.start_background(version, &s.staged_rounds);
-    (void)s.connection->staging.copy_from_by_round(s.params, s.staged_rounds);
+    (void)staging.copy_from_by_round(s.params, s.staged_rounds);
   } else if (s.options.sender_staging) {
-    status = s.connection->staging.copy_from(s.params, cuda_stream);
-    if (!status) {
-      s.in_flight = false;
-      return s.give_up(status, "version " + std::to_string(version) + ": copying the parameters to staging: ");
-    }
     s.start_background(version);
   } else {
     // Every trainer takes part in the same steps whatever happened, so a failure on one reaches all.

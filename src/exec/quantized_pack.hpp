@@ -16,9 +16,10 @@
 // per shared block, exchange_bytes); then each rank computes every scale it touches by the rule and writes
 // the codes of its own elements into the shadow parameters. A block's amax is the maximum over the same
 // set of elements as the reference's (quantize_band), and max is exact, so each code and scale equals the
-// reference's bit for bit (NaN included: both take the canonical quiet NaN). Host parameters neither
-// staged nor verified (cast_in_pack): no shadow; quantize takes only the amaxes and scales the rounds'
-// casts cannot take as they read (exec/fp8_cast_program.hpp), and the casts write the codes.
+// reference's bit for bit (NaN included: both take the canonical quiet NaN). Packs that read host memory
+// and are not verified (cast_in_pack: host parameters, or any trainer's sender staging): no shadow;
+// quantize takes only the amaxes and scales the rounds' casts cannot take as they read
+// (exec/fp8_cast_program.hpp), and the casts write the codes, from the parameters or their staged copy.
 #pragma once
 
 #include <cstddef>
@@ -30,6 +31,7 @@
 #include <vector>
 
 #include "layout/fp8_form.hpp"
+#include "plan/round_schedule.hpp"
 #include "weightbridge/source_map.hpp"
 #include "weightbridge/status.hpp"
 
@@ -96,10 +98,10 @@ class QuantizedPack {
   /// buffers this object owns (in device memory after use_device; the shadows null after cast_in_pack).
   std::vector<std::byte*> form_memory(std::span<std::byte* const> parameters);
 
-  /// Host parameters the rounds read as they are (no sender staging, not verifying): the rounds' packs cast
-  /// the codes from the trainer's parameters straight into the send buffer (exec/fp8_cast_program.hpp),
-  /// and quantize takes only the amaxes the casts cannot take themselves, and the scales. No shadow is ever
-  /// allocated. Set-up, before form_memory.
+  /// Packs that read host memory, not verifying: the rounds' packs cast the codes from the trainer's
+  /// parameters, or from their staged copy, straight into the send buffer (exec/fp8_cast_program.hpp), and
+  /// quantize takes only the amaxes the casts cannot take themselves, and the scales, from the same values.
+  /// No shadow is ever allocated. Set-up, before form_memory.
   void cast_in_pack();
   bool casts_in_pack() const { return cast_in_pack_; }
 
@@ -112,6 +114,13 @@ class QuantizedPack {
   };
   /// nullopt when `copy` is not of a shadow; throws kInternal when it lies in no copy of the trainer's map.
   std::optional<CastSource> cast_source(const SliceCopy& copy) const;
+  /// What the staging of a sender-staged trainer must hold for the packs to cast from it (coord/staging.hpp):
+  /// a pack copy of a shadow as the trainer's elements it reads (the trainer's parameter, its element size);
+  /// a copy of the trainer's own parameters as it is; nullopt for a scale (the pack's own buffer).
+  std::optional<BufferCopy> staged_read(const BufferCopy& copy) const;
+  /// Every copy of the trainer's map of a converted tensor, as the elements quantize may read: a staging
+  /// copied at once (CUDA parameters) holds them, so that quantize reads the host copy.
+  std::vector<BufferCopy> converted_reads() const;
   /// The tensor's entry of a scale parameter of form_map(); nullopt for any other parameter.
   std::optional<std::uint32_t> scale_parameter(std::uint32_t parameter) const;
   const layout::QuantizationConfig& config() const { return config_; }

@@ -237,6 +237,25 @@ bool QuantizedPack::whole_block(std::uint32_t at, std::int64_t block) const {
   return !std::binary_search(partial_.begin(), partial_.end(), key) && !std::binary_search(shared_.begin(), shared_.end(), key);
 }
 
+std::optional<BufferCopy> QuantizedPack::staged_read(const BufferCopy& copy) const {
+  if (copy.copy.parameter < own_parameters_) return copy;
+  const std::optional<CastSource> source = cast_source(copy.copy);
+  if (!source) return std::nullopt;
+  BufferCopy read = copy;
+  read.copy.parameter = source->parameter;
+  read.element_bytes = static_cast<std::uint8_t>(dtype_size(source->dtype));
+  return read;
+}
+
+std::vector<BufferCopy> QuantizedPack::converted_reads() const {
+  std::vector<BufferCopy> reads;
+  for (const Quantized& q : quantized_) {
+    const SliceCopy& copy = trainer_map_.copies[q.copy];
+    reads.push_back({copy, 0, static_cast<std::uint8_t>(dtype_size(trainer_map_.parameters[copy.parameter].dtype))});
+  }
+  return reads;
+}
+
 std::optional<QuantizedPack::CastSource> QuantizedPack::cast_source(const SliceCopy& copy) const {
   if (copy.parameter < own_parameters_ || copy.parameter >= own_parameters_ + shadow_count_) return std::nullopt;
   const auto shadow = static_cast<std::uint32_t>(copy.parameter - own_parameters_);
