@@ -5,7 +5,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <optional>
 #include <span>
 #include <string_view>
 
@@ -399,43 +398,24 @@ bool casts_in_pack(const ResolvedOptions& options, const ParameterSet& params) {
 }
 
 // Staging for the side that stages: the bytes of the parameters this rank's schedule packs from or
-// assembles into, nothing else. A trainer sending FP8 whose packs cast from the staging stages the bf16
-// elements of the codes it packs, in their rounds, so that its transfer starts once the first round's are
-// staged; one staged at once (CUDA parameters) also stages every element quantize may read (it reads the
-// host copy).
+// assembles into, nothing else (a trainer's: coord::stage_for_sending).
 Staging stage_parameters(const Connect& c, const RoundSchedule& schedule, const exec::QuantizedPack* quantized) {
-  const Roles& roles = c.roles;
   const ResolvedOptions& options = c.options;
+  if (c.roles.trainer) {
+    if (!options.sender_staging) return Staging();
+    return stage_for_sending(*c.in.params, schedule, quantized, quantized != nullptr && casts_in_pack(options, *c.in.params));
+  }
   Staging staging;
-  const bool stages = roles.trainer ? options.sender_staging : options.receiver_staging;
-  if (stages) {
+  if (options.receiver_staging) {
     const std::size_t parameters = c.in.params->size();
-    const bool casts = quantized != nullptr && casts_in_pack(options, *c.in.params);
     std::vector<BufferCopy> copies;
-    std::vector<std::size_t> round_ends;
-    for (const RoundPlan& round : schedule.rounds) {
-      for (const BufferCopy& copy : roles.trainer ? round.pack : round.assemble) {
+    for (const RoundPlan& round : schedule.rounds)
+      for (const BufferCopy& copy : round.assemble)
         if (copy.copy.parameter < parameters) copies.push_back(copy);
-        else if (casts)  // a piece of a shadow: its bf16 elements; a scale is the pack's own buffer
-          if (const std::optional<BufferCopy> read = quantized->staged_read(copy)) copies.push_back(*read);
-      }
-      round_ends.push_back(copies.size());
-    }
-    if (quantized != nullptr && !c.in.params->empty() && (*c.in.params)[0].view.memory == MemoryKind::kCuda)
-      for (const BufferCopy& read : quantized->converted_reads()) copies.push_back(read);  // after every round
     staging = Staging(*c.in.params, touched_ranges(copies, parameters));
-    if (roles.trainer) {
-      // Staged in the order the rounds read it, so that an update's transfer starts with its first round's bytes.
-      std::vector<std::span<const BufferCopy>> by_round;
-      for (std::size_t r = 0, first = 0; r < round_ends.size(); first = round_ends[r++])
-        by_round.push_back(std::span<const BufferCopy>(copies).subspan(first, round_ends[r] - first));
-      staging.order_by_rounds(by_round);
-      throw_if_error(staging.copy_from(*c.in.params));
-    } else {
-      // Every staged page touched now, at connect: the first update's assembles would otherwise take the
-      // page faults (measured at 4 replicas, 8 workers of 104 MB on 2 cores: that update 6 s, the next ones 2 s).
-      throw_if_error(staging.copy_from(*c.in.params));
-    }
+    // Every staged page touched now, at connect: the first update's assembles would otherwise take the
+    // page faults (measured at 4 replicas, 8 workers of 104 MB on 2 cores: that update 6 s, the next ones 2 s).
+    throw_if_error(staging.copy_from(*c.in.params));
   }
   return staging;
 }
@@ -492,11 +472,8 @@ std::unique_ptr<RoundExecutor> connect_executor(const Connect& c, RoundSchedule 
       // The rounds cast the codes straight into the send buffer from the parameters (read before
       // send_weights returns) or their staged copy (read once its round is staged: the packable gate).
       quantized->cast_in_pack();
-      memory.fp8_casts = quantized;
     }
-    memory.data = quantized->form_memory(memory.data);
-    const std::vector<TensorInfo>& parameters = quantized->form_map().parameters;
-    for (std::size_t p = quantized->own_parameters(); p < parameters.size(); ++p) memory.bytes.push_back(parameters[p].nbytes());
+    quantized->extend_memory(memory);
   }
   return std::make_unique<RoundExecutor>(std::move(schedule), std::move(memory), c.in.world, executor_options);
 }

@@ -8,9 +8,11 @@
 #include <cerrno>
 #include <cstring>
 #include <iterator>
+#include <optional>
 #include <string>
 
 #include "core/checks.hpp"
+#include "exec/quantized_pack.hpp"
 
 namespace wb::coord {
 
@@ -247,6 +249,31 @@ Status Staging::copy_from_by_round(const ParameterSet& params, std::atomic<int>&
   }
   staged.store(kAllRoundsStaged, std::memory_order_release);
   return Status::ok();
+}
+
+Staging stage_for_sending(const ParameterSet& params, const RoundSchedule& schedule, const exec::QuantizedPack* quantized,
+                          bool casts) {
+  const std::size_t parameters = params.size();
+  std::vector<BufferCopy> copies;
+  std::vector<std::size_t> round_ends;
+  for (const RoundPlan& round : schedule.rounds) {
+    for (const BufferCopy& copy : round.pack) {
+      if (copy.copy.parameter < parameters) copies.push_back(copy);
+      else if (casts && quantized != nullptr)  // a piece of a shadow: its bf16 elements; a scale is the pack's own
+        if (const std::optional<BufferCopy> read = quantized->staged_read(copy)) copies.push_back(*read);
+    }
+    round_ends.push_back(copies.size());
+  }
+  if (quantized != nullptr && !params.empty() && params[0].view.memory == MemoryKind::kCuda)
+    for (const BufferCopy& read : quantized->converted_reads()) copies.push_back(read);  // after every round
+  Staging staging(params, touched_ranges(copies, parameters));
+  // Staged in the order the rounds read it, so that an update's transfer starts with its first round's bytes.
+  std::vector<std::span<const BufferCopy>> by_round;
+  for (std::size_t r = 0, first = 0; r < round_ends.size(); first = round_ends[r++])
+    by_round.push_back(std::span<const BufferCopy>(copies).subspan(first, round_ends[r] - first));
+  staging.order_by_rounds(by_round);
+  throw_if_error(staging.copy_from(params));
+  return staging;
 }
 
 Status Staging::copy_to(const ParameterSet& params, void* after_stream) { return copy(params, false, after_stream); }

@@ -94,4 +94,13 @@ class Staging {
   std::vector<HostPinning> pinned_;     // CUDA parameters: the page spans of the ranges
 };
 
+/// A trainer's sender staging for its round schedule, as connect makes it: the bytes of its parameters the
+/// rounds pack, ordered by rounds, copied once now (so that the pages are touched at connect). Sending FP8
+/// (`quantized`): where the packs cast from the staging (`casts`, QuantizedPack::cast_in_pack), a round's
+/// pieces of the shadows stage the bf16 elements they cast, in that round; CUDA parameters (staged at once,
+/// quantize reading the host copy) also stage every element of a converted tensor the trainer holds, last.
+/// Throws as the constructor and copy_from fail.
+Staging stage_for_sending(const ParameterSet& params, const RoundSchedule& schedule, const exec::QuantizedPack* quantized,
+                          bool casts);
+
 }  // namespace wb::coord

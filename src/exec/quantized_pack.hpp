@@ -35,6 +35,10 @@
 #include "weightbridge/source_map.hpp"
 #include "weightbridge/status.hpp"
 
+namespace wb {
+struct ParameterMemory;  // exec/round_executor.hpp
+}  // namespace wb
+
 namespace wb::exec {
 
 /// A block of a converted tensor: the tensor's index in the source (BF16) list and the block's flat index
@@ -97,6 +101,10 @@ class QuantizedPack {
   /// Base address of every parameter of form_map(): the trainer's (as given) then the shadow and scale
   /// buffers this object owns (in device memory after use_device; the shadows null after cast_in_pack).
   std::vector<std::byte*> form_memory(std::span<std::byte* const> parameters);
+
+  /// The executor's memory for the form map: `memory` (the trainer's parameters, or their staging) then the
+  /// shadow and scale buffers (form_memory); casting in the pack, its packs cast from `memory` (fp8_casts).
+  void extend_memory(ParameterMemory& memory);
 
   /// Packs that read host memory, not verifying: the rounds' packs cast the codes from the trainer's
   /// parameters, or from their staged copy, straight into the send buffer (exec/fp8_cast_program.hpp), and

@@ -5,6 +5,7 @@
 
 #include "exec/device_quantizer.hpp"
 #include "exec/quantized_pack.hpp"
+#include "exec/round_executor.hpp"
 #include "weightbridge/status.hpp"
 
 namespace wb::exec {
@@ -214,6 +215,12 @@ std::vector<std::byte*> QuantizedPack::form_memory(std::span<std::byte* const> p
   if (cast_in_pack_) memory.resize(own_parameters_ + shadow_count_, nullptr);  // no pack reads a shadow
   for (std::vector<float>& scales : scales_) memory.push_back(reinterpret_cast<std::byte*>(scales.data()));
   return memory;
+}
+
+void QuantizedPack::extend_memory(ParameterMemory& memory) {
+  if (cast_in_pack_) memory.fp8_casts = this;
+  memory.data = form_memory(memory.data);
+  for (std::size_t p = own_parameters_; p < form_map_.parameters.size(); ++p) memory.bytes.push_back(form_map_.parameters[p].nbytes());
 }
 
 void QuantizedPack::cast_in_pack() {
