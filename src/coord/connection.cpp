@@ -388,23 +388,19 @@ TransferSummary share_summary(const Connect& c, const Planned& planned) {
   return decode_summary(bytes);
 }
 
-// Trainers sending FP8: whether the rounds' packs cast the codes from the memory the executor reads (the
-// parameters, or the host staging) instead of packing shadows quantized before the rounds. Not when
-// verifying (the verifier digests the shadows it packs), nor for CUDA parameters read in place (the device
-// quantizer fills the shadows there).
+// Trainers sending FP8: whether the rounds' packs cast the codes straight from the parameters instead of
+// packing shadows quantized before or, sender-staged, by their rounds: host parameters read in place (before
+// send_weights returns), not verified (the verifier digests the shadows it packs).
 bool casts_in_pack(const ResolvedOptions& options, const ParameterSet& params) {
   const bool host = params.empty() || params[0].view.memory == MemoryKind::kHost;
-  return !options.verify && (host || options.sender_staging);
+  return !options.verify && host && !options.sender_staging;
 }
 
 // Staging for the side that stages: the bytes of the parameters this rank's schedule packs from or
 // assembles into, nothing else (a trainer's: coord::stage_for_sending).
-Staging stage_parameters(const Connect& c, const RoundSchedule& schedule, const exec::QuantizedPack* quantized) {
+Staging stage_parameters(const Connect& c, const RoundSchedule& schedule, exec::QuantizedPack* quantized) {
   const ResolvedOptions& options = c.options;
-  if (c.roles.trainer) {
-    if (!options.sender_staging) return Staging();
-    return stage_for_sending(*c.in.params, schedule, quantized, quantized != nullptr && casts_in_pack(options, *c.in.params));
-  }
+  if (c.roles.trainer) return options.sender_staging ? stage_for_sending(*c.in.params, schedule, quantized) : Staging();
   Staging staging;
   if (options.receiver_staging) {
     const std::size_t parameters = c.in.params->size();
@@ -469,8 +465,9 @@ std::unique_ptr<RoundExecutor> connect_executor(const Connect& c, RoundSchedule 
         throw Error(error.code(), c.who() + error.status().message());
       }
     } else if (casts_in_pack(options, *c.in.params)) {
-      // The rounds cast the codes straight into the send buffer from the parameters (read before
-      // send_weights returns) or their staged copy (read once its round is staged: the packable gate).
+      // The rounds read the trainer's own parameters before send_weights returns: they cast the codes
+      // straight into the send buffer. Staged, the shadows are the staged copy (half its bytes), quantized
+      // by rounds; verified, the verifier's programs digest the shadows they pack.
       quantized->cast_in_pack();
     }
     quantized->extend_memory(memory);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <optional>
 
 #include "comm/backoff.hpp"
@@ -400,18 +401,21 @@ Status SenderAdapter::State::send(std::uint64_t version, void* cuda_stream, cons
       return s.give_up(status, "version " + std::to_string(version) + ": copying the parameters to staging: ");
     }
   }
-  if (exec::QuantizedPack* quantized = s.connection->quantized.get()) {
-    // FP8 engines: the amaxes the rounds' casts cannot take as they read (blocks they cut, blocks split
-    // between trainers, through the exchange) and their scales, or, for shadows, every code, before any
-    // round and before send_weights returns (the trainer may change its parameters afterwards, in every
-    // mode). From the parameters, or from the staging copied at once (the host copy of CUDA parameters).
-    std::vector<std::byte*> bases;
-    if (s.options.sender_staging && !by_round) bases = staging.memory(s.params).data;
-    else
-      for (const Parameter& p : s.params) bases.push_back(static_cast<std::byte*>(p.view.data));
-    status = quantized->quantize(bases, [&s, version](std::span<std::uint32_t> bits) {
+  exec::QuantizedPack* quantized = s.connection->quantized.get();
+  std::vector<std::byte*> bases;  // what quantize reads: the parameters, or the staging copied at once
+  if (s.options.sender_staging && !by_round) bases = staging.memory(s.params).data;
+  else
+    for (const Parameter& p : s.params) bases.push_back(static_cast<std::byte*>(p.view.data));
+  // Staged by rounds, the FP8 codes are quantized by the same rounds below.
+  const bool quantize_by_round = quantized != nullptr && by_round && quantized->quantizes_by_round();
+  if (quantized) {
+    // FP8 engines, before any round and before send_weights returns (the trainer may change its parameters
+    // afterwards, in every mode): the amaxes, their exchange between trainers, scales and codes (into the
+    // shadows); casting in the pack, only what the casts cannot take; by rounds, only the shared blocks.
+    const exec::AmaxExchange exchange = [&s, version](std::span<std::uint32_t> bits) {
       return comm::reduce_max(bits, s.group_comm, s.waiter(), s.about(version) + ": the FP8 amax exchange");
-    }, cuda_stream);
+    };
+    status = quantize_by_round ? quantized->quantize_shared(bases, exchange) : quantized->quantize(bases, exchange, cuda_stream);
     if (!status) {
       s.in_flight = false;
       return s.give_up(status, "version " + std::to_string(version) + ": quantizing to FP8: ");
@@ -420,11 +424,13 @@ Status SenderAdapter::State::send(std::uint64_t version, void* cuda_stream, cons
   if (by_round) {
     // The staged copy is what the transfer reads, and the trainer may change its parameters once this
     // returns. Host staging is copied in the order of the rounds while the transfer already packs and
-    // sends those staged (a copy of host memory cannot fail), so the copy's time leaves the EWTT; FP8 packs
-    // cast their codes from it behind the same gate.
+    // sends those staged (a copy of host memory cannot fail), so the copy's time leaves the EWTT; the FP8
+    // codes of a round are quantized into the shadows before the round is published, the same way.
     s.staged_rounds.store(0, std::memory_order_relaxed);
     s.start_background(version, &s.staged_rounds);
-    (void)staging.copy_from_by_round(s.params, s.staged_rounds);
+    std::function<void(std::size_t)> round_codes;
+    if (quantize_by_round) round_codes = [quantized, &bases](std::size_t round) { quantized->quantize_round(bases, round); };
+    (void)staging.copy_from_by_round(s.params, s.staged_rounds, nullptr, round_codes);
   } else if (s.options.sender_staging) {
     s.start_background(version);
   } else {

@@ -8,7 +8,6 @@
 #include <cerrno>
 #include <cstring>
 #include <iterator>
-#include <optional>
 #include <string>
 
 #include "core/checks.hpp"
@@ -235,7 +234,8 @@ void Staging::order_by_rounds(std::span<const std::span<const BufferCopy>> round
   if (!rest.empty()) round_pieces_.push_back(std::move(rest));
 }
 
-Status Staging::copy_from_by_round(const ParameterSet& params, std::atomic<int>& staged, void* after_stream) {
+Status Staging::copy_from_by_round(const ParameterSet& params, std::atomic<int>& staged, void* after_stream,
+                                   const std::function<void(std::size_t round)>& also) {
   if (!stages_by_round()) {
     const Status status = copy_from(params, after_stream);
     staged.store(status ? kAllRoundsStaged : -1, std::memory_order_release);
@@ -245,27 +245,29 @@ Status Staging::copy_from_by_round(const ParameterSet& params, std::atomic<int>&
     for (const Piece& piece : round_pieces_[r])
       std::memcpy(copies_[piece.parameter].data + piece.first, static_cast<const std::byte*>(params[piece.parameter].view.data) + piece.first,
                   static_cast<std::size_t>(piece.last - piece.first));
+    if (also) also(r);
     staged.store(static_cast<int>(r + 1), std::memory_order_release);
   }
   staged.store(kAllRoundsStaged, std::memory_order_release);
   return Status::ok();
 }
 
-Staging stage_for_sending(const ParameterSet& params, const RoundSchedule& schedule, const exec::QuantizedPack* quantized,
-                          bool casts) {
+Staging stage_for_sending(const ParameterSet& params, const RoundSchedule& schedule, exec::QuantizedPack* quantized) {
   const std::size_t parameters = params.size();
+  const bool device = !params.empty() && params[0].view.memory == MemoryKind::kCuda;
   std::vector<BufferCopy> copies;
   std::vector<std::size_t> round_ends;
+  std::vector<std::span<const BufferCopy>> packs;
   for (const RoundPlan& round : schedule.rounds) {
-    for (const BufferCopy& copy : round.pack) {
-      if (copy.copy.parameter < parameters) copies.push_back(copy);
-      else if (casts && quantized != nullptr)  // a piece of a shadow: its bf16 elements; a scale is the pack's own
-        if (const std::optional<BufferCopy> read = quantized->staged_read(copy)) copies.push_back(*read);
-    }
+    for (const BufferCopy& copy : round.pack)
+      if (copy.copy.parameter < parameters) copies.push_back(copy);  // not the FP8 pack's own buffers
     round_ends.push_back(copies.size());
+    packs.emplace_back(round.pack);
   }
-  if (quantized != nullptr && !params.empty() && params[0].view.memory == MemoryKind::kCuda)
+  if (quantized != nullptr && device)
     for (const BufferCopy& read : quantized->converted_reads()) copies.push_back(read);  // after every round
+  else if (quantized != nullptr)
+    quantized->order_by_rounds(packs);
   Staging staging(params, touched_ranges(copies, parameters));
   // Staged in the order the rounds read it, so that an update's transfer starts with its first round's bytes.
   std::vector<std::span<const BufferCopy>> by_round;

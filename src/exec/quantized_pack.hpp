@@ -28,6 +28,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "layout/fp8_form.hpp"
@@ -122,10 +123,6 @@ class QuantizedPack {
   };
   /// nullopt when `copy` is not of a shadow; throws kInternal when it lies in no copy of the trainer's map.
   std::optional<CastSource> cast_source(const SliceCopy& copy) const;
-  /// What the staging of a sender-staged trainer must hold for the packs to cast from it (coord/staging.hpp):
-  /// a pack copy of a shadow as the trainer's elements it reads (the trainer's parameter, its element size);
-  /// a copy of the trainer's own parameters as it is; nullopt for a scale (the pack's own buffer).
-  std::optional<BufferCopy> staged_read(const BufferCopy& copy) const;
   /// Every copy of the trainer's map of a converted tensor, as the elements quantize may read: a staging
   /// copied at once (CUDA parameters) holds them, so that quantize reads the host copy.
   std::vector<BufferCopy> converted_reads() const;
@@ -144,6 +141,20 @@ class QuantizedPack {
   /// A cast program that cannot take block `block`'s amax itself (it casts only part of it, or packs its scale
   /// without casting all of it first): quantize takes it before the rounds.
   void need_amax(std::uint32_t at, std::int64_t block) { blocks_[at].amax_first[static_cast<std::size_t>(block)] = 1; }
+
+  /// Sender staging of host parameters (shadows): quantize by rounds while the staging is copied by rounds,
+  /// each round's blocks before the round is published to run_update's gate (coord/staging.hpp), so that
+  /// the transfer starts once the first round's are final. `rounds[r]`: the pack copies of round r
+  /// (form_map() coordinates). A block is quantized in the first round that packs its codes or its scale
+  /// (every element this rank holds of it then); one that no round packs, never (another trainer sends it).
+  void order_by_rounds(std::span<const std::span<const BufferCopy>> rounds);
+  bool quantizes_by_round() const { return !round_blocks_.empty(); }
+  /// Before the rounds: the shared blocks' amaxes, their exchange (`exchange` called once when some block is
+  /// shared) and their scales.
+  Status quantize_shared(std::span<std::byte* const> parameters, const AmaxExchange& exchange);
+  /// After quantize_shared, in round order: round `round`'s blocks, amaxes (a shared one's exchanged), scales
+  /// and codes into the shadows. A round past the schedule's: nothing.
+  void quantize_round(std::span<std::byte* const> parameters, std::size_t round);
 
   /// Trainers' parameters in CUDA memory on `device`: the shadows and scales live there and quantize runs
   /// the device kernels on `cuda_stream` (exec/device_quantizer.hpp). Set-up: throws kUnsupported for a
@@ -168,8 +179,19 @@ class QuantizedPack {
     std::vector<std::uint8_t> touched;  // per block
     std::vector<fp8::BlockScale> scale; // per block, this update's
     std::vector<std::uint8_t> amax_first;  // per block, casting in the pack: quantize takes its amax
+    std::vector<std::uint8_t> shared;   // per block: in shared_
+    std::vector<std::int32_t> first_round;  // per block, by rounds: the first round that packs it, or -1
     std::uint32_t scale_buffer = 0;     // index into scales_ (its own index in blocks_)
   };
+  // One update's steps: amaxes of a copy's wanted blocks (wanted(blocks, block)), the shared blocks' exchange,
+  // a block's scale, the codes of a copy's wanted blocks into its shadow.
+  bool any_block(const SliceCopy& copy, const std::function<bool(std::int64_t)>& in) const;
+  template <typename Wanted>
+  void take_amaxes(std::span<std::byte* const> parameters, const Quantized& q, const Wanted& wanted);
+  Status exchange_amaxes(const AmaxExchange& exchange);
+  void take_scale(TensorBlocks& blocks, std::size_t block);
+  template <typename Wanted>
+  void write_codes(std::span<std::byte* const> parameters, const Quantized& q, const Wanted& wanted);
   const layout::QuantizationConfig config_;
   std::vector<TensorInfo> source_tensors_;
   SourceMap trainer_map_;
@@ -190,6 +212,8 @@ class QuantizedPack {
   std::vector<std::vector<float>> scales_;  // by blocks_ entry
   std::vector<BlockKey> partial_, shared_;
   std::vector<std::uint32_t> exchanged_;    // per shared block
+  std::vector<std::vector<std::pair<std::uint32_t, std::int64_t>>> round_blocks_;  // per round: (blocks_ entry, block) first packed in it
+  std::vector<std::vector<std::uint32_t>> round_copies_;  // per round: quantized_ entries holding some of its blocks
 };
 
 }  // namespace wb::exec

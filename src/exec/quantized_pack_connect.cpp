@@ -68,6 +68,8 @@ QuantizedPack::QuantizedPack(const SourceMap& trainer_map, const layout::Fp8Form
       blocks.touched.assign(blocks.amax.size(), 0);
       blocks.scale.assign(blocks.amax.size(), {});
       blocks.amax_first.assign(blocks.amax.size(), 0);
+      blocks.shared.assign(blocks.amax.size(), 0);
+      blocks.first_round.assign(blocks.amax.size(), -1);
       blocks_.push_back(std::move(blocks));
       counts.emplace_back(blocks_.back().amax.size(), 0);
     }
@@ -146,7 +148,10 @@ void QuantizedPack::set_shared_blocks(std::vector<BlockKey> shared) {
   exchanged_.assign(shared_.size(), 0);
   // Every rank that holds some of a shared block brings its amax to the exchange, whoever sends it.
   for (const BlockKey& key : shared_)
-    if (const std::int32_t at = blocks_of_[key.tensor]; at >= 0) need_amax(static_cast<std::uint32_t>(at), key.block);
+    if (const std::int32_t at = blocks_of_[key.tensor]; at >= 0) {
+      need_amax(static_cast<std::uint32_t>(at), key.block);
+      blocks_[static_cast<std::size_t>(at)].shared.at(static_cast<std::size_t>(key.block)) = 1;
+    }
   // A copy with a shared block waits for the exchange like the others.
   for (Quantized& q : quantized_) {
     if (!q.fused) continue;
@@ -217,6 +222,46 @@ std::vector<std::byte*> QuantizedPack::form_memory(std::span<std::byte* const> p
   return memory;
 }
 
+void QuantizedPack::order_by_rounds(std::span<const std::span<const BufferCopy>> rounds) {
+  round_blocks_.assign(rounds.size(), {});
+  round_copies_.assign(rounds.size(), {});
+  for (TensorBlocks& blocks : blocks_) std::fill(blocks.first_round.begin(), blocks.first_round.end(), -1);
+  const auto first_packed = [&](std::uint32_t at, std::int64_t block, std::size_t r) {
+    std::int32_t& first = blocks_[at].first_round[static_cast<std::size_t>(block)];
+    if (first >= 0) return;
+    first = static_cast<std::int32_t>(r);
+    round_blocks_[r].emplace_back(at, block);
+  };
+  for (std::size_t r = 0; r < rounds.size(); ++r)
+    for (const BufferCopy& c : rounds[r]) {
+      const Box& box = c.copy.box;
+      if (c.copy.numel() == 0) continue;
+      if (const std::optional<std::uint32_t> at = scale_parameter(c.copy.parameter)) {  // a piece of the scales
+        for (std::int64_t i = 0; i < box.extent[0]; ++i)
+          for (std::int64_t j = 0; j < box.extent[1]; ++j) first_packed(*at, (box.offset[0] + i) * blocks_[*at].scale_cols + box.offset[1] + j, r);
+      } else if (const std::optional<CastSource> source = cast_source(c.copy)) {  // a piece of a shadow: its codes
+        const std::uint32_t at = source->tensor_blocks;
+        for (std::int64_t br = box.offset[0] / config_.block_rows; br * config_.block_rows < box.offset[0] + box.extent[0]; ++br)
+          for (std::int64_t bc = box.offset[1] / config_.block_cols; bc * config_.block_cols < box.offset[1] + box.extent[1]; ++bc)
+            first_packed(at, br * blocks_[at].scale_cols + bc, r);
+      }
+    }
+  // Each round's copies: those holding some of the blocks first packed in it.
+  for (std::uint32_t k = 0; k < quantized_.size(); ++k) {
+    const SliceCopy& copy = trainer_map_.copies[quantized_[k].copy];
+    const TensorBlocks& blocks = blocks_[static_cast<std::size_t>(blocks_of_[copy.tensor])];
+    std::vector<std::int32_t> seen;
+    (void)any_block(copy, [&](std::int64_t block) {
+      const std::int32_t r = blocks.first_round[static_cast<std::size_t>(block)];
+      if (r >= 0 && std::find(seen.begin(), seen.end(), r) == seen.end()) {
+        seen.push_back(r);
+        round_copies_[static_cast<std::size_t>(r)].push_back(k);
+      }
+      return false;
+    });
+  }
+}
+
 void QuantizedPack::extend_memory(ParameterMemory& memory) {
   if (cast_in_pack_) memory.fp8_casts = this;
   memory.data = form_memory(memory.data);
@@ -242,16 +287,6 @@ std::optional<std::uint32_t> QuantizedPack::scale_parameter(std::uint32_t parame
 bool QuantizedPack::whole_block(std::uint32_t at, std::int64_t block) const {
   const BlockKey key{blocks_[at].tensor, block};
   return !std::binary_search(partial_.begin(), partial_.end(), key) && !std::binary_search(shared_.begin(), shared_.end(), key);
-}
-
-std::optional<BufferCopy> QuantizedPack::staged_read(const BufferCopy& copy) const {
-  if (copy.copy.parameter < own_parameters_) return copy;
-  const std::optional<CastSource> source = cast_source(copy.copy);
-  if (!source) return std::nullopt;
-  BufferCopy read = copy;
-  read.copy.parameter = source->parameter;
-  read.element_bytes = static_cast<std::uint8_t>(dtype_size(source->dtype));
-  return read;
 }
 
 std::vector<BufferCopy> QuantizedPack::converted_reads() const {

@@ -711,15 +711,14 @@ TEST_P(Fp8MixedFleetMpi, EachEngineGetsItsOwnFormFromOnePlan) {
   MPI_Comm_free(&group);
 }
 
-// Sender staging with FP8 engines: the packs cast their codes from the staging, which the trainer copies by
-// rounds while the transfer already runs, behind run_update's gate (as SenderAdapter::send_weights does).
-// The trainers' staging holds version 1 (staged at connect); they load version 2, quantize (the amaxes the
-// casts cannot take, the exchange), start the update with no round staged, and stage it by rounds only
-// 300 ms later, then overwrite their parameters (as a trainer may once send_weights returned) before the
-// gate opens. Every engine parameter and scale must be version 2's FP8 form: a round cast before its bf16
-// elements were staged would carry version 1's codes (or version 1's amaxes in the scales), one cast from
-// the parameters (elements the staging lacks) the pattern.
-TEST(Fp8StagedGate, RoundsAreCastOnlyOnceTheirBf16ElementsAreStaged) {
+// Sender staging with FP8 engines: the trainers quantize by rounds into their shadows while they copy their
+// staging by rounds, and the transfer, already running, packs round r only once round r is quantized and
+// staged (run_update's gate), as SenderAdapter::send_weights does. The shadows and the staging hold version 1
+// (its update done); the trainers load version 2, take the shared blocks' amaxes and exchange them, start the
+// update with no round ready, quantize and stage it by rounds only 300 ms later, then overwrite their
+// parameters (as a trainer may once send_weights returned) before the gate opens. Every engine parameter and
+// scale must be version 2's FP8 form: a round packed before its codes were final would carry version 1's.
+TEST(Fp8StagedGate, RoundsArePackedOnlyOnceTheirCodesAreQuantized) {
   const int rank = rank_of_five();
   ASSERT_GE(rank, 0) << "run with 5 ranks";
   const bool trainer = rank < 3;
@@ -770,8 +769,8 @@ TEST(Fp8StagedGate, RoundsAreCastOnlyOnceTheirBf16ElementsAreStaged) {
   if (trainer) {
     EXPECT_GT(schedule.rounds.size(), 2u) << "rank " << rank;
     apply_source_map(layout.map, make_checkpoint(ignored, 1), buffers.params);
-    pack->cast_in_pack();
-    staging = coord::stage_for_sending(buffers.params, schedule, pack.get(), true);  // holds version 1
+    staging = coord::stage_for_sending(buffers.params, schedule, pack.get());  // holds version 1
+    EXPECT_TRUE(pack->quantizes_by_round());
     memory = staging.memory(buffers.params);
     pack->extend_memory(memory);
   } else {
@@ -780,15 +779,19 @@ TEST(Fp8StagedGate, RoundsAreCastOnlyOnceTheirBf16ElementsAreStaged) {
   RoundExecutor executor(std::move(schedule), memory, MPI_COMM_WORLD, executor_options);
   Status status;
   if (trainer) {
-    apply_source_map(layout.map, make_checkpoint(ignored, 2), buffers.params);
     std::vector<std::byte*> bases;
     for (const Parameter& p : buffers.params) bases.push_back(static_cast<std::byte*>(p.view.data));
-    status = pack->quantize(bases, [&](std::span<std::uint32_t> bits) { return comm::reduce_max(bits, group, waiter, "FP8 amax exchange"); });
+    const exec::AmaxExchange exchange = [&](std::span<std::uint32_t> bits) { return comm::reduce_max(bits, group, waiter, "FP8 amax exchange"); };
+    status = pack->quantize(bases, exchange);  // version 1's codes in the shadows
+    ASSERT_TRUE(status.is_ok()) << status.to_string();
+    apply_source_map(layout.map, make_checkpoint(ignored, 2), buffers.params);
+    status = pack->quantize_shared(bases, exchange);
     ASSERT_TRUE(status.is_ok()) << status.to_string();
     std::atomic<int> gate{0}, staged{0};
     std::thread update([&] { status = executor.run_update({}, &gate); });
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    const Status copied = staging.copy_from_by_round(buffers.params, staged);
+    const Status copied = staging.copy_from_by_round(buffers.params, staged, nullptr,
+                                                     [&](std::size_t round) { pack->quantize_round(bases, round); });
     // Staged: send_weights would return, and the trainer reuses its memory; the rounds read the staging only.
     for (auto& m : buffers.memory) std::memset(m.data(), 0x5A, m.size());
     gate.store(staged.load());
