@@ -61,8 +61,7 @@ bool QuantizedPack::any_block(const SliceCopy& copy, const std::function<bool(st
 }
 
 template <typename Wanted>
-void QuantizedPack::take_amaxes(std::span<std::byte* const> parameters, const Quantized& q, const Wanted& wanted) {
-  const SliceCopy& copy = trainer_map_.copies[q.copy];
+void QuantizedPack::take_amaxes(std::span<std::byte* const> parameters, const SliceCopy& copy, const Wanted& wanted) {
   TensorBlocks& blocks = blocks_[static_cast<std::size_t>(blocks_of_[copy.tensor])];
   const DType dtype = trainer_map_.parameters[copy.parameter].dtype;
   const std::size_t size = dtype_size(dtype);
@@ -84,13 +83,13 @@ void QuantizedPack::take_amaxes(std::span<std::byte* const> parameters, const Qu
 }
 
 template <typename Wanted>
-void QuantizedPack::write_codes(std::span<std::byte* const> parameters, const Quantized& q, const Wanted& wanted) {
-  const SliceCopy& copy = trainer_map_.copies[q.copy];
+void QuantizedPack::write_codes(std::span<std::byte* const> parameters, const SliceCopy& copy, std::uint32_t shadow,
+                                const Wanted& wanted) {
   const TensorBlocks& blocks = blocks_[static_cast<std::size_t>(blocks_of_[copy.tensor])];
   const DType dtype = trainer_map_.parameters[copy.parameter].dtype;
   const auto size = static_cast<std::int64_t>(dtype_size(dtype));
   const std::byte* base = parameters[copy.parameter];
-  std::uint8_t* codes = shadows_[q.shadow].data();
+  std::uint8_t* codes = shadows_[shadow].data();
   if (bf16_rows(copy, dtype)) {
     const auto* values = reinterpret_cast<const std::uint16_t*>(base);
     for_each_block_run(copy, config_, blocks.scale_cols, [&](std::int64_t first, std::int64_t count, std::int64_t block) {
@@ -138,7 +137,7 @@ Status QuantizedPack::quantize(std::span<std::byte* const> parameters, const Ama
     const TensorBlocks& blocks = blocks_[static_cast<std::size_t>(blocks_of_[copy.tensor])];
     // Casting in the pack, most copies have no wanted block.
     if (cast_in_pack_ && !any_block(copy, [&](std::int64_t block) { return wanted(blocks, block); })) continue;
-    take_amaxes(parameters, q, wanted);
+    take_amaxes(parameters, copy, wanted);
   }
   WB_RETURN_IF_ERROR(exchange_amaxes(exchange));
   for (TensorBlocks& blocks : blocks_)
@@ -147,7 +146,7 @@ Status QuantizedPack::quantize(std::span<std::byte* const> parameters, const Ama
   if (cast_in_pack_) return Status::ok();  // the rounds' packs cast the codes (exec/fp8_cast_program.hpp)
   const auto every = [](const TensorBlocks&, std::int64_t) { return true; };
   for (const Quantized& q : quantized_)
-    if (!q.fused) write_codes(parameters, q, every);
+    if (!q.fused) write_codes(parameters, trainer_map_.copies[q.copy], q.shadow, every);
   // The copies that alone hold their blocks: one block row at a time, its amaxes, scales and codes.
   for (const Quantized& q : quantized_) {
     if (!q.fused) continue;
@@ -185,7 +184,8 @@ Status QuantizedPack::quantize_shared(std::span<std::byte* const> parameters, co
   const auto shared = [](const TensorBlocks& blocks, std::int64_t block) { return blocks.shared[static_cast<std::size_t>(block)] != 0; };
   for (const Quantized& q : quantized_) {
     const TensorBlocks& blocks = blocks_[static_cast<std::size_t>(blocks_of_[trainer_map_.copies[q.copy].tensor])];
-    if (any_block(trainer_map_.copies[q.copy], [&](std::int64_t block) { return shared(blocks, block); })) take_amaxes(parameters, q, shared);
+    const SliceCopy& copy = trainer_map_.copies[q.copy];
+    if (any_block(copy, [&](std::int64_t block) { return shared(blocks, block); })) take_amaxes(parameters, copy, shared);
   }
   WB_RETURN_IF_ERROR(exchange_amaxes(exchange));
   for (TensorBlocks& blocks : blocks_)
@@ -201,10 +201,20 @@ void QuantizedPack::quantize_round(std::span<std::byte* const> parameters, std::
     const auto b = static_cast<std::size_t>(block);
     return blocks.first_round[b] == r && blocks.shared[b] == 0;  // a shared block's amax came from the exchange
   };
-  for (const std::uint32_t k : round_copies_[round]) take_amaxes(parameters, quantized_[k], mine);
+  // Each copy only along the rows of its block rows that hold some of the round's blocks.
+  const auto band = [this](const RoundCopy& c) {
+    SliceCopy copy = trainer_map_.copies[quantized_[c.quantized].copy];
+    const std::int64_t begin = std::max(copy.box.offset[0], c.first_block_row * config_.block_rows);
+    const std::int64_t end = std::min(copy.box.offset[0] + copy.box.extent[0], (c.last_block_row + 1) * config_.block_rows);
+    copy.offset += (begin - copy.box.offset[0]) * copy.strides[0];
+    copy.box.offset[0] = begin;
+    copy.box.extent[0] = end - begin;
+    return copy;
+  };
+  for (const RoundCopy& c : round_copies_[round]) take_amaxes(parameters, band(c), mine);
   for (const auto& [at, block] : round_blocks_[round]) take_scale(blocks_[at], static_cast<std::size_t>(block));
   const auto in_round = [r](const TensorBlocks& blocks, std::int64_t block) { return blocks.first_round[static_cast<std::size_t>(block)] == r; };
-  for (const std::uint32_t k : round_copies_[round]) write_codes(parameters, quantized_[k], in_round);
+  for (const RoundCopy& c : round_copies_[round]) write_codes(parameters, band(c), quantized_[c.quantized].shadow, in_round);
 }
 
 }  // namespace wb::exec

@@ -16,10 +16,11 @@
 // per shared block, exchange_bytes); then each rank computes every scale it touches by the rule and writes
 // the codes of its own elements into the shadow parameters. A block's amax is the maximum over the same
 // set of elements as the reference's (quantize_band), and max is exact, so each code and scale equals the
-// reference's bit for bit (NaN included: both take the canonical quiet NaN). Packs that read host memory
-// and are not verified (cast_in_pack: host parameters, or any trainer's sender staging): no shadow;
-// quantize takes only the amaxes and scales the rounds' casts cannot take as they read
-// (exec/fp8_cast_program.hpp), and the casts write the codes, from the parameters or their staged copy.
+// reference's bit for bit (NaN included: both take the canonical quiet NaN). Host parameters neither
+// staged nor verified (cast_in_pack): no shadow; quantize takes only the amaxes and scales the rounds'
+// casts cannot take as they read (exec/fp8_cast_program.hpp), and the casts write the codes. Host
+// parameters sender-staged (order_by_rounds): only the shared blocks before the rounds (quantize_shared),
+// then each round's blocks as the staging is copied, before the round may be packed (quantize_round).
 #pragma once
 
 #include <cstddef>
@@ -104,13 +105,13 @@ class QuantizedPack {
   std::vector<std::byte*> form_memory(std::span<std::byte* const> parameters);
 
   /// The executor's memory for the form map: `memory` (the trainer's parameters, or their staging) then the
-  /// shadow and scale buffers (form_memory); casting in the pack, its packs cast from `memory` (fp8_casts).
+  /// shadow and scale buffers (form_memory); casting in the pack, fp8_casts set to this pack.
   void extend_memory(ParameterMemory& memory);
 
-  /// Packs that read host memory, not verifying: the rounds' packs cast the codes from the trainer's
-  /// parameters, or from their staged copy, straight into the send buffer (exec/fp8_cast_program.hpp), and
-  /// quantize takes only the amaxes the casts cannot take themselves, and the scales, from the same values.
-  /// No shadow is ever allocated. Set-up, before form_memory.
+  /// Host parameters the rounds read as they are (no sender staging, not verifying): the rounds' packs cast
+  /// the codes from the trainer's parameters straight into the send buffer (exec/fp8_cast_program.hpp),
+  /// and quantize takes only the amaxes the casts cannot take themselves, and the scales. No shadow is ever
+  /// allocated. Set-up, before form_memory.
   void cast_in_pack();
   bool casts_in_pack() const { return cast_in_pack_; }
 
@@ -187,11 +188,11 @@ class QuantizedPack {
   // a block's scale, the codes of a copy's wanted blocks into its shadow.
   bool any_block(const SliceCopy& copy, const std::function<bool(std::int64_t)>& in) const;
   template <typename Wanted>
-  void take_amaxes(std::span<std::byte* const> parameters, const Quantized& q, const Wanted& wanted);
+  void take_amaxes(std::span<std::byte* const> parameters, const SliceCopy& copy, const Wanted& wanted);
   Status exchange_amaxes(const AmaxExchange& exchange);
   void take_scale(TensorBlocks& blocks, std::size_t block);
   template <typename Wanted>
-  void write_codes(std::span<std::byte* const> parameters, const Quantized& q, const Wanted& wanted);
+  void write_codes(std::span<std::byte* const> parameters, const SliceCopy& copy, std::uint32_t shadow, const Wanted& wanted);
   const layout::QuantizationConfig config_;
   std::vector<TensorInfo> source_tensors_;
   SourceMap trainer_map_;
@@ -213,7 +214,11 @@ class QuantizedPack {
   std::vector<BlockKey> partial_, shared_;
   std::vector<std::uint32_t> exchanged_;    // per shared block
   std::vector<std::vector<std::pair<std::uint32_t, std::int64_t>>> round_blocks_;  // per round: (blocks_ entry, block) first packed in it
-  std::vector<std::vector<std::uint32_t>> round_copies_;  // per round: quantized_ entries holding some of its blocks
+  struct RoundCopy {  // a quantized_ entry holding some of a round's blocks, in block rows [first, last]
+    std::uint32_t quantized = 0;
+    std::int64_t first_block_row = 0, last_block_row = 0;
+  };
+  std::vector<std::vector<RoundCopy>> round_copies_;  // per round
 };
 
 }  // namespace wb::exec

@@ -1,6 +1,7 @@
 // The connect half of the trainers' FP8 pack (exec/quantized_pack.hpp): the map in the form's
 // coordinates, the shadow and scale buffers, the blocks held in part.
 #include <algorithm>
+#include <cstdint>
 #include <unordered_map>
 
 #include "exec/device_quantizer.hpp"
@@ -246,17 +247,23 @@ void QuantizedPack::order_by_rounds(std::span<const std::span<const BufferCopy>>
             first_packed(at, br * blocks_[at].scale_cols + bc, r);
       }
     }
-  // Each round's copies: those holding some of the blocks first packed in it.
+  // Each round's copies: those holding some of the blocks first packed in it, and in which block rows.
   for (std::uint32_t k = 0; k < quantized_.size(); ++k) {
     const SliceCopy& copy = trainer_map_.copies[quantized_[k].copy];
     const TensorBlocks& blocks = blocks_[static_cast<std::size_t>(blocks_of_[copy.tensor])];
-    std::vector<std::int32_t> seen;
+    std::vector<std::size_t> at(rounds.size(), SIZE_MAX);  // round -> index into round_copies_[round]
     (void)any_block(copy, [&](std::int64_t block) {
       const std::int32_t r = blocks.first_round[static_cast<std::size_t>(block)];
-      if (r >= 0 && std::find(seen.begin(), seen.end(), r) == seen.end()) {
-        seen.push_back(r);
-        round_copies_[static_cast<std::size_t>(r)].push_back(k);
+      if (r < 0) return false;
+      std::vector<RoundCopy>& list = round_copies_[static_cast<std::size_t>(r)];
+      const std::int64_t row = block / blocks.scale_cols;
+      std::size_t& mine = at[static_cast<std::size_t>(r)];
+      if (mine == SIZE_MAX) {
+        mine = list.size();
+        list.push_back({k, row, row});
       }
+      list[mine].first_block_row = std::min(list[mine].first_block_row, row);
+      list[mine].last_block_row = std::max(list[mine].last_block_row, row);
       return false;
     });
   }

@@ -48,8 +48,8 @@ struct ParameterMemory {
   std::vector<std::size_t> bytes;
   MemoryKind memory = MemoryKind::kHost;
   int device = 0;
-  /// A trainer sending to FP8 engines whose packs cast the codes straight from `data` (its host parameters
-  /// or its sender staging; QuantizedPack::cast_in_pack, not verifying); null otherwise.
+  /// A trainer sending to FP8 engines whose packs cast the codes straight from its parameters
+  /// (QuantizedPack::cast_in_pack; host parameters, not staged, not verifying); null otherwise.
   exec::QuantizedPack* fp8_casts = nullptr;
 };
 
