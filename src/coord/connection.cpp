@@ -388,35 +388,30 @@ TransferSummary share_summary(const Connect& c, const Planned& planned) {
   return decode_summary(bytes);
 }
 
+// Trainers sending FP8: whether the rounds' packs cast the codes straight from the parameters instead of
+// packing shadows quantized before or, sender-staged, by their rounds: host parameters read in place (before
+// send_weights returns), not verified (the verifier digests the shadows it packs).
+bool casts_in_pack(const ResolvedOptions& options, const ParameterSet& params) {
+  const bool host = params.empty() || params[0].view.memory == MemoryKind::kHost;
+  return !options.verify && host && !options.sender_staging;
+}
+
 // Staging for the side that stages: the bytes of the parameters this rank's schedule packs from or
-// assembles into, nothing else.
-Staging stage_parameters(const Connect& c, const RoundSchedule& schedule) {
-  const Roles& roles = c.roles;
+// assembles into, nothing else (a trainer's: coord::stage_for_sending).
+Staging stage_parameters(const Connect& c, const RoundSchedule& schedule, exec::QuantizedPack* quantized) {
   const ResolvedOptions& options = c.options;
+  if (c.roles.trainer) return options.sender_staging ? stage_for_sending(*c.in.params, schedule, quantized) : Staging();
   Staging staging;
-  const bool stages = roles.trainer ? options.sender_staging : options.receiver_staging;
-  if (stages) {
+  if (options.receiver_staging) {
     const std::size_t parameters = c.in.params->size();
     std::vector<BufferCopy> copies;
-    std::vector<std::size_t> round_ends;
-    for (const RoundPlan& round : schedule.rounds) {
-      for (const BufferCopy& copy : roles.trainer ? round.pack : round.assemble)
-        if (copy.copy.parameter < parameters) copies.push_back(copy);  // not the FP8 pack's own buffers
-      round_ends.push_back(copies.size());
-    }
+    for (const RoundPlan& round : schedule.rounds)
+      for (const BufferCopy& copy : round.assemble)
+        if (copy.copy.parameter < parameters) copies.push_back(copy);
     staging = Staging(*c.in.params, touched_ranges(copies, parameters));
-    if (roles.trainer) {
-      // Staged in the order the rounds read it, so that an update's transfer starts with its first round's bytes.
-      std::vector<std::span<const BufferCopy>> by_round;
-      for (std::size_t r = 0, first = 0; r < round_ends.size(); first = round_ends[r++])
-        by_round.push_back(std::span<const BufferCopy>(copies).subspan(first, round_ends[r] - first));
-      staging.order_by_rounds(by_round);
-      throw_if_error(staging.copy_from(*c.in.params));
-    } else {
-      // Every staged page touched now, at connect: the first update's assembles would otherwise take the
-      // page faults (measured at 4 replicas, 8 workers of 104 MB on 2 cores: that update 6 s, the next ones 2 s).
-      throw_if_error(staging.copy_from(*c.in.params));
-    }
+    // Every staged page touched now, at connect: the first update's assembles would otherwise take the
+    // page faults (measured at 4 replicas, 8 workers of 104 MB on 2 cores: that update 6 s, the next ones 2 s).
+    throw_if_error(staging.copy_from(*c.in.params));
   }
   return staging;
 }
@@ -471,16 +466,13 @@ std::unique_ptr<RoundExecutor> connect_executor(const Connect& c, RoundSchedule 
       } catch (const Error& error) {
         throw Error(error.code(), c.who() + error.status().message());
       }
-    } else if (!options.sender_staging && !options.verify) {
+    } else if (casts_in_pack(options, *c.in.params)) {
       // The rounds read the trainer's own parameters before send_weights returns: they cast the codes
-      // straight into the send buffer. Staged, the shadows are the staged copy (half its bytes); verified,
-      // the verifier's programs digest the shadows they pack.
+      // straight into the send buffer. Staged, the shadows are the staged copy (half its bytes), quantized
+      // by rounds; verified, the verifier's programs digest the shadows they pack.
       quantized->cast_in_pack();
-      memory.fp8_casts = quantized;
     }
-    memory.data = quantized->form_memory(memory.data);
-    const std::vector<TensorInfo>& parameters = quantized->form_map().parameters;
-    for (std::size_t p = quantized->own_parameters(); p < parameters.size(); ++p) memory.bytes.push_back(parameters[p].nbytes());
+    quantized->extend_memory(memory);
   }
   return std::make_unique<RoundExecutor>(std::move(schedule), std::move(memory), c.in.world, executor_options);
 }
@@ -589,7 +581,7 @@ Connection establish_connection(const ConnectInput& input) {
   // handshakes with it end at once), and all of them agree on the outcome, so every rank throws the same.
   Status made;
   try {
-    connection.staging = stage_parameters(c, schedule);
+    connection.staging = stage_parameters(c, schedule, quantized.get());
     connection.executor = connect_executor(c, std::move(schedule), connection.staging, quantized.get());
     connection.quantized = std::move(quantized);
   } catch (const Error& error) {

@@ -441,32 +441,46 @@ Status SenderAdapter::State::send(std::uint64_t version, void* cuda_stream, cons
   s.version = version;
   s.in_flight = true;
   s.open_stall = StallInterval{version, began, began};
-  if (exec::QuantizedPack* quantized = s.connection->quantized.get()) {
-    // FP8 engines: this trainer's elements quantized into the pack's own buffers, before any round and
-    // before send_weights returns (the trainer may change its parameters afterwards, in every mode).
-    std::vector<std::byte*> bases;
+  Staging& staging = s.connection->staging;
+  const bool by_round = s.options.sender_staging && staging.stages_by_round();
+  if (s.options.sender_staging && !by_round) {  // CUDA parameters: staged at once, before the FP8 quantize
+    status = staging.copy_from(s.params, cuda_stream);
+    if (!status) {
+      s.in_flight = false;
+      return s.give_up(status, "version " + std::to_string(version) + ": copying the parameters to staging: ");
+    }
+  }
+  exec::QuantizedPack* quantized = s.connection->quantized.get();
+  std::vector<std::byte*> bases;  // what quantize reads: the parameters, or the staging copied at once
+  if (s.options.sender_staging && !by_round) bases = staging.memory(s.params).data;
+  else
     for (const Parameter& p : s.params) bases.push_back(static_cast<std::byte*>(p.view.data));
-    status = quantized->quantize(bases, [&s, version](std::span<std::uint32_t> bits) {
+  // Staged by rounds, the FP8 codes are quantized by the same rounds below.
+  const bool quantize_by_round = quantized != nullptr && by_round && quantized->quantizes_by_round();
+  if (quantized) {
+    // FP8 engines, before any round and before send_weights returns (the trainer may change its parameters
+    // afterwards, in every mode): the amaxes, their exchange between trainers, scales and codes (into the
+    // shadows); casting in the pack, only what the casts cannot take; by rounds, only the shared blocks.
+    const exec::AmaxExchange exchange = [&s, version](std::span<std::uint32_t> bits) {
       return comm::reduce_max(bits, s.group_comm, s.waiter(), s.about(version) + ": the FP8 amax exchange");
-    }, cuda_stream);
+    };
+    status = quantize_by_round ? quantized->quantize_shared(bases, exchange) : quantized->quantize(bases, exchange, cuda_stream);
     if (!status) {
       s.in_flight = false;
       return s.give_up(status, "version " + std::to_string(version) + ": quantizing to FP8: ");
     }
   }
-  if (s.options.sender_staging && s.connection->staging.stages_by_round()) {
+  if (by_round) {
     // The staged copy is what the transfer reads, and the trainer may change its parameters once this
     // returns. Host staging is copied in the order of the rounds while the transfer already packs and
-    // sends those staged (a copy of host memory cannot fail), so the copy's time leaves the EWTT.
+    // sends those staged (a copy of host memory cannot fail), so the copy's time leaves the EWTT; the FP8
+    // codes of a round are quantized into the shadows before the round is published, the same way.
     s.staged_rounds.store(0, std::memory_order_relaxed);
     s.start_background(version, &s.staged_rounds);
-    (void)s.connection->staging.copy_from_by_round(s.params, s.staged_rounds);
+    std::function<void(std::size_t)> round_codes;
+    if (quantize_by_round) round_codes = [quantized, &bases](std::size_t round) { quantized->quantize_round(bases, round); };
+    (void)staging.copy_from_by_round(s.params, s.staged_rounds, nullptr, round_codes);
   } else if (s.options.sender_staging) {
-    status = s.connection->staging.copy_from(s.params, cuda_stream);
-    if (!status) {
-      s.in_flight = false;
-      return s.give_up(status, "version " + std::to_string(version) + ": copying the parameters to staging: ");
-    }
     s.start_background(version);
   } else {
     // Every trainer takes part in the same steps whatever happened, so a failure on one reaches all.

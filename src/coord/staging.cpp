@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core/checks.hpp"
+#include "exec/quantized_pack.hpp"
 
 namespace wb::coord {
 
@@ -233,7 +234,8 @@ void Staging::order_by_rounds(std::span<const std::span<const BufferCopy>> round
   if (!rest.empty()) round_pieces_.push_back(std::move(rest));
 }
 
-Status Staging::copy_from_by_round(const ParameterSet& params, std::atomic<int>& staged, void* after_stream) {
+Status Staging::copy_from_by_round(const ParameterSet& params, std::atomic<int>& staged, void* after_stream,
+                                   const std::function<void(std::size_t round)>& also) {
   if (!stages_by_round()) {
     const Status status = copy_from(params, after_stream);
     staged.store(status ? kAllRoundsStaged : -1, std::memory_order_release);
@@ -243,10 +245,37 @@ Status Staging::copy_from_by_round(const ParameterSet& params, std::atomic<int>&
     for (const Piece& piece : round_pieces_[r])
       std::memcpy(copies_[piece.parameter].data + piece.first, static_cast<const std::byte*>(params[piece.parameter].view.data) + piece.first,
                   static_cast<std::size_t>(piece.last - piece.first));
+    if (also) also(r);
     staged.store(static_cast<int>(r + 1), std::memory_order_release);
   }
   staged.store(kAllRoundsStaged, std::memory_order_release);
   return Status::ok();
+}
+
+Staging stage_for_sending(const ParameterSet& params, const RoundSchedule& schedule, exec::QuantizedPack* quantized) {
+  const std::size_t parameters = params.size();
+  const bool device = !params.empty() && params[0].view.memory == MemoryKind::kCuda;
+  std::vector<BufferCopy> copies;
+  std::vector<std::size_t> round_ends;
+  std::vector<std::span<const BufferCopy>> packs;
+  for (const RoundPlan& round : schedule.rounds) {
+    for (const BufferCopy& copy : round.pack)
+      if (copy.copy.parameter < parameters) copies.push_back(copy);  // not the FP8 pack's own buffers
+    round_ends.push_back(copies.size());
+    packs.emplace_back(round.pack);
+  }
+  if (quantized != nullptr && device)
+    for (const BufferCopy& read : quantized->converted_reads()) copies.push_back(read);  // after every round
+  else if (quantized != nullptr)
+    quantized->order_by_rounds(packs);
+  Staging staging(params, touched_ranges(copies, parameters));
+  // Staged in the order the rounds read it, so that an update's transfer starts with its first round's bytes.
+  std::vector<std::span<const BufferCopy>> by_round;
+  for (std::size_t r = 0, first = 0; r < round_ends.size(); first = round_ends[r++])
+    by_round.push_back(std::span<const BufferCopy>(copies).subspan(first, round_ends[r] - first));
+  staging.order_by_rounds(by_round);
+  throw_if_error(staging.copy_from(params));
+  return staging;
 }
 
 Status Staging::copy_to(const ParameterSet& params, void* after_stream) { return copy(params, false, after_stream); }

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <utility>
 #include <vector>
@@ -61,8 +62,10 @@ class Staging {
   /// Host staging ordered by rounds: copy_from in that order, `staged` set to r + 1 (release) once all that
   /// rounds 0..r pack is staged, so that a transfer started before packs round r as soon as it may. The
   /// staging's other ranges, if any, last. Otherwise (CUDA parameters, no order): copy_from, then `staged`
-  /// set to kAllRoundsStaged, or to -1 when the copy failed.
-  Status copy_from_by_round(const ParameterSet& params, std::atomic<int>& staged, void* after_stream = nullptr);
+  /// set to kAllRoundsStaged, or to -1 when the copy failed. `also(r)`, when given, runs once round r is
+  /// copied, before it is published (a trainer's FP8 quantize of that round's blocks).
+  Status copy_from_by_round(const ParameterSet& params, std::atomic<int>& staged, void* after_stream = nullptr,
+                            const std::function<void(std::size_t round)>& also = {});
   static constexpr int kAllRoundsStaged = 1 << 30;
   /// Whether copy_from_by_round stages round by round (a transfer may start before it).
   bool stages_by_round() const { return !stream_.valid() && !round_pieces_.empty(); }
@@ -93,5 +96,13 @@ class Staging {
   DeviceCopyStream stream_;             // CUDA parameters
   std::vector<HostPinning> pinned_;     // CUDA parameters: the page spans of the ranges
 };
+
+/// A trainer's sender staging for its round schedule, as connect makes it: the bytes of its parameters the
+/// rounds pack, ordered by rounds, copied once now (so that the pages are touched at connect). Sending FP8
+/// (`quantized`, with shadows): host parameters have it quantize by the same rounds
+/// (QuantizedPack::order_by_rounds); CUDA parameters (staged at once, quantize reading the host copy)
+/// stage every element of a converted tensor the trainer holds too, last. Throws as the constructor and
+/// copy_from fail.
+Staging stage_for_sending(const ParameterSet& params, const RoundSchedule& schedule, exec::QuantizedPack* quantized);
 
 }  // namespace wb::coord

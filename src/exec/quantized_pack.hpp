@@ -18,7 +18,9 @@
 // set of elements as the reference's (quantize_band), and max is exact, so each code and scale equals the
 // reference's bit for bit (NaN included: both take the canonical quiet NaN). Host parameters neither
 // staged nor verified (cast_in_pack): no shadow; quantize takes only the amaxes and scales the rounds'
-// casts cannot take as they read (exec/fp8_cast_program.hpp), and the casts write the codes.
+// casts cannot take as they read (exec/fp8_cast_program.hpp), and the casts write the codes. Host
+// parameters sender-staged (order_by_rounds): only the shared blocks before the rounds (quantize_shared),
+// then each round's blocks as the staging is copied, before the round may be packed (quantize_round).
 #pragma once
 
 #include <cstddef>
@@ -27,11 +29,17 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "layout/fp8_form.hpp"
+#include "plan/round_schedule.hpp"
 #include "weightbridge/source_map.hpp"
 #include "weightbridge/status.hpp"
+
+namespace wb {
+struct ParameterMemory;  // exec/round_executor.hpp
+}  // namespace wb
 
 namespace wb::exec {
 
@@ -96,6 +104,10 @@ class QuantizedPack {
   /// buffers this object owns (in device memory after use_device; the shadows null after cast_in_pack).
   std::vector<std::byte*> form_memory(std::span<std::byte* const> parameters);
 
+  /// The executor's memory for the form map: `memory` (the trainer's parameters, or their staging) then the
+  /// shadow and scale buffers (form_memory); casting in the pack, fp8_casts set to this pack.
+  void extend_memory(ParameterMemory& memory);
+
   /// Host parameters the rounds read as they are (no sender staging, not verifying): the rounds' packs cast
   /// the codes from the trainer's parameters straight into the send buffer (exec/fp8_cast_program.hpp),
   /// and quantize takes only the amaxes the casts cannot take themselves, and the scales. No shadow is ever
@@ -112,6 +124,9 @@ class QuantizedPack {
   };
   /// nullopt when `copy` is not of a shadow; throws kInternal when it lies in no copy of the trainer's map.
   std::optional<CastSource> cast_source(const SliceCopy& copy) const;
+  /// Every copy of the trainer's map of a converted tensor, as the elements quantize may read: a staging
+  /// copied at once (CUDA parameters) holds them, so that quantize reads the host copy.
+  std::vector<BufferCopy> converted_reads() const;
   /// The tensor's entry of a scale parameter of form_map(); nullopt for any other parameter.
   std::optional<std::uint32_t> scale_parameter(std::uint32_t parameter) const;
   const layout::QuantizationConfig& config() const { return config_; }
@@ -127,6 +142,20 @@ class QuantizedPack {
   /// A cast program that cannot take block `block`'s amax itself (it casts only part of it, or packs its scale
   /// without casting all of it first): quantize takes it before the rounds.
   void need_amax(std::uint32_t at, std::int64_t block) { blocks_[at].amax_first[static_cast<std::size_t>(block)] = 1; }
+
+  /// Sender staging of host parameters (shadows): quantize by rounds while the staging is copied by rounds,
+  /// each round's blocks before the round is published to run_update's gate (coord/staging.hpp), so that
+  /// the transfer starts once the first round's are final. `rounds[r]`: the pack copies of round r
+  /// (form_map() coordinates). A block is quantized in the first round that packs its codes or its scale
+  /// (every element this rank holds of it then); one that no round packs, never (another trainer sends it).
+  void order_by_rounds(std::span<const std::span<const BufferCopy>> rounds);
+  bool quantizes_by_round() const { return !round_blocks_.empty(); }
+  /// Before the rounds: the shared blocks' amaxes, their exchange (`exchange` called once when some block is
+  /// shared) and their scales.
+  Status quantize_shared(std::span<std::byte* const> parameters, const AmaxExchange& exchange);
+  /// After quantize_shared, in round order: round `round`'s blocks, amaxes (a shared one's exchanged), scales
+  /// and codes into the shadows. A round past the schedule's: nothing.
+  void quantize_round(std::span<std::byte* const> parameters, std::size_t round);
 
   /// Trainers' parameters in CUDA memory on `device`: the shadows and scales live there and quantize runs
   /// the device kernels on `cuda_stream` (exec/device_quantizer.hpp). Set-up: throws kUnsupported for a
@@ -151,8 +180,19 @@ class QuantizedPack {
     std::vector<std::uint8_t> touched;  // per block
     std::vector<fp8::BlockScale> scale; // per block, this update's
     std::vector<std::uint8_t> amax_first;  // per block, casting in the pack: quantize takes its amax
+    std::vector<std::uint8_t> shared;   // per block: in shared_
+    std::vector<std::int32_t> first_round;  // per block, by rounds: the first round that packs it, or -1
     std::uint32_t scale_buffer = 0;     // index into scales_ (its own index in blocks_)
   };
+  // One update's steps: amaxes of a copy's wanted blocks (wanted(blocks, block)), the shared blocks' exchange,
+  // a block's scale, the codes of a copy's wanted blocks into its shadow.
+  bool any_block(const SliceCopy& copy, const std::function<bool(std::int64_t)>& in) const;
+  template <typename Wanted>
+  void take_amaxes(std::span<std::byte* const> parameters, const SliceCopy& copy, const Wanted& wanted);
+  Status exchange_amaxes(const AmaxExchange& exchange);
+  void take_scale(TensorBlocks& blocks, std::size_t block);
+  template <typename Wanted>
+  void write_codes(std::span<std::byte* const> parameters, const SliceCopy& copy, std::uint32_t shadow, const Wanted& wanted);
   const layout::QuantizationConfig config_;
   std::vector<TensorInfo> source_tensors_;
   SourceMap trainer_map_;
@@ -173,6 +213,12 @@ class QuantizedPack {
   std::vector<std::vector<float>> scales_;  // by blocks_ entry
   std::vector<BlockKey> partial_, shared_;
   std::vector<std::uint32_t> exchanged_;    // per shared block
+  std::vector<std::vector<std::pair<std::uint32_t, std::int64_t>>> round_blocks_;  // per round: (blocks_ entry, block) first packed in it
+  struct RoundCopy {  // a quantized_ entry holding some of a round's blocks, in block rows [first, last]
+    std::uint32_t quantized = 0;
+    std::int64_t first_block_row = 0, last_block_row = 0;
+  };
+  std::vector<std::vector<RoundCopy>> round_copies_;  // per round
 };
 
 }  // namespace wb::exec

@@ -1,10 +1,12 @@
 // The connect half of the trainers' FP8 pack (exec/quantized_pack.hpp): the map in the form's
 // coordinates, the shadow and scale buffers, the blocks held in part.
 #include <algorithm>
+#include <cstdint>
 #include <unordered_map>
 
 #include "exec/device_quantizer.hpp"
 #include "exec/quantized_pack.hpp"
+#include "exec/round_executor.hpp"
 #include "weightbridge/status.hpp"
 
 namespace wb::exec {
@@ -67,6 +69,8 @@ QuantizedPack::QuantizedPack(const SourceMap& trainer_map, const layout::Fp8Form
       blocks.touched.assign(blocks.amax.size(), 0);
       blocks.scale.assign(blocks.amax.size(), {});
       blocks.amax_first.assign(blocks.amax.size(), 0);
+      blocks.shared.assign(blocks.amax.size(), 0);
+      blocks.first_round.assign(blocks.amax.size(), -1);
       blocks_.push_back(std::move(blocks));
       counts.emplace_back(blocks_.back().amax.size(), 0);
     }
@@ -145,7 +149,10 @@ void QuantizedPack::set_shared_blocks(std::vector<BlockKey> shared) {
   exchanged_.assign(shared_.size(), 0);
   // Every rank that holds some of a shared block brings its amax to the exchange, whoever sends it.
   for (const BlockKey& key : shared_)
-    if (const std::int32_t at = blocks_of_[key.tensor]; at >= 0) need_amax(static_cast<std::uint32_t>(at), key.block);
+    if (const std::int32_t at = blocks_of_[key.tensor]; at >= 0) {
+      need_amax(static_cast<std::uint32_t>(at), key.block);
+      blocks_[static_cast<std::size_t>(at)].shared.at(static_cast<std::size_t>(key.block)) = 1;
+    }
   // A copy with a shared block waits for the exchange like the others.
   for (Quantized& q : quantized_) {
     if (!q.fused) continue;
@@ -216,6 +223,58 @@ std::vector<std::byte*> QuantizedPack::form_memory(std::span<std::byte* const> p
   return memory;
 }
 
+void QuantizedPack::order_by_rounds(std::span<const std::span<const BufferCopy>> rounds) {
+  round_blocks_.assign(rounds.size(), {});
+  round_copies_.assign(rounds.size(), {});
+  for (TensorBlocks& blocks : blocks_) std::fill(blocks.first_round.begin(), blocks.first_round.end(), -1);
+  const auto first_packed = [&](std::uint32_t at, std::int64_t block, std::size_t r) {
+    std::int32_t& first = blocks_[at].first_round[static_cast<std::size_t>(block)];
+    if (first >= 0) return;
+    first = static_cast<std::int32_t>(r);
+    round_blocks_[r].emplace_back(at, block);
+  };
+  for (std::size_t r = 0; r < rounds.size(); ++r)
+    for (const BufferCopy& c : rounds[r]) {
+      const Box& box = c.copy.box;
+      if (c.copy.numel() == 0) continue;
+      if (const std::optional<std::uint32_t> at = scale_parameter(c.copy.parameter)) {  // a piece of the scales
+        for (std::int64_t i = 0; i < box.extent[0]; ++i)
+          for (std::int64_t j = 0; j < box.extent[1]; ++j) first_packed(*at, (box.offset[0] + i) * blocks_[*at].scale_cols + box.offset[1] + j, r);
+      } else if (const std::optional<CastSource> source = cast_source(c.copy)) {  // a piece of a shadow: its codes
+        const std::uint32_t at = source->tensor_blocks;
+        for (std::int64_t br = box.offset[0] / config_.block_rows; br * config_.block_rows < box.offset[0] + box.extent[0]; ++br)
+          for (std::int64_t bc = box.offset[1] / config_.block_cols; bc * config_.block_cols < box.offset[1] + box.extent[1]; ++bc)
+            first_packed(at, br * blocks_[at].scale_cols + bc, r);
+      }
+    }
+  // Each round's copies: those holding some of the blocks first packed in it, and in which block rows.
+  for (std::uint32_t k = 0; k < quantized_.size(); ++k) {
+    const SliceCopy& copy = trainer_map_.copies[quantized_[k].copy];
+    const TensorBlocks& blocks = blocks_[static_cast<std::size_t>(blocks_of_[copy.tensor])];
+    std::vector<std::size_t> at(rounds.size(), SIZE_MAX);  // round -> index into round_copies_[round]
+    (void)any_block(copy, [&](std::int64_t block) {
+      const std::int32_t r = blocks.first_round[static_cast<std::size_t>(block)];
+      if (r < 0) return false;
+      std::vector<RoundCopy>& list = round_copies_[static_cast<std::size_t>(r)];
+      const std::int64_t row = block / blocks.scale_cols;
+      std::size_t& mine = at[static_cast<std::size_t>(r)];
+      if (mine == SIZE_MAX) {
+        mine = list.size();
+        list.push_back({k, row, row});
+      }
+      list[mine].first_block_row = std::min(list[mine].first_block_row, row);
+      list[mine].last_block_row = std::max(list[mine].last_block_row, row);
+      return false;
+    });
+  }
+}
+
+void QuantizedPack::extend_memory(ParameterMemory& memory) {
+  if (cast_in_pack_) memory.fp8_casts = this;
+  memory.data = form_memory(memory.data);
+  for (std::size_t p = own_parameters_; p < form_map_.parameters.size(); ++p) memory.bytes.push_back(form_map_.parameters[p].nbytes());
+}
+
 void QuantizedPack::cast_in_pack() {
   if (device_ || allocated_) throw Error(ErrorCode::kInternal, "FP8 pack: cast_in_pack after use_device or form_memory");
   cast_in_pack_ = true;
@@ -235,6 +294,15 @@ std::optional<std::uint32_t> QuantizedPack::scale_parameter(std::uint32_t parame
 bool QuantizedPack::whole_block(std::uint32_t at, std::int64_t block) const {
   const BlockKey key{blocks_[at].tensor, block};
   return !std::binary_search(partial_.begin(), partial_.end(), key) && !std::binary_search(shared_.begin(), shared_.end(), key);
+}
+
+std::vector<BufferCopy> QuantizedPack::converted_reads() const {
+  std::vector<BufferCopy> reads;
+  for (const Quantized& q : quantized_) {
+    const SliceCopy& copy = trainer_map_.copies[q.copy];
+    reads.push_back({copy, 0, static_cast<std::uint8_t>(dtype_size(trainer_map_.parameters[copy.parameter].dtype))});
+  }
+  return reads;
 }
 
 std::optional<QuantizedPack::CastSource> QuantizedPack::cast_source(const SliceCopy& copy) const {

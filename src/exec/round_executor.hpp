@@ -49,7 +49,7 @@ struct ParameterMemory {
   MemoryKind memory = MemoryKind::kHost;
   int device = 0;
   /// A trainer sending to FP8 engines whose packs cast the codes straight from its parameters
-  /// (QuantizedPack::cast_in_pack; host parameters, not verifying); null otherwise.
+  /// (QuantizedPack::cast_in_pack; host parameters, not staged, not verifying); null otherwise.
   exec::QuantizedPack* fp8_casts = nullptr;
 };
 

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -18,6 +19,11 @@
 #include <thread>
 
 #include "comm/collectives.hpp"
+#include "coord/staging.hpp"
+#include "exec/round_executor.hpp"
+#include "layout/source_map_exchange.hpp"
+#include "plan/planned_schedules.hpp"
+#include "plan/round_schedule_scatter.hpp"
 #include "weightbridge/adapter.hpp"
 #include "comm/max_reduce.hpp"
 #include "exec/fp8_cast_program.hpp"
@@ -701,6 +707,106 @@ TEST_P(Fp8MixedFleetMpi, EachEngineGetsItsOwnFormFromOnePlan) {
           return std::make_unique<testing::MemoryCheckpoint>(bf16);
         });
     EXPECT_EQ(installed, kVersions);
+  }
+  MPI_Comm_free(&group);
+}
+
+// Sender staging with FP8 engines: the trainers quantize by rounds into their shadows while they copy their
+// staging by rounds, and the transfer, already running, packs round r only once round r is quantized and
+// staged (run_update's gate), as SenderAdapter::send_weights does. The shadows and the staging hold version 1
+// (its update done); the trainers load version 2, take the shared blocks' amaxes and exchange them, start the
+// update with no round ready, quantize and stage it by rounds only 300 ms later, then overwrite their
+// parameters (as a trainer may once send_weights returned) before the gate opens. Every engine parameter and
+// scale must be version 2's FP8 form: a round packed before its codes were final would carry version 1's.
+TEST(Fp8StagedGate, RoundsArePackedOnlyOnceTheirCodesAreQuantized) {
+  const int rank = rank_of_five();
+  ASSERT_GE(rank, 0) << "run with 5 ranks";
+  const bool trainer = rank < 3;
+  MPI_Comm group = group_of(rank);
+  std::vector<TensorInfo> tensors;
+  make_checkpoint(tensors);
+  layout::QuantizationConfig config;
+  config.modules_to_not_convert = {"lm_head"};
+  const layout::Fp8Form form = layout::derive_fp8_form(tensors, config);
+  const comm::Waiter waiter = comm::Waiter::from_settings();
+  std::vector<TensorInfo> ignored;
+  const Rank layout = trainer ? make_rank(rank, tensors) : Rank{};
+  std::unique_ptr<QuantizedPack> pack;
+  SourceMap map;
+  if (trainer) {
+    pack = std::make_unique<QuantizedPack>(layout.map, form);
+    map = pack->form_map();
+    const auto& partial = pack->partial_blocks();
+    const auto all = comm::allgather(std::as_bytes(std::span(partial)), group, waiter, "partial blocks");
+    std::vector<BlockKey> shared;
+    for (const auto& bytes : all) {
+      const auto* keys = reinterpret_cast<const BlockKey*>(bytes.data());
+      shared.insert(shared.end(), keys, keys + bytes.size() / sizeof(BlockKey));
+    }
+    pack->set_shared_blocks(shared);
+  } else {
+    map = engine_map(rank - 3, form);
+  }
+  Buffers buffers(trainer ? layout.map : map);
+  // connect's plan, in the form's tensors: small pieces and buffers, so that there are several rounds.
+  std::vector<SourceMap> maps = allgather_source_maps(map, MPI_COMM_WORLD);
+  std::vector<std::vector<std::byte>> serialized;
+  if (rank == 0) {
+    PlanOptions options;
+    options.buffer_bytes_per_worker = 16 << 10;
+    options.piece_bytes = 2048;
+    const Topology topology = Topology::uniform(5, 3, 25e9, 100e9);
+    serialized = plan_round_schedules(form.tensors, std::move(maps), {Side::kTrainer, Side::kTrainer, Side::kTrainer,
+                                                                      Side::kRollout, Side::kRollout},
+                                      topology, options).schedules;
+  }
+  RoundSchedule schedule = scatter_round_schedules(serialized, 0, MPI_COMM_WORLD);
+  ExecutorOptions executor_options;
+  executor_options.timeout_seconds = 60;
+  executor_options.verify = false;
+  coord::Staging staging;
+  ParameterMemory memory;
+  if (trainer) {
+    EXPECT_GT(schedule.rounds.size(), 2u) << "rank " << rank;
+    apply_source_map(layout.map, make_checkpoint(ignored, 1), buffers.params);
+    staging = coord::stage_for_sending(buffers.params, schedule, pack.get());  // holds version 1
+    EXPECT_TRUE(pack->quantizes_by_round());
+    memory = staging.memory(buffers.params);
+    pack->extend_memory(memory);
+  } else {
+    memory = staging.memory(buffers.params);  // the parameters themselves
+  }
+  RoundExecutor executor(std::move(schedule), memory, MPI_COMM_WORLD, executor_options);
+  Status status;
+  if (trainer) {
+    std::vector<std::byte*> bases;
+    for (const Parameter& p : buffers.params) bases.push_back(static_cast<std::byte*>(p.view.data));
+    const exec::AmaxExchange exchange = [&](std::span<std::uint32_t> bits) { return comm::reduce_max(bits, group, waiter, "FP8 amax exchange"); };
+    status = pack->quantize(bases, exchange);  // version 1's codes in the shadows
+    ASSERT_TRUE(status.is_ok()) << status.to_string();
+    apply_source_map(layout.map, make_checkpoint(ignored, 2), buffers.params);
+    status = pack->quantize_shared(bases, exchange);
+    ASSERT_TRUE(status.is_ok()) << status.to_string();
+    std::atomic<int> gate{0}, staged{0};
+    std::thread update([&] { status = executor.run_update({}, &gate); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    const Status copied = staging.copy_from_by_round(buffers.params, staged, nullptr,
+                                                     [&](std::size_t round) { pack->quantize_round(bases, round); });
+    // Staged: send_weights would return, and the trainer reuses its memory; the rounds read the staging only.
+    for (auto& m : buffers.memory) std::memset(m.data(), 0x5A, m.size());
+    gate.store(staged.load());
+    update.join();
+    ASSERT_TRUE(copied.is_ok()) << copied.to_string();
+  } else {
+    status = executor.run_update();
+  }
+  ASSERT_TRUE(status.is_ok()) << "rank " << rank << ": " << status.to_string();
+  if (!trainer) {
+    Buffers expected(map);
+    apply_source_map(map, *layout::open_fp8_form(make_checkpoint(ignored, 2), form), expected.params);
+    for (std::size_t p = 0; p < map.parameters.size(); ++p)
+      EXPECT_EQ(buffers.memory[p], expected.memory[p]) << "engine worker " << rank - 3 << ": parameter "
+                                                       << map.parameters[p].name << " is not version 2's FP8 form";
   }
   MPI_Comm_free(&group);
 }
