@@ -71,7 +71,8 @@ Setting<double> join_answer_setting("join_answer_seconds", 5.0,
 
 double join_answer_seconds(double timeout) { return std::min(*join_answer_setting, 0.5 * timeout); }
 
-std::optional<MPI_Comm> take_joiner(comm::JoinPort* port, comm::Group& trainers, const comm::Waiter& waiter) {
+std::optional<MPI_Comm> take_joiner(comm::JoinPort* port, comm::Group& trainers, const comm::Waiter& waiter,
+                                    MPI_Comm replica, const std::function<bool()>& ask_replica) {
   const std::optional<MPI_Comm> taken = port != nullptr ? port->take() : std::nullopt;
   MPI_Comm leaders = taken.value_or(MPI_COMM_NULL), bridge = MPI_COMM_NULL;
   const double answer = join_answer_seconds(waiter.timeout);
@@ -90,7 +91,9 @@ std::optional<MPI_Comm> take_joiner(comm::JoinPort* port, comm::Group& trainers,
       WB_LOG(kWarn) << error.status().message() << "; it is never widened with, and the training goes on without it";
     }
   }
-  std::int64_t values[comm::Group::kValues] = {bridge != MPI_COMM_NULL ? 1 : 0, 0, 0, 0};
+  // The replica is asked only for a joiner that will be widened with (it then waits in the widening too).
+  const bool asked = bridge != MPI_COMM_NULL && replica != MPI_COMM_NULL && ask_replica && ask_replica();
+  std::int64_t values[comm::Group::kValues] = {bridge != MPI_COMM_NULL ? 1 : 0, asked ? 1 : 0, 0, 0};
   // Trainer rank 0 may have waited for a joiner's answer and the merge (each at most half the timeout)
   // before this step.
   comm::Waiter longer = waiter;
@@ -100,10 +103,12 @@ std::optional<MPI_Comm> take_joiner(comm::JoinPort* port, comm::Group& trainers,
   if (values[0] == 0) return std::nullopt;
   // Every rank of both jobs, once the leaders' link is merged: a joiner that dies in these milliseconds still
   // leaves a thread of every trainer in MPI (MPI cannot cancel a call that makes a communicator).
-  return comm::widen_join(trainers.comm(), bridge, false, waiter.timeout, "send_weights: taking a joining engine");
+  const MPI_Comm merged = comm::widen_join(values[1] != 0 ? replica : trainers.comm(), bridge, false, waiter.timeout,
+                                           "send_weights: taking a joining engine");
+  return cut_widening(merged, JoinSide::kTrainer, waiter.timeout).link;
 }
 
-MPI_Comm join_trainers(MPI_Comm engine, const std::string& address, double timeout) {
+JoinedComms join_trainers(MPI_Comm engine, const std::string& address, double timeout) {
   int rank = 0;
   WB_CHECK_MPI(MPI_Comm_rank(engine, &rank));
   MPI_Comm leaders = MPI_COMM_NULL, bridge = MPI_COMM_NULL;
@@ -131,7 +136,8 @@ MPI_Comm join_trainers(MPI_Comm engine, const std::string& address, double timeo
     }
   }
   comm::agree(taken, engine, comm::Waiter{2.5 * timeout, {}}, "joining the trainers: waiting to be taken");
-  return comm::widen_join(engine, bridge, true, timeout, "joining the trainers at " + address);
+  return cut_widening(comm::widen_join(engine, bridge, true, timeout, "joining the trainers at " + address), JoinSide::kJoiner,
+                      timeout);
 }
 
 }  // namespace wb::coord

@@ -12,6 +12,7 @@ const char* request_name(RequestKind kind) {
     case RequestKind::kUpdate: return "update";
     case RequestKind::kShutdown: return "shutdown";
     case RequestKind::kAbort: return "abort";
+    case RequestKind::kServeJoiner: return "serve a joiner";
   }
   return "unknown";
 }

@@ -8,6 +8,7 @@
 #include "comm/backoff.hpp"
 #include "comm/span_summary.hpp"
 #include "coord/adapter_common.hpp"
+#include "coord/catch_up.hpp"
 #include "coord/join_links.hpp"
 #include "coord/messages.hpp"
 #include "core/checks.hpp"
@@ -69,12 +70,55 @@ struct ReceiverAdapter::State : AdapterBase {
   double receiving_step = *receiving_step_setting * 1e-6;
   double last_poll_at = 0;  // local_seconds() of the previous poll
   int polls_to_skip = 0;    // while receiving: polls before the next engine-wide step (agreed at the last one)
+  MPI_Comm catch_up_comm = MPI_COMM_NULL;  // a joiner: the link to the replica its first version comes over
+  std::uint64_t joiner_waits = 0;          // the replica: a joiner to serve once this version is installed
 
-  State(MPI_Comm world, MPI_Comm engine, ParameterSet params, LoadWeightsFn load, const AdapterOptions& options,
+  State(JoinedComms joined, MPI_Comm engine, ParameterSet params, LoadWeightsFn load, const AdapterOptions& options,
         BeforeUpdateHook before_update_hook)
-      : AdapterBase(world, engine, false, std::move(params), std::move(load), options),
-        hook(std::move(before_update_hook)) {
-    if (!this->options.join_address.empty()) link = world;  // the merged world join_trainers returned
+      : AdapterBase(joined.link, engine, false, std::move(params), std::move(load), options),
+        hook(std::move(before_update_hook)), catch_up_comm(joined.catch_up) {
+    if (!this->options.join_address.empty()) link = joined.link;  // the merged world join_trainers returned
+  }
+
+  // A joiner, at the poll after kConnected: the version the replica holds, before the trainers' next. One
+  // that does not come is no failure of this engine: the trainers' next version is then its first.
+  PollResult first_version() {
+    const MPI_Comm comm = catch_up_comm;
+    catch_up_comm = MPI_COMM_NULL;
+    const double began = now();
+    std::uint64_t v = 0;
+    if (Status caught = catch_up(*this, comm, hook, v); !caught) {
+      if (roles.leader) {
+        WB_LOG(kWarn) << who() << ": no first version from the trainers' replica engine (the trainers' next one comes "
+                         "instead): " << caught.message();
+      }
+      return {PollResult::Event::kNone, version, Status::ok()};
+    }
+    stalls.push_back({v, began, now()});
+    version = v;
+    if (roles.leader) {
+      WB_LOG(kInfo) << who() << ": installed version " << v << " from the trainers' replica engine before serving ("
+                    << comm::seconds_text(now() - began) << ")";
+    }
+    return {PollResult::Event::kInstalled, version, Status::ok()};
+  }
+
+  // The replica, once the version a joiner is to get is installed here: every worker writes its part.
+  PollResult serve() {
+    joiner_waits = 0;
+    const double began = comm::local_seconds();
+    std::int64_t bytes = 0;
+    const Status served = replica_comm != MPI_COMM_NULL
+                              ? serve_joiner(*this, replica_comm, bytes)
+                              : Status(ErrorCode::kInternal, who() + ": asked to serve a joiner, but this engine is no replica");
+    if (roles.leader && served) {
+      WB_LOG(kInfo) << who() << ": wrote version " << version << " to a joining engine (" << bytes << " bytes from this worker, "
+                    << comm::seconds_text(comm::local_seconds() - began) << ")";
+    } else if (roles.leader) {
+      WB_LOG(kWarn) << who() << ": serving a joining engine its first version failed (it gets the trainers' next one; this "
+                       "engine serves on): " << served.message();
+    }
+    return {PollResult::Event::kNone, version, Status::ok()};
   }
 
   PollResult failed(const Status& status) {
@@ -204,6 +248,9 @@ struct ReceiverAdapter::State : AdapterBase {
     }
     // A peer that gave up: this rank stops here (its engine's next step then ends at once on the others).
     if (Status noticed = service(true); !noticed) return failed(noticed);
+    if (catch_up_comm != MPI_COMM_NULL && connection) return first_version();
+    // Every worker of the engine agreed on both at earlier steps.
+    if (joiner_waits != 0 && receiving == 0 && version >= joiner_waits) return serve();
 
     // Rank 0 looks for a request; every rank reports its staged transfer.
     std::int64_t values[comm::Group::kValues] = {0, 0, 0, 0};  // request kind, request version, still arriving
@@ -234,6 +281,8 @@ struct ReceiverAdapter::State : AdapterBase {
 
     // A staged version that every rank has complete is installed first.
     if (receiving != 0 && values[2] == 0) {
+      // A request to serve a joiner (the only one that comes while a version arrives) waits for this install.
+      if (static_cast<RequestKind>(values[0]) == RequestKind::kServeJoiner) joiner_waits = static_cast<std::uint64_t>(values[1]);
       const std::uint64_t v = receiving;
       receiving = 0;
       staged_done = false;
@@ -271,6 +320,9 @@ struct ReceiverAdapter::State : AdapterBase {
         start_background(v);
         return {PollResult::Event::kReceiving, version, Status::ok()};
       }
+      case RequestKind::kServeJoiner:
+        joiner_waits = v;
+        return {receiving != 0 ? PollResult::Event::kReceiving : PollResult::Event::kNone, version, Status::ok()};
       case RequestKind::kShutdown:
         if (!connection)
           return failed(Status(ErrorCode::kInvalidArgument,
@@ -294,10 +346,10 @@ struct ReceiverAdapter::State : AdapterBase {
 };
 
 namespace {
-// An engine job of its own joins the trainers at the address first: the merged world is its adapter's world.
-MPI_Comm joined_world(MPI_Comm world, MPI_Comm engine_comm, const AdapterOptions& options) {
+// An engine job of its own joins the trainers at the address first: its link is its adapter's world.
+JoinedComms joined_world(MPI_Comm world, MPI_Comm engine_comm, const AdapterOptions& options) {
   const ResolvedOptions resolved = resolve_options(options);
-  if (resolved.join_address.empty()) return world;
+  if (resolved.join_address.empty()) return {world, MPI_COMM_NULL};
   return join_trainers(engine_comm, resolved.join_address, resolved.timeout_seconds);
 }
 }  // namespace

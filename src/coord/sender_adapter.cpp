@@ -100,7 +100,13 @@ struct SenderAdapter::State : AdapterBase {
     if (!port.open) return;
     const double began = comm::local_seconds();
     try {
-      std::optional<MPI_Comm> merged = take_joiner(port.port.get(), *group, waiter());
+      // Engine 0 of this world holds the latest version (it installed it; a staged one once it has): it
+      // writes it to the joiner, which then serves it before the trainers' next (coord/catch_up.hpp).
+      const auto ask_replica = [this] {
+        if (!connection->executor || connection->quantized || version == 0) return false;
+        return send_request_to(roles.engine_leaders.front(), RequestKind::kServeJoiner, version).is_ok();
+      };
+      std::optional<MPI_Comm> merged = take_joiner(port.port.get(), *group, waiter(), replica_comm, ask_replica);
       if (!merged) return;
       std::unique_ptr<State> link;
       try {
@@ -155,13 +161,15 @@ struct SenderAdapter::State : AdapterBase {
   // does not take a request fails the update by its deadline, and one that is gone must not hold this one.
   Status send_request(RequestKind kind, std::uint64_t v) {
     if (!roles.leader) return Status::ok();
-    for (int leader : roles.engine_leaders) {
-      comm::OperationPtr op = comm::make_operation(2 * sizeof(std::int64_t));
-      const std::int64_t message[2] = {static_cast<std::int64_t>(kind), static_cast<std::int64_t>(v)};
-      std::memcpy(op->out.data(), message, sizeof message);
-      WB_TRY_MPI(MPI_Isend(op->out.data(), 2, MPI_INT64_T, leader, kRequestTag, world, &op->request));
-      comm::abandon(std::move(op));
-    }
+    for (int leader : roles.engine_leaders) WB_RETURN_IF_ERROR(send_request_to(leader, kind, v));
+    return Status::ok();
+  }
+  Status send_request_to(int leader, RequestKind kind, std::uint64_t v) {
+    comm::OperationPtr op = comm::make_operation(2 * sizeof(std::int64_t));
+    const std::int64_t message[2] = {static_cast<std::int64_t>(kind), static_cast<std::int64_t>(v)};
+    std::memcpy(op->out.data(), message, sizeof message);
+    WB_TRY_MPI(MPI_Isend(op->out.data(), 2, MPI_INT64_T, leader, kRequestTag, world, &op->request));
+    comm::abandon(std::move(op));
     return Status::ok();
   }
 

@@ -3,7 +3,8 @@
 //   join_engine trainers ADDRESS MODE SCENARIO   2 trainers (tp=2) and 1 engine of the world; versions 1..3,
 //                                                 then more, until the scenario's events happened and 3
 //                                                 versions more were sent:
-//     join    an engine joined (at version J): J+1..J+3
+//     join    an engine joined (at version J): J+1..J+3; its first install is J-1, written by the built-in
+//             engine (the replica), and the trainers wrote as many bytes for J-1 as for J-2 (none for it)
 //     leave   an engine joined and left (leave()), then another joined (at J2): J2+1..J2+3
 //     kill    three engine jobs joined (at J); trainer rank 0 writes ADDRESS.trigger naming J+2; the victim
 //             job is SIGKILLed in that update; it is dropped (at D): D+1..D+3
@@ -24,7 +25,8 @@
 //     ghost   (one rank) as vanish, once it answered the trainers' take
 // MODE: sync | sender-staged | receiver-staged | async. Every rollout worker checks every version it installs against its own
 // load_weights of that version, bit for bit; the built-in engine installs 1..last in order; a joiner's
-// first event after kConnected is kInstalled, then every later version in order. The trainers' every
+// first event after kConnected is kInstalled (of the trainers' latest version, from the built-in engine),
+// then every later version in order. The trainers' every
 // send_weights succeeds, and their AdapterStats list every engine with the state the scenario implies; a
 // join probes the joiner's load_weights only, never the trainers' again.
 #include <mpi.h>
@@ -196,7 +198,7 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
                                        {4, "dropped serving serving serving serving"}};
     std::size_t next = 0;
     int engines = sender.engines();
-    std::uint64_t last_event = 0, last = 0;
+    std::uint64_t last_event = 0, last = 0, joined_at = 0;
     for (std::uint64_t v = 1;; ++v) {
       w.worker->load_weights(VersionedCheckpoint(*w.checkpoint, v), w.params->parameters());  // "training"
       const Status sent = sender.send_weights(v);
@@ -222,6 +224,7 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
         if (rank == 0)
           std::printf("trainers: at version %llu %d engines (%s)\n", static_cast<unsigned long long>(v), sender.engines(),
                       states.c_str());
+        if (scenario == "join") joined_at = v;
         if (scenario == "join" && rank == 0) std::printf("trainers: an engine joined at version %llu;\n", static_cast<unsigned long long>(v));
         if (victim && next == 0 && rank == 0) {
           write_trigger(address, v + 2);
@@ -269,6 +272,22 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
                     static_cast<unsigned long long>(stats.history.front().version),
                     static_cast<long long>(stats.history.back().bytes_written),
                     static_cast<unsigned long long>(stats.history.back().version), sender.engines());
+    }
+    // The joiner's first version (the one before the take) came from the replica: this trainer wrote for it
+    // what it wrote for the version before (to the built-in engine only), and more once the joiner was served.
+    if (ok && joined_at > 2) {
+      std::int64_t bytes[3] = {-1, -1, -1};  // versions J-2, J-1, J
+      for (const UpdateRecord& r : stats.history)
+        if (r.version + 2 >= joined_at && r.version <= joined_at) bytes[r.version + 2 - joined_at] = r.bytes_written;
+      std::printf("trainers: trainer %d wrote %lld bytes for version %llu, %lld for version %llu (the joiner's first, from "
+                  "the replica), %lld for version %llu\n", rank, static_cast<long long>(bytes[0]),
+                  static_cast<unsigned long long>(joined_at - 2), static_cast<long long>(bytes[1]),
+                  static_cast<unsigned long long>(joined_at - 1), static_cast<long long>(bytes[2]),
+                  static_cast<unsigned long long>(joined_at));
+      if (bytes[0] <= 0 || bytes[1] != bytes[0] || bytes[2] <= bytes[1]) {
+        std::fprintf(stderr, "trainer %d: the trainers' egress for the joiner's first version is not that of the version before\n", rank);
+        ok = 0;
+      }
     }
     // Killed or stopped: exactly one engine dropped, named with its cause, the others serving up to the last
     // version.

@@ -2,8 +2,8 @@
 # Engine jobs of their own join, leave and die beside a running trainer job (join_engine_main.cpp says what
 # each side checks; this script checks what needs both logs). Usage:
 #   run_join_engine.sh JOIN_ENGINE_PROGRAM MPIEXEC MODE SCENARIO
-# SCENARIO join: one engine job joins after version 3; its first install is the trainers' version when
-#   they took it, and it installs every later one up to the trainers' last.
+# SCENARIO join: one engine job joins after version 3; its first install is the trainers' latest version
+#   when they took it, written by the built-in engine, and it installs every later one up to the trainers' last.
 # leave: an engine job joins, installs three versions and leaves; then another joins in its place.
 # kill: three engine jobs join (2, 2 and 1 workers); the first is SIGKILLed during an update; the trainers
 #   warn once, naming it, and the other two install that version and every later one.
@@ -33,6 +33,8 @@ trap cleanup EXIT
 . "$(dirname "${BASH_SOURCE[0]}")/name_server.sh"
 start_name_server
 run() { timeout 200 "$mpiexec" --oversubscribe --ompi-server "file:$dir/uri" "$@"; }
+# join: the built-in engine says (info) which version it wrote to the joiner.
+[[ $scenario == join ]] && export WB_LOG_LEVEL=${WB_LOG_LEVEL:-info}
 WB_JOIN_ANSWER_SECONDS=${WB_JOIN_ANSWER_SECONDS:-3} run -np 3 "$program" trainers "$dir/address" "$mode" "$scenario" > "$dir/trainers.log" 2>&1 &
 trainers=$!
 for _ in $(seq 600); do
@@ -101,11 +103,12 @@ last=$(sed -n 's/^trainers: sent up to \([0-9]*\)$/\1/p' "$dir/trainers.log")
 serving=$dir/first.log
 case $scenario in
   join)
-    # The joiner's first install is the version the trainers sent when they took it (their latest), on
-    # every worker: none older, none later.
+    # The joiner's first install is the trainers' latest version when they took it (the one before the
+    # send_weights that took it), written by the built-in engine, on every worker: none older, none later.
     joined_at=$(sed -n 's/^trainers: an engine joined at version \([0-9]*\);.*/\1/p' "$dir/trainers.log")
     firsts=$(sed -n 's/^joined engine worker [0-9]*: first event after kConnected kInstalled \([0-9]*\),.*/\1/p' "$dir/first.log" | sort -u)
-    [[ -n $joined_at && $firsts == "$joined_at" ]] || fail "the trainers took the joiner at version '$joined_at'; its workers installed first '$firsts'"
+    [[ -n $joined_at && $firsts == "$((joined_at - 1))" ]] || fail "the trainers took the joiner at version '$joined_at'; its workers installed first '$firsts', not the latest before it"
+    grep -q "wrote version $firsts to a joining engine" "$dir/trainers.log" || fail "the built-in engine did not say it wrote version $firsts to the joiner"
     [[ ${rcs[0]} == 0 ]] || fail "the engine job failed (${rcs[0]})" ;;
   leave)
     [[ $(grep -c "then it left" "$dir/first.log") == 2 ]] || fail "the first engine's workers did not both leave"

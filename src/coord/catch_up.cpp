@@ -1,0 +1,144 @@
+#include "coord/catch_up.hpp"
+
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "comm/collectives.hpp"
+#include "comm/join.hpp"
+#include "coord/adapter_common.hpp"
+#include "core/checks.hpp"
+#include "core/log.hpp"
+
+namespace wb::coord {
+
+JoinedComms cut_widening(MPI_Comm merged, JoinSide mine, double timeout) {
+  JoinedComms out;
+  try {
+    const auto side = static_cast<std::int32_t>(mine);
+    const std::vector<std::byte> all = comm::allgather_fixed(std::as_bytes(std::span(&side, 1)), merged, comm::Waiter{timeout, {}},
+                                                             "a join: who took part in its widening");
+    std::vector<std::int32_t> sides(all.size() / sizeof(std::int32_t));
+    std::memcpy(sides.data(), all.data(), all.size());
+    bool replica = false;
+    for (std::int32_t s : sides) replica = replica || s == static_cast<std::int32_t>(JoinSide::kReplica);
+    if (!replica) {
+      out.link = merged;
+      return out;
+    }
+    int rank = 0;
+    WB_CHECK_MPI(MPI_Comm_rank(merged, &rank));
+    out.link = comm::split(merged, mine != JoinSide::kReplica, rank, timeout, "a join: the trainers' link");
+    out.catch_up = comm::split(merged, mine != JoinSide::kTrainer, rank, timeout, "a join: the replica's catch-up link");
+  } catch (const Error&) {
+    comm::abandon_link(merged);
+    throw;
+  }
+  MPI_Comm_free(&merged);  // nothing is pending on it: the two cut from it are what lives on
+  return out;
+}
+
+MPI_Comm make_replica_comm(MPI_Comm world, const Roles& roles, double timeout) {
+  if (roles.engine_leaders.empty() || roles.trainers.size() < 2 || comm::spans_jobs(world)) return MPI_COMM_NULL;
+  int level = MPI_THREAD_SINGLE;
+  WB_CHECK_MPI(MPI_Query_thread(&level));
+  const std::int32_t multiple = level == MPI_THREAD_MULTIPLE ? 1 : 0;
+  const std::vector<std::byte> all = comm::allgather_fixed(std::as_bytes(std::span(&multiple, 1)), world, comm::Waiter{timeout, {}},
+                                                           "connect: the replica's thread level");
+  std::vector<std::int32_t> levels(all.size() / sizeof(std::int32_t));
+  std::memcpy(levels.data(), all.data(), all.size());
+  for (std::size_t r = 0; r < levels.size(); ++r)
+    if (roles.engine_of_rank[r] <= 0 && levels[r] == 0) return MPI_COMM_NULL;  // a trainer or engine 0
+  const bool member = roles.trainer || roles.engine == 0;
+  // Trainer rank 0 is rank 0 of it: it holds the joiner's bridge in the widening.
+  const int key = roles.trainer ? roles.group_rank : static_cast<int>(roles.trainers.size()) + roles.group_rank;
+  return comm::split(world, member, key, timeout, "connect: the trainers and their replica engine");
+}
+
+namespace {
+
+// The catch-up link's options: nothing staged on either side (the replica writes between its own
+// installs, the joiner serves nothing yet), no joins, the rest as this worker's own.
+AdapterOptions catch_up_options(const ResolvedOptions& o) {
+  AdapterOptions a;
+  a.sender_staging = false;
+  a.receiver_staging = false;
+  a.buffer_bytes = o.buffer_bytes;
+  a.pipeline_depth = o.pipeline_depth;
+  if (!o.transport.empty()) a.transport = o.transport;
+  a.timeout_seconds = o.timeout_seconds;
+  a.verify = o.verify;
+  a.node = o.node;
+  a.trace = false;
+  a.not_loaded = o.not_loaded;
+  a.join_address = std::string();
+  return a;
+}
+
+// Both sides, collective over `comm` (taken over): the replica's workers as the senders, planned from the
+// maps both sides probed at their own connect; one update of the replica's version; then parted. `v`: the
+// replica's version (given on its side, learnt on the joiner's).
+Status run_catch_up(AdapterBase& self, MPI_Comm comm, bool replica, const BeforeUpdateHook* hook, std::uint64_t& v,
+                    std::int64_t& bytes) {
+  std::unique_ptr<AdapterBase> link;
+  try {
+    link = std::make_unique<AdapterBase>(comm, self.group_comm, replica, self.params, self.load_weights,
+                                         catch_up_options(self.options));
+  } catch (const Error& error) {
+    comm::abandon_link(comm);
+    return error.status();
+  }
+  link->link = comm;  // parted with the joiner at the end (abandoned after a failure)
+  Status status;
+  try {
+    // Both sides kept their probe (no FP8 form in either job), and the replica's version reaches the joiner.
+    Status usable = self.connection && !self.connection->probed.parameters.empty() && !self.options.fp8
+                        ? Status::ok()
+                        : Status(ErrorCode::kUnsupported, self.who() + ": no source map of its own kept (an FP8 form)");
+    comm::agree(usable, link->world, link->waiter(), "a joiner's catch-up: whether both sides can");
+    comm::broadcast_fixed(std::as_writable_bytes(std::span(&v, 1)), 0, link->world, link->waiter(), "a joiner's catch-up: its version");
+    link->connect(replica ? &self.connection->tensors : nullptr, &self.connection->probed);
+    if (hook != nullptr && *hook) {
+      try {
+        (*hook)(v);
+      } catch (const std::exception& error) {
+        status = Status(ErrorCode::kInvalidArgument, self.who() + ": before_update_hook(" + std::to_string(v) + ") threw: " + error.what());
+      }
+    }
+    if (status) status = link->run_transfer(v);
+    bytes = link->executor_stats.bytes_written;
+    if (status) comm::agree(Status::ok(), link->world, link->waiter(), "a joiner's catch-up: version " + std::to_string(v));
+    else status = link->give_up(status, "a joiner's catch-up of version " + std::to_string(v) + ": ");
+  } catch (const Error& error) {
+    status = link->fail(error.status());
+  }
+  link->shut_down = status.is_ok();
+  return status;  // the link goes: parted, or abandoned after a failure
+}
+
+}  // namespace
+
+Status serve_joiner(AdapterBase& replica, MPI_Comm replica_comm, std::int64_t& bytes) {
+  const double timeout = replica.options.timeout_seconds;
+  JoinedComms comms;
+  try {
+    const MPI_Comm merged = comm::widen_join(replica_comm, MPI_COMM_NULL, false, timeout, replica.who() + ": serving a joiner");
+    comms = cut_widening(merged, JoinSide::kReplica, timeout);
+  } catch (const Error& error) {
+    return error.status();
+  }
+  std::uint64_t v = replica.version;
+  return run_catch_up(replica, comms.catch_up, true, nullptr, v, bytes);
+}
+
+Status catch_up(AdapterBase& joiner, MPI_Comm catch_up_comm, const BeforeUpdateHook& hook, std::uint64_t& installed) {
+  std::uint64_t v = 0;
+  std::int64_t bytes = 0;
+  const Status status = run_catch_up(joiner, catch_up_comm, false, &hook, v, bytes);
+  if (status) installed = v;
+  return status;
+}
+
+}  // namespace wb::coord
