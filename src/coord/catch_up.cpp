@@ -9,6 +9,7 @@
 #include "comm/collectives.hpp"
 #include "comm/join.hpp"
 #include "coord/adapter_common.hpp"
+#include "coord/join_links.hpp"
 #include "core/checks.hpp"
 #include "core/log.hpp"
 
@@ -91,6 +92,11 @@ Status run_catch_up(AdapterBase& self, MPI_Comm comm, bool replica, const Before
     return error.status();
   }
   link->link = comm;  // parted with the joiner at the end (abandoned after a failure)
+  // Made: the joiner came straight from its own link's connect, which the trainers waited for meanwhile (the
+  // whole timeout). From here the replica serves its own engine no more until the end: a joiner that dies in
+  // it must cost less than the trainers' deadline on that engine's next install (which would end the
+  // training), so every step takes at most the deadline of a join's answer (at most half the timeout).
+  link->options.timeout_seconds = join_answer_seconds(self.options.timeout_seconds);
   Status status;
   try {
     // Both sides kept their probe (no FP8 form in either job), and the replica's version reaches the joiner.

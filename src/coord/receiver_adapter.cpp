@@ -71,6 +71,7 @@ struct ReceiverAdapter::State : AdapterBase {
   double last_poll_at = 0;  // local_seconds() of the previous poll
   int polls_to_skip = 0;    // while receiving: polls before the next engine-wide step (agreed at the last one)
   MPI_Comm catch_up_comm = MPI_COMM_NULL;  // a joiner: the link to the replica its first version comes over
+  bool first_installed = false;            // a joiner: that version is in, kInstalled is the next event
   std::uint64_t joiner_waits = 0;          // the replica: a joiner to serve once this version is installed
 
   State(JoinedComms joined, MPI_Comm engine, ParameterSet params, LoadWeightsFn load, const AdapterOptions& options,
@@ -80,9 +81,10 @@ struct ReceiverAdapter::State : AdapterBase {
     if (!this->options.join_address.empty()) link = joined.link;  // the merged world join_trainers returned
   }
 
-  // A joiner, at the poll after kConnected: the version the replica holds, before the trainers' next. One
-  // that does not come is no failure of this engine: the trainers' next version is then its first.
-  PollResult first_version() {
+  // A joiner, right after its link's connect (the replica waits for it meanwhile): the version the replica
+  // holds, before the trainers' next; kInstalled at the poll after kConnected. One that does not come is no
+  // failure of this engine: the trainers' next version is then its first.
+  void first_version() {
     const MPI_Comm comm = catch_up_comm;
     catch_up_comm = MPI_COMM_NULL;
     const double began = now();
@@ -92,15 +94,15 @@ struct ReceiverAdapter::State : AdapterBase {
         WB_LOG(kWarn) << who() << ": no first version from the trainers' replica engine (the trainers' next one comes "
                          "instead): " << caught.message();
       }
-      return {PollResult::Event::kNone, version, Status::ok()};
+      return;
     }
     stalls.push_back({v, began, now()});
     version = v;
+    first_installed = true;
     if (roles.leader) {
       WB_LOG(kInfo) << who() << ": installed version " << v << " from the trainers' replica engine before serving ("
                     << comm::seconds_text(now() - began) << ")";
     }
-    return {PollResult::Event::kInstalled, version, Status::ok()};
   }
 
   // The replica, once the version a joiner is to get is installed here: every worker writes its part.
@@ -248,7 +250,10 @@ struct ReceiverAdapter::State : AdapterBase {
     }
     // A peer that gave up: this rank stops here (its engine's next step then ends at once on the others).
     if (Status noticed = service(true); !noticed) return failed(noticed);
-    if (catch_up_comm != MPI_COMM_NULL && connection) return first_version();
+    if (first_installed) {
+      first_installed = false;
+      return {PollResult::Event::kInstalled, version, Status::ok()};
+    }
     // Every worker of the engine agreed on both at earlier steps.
     if (joiner_waits != 0 && receiving == 0 && version >= joiner_waits) return serve();
 
@@ -301,8 +306,10 @@ struct ReceiverAdapter::State : AdapterBase {
         try {
           connect(nullptr);
         } catch (const Error& error) {
+          if (catch_up_comm != MPI_COMM_NULL) comm::abandon_link(catch_up_comm);  // the replica gives up on it
           return failed(error.status());
         }
+        if (catch_up_comm != MPI_COMM_NULL) first_version();
         return {PollResult::Event::kConnected, version, Status::ok()};
       }
       case RequestKind::kUpdate: {

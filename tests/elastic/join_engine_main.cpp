@@ -13,12 +13,17 @@
 //     vanish  a joiner is admitted at the port and dies before the trainers take it; then another joins
 //             (at J): J+1..J+3
 //     ghost   as vanish, but the joiner dies right after it answered the trainers' take
+//     lose_joiner  a joiner dies while the built-in engine writes it its first version (in its
+//             before_update_hook of that version): the built-in engine warns and serves on, the joiner is
+//             dropped, the trainers never fail; another joins (at J), gets its first version from the
+//             built-in engine and serves: J+1..J+3
 //     at_once three engine jobs, started at the same moment, all joined: 3 more
 //   join_engine engine ADDRESS MODE ROLE          an engine of as many workers as its job's ranks (tp=n)
 //                                                 that joins by ADDRESS:
 //     serve   until the trainers shut down
 //     leave   leaves after its third install (then poll_requests says kShutdown)
 //     killed  every worker SIGKILLs itself in the before_update_hook of the version ADDRESS.trigger names
+//     killed_first  every worker SIGKILLs itself in its first before_update_hook (its catch-up from the replica)
 //     stopped every worker writes its pid to ADDRESS.stopped.RANK and SIGSTOPs itself in that hook; once
 //             resumed, its poll_requests must end in kFailed naming why; it joins again and serves
 //     vanish  (one rank) presents the secret, is admitted, and SIGKILLs itself
@@ -105,10 +110,12 @@ AdapterOptions options_for(const std::string& address, const std::string& mode, 
 
 // Polls until shutdown (or, `leave_after` > 0, until that many installs, then leaves); the installed
 // versions in order. The first event after kConnected must be kInstalled (nothing else but kNone /
-// kReceiving in between). `failed`: a failure ends it too (false), kept there.
+// kReceiving in between). `failed`: a failure ends it too (false), kept there. `first_after`: seconds from
+// the call (the adapter just made: the trainers took it) to the first install.
 bool serve(ReceiverAdapter& receiver, const Worker& w, const char* who, std::vector<std::uint64_t>& installed,
-           std::size_t leave_after = 0, PollResult* failed = nullptr) {
+           std::size_t leave_after = 0, PollResult* failed = nullptr, double* first_after = nullptr) {
   bool connected = false;
+  const auto began = std::chrono::steady_clock::now();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
   while (std::chrono::steady_clock::now() < deadline) {
     const PollResult r = receiver.poll_requests();
@@ -120,6 +127,8 @@ bool serve(ReceiverAdapter& receiver, const Worker& w, const char* who, std::vec
         connected = true;
         break;
       case PollResult::Event::kInstalled:
+        if (installed.empty() && first_after != nullptr)
+          *first_after = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
         if (!connected || !w.holds(r.version)) return false;
         installed.push_back(r.version);
         if (installed.size() == leave_after) {
@@ -182,7 +191,7 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
     const bool victim = scenario == "kill" || scenario == "stop";
     // A victim's deadline is short: it is how long the lost engine is waited for.
     SenderAdapter sender(MPI_COMM_WORLD, group, w.params->parameters(), w.tensors, w.load(),
-                         options_for(address, mode, victim ? 5 : 30));
+                         options_for(address, mode, victim || scenario == "lose_joiner" ? 5 : 30));
     sender.connect();
     const int probes = w.probes;  // a join probes the joiner only: the trainers' maps are kept
     // The events the scenario waits for, in order: engines() after a send_weights, and the states then
@@ -194,6 +203,7 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
         : scenario == "kill"  ? Events{{4, "serving serving serving serving"}, {3, "dropped serving serving serving"}}
         : scenario == "vanish" || scenario == "ghost" ? Events{{2, "serving serving"}}
         : scenario == "at_once" ? Events{{4, "serving serving serving serving"}}
+        : scenario == "lose_joiner" ? Events{{1, "serving dropped"}, {2, "serving dropped serving"}}
                               : Events{{4, "serving serving serving serving"}, {3, "dropped serving serving serving"},
                                        {4, "dropped serving serving serving serving"}};
     std::size_t next = 0;
@@ -213,7 +223,9 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
       }
       engines = sender.engines();
       std::fflush(stdout);
-      if (next < events.size() && sender.engines() == events[next].first) {
+      // lose_joiner: the engine count alone says nothing (1 before the join and after the loss).
+      if (next < events.size() && sender.engines() == events[next].first &&
+          (scenario != "lose_joiner" || engine_states(sender) == events[next].second)) {
         const std::string states = engine_states(sender, victim);
         if (!events[next].second.empty() && states != events[next].second) {
           std::fprintf(stderr, "trainer %d: after version %llu the engines are \"%s\", not \"%s\"\n", rank,
@@ -224,8 +236,9 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
         if (rank == 0)
           std::printf("trainers: at version %llu %d engines (%s)\n", static_cast<unsigned long long>(v), sender.engines(),
                       states.c_str());
-        if (scenario == "join") joined_at = v;
-        if (scenario == "join" && rank == 0) std::printf("trainers: an engine joined at version %llu;\n", static_cast<unsigned long long>(v));
+        const bool joined = scenario == "join" || (scenario == "lose_joiner" && next == 1);
+        if (joined) joined_at = v;
+        if (joined && rank == 0) std::printf("trainers: an engine joined at version %llu;\n", static_cast<unsigned long long>(v));
         if (victim && next == 0 && rank == 0) {
           write_trigger(address, v + 2);
           std::printf("trainers: the victim is hit in version %llu\n", static_cast<unsigned long long>(v + 2));
@@ -320,6 +333,7 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
 // The victim's hook: in the version the trainers named, every worker is killed or stopped (the whole job,
 // as a crash or a frozen node would); a stopped one writes its pid for the script that resumes it.
 BeforeUpdateHook victim_hook(const std::string& address, const std::string& role, int rank, bool& hit) {
+  if (role == "killed_first") return [](std::uint64_t) { std::raise(SIGKILL); };
   if (role != "killed" && role != "stopped") return {};
   return [address, role, rank, &hit](std::uint64_t v) {
     const std::uint64_t at = read_trigger(address);
@@ -352,12 +366,13 @@ int run_engine_job(const std::string& address, const std::string& mode, const st
   std::vector<std::uint64_t> installed;
   int ok = 0;
   bool hit = false;
+  double first_after = 0;
   const bool stopped = role == "stopped";
   {
     ReceiverAdapter receiver(MPI_COMM_WORLD, MPI_COMM_WORLD, w.params->parameters(), w.load(),
                              options_for(address, mode), victim_hook(address, role, rank, hit));
     PollResult failed;
-    ok = serve(receiver, w, "the joined engine", installed, role == "leave" ? 3 : 0, stopped ? &failed : nullptr) ? 1 : 0;
+    ok = serve(receiver, w, "the joined engine", installed, role == "leave" ? 3 : 0, stopped ? &failed : nullptr, &first_after) ? 1 : 0;
     if (stopped) {
       // Resumed after the trainers dropped it: its update ends in kFailed (an kAborted of the version it
       // was in first), naming why.
@@ -379,9 +394,10 @@ int run_engine_job(const std::string& address, const std::string& mode, const st
     ok = 0;
   }
   if (ok)
-    std::printf("joined engine worker %d: first event after kConnected kInstalled %llu, then up to %llu, each bit for bit%s\n", rank,
+    std::printf("joined engine worker %d: first event after kConnected kInstalled %llu, then up to %llu, each bit for bit%s "
+                "(first install %.3f s after the take)\n", rank,
                 static_cast<unsigned long long>(installed.front()), static_cast<unsigned long long>(installed.back()),
-                role == "leave" ? "; then it left" : stopped ? "; it had joined again" : "");
+                role == "leave" ? "; then it left" : stopped ? "; it had joined again" : "", first_after);
   int all = 0;
   MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   return all == 1 ? 0 : 1;

@@ -12,6 +12,9 @@
 # vanish: a joiner is admitted at the port and dies before the trainers take it; the trainers warn, and the
 #   next joiner joins and installs every later version.
 # ghost: as vanish, but the joiner dies right after it answered the trainers' take.
+# lose_joiner: a joiner dies while the built-in engine writes it its first version; the built-in engine warns
+#   once and serves on, the trainers drop the joiner (one warning) and never fail; the next joiner gets its
+#   first version from the built-in engine and serves to the trainers' last.
 # at_once: three engine jobs (2, 2 and 1 workers) started at the same moment all join, each installs every
 #   version from its first to the trainers' last.
 set -euo pipefail
@@ -34,7 +37,7 @@ trap cleanup EXIT
 start_name_server
 run() { timeout 200 "$mpiexec" --oversubscribe --ompi-server "file:$dir/uri" "$@"; }
 # join: the built-in engine says (info) which version it wrote to the joiner.
-[[ $scenario == join ]] && export WB_LOG_LEVEL=${WB_LOG_LEVEL:-info}
+[[ $scenario == join || $scenario == lose_joiner ]] && export WB_LOG_LEVEL=${WB_LOG_LEVEL:-info}
 WB_JOIN_ANSWER_SECONDS=${WB_JOIN_ANSWER_SECONDS:-3} run -np 3 "$program" trainers "$dir/address" "$mode" "$scenario" > "$dir/trainers.log" 2>&1 &
 trainers=$!
 for _ in $(seq 600); do
@@ -77,6 +80,15 @@ case $scenario in
     engine first ghost 1
     wait "${engines[0]}" && fail "the ghost joiner ended with 0" || true
     engine second serve ;;
+  lose_joiner)
+    engine first killed_first
+    for _ in $(seq 1200); do
+      grep -q "was dropped after version" "$dir/trainers.log" 2>/dev/null && break
+      kill -0 "$trainers" 2>/dev/null || break
+      sleep 0.1
+    done
+    grep -q "was dropped after version" "$dir/trainers.log" || fail "the trainers never dropped the joiner that died in its catch-up"
+    engine second serve ;;
   kill) engine first killed; engines_at 2; engine second serve; engines_at 3; engine third serve 1 ;;
   stop)
     engine first stopped; engines_at 2; engine second serve; engines_at 3; engine third serve 1
@@ -102,6 +114,15 @@ engines=()
 last=$(sed -n 's/^trainers: sent up to \([0-9]*\)$/\1/p' "$dir/trainers.log")
 serving=$dir/first.log
 case $scenario in
+  lose_joiner)
+    [[ ${rcs[0]} != 0 ]] || fail "the joiner killed in its catch-up ended with 0"
+    [[ $(grep -c "was dropped after version" "$dir/trainers.log") == 1 ]] || fail "not one warning naming the lost joiner"
+    [[ $(grep -c "serving a joining engine its first version failed" "$dir/trainers.log") == 1 ]] || fail "the built-in engine did not warn once about the joiner it lost"
+    joined_at=$(sed -n 's/^trainers: an engine joined at version \([0-9]*\);.*/\1/p' "$dir/trainers.log")
+    firsts=$(sed -n 's/^joined engine worker [0-9]*: first event after kConnected kInstalled \([0-9]*\),.*/\1/p' "$dir/second.log" | sort -u)
+    [[ -n $joined_at && $firsts == "$((joined_at - 1))" ]] || fail "the trainers took the second joiner at version '$joined_at'; its workers installed first '$firsts'"
+    grep -q "wrote version $firsts to a joining engine" "$dir/trainers.log" || fail "the built-in engine did not write version $firsts to the second joiner"
+    serving=$dir/second.log ;;
   join)
     # The joiner's first install is the trainers' latest version when they took it (the one before the
     # send_weights that took it), written by the built-in engine, on every worker: none older, none later.
