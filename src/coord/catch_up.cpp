@@ -6,6 +6,11 @@
 #include <span>
 #include <vector>
 
+#include <unistd.h>
+
+#include <optional>
+
+#include "comm/backoff.hpp"
 #include "comm/collectives.hpp"
 #include "comm/join.hpp"
 #include "coord/adapter_common.hpp"
@@ -116,7 +121,8 @@ Status run_catch_up(AdapterBase& self, MPI_Comm comm, bool replica, const Before
     if (status) status = link->run_transfer(v);
     bytes = link->executor_stats.bytes_written;
     if (status) comm::agree(Status::ok(), link->world, link->waiter(), "a joiner's catch-up: version " + std::to_string(v));
-    else status = link->give_up(status, "a joiner's catch-up of version " + std::to_string(v) + ": ");
+    else status = link->give_up(status, "a joiner's catch-up of version " + std::to_string(v) + " (its link names the replica's "
+                                               "workers trainers): ");
   } catch (const Error& error) {
     status = link->fail(error.status());
   }
@@ -124,7 +130,87 @@ Status run_catch_up(AdapterBase& self, MPI_Comm comm, bool replica, const Before
   return status;  // the link goes: parted, or abandoned after a failure
 }
 
+// Both sides of a joined replica, collective over each side's engine: the leaders merge the link that the
+// joiner's connection to the replica's port made, and both jobs widen it (the replica's workers first).
+// Everything bounded by parts of the join's answer time: the replica serves its own engine no more meanwhile.
+// The joiner comes straight from its own connect and may wait for the replica (which enters once the
+// version is installed) as long as a join's answer; the replica, once there, finds it waiting.
+MPI_Comm link_leaders(AdapterBase& self, MPI_Comm leaders, bool joiner) {
+  const double answer = join_answer_seconds(self.options.timeout_seconds);
+  const double wait = joiner ? answer : 0.25 * answer;
+  MPI_Comm bridge = MPI_COMM_NULL;
+  Status bridged;
+  if (self.roles.leader) {
+    try {
+      bridge = comm::bridge_join(leaders, joiner, wait, self.who() + ": a joiner's catch-up");
+    } catch (const Error& error) {
+      bridged = error.status();
+    }
+  }
+  comm::agree(bridged, self.group_comm, comm::Waiter{2 * wait, {}}, "a joiner's catch-up: the leaders' link");
+  return comm::widen_join(self.group_comm, bridge, joiner, 0.5 * answer, self.who() + ": a joiner's catch-up");
+}
+
 }  // namespace
+
+std::string replica_address(const std::string& join_address) { return join_address + ".replica"; }
+
+void connect_replica(MPI_Comm engine, const std::string& join_address, double timeout, JoinedComms& comms) {
+  int rank = 0;
+  WB_CHECK_MPI(MPI_Comm_rank(engine, &rank));
+  const std::string path = replica_address(join_address);
+  std::int32_t connected = 0;
+  if (rank == 0 && ::access(path.c_str(), F_OK) == 0) {
+    try {
+      comms.replica_leaders = comm::join_by_address(path, join_answer_seconds(timeout));
+      connected = 1;
+    } catch (const Error& error) {
+      WB_LOG(kWarn) << "engine worker 0: the trainers' replica engine at " << path << " did not admit this engine ("
+                    << error.status().message() << "); its first version will be the trainers' next";
+    }
+  }
+  comm::broadcast_fixed(std::as_writable_bytes(std::span(&connected, 1)), 0, engine, comm::Waiter{timeout, {}},
+                        "joining the trainers: whether the replica admitted this engine");
+  comms.from_replica = connected != 0;
+}
+
+Status serve_joiner_at_port(AdapterBase& replica, comm::JoinPort* port, std::int64_t& bytes) {
+  MPI_Comm comm = MPI_COMM_NULL;
+  try {
+    MPI_Comm leaders = MPI_COMM_NULL;
+    if (port != nullptr) {
+      comm::Backoff backoff;
+      const double until = comm::local_seconds() + 0.25 * join_answer_seconds(replica.options.timeout_seconds);
+      for (std::optional<MPI_Comm> peer; leaders == MPI_COMM_NULL && comm::local_seconds() < until; backoff.pause())
+        if ((peer = port->take())) leaders = *peer;
+    }
+    if (replica.roles.leader && leaders == MPI_COMM_NULL) {
+      comm::agree(Status(ErrorCode::kTimeout, replica.who() + ": no joiner connected at this engine's port"), replica.group_comm,
+                  replica.waiter(), "a joiner's catch-up: the joiner at the port");
+    } else {
+      comm::agree(Status::ok(), replica.group_comm, replica.waiter(), "a joiner's catch-up: the joiner at the port");
+    }
+    comm = link_leaders(replica, leaders, false);
+  } catch (const Error& error) {
+    return error.status();
+  }
+  std::uint64_t v = replica.version;
+  return run_catch_up(replica, comm, true, nullptr, v, bytes);
+}
+
+Status catch_up_from_port(AdapterBase& joiner, MPI_Comm replica_leaders, const BeforeUpdateHook& hook, std::uint64_t& installed) {
+  MPI_Comm comm = MPI_COMM_NULL;
+  try {
+    comm = link_leaders(joiner, replica_leaders, true);
+  } catch (const Error& error) {
+    return error.status();
+  }
+  std::uint64_t v = 0;
+  std::int64_t bytes = 0;
+  const Status status = run_catch_up(joiner, comm, false, &hook, v, bytes);
+  if (status) installed = v;
+  return status;
+}
 
 Status serve_joiner(AdapterBase& replica, MPI_Comm replica_comm, std::int64_t& bytes) {
   const double timeout = replica.options.timeout_seconds;

@@ -28,13 +28,15 @@ struct TrainersJoinPort {
 
 /// Trainers, collective over `trainers`: trainer rank 0 opens the port and writes `address`. Refused on
 /// every trainer alike when rank 0 cannot (no MPI_THREAD_MULTIPLE, a file that exists) or when the job has
-/// one trainer (no other process could end the accept thread at close).
-TrainersJoinPort open_join_port(MPI_Comm trainers, const std::string& address, double timeout);
+/// one trainer (no other process could end the accept thread at close). A joined replica engine opens its
+/// own the same way over its engine (`side`: how its ranks are named, "engine worker").
+TrainersJoinPort open_join_port(MPI_Comm trainers, const std::string& address, double timeout,
+                                const std::string& side = "trainer");
 
 /// Trainers, each on its own (no step together: a trainer may be unwinding an exception, and its adapter
 /// ends this way too): no more joins. Trainer rank 0 removes the address file and waits (up to twice the
 /// timeout) for its accept thread to end; trainer rank 1 knocks, which ends it.
-void close_join_port(TrainersJoinPort& port, MPI_Comm trainers, double timeout);
+void close_join_port(TrainersJoinPort& port, MPI_Comm trainers, double timeout, const std::string& side = "trainer");
 
 /// The join_answer_seconds setting, at most half of `timeout`: how long the trainers wait for a joiner's
 /// answer to the take, and then trainer rank 0 for merging the leaders' link (comm::bridge_join).

@@ -13,6 +13,7 @@ const char* request_name(RequestKind kind) {
     case RequestKind::kShutdown: return "shutdown";
     case RequestKind::kAbort: return "abort";
     case RequestKind::kServeJoiner: return "serve a joiner";
+    case RequestKind::kBeReplica: return "be the replica";
   }
   return "unknown";
 }

@@ -71,14 +71,38 @@ struct ReceiverAdapter::State : AdapterBase {
   double last_poll_at = 0;  // local_seconds() of the previous poll
   int polls_to_skip = 0;    // while receiving: polls before the next engine-wide step (agreed at the last one)
   MPI_Comm catch_up_comm = MPI_COMM_NULL;  // a joiner: the link to the replica its first version comes over
+  MPI_Comm replica_leaders = MPI_COMM_NULL;  // or the leaders' link to a joined replica it is made from
+  bool from_replica = false;                 // (every rank: the leader has that link)
   bool first_installed = false;            // a joiner: that version is in, kInstalled is the next event
   std::uint64_t joiner_waits = 0;          // the replica: a joiner to serve once this version is installed
+  TrainersJoinPort replica_port;           // a joined replica: the port later joiners connect to first
 
   State(JoinedComms joined, MPI_Comm engine, ParameterSet params, LoadWeightsFn load, const AdapterOptions& options,
         BeforeUpdateHook before_update_hook)
       : AdapterBase(joined.link, engine, false, std::move(params), std::move(load), options),
-        hook(std::move(before_update_hook)), catch_up_comm(joined.catch_up) {
+        hook(std::move(before_update_hook)), catch_up_comm(joined.catch_up), replica_leaders(joined.replica_leaders),
+        from_replica(joined.from_replica) {
     if (!this->options.join_address.empty()) link = joined.link;  // the merged world join_trainers returned
+  }
+
+  ~State() {
+    try {
+      close_join_port(replica_port, group_comm, options.timeout_seconds, "engine worker");
+    } catch (const Error& error) {
+      WB_LOG(kWarn) << who() << ": closing the replica's port: " << error.status().message();
+    }
+  }
+
+  // A joined engine the trainers appointed: later joiners connect to its port before they join.
+  void open_replica_port() {
+    try {
+      replica_port = open_join_port(group_comm, replica_address(options.join_address), options.timeout_seconds, "engine worker");
+    } catch (const Error& error) {
+      if (roles.leader) {
+        WB_LOG(kWarn) << who() << ": cannot serve joiners their first version (later joiners get the trainers' next): "
+                      << error.status().message();
+      }
+    }
   }
 
   // A joiner, right after its link's connect (the replica waits for it meanwhile): the version the replica
@@ -87,9 +111,11 @@ struct ReceiverAdapter::State : AdapterBase {
   void first_version() {
     const MPI_Comm comm = catch_up_comm;
     catch_up_comm = MPI_COMM_NULL;
+    const bool joined_replica = from_replica;
+    from_replica = false;
     const double began = now();
     std::uint64_t v = 0;
-    if (Status caught = catch_up(*this, comm, hook, v); !caught) {
+    if (Status caught = joined_replica ? catch_up_from_port(*this, replica_leaders, hook, v) : catch_up(*this, comm, hook, v); !caught) {
       if (roles.leader) {
         WB_LOG(kWarn) << who() << ": no first version from the trainers' replica engine (the trainers' next one comes "
                          "instead): " << caught.message();
@@ -97,6 +123,7 @@ struct ReceiverAdapter::State : AdapterBase {
       return;
     }
     stalls.push_back({v, began, now()});
+    history.push_back({v, 0, true, {}, {}});
     version = v;
     first_installed = true;
     if (roles.leader) {
@@ -110,8 +137,8 @@ struct ReceiverAdapter::State : AdapterBase {
     joiner_waits = 0;
     const double began = comm::local_seconds();
     std::int64_t bytes = 0;
-    const Status served = replica_comm != MPI_COMM_NULL
-                              ? serve_joiner(*this, replica_comm, bytes)
+    const Status served = replica_comm != MPI_COMM_NULL ? serve_joiner(*this, replica_comm, bytes)
+                          : replica_port.open        ? serve_joiner_at_port(*this, replica_port.port.get(), bytes)
                               : Status(ErrorCode::kInternal, who() + ": asked to serve a joiner, but this engine is no replica");
     if (roles.leader && served) {
       WB_LOG(kInfo) << who() << ": wrote version " << version << " to a joining engine (" << bytes << " bytes from this worker, "
@@ -307,9 +334,10 @@ struct ReceiverAdapter::State : AdapterBase {
           connect(nullptr);
         } catch (const Error& error) {
           if (catch_up_comm != MPI_COMM_NULL) comm::abandon_link(catch_up_comm);  // the replica gives up on it
+          if (replica_leaders != MPI_COMM_NULL) comm::abandon_link(replica_leaders);
           return failed(error.status());
         }
-        if (catch_up_comm != MPI_COMM_NULL) first_version();
+        if (catch_up_comm != MPI_COMM_NULL || from_replica) first_version();
         return {PollResult::Event::kConnected, version, Status::ok()};
       }
       case RequestKind::kUpdate: {
@@ -327,6 +355,9 @@ struct ReceiverAdapter::State : AdapterBase {
         start_background(v);
         return {PollResult::Event::kReceiving, version, Status::ok()};
       }
+      case RequestKind::kBeReplica:
+        if (!replica_port.open && link != MPI_COMM_NULL) open_replica_port();
+        return {receiving != 0 ? PollResult::Event::kReceiving : PollResult::Event::kNone, version, Status::ok()};
       case RequestKind::kServeJoiner:
         joiner_waits = v;
         return {receiving != 0 ? PollResult::Event::kReceiving : PollResult::Event::kNone, version, Status::ok()};

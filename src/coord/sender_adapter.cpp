@@ -2,6 +2,7 @@
 // every engine's rank 0 and collects their acknowledgements; the other trainers learn the outcome through
 // a step of the trainer group, so every trainer returns the same status.
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <optional>
@@ -10,6 +11,7 @@
 #include "comm/max_reduce.hpp"
 #include "comm/span_summary.hpp"
 #include "coord/adapter_common.hpp"
+#include "coord/catch_up.hpp"
 #include "coord/join_links.hpp"
 #include "coord/messages.hpp"
 #include "core/checks.hpp"
@@ -38,6 +40,7 @@ struct SenderAdapter::State : AdapterBase {
   double taken_at = 0;         // when the send_weights that took it began (local clock)
   double connect_seconds = 0, first_install_seconds = 0;  // after taken_at
   bool dropped = false;
+  bool replica = false;  // appointed (RequestKind::kBeReplica): later joiners get their first version from it
   std::string why;
 
   State(MPI_Comm world, MPI_Comm trainers, ParameterSet params, std::vector<TensorInfo> tensors, LoadWeightsFn load,
@@ -45,8 +48,11 @@ struct SenderAdapter::State : AdapterBase {
       : AdapterBase(world, trainers, true, std::move(params), std::move(load), options),
         checkpoint_tensors(std::move(tensors)), given(options) {
     given.join_address = std::string();
-    if (!this->options.join_address.empty())
+    if (!this->options.join_address.empty()) {
+      // A joined replica's address file beside ours is only ever one of this job's.
+      if (roles.leader) std::remove(replica_address(this->options.join_address).c_str());
       port = open_join_port(group_comm, this->options.join_address, this->options.timeout_seconds);
+    }
   }
 
   ~State() {
@@ -84,6 +90,9 @@ struct SenderAdapter::State : AdapterBase {
     link.why = cause.message();
     // A trainer's notice of the failure carries what the engine is told: the cause is what follows.
     if (link.why.starts_with(link.announce_prefix)) link.why.erase(0, link.announce_prefix.size());
+    // A dropped replica's port is gone with it: later joiners must not connect there (one that left closed it).
+    if (link.replica && !link.left && roles.leader) std::remove(replica_address(options.join_address).c_str());
+    link.replica = false;
     if (!roles.leader) return;
     if (link.left) {
       WB_LOG(kInfo) << joined_name(k) << " left after version " << link.acknowledged << "; the training goes on without it";
@@ -120,6 +129,7 @@ struct SenderAdapter::State : AdapterBase {
       // learns that from the notice.
       link->announce_prefix = "the trainers dropped this engine job after a failure (the training goes on without it): ";
       link->connect_link(&connection->probed);
+      serve_from_joined_replica(*link);
       link->taken_at = began;
       link->connect_seconds = comm::local_seconds() - began;
       link->version = version;
@@ -133,6 +143,20 @@ struct SenderAdapter::State : AdapterBase {
     } catch (const Error& error) {
       WB_LOG(kWarn) << who() << ": an engine's join failed; the training goes on without it: " << error.status().message();
     }
+  }
+
+  // A joiner just connected: with no replica of this job, the joined replica (if one was appointed) writes it
+  // the latest version (it connected to that replica's port before it joined; trainer rank 0 tells the
+  // replica now). Otherwise this one is appointed, when it has two workers (its port needs a knocker).
+  void serve_from_joined_replica(State& link) {
+    if (replica_comm != MPI_COMM_NULL || connection->quantized) return;
+    for (const std::unique_ptr<State>& other : joined)
+      if (other->replica && !other->dropped) {
+        if (version > 0) (void)other->send_request(RequestKind::kServeJoiner, version);
+        return;
+      }
+    if (link.roles.engines.front().size() < 2) return;
+    link.replica = link.send_request(RequestKind::kBeReplica, 0).is_ok();
   }
 
   // No more joins (shutdown, or the adapter's end on any path); each trainer on its own.

@@ -13,6 +13,8 @@
 //     vanish  a joiner is admitted at the port and dies before the trainers take it; then another joins
 //             (at J): J+1..J+3
 //     ghost   as vanish, but the joiner dies right after it answered the trainers' take
+//     joined_replica  (the trainers alone, no engine of their own) A joins (2 workers) and is appointed the
+//             replica; B joins (at J), gets J-1 from A, the trainers wrote as many bytes for J-1 as for J-2: J+1..J+3
 //     lose_joiner  a joiner dies while the built-in engine writes it its first version (in its
 //             before_update_hook of that version): the built-in engine warns and serves on, the joiner is
 //             dropped, the trainers never fail; another joins (at J), gets its first version from the
@@ -204,6 +206,7 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
         : scenario == "vanish" || scenario == "ghost" ? Events{{2, "serving serving"}}
         : scenario == "at_once" ? Events{{4, "serving serving serving serving"}}
         : scenario == "lose_joiner" ? Events{{1, "serving dropped"}, {2, "serving dropped serving"}}
+        : scenario == "joined_replica" ? Events{{1, "serving"}, {2, "serving serving"}}
                               : Events{{4, "serving serving serving serving"}, {3, "dropped serving serving serving"},
                                        {4, "dropped serving serving serving serving"}};
     std::size_t next = 0;
@@ -236,7 +239,7 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
         if (rank == 0)
           std::printf("trainers: at version %llu %d engines (%s)\n", static_cast<unsigned long long>(v), sender.engines(),
                       states.c_str());
-        const bool joined = scenario == "join" || (scenario == "lose_joiner" && next == 1);
+        const bool joined = scenario == "join" || ((scenario == "lose_joiner" || scenario == "joined_replica") && next == 1);
         if (joined) joined_at = v;
         if (joined && rank == 0) std::printf("trainers: an engine joined at version %llu;\n", static_cast<unsigned long long>(v));
         if (victim && next == 0 && rank == 0) {

@@ -12,6 +12,9 @@
 # vanish: a joiner is admitted at the port and dies before the trainers take it; the trainers warn, and the
 #   next joiner joins and installs every later version.
 # ghost: as vanish, but the joiner dies right after it answered the trainers' take.
+# joined_replica: a trainer job with no engine of its own; the first engine job to join (2 workers) is
+#   appointed the replica (its port beside the trainers' address); the second connects there first and
+#   gets its first version (the trainers' latest) from it.
 # lose_joiner: a joiner dies while the built-in engine writes it its first version; the built-in engine warns
 #   once and serves on, the trainers drop the joiner (one warning) and never fail; the next joiner gets its
 #   first version from the built-in engine and serves to the trainers' last.
@@ -37,8 +40,10 @@ trap cleanup EXIT
 start_name_server
 run() { timeout 200 "$mpiexec" --oversubscribe --ompi-server "file:$dir/uri" "$@"; }
 # join: the built-in engine says (info) which version it wrote to the joiner.
-[[ $scenario == join || $scenario == lose_joiner ]] && export WB_LOG_LEVEL=${WB_LOG_LEVEL:-info}
-WB_JOIN_ANSWER_SECONDS=${WB_JOIN_ANSWER_SECONDS:-3} run -np 3 "$program" trainers "$dir/address" "$mode" "$scenario" > "$dir/trainers.log" 2>&1 &
+[[ $scenario == join || $scenario == lose_joiner || $scenario == joined_replica ]] && export WB_LOG_LEVEL=${WB_LOG_LEVEL:-info}
+ranks=3  # 2 trainers and a built-in engine; joined_replica: the trainers alone
+[[ $scenario == joined_replica ]] && ranks=2
+WB_JOIN_ANSWER_SECONDS=${WB_JOIN_ANSWER_SECONDS:-3} run -np $ranks "$program" trainers "$dir/address" "$mode" "$scenario" > "$dir/trainers.log" 2>&1 &
 trainers=$!
 for _ in $(seq 600); do
   grep -q "version 3 sent" "$dir/trainers.log" 2>/dev/null && break
@@ -80,6 +85,11 @@ case $scenario in
     engine first ghost 1
     wait "${engines[0]}" && fail "the ghost joiner ended with 0" || true
     engine second serve ;;
+  joined_replica)
+    engine first serve
+    for _ in $(seq 1200); do [[ -e $dir/address.replica ]] && break; kill -0 "$trainers" 2>/dev/null || break; sleep 0.1; done
+    [[ -e $dir/address.replica ]] || fail "the first engine job never opened the replica's port"
+    engine second serve ;;
   lose_joiner)
     engine first killed_first
     for _ in $(seq 1200); do
@@ -114,6 +124,12 @@ engines=()
 last=$(sed -n 's/^trainers: sent up to \([0-9]*\)$/\1/p' "$dir/trainers.log")
 serving=$dir/first.log
 case $scenario in
+  joined_replica)
+    joined_at=$(sed -n 's/^trainers: an engine joined at version \([0-9]*\);.*/\1/p' "$dir/trainers.log")
+    firsts=$(sed -n 's/^joined engine worker [0-9]*: first event after kConnected kInstalled \([0-9]*\),.*/\1/p' "$dir/second.log" | sort -u)
+    [[ -n $joined_at && $firsts == "$((joined_at - 1))" ]] || fail "the trainers took the second joiner at version '$joined_at'; its workers installed first '$firsts'"
+    grep -q "wrote version $firsts to a joining engine" "$dir/first.log" || fail "the first engine job did not write version $firsts to the second"
+    serving="$dir/first.log $dir/second.log" ;;
   lose_joiner)
     [[ ${rcs[0]} != 0 ]] || fail "the joiner killed in its catch-up ended with 0"
     [[ $(grep -c "was dropped after version" "$dir/trainers.log") == 1 ]] || fail "not one warning naming the lost joiner"
