@@ -1,14 +1,13 @@
 #include "coord/catch_up.hpp"
 
+#include <unistd.h>
+
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
-
-#include <unistd.h>
-
-#include <optional>
 
 #include "comm/backoff.hpp"
 #include "comm/collectives.hpp"
@@ -98,10 +97,11 @@ Status run_catch_up(AdapterBase& self, MPI_Comm comm, bool replica, const Before
   }
   link->link = comm;  // parted with the joiner at the end (abandoned after a failure)
   // Made: the joiner came straight from its own link's connect, which the trainers waited for meanwhile (the
-  // whole timeout). From here the replica serves its own engine no more until the end: a joiner that dies in
-  // it must cost less than the trainers' deadline on that engine's next install (which would end the
-  // training), so every step takes at most the deadline of a join's answer (at most half the timeout).
-  link->options.timeout_seconds = join_answer_seconds(self.options.timeout_seconds);
+  // whole timeout). From here neither side serves: the replica's own engine and the joiner have the
+  // trainers' next version waiting, under their deadline. A peer that dies in it must cost much less, so
+  // every step waits for progress at most half the deadline of a join's answer (itself at most half the
+  // timeout: set it alike in every job).
+  link->options.timeout_seconds = 0.5 * join_answer_seconds(self.options.timeout_seconds);
   Status status;
   try {
     // Both sides kept their probe (no FP8 form in either job), and the replica's version reaches the joiner.
@@ -126,8 +126,15 @@ Status run_catch_up(AdapterBase& self, MPI_Comm comm, bool replica, const Before
   } catch (const Error& error) {
     status = link->fail(error.status());
   }
-  link->shut_down = status.is_ok();
-  return status;  // the link goes: parted, or abandoned after a failure
+  if (status) {
+    link->shut_down = true;
+    return status;  // the link goes: parted with the other side
+  }
+  // Given up on: nothing of it is waited for again (its executor's teardown would wait for the peers'
+  // grants): its communicators are abandoned, and it is kept with its buffers to the end of the process.
+  link->abandon_link_comms();
+  comm::keep_alive(std::shared_ptr<AdapterBase>(link.release()));
+  return status;
 }
 
 // Both sides of a joined replica, collective over each side's engine: the leaders merge the link that the

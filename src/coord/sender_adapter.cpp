@@ -376,6 +376,12 @@ Status SenderAdapter::send_weights(std::uint64_t version, void* cuda_stream) {
   State& s = *state_;
   // A call refused (failed, not connected, a version that does not increase) takes no join either.
   if (!s.failure.is_ok() || !s.connection || s.shut_down || version <= s.version) return s.send(version, cuda_stream);
+  // With a replica engine of this job, the version in flight ends first (every engine's acknowledgement, as
+  // s.send would do next): the replica a joiner is taken with then holds the latest version installed, and
+  // no transfer of the world's runs while the trainers and the replica widen the join (measured in async:
+  // three joiners at once, a widening that waited on the replica while its staged receive waited on the
+  // trainers' background writes, and neither completed in 30 s).
+  if (s.replica_comm != MPI_COMM_NULL && s.port.open && s.in_flight) (void)s.finish_link();
   s.take_joins();
   // Parameters the framework moved since the last update (a binding's watch): followed on every link, or
   // the version refused before any byte of it moves (the peers, entering it together, fail with it).

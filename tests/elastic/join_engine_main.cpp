@@ -15,6 +15,9 @@
 //     ghost   as vanish, but the joiner dies right after it answered the trainers' take
 //     joined_replica  (the trainers alone, no engine of their own) A joins (2 workers) and is appointed the
 //             replica; B joins (at J), gets J-1 from A, the trainers wrote as many bytes for J-1 as for J-2: J+1..J+3
+//     kill_relay  (the trainers alone) A joins (2 workers) and is appointed the replica; B joins (at J) and
+//             SIGKILLs A's job in the hook of the version A writes it (the relay lost mid-update): B's first
+//             install is J, from the trainers; A is dropped; the trainers never fail: J+1..J+3
 //     lose_joiner  a joiner dies while the built-in engine writes it its first version (in its
 //             before_update_hook of that version): the built-in engine warns and serves on, the joiner is
 //             dropped, the trainers never fail; another joins (at J), gets its first version from the
@@ -26,6 +29,8 @@
 //     leave   leaves after its third install (then poll_requests says kShutdown)
 //     killed  every worker SIGKILLs itself in the before_update_hook of the version ADDRESS.trigger names
 //     killed_first  every worker SIGKILLs itself in its first before_update_hook (its catch-up from the replica)
+//     relay   as serve, and every worker writes its pid to ADDRESS.relay.RANK
+//     kill_relay  as serve, but its first before_update_hook (the replica's write) SIGKILLs the relay job's workers
 //     stopped every worker writes its pid to ADDRESS.stopped.RANK and SIGSTOPs itself in that hook; once
 //             resumed, its poll_requests must end in kFailed naming why; it joins again and serves
 //     vanish  (one rank) presents the secret, is admitted, and SIGKILLs itself
@@ -38,6 +43,7 @@
 // join probes the joiner's load_weights only, never the trainers' again.
 #include <mpi.h>
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -193,7 +199,7 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
     const bool victim = scenario == "kill" || scenario == "stop";
     // A victim's deadline is short: it is how long the lost engine is waited for.
     SenderAdapter sender(MPI_COMM_WORLD, group, w.params->parameters(), w.tensors, w.load(),
-                         options_for(address, mode, victim || scenario == "lose_joiner" ? 5 : 30));
+                         options_for(address, mode, victim || scenario == "lose_joiner" || scenario == "kill_relay" ? 5 : 30));
     sender.connect();
     const int probes = w.probes;  // a join probes the joiner only: the trainers' maps are kept
     // The events the scenario waits for, in order: engines() after a send_weights, and the states then
@@ -207,6 +213,7 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
         : scenario == "at_once" ? Events{{4, "serving serving serving serving"}}
         : scenario == "lose_joiner" ? Events{{1, "serving dropped"}, {2, "serving dropped serving"}}
         : scenario == "joined_replica" ? Events{{1, "serving"}, {2, "serving serving"}}
+        : scenario == "kill_relay" ? Events{{1, "serving"}, {1, "dropped serving"}}
                               : Events{{4, "serving serving serving serving"}, {3, "dropped serving serving serving"},
                                        {4, "dropped serving serving serving serving"}};
     std::size_t next = 0;
@@ -228,7 +235,7 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
       std::fflush(stdout);
       // lose_joiner: the engine count alone says nothing (1 before the join and after the loss).
       if (next < events.size() && sender.engines() == events[next].first &&
-          (scenario != "lose_joiner" || engine_states(sender) == events[next].second)) {
+          ((scenario != "lose_joiner" && scenario != "kill_relay") || engine_states(sender) == events[next].second)) {
         const std::string states = engine_states(sender, victim);
         if (!events[next].second.empty() && states != events[next].second) {
           std::fprintf(stderr, "trainer %d: after version %llu the engines are \"%s\", not \"%s\"\n", rank,
@@ -291,7 +298,15 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
     }
     // The joiner's first version (the one before the take) came from the replica: this trainer wrote for it
     // what it wrote for the version before (to the built-in engine only), and more once the joiner was served.
-    if (ok && joined_at > 2) {
+    // kill_relay: the relay may be dropped in the update that took the joiner or after it; the joiner's take is
+    // the version after the one its record names.
+    if (ok && scenario == "kill_relay") {
+      const EngineRecord& e = stats.engines.back();
+      const std::size_t at = e.name.find("after version ");
+      if (at != std::string::npos) joined_at = std::stoull(e.name.substr(at + 14)) + 1;
+      if (rank == 0) std::printf("trainers: an engine joined at version %llu;\n", static_cast<unsigned long long>(joined_at));
+    }
+    if (ok && joined_at > 2 && scenario != "kill_relay") {
       std::int64_t bytes[3] = {-1, -1, -1};  // versions J-2, J-1, J
       for (const UpdateRecord& r : stats.history)
         if (r.version + 2 >= joined_at && r.version <= joined_at) bytes[r.version + 2 - joined_at] = r.bytes_written;
@@ -337,6 +352,15 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
 // as a crash or a frozen node would); a stopped one writes its pid for the script that resumes it.
 BeforeUpdateHook victim_hook(const std::string& address, const std::string& role, int rank, bool& hit) {
   if (role == "killed_first") return [](std::uint64_t) { std::raise(SIGKILL); };
+  if (role == "kill_relay")
+    return [address, &hit](std::uint64_t) {
+      for (int r = 0; !hit && r < 2; ++r) {
+        pid_t pid = 0;
+        std::ifstream(address + ".relay." + std::to_string(r)) >> pid;
+        if (pid > 0) ::kill(pid, SIGKILL);
+      }
+      hit = true;
+    };
   if (role != "killed" && role != "stopped") return {};
   return [address, role, rank, &hit](std::uint64_t v) {
     const std::uint64_t at = read_trigger(address);
@@ -366,6 +390,7 @@ int run_engine_job(const std::string& address, const std::string& mode, const st
     std::raise(SIGKILL);
   }
   Worker w(false, ("engines=1,tp=" + std::to_string(size)).c_str(), rank);
+  if (role == "relay") std::ofstream(address + ".relay." + std::to_string(rank)) << getpid() << "\n";
   std::vector<std::uint64_t> installed;
   int ok = 0;
   bool hit = false;

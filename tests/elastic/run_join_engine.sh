@@ -15,6 +15,8 @@
 # joined_replica: a trainer job with no engine of its own; the first engine job to join (2 workers) is
 #   appointed the replica (its port beside the trainers' address); the second connects there first and
 #   gets its first version (the trainers' latest) from it.
+# kill_relay: as joined_replica, but the second joiner SIGKILLs the first (the replica) in the hook of the
+#   version the replica writes it: its first version is then the trainers' next, the replica is dropped.
 # lose_joiner: a joiner dies while the built-in engine writes it its first version; the built-in engine warns
 #   once and serves on, the trainers drop the joiner (one warning) and never fail; the next joiner gets its
 #   first version from the built-in engine and serves to the trainers' last.
@@ -42,8 +44,11 @@ run() { timeout 200 "$mpiexec" --oversubscribe --ompi-server "file:$dir/uri" "$@
 # join: the built-in engine says (info) which version it wrote to the joiner.
 [[ $scenario == join || $scenario == lose_joiner || $scenario == joined_replica ]] && export WB_LOG_LEVEL=${WB_LOG_LEVEL:-info}
 ranks=3  # 2 trainers and a built-in engine; joined_replica: the trainers alone
-[[ $scenario == joined_replica ]] && ranks=2
-WB_JOIN_ANSWER_SECONDS=${WB_JOIN_ANSWER_SECONDS:-3} run -np $ranks "$program" trainers "$dir/address" "$mode" "$scenario" > "$dir/trainers.log" 2>&1 &
+[[ $scenario == joined_replica || $scenario == kill_relay ]] && ranks=2
+# Every job alike: it also bounds a joiner's catch-up, which must end well within the trainers' 5 s deadline
+# of the victim scenarios.
+export WB_JOIN_ANSWER_SECONDS=${WB_JOIN_ANSWER_SECONDS:-3}
+run -np $ranks "$program" trainers "$dir/address" "$mode" "$scenario" > "$dir/trainers.log" 2>&1 &
 trainers=$!
 for _ in $(seq 600); do
   grep -q "version 3 sent" "$dir/trainers.log" 2>/dev/null && break
@@ -90,6 +95,11 @@ case $scenario in
     for _ in $(seq 1200); do [[ -e $dir/address.replica ]] && break; kill -0 "$trainers" 2>/dev/null || break; sleep 0.1; done
     [[ -e $dir/address.replica ]] || fail "the first engine job never opened the replica's port"
     engine second serve ;;
+  kill_relay)
+    engine first relay
+    for _ in $(seq 1200); do [[ -e $dir/address.replica ]] && break; kill -0 "$trainers" 2>/dev/null || break; sleep 0.1; done
+    [[ -e $dir/address.replica ]] || fail "the first engine job never opened the replica's port"
+    engine second kill_relay ;;
   lose_joiner)
     engine first killed_first
     for _ in $(seq 1200); do
@@ -130,6 +140,16 @@ case $scenario in
     [[ -n $joined_at && $firsts == "$((joined_at - 1))" ]] || fail "the trainers took the second joiner at version '$joined_at'; its workers installed first '$firsts'"
     grep -q "wrote version $firsts to a joining engine" "$dir/first.log" || fail "the first engine job did not write version $firsts to the second"
     serving="$dir/first.log $dir/second.log" ;;
+  kill_relay)
+    # The relay died while it wrote the joiner its first version: the joiner's first install is the version
+    # the trainers sent when they took it, from them; the relay is dropped, named once.
+    [[ ${rcs[0]} != 0 ]] || fail "the killed relay's job ended with 0"
+    [[ $(grep -c "was dropped after version" "$dir/trainers.log") == 1 ]] || fail "not one warning naming the lost relay"
+    [[ $(grep -c "no first version from the trainers' replica engine" "$dir/second.log") == 1 ]] || fail "the joiner did not warn once that its replica was lost"
+    joined_at=$(sed -n 's/^trainers: an engine joined at version \([0-9]*\);.*/\1/p' "$dir/trainers.log")
+    firsts=$(sed -n 's/^joined engine worker [0-9]*: first event after kConnected kInstalled \([0-9]*\),.*/\1/p' "$dir/second.log" | sort -u)
+    [[ -n $joined_at && $firsts == "$joined_at" ]] || fail "the trainers took the joiner at version '$joined_at'; its workers installed first '$firsts'"
+    serving=$dir/second.log ;;
   lose_joiner)
     [[ ${rcs[0]} != 0 ]] || fail "the joiner killed in its catch-up ended with 0"
     [[ $(grep -c "was dropped after version" "$dir/trainers.log") == 1 ]] || fail "not one warning naming the lost joiner"
