@@ -214,7 +214,14 @@ JoinPort::JoinPort(std::string path, double timeout) : path_(std::move(path)), s
 }
 
 void JoinPort::stop_accepting() {
-  unlink(path_.c_str());  // no new joiner finds the port from here on
+  // No new joiner finds the port from here on. A file that names another port by now is left alone: a
+  // joined replica dropped while stopped, resumed later, must not remove the address of the one appointed
+  // after it.
+  try {
+    if (read_address_file(path_).port == shared_->address.port) unlink(path_.c_str());
+  } catch (const Error&) {
+    // gone already (a second call, or the trainers removed a dropped replica's file)
+  }
   shared_->stopping.store(true);
 }
 
