@@ -233,7 +233,8 @@ void AdapterBase::connect(const std::vector<TensorInfo>* checkpoint_tensors, con
   connection.emplace(establish_connection(input));
   if (connection->executor) faults->add_neighbours(connection->executor->schedule().peers);
   // The world's connect (not a joined link's): the trainers and the replica engine that feeds joiners.
-  if (link == MPI_COMM_NULL) replica_comm = make_replica_comm(world, roles, options.timeout_seconds);
+  if (link == MPI_COMM_NULL)
+    replica_comm = make_replica_comm(world, roles, roles.trainer && !options.join_address.empty(), options.timeout_seconds);
   refresh_stats();
 }
 

@@ -45,17 +45,22 @@ JoinedComms cut_widening(MPI_Comm merged, JoinSide mine, double timeout) {
   return out;
 }
 
-MPI_Comm make_replica_comm(MPI_Comm world, const Roles& roles, double timeout) {
+MPI_Comm make_replica_comm(MPI_Comm world, const Roles& roles, bool joins, double timeout) {
   if (roles.engine_leaders.empty() || roles.trainers.size() < 2 || comm::spans_jobs(world)) return MPI_COMM_NULL;
   int level = MPI_THREAD_SINGLE;
   WB_CHECK_MPI(MPI_Query_thread(&level));
-  const std::int32_t multiple = level == MPI_THREAD_MULTIPLE ? 1 : 0;
-  const std::vector<std::byte> all = comm::allgather_fixed(std::as_bytes(std::span(&multiple, 1)), world, comm::Waiter{timeout, {}},
-                                                           "connect: the replica's thread level");
-  std::vector<std::int32_t> levels(all.size() / sizeof(std::int32_t));
-  std::memcpy(levels.data(), all.data(), all.size());
-  for (std::size_t r = 0; r < levels.size(); ++r)
-    if (roles.engine_of_rank[r] <= 0 && levels[r] == 0) return MPI_COMM_NULL;  // a trainer or engine 0
+  // Bit 0: MPI_THREAD_MULTIPLE here; bit 1: a trainer that takes joins (the engines do not know otherwise).
+  const std::int32_t mine = (level == MPI_THREAD_MULTIPLE ? 1 : 0) | (joins ? 2 : 0);
+  const std::vector<std::byte> all = comm::allgather_fixed(std::as_bytes(std::span(&mine, 1)), world, comm::Waiter{timeout, {}},
+                                                           "connect: whether the trainers take joins, and the replica's thread level");
+  std::vector<std::int32_t> bits(all.size() / sizeof(std::int32_t));
+  std::memcpy(bits.data(), all.data(), all.size());
+  bool taken = false;
+  for (std::size_t r = 0; r < bits.size(); ++r) {
+    taken = taken || (bits[r] & 2) != 0;
+    if (roles.engine_of_rank[r] <= 0 && (bits[r] & 1) == 0) return MPI_COMM_NULL;  // a trainer or engine 0
+  }
+  if (!taken) return MPI_COMM_NULL;
   const bool member = roles.trainer || roles.engine == 0;
   // Trainer rank 0 is rank 0 of it: it holds the joiner's bridge in the widening.
   const int key = roles.trainer ? roles.group_rank : static_cast<int>(roles.trainers.size()) + roles.group_rank;

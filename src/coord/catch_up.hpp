@@ -55,9 +55,10 @@ JoinedComms cut_widening(MPI_Comm merged, JoinSide mine, double timeout);
 
 /// Collective over the adapters' world at connect (not over a joined link): the trainers and engine 0, the
 /// replica that feeds joiners (trainers first, by trainer rank, then engine 0's workers). MPI_COMM_NULL on
-/// the other ranks, and on all when there is no such engine, fewer than two trainers (no joins), or some
-/// rank of them lacks MPI_THREAD_MULTIPLE (the widening runs on a thread).
-MPI_Comm make_replica_comm(MPI_Comm world, const Roles& roles, double timeout);
+/// the other ranks, and on all when the trainers take no joins (`joins`: this rank is a trainer with a
+/// join address), there is no engine or fewer than two trainers, or some rank of them lacks
+/// MPI_THREAD_MULTIPLE (the widening runs on a thread).
+MPI_Comm make_replica_comm(MPI_Comm world, const Roles& roles, bool joins, double timeout);
 
 /// The replica engine's workers, together, when trainer rank 0 asked them (RequestKind::kServeJoiner) and
 /// their version is installed: they take part in the widening of the join over `replica_comm` and write
