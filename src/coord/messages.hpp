@@ -20,6 +20,7 @@ inline constexpr int kStartedTag = 0x5704;  // engine rank 0 -> trainer rank 0: 
 inline constexpr int kNoticeTag = 0x5705;   // "I gave up", to a rank's neighbours
 inline constexpr int kQueryTag = 0x5706;    // "where are you?" from a rank whose step timed out
 inline constexpr int kAnswerTag = 0x5707;   // its answer
+inline constexpr int kReplicaTag = 0x5708;  // a joiner's rank 0 -> trainer rank 0: whether it connected to a joined replica
 
 // kAbort: the trainers shut down after a failure (the engines fail too, with the reason their notices carry).
 // kServeJoiner: to the replica only (engine 0 of the trainers' job, or a joined job appointed by

@@ -83,6 +83,14 @@ struct ReceiverAdapter::State : AdapterBase {
         hook(std::move(before_update_hook)), catch_up_comm(joined.catch_up), replica_leaders(joined.replica_leaders),
         from_replica(joined.from_replica) {
     if (!this->options.join_address.empty()) link = joined.link;  // the merged world join_trainers returned
+    // Trainer rank 0 asks a joined replica to serve this engine only when it connected there first.
+    if (link != MPI_COMM_NULL && roles.leader) {
+      comm::OperationPtr note = comm::make_operation(sizeof(std::int64_t));
+      const std::int64_t connected = from_replica ? 1 : 0;
+      std::memcpy(note->out.data(), &connected, sizeof connected);
+      WB_CHECK_MPI(MPI_Isend(note->out.data(), 1, MPI_INT64_T, roles.trainer_leader, kReplicaTag, world, &note->request));
+      comm::abandon(std::move(note));
+    }
   }
 
   ~State() {

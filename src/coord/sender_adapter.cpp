@@ -149,14 +149,33 @@ struct SenderAdapter::State : AdapterBase {
   // the latest version (it connected to that replica's port before it joined; trainer rank 0 tells the
   // replica now). Otherwise this one is appointed, when it has two workers (its port needs a knocker).
   void serve_from_joined_replica(State& link) {
+    const bool connected = link.connected_to_replica();  // taken whatever follows: nothing is left pending
     if (replica_comm != MPI_COMM_NULL || connection->quantized) return;
     for (const std::unique_ptr<State>& other : joined)
       if (other->replica && !other->dropped) {
-        if (version > 0) (void)other->send_request(RequestKind::kServeJoiner, version);
+        if (version > 0 && connected) (void)other->send_request(RequestKind::kServeJoiner, version);
         return;
       }
     if (link.roles.engines.front().size() < 2) return;
     link.replica = link.send_request(RequestKind::kBeReplica, 0).is_ok();
+  }
+
+  // Trainer rank 0, on a joined link: whether its engine connected to the joined replica before it joined
+  // (its note was sent when the link was made, before its connect).
+  bool connected_to_replica() {
+    if (!roles.leader) return false;
+    comm::OperationPtr note = comm::make_operation(0, sizeof(std::int64_t));
+    if (MPI_Irecv(note->in.data(), 1, MPI_INT64_T, roles.engine_leaders.front(), kReplicaTag, world, &note->request) != MPI_SUCCESS)
+      return false;
+    try {
+      comm::wait_or_throw(note, comm::Waiter{join_answer_seconds(options.timeout_seconds), {}}, "a joiner's note on the replica");
+    } catch (const Error&) {
+      comm::abandon(std::move(note));
+      return false;
+    }
+    std::int64_t connected = 0;
+    std::memcpy(&connected, note->in.data(), sizeof connected);
+    return connected != 0;
   }
 
   // No more joins (shutdown, or the adapter's end on any path); each trainer on its own.
