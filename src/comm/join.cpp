@@ -215,7 +215,14 @@ JoinPort::JoinPort(std::string path, double timeout) : path_(std::move(path)), s
 }
 
 void JoinPort::stop_accepting() {
-  unlink(path_.c_str());  // no new joiner finds the port from here on
+  // No new joiner finds the port from here on. A file that names another port by now is left alone: a
+  // joined replica dropped while stopped, resumed later, must not remove the address of the one appointed
+  // after it.
+  try {
+    if (read_address_file(path_).port == shared_->address.port) unlink(path_.c_str());
+  } catch (const Error&) {
+    // gone already (a second call, or the trainers removed a dropped replica's file)
+  }
   shared_->stopping.store(true);
 }
 
@@ -425,7 +432,7 @@ MPI_Comm bounded(std::function<int(MPI_Comm*)> make, double timeout, const std::
   }
   maker.join();
   if (call->rc != MPI_SUCCESS) throw Error(ErrorCode::kMpi, what + " failed: " + detail::mpi_error_string(call->rc));
-  WB_CHECK_MPI(MPI_Comm_set_errhandler(call->result, MPI_ERRORS_RETURN));
+  if (call->result != MPI_COMM_NULL) WB_CHECK_MPI(MPI_Comm_set_errhandler(call->result, MPI_ERRORS_RETURN));
   return call->result;
 }
 
@@ -468,6 +475,20 @@ MPI_Comm widen_join(MPI_Comm local, MPI_Comm bridge, bool high, double timeout, 
     }
     return rc;
   }, timeout, what + ": widening the join to every rank of both jobs");
+}
+
+MPI_Comm split(MPI_Comm comm, bool member, int key, double timeout, const std::string& what) {
+  int level = MPI_THREAD_SINGLE;
+  WB_CHECK_MPI(MPI_Query_thread(&level));
+  const int color = member ? 0 : MPI_UNDEFINED;
+  if (level == MPI_THREAD_MULTIPLE)
+    return bounded([comm, color, key](MPI_Comm* part) { return MPI_Comm_split(comm, color, key, part); }, timeout,
+                   what + ": splitting");
+  barrier(comm, Waiter{timeout, {}}, what + ": before splitting");
+  MPI_Comm part = MPI_COMM_NULL;
+  WB_CHECK_MPI(MPI_Comm_split(comm, color, key, &part));
+  if (part != MPI_COMM_NULL) WB_CHECK_MPI(MPI_Comm_set_errhandler(part, MPI_ERRORS_RETURN));
+  return part;
 }
 
 bool part(MPI_Comm comm, double seconds) noexcept {

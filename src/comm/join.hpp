@@ -111,6 +111,13 @@ MPI_Comm bridge_join(MPI_Comm leaders, bool high, double timeout, const std::str
 /// of their own, so that a widening given up on never meets a later collective of `local`.
 MPI_Comm widen_join(MPI_Comm local, MPI_Comm bridge, bool high, double timeout, const std::string& what);
 
+/// Collective over `comm`: the communicator of its ranks that are `member`s, in the order of `key` (MPI_COMM_NULL
+/// on the others): MPI_Comm_split, which has no deadline either. With MPI_THREAD_MULTIPLE it runs on a
+/// thread, bounded by `timeout` (kTimeout; given up on, it keeps its thread to the end of the process);
+/// without, it is called after a barrier bounded by `timeout` (every rank has then arrived: a split of
+/// live ranks that all entered it completes).
+MPI_Comm split(MPI_Comm comm, bool member, int key, double timeout, const std::string& what);
+
 /// The clean end of a communicator that spans two jobs (a joined engine's link), collective over `comm`:
 /// a barrier bounded by `seconds`, then the communicator is freed. Open MPI's MPI_Finalize runs a barrier
 /// of its own over every communicator still spanning two jobs; with the other job already ended, it

@@ -7,6 +7,7 @@
 #include "comm/interrupt.hpp"
 #include "comm/join.hpp"
 #include "coord/binding_checks.hpp"
+#include "coord/catch_up.hpp"
 #include "coord/clock_offset.hpp"
 #include "coord/element_accounting.hpp"
 #include "coord/group_check.hpp"
@@ -235,6 +236,9 @@ void AdapterBase::connect(const std::vector<TensorInfo>* checkpoint_tensors, con
   input.enter_together = watched_job;
   connection.emplace(establish_connection(input));
   if (connection->executor) faults->add_neighbours(connection->executor->schedule().peers);
+  // The world's connect (not a joined link's): the trainers and the replica engine that feeds joiners.
+  if (link == MPI_COMM_NULL)
+    replica_comm = make_replica_comm(world, roles, roles.trainer && !options.join_address.empty(), options.timeout_seconds);
   refresh_stats();
 }
 

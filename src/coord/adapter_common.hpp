@@ -32,6 +32,7 @@ struct AdapterBase {
   MPI_Comm world = MPI_COMM_NULL;       // duplicates: the adapters' messages never meet the application's
   MPI_Comm group_comm = MPI_COMM_NULL;
   MPI_Comm link = MPI_COMM_NULL;        // a joined engine job's link: the merged world of both jobs
+  MPI_Comm replica_comm = MPI_COMM_NULL;  // the world's trainers and engine 0, which feeds joiners (coord/catch_up.hpp)
   bool left = false;                    // the link ended by an engine's leave(): its communicators are freed
   std::string announce_prefix;          // starts what fail() tells the peers (a joined link: that it was dropped)
   Roles roles;

@@ -563,7 +563,8 @@ Connection establish_connection(const ConnectInput& input) {
   if (fp8_engine) probed = probed ? check_scales_loaded(c, *form, map) : with_fp8_hint(*form, probed);
   if (probed && fp8_engine && united) map = layout::fp8_map_in_union(std::move(map), *united);
   Connection connection;
-  if (probed && c.roles.trainer) connection.probed = map;
+  if (probed && (c.roles.trainer || !form)) connection.probed = map;
+  connection.tensors = tensors;
   std::unique_ptr<exec::QuantizedPack> quantized;
   if (probed && form && c.roles.trainer) probed = make_quantized_pack(c, *form, united ? &*united : nullptr, map, quantized);
   c.doing("the source maps");

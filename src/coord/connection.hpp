@@ -49,9 +49,12 @@ struct Connection {
   bool rollouts_stage = false;  // the engines use receiver staging (they all agree)
   /// Trainers, when the engines load the FP8 form: the quantizing pack, run before every update's rounds.
   std::unique_ptr<exec::QuantizedPack> quantized;
-  /// Trainers: this worker's load_weights as probed (in the checkpoint's form), kept for the links of
-  /// engines that join later: they are connected with it instead of probing again.
+  /// This worker's load_weights as probed (in the checkpoint's form), kept for the links of engines that
+  /// join later: they are connected with it instead of probing again (a trainer; a rollout of a job with no
+  /// FP8 engine, for the replica's catch-up link). Empty otherwise.
   SourceMap probed;
+  /// The checkpoint's tensor list (from the trainer leader): a replica engine plans a joiner's catch-up with it.
+  std::vector<TensorInfo> tensors;
 };
 
 struct ConnectInput {

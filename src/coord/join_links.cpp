@@ -9,21 +9,21 @@
 
 namespace wb::coord {
 
-TrainersJoinPort open_join_port(MPI_Comm trainers, const std::string& address, double timeout) {
+TrainersJoinPort open_join_port(MPI_Comm trainers, const std::string& address, double timeout, const std::string& side) {
   int rank = 0, size = 1;
   WB_CHECK_MPI(MPI_Comm_rank(trainers, &rank));
   WB_CHECK_MPI(MPI_Comm_size(trainers, &size));
   TrainersJoinPort out;
   Status opened;
   if (size < 2) {
-    opened = Status(ErrorCode::kUnsupported, "joins by address (" + address + ") need at least two trainer ranks: trainer "
-                                             "1 ends trainer 0's accept thread at close");
+    opened = Status(ErrorCode::kUnsupported, "joins by address (" + address + ") need at least two " + side + " ranks: " + side +
+                                             " 1 ends " + side + " 0's accept thread at close");
   } else if (rank == 0) {
     try {
       out.port = std::make_unique<comm::JoinPort>(address, timeout);
       out.address = out.port->address();
     } catch (const Error& error) {
-      opened = Status(error.code(), "trainer 0: opening the join port at " + address + ": " + error.status().message());
+      opened = Status(error.code(), side + " 0: opening the join port at " + address + ": " + error.status().message());
     }
   }
   const comm::Waiter waiter{timeout, {}};
@@ -38,19 +38,19 @@ TrainersJoinPort open_join_port(MPI_Comm trainers, const std::string& address, d
   out.address.secret = shared.substr(shared.find('\n') + 1);
   out.open = true;
   if (rank == 0) {
-    WB_LOG(kInfo) << "trainers take joining engines at " << address;
+    WB_LOG(kInfo) << side << "s take joining engines at " << address;
   }
   return out;
 }
 
-void close_join_port(TrainersJoinPort& port, MPI_Comm trainers, double timeout) {
+void close_join_port(TrainersJoinPort& port, MPI_Comm trainers, double timeout, const std::string& side) {
   if (!port.open) return;
   port.open = false;
   int rank = 0;
   WB_CHECK_MPI(MPI_Comm_rank(trainers, &rank));
   if (port.port) port.port->stop_accepting();
   if (rank == 1 && !comm::knock(port.address, timeout)) {
-    WB_LOG(kWarn) << "trainer 1: knocking at the join port to end its accept thread failed or did not complete within "
+    WB_LOG(kWarn) << side << " 1: knocking at the join port to end its accept thread failed or did not complete within "
                   << comm::seconds_text(timeout);
   }
   port.port.reset();  // waits for the accept thread (bounded)
@@ -71,7 +71,8 @@ Setting<double> join_answer_setting("join_answer_seconds", 5.0,
 
 double join_answer_seconds(double timeout) { return std::min(*join_answer_setting, 0.5 * timeout); }
 
-std::optional<MPI_Comm> take_joiner(comm::JoinPort* port, comm::Group& trainers, const comm::Waiter& waiter) {
+std::optional<MPI_Comm> take_joiner(comm::JoinPort* port, comm::Group& trainers, const comm::Waiter& waiter,
+                                    MPI_Comm replica, const std::function<bool()>& ask_replica) {
   const std::optional<MPI_Comm> taken = port != nullptr ? port->take() : std::nullopt;
   MPI_Comm leaders = taken.value_or(MPI_COMM_NULL), bridge = MPI_COMM_NULL;
   const double answer = join_answer_seconds(waiter.timeout);
@@ -90,7 +91,9 @@ std::optional<MPI_Comm> take_joiner(comm::JoinPort* port, comm::Group& trainers,
       WB_LOG(kWarn) << error.status().message() << "; it is never widened with, and the training goes on without it";
     }
   }
-  std::int64_t values[comm::Group::kValues] = {bridge != MPI_COMM_NULL ? 1 : 0, 0, 0, 0};
+  // The replica is asked only for a joiner that will be widened with (it then waits in the widening too).
+  const bool asked = bridge != MPI_COMM_NULL && replica != MPI_COMM_NULL && ask_replica && ask_replica();
+  std::int64_t values[comm::Group::kValues] = {bridge != MPI_COMM_NULL ? 1 : 0, asked ? 1 : 0, 0, 0};
   // Trainer rank 0 may have waited for a joiner's answer and the merge (each at most half the timeout)
   // before this step.
   comm::Waiter longer = waiter;
@@ -100,10 +103,14 @@ std::optional<MPI_Comm> take_joiner(comm::JoinPort* port, comm::Group& trainers,
   if (values[0] == 0) return std::nullopt;
   // Every rank of both jobs, once the leaders' link is merged: a joiner that dies in these milliseconds still
   // leaves a thread of every trainer in MPI (MPI cannot cancel a call that makes a communicator).
-  return comm::widen_join(trainers.comm(), bridge, false, waiter.timeout, "send_weights: taking a joining engine");
+  const MPI_Comm merged = comm::widen_join(values[1] != 0 ? replica : trainers.comm(), bridge, false, waiter.timeout,
+                                           "send_weights: taking a joining engine");
+  return cut_widening(merged, JoinSide::kTrainer, waiter.timeout).link;
 }
 
-MPI_Comm join_trainers(MPI_Comm engine, const std::string& address, double timeout) {
+namespace {
+// join_trainers once the replica's connection (if any) is made: the trainers' link and the cut of its widening.
+JoinedComms join_trainers_link(MPI_Comm engine, const std::string& address, double timeout) {
   int rank = 0;
   WB_CHECK_MPI(MPI_Comm_rank(engine, &rank));
   MPI_Comm leaders = MPI_COMM_NULL, bridge = MPI_COMM_NULL;
@@ -131,7 +138,27 @@ MPI_Comm join_trainers(MPI_Comm engine, const std::string& address, double timeo
     }
   }
   comm::agree(taken, engine, comm::Waiter{2.5 * timeout, {}}, "joining the trainers: waiting to be taken");
-  return comm::widen_join(engine, bridge, true, timeout, "joining the trainers at " + address);
+  return cut_widening(comm::widen_join(engine, bridge, true, timeout, "joining the trainers at " + address), JoinSide::kJoiner,
+                      timeout);
+}
+}  // namespace
+
+JoinedComms join_trainers(MPI_Comm engine, const std::string& address, double timeout) {
+  // A joined replica first (where the trainers appointed one): its connection is what the catch-up link is
+  // made from once the trainers took this engine. Not used, it is abandoned (it spans two jobs).
+  JoinedComms replica;
+  connect_replica(engine, address, timeout, replica);
+  JoinedComms out;
+  try {
+    out = join_trainers_link(engine, address, timeout);
+  } catch (...) {
+    comm::abandon_link(replica.replica_leaders);
+    throw;
+  }
+  out.from_replica = replica.from_replica && out.catch_up == MPI_COMM_NULL;
+  if (out.from_replica) out.replica_leaders = replica.replica_leaders;
+  else comm::abandon_link(replica.replica_leaders);
+  return out;
 }
 
 }  // namespace wb::coord

@@ -1,17 +1,20 @@
 // Engines that join by address (issue 31): the coordinator's side of comm/join.hpp. A joined engine job
 // gets a link of its own: the trainers and that job merged into one intracommunicator, over which the
 // adapters construct, connect and update exactly as over a world. One link per engine job, never one
-// communicator across two engine jobs (measured: it hangs in PMIx unless every pair of jobs connected).
+// communicator across two engine jobs (measured: it hangs in PMIx unless every pair of jobs connected); the
+// widening may also span engine 0 of the trainers' own job, the replica a joiner catches up from.
 #pragma once
 
 #include <mpi.h>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 
 #include "comm/group.hpp"
 #include "comm/join.hpp"
+#include "coord/catch_up.hpp"
 
 namespace wb::coord {
 
@@ -25,13 +28,15 @@ struct TrainersJoinPort {
 
 /// Trainers, collective over `trainers`: trainer rank 0 opens the port and writes `address`. Refused on
 /// every trainer alike when rank 0 cannot (no MPI_THREAD_MULTIPLE, a file that exists) or when the job has
-/// one trainer (no other process could end the accept thread at close).
-TrainersJoinPort open_join_port(MPI_Comm trainers, const std::string& address, double timeout);
+/// one trainer (no other process could end the accept thread at close). A joined replica engine opens its
+/// own the same way over its engine (`side`: how its ranks are named, "engine worker").
+TrainersJoinPort open_join_port(MPI_Comm trainers, const std::string& address, double timeout,
+                                const std::string& side = "trainer");
 
 /// Trainers, each on its own (no step together: a trainer may be unwinding an exception, and its adapter
 /// ends this way too): no more joins. Trainer rank 0 removes the address file and waits (up to twice the
 /// timeout) for its accept thread to end; trainer rank 1 knocks, which ends it.
-void close_join_port(TrainersJoinPort& port, MPI_Comm trainers, double timeout);
+void close_join_port(TrainersJoinPort& port, MPI_Comm trainers, double timeout, const std::string& side = "trainer");
 
 /// The join_answer_seconds setting, at most half of `timeout`: how long the trainers wait for a joiner's
 /// answer to the take, and then trainer rank 0 for merging the leaders' link (comm::bridge_join).
@@ -40,13 +45,18 @@ double join_answer_seconds(double timeout);
 /// Trainers, one step of `trainers`: when trainer rank 0's port holds an admitted joiner that answers the
 /// take (comm::confirm_take) and merges the leaders' link (comm::bridge_join), each within
 /// join_answer_seconds, its job and the trainers widened and merged (trainers first): the new link's world.
-/// nullopt when none waits, which costs that one step, or when the joiner did not answer or died before the
-/// merge (a warning; it is never widened with). Throws when the widening fails or passes the deadline.
-std::optional<MPI_Comm> take_joiner(comm::JoinPort* port, comm::Group& trainers, const comm::Waiter& waiter);
+/// With `replica` (coord/catch_up.hpp: the trainers and engine 0) and `ask_replica()` true on trainer rank
+/// 0 (it asked the replica to serve the joiner), the widening is over `replica` instead, and the replica's
+/// part is cut off the link. nullopt when none waits, which costs that one step, or when the joiner did not
+/// answer or died before the merge (a warning; it is never widened with). Throws when the widening fails
+/// or passes the deadline.
+std::optional<MPI_Comm> take_joiner(comm::JoinPort* port, comm::Group& trainers, const comm::Waiter& waiter,
+                                    MPI_Comm replica = MPI_COMM_NULL, const std::function<bool()>& ask_replica = {});
 
 /// A rollout engine job, collective over `engine`: joins the trainers whose address file is `address`;
-/// returns the merged world (trainers first). Every rank of the engine throws the same error when its
+/// returns its link (trainers first) and, when a replica engine of the trainers' job took part, the
+/// catch-up link it gets its first version over. Every rank of the engine throws the same error when its
 /// rank 0 was refused or timed out.
-MPI_Comm join_trainers(MPI_Comm engine, const std::string& address, double timeout);
+JoinedComms join_trainers(MPI_Comm engine, const std::string& address, double timeout);
 
 }  // namespace wb::coord

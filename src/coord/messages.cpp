@@ -12,6 +12,8 @@ const char* request_name(RequestKind kind) {
     case RequestKind::kUpdate: return "update";
     case RequestKind::kShutdown: return "shutdown";
     case RequestKind::kAbort: return "abort";
+    case RequestKind::kServeJoiner: return "serve a joiner";
+    case RequestKind::kBeReplica: return "be the replica";
   }
   return "unknown";
 }

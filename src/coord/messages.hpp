@@ -20,9 +20,16 @@ inline constexpr int kStartedTag = 0x5704;  // engine rank 0 -> trainer rank 0: 
 inline constexpr int kNoticeTag = 0x5705;   // "I gave up", to a rank's neighbours
 inline constexpr int kQueryTag = 0x5706;    // "where are you?" from a rank whose step timed out
 inline constexpr int kAnswerTag = 0x5707;   // its answer
+inline constexpr int kReplicaTag = 0x5708;  // a joiner's rank 0 -> trainer rank 0: whether it connected to a joined replica
 
 // kAbort: the trainers shut down after a failure (the engines fail too, with the reason their notices carry).
-enum class RequestKind : std::int64_t { kNone = 0, kConnect = 1, kUpdate = 2, kShutdown = 3, kAbort = 4 };
+// kServeJoiner: to the replica only (engine 0 of the trainers' job, or a joined job appointed by
+// kBeReplica): an engine job is being taken; once the version named is installed, its workers make a link
+// with the joiner and write it that version (coord/catch_up.hpp). kBeReplica: to a joined engine job with
+// two workers or more, when the trainers have no replica: it opens a port later joiners connect to first.
+enum class RequestKind : std::int64_t {
+  kNone = 0, kConnect = 1, kUpdate = 2, kShutdown = 3, kAbort = 4, kServeJoiner = 5, kBeReplica = 6
+};
 const char* request_name(RequestKind kind);
 
 /// What engine rank 0 tells trainer rank 0 about an update (kAckTag): installed on the whole engine, or

@@ -8,6 +8,7 @@
 #include "comm/backoff.hpp"
 #include "comm/span_summary.hpp"
 #include "coord/adapter_common.hpp"
+#include "coord/catch_up.hpp"
 #include "coord/join_links.hpp"
 #include "coord/messages.hpp"
 #include "core/checks.hpp"
@@ -69,12 +70,92 @@ struct ReceiverAdapter::State : AdapterBase {
   double receiving_step = *receiving_step_setting * 1e-6;
   double last_poll_at = 0;  // local_seconds() of the previous poll
   int polls_to_skip = 0;    // while receiving: polls before the next engine-wide step (agreed at the last one)
+  MPI_Comm catch_up_comm = MPI_COMM_NULL;  // a joiner: the link to the replica its first version comes over
+  MPI_Comm replica_leaders = MPI_COMM_NULL;  // or the leaders' link to a joined replica it is made from
+  bool from_replica = false;                 // (every rank: the leader has that link)
+  bool first_installed = false;            // a joiner: that version is in, kInstalled is the next event
+  std::uint64_t joiner_waits = 0;          // the replica: a joiner to serve once this version is installed
+  TrainersJoinPort replica_port;           // a joined replica: the port later joiners connect to first
 
-  State(MPI_Comm world, MPI_Comm engine, ParameterSet params, LoadWeightsFn load, const AdapterOptions& options,
+  State(JoinedComms joined, MPI_Comm engine, ParameterSet params, LoadWeightsFn load, const AdapterOptions& options,
         BeforeUpdateHook before_update_hook)
-      : AdapterBase(world, engine, false, std::move(params), std::move(load), options),
-        hook(std::move(before_update_hook)) {
-    if (!this->options.join_address.empty()) link = world;  // the merged world join_trainers returned
+      : AdapterBase(joined.link, engine, false, std::move(params), std::move(load), options),
+        hook(std::move(before_update_hook)), catch_up_comm(joined.catch_up), replica_leaders(joined.replica_leaders),
+        from_replica(joined.from_replica) {
+    if (!this->options.join_address.empty()) link = joined.link;  // the merged world join_trainers returned
+    // Trainer rank 0 asks a joined replica to serve this engine only when it connected there first.
+    if (link != MPI_COMM_NULL && roles.leader) {
+      comm::OperationPtr note = comm::make_operation(sizeof(std::int64_t));
+      const std::int64_t connected = from_replica ? 1 : 0;
+      std::memcpy(note->out.data(), &connected, sizeof connected);
+      WB_CHECK_MPI(MPI_Isend(note->out.data(), 1, MPI_INT64_T, roles.trainer_leader, kReplicaTag, world, &note->request));
+      comm::abandon(std::move(note));
+    }
+  }
+
+  ~State() {
+    try {
+      close_join_port(replica_port, group_comm, options.timeout_seconds, "engine worker");
+    } catch (const Error& error) {
+      WB_LOG(kWarn) << who() << ": closing the replica's port: " << error.status().message();
+    }
+  }
+
+  // A joined engine the trainers appointed: later joiners connect to its port before they join.
+  void open_replica_port() {
+    try {
+      replica_port = open_join_port(group_comm, replica_address(options.join_address), options.timeout_seconds, "engine worker");
+    } catch (const Error& error) {
+      if (roles.leader) {
+        WB_LOG(kWarn) << who() << ": cannot serve joiners their first version (later joiners get the trainers' next): "
+                      << error.status().message();
+      }
+    }
+  }
+
+  // A joiner, right after its link's connect (the replica waits for it meanwhile): the version the replica
+  // holds, before the trainers' next; kInstalled at the poll after kConnected. One that does not come is no
+  // failure of this engine: the trainers' next version is then its first.
+  void first_version() {
+    const MPI_Comm comm = catch_up_comm;
+    catch_up_comm = MPI_COMM_NULL;
+    const bool joined_replica = from_replica;
+    from_replica = false;
+    const double began = now();
+    std::uint64_t v = 0;
+    if (Status caught = joined_replica ? catch_up_from_port(*this, replica_leaders, hook, v) : catch_up(*this, comm, hook, v); !caught) {
+      if (roles.leader) {
+        WB_LOG(kWarn) << who() << ": no first version from the trainers' replica engine (the trainers' next one comes "
+                         "instead): " << caught.message();
+      }
+      return;
+    }
+    stalls.push_back({v, began, now()});
+    history.push_back({v, 0, true, {}, {}});
+    version = v;
+    first_installed = true;
+    if (roles.leader) {
+      WB_LOG(kInfo) << who() << ": installed version " << v << " from the trainers' replica engine before serving ("
+                    << comm::seconds_text(now() - began) << ")";
+    }
+  }
+
+  // The replica, once the version a joiner is to get is installed here: every worker writes its part.
+  PollResult serve() {
+    joiner_waits = 0;
+    const double began = comm::local_seconds();
+    std::int64_t bytes = 0;
+    const Status served = replica_comm != MPI_COMM_NULL ? serve_joiner(*this, replica_comm, bytes)
+                          : replica_port.open        ? serve_joiner_at_port(*this, replica_port.port.get(), bytes)
+                              : Status(ErrorCode::kInternal, who() + ": asked to serve a joiner, but this engine is no replica");
+    if (roles.leader && served) {
+      WB_LOG(kInfo) << who() << ": wrote version " << version << " to a joining engine (" << bytes << " bytes from this worker, "
+                    << comm::seconds_text(comm::local_seconds() - began) << ")";
+    } else if (roles.leader) {
+      WB_LOG(kWarn) << who() << ": serving a joining engine its first version failed (it gets the trainers' next one; this "
+                       "engine serves on): " << served.message();
+    }
+    return {PollResult::Event::kNone, version, Status::ok()};
   }
 
   PollResult failed(const Status& status) {
@@ -204,6 +285,12 @@ struct ReceiverAdapter::State : AdapterBase {
     }
     // A peer that gave up: this rank stops here (its engine's next step then ends at once on the others).
     if (Status noticed = service(true); !noticed) return failed(noticed);
+    if (first_installed) {
+      first_installed = false;
+      return {PollResult::Event::kInstalled, version, Status::ok()};
+    }
+    // Every worker of the engine agreed on both at earlier steps.
+    if (joiner_waits != 0 && receiving == 0 && version >= joiner_waits) return serve();
 
     // Rank 0 looks for a request; every rank reports its staged transfer.
     std::int64_t values[comm::Group::kValues] = {0, 0, 0, 0};  // request kind, request version, still arriving
@@ -234,6 +321,8 @@ struct ReceiverAdapter::State : AdapterBase {
 
     // A staged version that every rank has complete is installed first.
     if (receiving != 0 && values[2] == 0) {
+      // A request to serve a joiner (the only one that comes while a version arrives) waits for this install.
+      if (static_cast<RequestKind>(values[0]) == RequestKind::kServeJoiner) joiner_waits = static_cast<std::uint64_t>(values[1]);
       const std::uint64_t v = receiving;
       receiving = 0;
       staged_done = false;
@@ -252,8 +341,11 @@ struct ReceiverAdapter::State : AdapterBase {
         try {
           connect(nullptr);
         } catch (const Error& error) {
+          if (catch_up_comm != MPI_COMM_NULL) comm::abandon_link(catch_up_comm);  // the replica gives up on it
+          if (replica_leaders != MPI_COMM_NULL) comm::abandon_link(replica_leaders);
           return failed(error.status());
         }
+        if (catch_up_comm != MPI_COMM_NULL || from_replica) first_version();
         return {PollResult::Event::kConnected, version, Status::ok()};
       }
       case RequestKind::kUpdate: {
@@ -271,6 +363,12 @@ struct ReceiverAdapter::State : AdapterBase {
         start_background(v);
         return {PollResult::Event::kReceiving, version, Status::ok()};
       }
+      case RequestKind::kBeReplica:
+        if (!replica_port.open && link != MPI_COMM_NULL) open_replica_port();
+        return {receiving != 0 ? PollResult::Event::kReceiving : PollResult::Event::kNone, version, Status::ok()};
+      case RequestKind::kServeJoiner:
+        joiner_waits = v;
+        return {receiving != 0 ? PollResult::Event::kReceiving : PollResult::Event::kNone, version, Status::ok()};
       case RequestKind::kShutdown:
         if (!connection)
           return failed(Status(ErrorCode::kInvalidArgument,
@@ -294,10 +392,10 @@ struct ReceiverAdapter::State : AdapterBase {
 };
 
 namespace {
-// An engine job of its own joins the trainers at the address first: the merged world is its adapter's world.
-MPI_Comm joined_world(MPI_Comm world, MPI_Comm engine_comm, const AdapterOptions& options) {
+// An engine job of its own joins the trainers at the address first: its link is its adapter's world.
+JoinedComms joined_world(MPI_Comm world, MPI_Comm engine_comm, const AdapterOptions& options) {
   const ResolvedOptions resolved = resolve_options(options);
-  if (resolved.join_address.empty()) return world;
+  if (resolved.join_address.empty()) return {world, MPI_COMM_NULL};
   return join_trainers(engine_comm, resolved.join_address, resolved.timeout_seconds);
 }
 }  // namespace

@@ -2,6 +2,7 @@
 // every engine's rank 0 and collects their acknowledgements; the other trainers learn the outcome through
 // a step of the trainer group, so every trainer returns the same status.
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <functional>
@@ -11,6 +12,7 @@
 #include "comm/max_reduce.hpp"
 #include "comm/span_summary.hpp"
 #include "coord/adapter_common.hpp"
+#include "coord/catch_up.hpp"
 #include "coord/join_links.hpp"
 #include "coord/messages.hpp"
 #include "core/checks.hpp"
@@ -39,6 +41,7 @@ struct SenderAdapter::State : AdapterBase {
   double taken_at = 0;         // when the send_weights that took it began (local clock)
   double connect_seconds = 0, first_install_seconds = 0;  // after taken_at
   bool dropped = false;
+  bool replica = false;  // appointed (RequestKind::kBeReplica): later joiners get their first version from it
   std::string why;
   std::unique_ptr<TransferThread> server;  // a joined link's: serves it while the others are served (serve())
 
@@ -47,8 +50,11 @@ struct SenderAdapter::State : AdapterBase {
       : AdapterBase(world, trainers, true, std::move(params), std::move(load), options),
         checkpoint_tensors(std::move(tensors)), given(options) {
     given.join_address = std::string();
-    if (!this->options.join_address.empty())
+    if (!this->options.join_address.empty()) {
+      // A joined replica's address file beside ours is only ever one of this job's.
+      if (roles.leader) std::remove(replica_address(this->options.join_address).c_str());
       port = open_join_port(group_comm, this->options.join_address, this->options.timeout_seconds);
+    }
   }
 
   ~State() {
@@ -86,6 +92,9 @@ struct SenderAdapter::State : AdapterBase {
     link.why = cause.message();
     // A trainer's notice of the failure carries what the engine is told: the cause is what follows.
     if (link.why.starts_with(link.announce_prefix)) link.why.erase(0, link.announce_prefix.size());
+    // A dropped replica's port is gone with it: later joiners must not connect there (one that left closed it).
+    if (link.replica && !link.left && roles.leader) std::remove(replica_address(options.join_address).c_str());
+    link.replica = false;
     if (!roles.leader) return;
     if (link.left) {
       WB_LOG(kInfo) << joined_name(k) << " left after version " << link.acknowledged << "; the training goes on without it";
@@ -102,7 +111,13 @@ struct SenderAdapter::State : AdapterBase {
     if (!port.open) return;
     const double began = comm::local_seconds();
     try {
-      std::optional<MPI_Comm> merged = take_joiner(port.port.get(), *group, waiter());
+      // Engine 0 of this world holds the latest version (it installed it; a staged one once it has): it
+      // writes it to the joiner, which then serves it before the trainers' next (coord/catch_up.hpp).
+      const auto ask_replica = [this] {
+        if (!connection->executor || connection->quantized || version == 0) return false;
+        return send_request_to(roles.engine_leaders.front(), RequestKind::kServeJoiner, version).is_ok();
+      };
+      std::optional<MPI_Comm> merged = take_joiner(port.port.get(), *group, waiter(), replica_comm, ask_replica);
       if (!merged) return;
       std::unique_ptr<State> link;
       try {
@@ -116,6 +131,7 @@ struct SenderAdapter::State : AdapterBase {
       // learns that from the notice.
       link->announce_prefix = "the trainers dropped this engine job after a failure (the training goes on without it): ";
       link->connect_link(&connection->probed);
+      serve_from_joined_replica(*link);
       link->taken_at = began;
       link->connect_seconds = comm::local_seconds() - began;
       link->version = version;
@@ -129,6 +145,39 @@ struct SenderAdapter::State : AdapterBase {
     } catch (const Error& error) {
       WB_LOG(kWarn) << who() << ": an engine's join failed; the training goes on without it: " << error.status().message();
     }
+  }
+
+  // A joiner just connected: with no replica of this job, the joined replica (if one was appointed) writes it
+  // the latest version (it connected to that replica's port before it joined; trainer rank 0 tells the
+  // replica now). Otherwise this one is appointed, when it has two workers (its port needs a knocker).
+  void serve_from_joined_replica(State& link) {
+    const bool connected = link.connected_to_replica();  // taken whatever follows: nothing is left pending
+    if (replica_comm != MPI_COMM_NULL || connection->quantized) return;
+    for (const std::unique_ptr<State>& other : joined)
+      if (other->replica && !other->dropped) {
+        if (version > 0 && connected) (void)other->send_request(RequestKind::kServeJoiner, version);
+        return;
+      }
+    if (link.roles.engines.front().size() < 2) return;
+    link.replica = link.send_request(RequestKind::kBeReplica, 0).is_ok();
+  }
+
+  // Trainer rank 0, on a joined link: whether its engine connected to the joined replica before it joined
+  // (its note was sent when the link was made, before its connect).
+  bool connected_to_replica() {
+    if (!roles.leader) return false;
+    comm::OperationPtr note = comm::make_operation(0, sizeof(std::int64_t));
+    if (MPI_Irecv(note->in.data(), 1, MPI_INT64_T, roles.engine_leaders.front(), kReplicaTag, world, &note->request) != MPI_SUCCESS)
+      return false;
+    try {
+      comm::wait_or_throw(note, comm::Waiter{join_answer_seconds(options.timeout_seconds), {}}, "a joiner's note on the replica");
+    } catch (const Error&) {
+      comm::abandon(std::move(note));
+      return false;
+    }
+    std::int64_t connected = 0;
+    std::memcpy(&connected, note->in.data(), sizeof connected);
+    return connected != 0;
   }
 
   // No more joins (shutdown, or the adapter's end on any path); each trainer on its own.
@@ -197,13 +246,15 @@ struct SenderAdapter::State : AdapterBase {
   // does not take a request fails the update by its deadline, and one that is gone must not hold this one.
   Status send_request(RequestKind kind, std::uint64_t v) {
     if (!roles.leader) return Status::ok();
-    for (int leader : roles.engine_leaders) {
-      comm::OperationPtr op = comm::make_operation(2 * sizeof(std::int64_t));
-      const std::int64_t message[2] = {static_cast<std::int64_t>(kind), static_cast<std::int64_t>(v)};
-      std::memcpy(op->out.data(), message, sizeof message);
-      WB_TRY_MPI(MPI_Isend(op->out.data(), 2, MPI_INT64_T, leader, kRequestTag, world, &op->request));
-      comm::abandon(std::move(op));
-    }
+    for (int leader : roles.engine_leaders) WB_RETURN_IF_ERROR(send_request_to(leader, kind, v));
+    return Status::ok();
+  }
+  Status send_request_to(int leader, RequestKind kind, std::uint64_t v) {
+    comm::OperationPtr op = comm::make_operation(2 * sizeof(std::int64_t));
+    const std::int64_t message[2] = {static_cast<std::int64_t>(kind), static_cast<std::int64_t>(v)};
+    std::memcpy(op->out.data(), message, sizeof message);
+    WB_TRY_MPI(MPI_Isend(op->out.data(), 2, MPI_INT64_T, leader, kRequestTag, world, &op->request));
+    comm::abandon(std::move(op));
     return Status::ok();
   }
 
@@ -397,6 +448,12 @@ Status SenderAdapter::send_weights(std::uint64_t version, void* cuda_stream) {
   State& s = *state_;
   // A call refused (failed, not connected, a version that does not increase) takes no join either.
   if (!s.failure.is_ok() || !s.connection || s.shut_down || version <= s.version) return s.send(version, cuda_stream);
+  // With a replica engine of this job, the version in flight ends first (every engine's acknowledgement, as
+  // s.send would do next): the replica a joiner is taken with then holds the latest version installed, and
+  // no transfer of the world's runs while the trainers and the replica widen the join (measured in async:
+  // three joiners at once, a widening that waited on the replica while its staged receive waited on the
+  // trainers' background writes, and neither completed in 30 s).
+  if (s.replica_comm != MPI_COMM_NULL && s.port.open && s.in_flight) (void)s.finish_link();
   s.take_joins();
   // Parameters the framework moved since the last update (a binding's watch): followed on every link, or
   // the version refused before any byte of it moves (the peers, entering it together, fail with it).

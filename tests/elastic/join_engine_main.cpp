@@ -3,7 +3,8 @@
 //   join_engine trainers ADDRESS MODE SCENARIO   2 trainers (tp=2) and 1 engine of the world; versions 1..3,
 //                                                 then more, until the scenario's events happened and 3
 //                                                 versions more were sent:
-//     join    an engine joined (at version J): J+1..J+3
+//     join    an engine joined (at version J): J+1..J+3; its first install is J-1, written by the built-in
+//             engine (the replica), and the trainers wrote as many bytes for J-1 as for J-2 (none for it)
 //     leave   an engine joined and left (leave()), then another joined (at J2): J2+1..J2+3
 //     kill    three engine jobs joined (at J); trainer rank 0 writes ADDRESS.trigger naming J+2; the victim
 //             job is SIGKILLed in that update; it is dropped (at D): D+1..D+3
@@ -12,23 +13,37 @@
 //     vanish  a joiner is admitted at the port and dies before the trainers take it; then another joins
 //             (at J): J+1..J+3
 //     ghost   as vanish, but the joiner dies right after it answered the trainers' take
+//     joined_replica  (the trainers alone, no engine of their own) A joins (2 workers) and is appointed the
+//             replica; B joins (at J), gets J-1 from A, the trainers wrote as many bytes for J-1 as for J-2: J+1..J+3
+//     kill_relay  (the trainers alone) A joins (2 workers) and is appointed the replica; B joins (at J) and
+//             SIGKILLs A's job in the hook of the version A writes it (the relay lost mid-update): B's first
+//             install is J, from the trainers; A is dropped; the trainers never fail: J+1..J+3
+//     lose_joiner  a joiner dies while the built-in engine writes it its first version (in its
+//             before_update_hook of that version): the built-in engine warns and serves on, the joiner is
+//             dropped, the trainers never fail; another joins (at J), gets its first version from the
+//             built-in engine and serves: J+1..J+3
 //     at_once three engine jobs, started at the same moment, all joined: 3 more
 //   join_engine engine ADDRESS MODE ROLE          an engine of as many workers as its job's ranks (tp=n)
 //                                                 that joins by ADDRESS:
 //     serve   until the trainers shut down
 //     leave   leaves after its third install (then poll_requests says kShutdown)
 //     killed  every worker SIGKILLs itself in the before_update_hook of the version ADDRESS.trigger names
+//     killed_first  every worker SIGKILLs itself in its first before_update_hook (its catch-up from the replica)
+//     relay   as serve, and every worker writes its pid to ADDRESS.relay.RANK
+//     kill_relay  as serve, but its first before_update_hook (the replica's write) SIGKILLs the relay job's workers
 //     stopped every worker writes its pid to ADDRESS.stopped.RANK and SIGSTOPs itself in that hook; once
 //             resumed, its poll_requests must end in kFailed naming why; it joins again and serves
 //     vanish  (one rank) presents the secret, is admitted, and SIGKILLs itself
 //     ghost   (one rank) as vanish, once it answered the trainers' take
 // MODE: sync | sender-staged | receiver-staged | async. Every rollout worker checks every version it installs against its own
 // load_weights of that version, bit for bit; the built-in engine installs 1..last in order; a joiner's
-// first event after kConnected is kInstalled, then every later version in order. The trainers' every
+// first event after kConnected is kInstalled (of the trainers' latest version, from the built-in engine),
+// then every later version in order. The trainers' every
 // send_weights succeeds, and their AdapterStats list every engine with the state the scenario implies; a
 // join probes the joiner's load_weights only, never the trainers' again.
 #include <mpi.h>
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -103,10 +118,12 @@ AdapterOptions options_for(const std::string& address, const std::string& mode, 
 
 // Polls until shutdown (or, `leave_after` > 0, until that many installs, then leaves); the installed
 // versions in order. The first event after kConnected must be kInstalled (nothing else but kNone /
-// kReceiving in between). `failed`: a failure ends it too (false), kept there.
+// kReceiving in between). `failed`: a failure ends it too (false), kept there. `first_after`: seconds from
+// the call (the adapter just made: the trainers took it) to the first install.
 bool serve(ReceiverAdapter& receiver, const Worker& w, const char* who, std::vector<std::uint64_t>& installed,
-           std::size_t leave_after = 0, PollResult* failed = nullptr) {
+           std::size_t leave_after = 0, PollResult* failed = nullptr, double* first_after = nullptr) {
   bool connected = false;
+  const auto began = std::chrono::steady_clock::now();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
   while (std::chrono::steady_clock::now() < deadline) {
     const PollResult r = receiver.poll_requests();
@@ -118,6 +135,8 @@ bool serve(ReceiverAdapter& receiver, const Worker& w, const char* who, std::vec
         connected = true;
         break;
       case PollResult::Event::kInstalled:
+        if (installed.empty() && first_after != nullptr)
+          *first_after = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
         if (!connected || !w.holds(r.version)) return false;
         installed.push_back(r.version);
         if (installed.size() == leave_after) {
@@ -180,7 +199,7 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
     const bool victim = scenario == "kill" || scenario == "stop";
     // A victim's deadline is short: it is how long the lost engine is waited for.
     SenderAdapter sender(MPI_COMM_WORLD, group, w.params->parameters(), w.tensors, w.load(),
-                         options_for(address, mode, victim ? 5 : 30));
+                         options_for(address, mode, victim || scenario == "lose_joiner" || scenario == "kill_relay" ? 5 : 30));
     sender.connect();
     const int probes = w.probes;  // a join probes the joiner only: the trainers' maps are kept
     // The events the scenario waits for, in order: engines() after a send_weights, and the states then
@@ -192,11 +211,14 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
         : scenario == "kill"  ? Events{{4, "serving serving serving serving"}, {3, "dropped serving serving serving"}}
         : scenario == "vanish" || scenario == "ghost" ? Events{{2, "serving serving"}}
         : scenario == "at_once" ? Events{{4, "serving serving serving serving"}}
+        : scenario == "lose_joiner" ? Events{{1, "serving dropped"}, {2, "serving dropped serving"}}
+        : scenario == "joined_replica" ? Events{{1, "serving"}, {2, "serving serving"}}
+        : scenario == "kill_relay" ? Events{{1, "serving"}, {1, "dropped serving"}}
                               : Events{{4, "serving serving serving serving"}, {3, "dropped serving serving serving"},
                                        {4, "dropped serving serving serving serving"}};
     std::size_t next = 0;
     int engines = sender.engines();
-    std::uint64_t last_event = 0, last = 0;
+    std::uint64_t last_event = 0, last = 0, joined_at = 0;
     for (std::uint64_t v = 1;; ++v) {
       w.worker->load_weights(VersionedCheckpoint(*w.checkpoint, v), w.params->parameters());  // "training"
       const Status sent = sender.send_weights(v);
@@ -211,7 +233,9 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
       }
       engines = sender.engines();
       std::fflush(stdout);
-      if (next < events.size() && sender.engines() == events[next].first) {
+      // lose_joiner: the engine count alone says nothing (1 before the join and after the loss).
+      if (next < events.size() && sender.engines() == events[next].first &&
+          ((scenario != "lose_joiner" && scenario != "kill_relay") || engine_states(sender) == events[next].second)) {
         const std::string states = engine_states(sender, victim);
         if (!events[next].second.empty() && states != events[next].second) {
           std::fprintf(stderr, "trainer %d: after version %llu the engines are \"%s\", not \"%s\"\n", rank,
@@ -222,7 +246,9 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
         if (rank == 0)
           std::printf("trainers: at version %llu %d engines (%s)\n", static_cast<unsigned long long>(v), sender.engines(),
                       states.c_str());
-        if (scenario == "join" && rank == 0) std::printf("trainers: an engine joined at version %llu;\n", static_cast<unsigned long long>(v));
+        const bool joined = scenario == "join" || ((scenario == "lose_joiner" || scenario == "joined_replica") && next == 1);
+        if (joined) joined_at = v;
+        if (joined && rank == 0) std::printf("trainers: an engine joined at version %llu;\n", static_cast<unsigned long long>(v));
         if (victim && next == 0 && rank == 0) {
           write_trigger(address, v + 2);
           std::printf("trainers: the victim is hit in version %llu\n", static_cast<unsigned long long>(v + 2));
@@ -270,6 +296,30 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
                     static_cast<long long>(stats.history.back().bytes_written),
                     static_cast<unsigned long long>(stats.history.back().version), sender.engines());
     }
+    // The joiner's first version (the one before the take) came from the replica: this trainer wrote for it
+    // what it wrote for the version before (to the built-in engine only), and more once the joiner was served.
+    // kill_relay: the relay may be dropped in the update that took the joiner or after it; the joiner's take is
+    // the version after the one its record names.
+    if (ok && scenario == "kill_relay") {
+      const EngineRecord& e = stats.engines.back();
+      const std::size_t at = e.name.find("after version ");
+      if (at != std::string::npos) joined_at = std::stoull(e.name.substr(at + 14)) + 1;
+      if (rank == 0) std::printf("trainers: an engine joined at version %llu;\n", static_cast<unsigned long long>(joined_at));
+    }
+    if (ok && joined_at > 2 && scenario != "kill_relay") {
+      std::int64_t bytes[3] = {-1, -1, -1};  // versions J-2, J-1, J
+      for (const UpdateRecord& r : stats.history)
+        if (r.version + 2 >= joined_at && r.version <= joined_at) bytes[r.version + 2 - joined_at] = r.bytes_written;
+      std::printf("trainers: trainer %d wrote %lld bytes for version %llu, %lld for version %llu (the joiner's first, from "
+                  "the replica), %lld for version %llu\n", rank, static_cast<long long>(bytes[0]),
+                  static_cast<unsigned long long>(joined_at - 2), static_cast<long long>(bytes[1]),
+                  static_cast<unsigned long long>(joined_at - 1), static_cast<long long>(bytes[2]),
+                  static_cast<unsigned long long>(joined_at));
+      if (bytes[0] <= 0 || bytes[1] != bytes[0] || bytes[2] <= bytes[1]) {
+        std::fprintf(stderr, "trainer %d: the trainers' egress for the joiner's first version is not that of the version before\n", rank);
+        ok = 0;
+      }
+    }
     // Killed or stopped: exactly one engine dropped, named with its cause, the others serving up to the last
     // version.
     if (ok && victim) {
@@ -301,6 +351,16 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
 // The victim's hook: in the version the trainers named, every worker is killed or stopped (the whole job,
 // as a crash or a frozen node would); a stopped one writes its pid for the script that resumes it.
 BeforeUpdateHook victim_hook(const std::string& address, const std::string& role, int rank, bool& hit) {
+  if (role == "killed_first") return [](std::uint64_t) { std::raise(SIGKILL); };
+  if (role == "kill_relay")
+    return [address, &hit](std::uint64_t) {
+      for (int r = 0; !hit && r < 2; ++r) {
+        pid_t pid = 0;
+        std::ifstream(address + ".relay." + std::to_string(r)) >> pid;
+        if (pid > 0) ::kill(pid, SIGKILL);
+      }
+      hit = true;
+    };
   if (role != "killed" && role != "stopped") return {};
   return [address, role, rank, &hit](std::uint64_t v) {
     const std::uint64_t at = read_trigger(address);
@@ -330,15 +390,17 @@ int run_engine_job(const std::string& address, const std::string& mode, const st
     std::raise(SIGKILL);
   }
   Worker w(false, ("engines=1,tp=" + std::to_string(size)).c_str(), rank);
+  if (role == "relay") std::ofstream(address + ".relay." + std::to_string(rank)) << getpid() << "\n";
   std::vector<std::uint64_t> installed;
   int ok = 0;
   bool hit = false;
+  double first_after = 0;
   const bool stopped = role == "stopped";
   {
     ReceiverAdapter receiver(MPI_COMM_WORLD, MPI_COMM_WORLD, w.params->parameters(), w.load(),
                              options_for(address, mode), victim_hook(address, role, rank, hit));
     PollResult failed;
-    ok = serve(receiver, w, "the joined engine", installed, role == "leave" ? 3 : 0, stopped ? &failed : nullptr) ? 1 : 0;
+    ok = serve(receiver, w, "the joined engine", installed, role == "leave" ? 3 : 0, stopped ? &failed : nullptr, &first_after) ? 1 : 0;
     if (stopped) {
       // Resumed after the trainers dropped it: its update ends in kFailed (an kAborted of the version it
       // was in first), naming why.
@@ -360,9 +422,10 @@ int run_engine_job(const std::string& address, const std::string& mode, const st
     ok = 0;
   }
   if (ok)
-    std::printf("joined engine worker %d: first event after kConnected kInstalled %llu, then up to %llu, each bit for bit%s\n", rank,
+    std::printf("joined engine worker %d: first event after kConnected kInstalled %llu, then up to %llu, each bit for bit%s "
+                "(first install %.3f s after the take)\n", rank,
                 static_cast<unsigned long long>(installed.front()), static_cast<unsigned long long>(installed.back()),
-                role == "leave" ? "; then it left" : stopped ? "; it had joined again" : "");
+                role == "leave" ? "; then it left" : stopped ? "; it had joined again" : "", first_after);
   int all = 0;
   MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   return all == 1 ? 0 : 1;

@@ -2,8 +2,8 @@
 # Engine jobs of their own join, leave and die beside a running trainer job (join_engine_main.cpp says what
 # each side checks; this script checks what needs both logs). Usage:
 #   run_join_engine.sh JOIN_ENGINE_PROGRAM MPIEXEC MODE SCENARIO
-# SCENARIO join: one engine job joins after version 3; its first install is the trainers' version when
-#   they took it, and it installs every later one up to the trainers' last.
+# SCENARIO join: one engine job joins after version 3; its first install is the trainers' latest version
+#   when they took it, written by the built-in engine, and it installs every later one up to the trainers' last.
 # leave: an engine job joins, installs three versions and leaves; then another joins in its place.
 # kill: three engine jobs join (2, 2 and 1 workers); the first is SIGKILLed during an update; the trainers
 #   warn once, naming it, and the other two install that version and every later one.
@@ -12,6 +12,14 @@
 # vanish: a joiner is admitted at the port and dies before the trainers take it; the trainers warn, and the
 #   next joiner joins and installs every later version.
 # ghost: as vanish, but the joiner dies right after it answered the trainers' take.
+# joined_replica: a trainer job with no engine of its own; the first engine job to join (2 workers) is
+#   appointed the replica (its port beside the trainers' address); the second connects there first and
+#   gets its first version (the trainers' latest) from it.
+# kill_relay: as joined_replica, but the second joiner SIGKILLs the first (the replica) in the hook of the
+#   version the replica writes it: its first version is then the trainers' next, the replica is dropped.
+# lose_joiner: a joiner dies while the built-in engine writes it its first version; the built-in engine warns
+#   once and serves on, the trainers drop the joiner (one warning) and never fail; the next joiner gets its
+#   first version from the built-in engine and serves to the trainers' last.
 # at_once: three engine jobs (2, 2 and 1 workers) started at the same moment all join, each installs every
 #   version from its first to the trainers' last.
 set -euo pipefail
@@ -33,7 +41,14 @@ trap cleanup EXIT
 . "$(dirname "${BASH_SOURCE[0]}")/name_server.sh"
 start_name_server
 run() { timeout 200 "$mpiexec" --oversubscribe --ompi-server "file:$dir/uri" "$@"; }
-WB_JOIN_ANSWER_SECONDS=${WB_JOIN_ANSWER_SECONDS:-3} run -np 3 "$program" trainers "$dir/address" "$mode" "$scenario" > "$dir/trainers.log" 2>&1 &
+# join: the built-in engine says (info) which version it wrote to the joiner.
+[[ $scenario == join || $scenario == lose_joiner || $scenario == joined_replica ]] && export WB_LOG_LEVEL=${WB_LOG_LEVEL:-info}
+ranks=3  # 2 trainers and a built-in engine; joined_replica: the trainers alone
+[[ $scenario == joined_replica || $scenario == kill_relay ]] && ranks=2
+# Every job alike: it also bounds a joiner's catch-up, which must end well within the trainers' 5 s deadline
+# of the victim scenarios.
+export WB_JOIN_ANSWER_SECONDS=${WB_JOIN_ANSWER_SECONDS:-3}
+run -np $ranks "$program" trainers "$dir/address" "$mode" "$scenario" > "$dir/trainers.log" 2>&1 &
 trainers=$!
 for _ in $(seq 600); do
   grep -q "version 3 sent" "$dir/trainers.log" 2>/dev/null && break
@@ -75,6 +90,25 @@ case $scenario in
     engine first ghost 1
     wait "${engines[0]}" && fail "the ghost joiner ended with 0" || true
     engine second serve ;;
+  joined_replica)
+    engine first serve
+    for _ in $(seq 1200); do [[ -e $dir/address.replica ]] && break; kill -0 "$trainers" 2>/dev/null || break; sleep 0.1; done
+    [[ -e $dir/address.replica ]] || fail "the first engine job never opened the replica's port"
+    engine second serve ;;
+  kill_relay)
+    engine first relay
+    for _ in $(seq 1200); do [[ -e $dir/address.replica ]] && break; kill -0 "$trainers" 2>/dev/null || break; sleep 0.1; done
+    [[ -e $dir/address.replica ]] || fail "the first engine job never opened the replica's port"
+    engine second kill_relay ;;
+  lose_joiner)
+    engine first killed_first
+    for _ in $(seq 1200); do
+      grep -q "was dropped after version" "$dir/trainers.log" 2>/dev/null && break
+      kill -0 "$trainers" 2>/dev/null || break
+      sleep 0.1
+    done
+    grep -q "was dropped after version" "$dir/trainers.log" || fail "the trainers never dropped the joiner that died in its catch-up"
+    engine second serve ;;
   kill) engine first killed; engines_at 2; engine second serve; engines_at 3; engine third serve 1 ;;
   stop)
     engine first stopped; engines_at 2; engine second serve; engines_at 3; engine third serve 1
@@ -100,12 +134,38 @@ engines=()
 last=$(sed -n 's/^trainers: sent up to \([0-9]*\)$/\1/p' "$dir/trainers.log")
 serving=$dir/first.log
 case $scenario in
+  joined_replica)
+    joined_at=$(sed -n 's/^trainers: an engine joined at version \([0-9]*\);.*/\1/p' "$dir/trainers.log")
+    firsts=$(sed -n 's/^joined engine worker [0-9]*: first event after kConnected kInstalled \([0-9]*\),.*/\1/p' "$dir/second.log" | sort -u)
+    [[ -n $joined_at && $firsts == "$((joined_at - 1))" ]] || fail "the trainers took the second joiner at version '$joined_at'; its workers installed first '$firsts'"
+    grep -q "wrote version $firsts to a joining engine" "$dir/first.log" || fail "the first engine job did not write version $firsts to the second"
+    serving="$dir/first.log $dir/second.log" ;;
+  kill_relay)
+    # The relay died while it wrote the joiner its first version: the joiner's first install is the version
+    # the trainers sent when they took it, from them; the relay is dropped, named once.
+    [[ ${rcs[0]} != 0 ]] || fail "the killed relay's job ended with 0"
+    [[ $(grep -c "was dropped after version" "$dir/trainers.log") == 1 ]] || fail "not one warning naming the lost relay"
+    [[ $(grep -c "no first version from the trainers' replica engine" "$dir/second.log") == 1 ]] || fail "the joiner did not warn once that its replica was lost"
+    joined_at=$(sed -n 's/^trainers: an engine joined at version \([0-9]*\);.*/\1/p' "$dir/trainers.log")
+    firsts=$(sed -n 's/^joined engine worker [0-9]*: first event after kConnected kInstalled \([0-9]*\),.*/\1/p' "$dir/second.log" | sort -u)
+    [[ -n $joined_at && $firsts == "$joined_at" ]] || fail "the trainers took the joiner at version '$joined_at'; its workers installed first '$firsts'"
+    serving=$dir/second.log ;;
+  lose_joiner)
+    [[ ${rcs[0]} != 0 ]] || fail "the joiner killed in its catch-up ended with 0"
+    [[ $(grep -c "was dropped after version" "$dir/trainers.log") == 1 ]] || fail "not one warning naming the lost joiner"
+    [[ $(grep -c "serving a joining engine its first version failed" "$dir/trainers.log") == 1 ]] || fail "the built-in engine did not warn once about the joiner it lost"
+    joined_at=$(sed -n 's/^trainers: an engine joined at version \([0-9]*\);.*/\1/p' "$dir/trainers.log")
+    firsts=$(sed -n 's/^joined engine worker [0-9]*: first event after kConnected kInstalled \([0-9]*\),.*/\1/p' "$dir/second.log" | sort -u)
+    [[ -n $joined_at && $firsts == "$((joined_at - 1))" ]] || fail "the trainers took the second joiner at version '$joined_at'; its workers installed first '$firsts'"
+    grep -q "wrote version $firsts to a joining engine" "$dir/trainers.log" || fail "the built-in engine did not write version $firsts to the second joiner"
+    serving=$dir/second.log ;;
   join)
-    # The joiner's first install is the version the trainers sent when they took it (their latest), on
-    # every worker: none older, none later.
+    # The joiner's first install is the trainers' latest version when they took it (the one before the
+    # send_weights that took it), written by the built-in engine, on every worker: none older, none later.
     joined_at=$(sed -n 's/^trainers: an engine joined at version \([0-9]*\);.*/\1/p' "$dir/trainers.log")
     firsts=$(sed -n 's/^joined engine worker [0-9]*: first event after kConnected kInstalled \([0-9]*\),.*/\1/p' "$dir/first.log" | sort -u)
-    [[ -n $joined_at && $firsts == "$joined_at" ]] || fail "the trainers took the joiner at version '$joined_at'; its workers installed first '$firsts'"
+    [[ -n $joined_at && $firsts == "$((joined_at - 1))" ]] || fail "the trainers took the joiner at version '$joined_at'; its workers installed first '$firsts', not the latest before it"
+    grep -q "wrote version $firsts to a joining engine" "$dir/trainers.log" || fail "the built-in engine did not say it wrote version $firsts to the joiner"
     [[ ${rcs[0]} == 0 ]] || fail "the engine job failed (${rcs[0]})" ;;
   leave)
     [[ $(grep -c "then it left" "$dir/first.log") == 2 ]] || fail "the first engine's workers did not both leave"

@@ -2,7 +2,8 @@
 # wb-replay's separate-job mode: a trainer job (2 trainers and one engine of its own world) publishes its
 # address and waits for one engine job, which joins it (wb-replay --engine-job, one worker). Passes when both
 # jobs exit 0 and their JSON says: the engine job verified every version it installed bit for bit against its
-# own load_weights, its first install is the version the trainers took it at and it installed every later one
+# own load_weights, its first install is the trainers' latest version when they took it (written by their own
+# engine, the replica), and it installed every later one
 # to the trainers' last; the trainers' own engine verified all of them; the trainers list the joined engine
 # as serving with that last version. With `fp8` both engines serve block FP8 (fp8=128x128 on a model whose
 # shards the blocks tile): the joined link's trainers quantize and exchange amaxes on it, beside the world's.
@@ -58,7 +59,8 @@ assert t["verified"] and len(joined) == 1 and joined[0]["state"] == "serving" an
 taken = int(re.search(r"after version (\d+)", joined[0]["name"]).group(1))
 v = e["installed"]
 assert e["verified"] and e["failures"] == [] and e["verified_versions"] == len(v), e
-assert v == list(range(taken + 1, last + 1)), (v, taken, last)
+# Its first version is the trainers' latest when they took it, written by their own engine (the replica).
+assert v == list(range(taken, last + 1)), (v, taken, last)
 assert t["join"]["join_versions"] + 3 == last, t["join"]
 print("engine job: versions %d..%d, every one bit for bit; the trainers' engine: %d versions" % (v[0], v[-1], last))
 PY

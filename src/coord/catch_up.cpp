@@ -1,0 +1,248 @@
+#include "coord/catch_up.hpp"
+
+#include <unistd.h>
+
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "comm/backoff.hpp"
+#include "comm/collectives.hpp"
+#include "comm/join.hpp"
+#include "coord/adapter_common.hpp"
+#include "coord/join_links.hpp"
+#include "core/checks.hpp"
+#include "core/log.hpp"
+
+namespace wb::coord {
+
+JoinedComms cut_widening(MPI_Comm merged, JoinSide mine, double timeout) {
+  JoinedComms out;
+  try {
+    const auto side = static_cast<std::int32_t>(mine);
+    const std::vector<std::byte> all = comm::allgather_fixed(std::as_bytes(std::span(&side, 1)), merged, comm::Waiter{timeout, {}},
+                                                             "a join: who took part in its widening");
+    std::vector<std::int32_t> sides(all.size() / sizeof(std::int32_t));
+    std::memcpy(sides.data(), all.data(), all.size());
+    bool replica = false;
+    for (std::int32_t s : sides) replica = replica || s == static_cast<std::int32_t>(JoinSide::kReplica);
+    if (!replica) {
+      out.link = merged;
+      return out;
+    }
+    int rank = 0;
+    WB_CHECK_MPI(MPI_Comm_rank(merged, &rank));
+    out.link = comm::split(merged, mine != JoinSide::kReplica, rank, timeout, "a join: the trainers' link");
+    out.catch_up = comm::split(merged, mine != JoinSide::kTrainer, rank, timeout, "a join: the replica's catch-up link");
+  } catch (const Error&) {
+    comm::abandon_link(merged);
+    throw;
+  }
+  MPI_Comm_free(&merged);  // nothing is pending on it: the two cut from it are what lives on
+  return out;
+}
+
+MPI_Comm make_replica_comm(MPI_Comm world, const Roles& roles, bool joins, double timeout) {
+  if (roles.engine_leaders.empty() || roles.trainers.size() < 2 || comm::spans_jobs(world)) return MPI_COMM_NULL;
+  int level = MPI_THREAD_SINGLE;
+  WB_CHECK_MPI(MPI_Query_thread(&level));
+  // Bit 0: MPI_THREAD_MULTIPLE here; bit 1: a trainer that takes joins (the engines do not know otherwise).
+  const std::int32_t mine = (level == MPI_THREAD_MULTIPLE ? 1 : 0) | (joins ? 2 : 0);
+  const std::vector<std::byte> all = comm::allgather_fixed(std::as_bytes(std::span(&mine, 1)), world, comm::Waiter{timeout, {}},
+                                                           "connect: whether the trainers take joins, and the replica's thread level");
+  std::vector<std::int32_t> bits(all.size() / sizeof(std::int32_t));
+  std::memcpy(bits.data(), all.data(), all.size());
+  bool taken = false;
+  for (std::size_t r = 0; r < bits.size(); ++r) {
+    taken = taken || (bits[r] & 2) != 0;
+    if (roles.engine_of_rank[r] <= 0 && (bits[r] & 1) == 0) return MPI_COMM_NULL;  // a trainer or engine 0
+  }
+  if (!taken) return MPI_COMM_NULL;
+  const bool member = roles.trainer || roles.engine == 0;
+  // Trainer rank 0 is rank 0 of it: it holds the joiner's bridge in the widening.
+  const int key = roles.trainer ? roles.group_rank : static_cast<int>(roles.trainers.size()) + roles.group_rank;
+  return comm::split(world, member, key, timeout, "connect: the trainers and their replica engine");
+}
+
+namespace {
+
+// The catch-up link's options: nothing staged on either side (the replica writes between its own
+// installs, the joiner serves nothing yet), no joins, the rest as this worker's own.
+AdapterOptions catch_up_options(const ResolvedOptions& o) {
+  AdapterOptions a;
+  a.sender_staging = false;
+  a.receiver_staging = false;
+  a.buffer_bytes = o.buffer_bytes;
+  a.pipeline_depth = o.pipeline_depth;
+  if (!o.transport.empty()) a.transport = o.transport;
+  a.timeout_seconds = o.timeout_seconds;
+  a.verify = o.verify;
+  a.node = o.node;
+  a.trace = false;
+  a.not_loaded = o.not_loaded;
+  a.join_address = std::string();
+  return a;
+}
+
+// Both sides, collective over `comm` (taken over): the replica's workers as the senders, planned from the
+// maps both sides probed at their own connect; one update of the replica's version; then parted. `v`: the
+// replica's version (given on its side, learnt on the joiner's).
+Status run_catch_up(AdapterBase& self, MPI_Comm comm, bool replica, const BeforeUpdateHook* hook, std::uint64_t& v,
+                    std::int64_t& bytes) {
+  std::unique_ptr<AdapterBase> link;
+  try {
+    link = std::make_unique<AdapterBase>(comm, self.group_comm, replica, self.params, self.load_weights,
+                                         catch_up_options(self.options));
+  } catch (const Error& error) {
+    comm::abandon_link(comm);
+    return error.status();
+  }
+  link->link = comm;  // parted with the joiner at the end (abandoned after a failure)
+  // Made: the joiner came straight from its own link's connect, which the trainers waited for meanwhile (the
+  // whole timeout). From here neither side serves: the replica's own engine and the joiner have the
+  // trainers' next version waiting, under their deadline. A peer that dies in it must cost much less, so
+  // every step waits for progress at most half the deadline of a join's answer (itself at most half the
+  // timeout: set it alike in every job).
+  link->options.timeout_seconds = 0.5 * join_answer_seconds(self.options.timeout_seconds);
+  Status status;
+  try {
+    // Both sides kept their probe (no FP8 form in either job), and the replica's version reaches the joiner.
+    Status usable = self.connection && !self.connection->probed.parameters.empty() && !self.options.fp8
+                        ? Status::ok()
+                        : Status(ErrorCode::kUnsupported, self.who() + ": no source map of its own kept (an FP8 form)");
+    comm::agree(usable, link->world, link->waiter(), "a joiner's catch-up: whether both sides can");
+    comm::broadcast_fixed(std::as_writable_bytes(std::span(&v, 1)), 0, link->world, link->waiter(), "a joiner's catch-up: its version");
+    link->connect(replica ? &self.connection->tensors : nullptr, &self.connection->probed);
+    if (hook != nullptr && *hook) {
+      try {
+        (*hook)(v);
+      } catch (const std::exception& error) {
+        status = Status(ErrorCode::kInvalidArgument, self.who() + ": before_update_hook(" + std::to_string(v) + ") threw: " + error.what());
+      }
+    }
+    if (status) status = link->run_transfer(v);
+    bytes = link->executor_stats.bytes_written;
+    if (status) comm::agree(Status::ok(), link->world, link->waiter(), "a joiner's catch-up: version " + std::to_string(v));
+    else status = link->give_up(status, "a joiner's catch-up of version " + std::to_string(v) + " (its link names the replica's "
+                                               "workers trainers): ");
+  } catch (const Error& error) {
+    status = link->fail(error.status());
+  }
+  if (status) {
+    link->shut_down = true;
+    return status;  // the link goes: parted with the other side
+  }
+  // Given up on: nothing of it is waited for again (its executor's teardown would wait for the peers'
+  // grants): its communicators are abandoned, and it is kept with its buffers to the end of the process.
+  link->abandon_link_comms();
+  comm::keep_alive(std::shared_ptr<AdapterBase>(link.release()));
+  return status;
+}
+
+// Both sides of a joined replica, collective over each side's engine: the leaders merge the link that the
+// joiner's connection to the replica's port made, and both jobs widen it (the replica's workers first).
+// Everything bounded by parts of the join's answer time: the replica serves its own engine no more meanwhile.
+// The joiner comes straight from its own connect and may wait for the replica (which enters once the
+// version is installed) as long as a join's answer; the replica, once there, finds it waiting.
+MPI_Comm link_leaders(AdapterBase& self, MPI_Comm leaders, bool joiner) {
+  const double answer = join_answer_seconds(self.options.timeout_seconds);
+  const double wait = joiner ? answer : 0.25 * answer;
+  MPI_Comm bridge = MPI_COMM_NULL;
+  Status bridged;
+  if (self.roles.leader) {
+    try {
+      bridge = comm::bridge_join(leaders, joiner, wait, self.who() + ": a joiner's catch-up");
+    } catch (const Error& error) {
+      bridged = error.status();
+    }
+  }
+  comm::agree(bridged, self.group_comm, comm::Waiter{2 * wait, {}}, "a joiner's catch-up: the leaders' link");
+  return comm::widen_join(self.group_comm, bridge, joiner, 0.5 * answer, self.who() + ": a joiner's catch-up");
+}
+
+}  // namespace
+
+std::string replica_address(const std::string& join_address) { return join_address + ".replica"; }
+
+void connect_replica(MPI_Comm engine, const std::string& join_address, double timeout, JoinedComms& comms) {
+  int rank = 0;
+  WB_CHECK_MPI(MPI_Comm_rank(engine, &rank));
+  const std::string path = replica_address(join_address);
+  std::int32_t connected = 0;
+  if (rank == 0 && ::access(path.c_str(), F_OK) == 0) {
+    try {
+      comms.replica_leaders = comm::join_by_address(path, join_answer_seconds(timeout));
+      connected = 1;
+    } catch (const Error& error) {
+      WB_LOG(kWarn) << "engine worker 0: the trainers' replica engine at " << path << " did not admit this engine ("
+                    << error.status().message() << "); its first version will be the trainers' next";
+    }
+  }
+  comm::broadcast_fixed(std::as_writable_bytes(std::span(&connected, 1)), 0, engine, comm::Waiter{timeout, {}},
+                        "joining the trainers: whether the replica admitted this engine");
+  comms.from_replica = connected != 0;
+}
+
+Status serve_joiner_at_port(AdapterBase& replica, comm::JoinPort* port, std::int64_t& bytes) {
+  MPI_Comm comm = MPI_COMM_NULL;
+  try {
+    MPI_Comm leaders = MPI_COMM_NULL;
+    if (port != nullptr) {
+      comm::Backoff backoff;
+      const double until = comm::local_seconds() + 0.25 * join_answer_seconds(replica.options.timeout_seconds);
+      for (std::optional<MPI_Comm> peer; leaders == MPI_COMM_NULL && comm::local_seconds() < until; backoff.pause())
+        if ((peer = port->take())) leaders = *peer;
+    }
+    if (replica.roles.leader && leaders == MPI_COMM_NULL) {
+      comm::agree(Status(ErrorCode::kTimeout, replica.who() + ": no joiner connected at this engine's port"), replica.group_comm,
+                  replica.waiter(), "a joiner's catch-up: the joiner at the port");
+    } else {
+      comm::agree(Status::ok(), replica.group_comm, replica.waiter(), "a joiner's catch-up: the joiner at the port");
+    }
+    comm = link_leaders(replica, leaders, false);
+  } catch (const Error& error) {
+    return error.status();
+  }
+  std::uint64_t v = replica.version;
+  return run_catch_up(replica, comm, true, nullptr, v, bytes);
+}
+
+Status catch_up_from_port(AdapterBase& joiner, MPI_Comm replica_leaders, const BeforeUpdateHook& hook, std::uint64_t& installed) {
+  MPI_Comm comm = MPI_COMM_NULL;
+  try {
+    comm = link_leaders(joiner, replica_leaders, true);
+  } catch (const Error& error) {
+    return error.status();
+  }
+  std::uint64_t v = 0;
+  std::int64_t bytes = 0;
+  const Status status = run_catch_up(joiner, comm, false, &hook, v, bytes);
+  if (status) installed = v;
+  return status;
+}
+
+Status serve_joiner(AdapterBase& replica, MPI_Comm replica_comm, std::int64_t& bytes) {
+  const double timeout = replica.options.timeout_seconds;
+  JoinedComms comms;
+  try {
+    const MPI_Comm merged = comm::widen_join(replica_comm, MPI_COMM_NULL, false, timeout, replica.who() + ": serving a joiner");
+    comms = cut_widening(merged, JoinSide::kReplica, timeout);
+  } catch (const Error& error) {
+    return error.status();
+  }
+  std::uint64_t v = replica.version;
+  return run_catch_up(replica, comms.catch_up, true, nullptr, v, bytes);
+}
+
+Status catch_up(AdapterBase& joiner, MPI_Comm catch_up_comm, const BeforeUpdateHook& hook, std::uint64_t& installed) {
+  std::uint64_t v = 0;
+  std::int64_t bytes = 0;
+  const Status status = run_catch_up(joiner, catch_up_comm, false, &hook, v, bytes);
+  if (status) installed = v;
+  return status;
+}
+
+}  // namespace wb::coord

@@ -1,0 +1,79 @@
+// A joiner's first version from a replica that holds it (issue 31): an engine job that joins gets the
+// trainers' latest version from an engine of the trainers' own job, not from the trainers, and serves it
+// before their next update. Engine 0 of the trainers' world is the replica: it is in the trainers' job, so
+// one widening of the join spans the trainers, the replica and the joiner with no further connection
+// between jobs (a communicator across jobs forms only where every pair of them connected). The widening is
+// cut into the trainers' link (trainers and joiner, planned as before) and the catch-up link (replica and
+// joiner), over which the replica's workers play the trainers' part once: planned from the maps both
+// probed at their own connect (nobody probes again), one update of the version the replica holds, written
+// straight into the joiner's parameters, then parted. The trainers write nothing for that version: their
+// egress per update is unchanged. A trainer job with no engine of its own (or with FP8 engines, or
+// without MPI_THREAD_MULTIPLE on the replica) appoints the first joined engine job of two workers or more
+// instead: it opens a port of its own (its address file beside the trainers'), a joiner connects there
+// before it joins the trainers, and the two jobs' leaders make the catch-up link from that connection
+// (bridge and widening, as a join). With no replica at all, joiners get the trainers' next version.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <string>
+
+#include "comm/join.hpp"
+#include "coord/roles.hpp"
+#include "weightbridge/adapter.hpp"
+#include "weightbridge/status.hpp"
+
+namespace wb::coord {
+
+struct AdapterBase;
+
+/// Who a rank is in the widening of a join.
+enum class JoinSide : std::int32_t { kTrainer = 0, kReplica = 1, kJoiner = 2 };
+
+/// What the widening of a join is cut into, on the ranks that are in each (MPI_COMM_NULL elsewhere).
+struct JoinedComms {
+  MPI_Comm link = MPI_COMM_NULL;      // trainers first, then the joiner's workers
+  MPI_Comm catch_up = MPI_COMM_NULL;  // the replica's workers first, then the joiner's; none without a replica
+  MPI_Comm replica_leaders = MPI_COMM_NULL;  // the joiner's leader: to a joined replica's leader, when it connected
+  bool from_replica = false;                 // every rank of the joiner: its leader connected to a joined replica
+};
+
+/// The address file of the joined replica: the trainers' address with ".replica" after it. Written by that
+/// job's leader (comm::JoinPort), removed when it goes (by the trainers when they drop it).
+std::string replica_address(const std::string& join_address);
+
+/// A joiner, collective over its `engine` before it joins the trainers: its leader connects to the joined
+/// replica whose address file exists (bounded by join_answer_seconds; none, or one that does not answer,
+/// is no error: a warning). Sets `replica_leaders` (leader) and `from_replica` (everyone).
+void connect_replica(MPI_Comm engine, const std::string& join_address, double timeout, JoinedComms& comms);
+
+/// Collective over `merged` (the widening of a join; taken over): every rank says which side it is, and
+/// when a replica took part, the widening is cut into the link and the catch-up link (and freed).
+/// Bounded by `timeout`; throws wb::Error.
+JoinedComms cut_widening(MPI_Comm merged, JoinSide mine, double timeout);
+
+/// Collective over the adapters' world at connect (not over a joined link): the trainers and engine 0, the
+/// replica that feeds joiners (trainers first, by trainer rank, then engine 0's workers). MPI_COMM_NULL on
+/// the other ranks, and on all when the trainers take no joins (`joins`: this rank is a trainer with a
+/// join address), there is no engine or fewer than two trainers, or some rank of them lacks
+/// MPI_THREAD_MULTIPLE (the widening runs on a thread).
+MPI_Comm make_replica_comm(MPI_Comm world, const Roles& roles, bool joins, double timeout);
+
+/// The replica engine's workers, together, when trainer rank 0 asked them (RequestKind::kServeJoiner) and
+/// their version is installed: they take part in the widening of the join over `replica_comm` and write
+/// the version they hold to the joiner. A failure is the joiner's, not this engine's: the caller warns and
+/// serves on. `bytes`: what this worker wrote.
+Status serve_joiner(AdapterBase& replica, MPI_Comm replica_comm, std::int64_t& bytes);
+/// The same for a joined replica, collective over its engine: its leader takes the joiner admitted at
+/// `port` (null on the other ranks) and the two jobs make the catch-up link.
+Status serve_joiner_at_port(AdapterBase& replica, comm::JoinPort* port, std::int64_t& bytes);
+
+/// The joiner's workers, together, right after their link is connected: `hook(v)`, then version v from
+/// the replica, straight into their parameters. `installed`: v, once every worker of both sides has it.
+Status catch_up(AdapterBase& joiner, MPI_Comm catch_up_comm, const BeforeUpdateHook& hook, std::uint64_t& installed);
+/// The same from a joined replica: the catch-up link made first from `replica_leaders` (the leader's; null
+/// on the other ranks).
+Status catch_up_from_port(AdapterBase& joiner, MPI_Comm replica_leaders, const BeforeUpdateHook& hook, std::uint64_t& installed);
+
+}  // namespace wb::coord
