@@ -3,7 +3,8 @@
 # address and waits for one engine job, which joins it (wb-replay --engine-job, one worker). Passes when both
 # jobs exit 0 and their JSON says: the engine job verified every version it installed bit for bit against its
 # own load_weights, its first install is the trainers' latest version when they took it (written by their own
-# engine, the replica), and it installed every later one
+# engine, the replica; with FP8 engines, which have no replica yet, the trainers' next one), and it installed
+# every later one
 # to the trainers' last; the trainers' own engine verified all of them; the trainers list the joined engine
 # as serving with that last version. With `fp8` both engines serve block FP8 (fp8=128x128 on a model whose
 # shards the blocks tile): the joined link's trainers quantize and exchange amaxes on it, beside the world's.
@@ -49,7 +50,7 @@ trainers_rc=0
 wait "$trainers" || trainers_rc=$?
 trainers=
 [[ $trainers_rc == 0 && $engine_rc == 0 ]] || fail "the trainer job ended with $trainers_rc, the engine job with $engine_rc"
-/usr/bin/python3 - "$dir" <<'PY' || fail "the JSON does not say so"
+/usr/bin/python3 - "$dir" "$form" <<'PY' || fail "the JSON does not say so"
 import json, re, sys
 d = sys.argv[1]
 t, e = json.load(open(d + "/trainers.json")), json.load(open(d + "/engine.json"))
@@ -59,8 +60,10 @@ assert t["verified"] and len(joined) == 1 and joined[0]["state"] == "serving" an
 taken = int(re.search(r"after version (\d+)", joined[0]["name"]).group(1))
 v = e["installed"]
 assert e["verified"] and e["failures"] == [] and e["verified_versions"] == len(v), e
-# Its first version is the trainers' latest when they took it, written by their own engine (the replica).
-assert v == list(range(taken, last + 1)), (v, taken, last)
+# Its first version is the trainers' latest when they took it, written by their own engine (the replica);
+# FP8 engines have no replica yet (the catch-up is planned in the checkpoint's form): the trainers' next one.
+first = taken if sys.argv[2] == "bf16" else taken + 1
+assert v == list(range(first, last + 1)), (v, taken, last)
 assert t["join"]["join_versions"] + 3 == last, t["join"]
 print("engine job: versions %d..%d, every one bit for bit; the trainers' engine: %d versions" % (v[0], v[-1], last))
 PY
