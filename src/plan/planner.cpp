@@ -177,7 +177,7 @@ TransferPlan plan_transfer(const Correspondence& correspondence, const Topology&
   const LowerBound bound = lower_bound(correspondence, topology);  // also checks the topology against the workers
   std::int64_t estimate = 0;
   if (options.memory_limit_bytes > 0) {
-    estimate = estimate_plan_memory(correspondence, topology, options);
+    estimate = plan_detail::estimate_plan_memory(correspondence, topology, options, bound);
     if (estimate > options.memory_limit_bytes)
       throw Error(ErrorCode::kUnsupported,
                   "planning " + std::to_string(correspondence.sides.size()) + " workers would take about " + mib(estimate) +
@@ -188,11 +188,13 @@ TransferPlan plan_transfer(const Correspondence& correspondence, const Topology&
   // Relays forward from the previous round's slot: with one slot there is none.
   if (effective.pipeline_depth < 2 && effective.relay_fan_out == kRelayChoose) effective.relay_fan_out = kRelayAllToAll;
   try {
-    return plan_checked(correspondence, topology, effective, bound);
+    TransferPlan plan = plan_checked(correspondence, topology, effective, bound);
+    plan.memory_estimate = estimate;
+    return plan;
   } catch (const std::bad_alloc&) {
     throw Error(ErrorCode::kUnsupported, "planning " + std::to_string(correspondence.sides.size()) +
                                              " workers ran out of memory (estimated " +
-                                             mib(estimate > 0 ? estimate : estimate_plan_memory(correspondence, topology, options)) +
+                                             mib(estimate > 0 ? estimate : plan_detail::estimate_plan_memory(correspondence, topology, options, bound)) +
                                              (options.memory_limit_bytes > 0 ? ", limit " + mib(options.memory_limit_bytes) : std::string()) +
                                              "; raise buffer_mib for fewer pieces and rounds)");
   }

@@ -36,6 +36,16 @@ struct Region {
 
 namespace {
 
+// `to` = `from`, element by element where the sizes agree (the usual case when entries are refilled: a
+// call of vector's assignment per axis list was a fifth of building the schedules).
+void assign(Shape& to, const Shape& from) {
+  if (to.size() != from.size()) {
+    to = from;
+    return;
+  }
+  for (std::size_t a = 0; a < from.size(); ++a) to[a] = from[a];
+}
+
 // Where the box of `segment` sits in the parameter of copy `copy_index` of `worker`'s source map, written
 // into `result` (assigned, so that its vectors keep their memory from the schedule built before).
 void copy_at(const Correspondence& correspondence, std::uint32_t tensor, int worker, std::uint32_t copy_index, const Box& box,
@@ -43,18 +53,38 @@ void copy_at(const Correspondence& correspondence, std::uint32_t tensor, int wor
   const SliceCopy& copy = correspondence.maps[static_cast<std::size_t>(worker)].copies[copy_index];
   result.tensor = tensor;
   result.parameter = copy.parameter;
-  result.box = box;
+  assign(result.box.offset, box.offset);
+  assign(result.box.extent, box.extent);
   result.offset = copy.offset;
   for (std::size_t a = 0; a < copy.strides.size(); ++a) result.offset += (box.offset[a] - copy.box.offset[a]) * copy.strides[a];
-  result.strides = copy.strides;
+  assign(result.strides, copy.strides);
 }
+
+// Entries a list of this thread's schedule gave up (the rounds of one rank hold more entries than those of
+// the next), kept with their memory for the lists that grow next.
+thread_local std::vector<BufferCopy> spare_entries;
 
 // The next entry of a list that is refilled in place: entries past `used` are the previous schedule's,
 // overwritten rather than destroyed and made again (a BufferCopy holds three vectors; making and freeing
 // them for every entry of every rank was most of the time building schedules took).
 BufferCopy& next_entry(std::vector<BufferCopy>& list, std::size_t& used) {
-  if (used == list.size()) list.emplace_back();
+  if (used == list.size()) {
+    if (spare_entries.empty()) {
+      list.emplace_back();
+    } else {
+      list.push_back(std::move(spare_entries.back()));
+      spare_entries.pop_back();
+    }
+  }
   return list[used++];
+}
+
+// Cuts `list` to its first `used` entries, the rest kept for next_entry.
+void keep_used(std::vector<BufferCopy>& list, std::size_t used) {
+  while (list.size() > used) {
+    spare_entries.push_back(std::move(list.back()));
+    list.pop_back();
+  }
 }
 
 }  // namespace
@@ -299,9 +329,25 @@ void RoundScheduleBuilder::Index::take(std::size_t worker, std::size_t rounds, s
   if (!std::is_sorted(own_parts.begin(), own_parts.end(), part_order))
     throw Error(ErrorCode::kInternal, "round schedule: worker " + std::to_string(worker) + " has two parts of one segment in a round");
   // Regions: in (round, stage, lag, source) order, those of one key summed, laid out per round.
+  // They come in plan order: by round first (a counting sort), then each round's few by key (regions of
+  // one key are summed, so their order among themselves does not matter).
   const auto region_order = [](const Region& a, const Region& b) { return a.key() < b.key(); };
-  if (!std::is_sorted(own_regions.begin(), own_regions.end(), region_order))
-    std::stable_sort(own_regions.begin(), own_regions.end(), region_order);
+  if (!std::is_sorted(own_regions.begin(), own_regions.end(), region_order)) {
+    std::vector<std::uint32_t> first(rounds + 1, 0);
+    for (const Region& region : own_regions) {
+      if (region.round + 1 >= first.size()) first.resize(region.round + 2, 0);
+      ++first[region.round + 1];
+    }
+    for (std::size_t r = 0; r + 1 < first.size(); ++r) first[r + 1] += first[r];
+    std::vector<Region> by_round(own_regions.size());
+    std::vector<std::uint32_t> next(first.begin(), first.end() - 1);
+    for (const Region& region : own_regions) by_round[next[region.round]++] = region;
+    for (std::size_t r = 0; r + 1 < first.size(); ++r) {
+      const auto begin = by_round.begin() + first[r], end = by_round.begin() + first[r + 1];
+      if (!std::is_sorted(begin, end, region_order)) std::sort(begin, end, region_order);
+    }
+    own_regions = std::move(by_round);
+  }
   std::size_t out = 0;
   for (std::size_t i = 0; i < own_regions.size(); ++i) {
     if (out > 0 && own_regions[out - 1].key() == own_regions[i].key()) {
@@ -475,8 +521,8 @@ void RoundScheduleBuilder::build(int rank, RoundSchedule& schedule) const {
   std::vector<int> peers;
   for (std::size_t r = 0; r < schedule.rounds.size(); ++r) {
     RoundPlan& work = schedule.rounds[r];
-    work.pack.resize(packed[r]);
-    work.assemble.resize(assembled[r]);
+    keep_used(work.pack, packed[r]);
+    keep_used(work.assemble, assembled[r]);
     // Relays first within their stage: they wait only for the round before, so they can go out first.
     const auto in_order = [](const Write& a, const Write& b) {
       return std::make_tuple(a.stage, -a.lag, a.peer, a.remote_offset) < std::make_tuple(b.stage, -b.lag, b.peer, b.remote_offset);
@@ -507,6 +553,7 @@ std::vector<std::vector<std::byte>> serialize_round_schedules(const RoundSchedul
       inspect(schedule);
     }
   });
+  spare_entries = {};  // this thread's (the others' end with them)
   return serialized;
 }
 
