@@ -36,7 +36,7 @@ std::vector<std::uint32_t> needer_ids(const std::vector<Atom>& atoms) {
     workers.clear();
     for (const AtomEndpoint& needer : atoms[a].needers) workers.push_back(needer.worker);
     workers.erase(std::unique(workers.begin(), workers.end()), workers.end());
-    out[a] = ids.emplace(workers, static_cast<std::uint32_t>(ids.size())).first->second;
+    out[a] = ids.try_emplace(workers, static_cast<std::uint32_t>(ids.size())).first->second;
   }
   return out;
 }
@@ -56,7 +56,7 @@ void sort_and_merge(const Correspondence& correspondence, const AtomRoutes& rout
       const Segment& s = plan.segments[i];
       workers.clear();
       for (std::uint32_t needer : plan.landers_of(s)) workers.push_back(atoms[s.atom].needers[needer].worker);
-      const auto [it, added] = first_seen.emplace(workers, static_cast<std::uint32_t>(lists.size()));
+      const auto [it, added] = first_seen.try_emplace(workers, static_cast<std::uint32_t>(lists.size()));
       if (added) lists.push_back(&it->first);
       route_id[i] = it->second;
     }
@@ -163,7 +163,7 @@ void classify_pieces(PlanBasis& basis) {
     key.assign({atom.holders[basis.senders[p]].worker, static_cast<int>(needers_of_atom[pieces.atom[p]])});
     for (std::uint32_t i = basis.landing.first[p]; i < basis.landing.first[p + 1]; ++i)
       key.push_back(atom.needers[basis.landing.landers[i]].worker);
-    basis.piece_class[p] = ids.emplace(key, static_cast<std::uint32_t>(ids.size())).first->second;
+    basis.piece_class[p] = ids.try_emplace(key, static_cast<std::uint32_t>(ids.size())).first->second;
   }
   basis.classes = static_cast<std::uint32_t>(ids.size());
 }
@@ -203,7 +203,7 @@ RoutedRounds route_rounds(const PlanBasis& basis, const Exchange& exchange, int 
     for (std::uint32_t p = 0; p < pieces.size(); ++p) {
       tree_of_piece[p] = first_tree[sets.of_atom[pieces.atom[p]]] + exchange.tree[p];
       targets.origin[p] =
-          origins.emplace(static_cast<std::uint64_t>(tree_of_piece[p]) << 16 | landing.column[p], static_cast<std::uint32_t>(origins.size()))
+          origins.try_emplace(static_cast<std::uint64_t>(tree_of_piece[p]) << 16 | landing.column[p], static_cast<std::uint32_t>(origins.size()))
               .first->second;
       const AtomRoute& route = routes.atoms[pieces.atom[p]];
       double takers = 0;
@@ -224,7 +224,7 @@ RoutedRounds route_rounds(const PlanBasis& basis, const Exchange& exchange, int 
     flow_of.clear();
     for (std::uint32_t p = 0; p < pieces.size(); ++p) {
       const std::uint64_t key = (static_cast<std::uint64_t>(routed.round[p]) * basis.classes + basis.piece_class[p]) * tree_count + tree_of_piece[p];
-      const auto [it, added] = flow_of.emplace(key, static_cast<std::uint32_t>(routed.flows.size()));
+      const auto [it, added] = flow_of.try_emplace(key, static_cast<std::uint32_t>(routed.flows.size()));
       if (added) {
         const std::uint32_t a = pieces.atom[p];
         const std::uint32_t set = sets.of_atom[a];

@@ -31,7 +31,7 @@ LowerBound lower_bound(const Correspondence& correspondence, const Topology& top
   for (std::size_t w = 0; w < workers; ++w) {
     const int node = topology.node_of_worker[w];
     const bool trainer = correspondence.sides[w] == Side::kTrainer;
-    auto [it, inserted] = node_is_trainer.emplace(node, trainer);
+    auto [it, inserted] = node_is_trainer.try_emplace(node, trainer);
     if (!inserted && it->second != trainer)
       throw Error(ErrorCode::kInvalidArgument, "node " + std::to_string(node) +
                                                    " hosts trainer and rollout workers; the lower bound assumes "
