@@ -12,6 +12,7 @@
 // result names the shape it chose and what it tried. Planning time is reported as wall and CPU time (the
 // latter is what a loaded machine does not inflate), with the peak RSS and the planner's own estimate of
 // its memory, which it checks before planning against plan_memory_mib (or the memory available).
+#include <malloc.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -189,6 +190,7 @@ Evaluation evaluate(const std::vector<TensorInfo>& tensors, DescribedDeployment 
   for_each_index(result.strategies.size() + 1, 1, [&](std::size_t task) {
     if (task == 0) {
       std::vector<SourceMap>().swap(correspondence.maps);
+      malloc_trim(0);  // their pages back to the system: the simulations allocate in other threads' arenas
       return;
     }
     const std::size_t s = task - 1;
