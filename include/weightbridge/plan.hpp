@@ -132,6 +132,7 @@ struct TransferPlan {
   LowerBound bound;
   std::string exchange = "all-to-all";  // the external exchange's shape, as ExchangeCandidate::shape
   std::vector<ExchangeCandidate> candidates;  // what the planner simulated to choose it (may be empty)
+  std::int64_t memory_estimate = 0;     // estimate_plan_memory, as plan_transfer checked it (0: no limit, not estimated)
 
   // Traffic tallies (bytes), filled by the planner. Inter-node traffic counts the receive and external
   // exchange stages; intra-node the internal exchange.

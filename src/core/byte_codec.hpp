@@ -6,9 +6,11 @@
 // from an unchecked count.
 #pragma once
 
+#include <algorithm>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <string>
 #include <utility>
@@ -39,30 +41,52 @@ inline std::int64_t wrapping_mul(std::int64_t a, std::int64_t b) {
 class ByteWriter {
  public:
   void varint(std::uint64_t v) {
+    std::byte* at = room(10);  // 64 bits in 7-bit groups
     while (v >= 0x80) {
-      bytes_.push_back(static_cast<std::byte>((v & 0x7f) | 0x80));
+      *at++ = static_cast<std::byte>((v & 0x7f) | 0x80);
       v >>= 7;
     }
-    bytes_.push_back(static_cast<std::byte>(v));
+    *at++ = static_cast<std::byte>(v);
+    used_ = static_cast<std::size_t>(at - bytes_.data());
   }
   void signed_varint(std::int64_t v) { varint(zigzag_encode(v)); }
-  void byte(std::uint8_t b) { bytes_.push_back(static_cast<std::byte>(b)); }
+  void byte(std::uint8_t b) {
+    *room(1) = static_cast<std::byte>(b);
+    ++used_;
+  }
   /// A double's bit pattern, 8 bytes, low byte first.
   void float64(double v) {
     const auto bits = std::bit_cast<std::uint64_t>(v);
     for (int shift = 0; shift < 64; shift += 8) byte(static_cast<std::uint8_t>(bits >> shift));
   }
-  void bytes(std::span<const std::byte> data) { bytes_.insert(bytes_.end(), data.begin(), data.end()); }
+  void bytes(std::span<const std::byte> data) {
+    if (data.empty()) return;
+    std::memcpy(room(data.size()), data.data(), data.size());
+    used_ += data.size();
+  }
   /// Length (varint), then the characters.
   void text(const std::string& s) {
     varint(s.size());
     bytes(std::as_bytes(std::span(s.data(), s.size())));
   }
-  std::size_t size() const { return bytes_.size(); }
-  std::vector<std::byte> take() { return std::move(bytes_); }
+  std::size_t size() const { return used_; }
+  std::vector<std::byte> take() {
+    bytes_.resize(used_);
+    used_ = 0;
+    return std::move(bytes_);
+  }
 
  private:
-  std::vector<std::byte> bytes_;
+  // At least `n` writable bytes at the end of what is written (the buffer grows by doubling, so that a
+  // varint is a few stores, not a push_back per byte: serializing every rank's round schedule spent a
+  // third of its time in push_back).
+  std::byte* room(std::size_t n) {
+    if (bytes_.size() - used_ < n) bytes_.resize(std::max<std::size_t>({2 * bytes_.size(), used_ + n, 64}));
+    return bytes_.data() + used_;
+  }
+
+  std::vector<std::byte> bytes_;  // written: the first used_ bytes
+  std::size_t used_ = 0;
 };
 
 class ByteReader {

@@ -89,7 +89,7 @@ bool same_endpoints(const std::vector<AtomEndpoint>& x, const std::vector<AtomEn
 // Neighbouring atoms with the same holders and needers become one, axis by axis (last axis first), so
 // that a tensor held and needed whole stays one atom however many other boxes cut its neighbours.
 void merge_atoms(std::vector<Atom>& atoms) {
-  if (atoms.empty()) return;
+  if (atoms.size() < 2) return;  // most tensors are one atom (an expert held once, needed whole)
   const std::size_t ndim = atoms.front().box.extent.size();
   for (std::size_t axis = ndim; axis-- > 0;) {
     std::stable_sort(atoms.begin(), atoms.end(), [axis](const Atom& x, const Atom& y) {

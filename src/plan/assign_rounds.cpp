@@ -1,7 +1,6 @@
 // Rounds: every piece's trainer round (piece_rounds.cpp), then segments, slot sizes (more rounds while a
 // worker's slots exceed its budget), and traffic tallies.
 #include <algorithm>
-#include <map>
 #include <numeric>
 #include <string>
 #include <tuple>
@@ -16,17 +15,28 @@ namespace {
 // The most slots deepen_pipeline gives a worker (more bought nothing in the measurement it cites).
 constexpr int kDeepestPipeline = 8;
 
+// Lists of workers to ids, hashed (a std::map of vectors compared every list about log n times; the planner
+// keys a few hundred thousand pieces and segments this way).
+struct WorkerListHash {
+  std::size_t operator()(const std::vector<int>& list) const {
+    std::uint64_t h = 0xcbf29ce484222325ull;
+    for (int v : list) h = (h ^ static_cast<std::uint32_t>(v)) * 0x100000001b3ull;
+    return static_cast<std::size_t>(h ^ (h >> 29));
+  }
+};
+using WorkerListIds = std::unordered_map<std::vector<int>, std::uint32_t, WorkerListHash>;
+
 // Per atom, its distinct needer workers as one id (in order of first appearance): atoms with the same
 // needers are handed on alike.
 std::vector<std::uint32_t> needer_ids(const std::vector<Atom>& atoms) {
   std::vector<std::uint32_t> out(atoms.size());
-  std::map<std::vector<int>, std::uint32_t> ids;
+  WorkerListIds ids;
   std::vector<int> workers;
   for (std::size_t a = 0; a < atoms.size(); ++a) {
     workers.clear();
     for (const AtomEndpoint& needer : atoms[a].needers) workers.push_back(needer.worker);
     workers.erase(std::unique(workers.begin(), workers.end()), workers.end());
-    out[a] = ids.emplace(workers, static_cast<std::uint32_t>(ids.size())).first->second;
+    out[a] = ids.try_emplace(workers, static_cast<std::uint32_t>(ids.size())).first->second;
   }
   return out;
 }
@@ -35,42 +45,45 @@ std::vector<std::uint32_t> needer_ids(const std::vector<Atom>& atoms) {
 // of a receive buffer coalesce; neighbours along an atom's axis on one route become one segment.
 void sort_and_merge(const Correspondence& correspondence, const AtomRoutes& routes, TransferPlan& plan) {
   const auto& atoms = correspondence.atoms;
-  // Every distinct list of landing workers gets an id, in order of the lists (compared once each, not on
-  // every comparison of the sort: a list has one entry per node).
+  // Every distinct list of landing workers gets an id, in order of the lists (each list compared with the
+  // others once, not on every comparison of the sort: a list has one entry per node).
   std::vector<std::uint32_t> route_id(plan.segments.size());
   {
-    std::map<std::vector<int>, std::uint32_t> ids;
+    WorkerListIds first_seen;  // list -> its index in order of first appearance
+    std::vector<const std::vector<int>*> lists;
     std::vector<int> workers;
     for (std::size_t i = 0; i < plan.segments.size(); ++i) {
       const Segment& s = plan.segments[i];
       workers.clear();
       for (std::uint32_t needer : plan.landers_of(s)) workers.push_back(atoms[s.atom].needers[needer].worker);
-      ids.emplace(workers, 0);
+      const auto [it, added] = first_seen.try_emplace(workers, static_cast<std::uint32_t>(lists.size()));
+      if (added) lists.push_back(&it->first);
+      route_id[i] = it->second;
     }
-    std::uint32_t next = 0;
-    for (auto& [list, id] : ids) id = next++;
-    for (std::size_t i = 0; i < plan.segments.size(); ++i) {
-      const Segment& s = plan.segments[i];
-      workers.clear();
-      for (std::uint32_t needer : plan.landers_of(s)) workers.push_back(atoms[s.atom].needers[needer].worker);
-      route_id[i] = ids.at(workers);
-    }
+    // Ids by the lists' order: the rank of every list among the distinct ones.
+    std::vector<std::uint32_t> by_order(lists.size()), rank(lists.size());
+    std::iota(by_order.begin(), by_order.end(), 0u);
+    std::sort(by_order.begin(), by_order.end(), [&](std::uint32_t x, std::uint32_t y) { return *lists[x] < *lists[y]; });
+    for (std::uint32_t r = 0; r < by_order.size(); ++r) rank[by_order[r]] = r;
+    for (std::uint32_t& id : route_id) id = rank[id];
   }
   std::vector<std::uint32_t> order(plan.segments.size());
   std::iota(order.begin(), order.end(), 0u);
   // Atoms with the same needers are handed on inside their nodes to the same workers: side by side in a
   // receive buffer, they go on in one write per peer instead of one per atom.
   const std::vector<std::uint32_t> needer_id = needer_ids(atoms);
-  const auto route_key = [&](std::uint32_t i) {
+  // The keys, made once per segment rather than twice per comparison.
+  using RouteKey = std::tuple<std::uint32_t, int, int, std::uint32_t, std::uint32_t, std::uint32_t, std::uint32_t>;
+  std::vector<RouteKey> keys(plan.segments.size());
+  for (std::size_t i = 0; i < plan.segments.size(); ++i) {
     const Segment& s = plan.segments[i];
     const Atom& atom = atoms[s.atom];
-    return std::make_tuple(s.round, atom.holders[s.sender].worker, atom.needers[plan.landers[s.first_lander + s.origin]].worker, s.relay,
-                           route_id[i], needer_id[s.atom], s.atom);
-  };
+    keys[i] = RouteKey{s.round, atom.holders[s.sender].worker, atom.needers[plan.landers[s.first_lander + s.origin]].worker, s.relay,
+                       route_id[i], needer_id[s.atom], s.atom};
+  }
   // Same route first (landers as workers), then the same needers, then checkpoint order.
   std::stable_sort(order.begin(), order.end(), [&](std::uint32_t x, std::uint32_t y) {
-    const auto ka = route_key(x), kb = route_key(y);
-    if (ka != kb) return ka < kb;
+    if (keys[x] != keys[y]) return keys[x] < keys[y];
     return plan.segments[x].box.offset < plan.segments[y].box.offset;
   });
   std::vector<Segment> sorted;
@@ -142,7 +155,7 @@ void classify_pieces(PlanBasis& basis) {
   const PieceTable& pieces = basis.pieces;
   const std::vector<std::uint32_t> needers_of_atom = needer_ids(atoms);
   // Per piece: (sender worker, needers, landing workers), the last compared as a list.
-  std::map<std::vector<int>, std::uint32_t> ids;
+  WorkerListIds ids;
   std::vector<int> key;
   basis.piece_class.resize(pieces.size());
   for (std::uint32_t p = 0; p < pieces.size(); ++p) {
@@ -150,7 +163,7 @@ void classify_pieces(PlanBasis& basis) {
     key.assign({atom.holders[basis.senders[p]].worker, static_cast<int>(needers_of_atom[pieces.atom[p]])});
     for (std::uint32_t i = basis.landing.first[p]; i < basis.landing.first[p + 1]; ++i)
       key.push_back(atom.needers[basis.landing.landers[i]].worker);
-    basis.piece_class[p] = ids.emplace(key, static_cast<std::uint32_t>(ids.size())).first->second;
+    basis.piece_class[p] = ids.try_emplace(key, static_cast<std::uint32_t>(ids.size())).first->second;
   }
   basis.classes = static_cast<std::uint32_t>(ids.size());
 }
@@ -190,7 +203,7 @@ RoutedRounds route_rounds(const PlanBasis& basis, const Exchange& exchange, int 
     for (std::uint32_t p = 0; p < pieces.size(); ++p) {
       tree_of_piece[p] = first_tree[sets.of_atom[pieces.atom[p]]] + exchange.tree[p];
       targets.origin[p] =
-          origins.emplace(static_cast<std::uint64_t>(tree_of_piece[p]) << 16 | landing.column[p], static_cast<std::uint32_t>(origins.size()))
+          origins.try_emplace(static_cast<std::uint64_t>(tree_of_piece[p]) << 16 | landing.column[p], static_cast<std::uint32_t>(origins.size()))
               .first->second;
       const AtomRoute& route = routes.atoms[pieces.atom[p]];
       double takers = 0;
@@ -211,7 +224,7 @@ RoutedRounds route_rounds(const PlanBasis& basis, const Exchange& exchange, int 
     flow_of.clear();
     for (std::uint32_t p = 0; p < pieces.size(); ++p) {
       const std::uint64_t key = (static_cast<std::uint64_t>(routed.round[p]) * basis.classes + basis.piece_class[p]) * tree_count + tree_of_piece[p];
-      const auto [it, added] = flow_of.emplace(key, static_cast<std::uint32_t>(routed.flows.size()));
+      const auto [it, added] = flow_of.try_emplace(key, static_cast<std::uint32_t>(routed.flows.size()));
       if (added) {
         const std::uint32_t a = pieces.atom[p];
         const std::uint32_t set = sets.of_atom[a];

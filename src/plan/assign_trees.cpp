@@ -19,7 +19,7 @@ NodeSets group_node_sets(const AtomRoutes& routes) {
     const NodeNeeders* nodes = routes.nodes_of(route);
     key.clear();
     for (std::uint16_t k = 0; k < route.node_count; ++k) key.push_back(nodes[k].node);
-    const auto [it, added] = index.emplace(key, static_cast<std::uint32_t>(sets.size.size()));
+    const auto [it, added] = index.try_emplace(key, static_cast<std::uint32_t>(sets.size.size()));
     if (added) sets.size.push_back(route.node_count);
     sets.of_atom[a] = it->second;
   }

@@ -43,22 +43,39 @@ AtomRoutes atom_routes(const Correspondence& correspondence, const Topology& top
       if (i == 0 || holders[i].first != holders[i - 1].first) routes.holders.push_back(holders[i].second);
     route.holder_count = static_cast<std::uint16_t>(routes.holders.size() - route.first_holder);
 
-    needers.clear();
-    bool by_node = true;  // needers come by worker; where nodes ascend with workers, by node too
-    for (std::uint32_t i = 0; i < atom.needers.size(); ++i) {
-      const int worker = atom.needers[i].worker;
-      needers.emplace_back(topology.node_of_worker[static_cast<std::size_t>(worker)], worker, i);
-      by_node = by_node && (i == 0 || needers[i - 1] < needers[i]);
-    }
-    if (!by_node) std::sort(needers.begin(), needers.end());
     route.first_node = static_cast<std::uint32_t>(routes.nodes.size());
-    for (std::size_t i = 0; i < needers.size(); ++i) {
-      const auto [node, worker, index] = needers[i];
-      if (i > 0 && std::get<1>(needers[i - 1]) == worker) continue;  // the worker's first copy stands for it
+    const auto add_needer = [&](int node, int worker, std::uint32_t index, int previous_worker) {
+      if (previous_worker == worker) return;  // the worker's first copy stands for it
       if (routes.nodes.size() == route.first_node || routes.nodes.back().node != node)
         routes.nodes.push_back({node, static_cast<std::uint32_t>(routes.needers.size()), 0});
       routes.needers.push_back(index);
       ++routes.nodes.back().count;
+    };
+    // Needers come by worker; where nodes ascend with workers (as in every topology of consecutive ranks
+    // per node), by node too, and are taken as they come.
+    bool by_node = true;
+    for (std::uint32_t i = 1; by_node && i < atom.needers.size(); ++i) {
+      const int before = atom.needers[i - 1].worker, worker = atom.needers[i].worker;
+      const int before_node = topology.node_of_worker[static_cast<std::size_t>(before)];
+      const int node = topology.node_of_worker[static_cast<std::size_t>(worker)];
+      by_node = before_node < node || (before_node == node && before <= worker);
+    }
+    if (by_node) {
+      for (std::uint32_t i = 0; i < atom.needers.size(); ++i) {
+        const int worker = atom.needers[i].worker;
+        add_needer(topology.node_of_worker[static_cast<std::size_t>(worker)], worker, i, i > 0 ? atom.needers[i - 1].worker : -1);
+      }
+    } else {
+      needers.clear();
+      for (std::uint32_t i = 0; i < atom.needers.size(); ++i) {
+        const int worker = atom.needers[i].worker;
+        needers.emplace_back(topology.node_of_worker[static_cast<std::size_t>(worker)], worker, i);
+      }
+      std::sort(needers.begin(), needers.end());
+      for (std::size_t i = 0; i < needers.size(); ++i) {
+        const auto [node, worker, index] = needers[i];
+        add_needer(node, worker, index, i > 0 ? std::get<1>(needers[i - 1]) : -1);
+      }
     }
     route.node_count = static_cast<std::uint16_t>(routes.nodes.size() - route.first_node);
     routes.atoms.push_back(route);

@@ -51,14 +51,14 @@ std::vector<std::uint32_t> piece_rounds(const Correspondence& correspondence, co
     std::unordered_map<std::uint64_t, std::uint32_t> route_index;
     for (std::uint32_t p = 0; p < pieces.size(); ++p) {
       const int worker = atoms[pieces.atom[p]].holders[senders[p]].worker;
-      const std::uint32_t sender = sender_index.emplace(worker, static_cast<std::uint32_t>(sender_index.size())).first->second;
+      const std::uint32_t sender = sender_index.try_emplace(worker, static_cast<std::uint32_t>(sender_index.size())).first->second;
       if (sender == routes_of.size()) {
         routes_of.emplace_back();
         sender_left.push_back(0);
       }
       const std::uint32_t target = targets.origin[p];
       if (target >= target_left.size()) target_left.resize(target + 1, 0);
-      const auto [it, added] = route_index.emplace(static_cast<std::uint64_t>(sender) << 32 | target, static_cast<std::uint32_t>(routes.size()));
+      const auto [it, added] = route_index.try_emplace(static_cast<std::uint64_t>(sender) << 32 | target, static_cast<std::uint32_t>(routes.size()));
       if (added) {
         routes.push_back({sender, target, {}, 0, 0});
         routes_of[sender].push_back(it->second);

@@ -9,7 +9,11 @@
 namespace wb {
 
 std::int64_t estimate_plan_memory(const Correspondence& correspondence, const Topology& topology, const PlanOptions& options) {
-  const LowerBound bound = lower_bound(correspondence, topology);
+  return plan_detail::estimate_plan_memory(correspondence, topology, options, lower_bound(correspondence, topology));
+}
+
+std::int64_t plan_detail::estimate_plan_memory(const Correspondence& correspondence, const Topology& topology,
+                                               const PlanOptions& options, const LowerBound& bound) {
   const std::int64_t slot_budget = std::max<std::int64_t>(1, options.buffer_bytes_per_worker / std::max(1, options.pipeline_depth));
   const std::int64_t piece_bytes =
       std::max<std::int64_t>(1, std::min(plan_detail::choose_piece_bytes(correspondence, bound, options), slot_budget / 16));

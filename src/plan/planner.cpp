@@ -112,38 +112,57 @@ TransferPlan plan_checked(const Correspondence& correspondence, const Topology& 
     std::vector<double> seconds = std::vector<double>(kMultipleCount, -1);  // per multiple; -1: not simulated
     int best = -1;
     std::optional<RoutedRounds> best_routed;  // the draft of `best`
+    // Drafts simulated ahead of being asked for (see below), by multiple: seconds and draft.
+    std::vector<std::optional<std::pair<double, RoutedRounds>>> ahead = std::vector<std::optional<std::pair<double, RoutedRounds>>>(kMultipleCount);
   };
   std::vector<ExchangeCandidate> tried;
-  // Simulates each (shape, multiple) not simulated yet, in parallel, and records them in the order given.
-  const auto simulate_all = [&](const std::vector<std::pair<Shape*, int>>& wanted) {
+  // Simulates each (shape, multiple) not simulated yet, in parallel, and records them in the order given;
+  // `ahead` are simulated in the same batch and kept until asked for (on `threads` threads, 0: the cores).
+  const auto simulate_all = [&](const std::vector<std::pair<Shape*, int>>& wanted, const std::vector<std::pair<Shape*, int>>& ahead,
+                                int threads) {
+    const auto fresh = [](Shape* shape, int multiple) {
+      return multiple >= 0 && multiple < kMultipleCount && shape->seconds[static_cast<std::size_t>(multiple)] < 0 &&
+             !shape->ahead[static_cast<std::size_t>(multiple)];
+    };
     std::vector<std::pair<Shape*, int>> jobs;
     for (const auto& [shape, multiple] : wanted)
-      if (multiple >= 0 && multiple < kMultipleCount && shape->seconds[static_cast<std::size_t>(multiple)] < 0) jobs.emplace_back(shape, multiple);
+      if (fresh(shape, multiple)) jobs.emplace_back(shape, multiple);
+    for (const auto& [shape, multiple] : ahead)
+      if (fresh(shape, multiple)) jobs.emplace_back(shape, multiple);
     std::vector<std::optional<RoutedRounds>> routed(jobs.size());
     std::vector<double> seconds(jobs.size());
-    run_tasks(jobs.size(), 0, [&](std::size_t j, int) {
+    run_tasks(jobs.size(), threads, [&](std::size_t j, int) {
       routed[j] = route_rounds(basis, jobs[j].first->exchange, rounds_at(jobs[j].second));
       seconds[j] = simulate(traffic_of(basis, *routed[j]), topology).ewtt_seconds;
     });
-    for (std::size_t j = 0; j < jobs.size(); ++j) {
-      auto& [shape, multiple] = jobs[j];
-      tried.push_back({routed[j]->skeleton.exchange, std::max(1, shape->exchange.largest_fan_out), shape->exchange.height,
-                       routed[j]->skeleton.rounds, seconds[j], false});
-      shape->seconds[static_cast<std::size_t>(multiple)] = seconds[j];
-      if (shape->best < 0 || seconds[j] < shape->seconds[static_cast<std::size_t>(shape->best)]) {
+    for (std::size_t j = 0; j < jobs.size(); ++j)
+      jobs[j].first->ahead[static_cast<std::size_t>(jobs[j].second)].emplace(seconds[j], std::move(*routed[j]));
+    for (const auto& [shape, multiple] : wanted) {
+      if (multiple < 0 || multiple >= kMultipleCount) continue;
+      auto& draft = shape->ahead[static_cast<std::size_t>(multiple)];
+      if (!draft) continue;  // simulated and recorded before
+      const double time = draft->first;
+      tried.push_back({draft->second.skeleton.exchange, std::max(1, shape->exchange.largest_fan_out), shape->exchange.height,
+                       draft->second.skeleton.rounds, time, false});
+      shape->seconds[static_cast<std::size_t>(multiple)] = time;
+      if (shape->best < 0 || time < shape->seconds[static_cast<std::size_t>(shape->best)]) {
         shape->best = multiple;
-        shape->best_routed = std::move(routed[j]);
+        shape->best_routed = std::move(draft->second);
       }
-      routed[j].reset();
+      draft.reset();
     }
   };
   const int first = base_rounds < 32 ? 2 : 0;  // index of 2x, or 1x
   std::vector<Shape> shapes;
   for (int f : relay_fan_outs(sets)) shapes.emplace_back().exchange = assign_trees(pieces, landing, sets, f);
   {
-    std::vector<std::pair<Shape*, int>> start;
+    std::vector<std::pair<Shape*, int>> start, ahead;
     for (Shape& shape : shapes) start.insert(start.end(), {{&shape, first}, {&shape, first + 2}});
-    simulate_all(start);
+    // With one shape, the climb below always asks for the multiple between the two (a neighbour of
+    // whichever is faster): simulated in this batch, on a thread of its own, the three take the time of
+    // two on two cores, where the climb's one would run alone.
+    if (shapes.size() == 1) ahead.emplace_back(&shapes.front(), first + 1);
+    simulate_all(start, ahead, ahead.empty() ? 0 : static_cast<int>(start.size() + ahead.size()));
   }
   Shape* fastest = &shapes.front();
   for (Shape& shape : shapes)
@@ -151,7 +170,7 @@ TransferPlan plan_checked(const Correspondence& correspondence, const Topology& 
   // Climb to the best multiple: simulate the neighbours of the best so far until both are slower.
   for (int step = 0; step < kMultipleCount; ++step) {
     const int at = fastest->best;
-    simulate_all({{fastest, at - 1}, {fastest, at + 1}});
+    simulate_all({{fastest, at - 1}, {fastest, at + 1}}, {}, 0);
     if (fastest->best == at) break;
   }
   Shape& best = *fastest;
@@ -177,7 +196,7 @@ TransferPlan plan_transfer(const Correspondence& correspondence, const Topology&
   const LowerBound bound = lower_bound(correspondence, topology);  // also checks the topology against the workers
   std::int64_t estimate = 0;
   if (options.memory_limit_bytes > 0) {
-    estimate = estimate_plan_memory(correspondence, topology, options);
+    estimate = plan_detail::estimate_plan_memory(correspondence, topology, options, bound);
     if (estimate > options.memory_limit_bytes)
       throw Error(ErrorCode::kUnsupported,
                   "planning " + std::to_string(correspondence.sides.size()) + " workers would take about " + mib(estimate) +
@@ -188,11 +207,13 @@ TransferPlan plan_transfer(const Correspondence& correspondence, const Topology&
   // Relays forward from the previous round's slot: with one slot there is none.
   if (effective.pipeline_depth < 2 && effective.relay_fan_out == kRelayChoose) effective.relay_fan_out = kRelayAllToAll;
   try {
-    return plan_checked(correspondence, topology, effective, bound);
+    TransferPlan plan = plan_checked(correspondence, topology, effective, bound);
+    plan.memory_estimate = estimate;
+    return plan;
   } catch (const std::bad_alloc&) {
     throw Error(ErrorCode::kUnsupported, "planning " + std::to_string(correspondence.sides.size()) +
                                              " workers ran out of memory (estimated " +
-                                             mib(estimate > 0 ? estimate : estimate_plan_memory(correspondence, topology, options)) +
+                                             mib(estimate > 0 ? estimate : plan_detail::estimate_plan_memory(correspondence, topology, options, bound)) +
                                              (options.memory_limit_bytes > 0 ? ", limit " + mib(options.memory_limit_bytes) : std::string()) +
                                              "; raise buffer_mib for fewer pieces and rounds)");
   }

@@ -38,6 +38,10 @@ struct PieceTable {
 /// so that piece counts and all that follows stay linear in the workers.
 std::int64_t choose_piece_bytes(const Correspondence& correspondence, const LowerBound& bound, const PlanOptions& options);
 
+/// estimate_plan_memory with the lower bound at hand.
+std::int64_t estimate_plan_memory(const Correspondence& correspondence, const Topology& topology, const PlanOptions& options,
+                                  const LowerBound& bound);
+
 /// Pieces of an atom of `bytes` (`units` slices along its axis) that `needers` distinct workers need, when an
 /// atom's needers are `average_needers` on average (weighted by bytes).
 std::int64_t atom_piece_count(std::int64_t bytes, std::int64_t units, std::int64_t piece_bytes, double needers, double average_needers);

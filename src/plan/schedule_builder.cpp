@@ -36,6 +36,16 @@ struct Region {
 
 namespace {
 
+// `to` = `from`, element by element where the sizes agree (the usual case when entries are refilled: a
+// call of vector's assignment per axis list was a fifth of building the schedules).
+void assign(Shape& to, const Shape& from) {
+  if (to.size() != from.size()) {
+    to = from;
+    return;
+  }
+  for (std::size_t a = 0; a < from.size(); ++a) to[a] = from[a];
+}
+
 // Where the box of `segment` sits in the parameter of copy `copy_index` of `worker`'s source map, written
 // into `result` (assigned, so that its vectors keep their memory from the schedule built before).
 void copy_at(const Correspondence& correspondence, std::uint32_t tensor, int worker, std::uint32_t copy_index, const Box& box,
@@ -43,18 +53,38 @@ void copy_at(const Correspondence& correspondence, std::uint32_t tensor, int wor
   const SliceCopy& copy = correspondence.maps[static_cast<std::size_t>(worker)].copies[copy_index];
   result.tensor = tensor;
   result.parameter = copy.parameter;
-  result.box = box;
+  assign(result.box.offset, box.offset);
+  assign(result.box.extent, box.extent);
   result.offset = copy.offset;
   for (std::size_t a = 0; a < copy.strides.size(); ++a) result.offset += (box.offset[a] - copy.box.offset[a]) * copy.strides[a];
-  result.strides = copy.strides;
+  assign(result.strides, copy.strides);
 }
+
+// Entries a list of this thread's schedule gave up (the rounds of one rank hold more entries than those of
+// the next), kept with their memory for the lists that grow next.
+thread_local std::vector<BufferCopy> spare_entries;
 
 // The next entry of a list that is refilled in place: entries past `used` are the previous schedule's,
 // overwritten rather than destroyed and made again (a BufferCopy holds three vectors; making and freeing
 // them for every entry of every rank was most of the time building schedules took).
 BufferCopy& next_entry(std::vector<BufferCopy>& list, std::size_t& used) {
-  if (used == list.size()) list.emplace_back();
+  if (used == list.size()) {
+    if (spare_entries.empty()) {
+      list.emplace_back();
+    } else {
+      list.push_back(std::move(spare_entries.back()));
+      spare_entries.pop_back();
+    }
+  }
   return list[used++];
+}
+
+// Cuts `list` to its first `used` entries, the rest kept for next_entry.
+void keep_used(std::vector<BufferCopy>& list, std::size_t used) {
+  while (list.size() > used) {
+    spare_entries.push_back(std::move(list.back()));
+    list.pop_back();
+  }
 }
 
 }  // namespace
@@ -128,8 +158,11 @@ struct RoundScheduleBuilder::Index {
   // Indexes segments [begin, end) of the plan into `lists`.
   void add_segments(const Correspondence& correspondence, const TransferPlan& plan, std::uint32_t begin, std::uint32_t end,
                     Lists& lists) const;
+  // Makes room in `worker`'s own lists for its lists of every run (on the calling thread, so that the
+  // index's memory comes from one malloc arena whichever thread joins the lists).
+  void reserve(std::size_t worker, const std::vector<Lists>& runs);
   // Joins `worker`'s lists of every run (in run order) into its own, sorted and laid out (`rounds`: the
-  // plan's).
+  // plan's), in the room reserve made: it allocates nothing that outlives it.
   void take(std::size_t worker, std::size_t rounds, std::vector<Lists>& runs);
 
   std::int64_t region_start(int worker, std::uint32_t round, Stage stage, std::uint8_t lag, int source) const {
@@ -255,11 +288,7 @@ void RoundScheduleBuilder::Index::add_segments(const Correspondence& corresponde
   }
 }
 
-void RoundScheduleBuilder::Index::take(std::size_t worker, std::size_t rounds, std::vector<Lists>& runs) {
-  auto& own_parts = parts[worker];
-  auto& own_targets = targets[worker];
-  auto& own_copies = copies[worker];
-  auto& own_regions = regions[worker];
+void RoundScheduleBuilder::Index::reserve(std::size_t worker, const std::vector<Lists>& runs) {
   std::size_t part_count = 0, target_count = 0, copy_count = 0, region_count = 0;
   for (const Lists& run : runs) {
     part_count += run.parts[worker].size();
@@ -267,9 +296,19 @@ void RoundScheduleBuilder::Index::take(std::size_t worker, std::size_t rounds, s
     copy_count += run.copies[worker].size();
     region_count += run.regions[worker].size();
   }
-  own_targets.reserve(target_count);
-  own_copies.reserve(copy_count);
-  own_regions.reserve(region_count);
+  parts[worker].reserve(part_count);
+  targets[worker].reserve(target_count);
+  copies[worker].reserve(copy_count);
+  regions[worker].reserve(region_count);
+}
+
+void RoundScheduleBuilder::Index::take(std::size_t worker, std::size_t rounds, std::vector<Lists>& runs) {
+  auto& own_parts = parts[worker];
+  auto& own_targets = targets[worker];
+  auto& own_copies = copies[worker];
+  auto& own_regions = regions[worker];
+  std::size_t part_count = 0;
+  for (const Lists& run : runs) part_count += run.parts[worker].size();
   // Parts by round, in plan order within a round (a counting sort): the order of their keys, as a worker
   // has one part of a segment in any round. Plan order is round order but for relays and the landers deeper
   // in relay trees, so this is one pass where sorting took a quarter of the index's time.
@@ -299,9 +338,27 @@ void RoundScheduleBuilder::Index::take(std::size_t worker, std::size_t rounds, s
   if (!std::is_sorted(own_parts.begin(), own_parts.end(), part_order))
     throw Error(ErrorCode::kInternal, "round schedule: worker " + std::to_string(worker) + " has two parts of one segment in a round");
   // Regions: in (round, stage, lag, source) order, those of one key summed, laid out per round.
+  // They come in plan order: by round first (a counting sort), then each round's few by key (regions of
+  // one key are summed, so their order among themselves does not matter).
   const auto region_order = [](const Region& a, const Region& b) { return a.key() < b.key(); };
-  if (!std::is_sorted(own_regions.begin(), own_regions.end(), region_order))
-    std::stable_sort(own_regions.begin(), own_regions.end(), region_order);
+  if (!std::is_sorted(own_regions.begin(), own_regions.end(), region_order)) {
+    std::vector<std::uint32_t> first(rounds + 1, 0);
+    for (const Region& region : own_regions) {
+      if (region.round + 1 >= first.size()) first.resize(region.round + 2, 0);
+      ++first[region.round + 1];
+    }
+    for (std::size_t r = 0; r + 1 < first.size(); ++r) first[r + 1] += first[r];
+    // Scratch kept per thread (a fresh one per worker left its pages in the joining threads' arenas).
+    thread_local std::vector<Region> by_round;
+    by_round.resize(own_regions.size());
+    std::vector<std::uint32_t> next(first.begin(), first.end() - 1);
+    for (const Region& region : own_regions) by_round[next[region.round]++] = region;
+    for (std::size_t r = 0; r + 1 < first.size(); ++r) {
+      const auto begin = by_round.begin() + first[r], end = by_round.begin() + first[r + 1];
+      if (!std::is_sorted(begin, end, region_order)) std::sort(begin, end, region_order);
+    }
+    std::copy(by_round.begin(), by_round.begin() + static_cast<std::ptrdiff_t>(own_regions.size()), own_regions.begin());
+  }
   std::size_t out = 0;
   for (std::size_t i = 0; i < own_regions.size(); ++i) {
     if (out > 0 && own_regions[out - 1].key() == own_regions[i].key()) {
@@ -310,8 +367,7 @@ void RoundScheduleBuilder::Index::take(std::size_t worker, std::size_t rounds, s
     }
     own_regions[out++] = own_regions[i];
   }
-  own_regions.resize(out);
-  own_regions.shrink_to_fit();
+  own_regions.resize(out);  // RoundScheduleBuilder's constructor returns the room this leaves
   std::int64_t at = 0;
   for (std::size_t i = 0; i < own_regions.size(); ++i) {
     if (i > 0 && own_regions[i].round != own_regions[i - 1].round) at = 0;
@@ -339,7 +395,16 @@ RoundScheduleBuilder::RoundScheduleBuilder(const Correspondence& correspondence,
     const auto end = static_cast<std::uint32_t>(static_cast<std::uint64_t>(segments) * (run + 1) / runs);
     index.add_segments(correspondence, plan, begin, end, lists[run]);
   });
-  for (std::size_t worker = 0; worker < workers; ++worker) index.take(worker, static_cast<std::size_t>(plan.rounds), lists);
+  // Joined on the cores, in room made on this thread (joined where each thread allocated, the lists took
+  // 80 MiB more peak RSS, in other malloc arenas), a block of workers at a time (room made for all at once
+  // took 30 MiB more: the runs' lists are freed as each worker's are joined).
+  constexpr std::size_t kJoinBlock = 32;
+  for (std::size_t first = 0; first < workers; first += kJoinBlock) {
+    const std::size_t count = std::min(kJoinBlock, workers - first);
+    for (std::size_t worker = first; worker < first + count; ++worker) index.reserve(worker, lists);
+    for_each_index(count, 4, [&](std::size_t i) { index.take(first + i, static_cast<std::size_t>(plan.rounds), lists); });
+    for (std::size_t worker = first; worker < first + count; ++worker) index.regions[worker].shrink_to_fit();
+  }
 }
 
 RoundScheduleBuilder::~RoundScheduleBuilder() { delete index_; }
@@ -475,8 +540,8 @@ void RoundScheduleBuilder::build(int rank, RoundSchedule& schedule) const {
   std::vector<int> peers;
   for (std::size_t r = 0; r < schedule.rounds.size(); ++r) {
     RoundPlan& work = schedule.rounds[r];
-    work.pack.resize(packed[r]);
-    work.assemble.resize(assembled[r]);
+    keep_used(work.pack, packed[r]);
+    keep_used(work.assemble, assembled[r]);
     // Relays first within their stage: they wait only for the round before, so they can go out first.
     const auto in_order = [](const Write& a, const Write& b) {
       return std::make_tuple(a.stage, -a.lag, a.peer, a.remote_offset) < std::make_tuple(b.stage, -b.lag, b.peer, b.remote_offset);
@@ -507,6 +572,7 @@ std::vector<std::vector<std::byte>> serialize_round_schedules(const RoundSchedul
       inspect(schedule);
     }
   });
+  spare_entries = {};  // this thread's (the others' end with them)
   return serialized;
 }
 

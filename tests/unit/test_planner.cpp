@@ -277,6 +277,33 @@ TEST(Planner, ReplicatedRolloutsSplitTheModelAndExchangeIt) {
   check_plan(layout, options, "figure 8");
 }
 
+TEST(Planner, RolloutNodesInterleavedWithRanksAreExchangedLikeConsecutiveOnes) {
+  // Figure 8 again, with rollout workers 1 and 3 on node 1 and 2 and 4 on node 2: an atom's needers, which
+  // come by worker, are then not by node (atom routes sort them).
+  Layout layout;
+  layout.tensors = {{"w", DType::kF32, {64, 16}}};
+  for (int w = 0; w < 5; ++w) {
+    SourceMap map;
+    map.parameters = {{"w", DType::kF32, {64, 16}}};
+    map.copies = {{0, 0, Box{{0, 0}, {64, 16}}, 0, {16, 1}}};
+    layout.maps.push_back(map);
+    layout.sides.push_back(w == 0 ? Side::kTrainer : Side::kRollout);
+  }
+  layout.topology.node_of_worker = {0, 1, 2, 1, 2};
+  PlanOptions options;
+  options.piece_bytes = 256;
+  const Correspondence correspondence = build_correspondence(layout.tensors, layout.maps, layout.sides);
+  const TransferPlan plan = plan_transfer(correspondence, layout.topology, options);
+  const std::int64_t model = 64 * 16 * 4;
+  EXPECT_EQ(plan.worker_send_bytes[0], model);
+  for (int node : {1, 2}) {
+    EXPECT_EQ(plan.node_ingress_bytes[static_cast<std::size_t>(node)], model);
+    EXPECT_EQ(plan.node_egress_bytes[static_cast<std::size_t>(node)], model / 2);
+  }
+  for (int w = 1; w < 5; ++w) EXPECT_EQ(plan.worker_receive_bytes[static_cast<std::size_t>(w)], model) << w;
+  check_plan(layout, options, "interleaved nodes");
+}
+
 TEST(Planner, APieceLargerThanTheBudgetIsAClearError) {
   Layout layout;
   layout.tensors = {{"big.weight", DType::kF32, {4, 4096}}};
