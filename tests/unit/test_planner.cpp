@@ -249,8 +249,10 @@ TEST(Planner, RandomLayoutsAreExactOneCopyOutOneCopyInBalancedAndWithinBudget) {
   }
 }
 
-TEST(Planner, ReplicatedRolloutsSplitTheModelAndExchangeIt) {
-  // Figure 8 of the paper: one trainer, two nodes of two rollout workers that each need the whole model.
+// Figure 8 of the paper: one trainer, two nodes of two rollout workers that each need the whole model, the
+// rollout workers on the nodes `node_of_worker` says. Each rollout worker lands a quarter from the trainer and
+// forwards it to its counterpart on the other node (external exchange) and to its neighbour (internal).
+void expect_figure8_exchange(std::vector<int> node_of_worker, const std::string& what) {
   Layout layout;
   layout.tensors = {{"w", DType::kF32, {64, 16}}};
   for (int w = 0; w < 5; ++w) {
@@ -260,48 +262,27 @@ TEST(Planner, ReplicatedRolloutsSplitTheModelAndExchangeIt) {
     layout.maps.push_back(map);
     layout.sides.push_back(w == 0 ? Side::kTrainer : Side::kRollout);
   }
-  layout.topology.node_of_worker = {0, 1, 1, 2, 2};
+  layout.topology.node_of_worker = std::move(node_of_worker);
   PlanOptions options;
   options.piece_bytes = 256;
   const Correspondence correspondence = build_correspondence(layout.tensors, layout.maps, layout.sides);
   const TransferPlan plan = plan_transfer(correspondence, layout.topology, options);
   const std::int64_t model = 64 * 16 * 4;
-  EXPECT_EQ(plan.worker_send_bytes[0], model);
-  // Each rollout worker lands a quarter from the trainer and forwards it to its counterpart on the other
-  // node (external exchange) and to its neighbour (internal exchange).
+  EXPECT_EQ(plan.worker_send_bytes[0], model) << what;
   for (int node : {1, 2}) {
-    EXPECT_EQ(plan.node_ingress_bytes[static_cast<std::size_t>(node)], model);
-    EXPECT_EQ(plan.node_egress_bytes[static_cast<std::size_t>(node)], model / 2);
+    EXPECT_EQ(plan.node_ingress_bytes[static_cast<std::size_t>(node)], model) << what;
+    EXPECT_EQ(plan.node_egress_bytes[static_cast<std::size_t>(node)], model / 2) << what;
   }
-  for (int w = 1; w < 5; ++w) EXPECT_EQ(plan.worker_receive_bytes[static_cast<std::size_t>(w)], model) << w;
-  check_plan(layout, options, "figure 8");
+  for (int w = 1; w < 5; ++w) EXPECT_EQ(plan.worker_receive_bytes[static_cast<std::size_t>(w)], model) << what << ", worker " << w;
+  check_plan(layout, options, what);
 }
 
+TEST(Planner, ReplicatedRolloutsSplitTheModelAndExchangeIt) { expect_figure8_exchange({0, 1, 1, 2, 2}, "figure 8"); }
+
 TEST(Planner, RolloutNodesInterleavedWithRanksAreExchangedLikeConsecutiveOnes) {
-  // Figure 8 again, with rollout workers 1 and 3 on node 1 and 2 and 4 on node 2: an atom's needers, which
-  // come by worker, are then not by node (atom routes sort them).
-  Layout layout;
-  layout.tensors = {{"w", DType::kF32, {64, 16}}};
-  for (int w = 0; w < 5; ++w) {
-    SourceMap map;
-    map.parameters = {{"w", DType::kF32, {64, 16}}};
-    map.copies = {{0, 0, Box{{0, 0}, {64, 16}}, 0, {16, 1}}};
-    layout.maps.push_back(map);
-    layout.sides.push_back(w == 0 ? Side::kTrainer : Side::kRollout);
-  }
-  layout.topology.node_of_worker = {0, 1, 2, 1, 2};
-  PlanOptions options;
-  options.piece_bytes = 256;
-  const Correspondence correspondence = build_correspondence(layout.tensors, layout.maps, layout.sides);
-  const TransferPlan plan = plan_transfer(correspondence, layout.topology, options);
-  const std::int64_t model = 64 * 16 * 4;
-  EXPECT_EQ(plan.worker_send_bytes[0], model);
-  for (int node : {1, 2}) {
-    EXPECT_EQ(plan.node_ingress_bytes[static_cast<std::size_t>(node)], model);
-    EXPECT_EQ(plan.node_egress_bytes[static_cast<std::size_t>(node)], model / 2);
-  }
-  for (int w = 1; w < 5; ++w) EXPECT_EQ(plan.worker_receive_bytes[static_cast<std::size_t>(w)], model) << w;
-  check_plan(layout, options, "interleaved nodes");
+  // Rollout workers 1 and 3 on node 1, 2 and 4 on node 2: an atom's needers, which come by worker, are then
+  // not by node (atom routes sort them).
+  expect_figure8_exchange({0, 1, 2, 1, 2}, "interleaved nodes");
 }
 
 TEST(Planner, APieceLargerThanTheBudgetIsAClearError) {
