@@ -133,10 +133,14 @@ engines=()
 [[ $trainers_rc == 0 ]] || fail "the trainer job failed ($trainers_rc)"
 last=$(sed -n 's/^trainers: sent up to \([0-9]*\)$/\1/p' "$dir/trainers.log")
 serving=$dir/first.log
+# The version at which the trainers took a joiner, and the first versions a joined job's workers installed
+# after kConnected (each distinct one once) in its LOG.
+version_taken() { sed -n 's/^trainers: an engine joined at version \([0-9]*\);.*/\1/p' "$dir/trainers.log"; }
+first_installs() { sed -n 's/^joined engine worker [0-9]*: first event after kConnected kInstalled \([0-9]*\),.*/\1/p' "$1" | sort -u; }
 case $scenario in
   joined_replica)
-    joined_at=$(sed -n 's/^trainers: an engine joined at version \([0-9]*\);.*/\1/p' "$dir/trainers.log")
-    firsts=$(sed -n 's/^joined engine worker [0-9]*: first event after kConnected kInstalled \([0-9]*\),.*/\1/p' "$dir/second.log" | sort -u)
+    joined_at=$(version_taken)
+    firsts=$(first_installs "$dir/second.log")
     [[ -n $joined_at && $firsts == "$((joined_at - 1))" ]] || fail "the trainers took the second joiner at version '$joined_at'; its workers installed first '$firsts'"
     grep -q "wrote version $firsts to a joining engine" "$dir/first.log" || fail "the first engine job did not write version $firsts to the second"
     serving="$dir/first.log $dir/second.log" ;;
@@ -146,24 +150,24 @@ case $scenario in
     [[ ${rcs[0]} != 0 ]] || fail "the killed relay's job ended with 0"
     [[ $(grep -c "was dropped after version" "$dir/trainers.log") == 1 ]] || fail "not one warning naming the lost relay"
     [[ $(grep -c "no first version from the trainers' replica engine" "$dir/second.log") == 1 ]] || fail "the joiner did not warn once that its replica was lost"
-    joined_at=$(sed -n 's/^trainers: an engine joined at version \([0-9]*\);.*/\1/p' "$dir/trainers.log")
-    firsts=$(sed -n 's/^joined engine worker [0-9]*: first event after kConnected kInstalled \([0-9]*\),.*/\1/p' "$dir/second.log" | sort -u)
+    joined_at=$(version_taken)
+    firsts=$(first_installs "$dir/second.log")
     [[ -n $joined_at && $firsts == "$joined_at" ]] || fail "the trainers took the joiner at version '$joined_at'; its workers installed first '$firsts'"
     serving=$dir/second.log ;;
   lose_joiner)
     [[ ${rcs[0]} != 0 ]] || fail "the joiner killed in its catch-up ended with 0"
     [[ $(grep -c "was dropped after version" "$dir/trainers.log") == 1 ]] || fail "not one warning naming the lost joiner"
     [[ $(grep -c "serving a joining engine its first version failed" "$dir/trainers.log") == 1 ]] || fail "the built-in engine did not warn once about the joiner it lost"
-    joined_at=$(sed -n 's/^trainers: an engine joined at version \([0-9]*\);.*/\1/p' "$dir/trainers.log")
-    firsts=$(sed -n 's/^joined engine worker [0-9]*: first event after kConnected kInstalled \([0-9]*\),.*/\1/p' "$dir/second.log" | sort -u)
+    joined_at=$(version_taken)
+    firsts=$(first_installs "$dir/second.log")
     [[ -n $joined_at && $firsts == "$((joined_at - 1))" ]] || fail "the trainers took the second joiner at version '$joined_at'; its workers installed first '$firsts'"
     grep -q "wrote version $firsts to a joining engine" "$dir/trainers.log" || fail "the built-in engine did not write version $firsts to the second joiner"
     serving=$dir/second.log ;;
   join)
     # The joiner's first install is the trainers' latest version when they took it (the one before the
     # send_weights that took it), written by the built-in engine, on every worker: none older, none later.
-    joined_at=$(sed -n 's/^trainers: an engine joined at version \([0-9]*\);.*/\1/p' "$dir/trainers.log")
-    firsts=$(sed -n 's/^joined engine worker [0-9]*: first event after kConnected kInstalled \([0-9]*\),.*/\1/p' "$dir/first.log" | sort -u)
+    joined_at=$(version_taken)
+    firsts=$(first_installs "$dir/first.log")
     [[ -n $joined_at && $firsts == "$((joined_at - 1))" ]] || fail "the trainers took the joiner at version '$joined_at'; its workers installed first '$firsts', not the latest before it"
     grep -q "wrote version $firsts to a joining engine" "$dir/trainers.log" || fail "the built-in engine did not say it wrote version $firsts to the joiner"
     [[ ${rcs[0]} == 0 ]] || fail "the engine job failed (${rcs[0]})" ;;
@@ -194,7 +198,7 @@ case $scenario in
     fi
     # The others installed the version the victim was hit in, bit for bit (J.. in order, J before it).
     for f in $dir/second.log $dir/third.log; do
-      firsts=$(sed -n 's/^joined engine worker [0-9]*: first event after kConnected kInstalled \([0-9]*\),.*/\1/p' "$f" | sort -u)
+      firsts=$(first_installs "$f")
       [[ -n $firsts && $firsts -le $hit ]] || fail "$(basename "$f"): first install '$firsts', after the version the victim was hit in ($hit)"
     done ;;
 esac

@@ -65,6 +65,26 @@ testing::MemoryCheckpoint make_checkpoint(std::vector<TensorInfo>& tensors, unsi
   return checkpoint;
 }
 
+// The next version's values, as these tests make them: every bf16 with bit 6 flipped (the NaN becomes +inf,
+// zeros subnormal).
+void flip_to_next_version(std::vector<std::uint16_t>& values) {
+  for (std::uint16_t& v : values) v = static_cast<std::uint16_t>(v ^ 0x0040u);
+}
+
+// The whole checkpoint as update `update` (0 or 1) of these tests holds it: the reference of its FP8 form.
+testing::MemoryCheckpoint checkpoint_of_update(const std::vector<TensorInfo>& tensors, int update) {
+  std::vector<TensorInfo> ignored;
+  const testing::MemoryCheckpoint version = make_checkpoint(ignored);
+  testing::MemoryCheckpoint out;
+  for (const TensorInfo& t : tensors) {
+    std::vector<std::uint16_t> values(static_cast<std::size_t>(t.numel()));
+    version.read_box(t.name, Box{Shape(t.shape.size(), 0), t.shape}, values.data());
+    if (update == 1) flip_to_next_version(values);
+    out.add(t, std::move(values));
+  }
+  return out;
+}
+
 struct Rank {
   SourceMap map;
   std::vector<std::vector<std::uint16_t>> memory;
@@ -154,30 +174,16 @@ TEST_P(Fp8PackMpi, EveryCodeAndScaleEqualsTheFormOfTheWholeCheckpoint) {
   for (auto& m : mine.memory) bases.push_back(reinterpret_cast<std::byte*>(m.data()));
   int exchanges = 0;
   for (int update = 0; update < 2; ++update) {
-    if (update == 1) {  // new values, as the next version brings (the NaN becomes +inf, zeros subnormal)
-      for (auto& m : mine.memory)
-        for (std::uint16_t& v : m) v = static_cast<std::uint16_t>(v ^ 0x0040u);
-    }
+    if (update == 1)  // new values, as the next version brings
+      for (auto& m : mine.memory) flip_to_next_version(m);
     const Status quantized = pack.quantize(bases, [&](std::span<std::uint32_t> bits) {
       ++exchanges;
       return comm::reduce_max(bits, trainers, waiter, "FP8 amax exchange");
     });
     ASSERT_TRUE(quantized.ok()) << quantized.message();
     // The reference: the whole checkpoint of this version, quantized block by block.
-    testing::MemoryCheckpoint version;
-    {
-      std::vector<TensorInfo> ignored;
-      version = make_checkpoint(ignored);
-    }
-    testing::MemoryCheckpoint flipped;
-    for (const TensorInfo& t : tensors) {
-      std::vector<std::uint16_t> values(static_cast<std::size_t>(t.numel()));
-      version.read_box(t.name, Box{Shape(t.shape.size(), 0), t.shape}, values.data());
-      if (update == 1)
-        for (std::uint16_t& v : values) v = static_cast<std::uint16_t>(v ^ 0x0040u);
-      flipped.add(t, std::move(values));
-    }
-    const auto reference = layout::open_fp8_form(flipped, form);
+    const testing::MemoryCheckpoint whole = checkpoint_of_update(tensors, update);
+    const auto reference = layout::open_fp8_form(whole, form);
     const std::vector<std::byte*> memory = pack.form_memory(bases);
     std::int64_t checked = 0;
     for (const SliceCopy& copy : pack.form_map().copies) {
@@ -300,8 +306,7 @@ TEST_P(Fp8PackMpi, CastsStraightIntoTheBufferEqualTheFormOfTheWholeCheckpoint) {
     }
     for (int update = 0; update < 2; ++update) {
       if (update == 1)
-        for (auto& m : mine.memory)
-          for (std::uint16_t& v : m) v = static_cast<std::uint16_t>(v ^ 0x0040u);
+        for (auto& m : mine.memory) flip_to_next_version(m);
       const Status quantized = pack.quantize(bases, [&](std::span<std::uint32_t> bits) {
         return comm::reduce_max(bits, trainers, waiter, "FP8 amax exchange");
       });
@@ -312,19 +317,8 @@ TEST_P(Fp8PackMpi, CastsStraightIntoTheBufferEqualTheFormOfTheWholeCheckpoint) {
         casts[r].execute(memory, buffers[r].data());  // first, as the copy engine does
         rest_programs[r].execute(memory, buffers[r].data());
       }
-      testing::MemoryCheckpoint flipped;
-      {
-        std::vector<TensorInfo> ignored;
-        const testing::MemoryCheckpoint version = make_checkpoint(ignored);
-        for (const TensorInfo& t : tensors) {
-          std::vector<std::uint16_t> values(static_cast<std::size_t>(t.numel()));
-          version.read_box(t.name, Box{Shape(t.shape.size(), 0), t.shape}, values.data());
-          if (update == 1)
-            for (std::uint16_t& v : values) v = static_cast<std::uint16_t>(v ^ 0x0040u);
-          flipped.add(t, std::move(values));
-        }
-      }
-      const auto reference = layout::open_fp8_form(flipped, form);
+      const testing::MemoryCheckpoint whole = checkpoint_of_update(tensors, update);
+      const auto reference = layout::open_fp8_form(whole, form);
       // Counted, not asserted byte by byte: every rank goes on to the next exchange whatever it found.
       std::int64_t differ = 0;
       std::string first;
