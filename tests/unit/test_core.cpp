@@ -137,33 +137,44 @@ TEST(CopyTensor, StridedAndTransposedCopiesMatchAnElementwiseReference) {
   }
 }
 
-// Transposes larger than copy_tensor's tiles (and not a multiple of them), with a middle axis: every element
-// lands where the element-wise reference puts it, and the tiled comparison finds one flipped bit anywhere.
+// Transposes larger than copy_tensor's tiles (and not a multiple of them, so whole tiles go in vector blocks
+// and the edges element by element), with a middle axis: every element lands where the element-wise
+// reference puts it, both ways, and the tiled comparison finds one flipped bit anywhere.
 TEST(CopyTensor, TiledTransposesMatchAnElementwiseReference) {
-  for (DType dtype : {DType::kU8, DType::kBF16, DType::kF32, DType::kF64}) {
-    const std::size_t es = dtype_size(dtype);
-    const Shape shape = {37, 3, 50};
-    const std::int64_t n = shape_numel(shape);
-    std::vector<std::byte> src(static_cast<std::size_t>(n) * es), dst(src.size());
-    for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::byte>((i * 131 + 7) & 0xff);
-    const TensorView s = TensorView::contiguous(src.data(), dtype, shape);
-    const TensorView d = TensorView::contiguous(dst.data(), dtype, {50, 3, 37});
-    const TensorView dt = d.transpose(0, 2);  // [37, 3, 50], innermost stride 3 * 37
-    copy_tensor(dt, s);
-    for (std::int64_t a = 0; a < 37; ++a)
-      for (std::int64_t b = 0; b < 3; ++b)
-        for (std::int64_t c = 0; c < 50; ++c) {
-          std::int64_t si[3] = {a, b, c}, di[3] = {c, b, a};
-          ASSERT_EQ(std::memcmp(s.element(si), d.element(di), es), 0) << dtype_name(dtype) << " " << a << "," << b << "," << c;
+  // The second shape crosses the long tiles of vector blocks (512 along the destination's lines).
+  for (const Shape& shape : {Shape{37, 3, 50}, Shape{530, 2, 21}})
+    for (DType dtype : {DType::kU8, DType::kBF16, DType::kF32, DType::kF64}) {
+      const std::size_t es = dtype_size(dtype);
+      const std::int64_t n = shape_numel(shape), n0 = shape[0], n1 = shape[1], n2 = shape[2];
+      std::vector<std::byte> src(static_cast<std::size_t>(n) * es), dst(src.size());
+      for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::byte>((i * 131 + 7) & 0xff);
+      const TensorView s = TensorView::contiguous(src.data(), dtype, shape);
+      const TensorView d = TensorView::contiguous(dst.data(), dtype, {n2, n1, n0});
+      const TensorView dt = d.transpose(0, 2);  // the shape of s, innermost stride n1 * n0
+      copy_tensor(dt, s);
+      for (std::int64_t a = 0; a < n0; ++a)
+        for (std::int64_t b = 0; b < n1; ++b)
+          for (std::int64_t c = 0; c < n2; ++c) {
+            std::int64_t si[3] = {a, b, c}, di[3] = {c, b, a};
+            ASSERT_EQ(std::memcmp(s.element(si), d.element(di), es), 0)
+                << dtype_name(dtype) << " " << a << "," << b << "," << c;
+          }
+      EXPECT_TRUE(tensors_bitwise_equal(dt, s));
+      EXPECT_TRUE(tensors_bitwise_equal(s, dt));
+      // And back: the transposed view read into a contiguous buffer (the other orientation of the blocks).
+      std::vector<std::byte> back(src.size());
+      copy_tensor(TensorView::contiguous(back.data(), dtype, shape), dt);
+      EXPECT_EQ(back, src) << dtype_name(dtype);
+      // One flipped bit anywhere: in a block (inner lanes too), at an edge, past the first long tile.
+      for (const std::int64_t flat : {std::int64_t{0}, n / 2 + 7, (17 * n1 + 1) * n0 + 21, n - 1}) {
+        for (const std::size_t byte : {std::size_t{0}, es - 1}) {  // the element's low and high byte
+          dst[static_cast<std::size_t>(flat) * es + byte] ^= std::byte{0x81};
+          EXPECT_FALSE(tensors_bitwise_equal(dt, s)) << dtype_name(dtype) << " element " << flat << " byte " << byte;
+          EXPECT_FALSE(tensors_bitwise_equal(s, dt)) << dtype_name(dtype) << " element " << flat << " byte " << byte;
+          dst[static_cast<std::size_t>(flat) * es + byte] ^= std::byte{0x81};
         }
-    EXPECT_TRUE(tensors_bitwise_equal(dt, s));
-    EXPECT_TRUE(tensors_bitwise_equal(s, dt));
-    for (const std::int64_t flat : {std::int64_t{0}, n / 2 + 7, n - 1}) {
-      dst[static_cast<std::size_t>(flat) * es] ^= std::byte{1};
-      EXPECT_FALSE(tensors_bitwise_equal(dt, s)) << dtype_name(dtype) << " element " << flat;
-      dst[static_cast<std::size_t>(flat) * es] ^= std::byte{1};
+      }
     }
-  }
 }
 
 TEST(CopyTensor, RejectsMismatchedShapesAndDtypes) {
