@@ -105,8 +105,7 @@ bool for_each_tile(const Shape& shape, const Shape& a_strides, const Shape& b_st
 }
 
 // Square blocks of L = 16 / sizeof(T) elements, transposed in 16-byte vectors (GCC's vector extension: SSE2
-// unpacks on x86-64): log2(L) rounds of interleaving line i with line i + L/2. One tile of bf16 then costs
-// 0.3-0.4 ns per element instead of 1.9 element by element (a [4096, 2048] transpose, measured here).
+// unpacks on x86-64): log2(L) rounds of interleaving line i with line i + L/2.
 template <typename T>
 struct Block {
   static constexpr int kLanes = 16 / static_cast<int>(sizeof(T));
