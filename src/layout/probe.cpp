@@ -6,6 +6,7 @@
 #include <cstring>
 #include <ctime>
 #include <iterator>
+#include <optional>
 #include <sstream>
 
 #include "core/cuda_device.hpp"
@@ -32,10 +33,12 @@ using layout::kComputed;
 using layout::not_a_copy;
 
 // What the parameters hold when load_weights is called: zeros in the digit passes (a region no copy reaches
-// then decodes as unsourced), every byte kMarker in the verification pass, so that an element still holding
+// then decodes as unsourced), every byte kMarker in the keyed and the verification pass, so that an element still holding
 // the marker afterwards was never written, and one holding 0 was written with a constant.
 enum class Fill { kZero, kMarker };
-constexpr unsigned char kMarker = 0xA5;
+// All-ones bytes are no digit code of any dtype (a NaN, or past the integer codes), so no value of the keyed
+// pass equals the marker: an element load_weights leaves unwritten there is never taken for a copy.
+constexpr unsigned char kMarker = 0xFF;
 
 void fill_parameters(const ParameterSet& params, Fill fill) {
   for (const Parameter& p : params) std::memset(p.view.data, fill == Fill::kZero ? 0 : kMarker, p.view.nbytes());
@@ -267,15 +270,31 @@ struct PhaseTime {
   double wall = 0, cpu = 0;
   std::chrono::steady_clock::time_point wall_start;
   double cpu_start = 0;
+  bool running = false;
   void start() {
     wall_start = std::chrono::steady_clock::now();
     cpu_start = thread_cpu_seconds();
+    running = true;
   }
-  void stop() {
+  void stop() {  // also after an exception left the phase, or when it did not start
+    if (!running) return;
     wall += seconds_since(wall_start);
     cpu += thread_cpu_seconds() - cpu_start;
+    running = false;
   }
 };
+
+// Whether the keyed pass replaces the last digit pass: plans of two passes whose tensors are 2-byte codes but
+// for a few (a dtype with 65,536 keys at most), whose keyed values take 16-bit lanes (ProbeCheckpoint); others
+// would compute a 64-bit hash per element, twice (load_weights and the replay).
+bool keyed_pass_applies(const ProbePlan& plan) {
+  if (plan.num_passes() != 2) return false;
+  for (int d = 0; d < kNumDTypes; ++d) {
+    const auto dtype = static_cast<DType>(d);
+    if (dtype_size(dtype) != 2 && plan.key_range(dtype) > 65536) return false;
+  }
+  return true;
+}
 
 // The probe on host parameters; `run` prepares them and calls load_weights for each pass.
 SourceMap probe_host(const std::vector<TensorInfo>& checkpoint_tensors, const ParameterSet& params, const PassLoader& run,
@@ -288,15 +307,15 @@ SourceMap probe_host(const std::vector<TensorInfo>& checkpoint_tensors, const Pa
   PhaseTime decode, load, verify;
 
   // passes[p][i]: the nonzeros of pass p in parameter i.
-  std::vector<std::vector<SparseField>> passes(static_cast<std::size_t>(plan.num_passes()));
+  std::vector<std::vector<SparseField>> passes;
   std::size_t sparse_bytes = 0;
-  for (int p = 0; p < plan.num_passes(); ++p) {
+  const auto digit_pass = [&](int p) {
     probe.set_pass(p);
     load.start();
     run(probe, Fill::kZero);
     load.stop();
     decode.start();
-    auto& fields = passes[static_cast<std::size_t>(p)];
+    auto& fields = passes.emplace_back();
     fields.reserve(params.size());
     for (const Parameter& param : params) {
       const layout::CodeSpace space = layout::code_space(param.view.dtype);
@@ -307,38 +326,84 @@ SourceMap probe_host(const std::vector<TensorInfo>& checkpoint_tensors, const Pa
       sparse_bytes += fields.back().flat_positions.size() * 16;
     }
     decode.stop();
-  }
+  };
+  // The map from the digit passes so far (and, keyed, the keyed pass the parameters hold).
+  const auto decode_map = [&](bool keyed) {
+    decode.start();
+    SourceMap map;
+    for (const Parameter& param : params) map.parameters.push_back(TensorInfo{param.name, param.view.dtype, param.view.shape});
+    // Normalized parameter by parameter: copies of different parameters never merge and the normal order
+    // starts with the parameter, so this is the map's normal form, in small sorts (100,000 tensors: one
+    // sort of the whole map per axis and sweep took 14% of the probe).
+    SourceMap one;
+    std::vector<const SparseField*> fields;
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      fields.clear();
+      for (const auto& pass : passes) fields.push_back(&pass[i]);
+      one.copies.clear();
+      std::optional<layout::KeyedDigit> digit;
+      if (keyed) digit.emplace(options.verification_seed, params[i].view.dtype, plan);
+      layout::decode_parameter(params[i], static_cast<std::uint32_t>(i), plan, checkpoint_tensors, fields, one.copies,
+                               keyed ? &*digit : nullptr);
+      one = normalize_source_map(std::move(one));
+      if (keyed && !layout::keyed_copies_checked(one.copies))
+        not_a_copy(params[i], 0, kComputed, "a copy too small for the keyed pass to check");
+      std::move(one.copies.begin(), one.copies.end(), std::back_inserter(map.copies));
+    }
+    validate_source_map(map, checkpoint_tensors);
+    decode.stop();
+    return map;
+  };
+  const auto load_and_verify = [&](const SourceMap& map) {
+    load.start();
+    run(probe, Fill::kMarker);
+    load.stop();
+    verify.start();
+    std::vector<ParameterAccount> accounts = verify_against_load(map, probe, params);
+    verify.stop();
+    return accounts;
+  };
 
-  decode.start();
+  // Two passes (keyed_pass_applies): the first digit pass, then the keyed pass, which both decides the top digit
+  // and verifies (one load_weights pass fewer). Where it cannot (a copy too small to check; a mismatch: a top
+  // digit that changes inside a cell of the lower digits, or a loader that computes), the plain last digit pass
+  // and the verification pass follow, and decide as before.
+  const int digit_passes = plan.num_passes();
   SourceMap map;
-  for (const Parameter& param : params) map.parameters.push_back(TensorInfo{param.name, param.view.dtype, param.view.shape});
-  // Normalized parameter by parameter: copies of different parameters never merge and the normal order
-  // starts with the parameter, so this is the map's normal form, in small sorts (100,000 tensors: one
-  // sort of the whole map per axis and sweep took 14% of the probe).
-  SourceMap one;
-  std::vector<const SparseField*> fields;
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    fields.clear();
-    for (const auto& pass : passes) fields.push_back(&pass[i]);
-    one.copies.clear();
-    layout::decode_parameter(params[i], static_cast<std::uint32_t>(i), plan, checkpoint_tensors, fields, one.copies);
-    one = normalize_source_map(std::move(one));
-    std::move(one.copies.begin(), one.copies.end(), std::back_inserter(map.copies));
+  std::vector<ParameterAccount> accounts;
+  int load_passes = digit_passes + 1;
+  bool decided = false;
+  if (keyed_pass_applies(plan)) {
+    for (int p = 0; p + 1 < digit_passes; ++p) digit_pass(p);
+    probe.set_keyed(options.verification_seed);
+    load.start();
+    run(probe, Fill::kMarker);
+    load.stop();
+    try {
+      map = decode_map(true);
+      verify.start();
+      accounts = verify_against_load(map, probe, params);
+      verify.stop();
+      load_passes = digit_passes;
+      decided = true;
+    } catch (const Error& e) {
+      decode.stop();
+      verify.stop();
+      WB_LOG(kDebug) << "probe: the keyed pass does not decide the map (" << e.what() << "); the last digit pass and the verification pass follow";
+      load_passes = digit_passes + 2;
+    }
+  }
+  if (!decided) {
+    for (int p = static_cast<int>(passes.size()); p < digit_passes; ++p) digit_pass(p);
+    map = decode_map(false);
+    passes.clear();
+    probe.set_verification(options.verification_seed);
+    accounts = load_and_verify(map);
   }
   passes.clear();
-  validate_source_map(map, checkpoint_tensors);
-  decode.stop();
-
-  probe.set_verification(options.verification_seed);
-  load.start();
-  run(probe, Fill::kMarker);
-  load.stop();
-  verify.start();
-  std::vector<ParameterAccount> accounts = verify_against_load(map, probe, params);
-  verify.stop();
 
   if (report != nullptr) {
-    report->passes = plan.num_passes() + 1;
+    report->passes = load_passes;
     report->decode_seconds = decode.wall;
     report->load_seconds = load.wall;
     report->verify_seconds = verify.wall;

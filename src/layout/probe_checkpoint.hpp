@@ -14,6 +14,31 @@
 
 namespace wb::layout {
 
+/// The keyed pass: the last digit of the key (digit P - 1 of a P-pass plan) written as
+/// v = (top + h(seed, low)) mod D, with low = key mod D^(P-1) (what the other passes write), top = key / D^(P-1)
+/// and h a hash into [0, D). Where the other passes decide low, v decides top (v -> top is a bijection for each
+/// low), and v is no affine function of the key, so it also serves as the verification values: a decoded map
+/// that is wrong at an element (a wrong top there always changes v) or a value load_weights computed shows.
+class KeyedDigit {
+ public:
+  KeyedDigit(std::uint64_t seed, DType dtype, const ProbePlan& plan);
+  std::uint64_t place() const { return place_; }  // D^(P-1)
+  std::uint64_t base() const { return base_; }    // D
+  /// h(seed, low), in [0, D).
+  std::uint64_t offset(std::uint64_t low) const;
+  /// The digit the keyed pass writes for `key`.
+  std::uint64_t value(std::uint64_t key) const { return (key / place_ % base_ + offset(key % place_)) % base_; }
+  /// The top digit of the key whose lower digits are `low` and whose keyed digit is `written` (< D).
+  std::uint64_t top(std::uint64_t low, std::uint64_t written) const { return (written + base_ - offset(low)) % base_; }
+  /// The key of offset()'s 16-bit hash (low and D below 2^16): offset = hash16(low xor key16) * D / 2^16.
+  std::uint16_t key16() const { return key16_; }
+
+ private:
+  std::uint64_t seed_key_;
+  std::uint16_t key16_;
+  std::uint64_t place_, base_;
+};
+
 class ProbeCheckpoint final : public CheckpointReader {
  public:
   /// `plan` must have been built from `tensors` (same dtypes and shapes, same order); throws
@@ -28,6 +53,11 @@ class ProbeCheckpoint final : public CheckpointReader {
   /// Unlike the coordinate passes, these values are not affine, so arithmetic that maps codes onto other
   /// codes (a scale, an offset, a dtype round trip) cannot go unnoticed.
   void set_verification(std::uint64_t seed);
+  /// Serves the keyed pass (KeyedDigit with `seed`; plans of two passes or more): the codes of
+  /// digit_space(dtype).bits(KeyedDigit::value(key)).
+  void set_keyed(std::uint64_t seed);
+
+  bool keyed() const { return keyed_; }
 
   bool verification() const { return verification_; }
   int current_pass() const { return pass_; }
@@ -58,6 +88,7 @@ class ProbeCheckpoint final : public CheckpointReader {
   mutable std::atomic<std::size_t> next_{0};
   int pass_ = 0;
   bool verification_ = false;
+  bool keyed_ = false;
   std::uint64_t seed_ = 0;
 };
 

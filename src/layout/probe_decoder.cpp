@@ -20,9 +20,10 @@ struct Cell {
 class ParameterDecoder {
  public:
   ParameterDecoder(const Parameter& param, std::uint32_t index, const ProbePlan& plan,
-                   const std::vector<TensorInfo>& tensors, const std::vector<const SparseField*>& passes)
+                   const std::vector<TensorInfo>& tensors, const std::vector<const SparseField*>& passes,
+                   const KeyedDigit* keyed)
       : param_(param), index_(index), plan_(plan), tensors_(tensors), passes_(passes),
-        space_(digit_space(param.view.dtype)) {}
+        space_(digit_space(param.view.dtype)), keyed_(keyed) {}
 
   void decode(std::vector<SliceCopy>& out) {
     const Shape& shape = param_.view.shape;
@@ -106,6 +107,16 @@ class ParameterDecoder {
         overflow = overflow || place == 0 || __builtin_mul_overflow(*digit, place, &term) ||
                    __builtin_add_overflow(key, term, &key);
       if (place != 0 && __builtin_mul_overflow(place, space_.size, &place)) place = 0;  // 0: past 2^64
+    }
+    if (keyed_ != nullptr && !unsourced) {
+      // The top digit from the keyed pass's code, which the parameter holds, and the lower digits.
+      const std::uint64_t bits = load_bits(param_.view.dtype, param_.view.data, static_cast<std::size_t>(flat_of(at)));
+      const auto written = space_.digit(bits - space_.lo);
+      if (!written) not_a_copy(param_, flat_of(at), kComputed, "bits that are no probe code in the keyed pass");
+      const std::uint64_t top = keyed_->top(key, *written);
+      if (top != 0)
+        overflow = overflow || place == 0 || __builtin_mul_overflow(top, place, &term) ||
+                   __builtin_add_overflow(key, term, &key);
     }
     if (overflow) not_a_copy(param_, flat_of(at), kComputed, "the codes decode to a key past 2^64");
     return !unsourced;
@@ -254,6 +265,7 @@ class ParameterDecoder {
   const std::vector<TensorInfo>& tensors_;
   const std::vector<const SparseField*>& passes_;
   const DigitSpace space_;
+  const KeyedDigit* keyed_;
   Shape strides_;
   std::vector<std::vector<std::int64_t>> cuts_;
   std::vector<std::vector<std::int64_t>> points_;
@@ -269,10 +281,19 @@ class ParameterDecoder {
 
 }  // namespace
 
+bool keyed_copies_checked(const std::vector<SliceCopy>& copies) {
+  for (const SliceCopy& copy : copies) {
+    std::int64_t decided = 1;
+    for (const std::int64_t e : copy.box.extent) decided += e > 1 ? 1 : 0;
+    if (copy.box.numel() <= decided) return false;
+  }
+  return true;
+}
+
 void decode_parameter(const Parameter& param, std::uint32_t index, const ProbePlan& plan,
                       const std::vector<TensorInfo>& tensors, const std::vector<const SparseField*>& passes,
-                      std::vector<SliceCopy>& out) {
-  ParameterDecoder(param, index, plan, tensors, passes).decode(out);
+                      std::vector<SliceCopy>& out, const KeyedDigit* keyed) {
+  ParameterDecoder(param, index, plan, tensors, passes, keyed).decode(out);
 }
 
 }  // namespace wb::layout

@@ -545,6 +545,48 @@ TEST(ProbeCheckpoint, VerificationValues) {
   EXPECT_NE(read_codes(ckpt, tensors[0], Box::whole(tensors[0].shape)), v);
 }
 
+// The keyed pass (two-pass plans of 2-byte codes): every box, read in 16-bit lanes, holds the code of
+// KeyedDigit::value(key) per element (the scalar definition the decoder inverts), the top digit comes back
+// from the lower digits and that code, and another seed gives other values.
+TEST(ProbeCheckpoint, KeyedValuesMatchTheDefinitionAndGiveBackTheTopDigit) {
+  const std::vector<TensorInfo> tensors = {{"w", DType::kBF16, {300, 4096}}, {"e", DType::kBF16, {20, 30}},
+                                           {"h", DType::kF16, {70000}}};
+  ProbeCheckpoint ckpt(tensors, ProbePlan(tensors));
+  const ProbePlan& plan = ckpt.plan();
+  ASSERT_EQ(plan.num_passes(), 2);
+  std::mt19937_64 rng(7);
+  for (std::size_t t = 0; t < tensors.size(); ++t) {
+    const TensorInfo& info = tensors[t];
+    const DigitSpace ds = digit_space(info.dtype);
+    const KeyedDigit keyed(11, info.dtype, plan);
+    ckpt.set_keyed(11);
+    EXPECT_TRUE(ckpt.keyed());
+    for (int trial = 0; trial < 6; ++trial) {
+      const Box box = trial == 0 ? Box::whole(info.shape) : random_box(info.shape, rng);
+      const auto codes = read_codes(ckpt, info, box);
+      std::size_t e = 0;
+      for_each_index(box.extent, [&](const Shape& rel) {
+        Shape index(rel.size());
+        for (std::size_t d = 0; d < rel.size(); ++d) index[d] = box.offset[d] + rel[d];
+        const std::uint64_t key = plan.key(t, index);
+        ASSERT_EQ(codes[e], ds.bits(keyed.value(key))) << info.name << " " << shape_to_string(index);
+        const auto written = ds.digit(codes[e] - ds.lo);
+        ASSERT_TRUE(written.has_value());
+        ASSERT_EQ(keyed.top(key % keyed.place(), *written), key / keyed.place()) << info.name;
+        ++e;
+      });
+    }
+    const auto a = read_codes(ckpt, info, Box::whole(info.shape));
+    ckpt.set_keyed(12);
+    const auto b = read_codes(ckpt, info, Box::whole(info.shape));
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) differ += a[i] != b[i];
+    EXPECT_GT(differ, a.size() * 95 / 100) << info.name;
+  }
+  ckpt.set_pass(0);
+  EXPECT_FALSE(ckpt.keyed());
+}
+
 // Lookups by name (CheckpointReader::find, and read_box's own) try the tensor after the last one found
 // first: in any order of names, each finds its own tensor, reads its own values, and an unknown name none.
 TEST(ProbeCheckpoint, LookupsInAnyOrderFindTheirTensor) {
