@@ -285,15 +285,15 @@ struct PhaseTime {
 };
 
 // Whether the keyed pass replaces the last digit pass: plans of two passes whose tensors are 2-byte codes but
-// for a few (a dtype with 65,536 keys at most), whose keyed values take 16-bit lanes (ProbeCheckpoint); others
-// would compute a 64-bit hash per element, twice (load_weights and the replay).
+// for a few (4 M keys at most of the other dtypes: f32 biases and scales), whose keyed values take 16-bit lanes
+// (ProbeCheckpoint); the others compute a 64-bit hash per element, twice (load_weights and the replay).
 bool keyed_pass_applies(const ProbePlan& plan) {
+  constexpr std::uint64_t kOtherKeys = 1 << 22;
   if (plan.num_passes() != 2) return false;
-  for (int d = 0; d < kNumDTypes; ++d) {
-    const auto dtype = static_cast<DType>(d);
-    if (dtype_size(dtype) != 2 && plan.key_range(dtype) > 65536) return false;
-  }
-  return true;
+  std::uint64_t other = 0;
+  for (int d = 0; d < kNumDTypes; ++d)
+    if (dtype_size(static_cast<DType>(d)) != 2) other += plan.key_range(static_cast<DType>(d));
+  return other <= kOtherKeys;
 }
 
 // The probe on host parameters; `run` prepares them and calls load_weights for each pass.
@@ -420,7 +420,7 @@ SourceMap probe_host(const std::vector<TensorInfo>& checkpoint_tensors, const Pa
     report->accounts = std::move(accounts);
   }
   WB_LOG(kDebug) << "probe: " << params.size() << " parameters, " << map.copies.size() << " copies, "
-                 << plan.num_passes() + 1 << " load_weights passes, " << seconds_since(start) << " s, CPU "
+                 << load_passes << " load_weights passes, " << seconds_since(start) << " s, CPU "
                  << thread_cpu_seconds() - cpu_start << " s (load " << load.wall << " s, decode " << decode.wall
                  << " s, verify " << verify.wall << " s; CPU load " << load.cpu << " s, decode " << decode.cpu
                  << " s, verify " << verify.cpu << " s)";
