@@ -284,12 +284,13 @@ struct PhaseTime {
   }
 };
 
-// Whether the keyed pass replaces the last digit pass: plans of two passes whose tensors are 2-byte codes but
-// for a few (4 M keys at most of the other dtypes: f32 biases and scales), whose keyed values take 16-bit lanes
-// (ProbeCheckpoint); the others compute a 64-bit hash per element, twice (load_weights and the replay).
+// Whether the keyed pass replaces the last digit pass: plans of two passes or more whose tensors are 2-byte
+// codes but for a few (4 M keys at most of the other dtypes: f32 biases and scales), whose keyed values take
+// 16-bit lanes (ProbeCheckpoint); the others compute a 64-bit hash per element, twice (load_weights and the
+// replay).
 bool keyed_pass_applies(const ProbePlan& plan) {
   constexpr std::uint64_t kOtherKeys = 1 << 22;
-  if (plan.num_passes() != 2) return false;
+  if (plan.num_passes() < 2) return false;
   std::uint64_t other = 0;
   for (int d = 0; d < kNumDTypes; ++d)
     if (dtype_size(static_cast<DType>(d)) != 2) other += plan.key_range(static_cast<DType>(d));
@@ -364,8 +365,8 @@ SourceMap probe_host(const std::vector<TensorInfo>& checkpoint_tensors, const Pa
     return accounts;
   };
 
-  // Two passes (keyed_pass_applies): the first digit pass, then the keyed pass, which both decides the top digit
-  // and verifies (one load_weights pass fewer). Where it cannot (a copy too small to check; a mismatch: a top
+  // Two passes or more (keyed_pass_applies): the digit passes but the last, then the keyed pass, which both
+  // decides the top digit and verifies (one load_weights pass fewer). Where it cannot (a copy too small to check; a mismatch: a top
   // digit that changes inside a cell of the lower digits, or a loader that computes), the plain last digit pass
   // and the verification pass follow, and decide as before.
   const int digit_passes = plan.num_passes();

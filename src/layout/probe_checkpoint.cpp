@@ -280,19 +280,23 @@ void fill_verification(const TensorInfo& info, std::size_t tensor, std::uint64_t
   }
 }
 
-// out[j] = the keyed pass's code of key k0 + j, for j < n: runs of one top digit and consecutive low digits.
-// 2-byte codes of two passes (low < D < 2^16) go 8 at a time in 16-bit lanes, as the verification values
-// (0.65 ns per element in 32-bit lanes with a multiply-high scaling, measured in bench_probe).
+// out[j] = the keyed pass's code of key k0 + j, for j < n: runs of one top digit and consecutive low digits,
+// cut where low enters another block of 2^16. 2-byte codes go 8 at a time in 16-bit lanes, as the verification
+// values (0.65 ns per element in 32-bit lanes with a multiply-high scaling, measured in bench_probe).
 template <typename T>
 void fill_keyed_run(T* out, std::int64_t n, std::uint64_t k0, const DigitSpace& ds, const KeyedDigit& keyed) {
   const std::uint64_t place = keyed.place(), base = keyed.base();
   std::uint64_t low = k0 % place, top = k0 / place % base;
   for (std::int64_t j = 0; j < n;) {
     const auto len = static_cast<std::int64_t>(std::min<std::uint64_t>(static_cast<std::uint64_t>(n - j), place - low));
-    std::int64_t i = 0;
-    if constexpr (sizeof(T) == 2) {
-      if (place == base) {
-        // In 16-bit lanes (8 per SSE2 vector): every sum below is < 2 D and taken modulo 2^16 where it wraps.
+    for (std::int64_t i = 0; i < len;) {
+      const std::uint64_t first = low + static_cast<std::uint64_t>(i);
+      const auto block = static_cast<std::int64_t>(std::min<std::uint64_t>(static_cast<std::uint64_t>(len - i),
+                                                                           65536 - (first & 0xffff)));
+      T* o = out + j + i;
+      std::int64_t k = 0;
+      if constexpr (sizeof(T) == 2) {
+        // Every sum below is < 2 D < 2^17, taken modulo 2^16 where it wraps (the result is < D).
         typedef std::uint16_t Lanes __attribute__((vector_size(16)));
         const auto lane = [](std::uint64_t v) {
           const auto x = static_cast<std::uint16_t>(v);
@@ -300,22 +304,21 @@ void fill_keyed_run(T* out, std::int64_t n, std::uint64_t k0, const DigitSpace& 
         };
         const Lanes b = lane(base), t = lane(top), wrap = lane(base - top), lo = lane(ds.lo), half = lane(ds.half),
                     hole = lane(ds.hole), eight = lane(8);
-        const std::uint16_t key = keyed.key16();
+        const std::uint16_t key = keyed.block_key(first >> 16);
         Lanes x;
-        for (int k = 0; k < 8; ++k) x[k] = static_cast<std::uint16_t>(low + static_cast<std::uint64_t>(i + k));
-        for (; i + 8 <= len; i += 8, x += eight) {
+        for (int e = 0; e < 8; ++e) x[e] = static_cast<std::uint16_t>(first + static_cast<std::uint64_t>(e));
+        for (; k + 8 <= block; k += 8, x += eight) {
           Lanes h = hash16(x ^ key);
           h -= (Lanes)(h >= b) & b;     // offset(low)
           Lanes d = h + t;
           d -= (Lanes)(h >= wrap) & b;  // (offset + top) mod D
           const Lanes bits = lo + d + ((Lanes)(d >= half) & hole);
-          std::memcpy(out + j + i, &bits, sizeof(bits));
+          std::memcpy(o + k, &bits, sizeof(bits));
         }
       }
-    }
-    for (; i < len; ++i) {
-      const std::uint64_t d = (top + keyed.offset(low + static_cast<std::uint64_t>(i))) % base;
-      out[j + i] = static_cast<T>(ds.bits(d));
+      for (; k < block; ++k)
+        o[k] = static_cast<T>(ds.bits((top + keyed.offset(first + static_cast<std::uint64_t>(k))) % base));
+      i += block;
     }
     j += len;
     low = 0;
@@ -400,11 +403,14 @@ KeyedDigit::KeyedDigit(std::uint64_t seed, DType dtype, const ProbePlan& plan)
       place_(place_value(digit_space(dtype).size, plan.num_passes() - 1)),
       base_(digit_space(dtype).size) {}
 
+std::uint16_t KeyedDigit::block_key(std::uint64_t block) const {
+  return block == 0 ? key16_ : static_cast<std::uint16_t>(mix64(seed_key_ ^ mix64(block + kGamma)) >> 48);
+}
+
 std::uint64_t KeyedDigit::offset(std::uint64_t low) const {
-  // A 16-bit hash where low and D fit 16 bits (bf16 and f16 in two passes: vectorized in fill_keyed_run),
-  // less D where it is D or more; 64 bits otherwise, scaled into [0, D) by multiply-high.
-  if (low < 65536 && base_ <= 65536) {
-    const std::uint64_t h = hash16(static_cast<std::uint16_t>(static_cast<std::uint16_t>(low) ^ key16_));
+  // 2-byte codes: a 16-bit hash (vectorized in fill_keyed_run); wider ones 64 bits, scaled by multiply-high.
+  if (base_ <= 65536) {
+    const std::uint64_t h = hash16(static_cast<std::uint16_t>(static_cast<std::uint16_t>(low) ^ block_key(low >> 16)));
     return h >= base_ ? h - base_ : h;
   }
   return static_cast<std::uint64_t>((static_cast<Uint128>(mix64(low ^ seed_key_)) * base_) >> 64);

@@ -30,8 +30,9 @@ class KeyedDigit {
   std::uint64_t value(std::uint64_t key) const { return (key / place_ % base_ + offset(key % place_)) % base_; }
   /// The top digit of the key whose lower digits are `low` and whose keyed digit is `written` (< D).
   std::uint64_t top(std::uint64_t low, std::uint64_t written) const { return (written + base_ - offset(low)) % base_; }
-  /// The key of offset()'s 16-bit hash (low and D below 2^16): offset = hash16(low xor key16) * D / 2^16.
-  std::uint16_t key16() const { return key16_; }
+  /// 2-byte codes (D < 2^16): offset = hash16(low mod 2^16 xor block_key(low / 2^16)), less D where it is D or
+  /// more, so that consecutive lows of one block go 8 at a time in 16-bit lanes.
+  std::uint16_t block_key(std::uint64_t block) const;
 
  private:
   std::uint64_t seed_key_;

@@ -549,6 +549,29 @@ TEST(Probe, KeyedPassRefusesAKeyLineThatTheFirstDigitCannotSee) {
   EXPECT_EQ(map.copies[1].tensor, 1u);
 }
 
+// Three digits (a tensor of 5.1e9 keys): the keyed pass is the third, over cells of the two lower digits,
+// here rows across the wrap of those (row 737,280 starts at key 61,440^2).
+TEST(Probe, KeyedPassDecidesTheThirdDigit) {
+  const std::vector<TensorInfo> tensors = {{"big", DType::kBF16, {1000000, 4000}}, {"e", DType::kBF16, {20, 30}}};
+  const std::vector<TensorInfo> infos = {{"across", DType::kBF16, {64, 4000}}, {"start", DType::kBF16, {8, 4000}},
+                                         {"e_t", DType::kBF16, {30, 20}}};
+  const auto load = [](const CheckpointReader& c, const ParameterSet& s) {
+    load_box(c, "big", Box{{737250, 0}, {64, 4000}}, s[0].view);
+    load_box(c, "big", Box{{10, 0}, {8, 4000}}, s[1].view);
+    load_box(c, "e", Box{{0, 0}, {20, 30}}, s[2].view.transpose(0, 1));
+  };
+  ASSERT_EQ(wb::layout::ProbePlan(tensors).num_passes(), 3);
+  HostParameters params(infos);
+  ProbeReport report;
+  const SourceMap map = probe_source_map(tensors, params.parameters(), load, {}, &report);
+  EXPECT_EQ(report.passes, 3);  // two digit passes and the keyed pass
+  ASSERT_EQ(map.copies.size(), 3u);
+  EXPECT_EQ(map.copies[0].box, (Box{{737250, 0}, {64, 4000}}));
+  EXPECT_EQ(map.copies[1].box, (Box{{10, 0}, {8, 4000}}));
+  EXPECT_EQ(map.copies[2].box, (Box{{0, 0}, {20, 30}}));
+  EXPECT_EQ(map.copies[2].strides, (Shape{1, 20}));
+}
+
 // One element of a large shard that load_weights computes (doubled: a code onto another code) in every pass is
 // refused, naming it; one that it writes differently in the keyed pass only is not taken from the keyed pass
 // (the plain passes decide, and load_weights copies there).

@@ -545,46 +545,59 @@ TEST(ProbeCheckpoint, VerificationValues) {
   EXPECT_NE(read_codes(ckpt, tensors[0], Box::whole(tensors[0].shape)), v);
 }
 
-// The keyed pass (two-pass plans of 2-byte codes): every box, read in 16-bit lanes, holds the code of
+// The keyed pass (plans of 2-byte codes): every box, read in 16-bit lanes, holds the code of
 // KeyedDigit::value(key) per element (the scalar definition the decoder inverts), the top digit comes back
-// from the lower digits and that code, and another seed gives other values.
+// from the lower digits and that code, and another seed gives other values. Two passes, and three (low digits
+// past 2^16: several hash blocks, and rows across a wrap of the two lower digits at 61,440^2 keys).
 TEST(ProbeCheckpoint, KeyedValuesMatchTheDefinitionAndGiveBackTheTopDigit) {
-  const std::vector<TensorInfo> tensors = {{"w", DType::kBF16, {300, 4096}}, {"e", DType::kBF16, {20, 30}},
-                                           {"h", DType::kF16, {70000}}};
-  ProbeCheckpoint ckpt(tensors, ProbePlan(tensors));
-  const ProbePlan& plan = ckpt.plan();
-  ASSERT_EQ(plan.num_passes(), 2);
+  const std::vector<TensorInfo> two = {{"w", DType::kBF16, {300, 4096}}, {"e", DType::kBF16, {20, 30}},
+                                       {"h", DType::kF16, {70000}}};
+  const std::vector<TensorInfo> three = {{"big", DType::kBF16, {1000000, 4000}}, {"e", DType::kBF16, {20, 30}}};
   std::mt19937_64 rng(7);
-  for (std::size_t t = 0; t < tensors.size(); ++t) {
-    const TensorInfo& info = tensors[t];
-    const DigitSpace ds = digit_space(info.dtype);
-    const KeyedDigit keyed(11, info.dtype, plan);
-    ckpt.set_keyed(11);
-    EXPECT_TRUE(ckpt.keyed());
-    for (int trial = 0; trial < 6; ++trial) {
-      const Box box = trial == 0 ? Box::whole(info.shape) : random_box(info.shape, rng);
-      const auto codes = read_codes(ckpt, info, box);
-      std::size_t e = 0;
-      for_each_index(box.extent, [&](const Shape& rel) {
-        Shape index(rel.size());
-        for (std::size_t d = 0; d < rel.size(); ++d) index[d] = box.offset[d] + rel[d];
-        const std::uint64_t key = plan.key(t, index);
-        ASSERT_EQ(codes[e], ds.bits(keyed.value(key))) << info.name << " " << shape_to_string(index);
-        const auto written = ds.digit(codes[e] - ds.lo);
-        ASSERT_TRUE(written.has_value());
-        ASSERT_EQ(keyed.top(key % keyed.place(), *written), key / keyed.place()) << info.name;
-        ++e;
-      });
+  for (const int passes : {2, 3}) {
+    const std::vector<TensorInfo>& tensors = passes == 2 ? two : three;
+    ProbeCheckpoint ckpt(tensors, ProbePlan(tensors));
+    const ProbePlan& plan = ckpt.plan();
+    ASSERT_EQ(plan.num_passes(), passes);
+    for (std::size_t t = 0; t < tensors.size(); ++t) {
+      const TensorInfo& info = tensors[t];
+      const DigitSpace ds = digit_space(info.dtype);
+      const KeyedDigit keyed(11, info.dtype, plan);
+      std::vector<Box> boxes;
+      if (info.numel() < 4'000'000) {
+        boxes.push_back(Box::whole(info.shape));
+        for (int trial = 0; trial < 5; ++trial) boxes.push_back(random_box(info.shape, rng));
+      } else {  // rows at the start, in the middle, across the wrap of the lower digits (row 737,280 starts at
+                // key 61,440^2: rows pitched 5,120), at the end
+        for (const std::int64_t row : {std::int64_t{0}, std::int64_t{16}, std::int64_t{500000}, std::int64_t{737279},
+                                       std::int64_t{999997}})
+          boxes.push_back(Box{{row, 0}, {3, 4000}});
+      }
+      for (const Box& box : boxes) {
+        ckpt.set_keyed(11);
+        EXPECT_TRUE(ckpt.keyed());
+        const auto codes = read_codes(ckpt, info, box);
+        std::size_t e = 0;
+        for_each_index(box.extent, [&](const Shape& rel) {
+          Shape index(rel.size());
+          for (std::size_t d = 0; d < rel.size(); ++d) index[d] = box.offset[d] + rel[d];
+          const std::uint64_t key = plan.key(t, index);
+          ASSERT_EQ(codes[e], ds.bits(keyed.value(key))) << info.name << " " << shape_to_string(index);
+          const auto written = ds.digit(codes[e] - ds.lo);
+          ASSERT_TRUE(written.has_value());
+          ASSERT_EQ(keyed.top(key % keyed.place(), *written), key / keyed.place()) << info.name;
+          ++e;
+        });
+        ckpt.set_keyed(12);
+        const auto other = read_codes(ckpt, info, box);
+        std::size_t differ = 0;
+        for (std::size_t i = 0; i < codes.size(); ++i) differ += codes[i] != other[i];
+        EXPECT_GE(differ, codes.size() * 95 / 100) << info.name << " " << box.to_string();
+      }
     }
-    const auto a = read_codes(ckpt, info, Box::whole(info.shape));
-    ckpt.set_keyed(12);
-    const auto b = read_codes(ckpt, info, Box::whole(info.shape));
-    std::size_t differ = 0;
-    for (std::size_t i = 0; i < a.size(); ++i) differ += a[i] != b[i];
-    EXPECT_GT(differ, a.size() * 95 / 100) << info.name;
+    ckpt.set_pass(0);
+    EXPECT_FALSE(ckpt.keyed());
   }
-  ckpt.set_pass(0);
-  EXPECT_FALSE(ckpt.keyed());
 }
 
 // Lookups by name (CheckpointReader::find, and read_box's own) try the tensor after the last one found
