@@ -4,8 +4,9 @@
 // element's tensor and coordinates, produced box by box), once per digit pass, reads the codes back from
 // the parameters, keeps only the nonzeros of their second differences, and decodes those into slice
 // copies. A final verification pass with hashed values checks that the decoded copies reproduce
-// load_weights exactly (for 2-byte codes the last digit pass, keyed by the lower digits, is that pass too), so a load_weights that is not a pure copy (arithmetic, a scale, a dtype
-// conversion) is reported, never silently mis-mapped. The verification pass starts from a marker instead of
+// load_weights exactly (for 2-byte codes the last digit pass, keyed by the lower digits, is that pass too),
+// so a load_weights that is not a pure copy (arithmetic, a scale, a dtype conversion) is reported, never
+// silently mis-mapped. The verification pass starts from a marker instead of
 // zeros, so that it also tells elements load_weights never writes from elements it writes with a constant 0
 // (padding rows a loader zeroes): the accounting of every element (ParameterAccount). The parameters'
 // contents are restored afterwards.
