@@ -491,6 +491,19 @@ MPI_Comm split(MPI_Comm comm, bool member, int key, double timeout, const std::s
   return part;
 }
 
+MPI_Comm rebuild_link(MPI_Comm link, const std::vector<int>& survivors, int tag, double timeout, const std::string& what) {
+  MPI_Group all = MPI_GROUP_NULL, kept = MPI_GROUP_NULL;
+  WB_CHECK_MPI(MPI_Comm_group(link, &all));
+  const int rc = MPI_Group_incl(all, static_cast<int>(survivors.size()), survivors.data(), &kept);
+  MPI_Group_free(&all);
+  WB_CHECK_MPI(rc);
+  // Given up on (bounded throws), the group stays with the thread that still uses it.
+  MPI_Comm rebuilt = bounded([link, kept, tag](MPI_Comm* made) { return MPI_Comm_create_group(link, kept, tag, made); },
+                             timeout, what + ": rebuilding the link from its survivors");
+  MPI_Group_free(&kept);
+  return rebuilt;
+}
+
 bool part(MPI_Comm comm, double seconds) noexcept {
   if (comm == MPI_COMM_NULL) return true;
   if (!barrier_within(comm, seconds)) {

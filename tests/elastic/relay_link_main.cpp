@@ -10,9 +10,15 @@
 //                             without it, the widening of T+A with B hung in every process, measured), then
 //                             joins the trainers and is widened with T+A
 // On T+A+B, A's rank 0 writes 16 MiB to B's rank 0 and B checks them bit for bit; every step has a deadline.
+// With `kill` (a fourth argument, every job): A's rank 0 SIGKILLs itself after the first half, as a relay
+// lost mid-update; B waits for the rest at most kMissSeconds and tells trainer 0 where it stopped; the
+// survivors (T0 T1 B0) rebuild their link without A (comm::rebuild_link: A's ranks are never waited for),
+// trainer 0 re-sends the rest over it, and B checks all 16 MiB bit for bit.
 #include <mpi.h>
 
+#include <csignal>
 #include <cstdint>
+#include <cstring>
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -31,6 +37,8 @@ namespace {
 using namespace wb::comm;
 constexpr double kTimeout = 20;
 constexpr std::size_t kBytes = std::size_t(16) << 20;
+constexpr double kMissSeconds = 3;  // how long B waits for the rest of a relay's bytes (a test's deadline)
+constexpr int kDataTag = 5, kMissingTag = 6;
 
 std::byte pattern(std::size_t i) { return static_cast<std::byte>((i * 131 + 7) & 0xff); }
 
@@ -88,11 +96,11 @@ bool relay(MPI_Comm all, const char* who) {
   if (rank == a0) {
     OperationPtr op = make_operation(kBytes);
     for (std::size_t i = 0; i < kBytes; ++i) op->out[i] = pattern(i);
-    WB_CHECK_MPI(MPI_Isend(op->out.data(), static_cast<int>(kBytes), MPI_BYTE, b0, 5, all, &op->request));
+    WB_CHECK_MPI(MPI_Isend(op->out.data(), static_cast<int>(kBytes), MPI_BYTE, b0, kDataTag, all, &op->request));
     wait_or_throw(op, waiter, "A0 writing to B0");
   } else if (rank == b0) {
     OperationPtr op = make_operation(0, kBytes);
-    WB_CHECK_MPI(MPI_Irecv(op->in.data(), static_cast<int>(kBytes), MPI_BYTE, a0, 5, all, &op->request));
+    WB_CHECK_MPI(MPI_Irecv(op->in.data(), static_cast<int>(kBytes), MPI_BYTE, a0, kDataTag, all, &op->request));
     wait_or_throw(op, waiter, "B0 receiving from A0");
     for (std::size_t i = 0; i < kBytes; ++i)
       if (op->in[i] != pattern(i)) {
@@ -104,7 +112,83 @@ bool relay(MPI_Comm all, const char* who) {
   return barrier_within(all, kTimeout);
 }
 
-int run(const std::string& role, const std::string& dir) {
+// The relay lost mid-update, on T+A+B: A0 writes the first half to B0 and dies. B0 waits for the rest at most
+// kMissSeconds, tells T0 the offset it stopped at, and the survivors rebuild their link without A; T0 re-sends
+// the rest over it. True where B0 then holds all kBytes bit for bit (A's ranks never return).
+bool relay_and_lose(MPI_Comm all, const char* who) {
+  int rank = 0;
+  MPI_Comm_rank(all, &rank);
+  const int t0 = 0, a0 = 2, b0 = 4;
+  const std::size_t half = kBytes / 2;
+  const Waiter waiter{kTimeout, {}};
+  if (rank == a0) {
+    OperationPtr op = make_operation(half);
+    for (std::size_t i = 0; i < half; ++i) op->out[i] = pattern(i);
+    WB_CHECK_MPI(MPI_Isend(op->out.data(), static_cast<int>(half), MPI_BYTE, b0, kDataTag, all, &op->request));
+    wait_or_throw(op, waiter, "A0 writing the first half to B0");
+    std::fflush(nullptr);
+    std::raise(SIGKILL);
+  }
+  if (rank != t0 && rank != 1 && rank != b0) return barrier_within(all, kTimeout);  // A1: its job ends it
+  std::vector<std::byte> got(kBytes);
+  std::int64_t missing = 0;
+  double lost_at = 0;
+  if (rank == b0) {
+    OperationPtr first = make_operation(0, half);
+    WB_CHECK_MPI(MPI_Irecv(first->in.data(), static_cast<int>(half), MPI_BYTE, a0, kDataTag, all, &first->request));
+    wait_or_throw(first, waiter, "B0 receiving the first half from A0");
+    std::memcpy(got.data(), first->in.data(), half);
+    OperationPtr rest = make_operation(0, kBytes - half);
+    WB_CHECK_MPI(MPI_Irecv(rest->in.data(), static_cast<int>(kBytes - half), MPI_BYTE, a0, kDataTag, all, &rest->request));
+    if (wait_for(rest, Waiter{kMissSeconds, {}}, false, "B0 receiving the rest from A0").is_ok()) {
+      std::fprintf(stderr, "B: the rest came from A, which was to die first\n");
+      return false;
+    }
+    abandon(std::move(rest));  // never waited on again: A is gone
+    lost_at = local_seconds();
+    missing = static_cast<std::int64_t>(half);
+    OperationPtr note = make_operation(sizeof missing);
+    std::memcpy(note->out.data(), &missing, sizeof missing);
+    WB_CHECK_MPI(MPI_Isend(note->out.data(), 1, MPI_INT64_T, t0, kMissingTag, all, &note->request));
+    wait_or_throw(note, waiter, "B0 telling T0 where it stopped");
+  } else if (rank == t0) {
+    OperationPtr note = make_operation(0, sizeof missing);
+    WB_CHECK_MPI(MPI_Irecv(note->in.data(), 1, MPI_INT64_T, b0, kMissingTag, all, &note->request));
+    wait_or_throw(note, waiter, "T0 hearing from B0");
+    std::memcpy(&missing, note->in.data(), sizeof missing);
+  }
+  const MPI_Comm survivors = rebuild_link(all, {t0, 1, b0}, 7, kTimeout, who);
+  const int new_b0 = 2;
+  if (rank == t0) {
+    if (missing <= 0 || missing >= static_cast<std::int64_t>(kBytes)) {
+      std::fprintf(stderr, "T0: B0 stopped at byte %lld\n", static_cast<long long>(missing));
+      return false;
+    }
+    OperationPtr op = make_operation(kBytes - static_cast<std::size_t>(missing));
+    for (std::size_t i = static_cast<std::size_t>(missing); i < kBytes; ++i) op->out[i - static_cast<std::size_t>(missing)] = pattern(i);
+    WB_CHECK_MPI(MPI_Isend(op->out.data(), static_cast<int>(op->out.size()), MPI_BYTE, new_b0, kDataTag, survivors, &op->request));
+    wait_or_throw(op, waiter, "T0 re-sending the rest to B0");
+  } else if (rank == b0) {
+    OperationPtr op = make_operation(0, kBytes - half);
+    WB_CHECK_MPI(MPI_Irecv(op->in.data(), static_cast<int>(kBytes - half), MPI_BYTE, t0, kDataTag, survivors, &op->request));
+    wait_or_throw(op, waiter, "B0 receiving the rest from T0");
+    std::memcpy(got.data() + half, op->in.data(), kBytes - half);
+    for (std::size_t i = 0; i < kBytes; ++i)
+      if (got[i] != pattern(i)) {
+        std::fprintf(stderr, "%s: byte %zu differs\n", who, i);
+        return false;
+      }
+    std::printf("B0: A died after 8 MiB; the other 8 MiB re-sent by T0 over the rebuilt link T+B %.3f s after B gave up on A, "
+                "all 16 MiB bit for bit\n", local_seconds() - lost_at);
+  }
+  int size = 0;
+  MPI_Comm_size(survivors, &size);
+  const bool ok = size == 3 && part(survivors, kTimeout);
+  abandon_link(all);  // it spans the dead job: never waited on again
+  return ok;
+}
+
+int run(const std::string& role, const std::string& dir, bool lose) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   bool ok = true;
@@ -114,11 +198,12 @@ int run(const std::string& role, const std::string& dir) {
     const JoinAddress address = shared_address(port ? &*port : nullptr, MPI_COMM_WORLD);
     const MPI_Comm ta = take(MPI_COMM_WORLD, port ? admitted(*port) : MPI_COMM_NULL);
     const MPI_Comm tab = take(ta, port ? admitted(*port) : MPI_COMM_NULL);
-    ok = relay(tab, "trainers");
+    ok = lose ? relay_and_lose(tab, "trainers") : relay(tab, "trainers");
     if (port) port->stop_accepting();
     if (rank == 1 && !knock(address, kTimeout)) ok = false;
     port.reset();
-    ok = part(tab, kTimeout) && part(ta, kTimeout) && ok;
+    if (lose) abandon_link(ta);
+    else ok = part(tab, kTimeout) && part(ta, kTimeout) && ok;
   } else if (role == "a") {
     const MPI_Comm ta = be_taken(MPI_COMM_WORLD, rank == 0 ? join_by_address(dir + "/t", kTimeout) : MPI_COMM_NULL);
     // B connects here before it joins the trainers; what it needs is the connection, not this link.
@@ -128,7 +213,7 @@ int run(const std::string& role, const std::string& dir) {
     if (port) abandon_link(admitted(*port));
     agree(wb::Status::ok(), MPI_COMM_WORLD, Waiter{kTimeout, {}}, "B connected to A");
     const MPI_Comm tab = take(ta, MPI_COMM_NULL);  // T0 is rank 0 of T+A: it holds B's link
-    ok = relay(tab, "A");
+    ok = lose ? relay_and_lose(tab, "A") : relay(tab, "A");
     if (port) port->stop_accepting();
     if (rank == 1 && !knock(address, kTimeout)) ok = false;
     port.reset();
@@ -136,6 +221,7 @@ int run(const std::string& role, const std::string& dir) {
   } else {
     abandon_link(join_by_address(dir + "/a", kTimeout));
     const MPI_Comm tab = be_taken(MPI_COMM_WORLD, join_by_address(dir + "/t", kTimeout));
+    if (lose) return relay_and_lose(tab, "B") ? 0 : 1;
     ok = relay(tab, "B");
     ok = part(tab, kTimeout) && ok;
   }
@@ -149,8 +235,9 @@ int main(int argc, char** argv) {
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   int rc = 2;
   try {
-    if (argc == 3) rc = run(argv[1], argv[2]);
-    else std::fprintf(stderr, "usage: relay_link trainers|a|b DIR\n");
+    const bool lose = argc == 4 && std::string(argv[3]) == "kill";
+    if (argc == 3 || lose) rc = run(argv[1], argv[2], lose);
+    else std::fprintf(stderr, "usage: relay_link trainers|a|b DIR [kill]\n");
   } catch (const wb::Error& error) {
     std::fprintf(stderr, "%s\n", error.status().to_string().c_str());
     rc = 1;

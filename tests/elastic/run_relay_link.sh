@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # One link across the trainers and two engine jobs (relay_link_main.cpp): a trainer job, engine job A that
 # joins it, engine job B that connects to A and then joins the trainers; A's rank 0 writes 16 MiB to B's
-# rank 0 over the link, B checks them bit for bit. Usage: run_relay_link.sh RELAY_LINK_PROGRAM MPIEXEC
+# rank 0 over the link, B checks them bit for bit. With `kill`, A's rank 0 dies after half of them (a relay
+# lost mid-update): the trainers and B rebuild their link without A and trainer 0 re-sends the rest; the
+# trainer job and B must end 0, A's job by the signal.
+# Usage: run_relay_link.sh RELAY_LINK_PROGRAM MPIEXEC [kill]
 set -euo pipefail
 program=$1
 mpiexec=${2:-mpirun}
+mode=${3:-}
 dir=$(mktemp -d)
 server=
 pids=()
@@ -17,18 +21,24 @@ trap cleanup EXIT
 . "$(dirname "${BASH_SOURCE[0]}")/name_server.sh"
 start_name_server
 run() { timeout 90 "$mpiexec" --oversubscribe --ompi-server "file:$dir/uri" "$@"; }
-run -np 2 "$program" trainers "$dir" > "$dir/t.log" 2>&1 &
+run -np 2 "$program" trainers "$dir" $mode > "$dir/t.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 200); do [[ -s $dir/t ]] && break; sleep 0.1; done
-run -np 2 "$program" a "$dir" > "$dir/a.log" 2>&1 &
+run -np 2 "$program" a "$dir" $mode > "$dir/a.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 200); do [[ -s $dir/a ]] && break; sleep 0.1; done
-run -np 1 "$program" b "$dir" > "$dir/b.log" 2>&1 &
+run -np 1 "$program" b "$dir" $mode > "$dir/b.log" 2>&1 &
 pids+=($!)
 rcs=()
 for p in "${pids[@]}"; do rc=0; wait "$p" || rc=$?; rcs+=("$rc"); done
 pids=()
 for f in t a b; do echo "== $f"; cat "$dir/$f.log"; done
+if [[ $mode == kill ]]; then
+  [[ ${rcs[0]} == 0 && ${rcs[1]} != 0 && ${rcs[2]} == 0 ]] || { echo "the jobs ended with ${rcs[*]} (want 0, the signal, 0)"; exit 1; }
+  grep -q "re-sent by T0 over the rebuilt link.*bit for bit" "$dir/b.log" || { echo "B did not get the rest from the trainers"; exit 1; }
+  echo "relay link, relay killed: passed"
+  exit 0
+fi
 [[ ${rcs[*]} == "0 0 0" ]] || { echo "the jobs ended with ${rcs[*]}"; exit 1; }
 grep -q "bit for bit" "$dir/b.log" || { echo "B did not receive A's bytes"; exit 1; }
 echo "relay link: passed"
