@@ -11,10 +11,11 @@
 //                             joins the trainers and is widened with T+A
 // On T+A+B, A's rank 0 writes 16 MiB to B's rank 0 and B checks them bit for bit; every step has a deadline.
 // With `kill` (a fourth argument, every job): A's rank 0 SIGKILLs itself after the first half, as a relay
-// lost mid-update; B waits for the rest at most kMissSeconds and tells trainer 0 where it stopped; the
+// lost mid-update (with `stop` it SIGSTOPs itself, a relay stalled for good: the script kills it at the end); B waits for the rest at most kMissSeconds and tells trainer 0 where it stopped; the
 // survivors (T0 T1 B0) rebuild their link without A (comm::rebuild_link: A's ranks are never waited for),
 // trainer 0 re-sends the rest over it, and B checks all 16 MiB bit for bit.
 #include <mpi.h>
+#include <unistd.h>
 
 #include <csignal>
 #include <cstdint>
@@ -39,6 +40,7 @@ constexpr double kTimeout = 20;
 constexpr std::size_t kBytes = std::size_t(16) << 20;
 constexpr double kMissSeconds = 3;  // how long B waits for the rest of a relay's bytes (a test's deadline)
 constexpr int kDataTag = 5, kMissingTag = 6;
+int loss_signal = 0;  // how the relay is lost: SIGKILL, SIGSTOP, or 0 (it is not)
 
 std::byte pattern(std::size_t i) { return static_cast<std::byte>((i * 131 + 7) & 0xff); }
 
@@ -115,7 +117,7 @@ bool relay(MPI_Comm all, const char* who) {
 // The relay lost mid-update, on T+A+B: A0 writes the first half to B0 and dies. B0 waits for the rest at most
 // kMissSeconds, tells T0 the offset it stopped at, and the survivors rebuild their link without A; T0 re-sends
 // the rest over it. True where B0 then holds all kBytes bit for bit (A's ranks never return).
-bool relay_and_lose(MPI_Comm all, const char* who) {
+bool relay_and_lose(MPI_Comm all, const char* who, const std::string& dir) {
   int rank = 0;
   MPI_Comm_rank(all, &rank);
   const int t0 = 0, a0 = 2, b0 = 4;
@@ -126,8 +128,13 @@ bool relay_and_lose(MPI_Comm all, const char* who) {
     for (std::size_t i = 0; i < half; ++i) op->out[i] = pattern(i);
     WB_CHECK_MPI(MPI_Isend(op->out.data(), static_cast<int>(half), MPI_BYTE, b0, kDataTag, all, &op->request));
     wait_or_throw(op, waiter, "A0 writing the first half to B0");
+    if (FILE* f = std::fopen((dir + "/a0.pid").c_str(), "w")) {  // the script ends a stopped relay
+      std::fprintf(f, "%d\n", static_cast<int>(getpid()));
+      std::fclose(f);
+    }
     std::fflush(nullptr);
-    std::raise(SIGKILL);
+    std::raise(loss_signal);
+    return false;  // resumed: nothing more of this relay is waited for
   }
   if (rank != t0 && rank != 1 && rank != b0) return barrier_within(all, kTimeout);  // A1: its job ends it
   std::vector<std::byte> got(kBytes);
@@ -178,7 +185,7 @@ bool relay_and_lose(MPI_Comm all, const char* who) {
         std::fprintf(stderr, "%s: byte %zu differs\n", who, i);
         return false;
       }
-    std::printf("B0: A died after 8 MiB; the other 8 MiB re-sent by T0 over the rebuilt link T+B %.3f s after B gave up on A, "
+    std::printf("B0: A lost after 8 MiB; the other 8 MiB re-sent by T0 over the rebuilt link T+B %.3f s after B gave up on A, "
                 "all 16 MiB bit for bit\n", local_seconds() - lost_at);
   }
   int size = 0;
@@ -188,7 +195,8 @@ bool relay_and_lose(MPI_Comm all, const char* who) {
   return ok;
 }
 
-int run(const std::string& role, const std::string& dir, bool lose) {
+int run(const std::string& role, const std::string& dir) {
+  const bool lose = loss_signal != 0;
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   bool ok = true;
@@ -198,7 +206,7 @@ int run(const std::string& role, const std::string& dir, bool lose) {
     const JoinAddress address = shared_address(port ? &*port : nullptr, MPI_COMM_WORLD);
     const MPI_Comm ta = take(MPI_COMM_WORLD, port ? admitted(*port) : MPI_COMM_NULL);
     const MPI_Comm tab = take(ta, port ? admitted(*port) : MPI_COMM_NULL);
-    ok = lose ? relay_and_lose(tab, "trainers") : relay(tab, "trainers");
+    ok = lose ? relay_and_lose(tab, "trainers", dir) : relay(tab, "trainers");
     if (port) port->stop_accepting();
     if (rank == 1 && !knock(address, kTimeout)) ok = false;
     port.reset();
@@ -213,7 +221,7 @@ int run(const std::string& role, const std::string& dir, bool lose) {
     if (port) abandon_link(admitted(*port));
     agree(wb::Status::ok(), MPI_COMM_WORLD, Waiter{kTimeout, {}}, "B connected to A");
     const MPI_Comm tab = take(ta, MPI_COMM_NULL);  // T0 is rank 0 of T+A: it holds B's link
-    ok = lose ? relay_and_lose(tab, "A") : relay(tab, "A");
+    ok = lose ? relay_and_lose(tab, "A", dir) : relay(tab, "A");
     if (port) port->stop_accepting();
     if (rank == 1 && !knock(address, kTimeout)) ok = false;
     port.reset();
@@ -221,7 +229,7 @@ int run(const std::string& role, const std::string& dir, bool lose) {
   } else {
     abandon_link(join_by_address(dir + "/a", kTimeout));
     const MPI_Comm tab = be_taken(MPI_COMM_WORLD, join_by_address(dir + "/t", kTimeout));
-    if (lose) return relay_and_lose(tab, "B") ? 0 : 1;
+    if (lose) return relay_and_lose(tab, "B", dir) ? 0 : 1;
     ok = relay(tab, "B");
     ok = part(tab, kTimeout) && ok;
   }
@@ -235,9 +243,10 @@ int main(int argc, char** argv) {
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   int rc = 2;
   try {
-    const bool lose = argc == 4 && std::string(argv[3]) == "kill";
-    if (argc == 3 || lose) rc = run(argv[1], argv[2], lose);
-    else std::fprintf(stderr, "usage: relay_link trainers|a|b DIR [kill]\n");
+    const std::string loss = argc == 4 ? argv[3] : "";
+    loss_signal = loss == "kill" ? SIGKILL : loss == "stop" ? SIGSTOP : 0;
+    if (argc == 3 || loss_signal != 0) rc = run(argv[1], argv[2]);
+    else std::fprintf(stderr, "usage: relay_link trainers|a|b DIR [kill|stop]\n");
   } catch (const wb::Error& error) {
     std::fprintf(stderr, "%s\n", error.status().to_string().c_str());
     rc = 1;

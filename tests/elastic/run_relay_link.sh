@@ -3,8 +3,9 @@
 # joins it, engine job B that connects to A and then joins the trainers; A's rank 0 writes 16 MiB to B's
 # rank 0 over the link, B checks them bit for bit. With `kill`, A's rank 0 dies after half of them (a relay
 # lost mid-update): the trainers and B rebuild their link without A and trainer 0 re-sends the rest; the
-# trainer job and B must end 0, A's job by the signal.
-# Usage: run_relay_link.sh RELAY_LINK_PROGRAM MPIEXEC [kill]
+# trainer job and B must end 0, A's job by the signal. With `stop`, A's rank 0 SIGSTOPs itself there instead
+# (stalled for good): the same, and the script SIGKILLs it once the trainers and B have ended.
+# Usage: run_relay_link.sh RELAY_LINK_PROGRAM MPIEXEC [kill|stop]
 set -euo pipefail
 program=$1
 mpiexec=${2:-mpirun}
@@ -30,13 +31,21 @@ for _ in $(seq 200); do [[ -s $dir/a ]] && break; sleep 0.1; done
 run -np 1 "$program" b "$dir" $mode > "$dir/b.log" 2>&1 &
 pids+=($!)
 rcs=()
-for p in "${pids[@]}"; do rc=0; wait "$p" || rc=$?; rcs+=("$rc"); done
+if [[ $mode == stop ]]; then
+  # The trainers and B first: they must end while A's rank 0 is still stopped.
+  for p in "${pids[0]}" "${pids[2]}"; do rc=0; wait "$p" || rc=$?; rcs+=("$rc"); done
+  [[ -s $dir/a0.pid ]] && kill -KILL "$(cat "$dir/a0.pid")" 2>/dev/null || true
+  rc=0; wait "${pids[1]}" || rc=$?
+  rcs=("${rcs[0]}" "$rc" "${rcs[1]}")
+else
+  for p in "${pids[@]}"; do rc=0; wait "$p" || rc=$?; rcs+=("$rc"); done
+fi
 pids=()
 for f in t a b; do echo "== $f"; cat "$dir/$f.log"; done
-if [[ $mode == kill ]]; then
+if [[ -n $mode ]]; then
   [[ ${rcs[0]} == 0 && ${rcs[1]} != 0 && ${rcs[2]} == 0 ]] || { echo "the jobs ended with ${rcs[*]} (want 0, the signal, 0)"; exit 1; }
   grep -q "re-sent by T0 over the rebuilt link.*bit for bit" "$dir/b.log" || { echo "B did not get the rest from the trainers"; exit 1; }
-  echo "relay link, relay killed: passed"
+  echo "relay link, relay lost ($mode): passed"
   exit 0
 fi
 [[ ${rcs[*]} == "0 0 0" ]] || { echo "the jobs ended with ${rcs[*]}"; exit 1; }
