@@ -137,6 +137,8 @@ struct JoinPort::Shared {
   std::atomic<bool> stopping{false}, finished{false};
   std::atomic<bool> admitting{false};  // between an accept and its verdict: MPI calls in flight on this thread
   std::atomic<std::int64_t> refused{0};
+  std::int64_t admit_at_most = 0;  // 0: until a knock
+  std::int64_t admitted = 0;       // the accept thread's count
   std::mutex mutex;
   std::vector<MPI_Comm> joined;
 
@@ -190,6 +192,7 @@ struct JoinPort::Shared {
       if (admit(peer)) {
         std::lock_guard lock(mutex);
         joined.push_back(peer);
+        if (++admitted == admit_at_most) stopping.store(true);
       } else {
         abandon_link(peer);  // refused or a knock: no disconnect (it may be gone)
       }
@@ -199,9 +202,11 @@ struct JoinPort::Shared {
   }
 };
 
-JoinPort::JoinPort(std::string path, double timeout) : path_(std::move(path)), shared_(std::make_shared<Shared>()) {
+JoinPort::JoinPort(std::string path, double timeout, std::int64_t admit_at_most)
+    : path_(std::move(path)), shared_(std::make_shared<Shared>()) {
   require_thread_multiple("a trainer job that takes joins by address");
   shared_->timeout = timeout;
+  shared_->admit_at_most = admit_at_most;
   // MPI_ERRORS_RETURN: where the runtime has no accept/connect (srun --mpi=pmix: measured), MPI_Comm_accept
   // fails instead of aborting the trainer job; joins are then off, with a warning, and the training goes on.
   shared_->accept_comm = duplicate(MPI_COMM_SELF);

@@ -44,8 +44,10 @@ JoinAddress read_address_file(const std::string& path);
 class JoinPort {
  public:
   /// Opens a port, writes the address file and starts accepting. `timeout`: how long an accepted peer may
-  /// take to present its secret. Throws kUnsupported without MPI_THREAD_MULTIPLE.
-  JoinPort(std::string path, double timeout);
+  /// take to present its secret. `admit_at_most` > 0: the accept thread ends on its own once that many
+  /// peers were admitted, with no knock (a joiner's port that the joined jobs connect to, one each: a job
+  /// of one rank has no other process to knock). Throws kUnsupported without MPI_THREAD_MULTIPLE.
+  JoinPort(std::string path, double timeout, std::int64_t admit_at_most = 0);
   /// Removes the address file and stops taking joins; waits (up to the timeout) for the accept thread to end,
   /// which a knock() after stop_accepting() brings about. One still waiting then is left to the end of the
   /// process (and MPI_Finalize may then hang: measured).

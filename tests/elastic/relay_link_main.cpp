@@ -13,10 +13,14 @@
 // With `kill` (a fourth argument, every job): A's rank 0 SIGKILLs itself after the first half, as a relay
 // lost mid-update (with `stop` it SIGSTOPs itself, a relay stalled for good: the script kills it at the end); B waits for the rest at most kMissSeconds and tells trainer 0 where it stopped; the
 // survivors (T0 T1 B0) rebuild their link without A (comm::rebuild_link: A's ranks are never waited for),
-// trainer 0 re-sends the rest over it, and B checks all 16 MiB bit for bit.
+// trainer 0 re-sends the rest over it, and B checks all 16 MiB bit for bit. With `fleet`, a third engine job
+// joins (relay_link c DIR, 1 rank): it opens a port (DIR/c) that A's and B's leaders connect to, one each,
+// then joins the trainers and is widened with T+A+B; A dies after writing B and C the first half, and the
+// survivors T0 T1 B0 C0 rebuild their link, T0 re-sends the rest to B and B forwards it to C.
 #include <mpi.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdint>
 #include <cstring>
@@ -41,6 +45,7 @@ constexpr std::size_t kBytes = std::size_t(16) << 20;
 constexpr double kMissSeconds = 3;  // how long B waits for the rest of a relay's bytes (a test's deadline)
 constexpr int kDataTag = 5, kMissingTag = 6;
 int loss_signal = 0;  // how the relay is lost: SIGKILL, SIGSTOP, or 0 (it is not)
+bool fleet = false;   // a third engine job C on the link (T+A+B+C), which the others connect to
 
 std::byte pattern(std::size_t i) { return static_cast<std::byte>((i * 131 + 7) & 0xff); }
 
@@ -114,20 +119,28 @@ bool relay(MPI_Comm all, const char* who) {
   return barrier_within(all, kTimeout);
 }
 
-// The relay lost mid-update, on T+A+B: A0 writes the first half to B0 and dies. B0 waits for the rest at most
-// kMissSeconds, tells T0 the offset it stopped at, and the survivors rebuild their link without A; T0 re-sends
-// the rest over it. True where B0 then holds all kBytes bit for bit (A's ranks never return).
+// The relay lost mid-update, on T+A+B (or T+A+B+C): A0 writes the first half to each child (B0, and C0)
+// and dies. Each child waits for the rest at most kMissSeconds and tells T0 the offset it stopped at; the
+// survivors rebuild their link without A, T0 re-sends the rest to the first child, and each child forwards
+// it to the next (another replica re-sends). True where every child then holds all kBytes bit for bit (A's
+// ranks never return).
 bool relay_and_lose(MPI_Comm all, const char* who, const std::string& dir) {
-  int rank = 0;
+  int rank = 0, size = 0;
   MPI_Comm_rank(all, &rank);
-  const int t0 = 0, a0 = 2, b0 = 4;
+  MPI_Comm_size(all, &size);
+  const int t0 = 0, a0 = 2;
+  std::vector<int> children;  // on `all`: the ranks after A's two
+  for (int r = 4; r < size; ++r) children.push_back(r);
   const std::size_t half = kBytes / 2;
   const Waiter waiter{kTimeout, {}};
   if (rank == a0) {
-    OperationPtr op = make_operation(half);
-    for (std::size_t i = 0; i < half; ++i) op->out[i] = pattern(i);
-    WB_CHECK_MPI(MPI_Isend(op->out.data(), static_cast<int>(half), MPI_BYTE, b0, kDataTag, all, &op->request));
-    wait_or_throw(op, waiter, "A0 writing the first half to B0");
+    std::vector<OperationPtr> sent;
+    for (int child : children) {
+      sent.push_back(make_operation(half));
+      for (std::size_t i = 0; i < half; ++i) sent.back()->out[i] = pattern(i);
+      WB_CHECK_MPI(MPI_Isend(sent.back()->out.data(), static_cast<int>(half), MPI_BYTE, child, kDataTag, all, &sent.back()->request));
+    }
+    for (const OperationPtr& op : sent) wait_or_throw(op, waiter, "A0 writing the first half to its children");
     if (FILE* f = std::fopen((dir + "/a0.pid").c_str(), "w")) {  // the script ends a stopped relay
       std::fprintf(f, "%d\n", static_cast<int>(getpid()));
       std::fclose(f);
@@ -136,19 +149,20 @@ bool relay_and_lose(MPI_Comm all, const char* who, const std::string& dir) {
     std::raise(loss_signal);
     return false;  // resumed: nothing more of this relay is waited for
   }
-  if (rank != t0 && rank != 1 && rank != b0) return barrier_within(all, kTimeout);  // A1: its job ends it
+  if (rank == a0 + 1) return barrier_within(all, kTimeout);  // A1: its job ends it
+  const auto child = std::find(children.begin(), children.end(), rank);
   std::vector<std::byte> got(kBytes);
   std::int64_t missing = 0;
   double lost_at = 0;
-  if (rank == b0) {
+  if (child != children.end()) {
     OperationPtr first = make_operation(0, half);
     WB_CHECK_MPI(MPI_Irecv(first->in.data(), static_cast<int>(half), MPI_BYTE, a0, kDataTag, all, &first->request));
-    wait_or_throw(first, waiter, "B0 receiving the first half from A0");
+    wait_or_throw(first, waiter, "receiving the first half from A0");
     std::memcpy(got.data(), first->in.data(), half);
     OperationPtr rest = make_operation(0, kBytes - half);
     WB_CHECK_MPI(MPI_Irecv(rest->in.data(), static_cast<int>(kBytes - half), MPI_BYTE, a0, kDataTag, all, &rest->request));
-    if (wait_for(rest, Waiter{kMissSeconds, {}}, false, "B0 receiving the rest from A0").is_ok()) {
-      std::fprintf(stderr, "B: the rest came from A, which was to die first\n");
+    if (wait_for(rest, Waiter{kMissSeconds, {}}, false, "receiving the rest from A0").is_ok()) {
+      std::fprintf(stderr, "%s: the rest came from A, which was to die first\n", who);
       return false;
     }
     abandon(std::move(rest));  // never waited on again: A is gone
@@ -157,42 +171,67 @@ bool relay_and_lose(MPI_Comm all, const char* who, const std::string& dir) {
     OperationPtr note = make_operation(sizeof missing);
     std::memcpy(note->out.data(), &missing, sizeof missing);
     WB_CHECK_MPI(MPI_Isend(note->out.data(), 1, MPI_INT64_T, t0, kMissingTag, all, &note->request));
-    wait_or_throw(note, waiter, "B0 telling T0 where it stopped");
+    wait_or_throw(note, waiter, "telling T0 where it stopped");
   } else if (rank == t0) {
-    OperationPtr note = make_operation(0, sizeof missing);
-    WB_CHECK_MPI(MPI_Irecv(note->in.data(), 1, MPI_INT64_T, b0, kMissingTag, all, &note->request));
-    wait_or_throw(note, waiter, "T0 hearing from B0");
-    std::memcpy(&missing, note->in.data(), sizeof missing);
+    for (int c : children) {
+      OperationPtr note = make_operation(0, sizeof missing);
+      WB_CHECK_MPI(MPI_Irecv(note->in.data(), 1, MPI_INT64_T, c, kMissingTag, all, &note->request));
+      wait_or_throw(note, waiter, "T0 hearing from a child of A");
+      std::int64_t at = 0;
+      std::memcpy(&at, note->in.data(), sizeof at);
+      if (c != children.front() && at != missing) {
+        std::fprintf(stderr, "T0: the children stopped at bytes %lld and %lld\n", static_cast<long long>(missing), static_cast<long long>(at));
+        return false;
+      }
+      missing = at;
+    }
   }
-  const MPI_Comm survivors = rebuild_link(all, {t0, 1, b0}, 7, kTimeout, who);
-  const int new_b0 = 2;
+  std::vector<int> kept = {t0, 1};
+  kept.insert(kept.end(), children.begin(), children.end());
+  const MPI_Comm survivors = rebuild_link(all, kept, 7, kTimeout, who);
+  // On the rebuilt link: T0 is 0, the children 2, 3, ...; the rest goes down the chain T0 -> first child -> next.
+  const int me = rank == t0 ? 0 : child != children.end() ? 2 + static_cast<int>(child - children.begin()) : 1;
+  const int last = 1 + static_cast<int>(children.size());
   if (rank == t0) {
     if (missing <= 0 || missing >= static_cast<std::int64_t>(kBytes)) {
-      std::fprintf(stderr, "T0: B0 stopped at byte %lld\n", static_cast<long long>(missing));
+      std::fprintf(stderr, "T0: the children stopped at byte %lld\n", static_cast<long long>(missing));
       return false;
     }
     OperationPtr op = make_operation(kBytes - static_cast<std::size_t>(missing));
     for (std::size_t i = static_cast<std::size_t>(missing); i < kBytes; ++i) op->out[i - static_cast<std::size_t>(missing)] = pattern(i);
-    WB_CHECK_MPI(MPI_Isend(op->out.data(), static_cast<int>(op->out.size()), MPI_BYTE, new_b0, kDataTag, survivors, &op->request));
-    wait_or_throw(op, waiter, "T0 re-sending the rest to B0");
-  } else if (rank == b0) {
-    OperationPtr op = make_operation(0, kBytes - half);
-    WB_CHECK_MPI(MPI_Irecv(op->in.data(), static_cast<int>(kBytes - half), MPI_BYTE, t0, kDataTag, survivors, &op->request));
-    wait_or_throw(op, waiter, "B0 receiving the rest from T0");
+    WB_CHECK_MPI(MPI_Isend(op->out.data(), static_cast<int>(op->out.size()), MPI_BYTE, 2, kDataTag, survivors, &op->request));
+    wait_or_throw(op, waiter, "T0 re-sending the rest");
+  } else if (child != children.end()) {
+    const int from = me == 2 ? 0 : me - 1;
+    OperationPtr op = make_operation(kBytes - half, kBytes - half);
+    WB_CHECK_MPI(MPI_Irecv(op->in.data(), static_cast<int>(kBytes - half), MPI_BYTE, from, kDataTag, survivors, &op->request));
+    wait_or_throw(op, waiter, "receiving the rest on the rebuilt link");
     std::memcpy(got.data() + half, op->in.data(), kBytes - half);
+    if (me < last) {  // forwarded as received: this child is the next one's replica
+      std::memcpy(op->out.data(), op->in.data(), kBytes - half);
+      WB_CHECK_MPI(MPI_Isend(op->out.data(), static_cast<int>(kBytes - half), MPI_BYTE, me + 1, kDataTag, survivors, &op->request));
+      wait_or_throw(op, waiter, "forwarding the rest");
+    }
     for (std::size_t i = 0; i < kBytes; ++i)
       if (got[i] != pattern(i)) {
         std::fprintf(stderr, "%s: byte %zu differs\n", who, i);
         return false;
       }
-    std::printf("B0: A lost after 8 MiB; the other 8 MiB re-sent by T0 over the rebuilt link T+B %.3f s after B gave up on A, "
-                "all 16 MiB bit for bit\n", local_seconds() - lost_at);
+    std::printf("%s: A lost after 8 MiB; the other 8 MiB re-sent by %s over the rebuilt link %.3f s after giving up on A, "
+                "all 16 MiB bit for bit\n", who, me == 2 ? "T0" : "the child before it", local_seconds() - lost_at);
   }
-  int size = 0;
-  MPI_Comm_size(survivors, &size);
-  const bool ok = size == 3 && part(survivors, kTimeout);
+  int rebuilt_size = 0;
+  MPI_Comm_size(survivors, &rebuilt_size);
+  const bool ok = rebuilt_size == last + 1 && part(survivors, kTimeout);
   abandon_link(all);  // it spans the dead job: never waited on again
   return ok;
+}
+
+// Waits for a file a port's leader writes (the joiner's port, which the joined jobs connect to).
+void await_file(const std::string& path) {
+  Backoff backoff;
+  for (const double start = local_seconds(); access(path.c_str(), R_OK) != 0; backoff.pause())
+    if (local_seconds() - start > kTimeout) throw wb::Error(wb::ErrorCode::kTimeout, path + " did not appear within " + seconds_text(kTimeout));
 }
 
 int run(const std::string& role, const std::string& dir) {
@@ -206,12 +245,14 @@ int run(const std::string& role, const std::string& dir) {
     const JoinAddress address = shared_address(port ? &*port : nullptr, MPI_COMM_WORLD);
     const MPI_Comm ta = take(MPI_COMM_WORLD, port ? admitted(*port) : MPI_COMM_NULL);
     const MPI_Comm tab = take(ta, port ? admitted(*port) : MPI_COMM_NULL);
-    ok = lose ? relay_and_lose(tab, "trainers", dir) : relay(tab, "trainers");
+    const MPI_Comm all = fleet ? take(tab, port ? admitted(*port) : MPI_COMM_NULL) : tab;
+    ok = lose ? relay_and_lose(all, "trainers", dir) : relay(all, "trainers");
     if (port) port->stop_accepting();
     if (rank == 1 && !knock(address, kTimeout)) ok = false;
     port.reset();
-    if (lose) abandon_link(ta);
-    else ok = part(tab, kTimeout) && part(ta, kTimeout) && ok;
+    if (lose) abandon_link(ta);  // they span the dead job (`all` went in relay_and_lose)
+    if (fleet) abandon_link(tab);
+    if (!lose) ok = part(tab, kTimeout) && part(ta, kTimeout) && ok;
   } else if (role == "a") {
     const MPI_Comm ta = be_taken(MPI_COMM_WORLD, rank == 0 ? join_by_address(dir + "/t", kTimeout) : MPI_COMM_NULL);
     // B connects here before it joins the trainers; what it needs is the connection, not this link.
@@ -221,17 +262,43 @@ int run(const std::string& role, const std::string& dir) {
     if (port) abandon_link(admitted(*port));
     agree(wb::Status::ok(), MPI_COMM_WORLD, Waiter{kTimeout, {}}, "B connected to A");
     const MPI_Comm tab = take(ta, MPI_COMM_NULL);  // T0 is rank 0 of T+A: it holds B's link
-    ok = lose ? relay_and_lose(tab, "A", dir) : relay(tab, "A");
+    MPI_Comm all = tab;
+    if (fleet) {  // C, the next joiner, opened a port: A's leader connects to it, then T+A+B is widened with C
+      if (rank == 0) {
+        await_file(dir + "/c");
+        abandon_link(join_by_address(dir + "/c", kTimeout));
+      }
+      agree(wb::Status::ok(), MPI_COMM_WORLD, Waiter{kTimeout, {}}, "A connected to C");
+      all = take(tab, MPI_COMM_NULL);
+    }
+    ok = lose ? relay_and_lose(all, "A", dir) : relay(all, "A");
     if (port) port->stop_accepting();
     if (rank == 1 && !knock(address, kTimeout)) ok = false;
     port.reset();
     ok = part(tab, kTimeout) && part(ta, kTimeout) && ok;
-  } else {
+  } else if (role == "b") {
     abandon_link(join_by_address(dir + "/a", kTimeout));
     const MPI_Comm tab = be_taken(MPI_COMM_WORLD, join_by_address(dir + "/t", kTimeout));
-    if (lose) return relay_and_lose(tab, "B", dir) ? 0 : 1;
-    ok = relay(tab, "B");
-    ok = part(tab, kTimeout) && ok;
+    MPI_Comm all = tab;
+    if (fleet) {
+      await_file(dir + "/c");
+      abandon_link(join_by_address(dir + "/c", kTimeout));
+      all = take(tab, MPI_COMM_NULL);
+      abandon_link(tab);  // it spans A, which relay_and_lose loses
+    }
+    if (lose) return relay_and_lose(all, "B", dir) ? 0 : 1;
+    ok = relay(all, "B");
+    ok = part(all, kTimeout) && ok;
+  } else {
+    // C (one rank, `fleet` only): the joined jobs connect to its port, one each, and its accept thread ends
+    // on its own after the second (no other process of its job could knock); then it joins the trainers.
+    std::optional<JoinPort> port;
+    port.emplace(dir + "/c", kTimeout, 2);
+    abandon_link(admitted(*port));
+    abandon_link(admitted(*port));
+    port.reset();
+    const MPI_Comm all = be_taken(MPI_COMM_WORLD, join_by_address(dir + "/t", kTimeout));
+    return relay_and_lose(all, "C", dir) ? 0 : 1;
   }
   return ok ? 0 : 1;
 }
@@ -244,9 +311,10 @@ int main(int argc, char** argv) {
   int rc = 2;
   try {
     const std::string loss = argc == 4 ? argv[3] : "";
-    loss_signal = loss == "kill" ? SIGKILL : loss == "stop" ? SIGSTOP : 0;
+    loss_signal = loss == "kill" || loss == "fleet" ? SIGKILL : loss == "stop" ? SIGSTOP : 0;
+    fleet = loss == "fleet";
     if (argc == 3 || loss_signal != 0) rc = run(argv[1], argv[2]);
-    else std::fprintf(stderr, "usage: relay_link trainers|a|b DIR [kill|stop]\n");
+    else std::fprintf(stderr, "usage: relay_link trainers|a|b|c DIR [kill|stop|fleet]\n");
   } catch (const wb::Error& error) {
     std::fprintf(stderr, "%s\n", error.status().to_string().c_str());
     rc = 1;

@@ -5,7 +5,9 @@
 # lost mid-update): the trainers and B rebuild their link without A and trainer 0 re-sends the rest; the
 # trainer job and B must end 0, A's job by the signal. With `stop`, A's rank 0 SIGSTOPs itself there instead
 # (stalled for good): the same, and the script SIGKILLs it once the trainers and B have ended.
-# Usage: run_relay_link.sh RELAY_LINK_PROGRAM MPIEXEC [kill|stop]
+# With `fleet`, engine job C (1 rank) opens a port that A and B connect to and joins as well (T+A+B+C); A
+# dies after half; the survivors rebuild, trainer 0 re-sends the rest to B and B forwards it to C.
+# Usage: run_relay_link.sh RELAY_LINK_PROGRAM MPIEXEC [kill|stop|fleet]
 set -euo pipefail
 program=$1
 mpiexec=${2:-mpirun}
@@ -30,6 +32,12 @@ pids+=($!)
 for _ in $(seq 200); do [[ -s $dir/a ]] && break; sleep 0.1; done
 run -np 1 "$program" b "$dir" $mode > "$dir/b.log" 2>&1 &
 pids+=($!)
+jobs_=(t a b)
+if [[ $mode == fleet ]]; then
+  run -np 1 "$program" c "$dir" $mode > "$dir/c.log" 2>&1 &
+  pids+=($!)
+  jobs_+=(c)
+fi
 rcs=()
 if [[ $mode == stop ]]; then
   # The trainers and B first: they must end while A's rank 0 is still stopped.
@@ -41,7 +49,15 @@ else
   for p in "${pids[@]}"; do rc=0; wait "$p" || rc=$?; rcs+=("$rc"); done
 fi
 pids=()
-for f in t a b; do echo "== $f"; cat "$dir/$f.log"; done
+for f in "${jobs_[@]}"; do echo "== $f"; cat "$dir/$f.log"; done
+if [[ $mode == fleet ]]; then
+  [[ ${rcs[0]} == 0 && ${rcs[1]} != 0 && ${rcs[2]} == 0 && ${rcs[3]} == 0 ]] ||
+    { echo "the jobs ended with ${rcs[*]} (want 0, the signal, 0, 0)"; exit 1; }
+  grep -q "re-sent by T0 over the rebuilt link.*bit for bit" "$dir/b.log" || { echo "B did not get the rest from the trainers"; exit 1; }
+  grep -q "re-sent by the child before it over the rebuilt link.*bit for bit" "$dir/c.log" || { echo "C did not get the rest from B"; exit 1; }
+  echo "relay link of three engine jobs, relay killed: passed"
+  exit 0
+fi
 if [[ -n $mode ]]; then
   [[ ${rcs[0]} == 0 && ${rcs[1]} != 0 && ${rcs[2]} == 0 ]] || { echo "the jobs ended with ${rcs[*]} (want 0, the signal, 0)"; exit 1; }
   grep -q "re-sent by T0 over the rebuilt link.*bit for bit" "$dir/b.log" || { echo "B did not get the rest from the trainers"; exit 1; }
