@@ -188,7 +188,9 @@ bool relay_and_lose(MPI_Comm all, const char* who, const std::string& dir) {
   }
   std::vector<int> kept = {t0, 1};
   kept.insert(kept.end(), children.begin(), children.end());
+  const double rebuilding = local_seconds();
   const MPI_Comm survivors = rebuild_link(all, kept, 7, kTimeout, who);
+  const double rebuilt_in = local_seconds() - rebuilding;
   // On the rebuilt link: T0 is 0, the children 2, 3, ...; the rest goes down the chain T0 -> first child -> next.
   const int me = rank == t0 ? 0 : child != children.end() ? 2 + static_cast<int>(child - children.begin()) : 1;
   const int last = 1 + static_cast<int>(children.size());
@@ -217,8 +219,9 @@ bool relay_and_lose(MPI_Comm all, const char* who, const std::string& dir) {
         std::fprintf(stderr, "%s: byte %zu differs\n", who, i);
         return false;
       }
-    std::printf("%s: A lost after 8 MiB; the other 8 MiB re-sent by %s over the rebuilt link %.3f s after giving up on A, "
-                "all 16 MiB bit for bit\n", who, me == 2 ? "T0" : "the child before it", local_seconds() - lost_at);
+    std::printf("%s: A lost after 8 MiB; the other 8 MiB re-sent by %s over the rebuilt link %.3f s after giving up on A "
+                "(the rebuild %.3f s of it), all 16 MiB bit for bit\n", who, me == 2 ? "T0" : "the child before it",
+                local_seconds() - lost_at, rebuilt_in);
   }
   int rebuilt_size = 0;
   MPI_Comm_size(survivors, &rebuilt_size);
