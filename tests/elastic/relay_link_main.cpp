@@ -237,6 +237,158 @@ void await_file(const std::string& path) {
     if (local_seconds() - start > kTimeout) throw wb::Error(wb::ErrorCode::kTimeout, path + " did not appear within " + seconds_text(kTimeout));
 }
 
+// A relay job lost before the next join (`join_after_stop`, `join_after_kill`): on T+A+B, A's rank 0 is
+// stopped (or killed) before C joins. C (1 rank) opens a port for the joined jobs' leaders and joins the
+// trainers once B's leader connected there (the test's order: B is taken first). Each joined leader that
+// connected to C's port says so to T0 over T+A+B; T0 waits for those notes at most kMissSeconds, names the
+// jobs that stayed silent, and tells the others which ranks are kept. Trainer 1 knocks C's port (it expected
+// one connection more than came: a one-rank job cannot end its own accept), the survivors rebuild their link
+// without A (comm::rebuild_link: A never waited for), and that link, not T+A+B, is widened with C (T+B+C).
+// T0 then writes 16 MiB to B and to C over it, each checks them bit for bit. True where all of that held.
+constexpr int kConnectedTag = 8, kKeptTag = 9;
+
+// The trainers' verdict after a joiner's port: the ranks of `tab` that are kept, as a bit mask.
+std::int64_t kept_mask(MPI_Comm tab, int rank, const Waiter& waiter) {
+  const int t0 = 0;
+  const std::vector<std::vector<int>> jobs = {{2, 3}, {4}};  // A, B on T+A+B; their leaders 2 and 4
+  std::int64_t kept = 0b11;                                  // the trainers
+  if (rank == t0) {
+    std::vector<OperationPtr> notes;
+    for (const std::vector<int>& job : jobs) {
+      notes.push_back(make_operation(0, sizeof(std::int64_t)));
+      WB_CHECK_MPI(MPI_Irecv(notes.back()->in.data(), 1, MPI_INT64_T, job.front(), kConnectedTag, tab, &notes.back()->request));
+    }
+    const double start = local_seconds();
+    for (std::size_t j = 0; j < jobs.size(); ++j) {
+      const double left = std::max(0.0, kMissSeconds - (local_seconds() - start));
+      if (wait_for(notes[j], Waiter{left, {}}, false, "a joined leader's note").is_ok()) {
+        for (int r : jobs[j]) kept |= std::int64_t(1) << r;
+      } else {
+        abandon(std::move(notes[j]));  // never waited on again: that job is gone
+        std::printf("T0: the job of link ranks %d.. did not connect to the joiner's port within %.0f s: it is left out\n",
+                    jobs[j].front(), kMissSeconds);
+      }
+    }
+    for (int to : {1, 4}) {
+      OperationPtr verdict = make_operation(sizeof kept);
+      std::memcpy(verdict->out.data(), &kept, sizeof kept);
+      WB_CHECK_MPI(MPI_Isend(verdict->out.data(), 1, MPI_INT64_T, to, kKeptTag, tab, &verdict->request));
+      wait_or_throw(verdict, waiter, "T0 telling the survivors who is kept");
+    }
+  } else {
+    OperationPtr verdict = make_operation(0, sizeof kept);
+    WB_CHECK_MPI(MPI_Irecv(verdict->in.data(), 1, MPI_INT64_T, t0, kKeptTag, tab, &verdict->request));
+    wait_or_throw(verdict, waiter, "hearing from T0 who is kept");
+    std::memcpy(&kept, verdict->in.data(), sizeof kept);
+  }
+  return kept;
+}
+
+// T0 writes kBytes to B0 and C0 on T+B+C (ranks 2, 3); they check them. True where nothing was wrong.
+bool write_survivors(MPI_Comm tbc, const char* who, double since, const char* since_what) {
+  const Waiter waiter{kTimeout, {}};
+  int rank = 0, size = 0;
+  MPI_Comm_rank(tbc, &rank);
+  MPI_Comm_size(tbc, &size);
+  if (size != 4) {
+    std::fprintf(stderr, "%s: T+B+C has %d ranks, not 4\n", who, size);
+    return false;
+  }
+  if (rank == 0) {
+    OperationPtr to_b = make_operation(kBytes), to_c = make_operation(kBytes);
+    for (std::size_t i = 0; i < kBytes; ++i) to_b->out[i] = to_c->out[i] = pattern(i);
+    WB_CHECK_MPI(MPI_Isend(to_b->out.data(), static_cast<int>(kBytes), MPI_BYTE, 2, kDataTag, tbc, &to_b->request));
+    WB_CHECK_MPI(MPI_Isend(to_c->out.data(), static_cast<int>(kBytes), MPI_BYTE, 3, kDataTag, tbc, &to_c->request));
+    wait_or_throw(to_b, waiter, "T0 writing B0");
+    wait_or_throw(to_c, waiter, "T0 writing C0");
+  } else if (rank >= 2) {
+    OperationPtr op = make_operation(0, kBytes);
+    WB_CHECK_MPI(MPI_Irecv(op->in.data(), static_cast<int>(kBytes), MPI_BYTE, 0, kDataTag, tbc, &op->request));
+    wait_or_throw(op, waiter, "receiving from T0 on T+B+C");
+    for (std::size_t i = 0; i < kBytes; ++i)
+      if (op->in[i] != pattern(i)) {
+        std::fprintf(stderr, "%s: byte %zu differs\n", who, i);
+        return false;
+      }
+    std::printf("%s: 16 MiB from T0 over T+B+C (A left out, the link rebuilt, then widened with C) %.3f s after %s, "
+                "bit for bit\n", who, local_seconds() - since, since_what);
+  }
+  return true;
+}
+
+int join_after_loss(const std::string& role, const std::string& dir) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  const Waiter waiter{kTimeout, {}};
+  // The survivors of T+A+B (T0 T1 B0): the verdict, the knock, the rebuild and the widening with C.
+  const auto survive = [&](MPI_Comm tab, int link_rank, JoinPort* port, const char* who) {
+    const std::int64_t kept = kept_mask(tab, link_rank, waiter);
+    const double verdict_at = local_seconds();
+    std::vector<int> ranks;
+    for (int r = 0; r < 5; ++r)
+      if (kept & (std::int64_t(1) << r)) ranks.push_back(r);
+    if (ranks != std::vector<int>{0, 1, 4}) {
+      std::fprintf(stderr, "%s: kept %zu ranks of T+A+B, not T0 T1 B0\n", who, ranks.size());
+      return false;
+    }
+    // C's port expected A's leader too: trainer 1 ends its accept (C has no other process to).
+    if (link_rank == 1 && !knock(read_address_file(dir + "/c"), kTimeout)) return false;
+    const MPI_Comm tb = rebuild_link(tab, ranks, 7, kTimeout, who);
+    abandon_link(tab);  // it spans A: never waited on again
+    const MPI_Comm tbc = take(tb, port ? admitted(*port) : MPI_COMM_NULL);
+    const bool ok = write_survivors(tbc, who, verdict_at, "T0's verdict");
+    return part(tbc, kTimeout) && part(tb, kTimeout) && ok;
+  };
+  bool ok = true;
+  if (role == "trainers") {
+    std::optional<JoinPort> port;
+    if (rank == 0) port.emplace(dir + "/t", kTimeout);
+    const JoinAddress address = shared_address(port ? &*port : nullptr, MPI_COMM_WORLD);
+    const MPI_Comm ta = take(MPI_COMM_WORLD, port ? admitted(*port) : MPI_COMM_NULL);
+    const MPI_Comm tab = take(ta, port ? admitted(*port) : MPI_COMM_NULL);
+    ok = survive(tab, rank, port ? &*port : nullptr, "trainers");
+    abandon_link(ta);
+    if (port) port->stop_accepting();
+    if (rank == 1 && !knock(address, kTimeout)) ok = false;
+  } else if (role == "a") {
+    const MPI_Comm ta = be_taken(MPI_COMM_WORLD, rank == 0 ? join_by_address(dir + "/t", kTimeout) : MPI_COMM_NULL);
+    std::optional<JoinPort> port;  // B connects here before it joins the trainers
+    if (rank == 0) port.emplace(dir + "/a", kTimeout, 1);
+    if (port) abandon_link(admitted(*port));
+    port.reset();
+    agree(wb::Status::ok(), MPI_COMM_WORLD, Waiter{kTimeout, {}}, "B connected to A");
+    const MPI_Comm tab = take(ta, MPI_COMM_NULL);
+    if (rank == 0) {  // lost before it would connect to C's port
+      if (FILE* f = std::fopen((dir + "/a0.pid").c_str(), "w")) {
+        std::fprintf(f, "%d\n", static_cast<int>(getpid()));
+        std::fclose(f);
+      }
+      std::fflush(nullptr);
+      std::raise(loss_signal);
+      return 1;
+    }
+    (void)barrier_within(tab, kTimeout);  // A1: its job ends it
+    return 1;
+  } else if (role == "b") {
+    abandon_link(join_by_address(dir + "/a", kTimeout));
+    const MPI_Comm tab = be_taken(MPI_COMM_WORLD, join_by_address(dir + "/t", kTimeout));
+    await_file(dir + "/c");
+    abandon_link(join_by_address(dir + "/c", kTimeout));
+    OperationPtr note = make_operation(sizeof(std::int64_t));
+    WB_CHECK_MPI(MPI_Isend(note->out.data(), 1, MPI_INT64_T, 0, kConnectedTag, tab, &note->request));
+    wait_or_throw(note, waiter, "B0 telling T0 it connected to C");
+    ok = survive(tab, 4, nullptr, "B");
+  } else {
+    std::optional<JoinPort> port;
+    port.emplace(dir + "/c", kTimeout, 2);
+    abandon_link(admitted(*port));  // B's leader: the trainers have taken B by now
+    const MPI_Comm tbc = be_taken(MPI_COMM_WORLD, join_by_address(dir + "/t", kTimeout));
+    port.reset();  // its accept ended by trainer 1's knock
+    ok = write_survivors(tbc, "C", local_seconds(), "its widening") && part(tbc, kTimeout);
+  }
+  return ok ? 0 : 1;
+}
+
 int run(const std::string& role, const std::string& dir) {
   const bool lose = loss_signal != 0;
   int rank = 0;
@@ -314,10 +466,13 @@ int main(int argc, char** argv) {
   int rc = 2;
   try {
     const std::string loss = argc == 4 ? argv[3] : "";
-    loss_signal = loss == "kill" || loss == "fleet" ? SIGKILL : loss == "stop" ? SIGSTOP : 0;
+    loss_signal = loss == "kill" || loss == "fleet" || loss == "join_after_kill" ? SIGKILL
+                  : loss == "stop" || loss == "join_after_stop"                 ? SIGSTOP
+                                                                                : 0;
     fleet = loss == "fleet";
-    if (argc == 3 || loss_signal != 0) rc = run(argv[1], argv[2]);
-    else std::fprintf(stderr, "usage: relay_link trainers|a|b|c DIR [kill|stop|fleet]\n");
+    if (loss.starts_with("join_after_")) rc = join_after_loss(argv[1], argv[2]);
+    else if (argc == 3 || loss_signal != 0) rc = run(argv[1], argv[2]);
+    else std::fprintf(stderr, "usage: relay_link trainers|a|b|c DIR [kill|stop|fleet|join_after_stop|join_after_kill]\n");
   } catch (const wb::Error& error) {
     std::fprintf(stderr, "%s\n", error.status().to_string().c_str());
     rc = 1;
