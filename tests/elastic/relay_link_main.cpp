@@ -17,6 +17,8 @@
 // joins (relay_link c DIR, 1 rank): it opens a port (DIR/c) that A's and B's leaders connect to, one each,
 // then joins the trainers and is widened with T+A+B; A dies after writing B and C the first half, and the
 // survivors T0 T1 B0 C0 rebuild their link, T0 re-sends the rest to B and B forwards it to C.
+// With `join_after_stop` / `join_after_kill`, A's rank 0 is lost once T+A+B formed, before C joins; the
+// survivors leave it out, rebuild T+B and widen that with C (join_after_loss below).
 #include <mpi.h>
 #include <unistd.h>
 
@@ -335,7 +337,12 @@ int join_after_loss(const std::string& role, const std::string& dir) {
     if (link_rank == 1 && !knock(read_address_file(dir + "/c"), kTimeout)) return false;
     const MPI_Comm tb = rebuild_link(tab, ranks, 7, kTimeout, who);
     abandon_link(tab);  // it spans A: never waited on again
+    const double widening = local_seconds();
     const MPI_Comm tbc = take(tb, port ? admitted(*port) : MPI_COMM_NULL);
+    if (link_rank == 0) {
+      std::printf("T0: after the verdict, the knock and the rebuild of T+B %.3f s, its widening with C %.3f s\n",
+                  widening - verdict_at, local_seconds() - widening);
+    }
     const bool ok = write_survivors(tbc, who, verdict_at, "T0's verdict");
     return part(tbc, kTimeout) && part(tb, kTimeout) && ok;
   };
