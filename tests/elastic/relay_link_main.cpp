@@ -250,7 +250,7 @@ void await_file(const std::string& path) {
 constexpr int kConnectedTag = 8, kKeptTag = 9;
 
 // The trainers' verdict after a joiner's port: the ranks of `tab` that are kept, as a bit mask.
-std::int64_t kept_mask(MPI_Comm tab, int rank, const Waiter& waiter) {
+std::int64_t kept_mask(MPI_Comm tab, int rank, const Waiter& waiter, const std::string& dir) {
   const int t0 = 0;
   const std::vector<std::vector<int>> jobs = {{2, 3}, {4}};  // A, B on T+A+B; their leaders 2 and 4
   std::int64_t kept = 0b11;                                  // the trainers
@@ -260,6 +260,9 @@ std::int64_t kept_mask(MPI_Comm tab, int rank, const Waiter& waiter) {
       notes.push_back(make_operation(0, sizeof(std::int64_t)));
       WB_CHECK_MPI(MPI_Irecv(notes.back()->in.data(), 1, MPI_INT64_T, job.front(), kConnectedTag, tab, &notes.back()->request));
     }
+    // The bound runs from the joiner's port being there (in the adapters, trainer 0 asks the joined leaders
+    // only then), not from C's start, which a loaded machine may delay by seconds.
+    await_file(dir + "/c");
     const double start = local_seconds();
     for (std::size_t j = 0; j < jobs.size(); ++j) {
       const double left = std::max(0.0, kMissSeconds - (local_seconds() - start));
@@ -324,7 +327,7 @@ int join_after_loss(const std::string& role, const std::string& dir) {
   const Waiter waiter{kTimeout, {}};
   // The survivors of T+A+B (T0 T1 B0): the verdict, the knock, the rebuild and the widening with C.
   const auto survive = [&](MPI_Comm tab, int link_rank, JoinPort* port, const char* who) {
-    const std::int64_t kept = kept_mask(tab, link_rank, waiter);
+    const std::int64_t kept = kept_mask(tab, link_rank, waiter, dir);
     const double verdict_at = local_seconds();
     std::vector<int> ranks;
     for (int r = 0; r < 5; ++r)
@@ -334,13 +337,16 @@ int join_after_loss(const std::string& role, const std::string& dir) {
       return false;
     }
     // C's port expected A's leader too: trainer 1 ends its accept (C has no other process to).
-    if (link_rank == 1 && !knock(read_address_file(dir + "/c"), kTimeout)) return false;
+    if (link_rank == 1) {
+      if (!knock(read_address_file(dir + "/c"), kTimeout)) return false;
+      std::printf("T1: knocked C's port in %.3f s\n", local_seconds() - verdict_at);
+    }
     const MPI_Comm tb = rebuild_link(tab, ranks, 7, kTimeout, who);
     abandon_link(tab);  // it spans A: never waited on again
     const double widening = local_seconds();
     const MPI_Comm tbc = take(tb, port ? admitted(*port) : MPI_COMM_NULL);
     if (link_rank == 0) {
-      std::printf("T0: after the verdict, the knock and the rebuild of T+B %.3f s, its widening with C %.3f s\n",
+      std::printf("T0: after the verdict, T1's knock and the rebuild of T+B %.3f s, its widening with C %.3f s\n",
                   widening - verdict_at, local_seconds() - widening);
     }
     const bool ok = write_survivors(tbc, who, verdict_at, "T0's verdict");
