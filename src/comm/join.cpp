@@ -137,6 +137,8 @@ struct JoinPort::Shared {
   std::atomic<bool> stopping{false}, finished{false};
   std::atomic<bool> admitting{false};  // between an accept and its verdict: MPI calls in flight on this thread
   std::atomic<std::int64_t> refused{0};
+  std::int64_t admit_at_most = 0;  // 0: until a knock
+  std::int64_t admitted = 0;       // the accept thread's count
   std::mutex mutex;
   std::vector<MPI_Comm> joined;
 
@@ -190,6 +192,7 @@ struct JoinPort::Shared {
       if (admit(peer)) {
         std::lock_guard lock(mutex);
         joined.push_back(peer);
+        if (++admitted == admit_at_most) stopping.store(true);
       } else {
         abandon_link(peer);  // refused or a knock: no disconnect (it may be gone)
       }
@@ -199,9 +202,11 @@ struct JoinPort::Shared {
   }
 };
 
-JoinPort::JoinPort(std::string path, double timeout) : path_(std::move(path)), shared_(std::make_shared<Shared>()) {
+JoinPort::JoinPort(std::string path, double timeout, std::int64_t admit_at_most)
+    : path_(std::move(path)), shared_(std::make_shared<Shared>()) {
   require_thread_multiple("a trainer job that takes joins by address");
   shared_->timeout = timeout;
+  shared_->admit_at_most = admit_at_most;
   // MPI_ERRORS_RETURN: where the runtime has no accept/connect (srun --mpi=pmix: measured), MPI_Comm_accept
   // fails instead of aborting the trainer job; joins are then off, with a warning, and the training goes on.
   shared_->accept_comm = duplicate(MPI_COMM_SELF);
@@ -489,6 +494,19 @@ MPI_Comm split(MPI_Comm comm, bool member, int key, double timeout, const std::s
   WB_CHECK_MPI(MPI_Comm_split(comm, color, key, &part));
   if (part != MPI_COMM_NULL) WB_CHECK_MPI(MPI_Comm_set_errhandler(part, MPI_ERRORS_RETURN));
   return part;
+}
+
+MPI_Comm rebuild_link(MPI_Comm link, const std::vector<int>& survivors, int tag, double timeout, const std::string& what) {
+  MPI_Group all = MPI_GROUP_NULL, kept = MPI_GROUP_NULL;
+  WB_CHECK_MPI(MPI_Comm_group(link, &all));
+  const int rc = MPI_Group_incl(all, static_cast<int>(survivors.size()), survivors.data(), &kept);
+  MPI_Group_free(&all);
+  WB_CHECK_MPI(rc);
+  // Given up on (bounded throws), the group stays with the thread that still uses it.
+  MPI_Comm rebuilt = bounded([link, kept, tag](MPI_Comm* made) { return MPI_Comm_create_group(link, kept, tag, made); },
+                             timeout, what + ": rebuilding the link from its survivors");
+  MPI_Group_free(&kept);
+  return rebuilt;
 }
 
 bool part(MPI_Comm comm, double seconds) noexcept {

@@ -20,6 +20,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "weightbridge/status.hpp"
 
@@ -43,8 +44,10 @@ JoinAddress read_address_file(const std::string& path);
 class JoinPort {
  public:
   /// Opens a port, writes the address file and starts accepting. `timeout`: how long an accepted peer may
-  /// take to present its secret. Throws kUnsupported without MPI_THREAD_MULTIPLE.
-  JoinPort(std::string path, double timeout);
+  /// take to present its secret. `admit_at_most` > 0: the accept thread ends on its own once that many
+  /// peers were admitted, with no knock (a joiner's port that the joined jobs connect to, one each: a job
+  /// of one rank has no other process to knock). Throws kUnsupported without MPI_THREAD_MULTIPLE.
+  JoinPort(std::string path, double timeout, std::int64_t admit_at_most = 0);
   /// Removes the address file and stops taking joins; waits (up to the timeout) for the accept thread to end,
   /// which a knock() after stop_accepting() brings about. One still waiting then is left to the end of the
   /// process (and MPI_Finalize may then hang: measured).
@@ -117,6 +120,13 @@ MPI_Comm widen_join(MPI_Comm local, MPI_Comm bridge, bool high, double timeout, 
 /// without, it is called after a barrier bounded by `timeout` (every rank has then arrived: a split of
 /// live ranks that all entered it completes).
 MPI_Comm split(MPI_Comm comm, bool member, int key, double timeout, const std::string& what);
+
+/// A link that lost a job (relays across engine jobs, issue 31): the communicator of `survivors` (ranks of
+/// `link`, in that order; this rank among them), made by the survivors alone (MPI_Comm_create_group is
+/// collective over the new group only, so the dead job's ranks are never waited for), on a thread bounded
+/// by `timeout` like the widening (kTimeout; given up on, it keeps its thread to the end of the process).
+/// `tag` tells apart rebuilds of one link that may overlap. The old link is the caller's to abandon.
+MPI_Comm rebuild_link(MPI_Comm link, const std::vector<int>& survivors, int tag, double timeout, const std::string& what);
 
 /// The clean end of a communicator that spans two jobs (a joined engine's link), collective over `comm`:
 /// a barrier bounded by `seconds`, then the communicator is freed. Open MPI's MPI_Finalize runs a barrier
