@@ -100,6 +100,7 @@ Status run_catch_up(AdapterBase& self, MPI_Comm comm, bool replica, const Before
     comm::abandon_link(comm);
     return error.status();
   }
+  link->spares = self.spares;
   link->link = comm;  // parted with the joiner at the end (abandoned after a failure)
   // Made: the joiner came straight from its own link's connect, which the trainers waited for meanwhile (the
   // whole timeout). From here neither side serves: the replica's own engine and the joiner have the

@@ -429,6 +429,7 @@ std::unique_ptr<RoundExecutor> connect_executor(const Connect& c, RoundSchedule 
   executor_options.verify = options.verify;
   executor_options.trace = options.trace;
   executor_options.enter_together = c.in.enter_together;
+  executor_options.spares = c.in.spares;
   FaultChannel* faults = c.in.faults;
   executor_options.interrupt = [faults, &roles](const std::function<WaitState()>& waiting) {
     if (Status stop = comm::poll_interrupt(); !stop)  // the caller's Ctrl-C, on its own thread

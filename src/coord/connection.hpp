@@ -72,6 +72,8 @@ struct ConnectInput {
   /// Some rank of the job watches its parameters (coord/binding_checks.hpp): every rank enters each update
   /// together (ExecutorOptions::enter_together).
   bool enter_together = false;
+  /// Transports opened ahead of need (a join's links), or null.
+  SpareTransports* spares = nullptr;
 };
 
 /// Probe (unless given), all-gather, plan on world rank 0, scatter, stage, register and connect. Every failure throws
