@@ -583,11 +583,11 @@ Connection establish_connection(const ConnectInput& input) {
   if (probed && input.probed) map = *input.probed;
   else if (probed) probed = probe_worker(c, fp8_engine ? form->tensors : tensors, map);
   if (fp8_engine) probed = probed ? check_scales_loaded(c, *form, map) : with_fp8_hint(*form, probed);
+  Connection connection;
+  if (probed) connection.probed = map;  // in the form this worker loads (before a mixed fleet's union)
+  connection.tensors = fp8_engine ? form->tensors : tensors;
   if (probed && fp8_engine && united) map = layout::fp8_map_in_union(std::move(map), *united);
   laps("forms and probe");
-  Connection connection;
-  if (probed && (c.roles.trainer || !form)) connection.probed = map;
-  connection.tensors = tensors;
   std::unique_ptr<exec::QuantizedPack> quantized;
   if (probed && form && c.roles.trainer) probed = make_quantized_pack(c, *form, united ? &*united : nullptr, map, quantized);
   c.doing("the source maps");

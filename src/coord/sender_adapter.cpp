@@ -117,7 +117,7 @@ struct SenderAdapter::State : AdapterBase {
       // Engine 0 of this world holds the latest version (it installed it; a staged one once it has): it
       // writes it to the joiner, which then serves it before the trainers' next (coord/catch_up.hpp).
       const auto ask_replica = [this] {
-        if (!connection->executor || connection->quantized || version == 0) return false;
+        if (!connection->executor || version == 0) return false;
         return send_request_to(roles.engine_leaders.front(), RequestKind::kServeJoiner, version).is_ok();
       };
       std::optional<MPI_Comm> merged = take_joiner(port.port.get(), *group, waiter(), replica_comm, ask_replica);
