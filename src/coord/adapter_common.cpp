@@ -234,11 +234,22 @@ void AdapterBase::connect(const std::vector<TensorInfo>* checkpoint_tensors, con
   input.probed = probed;
   input.options = options;
   input.enter_together = watched_job;
+  // The world's connect (not a joined link's). Engine 0 may become the replica that feeds joiners: its pool
+  // learns whether its links want the network transport (a trainer's that takes joins has one already).
+  const bool world_connect = link == MPI_COMM_NULL;
+  if (world_connect && !roles.trainer && roles.engine == 0 && !spares) {
+    spares = std::make_shared<SpareTransports>(options.transport);
+    spares->keep(0, 0);
+  }
+  input.spares = spares.get();
   connection.emplace(establish_connection(input));
   if (connection->executor) faults->add_neighbours(connection->executor->schedule().peers);
-  // The world's connect (not a joined link's): the trainers and the replica engine that feeds joiners.
-  if (link == MPI_COMM_NULL)
+  if (world_connect) {
+    // The trainers and the replica engine that feeds joiners.
     replica_comm = make_replica_comm(world, roles, roles.trainer && !options.join_address.empty(), options.timeout_seconds);
+    if (!roles.trainer && replica_comm == MPI_COMM_NULL) spares.reset();
+    else if (!roles.trainer && spares && spares->wanted()) spares->keep(1, 1);  // for the first joiner's catch-up link
+  }
   refresh_stats();
 }
 

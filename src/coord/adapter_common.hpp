@@ -16,6 +16,7 @@
 #include "coord/fault_channel.hpp"
 #include "coord/roles.hpp"
 #include "coord/transfer_thread.hpp"
+#include "transport/spare_transports.hpp"
 
 namespace wb::coord {
 
@@ -57,6 +58,9 @@ struct AdapterBase {
   std::uint64_t background_version = 0;   // the transfer on the background thread
   std::int64_t background_bytes_before = 0;
   TransferThread thread;
+  /// The transports of this adapter's links opened ahead of need, where it takes part in joins (trainers
+  /// taking them, a joiner, a replica): shared with its joined and catch-up links.
+  std::shared_ptr<SpareTransports> spares;
 
   /// Collective over world.
   AdapterBase(MPI_Comm world, MPI_Comm group, bool trainer, ParameterSet params, LoadWeightsFn load_weights,

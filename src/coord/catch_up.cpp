@@ -7,6 +7,8 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "comm/backoff.hpp"
@@ -100,6 +102,7 @@ Status run_catch_up(AdapterBase& self, MPI_Comm comm, bool replica, const Before
     comm::abandon_link(comm);
     return error.status();
   }
+  link->spares = self.spares;
   link->link = comm;  // parted with the joiner at the end (abandoned after a failure)
   // Made: the joiner came straight from its own link's connect, which the trainers waited for meanwhile (the
   // whole timeout). From here neither side serves: the replica's own engine and the joiner have the
@@ -109,11 +112,21 @@ Status run_catch_up(AdapterBase& self, MPI_Comm comm, bool replica, const Before
   link->options.timeout_seconds = 0.5 * join_answer_seconds(self.options.timeout_seconds);
   Status status;
   try {
-    // Both sides kept their probe (no FP8 form in either job), and the replica's version reaches the joiner.
-    Status usable = self.connection && !self.connection->probed.parameters.empty() && !self.options.fp8
+    // Both sides kept their probe, each in the form it loads, and both load one form (the checkpoint's, or
+    // FP8 of one quantization config: the replica's codes and scales are then copied as they are); then the
+    // replica's version reaches the joiner.
+    Status usable = self.connection && !self.connection->probed.parameters.empty()
                         ? Status::ok()
-                        : Status(ErrorCode::kUnsupported, self.who() + ": no source map of its own kept (an FP8 form)");
+                        : Status(ErrorCode::kUnsupported, self.who() + ": no source map of its own kept (its probe failed)");
     comm::agree(usable, link->world, link->waiter(), "a joiner's catch-up: whether both sides can");
+    const std::string form = self.options.fp8 ? "FP8 (" + self.options.fp8->to_string() + ")" : "the checkpoint's own form";
+    const auto forms = comm::allgather(std::as_bytes(std::span(form.data(), form.size())), link->world, link->waiter(),
+                                       "a joiner's catch-up: the forms both sides load");
+    for (const std::vector<std::byte>& other : forms)
+      if (std::string_view(reinterpret_cast<const char*>(other.data()), other.size()) != form)
+        throw_if_error(Status(ErrorCode::kUnsupported, self.who() + ": the replica and the joiner load different forms (this "
+                                                       "worker " + form + ", another " +
+                                                       std::string(reinterpret_cast<const char*>(other.data()), other.size()) + ")"));
     comm::broadcast_fixed(std::as_writable_bytes(std::span(&v, 1)), 0, link->world, link->waiter(), "a joiner's catch-up: its version");
     link->connect(replica ? &self.connection->tensors : nullptr, &self.connection->probed);
     if (hook != nullptr && *hook) {

@@ -7,8 +7,11 @@
 // joiner), over which the replica's workers play the trainers' part once: planned from the maps both
 // probed at their own connect (nobody probes again), one update of the version the replica holds, written
 // straight into the joiner's parameters, then parted. The trainers write nothing for that version: their
-// egress per update is unchanged. A trainer job with no engine of its own (or with FP8 engines, or
-// without MPI_THREAD_MULTIPLE on the replica) appoints the first joined engine job of two workers or more
+// egress per update is unchanged. Both sides load one form: the checkpoint's, or FP8 of one quantization
+// config, whose codes and scales the replica's workers copy as they are (each side kept its probe in the
+// form it loads); a replica and a joiner of different forms refuse the catch-up, and the joiner gets the
+// trainers' next version. A trainer job with no engine of its own (or without MPI_THREAD_MULTIPLE on the
+// replica) appoints the first joined engine job of two workers or more
 // instead: it opens a port of its own (its address file beside the trainers'), a joiner connects there
 // before it joins the trainers, and the two jobs' leaders make the catch-up link from that connection
 // (bridge and widening, as a join). With no replica at all, joiners get the trainers' next version.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <memory>
@@ -429,6 +430,7 @@ std::unique_ptr<RoundExecutor> connect_executor(const Connect& c, RoundSchedule 
   executor_options.verify = options.verify;
   executor_options.trace = options.trace;
   executor_options.enter_together = c.in.enter_together;
+  executor_options.spares = c.in.spares;
   FaultChannel* faults = c.in.faults;
   executor_options.interrupt = [faults, &roles](const std::function<WaitState()>& waiting) {
     if (Status stop = comm::poll_interrupt(); !stop)  // the caller's Ctrl-C, on its own thread
@@ -476,6 +478,24 @@ std::unique_ptr<RoundExecutor> connect_executor(const Connect& c, RoundSchedule 
   }
   return std::make_unique<RoundExecutor>(std::move(schedule), std::move(memory), c.in.world, executor_options);
 }
+
+// The seconds of the connect's steps, for a debug line on every rank: where a link's connect (a join's)
+// spends its time.
+class Laps {
+ public:
+  void operator()(const char* step) {
+    const double now = comm::local_seconds();
+    char ms[32];
+    std::snprintf(ms, sizeof ms, " %.1f ms", 1e3 * (now - last_));
+    text_ += (text_.empty() ? "" : ", ") + std::string(step) + ms;
+    last_ = now;
+  }
+  const std::string& text() const { return text_; }
+
+ private:
+  double last_ = comm::local_seconds();
+  std::string text_;
+};
 
 // A trainer job with no engine yet: its load_weights was probed (a bad one fails now, not when the first
 // engine joins) and nothing is planned: there is nobody to send to. No executor; updates go to nobody.
@@ -547,8 +567,10 @@ ResolvedOptions resolve_options(const AdapterOptions& options) {
 
 Connection establish_connection(const ConnectInput& input) {
   const double started = comm::local_seconds();
+  Laps laps;
   const Connect c(input);
   const std::vector<TensorInfo> tensors = share_tensor_list(c);
+  laps("tensor list");
   std::optional<layout::Fp8Form> form;
   bool mixed = false;
   Status probed = share_forms(c, tensors, form, mixed);
@@ -561,15 +583,17 @@ Connection establish_connection(const ConnectInput& input) {
   if (probed && input.probed) map = *input.probed;
   else if (probed) probed = probe_worker(c, fp8_engine ? form->tensors : tensors, map);
   if (fp8_engine) probed = probed ? check_scales_loaded(c, *form, map) : with_fp8_hint(*form, probed);
-  if (probed && fp8_engine && united) map = layout::fp8_map_in_union(std::move(map), *united);
   Connection connection;
-  if (probed && (c.roles.trainer || !form)) connection.probed = map;
-  connection.tensors = tensors;
+  if (probed) connection.probed = map;  // in the form this worker loads (before a mixed fleet's union)
+  connection.tensors = fp8_engine ? form->tensors : tensors;
+  if (probed && fp8_engine && united) map = layout::fp8_map_in_union(std::move(map), *united);
+  laps("forms and probe");
   std::unique_ptr<exec::QuantizedPack> quantized;
   if (probed && form && c.roles.trainer) probed = make_quantized_pack(c, *form, united ? &*united : nullptr, map, quantized);
   c.doing("the source maps");
   std::vector<SourceMap> maps = allgather_source_maps(map, input.world, c.call, probed);
   const double probe_seconds = comm::local_seconds() - started;
+  laps("source maps");
   const std::int64_t shared_blocks = form ? share_partial_blocks(c, quantized.get()) : 0;
   const std::vector<WorkerConfig> configs = gather_worker_configs(c);
   connection.rollouts_stage = check_one_mode(c, configs);
@@ -577,12 +601,14 @@ Connection establish_connection(const ConnectInput& input) {
   Planned planned = plan_on_rank_zero(c, united ? united->tensors : form ? form->tensors : tensors, std::move(maps), configs);
   RoundSchedule schedule = deliver_schedules(c, planned);
   connection.summary = share_summary(c, planned);
+  laps("configurations and plan");
   connection.summary.fp8_amax_bytes = static_cast<std::int64_t>(sizeof(std::uint32_t)) * shared_blocks;
   // Staging and the executor are this rank's own work: a rank that fails there warns the others (their
   // handshakes with it end at once), and all of them agree on the outcome, so every rank throws the same.
   Status made;
   try {
     connection.staging = stage_parameters(c, schedule, quantized.get());
+    laps("staging");
     connection.executor = connect_executor(c, std::move(schedule), connection.staging, quantized.get());
     connection.quantized = std::move(quantized);
   } catch (const Error& error) {
@@ -592,12 +618,15 @@ Connection establish_connection(const ConnectInput& input) {
   }
   if (!made) input.faults->warn(made);
   comm::agree(made, input.world, input.waiter, "connect: staging and connecting the transports");
+  laps("executor (transports, buffers, pairs)");
 
   TransferSummary& s = connection.summary;
   double seconds[2] = {comm::local_seconds() - started, probe_seconds};
   comm::broadcast_fixed(std::as_writable_bytes(std::span(seconds)), 0, input.world, input.waiter, "connect: the final handshake");
   s.connect_seconds = seconds[0];
   s.probe_seconds = seconds[1];
+  laps("final handshake");
+  WB_LOG(kDebug) << c.who() << "connect's steps: " << laps.text();
   if (c.rank == 0) {
     WB_LOG(kInfo) << "connected " << c.size << " workers: M = " << s.model_bytes << " bytes, " << s.rounds
                   << " rounds, T_min " << s.t_min_seconds << " s on the planned topology, connect "

@@ -49,11 +49,13 @@ struct Connection {
   bool rollouts_stage = false;  // the engines use receiver staging (they all agree)
   /// Trainers, when the engines load the FP8 form: the quantizing pack, run before every update's rounds.
   std::unique_ptr<exec::QuantizedPack> quantized;
-  /// This worker's load_weights as probed (in the checkpoint's form), kept for the links of engines that
-  /// join later: they are connected with it instead of probing again (a trainer; a rollout of a job with no
-  /// FP8 engine, for the replica's catch-up link). Empty otherwise.
+  /// This worker's load_weights as probed, in the form it loads (a trainer and a BF16 engine the
+  /// checkpoint's, an FP8 engine its FP8 form), kept for the links of engines that join later: they are
+  /// connected with it instead of probing again (a trainer's joined links; a replica's and a joiner's
+  /// catch-up link). Empty when the probe failed.
   SourceMap probed;
-  /// The checkpoint's tensor list (from the trainer leader): a replica engine plans a joiner's catch-up with it.
+  /// The tensor list of that form: the checkpoint's (from the trainer leader), or an FP8 engine's form of
+  /// it. A replica engine plans a joiner's catch-up with it.
   std::vector<TensorInfo> tensors;
 };
 
@@ -72,6 +74,8 @@ struct ConnectInput {
   /// Some rank of the job watches its parameters (coord/binding_checks.hpp): every rank enters each update
   /// together (ExecutorOptions::enter_together).
   bool enter_together = false;
+  /// Transports opened ahead of need (a join's links), or null.
+  SpareTransports* spares = nullptr;
 };
 
 /// Probe (unless given), all-gather, plan on world rank 0, scatter, stage, register and connect. Every failure throws

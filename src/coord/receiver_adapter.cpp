@@ -76,6 +76,7 @@ struct ReceiverAdapter::State : AdapterBase {
   bool first_installed = false;            // a joiner: that version is in, kInstalled is the next event
   std::uint64_t joiner_waits = 0;          // the replica: a joiner to serve once this version is installed
   TrainersJoinPort replica_port;           // a joined replica: the port later joiners connect to first
+  bool network_links = false;              // a joiner: its links wanted the transport between machines
 
   State(JoinedComms joined, MPI_Comm engine, ParameterSet params, LoadWeightsFn load, const AdapterOptions& options,
         BeforeUpdateHook before_update_hook)
@@ -138,6 +139,13 @@ struct ReceiverAdapter::State : AdapterBase {
       WB_LOG(kInfo) << who() << ": installed version " << v << " from the trainers' replica engine before serving ("
                     << comm::seconds_text(now() - began) << ")";
     }
+  }
+
+  // A joiner's spares (opened while it joined) are not kept once its links are made: a replica opens its own.
+  void release_join_spares() {
+    if (link == MPI_COMM_NULL || !spares) return;
+    network_links = spares->wanted();
+    spares.reset();  // closes those never taken
   }
 
   // The replica, once the version a joiner is to get is installed here: every worker writes its part.
@@ -346,6 +354,7 @@ struct ReceiverAdapter::State : AdapterBase {
           return failed(error.status());
         }
         if (catch_up_comm != MPI_COMM_NULL || from_replica) first_version();
+        release_join_spares();
         return {PollResult::Event::kConnected, version, Status::ok()};
       }
       case RequestKind::kUpdate: {
@@ -365,6 +374,11 @@ struct ReceiverAdapter::State : AdapterBase {
       }
       case RequestKind::kBeReplica:
         if (!replica_port.open && link != MPI_COMM_NULL) open_replica_port();
+        // The joiners it will serve are where its own links were: a transport for the next one's catch-up.
+        if (replica_port.open && network_links && !spares) {
+          spares = std::make_shared<SpareTransports>(options.transport);
+          spares->keep(1, 1);
+        }
         return {receiving != 0 ? PollResult::Event::kReceiving : PollResult::Event::kNone, version, Status::ok()};
       case RequestKind::kServeJoiner:
         joiner_waits = v;
@@ -392,18 +406,26 @@ struct ReceiverAdapter::State : AdapterBase {
 };
 
 namespace {
-// An engine job of its own joins the trainers at the address first: its link is its adapter's world.
-JoinedComms joined_world(MPI_Comm world, MPI_Comm engine_comm, const AdapterOptions& options) {
+// An engine job of its own joins the trainers at the address first: its link is its adapter's world. The
+// transports of its two links (with the trainers, and the catch-up from a replica) open meanwhile.
+JoinedComms joined_world(MPI_Comm world, MPI_Comm engine_comm, const AdapterOptions& options,
+                         std::shared_ptr<SpareTransports>& spares) {
   const ResolvedOptions resolved = resolve_options(options);
   if (resolved.join_address.empty()) return {world, MPI_COMM_NULL};
+  spares = std::make_shared<SpareTransports>(resolved.transport);
+  spares->prepare(2);
   return join_trainers(engine_comm, resolved.join_address, resolved.timeout_seconds);
 }
 }  // namespace
 
 ReceiverAdapter::ReceiverAdapter(MPI_Comm world, MPI_Comm engine_comm, ParameterSet params, LoadWeightsFn load_weights,
-                                 AdapterOptions options, BeforeUpdateHook before_update_hook)
-    : state_(std::make_unique<State>(joined_world(world, engine_comm, options), engine_comm, std::move(params),
-                                     std::move(load_weights), options, std::move(before_update_hook))) {}
+                                 AdapterOptions options, BeforeUpdateHook before_update_hook) {
+  std::shared_ptr<SpareTransports> spares;
+  JoinedComms joined = joined_world(world, engine_comm, options, spares);
+  state_ = std::make_unique<State>(joined, engine_comm, std::move(params), std::move(load_weights), options,
+                                   std::move(before_update_hook));
+  state_->spares = std::move(spares);
+}
 
 ReceiverAdapter::~ReceiverAdapter() {
   if (state_ && state_->link != MPI_COMM_NULL && std::uncaught_exceptions() == 0) {

@@ -54,6 +54,9 @@ struct SenderAdapter::State : AdapterBase {
       // A joined replica's address file beside ours is only ever one of this job's.
       if (roles.leader) std::remove(replica_address(this->options.join_address).c_str());
       port = open_join_port(group_comm, this->options.join_address, this->options.timeout_seconds);
+      // Once a link wanted the network transport, one is kept opened for the next joiner's link.
+      spares = std::make_shared<SpareTransports>(this->options.transport);
+      spares->keep(0, 1);
     }
   }
 
@@ -114,7 +117,7 @@ struct SenderAdapter::State : AdapterBase {
       // Engine 0 of this world holds the latest version (it installed it; a staged one once it has): it
       // writes it to the joiner, which then serves it before the trainers' next (coord/catch_up.hpp).
       const auto ask_replica = [this] {
-        if (!connection->executor || connection->quantized || version == 0) return false;
+        if (!connection->executor || version == 0) return false;
         return send_request_to(roles.engine_leaders.front(), RequestKind::kServeJoiner, version).is_ok();
       };
       std::optional<MPI_Comm> merged = take_joiner(port.port.get(), *group, waiter(), replica_comm, ask_replica);
@@ -130,6 +133,7 @@ struct SenderAdapter::State : AdapterBase {
       // A failure of this link drops it, and the engine, once it looks again (a stopped one that resumes),
       // learns that from the notice.
       link->announce_prefix = "the trainers dropped this engine job after a failure (the training goes on without it): ";
+      link->spares = spares;
       link->connect_link(&connection->probed);
       serve_from_joined_replica(*link);
       link->taken_at = began;

@@ -18,6 +18,7 @@
 #include "exec/executor_state.hpp"
 #include "exec/parameter_check.hpp"
 #include "exec/segment_padding.hpp"
+#include "transport/spare_transports.hpp"
 
 namespace wb {
 namespace {
@@ -44,7 +45,10 @@ exec::RankPlaces choose_transports(State& s, bool cuda_parameters, const comm::W
     return places.machines[static_cast<std::size_t>(peer)] == places.machines[static_cast<std::size_t>(s.rank)];
   };
   const auto use = [&](int peer, TransportKind kind) {
-    if (!s.transports.count(kind)) s.transports.emplace(kind, make_transport(kind, s.rank));
+    if (!s.transports.count(kind)) {
+      std::unique_ptr<Transport> spare = s.options.spares ? s.options.spares->take(kind, s.rank) : nullptr;
+      s.transports.emplace(kind, spare ? std::move(spare) : make_transport(kind, s.rank));
+    }
     s.peers[peer].transport = s.transports[kind].get();
   };
   bool device_buffers = cuda_parameters;
@@ -184,15 +188,17 @@ RoundExecutor::RoundExecutor(RoundSchedule schedule, ParameterMemory parameters,
   State& s = *state_;
   s.schedule = std::move(schedule);
   s.parameters = std::move(parameters);
-  // A communicator of its own: grants left over from this executor's last update can never be taken
-  // for another executor's. Errors return (to the checks) even where the job's handler aborts.
-  s.comm = wb::comm::duplicate(comm);
   s.options = options;
   // The handshake's waits: the update's deadline, and the coordinator's notices served meanwhile (a peer
   // that gave up ends them at once).
   const wb::comm::Waiter waiter{options.timeout_seconds, [&s](bool) {
                                   return s.options.interrupt ? s.options.interrupt(nullptr) : Status::ok();
                                 }};
+  // A communicator of its own: grants left over from this executor's last update can never be taken
+  // for another executor's. Errors return (to the checks) even where the job's handler aborts. Bounded, and
+  // waited for as every wait is (comm::Backoff): MPI_Comm_dup spins in MPI until every rank arrived, and
+  // over a link between two jobs on a loaded machine took 12-208 ms there (traced), 1-3 ms this way.
+  s.comm = wb::comm::duplicate(comm, waiter, "connecting the transports: duplicating the executor's communicator");
   s.idle_sleep_us = comm::idle_sleep_setting();
   WB_CHECK_MPI(MPI_Comm_rank(s.comm, &s.rank));
   if (s.schedule.rank != s.rank)

@@ -35,6 +35,8 @@
 
 namespace wb {
 
+class SpareTransports;
+
 namespace exec {
 class QuantizedPack;
 }
@@ -104,6 +106,9 @@ struct ExecutorOptions {
   /// of entering, and its notice ends the others' wait with nothing written or assembled. Every rank of
   /// the plan gives the same value.
   bool enter_together = false;
+  /// Transports opened ahead of need (a join's link: transport/spare_transports.hpp), taken before any
+  /// is opened here; null: every transport is opened here.
+  SpareTransports* spares = nullptr;
 };
 
 /// One interval of a rank's timeline (ExecutorOptions::trace), in seconds of the steady clock.

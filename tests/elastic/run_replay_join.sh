@@ -3,11 +3,12 @@
 # address and waits for one engine job, which joins it (wb-replay --engine-job, one worker). Passes when both
 # jobs exit 0 and their JSON says: the engine job verified every version it installed bit for bit against its
 # own load_weights, its first install is the trainers' latest version when they took it (written by their own
-# engine, the replica; with FP8 engines, which have no replica yet, the trainers' next one), and it installed
-# every later one
-# to the trainers' last; the trainers' own engine verified all of them; the trainers list the joined engine
-# as serving with that last version. With `fp8` both engines serve block FP8 (fp8=128x128 on a model whose
-# shards the blocks tile): the joined link's trainers quantize and exchange amaxes on it, beside the world's.
+# engine, the replica, which the trainers sent nothing more for: their bytes for that version are those of
+# the version before, with one engine), and it installed every later one to the trainers' last; the
+# trainers' own engine verified all of them; the trainers list the joined engine as serving with that last
+# version. With `fp8` both engines serve block FP8 (fp8=128x128 on a model whose shards the blocks tile):
+# the replica's codes and scales are copied as they are, and the joined link's trainers quantize and
+# exchange amaxes on it, beside the world's.
 # Usage: run_replay_join.sh WB_REPLAY MPIEXEC [bf16|fp8] [MODE]
 set -euo pipefail
 replay=$1
@@ -60,10 +61,13 @@ assert t["verified"] and len(joined) == 1 and joined[0]["state"] == "serving" an
 taken = int(re.search(r"after version (\d+)", joined[0]["name"]).group(1))
 v = e["installed"]
 assert e["verified"] and e["failures"] == [] and e["verified_versions"] == len(v), e
-# Its first version is the trainers' latest when they took it, written by their own engine (the replica);
-# FP8 engines have no replica yet (the catch-up is planned in the checkpoint's form): the trainers' next one.
-first = taken if sys.argv[2] == "bf16" else taken + 1
-assert v == list(range(first, last + 1)), (v, taken, last)
+# Its first version is the trainers' latest when they took it, written by their own engine (the replica),
+# in either form: the trainers wrote it once, to their own engine (as the version before), and the next
+# one to both engines.
+assert v == list(range(taken, last + 1)), (v, taken, last)
+moved = {s["version"]: s["bytes_moved"] for s in t["steps"]}
+if taken > 1:
+    assert moved[taken] == moved[taken - 1] and moved[taken + 1] == 2 * moved[taken], (taken, moved)
 assert t["join"]["join_versions"] + 3 == last, t["join"]
 print("engine job: versions %d..%d, every one bit for bit; the trainers' engine: %d versions" % (v[0], v[-1], last))
 PY

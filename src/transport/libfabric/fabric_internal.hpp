@@ -52,6 +52,9 @@ struct Config {
   std::uint32_t max_writes_per_batch = 0;
 };
 Config read_config();
+/// The provider parameters this transport sets (the fi_rxm_cm_progress_us setting), once a process,
+/// before its first provider query (fabric_setup.cpp).
+void apply_provider_defaults();
 
 /// Closes any libfabric object through its fid.
 struct FidCloser {
@@ -115,8 +118,11 @@ struct Batch {
 
 class FabricTransport final : public Transport {
  public:
+  /// `rank` -1: a spare (open_libfabric_spare), given its rank by adopt() before any other call.
   explicit FabricTransport(int rank);
   ~FabricTransport() override;
+  /// A spare becomes the transport of `rank`; false when it is no unused spare.
+  bool adopt(int rank);
 
   TransportKind kind() const override { return TransportKind::kLibfabric; }
   TransportCapabilities capabilities() const override;

@@ -22,4 +22,17 @@ namespace wb {
 /// provider is there but a call fails. Not thread-safe: one thread sets it up, posts and polls.
 std::unique_ptr<Transport> make_libfabric_transport(int rank);
 
+/// The costly part of make_libfabric_transport, for no rank yet (transport/spare_transports.hpp opens it
+/// ahead of need): the provider query, fabric, domain, queues and an enabled endpoint. tcp;ofi_rxm took
+/// 37 ms here for an endpoint (its buffer pools, 4 x 17 MB touched in fi_enable), 95-140 ms with the
+/// machine loaded, and 85 ms more for a process's first provider query. Throws as make_libfabric_transport.
+std::unique_ptr<Transport> open_libfabric_spare();
+/// Sets the provider parameters this transport chooses (the environment libfabric reads when it
+/// initializes), once a process: open_libfabric_spare's caller calls it before starting the thread that
+/// opens, so that the environment changes on its thread only.
+void prepare_libfabric_environment();
+/// A spare of open_libfabric_spare, now the transport of world rank `rank`. Throws kInvalidArgument when
+/// `spare` is no unused libfabric spare.
+std::unique_ptr<Transport> adopt_libfabric_spare(std::unique_ptr<Transport> spare, int rank);
+
 }  // namespace wb
