@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core/checks.hpp"
+#include "exec/cpu_copy_kernels.hpp"
 #include "exec/quantized_pack.hpp"
 
 namespace wb::coord {
@@ -163,14 +164,25 @@ void Staging::release() {
 Status Staging::copy(const ParameterSet& params, bool to_staging, void* after_stream) {
   const auto at = [&](std::size_t p, std::int64_t offset) { return static_cast<std::byte*>(params[p].view.data) + offset; };
   if (!stream_.valid()) {
+    // Host memory: a version is far larger than the caches and is not read again before the next step,
+    // so ranges of kStreamingBytes and more go with streaming stores (memcpy's ordinary stores read every
+    // destination line first: four engine workers installing 36 MB each at once on this 2-core machine
+    // took 10.5 ms each with memcpy, 6.5 ms streamed).
+    constexpr std::size_t kStreamingBytes = 64 << 10;
+    bool streamed = false;
     for (std::size_t p = 0; p < copies_.size(); ++p)
       for (const auto& [first, last] : copies_[p].ranges) {
         const auto n = static_cast<std::size_t>(last - first);
-        if (to_staging)
-          std::memcpy(copies_[p].data + first, at(p, first), n);
-        else
-          std::memcpy(at(p, first), copies_[p].data + first, n);
+        std::byte* const dst = to_staging ? copies_[p].data + first : at(p, first);
+        const std::byte* const src = to_staging ? at(p, first) : copies_[p].data + first;
+        if (n >= kStreamingBytes) {
+          exec::cpu::copy_streaming(dst, src, n);
+          streamed = true;
+        } else {
+          std::memcpy(dst, src, n);
+        }
       }
+    if (streamed) exec::cpu::fence_streaming_stores();
     return Status::ok();
   }
   WB_RETURN_IF_ERROR(stream_.after(after_stream));

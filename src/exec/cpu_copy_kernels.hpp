@@ -56,6 +56,12 @@ void execute_runs(const CopyProgram::Op& op, const CopyProgram::Axis* axes, cons
 void execute_transpose(const CopyProgram::Op& op, const CopyProgram::Axis* axes, const std::byte* src, std::byte* dst,
                        const DigestTarget* digest = nullptr);
 
+/// memcpy of one contiguous range with streaming stores (whole 64-byte lines; ordinary stores for the
+/// unaligned ends): for copies far larger than the caches, whose destination is not read again soon, it
+/// saves the read of every destination line that ordinary stores make first. fence_streaming_stores()
+/// before the bytes are read elsewhere.
+void copy_streaming(std::byte* dst, const std::byte* src, std::size_t n);
+
 /// Orders the streaming stores of the ops before what follows (a post of the buffer, a peer's read).
 inline void fence_streaming_stores() {
 #if WB_PACK_SSE2

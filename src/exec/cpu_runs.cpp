@@ -352,4 +352,6 @@ void execute_runs(const Op& op, const Axis* axes, const std::byte* src, std::byt
     for_each_point(axes, op.axis_count, src, dst, [run](const std::byte* s, std::byte* d) { std::memcpy(d, s, run); });
 }
 
+void copy_streaming(std::byte* dst, const std::byte* src, std::size_t n) { stream_copy(dst, src, n); }
+
 }  // namespace wb::exec::cpu

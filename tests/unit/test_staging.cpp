@@ -83,6 +83,31 @@ TEST(Staging, HostCopiesMoveOnlyTheStagedRangesAndTheExecutorSeesTheStaging) {
   }
 }
 
+// Ranges long enough for the streaming stores (64 KiB and more), starting and ending off 64-byte lines,
+// beside short ones between them: both directions move exactly the staged bytes.
+TEST(Staging, LongHostRangesOffCacheLinesAreCopiedExactlyBothWays) {
+  const std::size_t n = (1 << 20) + 4099;
+  std::vector<std::uint8_t> a = TwoParameters::pattern(n, 13, 5);
+  ParameterSet params;
+  params.add("a", TensorView::contiguous(a.data(), DType::kU8, {static_cast<std::int64_t>(n)}));
+  const ByteRanges staged = {{3, 70003}, {70100, 70150}, {70201, 1000001}, {1000064, static_cast<std::int64_t>(n) - 1}};
+  Staging staging(params, {staged});
+  ASSERT_TRUE(staging.copy_from(params).is_ok());
+  std::byte* copy = staging.memory(params).data[0];
+  for (const auto& [first, last] : staged)
+    ASSERT_EQ(std::memcmp(copy + first, a.data() + first, static_cast<std::size_t>(last - first)), 0) << "range at " << first;
+  const std::vector<std::uint8_t> before = a;
+  for (const auto& [first, last] : staged)
+    for (std::int64_t i = first; i < last; ++i) copy[i] = std::byte(static_cast<std::uint8_t>(i * 7 + 1));
+  ASSERT_TRUE(staging.copy_to(params).is_ok());
+  std::size_t next = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    while (next < staged.size() && static_cast<std::int64_t>(i) >= staged[next].second) ++next;
+    const bool in = next < staged.size() && static_cast<std::int64_t>(i) >= staged[next].first;
+    ASSERT_EQ(a[i], in ? static_cast<std::uint8_t>(i * 7 + 1) : before[i]) << "byte " << i;
+  }
+}
+
 TEST(Staging, ASideThatDoesNotStageHandsOverTheParametersInTheirOwnMemory) {
   std::vector<std::uint8_t> a(64);
   ParameterSet params;
