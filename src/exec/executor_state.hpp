@@ -66,6 +66,7 @@ struct RoundExecutor::State {
   ExecutorStats stats;
   int rank = 0, depth = 1, rounds = 0;
   std::int64_t idle_sleep_us = 0;   // the setting, read once
+  std::int64_t send_rounds = 0;     // WB_SEND_ROUNDS_IN_FLIGHT, read once (0: no limit but the depth)
   bool collective_teardown = false;  // some rank of the plan has CUDA parameters (round_executor.hpp)
   bool failed = false;               // an update returned an error
   bool peers_failed = false;         // the caller gave up on the job (note_peer_failure): teardown as after a failure

@@ -257,11 +257,21 @@ Status post_next_writes(RoundExecutor::State& s, const UpdateRounds& u, const In
   return Status::ok();
 }
 
-// Round g's batches, in order, each once it has its data and its receiver granted the slot.
+// Whether this rank's writes of round h are all posted and done (a round before the oldest is released).
+bool writes_finished(RoundExecutor::State& s, const UpdateRounds& u, std::uint64_t h) {
+  if (h < u.oldest) return true;
+  const RoundProgress& q = s.progress(h);
+  return q.posted == static_cast<int>(s.work_of(h).batches.size()) && q.done == q.posts;
+}
+
+// Round g's batches, in order, each once it has its data and its receiver granted the slot; a
+// receive-stage batch, with WB_SEND_ROUNDS_IN_FLIGHT = K, only once the writes of round g - K are done.
 Status post_batches(RoundExecutor::State& s, const UpdateRounds& u, const InFlight& round, bool& progressed) {
   RoundProgress& p = round.p;
   while (p.posted < static_cast<int>(round.work.batches.size())) {
     const exec::Batch& batch = round.work.batches[static_cast<std::size_t>(p.posted)];
+    const auto k = static_cast<std::uint64_t>(s.send_rounds);
+    if (k > 0 && batch.stage == Stage::kReceive && round.g >= k && !writes_finished(s, u, round.g - k)) break;
     const bool ready = batch_ready(s, u, round, batch);
     PeerLink& link = s.peers.at(batch.peer);
     if (!ready) break;

@@ -200,6 +200,7 @@ RoundExecutor::RoundExecutor(RoundSchedule schedule, ParameterMemory parameters,
   // over a link between two jobs on a loaded machine took 12-208 ms there (traced), 1-3 ms this way.
   s.comm = wb::comm::duplicate(comm, waiter, "connecting the transports: duplicating the executor's communicator");
   s.idle_sleep_us = comm::idle_sleep_setting();
+  s.send_rounds = exec::send_rounds_in_flight_setting();
   WB_CHECK_MPI(MPI_Comm_rank(s.comm, &s.rank));
   if (s.schedule.rank != s.rank)
     throw Error(ErrorCode::kInvalidArgument, "round schedule of rank " + std::to_string(s.schedule.rank) +

@@ -76,6 +76,9 @@ bool verify_setting_value();
 bool default_verify();
 bool timeline_setting_value();
 bool default_timeline();
+/// WB_SEND_ROUNDS_IN_FLIGHT: rounds whose receive-stage writes a trainer may have unfinished (default 2;
+/// 0: no limit below the pipeline's depth).
+std::int64_t send_rounds_in_flight_setting();
 }  // namespace exec
 
 struct ExecutorOptions {
