@@ -323,8 +323,7 @@ bool relays_done(RoundExecutor::State& s, const UpdateRounds& u, std::uint64_t g
 Status release_slot(RoundExecutor::State& s, const UpdateRounds& u, const InFlight& round, bool& progressed) {
   RoundProgress& p = round.p;
   const std::uint64_t g = round.g;
-  const bool finished = !p.released && p.assembled && (!round.work.packs || p.packed) &&
-                        p.posted == static_cast<int>(round.work.batches.size()) && p.done == p.posts &&
+  const bool finished = !p.released && p.assembled && (!round.work.packs || p.packed) && writes_finished(s, u, g) &&
                         (g == u.oldest || s.progress(g - 1).released) && relays_done(s, u, g);
   if (!finished) return Status::ok();
   const std::uint64_t next = g + u.depth;

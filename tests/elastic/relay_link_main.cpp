@@ -29,6 +29,7 @@
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/backoff.hpp"
@@ -88,6 +89,19 @@ MPI_Comm take(MPI_Comm local, MPI_Comm leaders) {
   }
   agree(wb::Status::ok(), local, Waiter{kTimeout, {}}, "taking");
   return widen_join(local, bridge, false, kTimeout, "taker");
+}
+
+// The trainers' start of every scenario: rank 0 opens their port (kept in `port`), every rank learns its
+// address (for trainer 1's knock), and the trainers take A (T+A), then B (T+A+B).
+struct TrainersLinks {
+  JoinAddress address;
+  MPI_Comm ta, tab;
+};
+TrainersLinks take_a_and_b(std::optional<JoinPort>& port, int rank, const std::string& dir) {
+  if (rank == 0) port.emplace(dir + "/t", kTimeout);
+  JoinAddress address = shared_address(port ? &*port : nullptr, MPI_COMM_WORLD);
+  const MPI_Comm ta = take(MPI_COMM_WORLD, port ? admitted(*port) : MPI_COMM_NULL);
+  return {std::move(address), ta, take(ta, port ? admitted(*port) : MPI_COMM_NULL)};
 }
 
 // On T+A+B (T0 T1 A0 A1 B0): A0 writes kBytes to B0; B0 checks them. True where nothing was wrong.
@@ -355,10 +369,7 @@ int join_after_loss(const std::string& role, const std::string& dir) {
   bool ok = true;
   if (role == "trainers") {
     std::optional<JoinPort> port;
-    if (rank == 0) port.emplace(dir + "/t", kTimeout);
-    const JoinAddress address = shared_address(port ? &*port : nullptr, MPI_COMM_WORLD);
-    const MPI_Comm ta = take(MPI_COMM_WORLD, port ? admitted(*port) : MPI_COMM_NULL);
-    const MPI_Comm tab = take(ta, port ? admitted(*port) : MPI_COMM_NULL);
+    const auto [address, ta, tab] = take_a_and_b(port, rank, dir);
     ok = survive(tab, rank, port ? &*port : nullptr, "trainers");
     abandon_link(ta);
     if (port) port->stop_accepting();
@@ -409,10 +420,7 @@ int run(const std::string& role, const std::string& dir) {
   bool ok = true;
   if (role == "trainers") {
     std::optional<JoinPort> port;
-    if (rank == 0) port.emplace(dir + "/t", kTimeout);
-    const JoinAddress address = shared_address(port ? &*port : nullptr, MPI_COMM_WORLD);
-    const MPI_Comm ta = take(MPI_COMM_WORLD, port ? admitted(*port) : MPI_COMM_NULL);
-    const MPI_Comm tab = take(ta, port ? admitted(*port) : MPI_COMM_NULL);
+    const auto [address, ta, tab] = take_a_and_b(port, rank, dir);
     const MPI_Comm all = fleet ? take(tab, port ? admitted(*port) : MPI_COMM_NULL) : tab;
     ok = lose ? relay_and_lose(all, "trainers", dir) : relay(all, "trainers");
     if (port) port->stop_accepting();

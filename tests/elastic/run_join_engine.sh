@@ -137,11 +137,18 @@ serving=$dir/first.log
 # after kConnected (each distinct one once) in its LOG.
 version_taken() { sed -n 's/^trainers: an engine joined at version \([0-9]*\);.*/\1/p' "$dir/trainers.log"; }
 first_installs() { sed -n 's/^joined engine worker [0-9]*: first event after kConnected kInstalled \([0-9]*\),.*/\1/p' "$1" | sort -u; }
+# expect_first_install LOG OFFSET: every worker of LOG's job installed first the version the trainers took
+# it at plus OFFSET (-1: the latest before it, from a replica; 0: the trainers' own); sets $firsts.
+expect_first_install() {
+  local joined_at
+  joined_at=$(version_taken)
+  firsts=$(first_installs "$1")
+  [[ -n $joined_at && $firsts == "$((joined_at + $2))" ]] ||
+    fail "the trainers took the joiner of $(basename "$1") at version '$joined_at'; its workers installed first '$firsts', expected $((joined_at + $2))"
+}
 case $scenario in
   joined_replica)
-    joined_at=$(version_taken)
-    firsts=$(first_installs "$dir/second.log")
-    [[ -n $joined_at && $firsts == "$((joined_at - 1))" ]] || fail "the trainers took the second joiner at version '$joined_at'; its workers installed first '$firsts'"
+    expect_first_install "$dir/second.log" -1
     grep -q "wrote version $firsts to a joining engine" "$dir/first.log" || fail "the first engine job did not write version $firsts to the second"
     serving="$dir/first.log $dir/second.log" ;;
   kill_relay)
@@ -150,25 +157,19 @@ case $scenario in
     [[ ${rcs[0]} != 0 ]] || fail "the killed relay's job ended with 0"
     [[ $(grep -c "was dropped after version" "$dir/trainers.log") == 1 ]] || fail "not one warning naming the lost relay"
     [[ $(grep -c "no first version from the trainers' replica engine" "$dir/second.log") == 1 ]] || fail "the joiner did not warn once that its replica was lost"
-    joined_at=$(version_taken)
-    firsts=$(first_installs "$dir/second.log")
-    [[ -n $joined_at && $firsts == "$joined_at" ]] || fail "the trainers took the joiner at version '$joined_at'; its workers installed first '$firsts'"
+    expect_first_install "$dir/second.log" 0
     serving=$dir/second.log ;;
   lose_joiner)
     [[ ${rcs[0]} != 0 ]] || fail "the joiner killed in its catch-up ended with 0"
     [[ $(grep -c "was dropped after version" "$dir/trainers.log") == 1 ]] || fail "not one warning naming the lost joiner"
     [[ $(grep -c "serving a joining engine its first version failed" "$dir/trainers.log") == 1 ]] || fail "the built-in engine did not warn once about the joiner it lost"
-    joined_at=$(version_taken)
-    firsts=$(first_installs "$dir/second.log")
-    [[ -n $joined_at && $firsts == "$((joined_at - 1))" ]] || fail "the trainers took the second joiner at version '$joined_at'; its workers installed first '$firsts'"
+    expect_first_install "$dir/second.log" -1
     grep -q "wrote version $firsts to a joining engine" "$dir/trainers.log" || fail "the built-in engine did not write version $firsts to the second joiner"
     serving=$dir/second.log ;;
   join)
     # The joiner's first install is the trainers' latest version when they took it (the one before the
     # send_weights that took it), written by the built-in engine, on every worker: none older, none later.
-    joined_at=$(version_taken)
-    firsts=$(first_installs "$dir/first.log")
-    [[ -n $joined_at && $firsts == "$((joined_at - 1))" ]] || fail "the trainers took the joiner at version '$joined_at'; its workers installed first '$firsts', not the latest before it"
+    expect_first_install "$dir/first.log" -1
     grep -q "wrote version $firsts to a joining engine" "$dir/trainers.log" || fail "the built-in engine did not say it wrote version $firsts to the joiner"
     [[ ${rcs[0]} == 0 ]] || fail "the engine job failed (${rcs[0]})" ;;
   leave)
