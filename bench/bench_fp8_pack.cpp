@@ -1,7 +1,8 @@
 // The trainers' FP8 pack (exec/quantized_pack.hpp, exec/fp8_cast_program.hpp) against the plain pack of the
 // same parameters, on one core: what quantizing costs a trainer per update (issue 32's goal: at most 1.5 x).
 //
-//   bench_fp8_pack [--rows R] [--cols C] [--tensors N] [--piece-rows P] [--rule RULE] [--benchmark_* flags]
+//   bench_fp8_pack [--rows R] [--cols C] [--tensors N] [--piece-rows P] [--rule RULE] [--changed F]
+//                  [--benchmark_* flags]
 //
 // N BF16 weights [R, C] (default 4 of [1536, 4000]: edge blocks of 128 x 128 in every row of blocks), each a
 // trainer parameter holding the whole tensor, packed as one round whose pieces are P rows of a tensor (0,
@@ -13,11 +14,16 @@
 //           buffer, amaxes of whole blocks from the same read) and the CopyProgram of the scales;
 //   shadows the staged or verified path: quantize writes the codes into shadow parameters, the round's
 //           CopyProgram copies them and the scales.
+// Between iterations (not timed) the parameters change as a training step changes them: each element moves
+// by one bf16 ulp with probability F (default 0.02: with fp32 master weights, an element of magnitude 0.02
+// changes its bf16 value when its Adam steps of ~lr cross half an ulp, 6e-5: about 1 % of them per step at
+// lr 1e-6; 1: every element, so every scale, changes). The casts take their scales speculatively from the
+// last update (Fp8CastProgram::cast_speculatively); recast_share is the share of blocks cast again.
 // Counters (per repetition; run with --benchmark_repetitions=5 for medians): plain_ms, casts_ms (of it
 // casts_quantize_ms in quantize), shadows_ms, casts_over_plain (the goal's ratio), shadows_over_plain,
 // own_amax_blocks (blocks whose amax the casts take as they read them), plain_ns_per_element and
-// casts_ns_per_element. Both FP8 buffers are checked first against
-// open_fp8_form of the parameters, bit for bit: the benchmark exits non-zero otherwise.
+// casts_ns_per_element. Both FP8 buffers are checked against open_fp8_form of the parameters, bit for bit,
+// before timing and after the last update: the benchmark exits non-zero otherwise.
 #include <benchmark/benchmark.h>
 #include <time.h>
 
@@ -45,6 +51,7 @@ using i64 = std::int64_t;
 struct Flags {
   i64 rows = 1536, cols = 4000, tensors = 4, piece_rows = 0;
   std::string rule = "per-block-cast";
+  double changed = 0.02;
 };
 Flags flags;
 
@@ -158,6 +165,13 @@ struct Setup {
     // Checked before timing: every code and scale in both buffers equals the FP8 form of the parameters.
     pack_casts();
     pack_shadows();
+    check();
+  }
+
+  // Both buffers against the FP8 form of the parameters as they are now, bit for bit.
+  void check() const {
+    i64 buffer_bytes = 0;
+    const std::vector<BufferCopy> fp8_copies = round_copies(casting->form_map(), flags.piece_rows, buffer_bytes);
     const ParameterCheckpoint bf16(infos, memory);
     const auto reference = layout::open_fp8_form(bf16, form);
     for (const BufferCopy& c : fp8_copies) {
@@ -167,6 +181,22 @@ struct Setup {
         if (std::memcmp(expected.data(), buffer->data() + c.buffer_offset, expected.size()) != 0)
           throw Error(ErrorCode::kInternal, "the FP8 pack (" + std::string(buffer == &cast_buffer ? "casts" : "shadows") +
                                                 ") of " + form.tensors[c.copy.tensor].name + " differs from its FP8 form");
+    }
+  }
+
+  // An update's change: the last mantissa bit of each element flipped with probability flags.changed (a
+  // step of one ulp, up or down), as training moves bf16 weights between two updates.
+  std::mt19937_64 changes{11};
+  void train_step() {
+    if (flags.changed <= 0) return;
+    for (std::vector<std::uint16_t>& values : storage) {
+      if (flags.changed >= 1) {
+        for (std::uint16_t& v : values) v ^= 1;
+        continue;
+      }
+      // Gaps between changed elements drawn geometrically: a share `changed` of them, anywhere.
+      std::geometric_distribution<i64> gap(flags.changed);
+      for (i64 k = gap(changes); k < static_cast<i64>(values.size()); k += 1 + gap(changes)) values[static_cast<std::size_t>(k)] ^= 1;
     }
   }
 
@@ -194,7 +224,9 @@ void BM_Fp8Pack(benchmark::State& state) {
   Setup& s = setup();
   double plain = 0, casts = 0, shadows = 0;
   s.cast_quantize_seconds = 0;
+  const std::int64_t recast_before = s.casts.recast_blocks();
   for (auto _ : state) {
+    s.train_step();  // not timed
     double t0 = thread_seconds();
     s.plain.execute(s.memory, s.plain_buffer.data());
     double t1 = thread_seconds();
@@ -206,7 +238,15 @@ void BM_Fp8Pack(benchmark::State& state) {
     shadows += thread_seconds() - t0;
     benchmark::ClobberMemory();
   }
+  try {
+    s.check();  // the codes of the last update, after the parameters changed between updates
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+    return;
+  }
   const auto n = static_cast<double>(state.iterations());
+  state.counters["recast_share"] =
+      static_cast<double>(s.casts.recast_blocks() - recast_before) / std::max(1.0, static_cast<double>(s.own_amax_blocks) * n);
   state.counters["plain_ms"] = plain / n * 1e3;
   state.counters["casts_ms"] = casts / n * 1e3;
   state.counters["shadows_ms"] = shadows / n * 1e3;
@@ -236,10 +276,12 @@ int main(int argc, char** argv) {
       else if (flag == "--tensors") flags.tensors = std::stoll(value);
       else if (flag == "--piece-rows") flags.piece_rows = std::stoll(value);
       else if (flag == "--rule") flags.rule = value;
+      else if (flag == "--changed") flags.changed = std::stod(value);
       else throw Error(ErrorCode::kInvalidArgument, "unknown flag " + flag);
     }
     if (flags.rows <= 0 || flags.cols <= 0 || flags.tensors <= 0 || flags.piece_rows < 0)
       throw Error(ErrorCode::kInvalidArgument, "--rows, --cols and --tensors must be positive, --piece-rows not negative");
+    if (!(flags.changed >= 0 && flags.changed <= 1)) throw Error(ErrorCode::kInvalidArgument, "--changed must be in [0, 1]");
     (void)setup();  // builds and checks: a wrong pack fails here, before any timing
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_fp8_pack: %s\n", e.what());

@@ -96,7 +96,7 @@ except OSError:
 summary["cuda_ipc"] = ipc
 # Replays: verified, mean EWTT, per mode.
 replays = {}
-for mode in ("sync", "sender-staged", "receiver-staged", "async"):
+for mode in ("sync", "sender-staged", "receiver-staged", "async", "fp8_sync", "fp8_async"):
     try:
         r = json.load(open(os.path.join(out, "replay_cuda_%s.json" % mode)))
         steps = [s for s in r.get("steps", []) if s.get("completed")]

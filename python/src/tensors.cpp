@@ -3,6 +3,7 @@
 #include <pybind11/stl.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -38,7 +39,8 @@ struct DLManagedTensor {
 };
 
 enum : std::int32_t { kDLCPU = 1, kDLCUDA = 2, kDLCUDAHost = 3, kDLCUDAManaged = 13 };
-enum : std::uint8_t { kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLBfloat = 4 };
+// (Codes 10 and 12: DLPack 1.0's kDLFloat8_e4m3fn and kDLFloat8_e5m2, from producers that export float8.)
+enum : std::uint8_t { kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLBfloat = 4, kDLFloat8_e4m3fn = 10, kDLFloat8_e5m2 = 12 };
 
 std::string type_name(py::handle object) { return py::str(py::type::handle_of(object).attr("__qualname__")); }
 
@@ -67,10 +69,12 @@ DType dtype_from_dlpack(const DLDataType& t, const std::string& what) {
     if (t.code == kDLInt && t.bits == 32) return DType::kI32;
     if (t.code == kDLInt && t.bits == 64) return DType::kI64;
     if (t.code == kDLUInt && t.bits == 8) return DType::kU8;
+    if (t.code == kDLFloat8_e4m3fn && t.bits == 8) return DType::kF8E4M3;
+    if (t.code == kDLFloat8_e5m2 && t.bits == 8) return DType::kF8E5M2;
   }
   throw InputError(what + ": its dtype (DLPack code " + std::to_string(t.code) + ", " + std::to_string(t.bits) +
                    " bits, " + std::to_string(t.lanes) +
-                   " lanes) has no WeightBridge equivalent (bf16, f16, f32, f64, i8, u8, i32, i64)");
+                   " lanes) has no WeightBridge equivalent (bf16, f16, f32, f64, i8, u8, i32, i64, f8e4m3, f8e5m2)");
 }
 
 }  // namespace
@@ -106,6 +110,15 @@ TensorView view_of(py::handle tensor, const std::string& what, py::list& keep_al
   if (py::hasattr(exporter, "requires_grad") && py::hasattr(exporter, "detach") &&
       exporter.attr("requires_grad").cast<bool>())
     exporter = exporter.attr("detach")();
+  // A torch float8 tensor goes as its bytes, uint8 (torch's DLPack export refuses float8 in the versions
+  // that have it without DLPack 1.0's codes), and keeps its dtype here.
+  std::optional<DType> float8;
+  if (py::hasattr(exporter, "dtype") && py::hasattr(exporter, "view")) {
+    const std::string dtype = py::str(exporter.attr("dtype"));
+    if (dtype == "torch.float8_e4m3fn") float8 = DType::kF8E4M3;
+    if (dtype == "torch.float8_e5m2") float8 = DType::kF8E5M2;
+    if (float8) exporter = exporter.attr("view")(py::module_::import("torch").attr("uint8"));
+  }
   if (!py::hasattr(exporter, "__dlpack__"))
     throw InputError(what + " is a " + type_name(tensor) +
                      ", neither a torch.Tensor nor an object with __dlpack__ (numpy arrays have it)");
@@ -127,7 +140,7 @@ TensorView view_of(py::handle tensor, const std::string& what, py::list& keep_al
 
   const DLTensor& t = managed->dl_tensor;
   TensorView view;
-  view.dtype = dtype_from_dlpack(t.dtype, what);
+  view.dtype = float8 ? *float8 : dtype_from_dlpack(t.dtype, what);
   view.data = static_cast<std::byte*>(t.data) + t.byte_offset;
   view.shape.assign(t.shape, t.shape + t.ndim);
   if (t.strides == nullptr) {

@@ -113,6 +113,15 @@ void make_cast_table(const BlockScale& scale, CastTable& out);
 /// for k < count, in one call. Returns how many of them the tables cast (the rest: the float path).
 std::int64_t quantize_bf16_blocks(const CastTable* tables, std::int64_t block_cols, std::int64_t lead,
                                   const std::uint16_t* values, std::int64_t count, std::uint8_t* codes);
+/// The speculative form of quantize_bf16_blocks, for a scale taken before (the last update's): the same codes
+/// where tables[g].scale is the scale of every |x| of run g (at most the amax that made it, as is the case
+/// when the block's amax, taken over the rows cast, gives that scale again), others where it is not, which
+/// the caller then casts again; and each run's |x| bits folded into magnitudes[kMagnitudeLanes * g, + kMagnitudeLanes)
+/// (maxima kept there; bf16_amax of those lanes is the amax over every row the block's runs were cast in).
+inline constexpr std::int64_t kMagnitudeLanes = 32;
+std::int64_t quantize_bf16_blocks_tracking(const CastTable* tables, std::int64_t block_cols, std::int64_t lead,
+                                           const std::uint16_t* values, std::int64_t count, std::uint8_t* codes,
+                                           std::uint16_t* magnitudes);
 /// running[k] = max(running[k], values[k] & 0x7FFF) for k < count: the magnitudes' bits, whose order is
 /// |x|'s (NaNs above infinity), gathered over the rows of a band; bf16_amax of a range of `running` is
 /// then the amax of those columns over the rows.

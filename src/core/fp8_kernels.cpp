@@ -136,6 +136,20 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) std::int64_t quantize_bf16_
                       : quantize_bf16_avx512_loop<false>(scale.factor, values, count, codes);
 }
 
+// A run's |x| bits folded into kMagnitudeLanes lanes (the speculative cast's runs without a table).
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void magnitude_max_avx512_folded(const std::uint16_t* values,
+                                                                                      std::int64_t count,
+                                                                                      std::uint16_t* lanes) {
+  static_assert(kMagnitudeLanes == 32);
+  const __m512i magnitude = _mm512_set1_epi16(0x7FFF);
+  __m512i m = _mm512_loadu_si512(lanes);
+  for (std::int64_t k = 0; k < count; k += 32) {
+    const auto mask = static_cast<__mmask32>(count - k >= 32 ? ~0u : (1u << (count - k)) - 1u);
+    m = _mm512_max_epu16(m, _mm512_and_si512(_mm512_maskz_loadu_epi16(mask, values + k), magnitude));
+  }
+  _mm512_storeu_si512(lanes, m);
+}
+
 #pragma GCC diagnostic pop
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's own _mm256_undefined_si256, as above
@@ -145,16 +159,26 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) std::int64_t quantize_bf16_
 struct TableLanes {
   __m512i low, high, base;
   __m512i least, most;  // of the codes before saturation, over the lanes cast
+  __m512i magnitude;    // Track: the inputs' |x| bits, lane-wise maxima
 };
 
 // 32 elements in 16-bit lanes: the step looked up by the mantissa's 7 bits (vpermi2b, the high bytes
 // zeroed by the mask), plus 8 x the exponent bits and the base; saturated at 448 (0x7E), the sign of x (the
 // product's: the factor is positive) merged. Returns the codes in the words' low bytes.
+//
+// Track (the speculative cast, quantize_bf16_blocks_tracking): also the lanes' |x| maxima, and neither the
+// largest code nor the saturation: a run whose scale is right has every |x| within the amax that made it,
+// so its codes stay at most 448 (0x7E) and finite; a run whose scale is not is cast again by the caller.
+template <bool Track>
 WB_FP8_VBMI __attribute__((always_inline)) inline __m512i table_codes(__m512i x, TableLanes& t, __mmask32 lanes) {
   const __m512i step = _mm512_maskz_permutex2var_epi8(0x5555555555555555ull, t.low, x, t.high);
   const __m512i code =
       _mm512_add_epi16(_mm512_add_epi16(_mm512_and_si512(_mm512_srli_epi16(x, 4), _mm512_set1_epi16(0x07F8)), t.base), step);
   t.least = _mm512_mask_min_epi16(t.least, lanes, t.least, code);
+  if constexpr (Track) {
+    t.magnitude = _mm512_mask_max_epu16(t.magnitude, lanes, t.magnitude, _mm512_and_si512(x, _mm512_set1_epi16(0x7FFF)));
+    return _mm512_ternarylogic_epi32(code, _mm512_srli_epi16(x, 8), _mm512_set1_epi16(0x80), 0xF8);
+  }
   t.most = _mm512_mask_max_epi16(t.most, lanes, t.most, code);
   // min(code, 0x7E) | ((x >> 8) & 0x80): ternary logic A | (B & C), 0xF8.
   return _mm512_ternarylogic_epi32(_mm512_min_epi16(code, _mm512_set1_epi16(0x7E)), _mm512_srli_epi16(x, 8),
@@ -167,8 +191,10 @@ WB_FP8_VBMI __attribute__((always_inline)) inline __m512i table_codes(__m512i x,
 // table. Such an element gives a code below 8 (an output below e4m3's normals, a zero or subnormal input,
 // whose codes make_cast_table keeps below 8) or from 8 x 255 + base up (an infinite or NaN input, and the
 // finite ones of exponent 253 or 254, which the float path then casts as well).
+template <bool Track>
 WB_FP8_VBMI std::int64_t quantize_bf16_blocks_vbmi(const CastTable* tables, std::int64_t block_cols, std::int64_t lead,
-                                                   const std::uint16_t* values, std::int64_t count, std::uint8_t* codes) {
+                                                   const std::uint16_t* values, std::int64_t count, std::uint8_t* codes,
+                                                   std::uint16_t* magnitudes) {
   const __m512i low_bytes = _mm512_set_epi8(126, 124, 122, 120, 118, 116, 114, 112, 110, 108, 106, 104, 102, 100, 98, 96, 94, 92,
                                             90, 88, 86, 84, 82, 80, 78, 76, 74, 72, 70, 68, 66, 64, 62, 60, 58, 56, 54, 52, 50,
                                             48, 46, 44, 42, 40, 38, 36, 34, 32, 30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6,
@@ -179,27 +205,32 @@ WB_FP8_VBMI std::int64_t quantize_bf16_blocks_vbmi(const CastTable* tables, std:
     const CastTable& table = tables[g];
     const std::uint16_t* x = values + j;
     std::uint8_t* code = codes + j;
+    std::uint16_t* magnitude = magnitudes + kMagnitudeLanes * g;
     j += run;
     if (table.table) {
       TableLanes t{_mm512_load_si512(table.step), _mm512_load_si512(table.step + 64), _mm512_set1_epi16(table.base),
-                   _mm512_set1_epi16(0x7FFF), _mm512_set1_epi16(-0x8000)};
+                   _mm512_set1_epi16(0x7FFF), _mm512_set1_epi16(-0x8000), _mm512_setzero_si512()};
       std::int64_t k = 0;
       for (; k + 64 <= run; k += 64) {
-        const __m512i c0 = table_codes(_mm512_loadu_si512(x + k), t, ~__mmask32{0});
-        const __m512i c1 = table_codes(_mm512_loadu_si512(x + k + 32), t, ~__mmask32{0});
+        const __m512i c0 = table_codes<Track>(_mm512_loadu_si512(x + k), t, ~__mmask32{0});
+        const __m512i c1 = table_codes<Track>(_mm512_loadu_si512(x + k + 32), t, ~__mmask32{0});
         _mm512_storeu_si512(code + k, _mm512_permutex2var_epi8(c0, low_bytes, c1));
       }
       for (; k < run; k += 32) {
         const auto lanes = static_cast<__mmask32>(run - k >= 32 ? ~0u : (1u << (run - k)) - 1u);
-        _mm256_mask_storeu_epi8(code + k, lanes, _mm512_cvtepi16_epi8(table_codes(_mm512_maskz_loadu_epi16(lanes, x + k), t, lanes)));
+        _mm256_mask_storeu_epi8(code + k, lanes, _mm512_cvtepi16_epi8(table_codes<Track>(_mm512_maskz_loadu_epi16(lanes, x + k), t, lanes)));
       }
-      const __mmask32 other = _mm512_cmplt_epi16_mask(t.least, _mm512_set1_epi16(8)) |
-                              _mm512_cmpge_epi16_mask(t.most, _mm512_set1_epi16(static_cast<std::int16_t>(table.base + 8 * 255)));
+      __mmask32 other = _mm512_cmplt_epi16_mask(t.least, _mm512_set1_epi16(8));
+      if constexpr (Track)
+        _mm512_storeu_si512(magnitude, _mm512_max_epu16(_mm512_loadu_si512(magnitude), t.magnitude));
+      else
+        other |= _mm512_cmpge_epi16_mask(t.most, _mm512_set1_epi16(static_cast<std::int16_t>(table.base + 8 * 255)));
       if (other == 0) {
         by_table += run;
         continue;
       }
     }
+    if (Track && !table.table) magnitude_max_avx512_folded(x, run, magnitude);
     (void)quantize_bf16_avx512(table.scale, x, run, code);
   }
   return by_table;
@@ -364,10 +395,26 @@ void make_cast_table(const BlockScale& scale, CastTable& out) {
 std::int64_t quantize_bf16_blocks(const CastTable* tables, std::int64_t block_cols, std::int64_t lead,
                                   const std::uint16_t* values, std::int64_t count, std::uint8_t* codes) {
 #if defined(WB_FP8_SIMD)
-  if (kVbmi) return quantize_bf16_blocks_vbmi(tables, block_cols, lead, values, count, codes);
+  if (kVbmi) return quantize_bf16_blocks_vbmi<false>(tables, block_cols, lead, values, count, codes, nullptr);
 #endif
   for (std::int64_t j = 0, g = 0; j < count; ++g) {
     const std::int64_t run = std::min(count - j, block_cols - (g == 0 ? lead : 0));
+    quantize_bf16(tables[g].scale, values + j, run, codes + j);
+    j += run;
+  }
+  return 0;
+}
+
+std::int64_t quantize_bf16_blocks_tracking(const CastTable* tables, std::int64_t block_cols, std::int64_t lead,
+                                           const std::uint16_t* values, std::int64_t count, std::uint8_t* codes,
+                                           std::uint16_t* magnitudes) {
+#if defined(WB_FP8_SIMD)
+  if (kVbmi) return quantize_bf16_blocks_vbmi<true>(tables, block_cols, lead, values, count, codes, magnitudes);
+#endif
+  for (std::int64_t j = 0, g = 0; j < count; ++g) {
+    const std::int64_t run = std::min(count - j, block_cols - (g == 0 ? lead : 0));
+    std::uint16_t& folded = magnitudes[kMagnitudeLanes * g];
+    for (std::int64_t k = j; k < j + run; ++k) folded = std::max(folded, static_cast<std::uint16_t>(values[k] & 0x7FFFu));
     quantize_bf16(tables[g].scale, values + j, run, codes + j);
     j += run;
   }

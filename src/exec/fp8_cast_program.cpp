@@ -1,6 +1,8 @@
 #include "exec/fp8_cast_program.hpp"
 
 #include <algorithm>
+#include <bit>
+#include <limits>
 #include <string>
 #include <tuple>
 
@@ -9,6 +11,11 @@
 
 namespace wb::exec {
 namespace {
+
+bool same_scale(const fp8::BlockScale& a, const fp8::BlockScale& b) {
+  return std::bit_cast<std::uint32_t>(a.scale_inv) == std::bit_cast<std::uint32_t>(b.scale_inv) &&
+         std::bit_cast<std::uint32_t>(a.factor) == std::bit_cast<std::uint32_t>(b.factor) && a.divide == b.divide;
+}
 
 std::string describe(const BufferCopy& c, std::size_t index) {
   return "FP8 pack: copy " + std::to_string(index) + " (tensor " + std::to_string(c.copy.tensor) + ", buffer bytes [" +
@@ -54,7 +61,11 @@ Fp8CastProgram::Fp8CastProgram(std::span<const BufferCopy> copies, QuantizedPack
     cast.block_grid_cols = (c1 - 1) / block_cols_ - cast.first_block_col + 1;
     const std::int64_t grid_rows = (r1 - 1) / block_rows_ - cast.first_block_row + 1;
     cast.own_amax.assign(static_cast<std::size_t>(grid_rows * cast.block_grid_cols), 0);
-    running_.resize(static_cast<std::size_t>(std::max(kChunkColumns, block_cols_)));
+    const std::int64_t chunk_blocks = std::max<std::int64_t>(1, kChunkColumns / block_cols_);
+    cast.changed.assign(static_cast<std::size_t>(grid_rows * ((cast.block_grid_cols + chunk_blocks - 1) / chunk_blocks)),
+                        std::numeric_limits<std::uint16_t>::max());  // no scale taken yet: the first update reads twice
+    running_.resize(static_cast<std::size_t>(
+        std::max({kChunkColumns, block_cols_, fp8::kMagnitudeLanes * std::max<std::int64_t>(1, kChunkColumns / block_cols_)})));
     tables_.resize(static_cast<std::size_t>(std::max<std::int64_t>(1, kChunkColumns / block_cols_)));
     const Shape& shape = quantized.tensor_shape(source->tensor_blocks);  // where the edge blocks end
     const bool rows_of_bf16 = cast.dtype == DType::kBF16 && c.copy.strides[1] == 1;
@@ -108,8 +119,10 @@ void Fp8CastProgram::cast_rows(const Cast& cast, const std::uint16_t* values, st
   auto* codes = reinterpret_cast<std::uint8_t*>(buffer + cast.buffer_offset);
   // A band of block rows at a time, in chunks of whole block columns (kChunkColumns): where the cast takes
   // some of a chunk's amaxes, the magnitudes' column maxima over its rows first, then those blocks' scales,
-  // then the chunk's codes, row by row, while its rows are still in the cache.
+  // then the chunk's codes, row by row, while its rows are still in the cache. From the second update on,
+  // one read instead (cast_speculatively).
   const std::int64_t chunk_blocks = std::max<std::int64_t>(1, kChunkColumns / block_cols_);
+  const std::int64_t chunks = (cast.block_grid_cols + chunk_blocks - 1) / chunk_blocks;
   for (std::int64_t i = 0; i < rows;) {
     const std::int64_t block_row = (r0 + i) / block_rows_;
     const std::int64_t band_end = std::min(rows, (block_row + 1) * block_rows_ - r0);
@@ -119,7 +132,16 @@ void Fp8CastProgram::cast_rows(const Cast& cast, const std::uint16_t* values, st
     for (std::int64_t g0 = 0; g0 < cast.block_grid_cols; g0 += chunk_blocks) {
       const std::int64_t g1 = std::min(cast.block_grid_cols, g0 + chunk_blocks);
       const std::int64_t j0 = g0 == 0 ? 0 : g0 * block_cols_ - lead, j1 = std::min(cols, g1 * block_cols_ - lead);
-      if (std::find(own + g0, own + g1, std::uint8_t{1}) != own + g1) {
+      const auto owned = static_cast<std::int64_t>(std::count(own + g0, own + g1, std::uint8_t{1}));
+      std::uint16_t& changed = cast.changed[static_cast<std::size_t>((block_row - cast.first_block_row) * chunks + g0 / chunk_blocks)];
+      // Speculating pays where few scales change: each change casts its block twice (bench_fp8_pack: with
+      // every scale changing, 2.6 x the plain pack against 1.7 x for the two reads).
+      if (owned > 0 && kSpeculateAtMost * changed <= owned) {
+        changed = static_cast<std::uint16_t>(cast_speculatively(cast, values, codes, i, band_end, g0, g1, j0, j1));
+        continue;
+      }
+      if (owned > 0) {
+        changed = 0;
         std::uint16_t* running = running_.data();
         std::fill(running, running + (j1 - j0), std::uint16_t{0});
         fp8::bf16_magnitude_max_rows(values + copy.offset + i * copy.strides[0] + j0, copy.strides[0], band_end - i, j1 - j0,
@@ -127,7 +149,9 @@ void Fp8CastProgram::cast_rows(const Cast& cast, const std::uint16_t* values, st
         for (std::int64_t g = g0, j = j0; g < g1; ++g) {
           const std::int64_t run = std::min(j1 - j, block_cols_ - (g == 0 ? lead : 0));
           if (own[g] != 0) {
-            scales[g] = fp8::block_scale(rule_, fp8::bf16_amax(running + (j - j0), run));
+            const fp8::BlockScale fresh = fp8::block_scale(rule_, fp8::bf16_amax(running + (j - j0), run));
+            changed = static_cast<std::uint16_t>(changed + (same_scale(fresh, scales[g]) ? 0 : 1));
+            scales[g] = fresh;
             cast.scale_values[block_row * cast.scale_cols + cast.first_block_col + g] = scales[g].scale_inv;
           }
           j += run;
@@ -140,6 +164,47 @@ void Fp8CastProgram::cast_rows(const Cast& cast, const std::uint16_t* values, st
     }
     i = band_end;
   }
+}
+
+// The rows of a band's chunk read once: cast with the scales of the last update, each block's amax taken
+// from the same read (quantize_bf16_blocks_tracking). A block whose amax gives another scale than the one
+// it was cast with is cast again, from the cache, with the new one; the others' codes are the ones the
+// new scale gives (core/fp8.hpp). Between updates, training moves few bf16 weights by an ulp, so the
+// largest element of a block, and with it the scale, mostly stays: one read of the rows instead of two.
+std::int64_t Fp8CastProgram::cast_speculatively(const Cast& cast, const std::uint16_t* values, std::uint8_t* codes, std::int64_t i,
+                                        std::int64_t band_end, std::int64_t g0, std::int64_t g1, std::int64_t j0,
+                                        std::int64_t j1) const noexcept {
+  const SliceCopy& copy = cast.copy;
+  const std::int64_t cols = copy.box.extent[1], lead = copy.box.offset[1] % block_cols_;
+  const std::int64_t block_row = (copy.box.offset[0] + i) / block_rows_;
+  const std::uint8_t* own =
+      cast.own_amax.data() + static_cast<std::size_t>((block_row - cast.first_block_row) * cast.block_grid_cols);
+  fp8::BlockScale* scales = cast.scales + block_row * cast.scale_cols + cast.first_block_col;
+  for (std::int64_t g = g0; g < g1; ++g) fp8::make_cast_table(scales[g], tables_[static_cast<std::size_t>(g - g0)]);
+  std::uint16_t* magnitudes = running_.data();
+  std::fill(magnitudes, magnitudes + fp8::kMagnitudeLanes * (g1 - g0), std::uint16_t{0});
+  for (std::int64_t r = i; r < band_end; ++r)
+    fp8::quantize_bf16_blocks_tracking(tables_.data(), block_cols_, g0 == 0 ? lead : 0, values + copy.offset + r * copy.strides[0] + j0,
+                                       j1 - j0, codes + r * cols + j0, magnitudes);
+  std::int64_t changed = 0;
+  for (std::int64_t g = g0, j = j0; g < g1; ++g) {
+    const std::int64_t run = std::min(j1 - j, block_cols_ - (g == 0 ? lead : 0));
+    const std::int64_t at = j;
+    j += run;
+    if (own[g] == 0) continue;  // its scale was taken before the rounds: the codes are right
+    const fp8::BlockScale fresh =
+        fp8::block_scale(rule_, fp8::bf16_amax(magnitudes + fp8::kMagnitudeLanes * (g - g0), fp8::kMagnitudeLanes));
+    cast.scale_values[block_row * cast.scale_cols + cast.first_block_col + g] = fresh.scale_inv;
+    if (same_scale(fresh, scales[g])) continue;
+    scales[g] = fresh;
+    fp8::CastTable& table = tables_[static_cast<std::size_t>(g - g0)];
+    fp8::make_cast_table(fresh, table);
+    for (std::int64_t r = i; r < band_end; ++r)
+      fp8::quantize_bf16_blocks(&table, block_cols_, 0, values + copy.offset + r * copy.strides[0] + at, run, codes + r * cols + at);
+    ++recast_blocks_;
+    ++changed;
+  }
+  return changed;
 }
 
 void Fp8CastProgram::execute(std::span<std::byte* const> parameters, std::byte* buffer) const noexcept {

@@ -40,6 +40,8 @@ class Fp8CastProgram {
   std::int64_t bytes() const { return bytes_; }
   /// Blocks whose amax the casts take as they read them (for tests and benchmarks).
   std::int64_t own_amax_blocks() const { return own_amax_blocks_; }
+  /// Blocks cast again since construction: their amax gave another scale than the last update's.
+  std::int64_t recast_blocks() const { return recast_blocks_; }
 
  private:
   struct Cast {
@@ -52,18 +54,27 @@ class Fp8CastProgram {
     std::int64_t scale_cols = 0;
     std::int64_t first_block_row = 0, first_block_col = 0, block_grid_cols = 0;
     std::vector<std::uint8_t> own_amax;  // per block of the cast's grid, row-major
+    // Per chunk of a band: how many of its own blocks' scales changed at the last update (cast_rows).
+    mutable std::vector<std::uint16_t> changed;
   };
   std::vector<Cast> casts_;
   fp8::ScaleRule rule_ = fp8::ScaleRule::kPerBlockCast;
   std::int64_t block_rows_ = 128, block_cols_ = 128;
   std::int64_t bytes_ = 0, own_amax_blocks_ = 0;
-  mutable std::vector<std::uint16_t> running_;  // a chunk's column maxima (execute's scratch, one thread)
+  mutable std::vector<std::uint16_t> running_;  // a chunk's column or block maxima (execute's scratch, one thread)
+  mutable std::int64_t recast_blocks_ = 0;
   mutable std::vector<fp8::CastTable> tables_;  // a chunk's blocks' casts (the same)
   // Columns of a band cast together. Narrow chunks that stay in L2 (512 columns: 128 KiB) read the rows in
   // short runs, which the hardware prefetches badly: 11.6 ms for bench_fp8_pack's default against 8.8 ms
   // for whole rows of up to 8192 columns (2 MiB a band, the second read from L3).
   static constexpr std::int64_t kChunkColumns = 8192;
+  // A chunk is cast speculatively while at most 1 in kSpeculateAtMost of its own blocks changed scale at the
+  // last update.
+  static constexpr std::int64_t kSpeculateAtMost = 8;
   void cast_rows(const Cast& cast, const std::uint16_t* values, std::byte* buffer) const noexcept;
+  /// Returns how many of the chunk's own blocks changed scale (and were cast again).
+  std::int64_t cast_speculatively(const Cast& cast, const std::uint16_t* values, std::uint8_t* codes, std::int64_t i,
+                          std::int64_t band_end, std::int64_t g0, std::int64_t g1, std::int64_t j0, std::int64_t j1) const noexcept;
 };
 
 }  // namespace wb::exec

@@ -21,6 +21,10 @@
 #endif
 
 namespace wb {
+namespace fp8 {
+// What gtest prints of a rule (and ctest's discovered names carry): its name.
+inline void PrintTo(ScaleRule rule, std::ostream* out) { *out << scale_rule_name(rule); }
+}  // namespace fp8
 namespace {
 
 #ifdef WB_HAVE_CUDA
@@ -141,7 +145,13 @@ TEST_P(Fp8KernelDevice, EveryCodeAndScaleEqualsTheHostReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Rules, Fp8KernelDevice,
-                         ::testing::Values(fp8::ScaleRule::kPlain, fp8::ScaleRule::kPerBlockCast, fp8::ScaleRule::kUe8m0));
+                         ::testing::Values(fp8::ScaleRule::kPlain, fp8::ScaleRule::kPerBlockCast, fp8::ScaleRule::kUe8m0),
+                         [](const ::testing::TestParamInfo<fp8::ScaleRule>& info) {
+                           std::string name(fp8::scale_rule_name(info.param));
+                           for (char& ch : name)
+                             if (ch == '-') ch = '_';
+                           return name;
+                         });
 
 #endif  // WB_HAVE_CUDA
 

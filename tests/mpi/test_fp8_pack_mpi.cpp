@@ -56,7 +56,7 @@ testing::MemoryCheckpoint make_checkpoint(std::vector<TensorInfo>& tensors, unsi
   for (const TensorInfo& t : tensors) {
     std::vector<std::uint16_t> values(static_cast<std::size_t>(t.numel()));
     for (std::uint16_t& v : values) v = bf16_bits(std::ldexp(normal(random), exponent(random) / 4));
-    if (t.name == "a.weight") values[110 * kFlatCols + 3] = 0x7FC0;  // NaN in block (0, 0), which ranks 0, 1 share
+    if (t.name == "a.weight") values[110 * kFlatCols + 3] = 0x7FC0;  // NaN in block (0, 0), which ranks 0, 1 and 2 share
     if (t.name == "b.weight")  // block (1, 1) all zero
       for (std::int64_t r = 128; r < kTpRows; ++r)
         for (std::int64_t c = 128; c < kTpCols; ++c) values[static_cast<std::size_t>(r * kTpCols + c)] = 0;
@@ -94,7 +94,7 @@ struct Rank {
 // 100 between ranks 0 and 1; rank 2 a transposed replica of the whole), and one copied tensor.
 Rank make_rank(int rank, const std::vector<TensorInfo>& tensors) {
   Rank out;
-  const std::int64_t flat = kFlatRows * kFlatCols, cuts[4] = {0, 20123, 40011, flat};
+  const std::int64_t flat = kFlatRows * kFlatCols, cuts[4] = {0, 10123, 24011, flat};
   const std::int64_t begin = cuts[rank], end = cuts[rank + 1];
   out.map.parameters.push_back({"flat", DType::kBF16, {end - begin}});
   for (std::int64_t at = begin; at < end;) {
@@ -165,8 +165,9 @@ TEST_P(Fp8PackMpi, EveryCodeAndScaleEqualsTheFormOfTheWholeCheckpoint) {
     shared.insert(shared.end(), keys, keys + bytes.size() / sizeof(BlockKey));
   }
   pack.set_shared_blocks(shared);
-  // Flat cuts at 20123 and 40011 split a.weight's block rows 0 and 1; the TP cut at 100 splits the first
-  // block column of b.weight for ranks 0 and 1 (rank 2 holds it whole, and takes part all the same).
+  // Flat cuts at 10123 and 24011 (rows 50 and 120) split a.weight's block row 0 between all three ranks;
+  // the TP cut at 100 splits the first block column of b.weight for ranks 0 and 1 (rank 2 holds it whole,
+  // and takes part all the same).
   ASSERT_GT(pack.shared_blocks().size(), 2u);
   EXPECT_EQ(pack.exchange_bytes(), static_cast<std::int64_t>(4 * pack.shared_blocks().size()));
 
@@ -480,10 +481,10 @@ TEST_P(Fp8EngineMpi, EveryEngineParameterAndScaleEqualsItsLoaderOfTheFp8Form) {
     std::int64_t egress = 0;
     for (std::int64_t bytes : sender.summary().node_egress_bytes) egress += bytes;
     EXPECT_EQ(egress, static_cast<std::int64_t>(form.total_bytes()));
-    // The amax exchange: a.weight's flat cuts (row 100 col 123, row 200 col 11) split its blocks (0, 0),
-    // (0, 1), (1, 0), (1, 1); b.weight's TP cut at column 100 its blocks (0, 0), (1, 0) (rank 2's replica
-    // holds whole blocks): 6 blocks, 4 bytes each.
-    EXPECT_EQ(sender.summary().fp8_amax_bytes, 24);
+    // The amax exchange: a.weight's flat cuts (row 50 col 123, row 120 col 11) split its blocks (0, 0) and
+    // (0, 1) three ways; b.weight's TP cut at column 100 its blocks (0, 0), (1, 0) (rank 2's replica holds
+    // whole blocks): 4 blocks, 4 bytes each.
+    EXPECT_EQ(sender.summary().fp8_amax_bytes, 16);
     send_versions(sender, layout, buffers, kVersions);
   } else {
     const SourceMap map = engine_map(rank - 3, form);

@@ -3,8 +3,10 @@ that block's amax comes from both) to one engine that holds w as torch.uint8 e4m
 no float8) with w_scale_inv in float32, and the head and norm as they are. Three versions in each of the
 four modes; after each, every engine parameter equals an independent reference computed here from the
 BF16 values (numpy, float32 arithmetic, round to nearest even, saturation at 448): SGLang's
-per_block_cast_to_fp8."""
+per_block_cast_to_fp8. In the modes that stage on the engine, w is given as a DLPack producer of
+float8_e4m3fn (DLPack 1.0's code 10, as a torch with float8 exports it) over the same bytes."""
 
+import ctypes
 import os
 import sys
 import time
@@ -30,6 +32,24 @@ def version_values(name, shape, version):
         values[0:128, 128:] = 0  # an all-zero block: its scale is max(0, 1e-4) / 448, its codes zeros
         values[128:, 0:128] *= 1e4  # large values: the scale follows them
     return values.to(torch.bfloat16)
+
+
+class Float8Codes:
+    """A uint8 tensor's bytes exported as DLPack float8_e4m3fn (code 10, 8 bits): numpy's capsule with its
+    dtype code changed (the DLTensor's data, device and ndim take 20 bytes before it)."""
+
+    def __init__(self, codes):
+        self.array = codes.numpy()  # the tensor's memory
+
+    def __dlpack_device__(self):
+        return self.array.__dlpack_device__()
+
+    def __dlpack__(self, stream=None):
+        capsule = self.array.__dlpack__()
+        pointer = ctypes.pythonapi.PyCapsule_GetPointer
+        pointer.restype, pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+        ctypes.memmove(pointer(capsule, b"dltensor") + 20, bytes([10]), 1)
+        return capsule
 
 
 def e4m3_reference(y):
@@ -117,7 +137,8 @@ def main():
                     sender.shutdown()
                 else:
                     options.fp8 = FP8
-                    receiver = wb.ReceiverAdapter(world, comm, params, load_weights, options)
+                    given = dict(params, w=Float8Codes(params["w"])) if receiver_staging else params
+                    receiver = wb.ReceiverAdapter(world, comm, given, load_weights, options)
                     deadline = time.monotonic() + 3 * TIMEOUT_SECONDS
                     installed = 0
                     while time.monotonic() < deadline:

@@ -14,6 +14,9 @@
 #include <vector>
 
 #include "core/fp8.hpp"
+#include "exec/fp8_cast_program.hpp"
+#include "exec/pack.hpp"
+#include "exec/quantized_pack.hpp"
 #include "layout/fp8_form.hpp"
 #include "../support/expect_error.hpp"
 #include "../support/memory_checkpoint.hpp"
@@ -321,6 +324,54 @@ TEST(Fp8Bulk, MagnitudeMaximaOfABandAsRowByRow) {
   }
 }
 
+// The speculative cast of rows through tables of scales taken before (quantize_bf16_blocks_tracking): each
+// block's |x| maxima folded into its lanes over several rows (bf16_amax of them the block's amax, NaN above
+// infinity), and, where a table's scale is the one the block's amax gives (every |x| within it), every code
+// as the reference's; leads that cut the first block, the three rules, zeros and subnormals in some runs.
+TEST(Fp8Bulk, TrackingCastFoldsEachBlocksMagnitudesAndCastsAsTheReferenceUnderItsOwnScale) {
+  std::mt19937 generator(21);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  const std::int64_t block = 128;
+  for (const ScaleRule rule : {ScaleRule::kPlain, ScaleRule::kPerBlockCast, ScaleRule::kUe8m0})
+    for (int trial = 0; trial < 12; ++trial) {
+      const std::int64_t lead = trial % 3 == 0 ? 0 : static_cast<std::int64_t>(generator() % block);
+      const std::int64_t count = 1 + static_cast<std::int64_t>(generator() % (5 * block)), rows = 1 + trial % 4;
+      const std::int64_t runs = (lead + count + block - 1) / block;
+      std::vector<std::uint16_t> values(static_cast<std::size_t>(rows * count));
+      for (std::uint16_t& v : values) v = bf16_bits(normal(generator));
+      for (int k = 0; k < trial; ++k) values[generator() % values.size()] = static_cast<std::uint16_t>(generator() % 2 ? 0 : 0x8003);
+      if (trial % 4 == 3) values[generator() % values.size()] = 0x7FC0;  // a NaN: its block's amax is NaN
+      // Each run's own amax over the rows, and its scale: the tables every |x| of a block is within.
+      std::vector<float> amax(static_cast<std::size_t>(runs), 0.0f);
+      for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t k = 0; k < count; ++k) {
+          float& a = amax[static_cast<std::size_t>((lead + k) / block)];
+          a = fp8::amax_combine(a, std::fabs(bf16_value(values[static_cast<std::size_t>(r * count + k)])));
+        }
+      std::vector<fp8::CastTable> tables(static_cast<std::size_t>(runs));
+      for (std::size_t g = 0; g < tables.size(); ++g) fp8::make_cast_table(fp8::block_scale(rule, amax[g]), tables[g]);
+      std::vector<std::uint16_t> lanes(static_cast<std::size_t>(fp8::kMagnitudeLanes * runs), 0);
+      std::vector<std::uint8_t> codes(values.size());
+      for (std::int64_t r = 0; r < rows; ++r)
+        fp8::quantize_bf16_blocks_tracking(tables.data(), block, lead, values.data() + r * count, count, codes.data() + r * count,
+                                           lanes.data());
+      for (std::int64_t g = 0; g < runs; ++g) {
+        const float folded = fp8::bf16_amax(lanes.data() + fp8::kMagnitudeLanes * g, fp8::kMagnitudeLanes);
+        ASSERT_TRUE(same_bits(folded, amax[static_cast<std::size_t>(g)]) ||
+                    (std::isnan(folded) && std::isnan(amax[static_cast<std::size_t>(g)])))
+            << fp8::scale_rule_name(rule) << " trial " << trial << " block " << g << ": " << folded << " against " << amax[static_cast<std::size_t>(g)];
+        if (std::isnan(amax[static_cast<std::size_t>(g)])) continue;  // (which NaN x * NaN gives: the compiler's choice)
+        for (std::int64_t r = 0; r < rows; ++r)
+          for (std::int64_t k = std::max<std::int64_t>(0, g * block - lead); k < std::min(count, (g + 1) * block - lead); ++k) {
+            const fp8::BlockScale& scale = tables[static_cast<std::size_t>(g)].scale;
+            const float x = bf16_value(values[static_cast<std::size_t>(r * count + k)]);
+            ASSERT_EQ(codes[static_cast<std::size_t>(r * count + k)], reference_cast(scale.divide ? x / scale.factor : x * scale.factor))
+                << fp8::scale_rule_name(rule) << " trial " << trial << " row " << r << " element " << k;
+          }
+      }
+    }
+}
+
 TEST(Fp8Bulk, AmaxOfRunsAsTheElementwiseFold) {
   std::mt19937 generator(3);
   for (int trial = 0; trial < 200; ++trial) {
@@ -488,6 +539,10 @@ std::string case_name(const ::testing::TestParamInfo<BlockCase>& info) {
          std::to_string(info.param.block_cols);
 }
 
+// What gtest prints of a case (and ctest's discovered names carry): its name, not its bytes, whose padding
+// is not initialized (names that changed between discoveries).
+void PrintTo(const BlockCase& c, std::ostream* out) { *out << case_name(::testing::TestParamInfo<BlockCase>(c, 0)); }
+
 INSTANTIATE_TEST_SUITE_P(Rules, Fp8Blocks, ::testing::ValuesIn(block_cases()), case_name);
 
 TEST(Fp8Rules, AllZeroAndNonFiniteBlocks) {
@@ -572,6 +627,98 @@ TEST(Fp8Form, ConfigFromSettings) {
   testing::expect_error([&] { layout::parse_scale_rule_or_throw("fast", "test"); }, ErrorCode::kInvalidArgument,
                         {"fast", "ue8m0"});
   EXPECT_EQ(fp8::parse_scale_rule("per_block_cast_to_fp8"), ScaleRule::kPerBlockCast);
+}
+
+// ---- the senders' cast across updates ----
+
+// A trainer rank holding a [610, 472] tensor whole (5 x 4 blocks, edge blocks on both axes) packs it for
+// FP8 engines by Fp8CastProgram over seven updates: every code and scale equals the reference of that
+// update's values, in the three rules, whichever way the cast went. The first two read the rows twice (no
+// scale yet; then every scale had changed), the third casts with the last update's scales (none changes),
+// the fourth changes four of them (a new largest element, a lower one, 3e9, a block of zeros: exactly those
+// four blocks cast again), the fifth reads the changed bands twice again, the sixth speculates everywhere
+// and moves an element that is not its block's largest by an ulp (no block cast again, its code right).
+TEST(Fp8CastProgram, ScalesOfTheLastUpdateAreCheckedAndOnlyChangedBlocksCastAgain) {
+  const std::int64_t rows = 610, cols = 472;
+  std::mt19937 generator(17);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  for (const ScaleRule rule : {ScaleRule::kPlain, ScaleRule::kPerBlockCast, ScaleRule::kUe8m0}) {
+    const std::vector<TensorInfo> infos = {{"w.weight", DType::kBF16, {rows, cols}}};
+    std::vector<std::uint16_t> values(static_cast<std::size_t>(rows * cols));
+    for (std::uint16_t& v : values) v = bf16_bits(normal(generator));
+    const auto at = [&](std::int64_t r, std::int64_t c) -> std::uint16_t& { return values[static_cast<std::size_t>(r * cols + c)]; };
+    at(128 + 5, 128 + 7) = bf16_bits(1.0f);  // block (1, 1)'s largest, far above the others
+    SourceMap map;
+    map.parameters.push_back(infos[0]);
+    map.copies.push_back({0, 0, Box::whole(infos[0].shape), 0, {cols, 1}});
+    QuantizationConfig config;
+    config.rule = rule;
+    const layout::Fp8Form form = layout::derive_fp8_form(infos, config);
+    exec::QuantizedPack pack(map, form);
+    pack.cast_in_pack();
+    const std::vector<std::byte*> parameters = {reinterpret_cast<std::byte*>(values.data())};
+    const std::vector<std::byte*> memory = pack.form_memory(parameters);
+    const SourceMap& fp8_map = pack.form_map();
+    std::vector<BufferCopy> copies;
+    std::vector<std::int64_t> parameter_bytes;
+    std::int64_t buffer_bytes = 0;
+    for (const TensorInfo& p : fp8_map.parameters) parameter_bytes.push_back(static_cast<std::int64_t>(p.nbytes()));
+    for (const SliceCopy& copy : fp8_map.copies) {
+      copies.push_back({copy, buffer_bytes, static_cast<std::uint8_t>(dtype_size(fp8_map.parameters[copy.parameter].dtype))});
+      buffer_bytes += copies.back().bytes();
+    }
+    std::vector<BufferCopy> rest;
+    const exec::Fp8CastProgram casts(copies, pack, buffer_bytes, rest);
+    const exec::CopyProgram scales(exec::CopyDirection::kPack, rest, parameter_bytes, buffer_bytes);
+    ASSERT_EQ(casts.own_amax_blocks(), 20);
+    const std::function<void()> updates[] = {
+        [] {},
+        [] {},
+        [] {},
+        [&] {
+          at(3, 9) = bf16_bits(0.9f);          // block (0, 0): a new largest
+          at(128 + 5, 128 + 7) = bf16_bits(0.5f);  // block (1, 1): its largest lower
+          at(300, 400) = bf16_bits(-3e9f);     // block (2, 3)
+          for (std::int64_t r = 384; r < 512; ++r)
+            for (std::int64_t c = 0; c < 128; ++c) at(r, c) = 0;  // block (3, 0)
+        },
+        [] {},
+        [] {},
+        [&] { at(600, 20) = static_cast<std::uint16_t>(at(600, 20) ^ 1); },  // block (4, 0), not its largest
+    };
+    const std::int64_t recast[] = {0, 0, 0, 4, 0, 0, 0};
+    for (std::size_t u = 0; u < std::size(updates); ++u) {
+      updates[u]();
+      const std::int64_t before = casts.recast_blocks();
+      ASSERT_TRUE(pack.quantize(parameters, [](std::span<std::uint32_t>) { return Status::ok(); }).ok());
+      std::vector<std::byte> buffer(static_cast<std::size_t>(buffer_bytes), std::byte{0xAB});
+      casts.execute(memory, buffer.data());
+      scales.execute(memory, buffer.data());
+      EXPECT_EQ(casts.recast_blocks() - before, recast[u]) << fp8::scale_rule_name(rule) << " update " << u;
+      std::vector<std::uint8_t> q;
+      std::vector<float> s;
+      reference_quantize(values, rows, cols, config, q, s);
+      for (const BufferCopy& c : copies) {
+        const bool is_scale = fp8_map.parameters[c.copy.parameter].dtype == DType::kF32;
+        const std::byte* got = buffer.data() + c.buffer_offset;
+        const Box& box = c.copy.box;
+        const std::int64_t width = is_scale ? (cols + 127) / 128 : cols;
+        for (std::int64_t i = 0; i < box.extent[0]; ++i)
+          for (std::int64_t j = 0; j < box.extent[1]; ++j) {
+            const auto k = static_cast<std::size_t>((box.offset[0] + i) * width + box.offset[1] + j);
+            const std::int64_t in_buffer = i * box.extent[1] + j;
+            if (is_scale) {
+              float v;
+              std::memcpy(&v, got + in_buffer * 4, 4);
+              ASSERT_TRUE(same_bits(v, s[k])) << fp8::scale_rule_name(rule) << " update " << u << ": scale of block " << k;
+            } else {
+              ASSERT_EQ(static_cast<std::uint8_t>(got[in_buffer]), q[k])
+                  << fp8::scale_rule_name(rule) << " update " << u << ": element (" << k / cols << ", " << k % cols << ")";
+            }
+          }
+      }
+    }
+  }
 }
 
 }  // namespace
