@@ -80,6 +80,7 @@ void BM_ProbeOneGiBWorker(benchmark::State& state) {
   state.counters["load_cpu_s"] = report.load_cpu_seconds;
   state.counters["decode_cpu_s"] = report.decode_cpu_seconds;
   state.counters["verify_cpu_s"] = report.verify_cpu_seconds;
+  state.counters["save_cpu_s"] = report.save_cpu_seconds;
   state.counters["s_per_GiB"] = report.seconds / (static_cast<double>(worker.set.total_bytes()) / (1 << 30));
   state.counters["cpu_s_per_GiB"] = report.cpu_seconds / (static_cast<double>(worker.set.total_bytes()) / (1 << 30));
   state.counters["decode_elements_per_s"] = elements * (report.passes - 1) / report.decode_seconds;

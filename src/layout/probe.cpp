@@ -304,8 +304,13 @@ SourceMap probe_host(const std::vector<TensorInfo>& checkpoint_tensors, const Pa
   const double cpu_start = thread_cpu_seconds();
   ProbePlan plan(checkpoint_tensors);
   ProbeCheckpoint probe(checkpoint_tensors, plan);
-  SavedParameters saved(params);
-  PhaseTime decode, load, verify;
+  PhaseTime decode, load, verify, save;
+  save.start();
+  // Destroyed (the contents written back, the copies unmapped) before the report is made, so that its
+  // times cover that too; when the probe throws, on the way out.
+  std::optional<SavedParameters> saved(std::in_place, params);
+  const std::size_t saved_bytes = saved->bytes();
+  save.stop();
 
   // passes[p][i]: the nonzeros of pass p in parameter i.
   std::vector<std::vector<SparseField>> passes;
@@ -402,6 +407,9 @@ SourceMap probe_host(const std::vector<TensorInfo>& checkpoint_tensors, const Pa
     accounts = load_and_verify(map);
   }
   passes.clear();
+  save.start();
+  saved.reset();
+  save.stop();
 
   if (report != nullptr) {
     report->passes = load_passes;
@@ -411,8 +419,10 @@ SourceMap probe_host(const std::vector<TensorInfo>& checkpoint_tensors, const Pa
     report->decode_cpu_seconds = decode.cpu;
     report->load_cpu_seconds = load.cpu;
     report->verify_cpu_seconds = verify.cpu;
+    report->save_seconds = save.wall;
+    report->save_cpu_seconds = save.cpu;
     report->parameter_bytes = params.total_bytes();
-    report->scratch_bytes = saved.bytes();
+    report->scratch_bytes = saved_bytes;
     report->sparse_bytes = sparse_bytes;
     report->copies = map.copies.size();
     report->serialized_bytes = serialize_source_map(map).size();
@@ -423,8 +433,8 @@ SourceMap probe_host(const std::vector<TensorInfo>& checkpoint_tensors, const Pa
   WB_LOG(kDebug) << "probe: " << params.size() << " parameters, " << map.copies.size() << " copies, "
                  << load_passes << " load_weights passes, " << seconds_since(start) << " s, CPU "
                  << thread_cpu_seconds() - cpu_start << " s (load " << load.wall << " s, decode " << decode.wall
-                 << " s, verify " << verify.wall << " s; CPU load " << load.cpu << " s, decode " << decode.cpu
-                 << " s, verify " << verify.cpu << " s)";
+                 << " s, verify " << verify.wall << " s, save and restore " << save.wall << " s; CPU load " << load.cpu
+                 << " s, decode " << decode.cpu << " s, verify " << verify.cpu << " s, save and restore " << save.cpu << " s)";
   return map;
 }
 

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "layout/keyed_lanes.hpp"
 #include "weightbridge/status.hpp"
 
 namespace wb::layout {
@@ -147,16 +148,6 @@ void fill_pass(const ProbePlan& plan, std::size_t tensor, int pass, const Box& b
 // (a native multiply there), and no two elements of one 2^16-element block share a hash. 4- and 8-byte codes:
 // word w = f / kSlices of a splitmix64 stream (mix64(key + (w + 1)·gamma)), slice f % kSlices of it (two
 // 32-bit slices or one). A value depends on (seed, tensor, f) only, so any box agrees with the whole.
-template <typename V>
-inline V hash16(V x) {
-  x ^= x >> 8;
-  x *= 0x88b5;
-  x ^= x >> 7;
-  x *= 0xdb2d;
-  x ^= x >> 9;
-  return x;
-}
-
 // The 16-bit keys of one tensor's blocks of 2^16 elements.
 class BlockKeys {
  public:
@@ -281,8 +272,7 @@ void fill_verification(const TensorInfo& info, std::size_t tensor, std::uint64_t
 }
 
 // out[j] = the keyed pass's code of key k0 + j, for j < n: runs of one top digit and consecutive low digits,
-// cut where low enters another block of 2^16. 2-byte codes go 8 at a time in 16-bit lanes, as the verification
-// values (0.65 ns per element in 32-bit lanes with a multiply-high scaling, measured in bench_probe).
+// cut where low enters another block of 2^16. 2-byte codes go in 16-bit lanes (keyed_lanes.hpp).
 template <typename T>
 void fill_keyed_run(T* out, std::int64_t n, std::uint64_t k0, const DigitSpace& ds, const KeyedDigit& keyed) {
   const std::uint64_t place = keyed.place(), base = keyed.base();
@@ -296,25 +286,11 @@ void fill_keyed_run(T* out, std::int64_t n, std::uint64_t k0, const DigitSpace& 
       T* o = out + j + i;
       std::int64_t k = 0;
       if constexpr (sizeof(T) == 2) {
-        // Every sum below is < 2 D < 2^17, taken modulo 2^16 where it wraps (the result is < D).
-        typedef std::uint16_t Lanes __attribute__((vector_size(16)));
-        const auto lane = [](std::uint64_t v) {
-          const auto x = static_cast<std::uint16_t>(v);
-          return Lanes{x, x, x, x, x, x, x, x};
-        };
-        const Lanes b = lane(base), t = lane(top), wrap = lane(base - top), lo = lane(ds.lo), half = lane(ds.half),
-                    hole = lane(ds.hole), eight = lane(8);
-        const std::uint16_t key = keyed.block_key(first >> 16);
-        Lanes x;
-        for (int e = 0; e < 8; ++e) x[e] = static_cast<std::uint16_t>(first + static_cast<std::uint64_t>(e));
-        for (; k + 8 <= block; k += 8, x += eight) {
-          Lanes h = hash16(x ^ key);
-          h -= (Lanes)(h >= b) & b;     // offset(low)
-          Lanes d = h + t;
-          d -= (Lanes)(h >= wrap) & b;  // (offset + top) mod D
-          const Lanes bits = lo + d + ((Lanes)(d >= half) & hole);
-          std::memcpy(o + k, &bits, sizeof(bits));
-        }
+        const KeyedRun16 run{static_cast<std::uint16_t>(top), static_cast<std::uint16_t>(base),
+                             static_cast<std::uint16_t>(ds.lo), static_cast<std::uint16_t>(ds.half),
+                             static_cast<std::uint16_t>(ds.hole)};
+        keyed_codes16(o, block, static_cast<std::uint16_t>(first), keyed.block_key(first >> 16), run);
+        k = block;
       }
       for (; k < block; ++k)
         o[k] = static_cast<T>(ds.bits((top + keyed.offset(first + static_cast<std::uint64_t>(k))) % base));
