@@ -52,6 +52,28 @@ __attribute__((target("avx2"))) void stream_copy_avx2(std::byte* dst, const std:
   std::memcpy(dst, src, n);
 }
 
+// 32-byte streaming stores of one byte value; the ends with memset.
+__attribute__((target("avx2"))) void stream_set_avx2(std::byte* dst, unsigned char value, std::size_t n) {
+  std::size_t head = (64 - (reinterpret_cast<std::uintptr_t>(dst) & 63)) & 63;
+  if (head > n) head = n;
+  std::memset(dst, value, head);
+  dst += head, n -= head;
+  const __m256i v = _mm256_set1_epi8(static_cast<char>(value));
+  for (; n >= 64; n -= 64, dst += 64) {
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst), v);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + 32), v);
+  }
+  std::memset(dst, value, n);
+}
+
+void stream_set_plain(std::byte* dst, unsigned char value, std::size_t n) { std::memset(dst, value, n); }
+
+using StreamSet = void (*)(std::byte*, unsigned char, std::size_t);
+const StreamSet stream_set = [] {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") ? stream_set_avx2 : stream_set_plain;
+}();
+
 using StreamCopy = void (*)(std::byte*, const std::byte*, std::size_t);
 const StreamCopy stream_copy = [] {
   __builtin_cpu_init();  // static initialization may run before libgcc's own
@@ -59,10 +81,13 @@ const StreamCopy stream_copy = [] {
 }();
 #else
 void stream_copy(std::byte* dst, const std::byte* src, std::size_t n) { std::memcpy(dst, src, n); }
+void stream_set(std::byte* dst, unsigned char value, std::size_t n) { std::memset(dst, value, n); }
 #endif
 
 }  // namespace
 
 void copy_streaming(std::byte* dst, const std::byte* src, std::size_t n) { stream_copy(dst, src, n); }
+
+void set_streaming(std::byte* dst, unsigned char value, std::size_t n) { stream_set(dst, value, n); }
 
 }  // namespace wb

@@ -12,6 +12,7 @@
 #include "core/cuda_device.hpp"
 #include "core/device.hpp"
 #include "core/log.hpp"
+#include "core/stream_copy.hpp"
 #include "layout/parameter_copies.hpp"
 #include "layout/probe_checkpoint.hpp"
 #include "layout/probe_code.hpp"
@@ -40,8 +41,11 @@ enum class Fill { kZero, kMarker };
 // pass equals the marker: an element load_weights leaves unwritten there is never taken for a copy.
 constexpr unsigned char kMarker = 0xFF;
 
+// With streaming stores: load_weights writes most elements again before anything reads them.
 void fill_parameters(const ParameterSet& params, Fill fill) {
-  for (const Parameter& p : params) std::memset(p.view.data, fill == Fill::kZero ? 0 : kMarker, p.view.nbytes());
+  for (const Parameter& p : params)
+    set_streaming(static_cast<std::byte*>(p.view.data), fill == Fill::kZero ? 0 : kMarker, p.view.nbytes());
+  fence_streaming_stores();
 }
 
 // One probe pass: prepare the parameters as `fill` says, then run load_weights on `probe`.
