@@ -2,6 +2,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace wb::layout {
@@ -79,7 +80,8 @@ __attribute__((target("avx2"))) void keyed_avx2(u16* out, i64 n, u16 first, u16 
 #define WB_KEYED_AVX512 __attribute__((target("avx512f,avx512bw")))
 WB_KEYED_AVX512 inline __m512i lane_avx512(unsigned v) { return _mm512_set1_epi16(static_cast<short>(v)); }
 
-WB_KEYED_AVX512 void keyed_avx512(u16* out, i64 n, u16 first, u16 key, const KeyedRun16& r) {
+// Writes the codes to `out`, or (`have` not null) compares them with have[0, n).
+WB_KEYED_AVX512 bool keyed_avx512(u16* out, const u16* have, i64 n, u16 first, u16 key, const KeyedRun16& r) {
   const __m512i b = lane_avx512(r.base), t = lane_avx512(r.top), wrap = lane_avx512(r.base - r.top), lo = lane_avx512(r.lo), half = lane_avx512(r.half),
                 hole = lane_avx512(r.hole), step = lane_avx512(32), k = lane_avx512(key), m1 = lane_avx512(0x88b5), m2 = lane_avx512(0xdb2d);
   const __m512i ramp = _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13,
@@ -99,11 +101,34 @@ WB_KEYED_AVX512 void keyed_avx512(u16* out, i64 n, u16 first, u16 key, const Key
     return _mm512_mask_add_epi16(bits, _mm512_cmpge_epu16_mask(d, half), bits, hole);
   };
   i64 i = 0;
-  for (; i + 32 <= n; i += 32, x = _mm512_add_epi16(x, step)) _mm512_storeu_si512(out + i, codes(x));
-  if (i < n) _mm512_mask_storeu_epi16(out + i, static_cast<__mmask32>((1ULL << (n - i)) - 1), codes(x));
+  if (have == nullptr) {
+    for (; i + 32 <= n; i += 32, x = _mm512_add_epi16(x, step)) _mm512_storeu_si512(out + i, codes(x));
+    if (i < n) _mm512_mask_storeu_epi16(out + i, static_cast<__mmask32>((1ULL << (n - i)) - 1), codes(x));
+    return true;
+  }
+  for (; i + 32 <= n; i += 32, x = _mm512_add_epi16(x, step))
+    if (_mm512_cmpneq_epi16_mask(codes(x), _mm512_loadu_si512(have + i)) != 0) return false;
+  const auto tail = static_cast<__mmask32>((1ULL << (n - i)) - 1);
+  return i == n || _mm512_mask_cmpneq_epi16_mask(tail, codes(x), _mm512_maskz_loadu_epi16(tail, have + i)) == 0;
 }
 
-using Kernel = void (*)(u16*, i64, u16, u16, const KeyedRun16&);
+// The narrower widths write the codes; their comparison goes through a small buffer of them.
+template <void (*Write)(u16*, i64, u16, u16, const KeyedRun16&)>
+bool write_or_compare(u16* out, const u16* have, i64 n, u16 first, u16 key, const KeyedRun16& r) {
+  if (have == nullptr) {
+    Write(out, n, first, key, r);
+    return true;
+  }
+  u16 codes[256];
+  for (i64 i = 0; i < n; i += 256) {
+    const i64 m = std::min<i64>(256, n - i);
+    Write(codes, m, static_cast<u16>(first + i), key, r);
+    if (std::memcmp(codes, have + i, static_cast<std::size_t>(m) * 2) != 0) return false;
+  }
+  return true;
+}
+
+using Kernel = bool (*)(u16*, const u16*, i64, u16, u16, const KeyedRun16&);
 
 bool cpu_has(KeyedLanes lanes) {
   __builtin_cpu_init();  // static initialization may run before libgcc's own
@@ -114,17 +139,27 @@ bool cpu_has(KeyedLanes lanes) {
   }
 }
 
-const Kernel kBest = cpu_has(KeyedLanes::kAvx512) ? keyed_avx512 : cpu_has(KeyedLanes::kAvx2) ? keyed_avx2 : keyed_sse2;
+const Kernel kBest = cpu_has(KeyedLanes::kAvx512) ? keyed_avx512
+                     : cpu_has(KeyedLanes::kAvx2) ? write_or_compare<keyed_avx2>
+                                                  : write_or_compare<keyed_sse2>;
+
+Kernel kernel_for(KeyedLanes lanes) {
+  if (lanes == KeyedLanes::kScalar) return write_or_compare<keyed_scalar>;
+  if (lanes == KeyedLanes::kSse2) return write_or_compare<keyed_sse2>;
+  if (lanes == KeyedLanes::kAvx2 && cpu_has(lanes)) return write_or_compare<keyed_avx2>;
+  return kBest;
+}
 
 }  // namespace
 
 void keyed_codes16(std::uint16_t* out, std::int64_t n, std::uint16_t first, std::uint16_t block_key,
                    const KeyedRun16& run, KeyedLanes lanes) {
-  Kernel kernel = kBest;
-  if (lanes == KeyedLanes::kScalar) kernel = keyed_scalar;
-  if (lanes == KeyedLanes::kSse2) kernel = keyed_sse2;
-  if (lanes == KeyedLanes::kAvx2 && cpu_has(lanes)) kernel = keyed_avx2;
-  kernel(out, n, first, block_key, run);
+  kernel_for(lanes)(out, nullptr, n, first, block_key, run);
+}
+
+bool keyed_codes16_equal(const std::uint16_t* have, std::int64_t n, std::uint16_t first, std::uint16_t block_key,
+                         const KeyedRun16& run, KeyedLanes lanes) {
+  return kernel_for(lanes)(nullptr, have, n, first, block_key, run);
 }
 
 bool keyed_lanes_supported(KeyedLanes lanes) { return cpu_has(lanes); }

@@ -38,6 +38,11 @@ enum class KeyedLanes { kScalar, kSse2, kAvx2, kAvx512, kBest };
 void keyed_codes16(std::uint16_t* out, std::int64_t n, std::uint16_t first, std::uint16_t block_key,
                    const KeyedRun16& run, KeyedLanes lanes = KeyedLanes::kBest);
 
+/// Whether have[k] equals the code keyed_codes16 writes at k, for every k < n: the verification of a keyed
+/// pass compares without writing the codes anywhere.
+bool keyed_codes16_equal(const std::uint16_t* have, std::int64_t n, std::uint16_t first, std::uint16_t block_key,
+                         const KeyedRun16& run, KeyedLanes lanes = KeyedLanes::kBest);
+
 /// Whether this CPU runs `lanes` (kScalar, kSse2 and kBest always), and its name for messages.
 bool keyed_lanes_supported(KeyedLanes lanes);
 std::string_view keyed_lanes_name(KeyedLanes lanes);
