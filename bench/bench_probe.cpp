@@ -2,7 +2,9 @@
 // core). Each parameter is a fused [gate; up] pair of row-sharded checkpoint tensors, or a column shard
 // stored transposed, so the decoder sees concatenation, sharding and transposes. Counters: decode time
 // (second differences and decoding, without load_weights), decode throughput in parameter elements per
-// second summed over all passes' scans, the probe's total time, copies and extra memory. Beside it, the probe
+// second summed over all passes' scans, the probe's total time, copies and extra memory, and the CPU time of
+// each phase (load_weights passes, decoding, verification, saving and restoring the parameters) and of the
+// whole probe, per GiB. Beside it, the probe
 // checkpoint serving a large bf16 box in each pass (elements per second), checked against element-wise reads
 // first.
 #include <benchmark/benchmark.h>
@@ -80,6 +82,7 @@ void BM_ProbeOneGiBWorker(benchmark::State& state) {
   state.counters["load_cpu_s"] = report.load_cpu_seconds;
   state.counters["decode_cpu_s"] = report.decode_cpu_seconds;
   state.counters["verify_cpu_s"] = report.verify_cpu_seconds;
+  state.counters["save_cpu_s"] = report.save_cpu_seconds;
   state.counters["s_per_GiB"] = report.seconds / (static_cast<double>(worker.set.total_bytes()) / (1 << 30));
   state.counters["cpu_s_per_GiB"] = report.cpu_seconds / (static_cast<double>(worker.set.total_bytes()) / (1 << 30));
   state.counters["decode_elements_per_s"] = elements * (report.passes - 1) / report.decode_seconds;

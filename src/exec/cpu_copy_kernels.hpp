@@ -9,6 +9,7 @@
 
 #include "exec/copy_compiler.hpp"
 #include "exec/digest.hpp"
+#include "core/stream_copy.hpp"
 #include "exec/pack.hpp"
 
 #if defined(__SSE2__) && defined(__GNUC__)
@@ -56,18 +57,9 @@ void execute_runs(const CopyProgram::Op& op, const CopyProgram::Axis* axes, cons
 void execute_transpose(const CopyProgram::Op& op, const CopyProgram::Axis* axes, const std::byte* src, std::byte* dst,
                        const DigestTarget* digest = nullptr);
 
-/// memcpy of one contiguous range with streaming stores (whole 64-byte lines; ordinary stores for the
-/// unaligned ends): for copies far larger than the caches, whose destination is not read again soon, it
-/// saves the read of every destination line that ordinary stores make first. fence_streaming_stores()
-/// before the bytes are read elsewhere.
-void copy_streaming(std::byte* dst, const std::byte* src, std::size_t n);
-
-/// Orders the streaming stores of the ops before what follows (a post of the buffer, a peer's read).
-inline void fence_streaming_stores() {
-#if WB_PACK_SSE2
-  _mm_sfence();
-#endif
-}
+// Streaming copies (copy_streaming, fence_streaming_stores) are core's: the probe saves parameters with them.
+using wb::copy_streaming;
+using wb::fence_streaming_stores;
 
 /// Calls inner(src, dst) at every point of the axes (outermost first).
 template <class Inner>

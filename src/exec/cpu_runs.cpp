@@ -17,61 +17,6 @@ using i64 = std::int64_t;
 using Axis = CopyProgram::Axis;
 using Op = CopyProgram::Op;
 
-/// memcpy with streaming stores (whole 64-byte lines), ordinary stores for the unaligned head and tail.
-#if WB_PACK_SSE2
-void stream_copy_sse2(std::byte* dst, const std::byte* src, std::size_t n) {
-  std::size_t head = (64 - (reinterpret_cast<std::uintptr_t>(dst) & 63)) & 63;
-  if (head > n) head = n;
-  std::memcpy(dst, src, head);
-  dst += head, src += head, n -= head;
-  for (; n >= 64; n -= 64, dst += 64, src += 64) {
-    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16));
-    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 32));
-    const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 48));
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst), a);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + 16), b);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + 32), c);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + 48), d);
-  }
-  std::memcpy(dst, src, n);
-}
-
-// 32-byte streaming stores where the CPU has AVX2 (chosen at run time; the build targets baseline x86-64).
-__attribute__((target("avx2"))) void stream_copy_avx2(std::byte* dst, const std::byte* src, std::size_t n) {
-  std::size_t head = (64 - (reinterpret_cast<std::uintptr_t>(dst) & 63)) & 63;
-  if (head > n) head = n;
-  std::memcpy(dst, src, head);
-  dst += head, src += head, n -= head;
-  for (; n >= 128; n -= 128, dst += 128, src += 128) {
-    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
-    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 32));
-    const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 64));
-    const __m256i d = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 96));
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst), a);
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + 32), b);
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + 64), c);
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + 96), d);
-  }
-  if (n >= 64) {
-    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
-    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 32));
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst), a);
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + 32), b);
-    dst += 64, src += 64, n -= 64;
-  }
-  std::memcpy(dst, src, n);
-}
-
-using StreamCopy = void (*)(std::byte*, const std::byte*, std::size_t);
-const StreamCopy stream_copy = [] {
-  __builtin_cpu_init();  // static initialization may run before libgcc's own
-  return __builtin_cpu_supports("avx2") ? stream_copy_avx2 : stream_copy_sse2;
-}();
-#else
-void stream_copy(std::byte* dst, const std::byte* src, std::size_t n) { std::memcpy(dst, src, n); }
-#endif
-
 // Verifying: runs copied and digested in one pass over memory. A separate digest pass before or after the
 // copy would read every byte twice from memory (the copy's streaming stores bypass the caches), and even a
 // digest of a chunk still in cache costs the copy its overlap of loads with stores: ~1.3-1.6x the copy
@@ -217,7 +162,7 @@ void copy_digest(std::byte* dst, const std::byte* src, std::size_t n, bool strea
                                                              open.a, open.b);
     if (n > copy_head + body) std::memcpy(dst + copy_head + body, src + copy_head + body, n - copy_head - body);
   } else if (stream) {
-    stream_copy(dst, src, n);
+    copy_streaming(dst, src, n);
   } else {
     std::memcpy(dst, src, n);
   }
@@ -257,7 +202,7 @@ void runs_digest_fused(const Op& op, const Axis* axes, const std::byte* src, std
       if (span.segment >= 0)
         copy_digest(d + done, s + done, bytes, op.streaming, t.sums, span.segment, at + done - span.segment_offset, open);
       else if (op.streaming)
-        stream_copy(d + done, s + done, bytes);
+        copy_streaming(d + done, s + done, bytes);
       else
         std::memcpy(d + done, s + done, bytes);
       done += part;
@@ -277,7 +222,7 @@ void runs_digest_trailing(const Op& op, const Axis* axes, const std::byte* src, 
     if (op.prefetch_runs > 0)
       for (i64 i = 0; i < lines; ++i) __builtin_prefetch(s + ahead + i * 64, 0, 3);
     if constexpr (kStream)
-      stream_copy(d, s, run);
+      copy_streaming(d, s, run);
     else
       std::memcpy(d, s, run);
     const i64 at = (t.pack ? d : s) - t.buffer;
@@ -337,7 +282,7 @@ void execute_runs(const Op& op, const Axis* axes, const std::byte* src, std::byt
     if (op.streaming)
       for_each_point(axes, op.axis_count, src, dst, [&](const std::byte* s, std::byte* d) {
         prefetch(s);
-        stream_copy(d, s, run);
+        copy_streaming(d, s, run);
       });
     else
       for_each_point(axes, op.axis_count, src, dst, [&](const std::byte* s, std::byte* d) {
@@ -347,11 +292,10 @@ void execute_runs(const Op& op, const Axis* axes, const std::byte* src, std::byt
     return;
   }
   if (op.streaming)
-    for_each_point(axes, op.axis_count, src, dst, [run](const std::byte* s, std::byte* d) { stream_copy(d, s, run); });
+    for_each_point(axes, op.axis_count, src, dst, [run](const std::byte* s, std::byte* d) { copy_streaming(d, s, run); });
   else
     for_each_point(axes, op.axis_count, src, dst, [run](const std::byte* s, std::byte* d) { std::memcpy(d, s, run); });
 }
 
-void copy_streaming(std::byte* dst, const std::byte* src, std::size_t n) { stream_copy(dst, src, n); }
 
 }  // namespace wb::exec::cpu

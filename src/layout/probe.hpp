@@ -47,9 +47,11 @@ struct ProbeReport {
   double decode_seconds = 0;           // second differences and decoding, without load_weights
   double load_seconds = 0;             // the load_weights passes, with the parameters' fill before each
   double verify_seconds = 0;           // replaying the decoded copies against the verification pass
-  double load_cpu_seconds = 0;         // the calling thread's CPU time in each of the three (a load_weights
+  double save_seconds = 0;             // saving the parameters' contents and writing them back at the end
+  double load_cpu_seconds = 0;         // the calling thread's CPU time in each of the four (a load_weights
   double decode_cpu_seconds = 0;       // that works on threads of its own adds theirs to no field)
   double verify_cpu_seconds = 0;
+  double save_cpu_seconds = 0;
   std::size_t parameter_bytes = 0;     // the parameters themselves
   std::size_t scratch_bytes = 0;       // the saved parameter contents (one parameter-sized buffer each)
   std::size_t sparse_bytes = 0;        // the kept nonzeros of every pass

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "layout/keyed_lanes.hpp"
 #include "weightbridge/status.hpp"
 
 namespace wb::layout {
@@ -147,16 +148,6 @@ void fill_pass(const ProbePlan& plan, std::size_t tensor, int pass, const Box& b
 // (a native multiply there), and no two elements of one 2^16-element block share a hash. 4- and 8-byte codes:
 // word w = f / kSlices of a splitmix64 stream (mix64(key + (w + 1)·gamma)), slice f % kSlices of it (two
 // 32-bit slices or one). A value depends on (seed, tensor, f) only, so any box agrees with the whole.
-template <typename V>
-inline V hash16(V x) {
-  x ^= x >> 8;
-  x *= 0x88b5;
-  x ^= x >> 7;
-  x *= 0xdb2d;
-  x ^= x >> 9;
-  return x;
-}
-
 // The 16-bit keys of one tensor's blocks of 2^16 elements.
 class BlockKeys {
  public:
@@ -280,50 +271,47 @@ void fill_verification(const TensorInfo& info, std::size_t tensor, std::uint64_t
   }
 }
 
-// out[j] = the keyed pass's code of key k0 + j, for j < n: runs of one top digit and consecutive low digits,
-// cut where low enters another block of 2^16. 2-byte codes go 8 at a time in 16-bit lanes, as the verification
-// values (0.65 ns per element in 32-bit lanes with a multiply-high scaling, measured in bench_probe).
-template <typename T>
-void fill_keyed_run(T* out, std::int64_t n, std::uint64_t k0, const DigitSpace& ds, const KeyedDigit& keyed) {
+// Calls fn(j, len, first, top) for the pieces of keys k0 .. k0 + n - 1 that share their top digit and their
+// block of 2^16 lows (key k0 + j has low first and that top), in order, until fn returns false; false if it
+// did.
+template <class Fn>
+bool each_keyed_piece(std::int64_t n, std::uint64_t k0, const KeyedDigit& keyed, Fn&& fn) {
   const std::uint64_t place = keyed.place(), base = keyed.base();
   std::uint64_t low = k0 % place, top = k0 / place % base;
   for (std::int64_t j = 0; j < n;) {
     const auto len = static_cast<std::int64_t>(std::min<std::uint64_t>(static_cast<std::uint64_t>(n - j), place - low));
     for (std::int64_t i = 0; i < len;) {
       const std::uint64_t first = low + static_cast<std::uint64_t>(i);
-      const auto block = static_cast<std::int64_t>(std::min<std::uint64_t>(static_cast<std::uint64_t>(len - i),
+      const auto piece = static_cast<std::int64_t>(std::min<std::uint64_t>(static_cast<std::uint64_t>(len - i),
                                                                            65536 - (first & 0xffff)));
-      T* o = out + j + i;
-      std::int64_t k = 0;
-      if constexpr (sizeof(T) == 2) {
-        // Every sum below is < 2 D < 2^17, taken modulo 2^16 where it wraps (the result is < D).
-        typedef std::uint16_t Lanes __attribute__((vector_size(16)));
-        const auto lane = [](std::uint64_t v) {
-          const auto x = static_cast<std::uint16_t>(v);
-          return Lanes{x, x, x, x, x, x, x, x};
-        };
-        const Lanes b = lane(base), t = lane(top), wrap = lane(base - top), lo = lane(ds.lo), half = lane(ds.half),
-                    hole = lane(ds.hole), eight = lane(8);
-        const std::uint16_t key = keyed.block_key(first >> 16);
-        Lanes x;
-        for (int e = 0; e < 8; ++e) x[e] = static_cast<std::uint16_t>(first + static_cast<std::uint64_t>(e));
-        for (; k + 8 <= block; k += 8, x += eight) {
-          Lanes h = hash16(x ^ key);
-          h -= (Lanes)(h >= b) & b;     // offset(low)
-          Lanes d = h + t;
-          d -= (Lanes)(h >= wrap) & b;  // (offset + top) mod D
-          const Lanes bits = lo + d + ((Lanes)(d >= half) & hole);
-          std::memcpy(o + k, &bits, sizeof(bits));
-        }
-      }
-      for (; k < block; ++k)
-        o[k] = static_cast<T>(ds.bits((top + keyed.offset(first + static_cast<std::uint64_t>(k))) % base));
-      i += block;
+      if (!fn(j + i, piece, first, top)) return false;
+      i += piece;
     }
     j += len;
     low = 0;
     top = top + 1 == base ? 0 : top + 1;
   }
+  return true;
+}
+
+KeyedRun16 keyed_run16(std::uint64_t top, const DigitSpace& ds, const KeyedDigit& keyed) {
+  return {static_cast<std::uint16_t>(top), static_cast<std::uint16_t>(keyed.base()), static_cast<std::uint16_t>(ds.lo),
+          static_cast<std::uint16_t>(ds.half), static_cast<std::uint16_t>(ds.hole)};
+}
+
+// out[j] = the keyed pass's code of key k0 + j, for j < n. 2-byte codes go in 16-bit lanes (keyed_lanes.hpp).
+template <typename T>
+void fill_keyed_run(T* out, std::int64_t n, std::uint64_t k0, const DigitSpace& ds, const KeyedDigit& keyed) {
+  each_keyed_piece(n, k0, keyed, [&](std::int64_t j, std::int64_t len, std::uint64_t first, std::uint64_t top) {
+    T* o = out + j;
+    if constexpr (sizeof(T) == 2) {
+      keyed_codes16(o, len, static_cast<std::uint16_t>(first), keyed.block_key(first >> 16), keyed_run16(top, ds, keyed));
+    } else {
+      for (std::int64_t k = 0; k < len; ++k)
+        o[k] = static_cast<T>(ds.bits((top + keyed.offset(first + static_cast<std::uint64_t>(k))) % keyed.base()));
+    }
+    return true;
+  });
 }
 
 // The keyed pass's codes for `box`, row by row (the key runs on along a row).
@@ -445,6 +433,31 @@ void ProbeCheckpoint::read_box(std::size_t t, const Box& box, void* destination)
     case 4: return fill<std::uint32_t>(plan_, info, t, verification_, keyed_, seed_, pass_, box, destination);
     default: return fill<std::uint64_t>(plan_, info, t, verification_, keyed_, seed_, pass_, box, destination);
   }
+}
+
+bool ProbeCheckpoint::box_equals(std::size_t t, const Box& box, const void* data) const {
+  if (!keyed_ || t >= tensors_.size() || dtype_size(tensors_[t].dtype) != 2 || box.ndim() == 0 ||
+      box.offset.size() != box.extent.size() || !box.fits_in(tensors_[t].shape)) {
+    std::vector<std::byte> values(static_cast<std::size_t>(box.numel()) * dtype_size(tensors_.at(t).dtype));
+    read_box(t, box, values.data());
+    return std::memcmp(values.data(), data, values.size()) == 0;
+  }
+  // The keyed pass's 2-byte codes, row by row as fill_keyed writes them, compared in registers.
+  const DigitSpace ds = digit_space(plan_.dtype(t));
+  const KeyedDigit keyed(seed_, plan_.dtype(t), plan_);
+  const std::span<const std::uint64_t> places = plan_.places(t);
+  std::uint64_t first = plan_.base(t);
+  for (std::size_t a = 0; a < box.offset.size(); ++a) first += static_cast<std::uint64_t>(box.offset[a]) * places[a];
+  const auto* have = static_cast<const std::uint16_t*>(data);
+  bool same = true;
+  each_row_key(places, box, first, [&](std::int64_t row, std::uint64_t k) {
+    same = same && each_keyed_piece(row, k, keyed, [&](std::int64_t j, std::int64_t len, std::uint64_t low, std::uint64_t top) {
+      return keyed_codes16_equal(have + j, len, static_cast<std::uint16_t>(low), keyed.block_key(low >> 16),
+                                 keyed_run16(top, ds, keyed));
+    });
+    have += row;
+  });
+  return same;
 }
 
 std::string ProbeCheckpoint::source() const {

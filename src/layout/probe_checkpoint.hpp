@@ -70,6 +70,10 @@ class ProbeCheckpoint final : public CheckpointReader {
   /// The same for tensor `tensor` of the list, without looking up a name (throws kInvalidArgument when out
   /// of range).
   void read_box(std::size_t tensor, const Box& box, void* destination) const;
+  /// Whether `data` (the box's elements contiguous, in its row-major order) holds what read_box(tensor, box)
+  /// writes. The keyed pass's 2-byte codes are compared in registers, never written (the verification of a
+  /// bf16 worker); anything else through a buffer.
+  bool box_equals(std::size_t tensor, const Box& box, const void* data) const;
   /// "probe pass 2 of 3 (key digit 1)" (passes counted from 1 here) or "probe verification (seed s)".
   std::string source() const override;
 

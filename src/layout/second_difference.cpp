@@ -21,6 +21,7 @@
 #include <string>
 #include <utility>
 
+#include "layout/second_difference_lanes.hpp"
 #include "weightbridge/status.hpp"
 
 namespace wb::layout {
@@ -71,16 +72,17 @@ inline A residue(const T* a, const T* b, const T* c) {
   return acc;
 }
 
-/// Whether a[k] - 2 b[k] + c[k] = 0 for all k < N, exactly. The test runs in T lanes first, the most
-/// per vector: a wrapped w-bit value is zero exactly when the true one is, provided no code involved
-/// has its top bit set (then |true| < 2^w), which the probe's codes satisfy; the top bits are ORed
-/// alongside, and a chunk that has them set is tested again in exact lanes of twice the width. 64-bit
-/// codes need neither: everything is modulo 2^64 anyway. Sets `top` when the exact lanes were needed.
+/// Whether a[k] - 2 b[k] + c[k] = 0 for all k < N, exactly. 2-byte codes (bf16, f16: most parameters) in
+/// the 16-bit lanes of second_difference_lanes.hpp. The others test in T lanes first, the most per vector:
+/// a wrapped w-bit value is zero exactly when the true one is, provided no code involved has its top bit set
+/// (then |true| < 2^w); the top bits are ORed alongside, and a chunk that has them set is tested again in
+/// exact lanes of twice the width. 64-bit codes need neither: everything is modulo 2^64 anyway.
 /// kShifted: b = a - 1, c = a - 2 (the row test), so the codes involved are a[-2 .. N).
 template <class T, int N, bool kShifted>
-inline bool all_zero(const T* a, const T* b, const T* c, bool& top) {
-  top = false;
-  if constexpr (sizeof(T) == 8) {
+inline bool all_zero(const T* a, const T* b, const T* c) {
+  if constexpr (sizeof(T) == 2) {
+    return zero_second_differences16(a, b, c, N);
+  } else if constexpr (sizeof(T) == 8) {
     return residue<T, T, N>(a, b, c) == 0;
   } else {
     T acc = 0, bits = 0;
@@ -93,9 +95,20 @@ inline bool all_zero(const T* a, const T* b, const T* c, bool& top) {
         bits |= static_cast<T>(a[k] | b[k] | c[k]);
       }
     }
-    top = (bits >> (8 * sizeof(T) - 1)) != 0;
-    if (!top) return acc == 0;
+    if ((bits >> (8 * sizeof(T) - 1)) == 0) return acc == 0;
     return residue<T, typename Exact<T>::type, N>(a, b, c) == 0;
+  }
+}
+
+/// Whether any of p[0, n) has its top bit set: then differences in T lanes cannot tell 0 from +-2^w.
+template <class T>
+inline bool top_bits(const T* p, i64 n) {
+  if constexpr (sizeof(T) == 8) {
+    return false;  // modulo 2^64 throughout
+  } else {
+    T bits = 0;
+    for (i64 k = 0; k < n; ++k) bits |= p[k];
+    return (bits >> (8 * sizeof(T) - 1)) != 0;
   }
 }
 
@@ -168,19 +181,17 @@ struct Previous {
 template <class T, int N>
 inline void check_chunk(const T* row, i64 from, i64 keep, SparseList& out, Previous<T>* previous) {
   const T* p = row + from;
-  bool top = false;
-  if (all_zero<T, N, true>(p, p - 1, p - 2, top)) return;
+  if (all_zero<T, N, true>(p, p - 1, p - 2)) return;
   if (previous != nullptr) {
     const T* b = previous->b + from;
     const T* c = previous->c + from;
-    bool top_across = false;
     if (exact_at3(p[-2], b[-2], c[-2]) == 0 && exact_at3(p[-1], b[-1], c[-1]) == 0 &&
-        all_zero<T, N, false>(p, b, c, top_across)) {
+        all_zero<T, N, false>(p, b, c)) {
       previous->append_continued(std::max(from, keep), from + N, out);
       return;
     }
   }
-  if (top) {
+  if (top_bits(p - 2, N + 2)) {
     scan_chunk<T, typename Exact<T>::type, N>(row, from, keep, out);
   } else {
     scan_chunk<T, T, N>(row, from, keep, out);
@@ -224,17 +235,20 @@ i64 row_differences(const T* row, i64 length, u64 lo, SparseList& out, std::size
 }
 
 /// How many rows from x on (at most max_rows, of `length` each) continue the two rows before each:
-/// x[i] = 2 x[i - length] - x[i - 2 length] throughout. The first row is checked element by element (it
-/// usually decides), the rest as one flat run in chunks, so short rows cost no per-row overhead.
+/// x[i] = 2 x[i - length] - x[i - 2 length] throughout. The first row is checked on its own, in chunks of 32
+/// (it usually decides, often early), the rest as one flat run in chunks of 256, so short rows cost no per-row
+/// overhead.
 template <class T>
 i64 continued_rows(const T* x, i64 length, i64 max_rows) {
-  for (i64 k = 0; k < length; ++k)
+  i64 k = 0;
+  for (; k + 32 <= length; k += 32)
+    if (!all_zero<T, 32, false>(x + k, x + k - length, x + k - 2 * length)) return 0;
+  for (; k < length; ++k)
     if (exact_at3(x[k], x[k - length], x[k - 2 * length]) != 0) return 0;
   const i64 total = max_rows * length;
   i64 i = length;
-  bool top = false;
   for (; i + 256 <= total; i += 256)
-    if (!all_zero<T, 256, false>(x + i, x + i - length, x + i - 2 * length, top)) break;
+    if (!all_zero<T, 256, false>(x + i, x + i - length, x + i - 2 * length)) break;
   for (; i < total; ++i)
     if (exact_at3(x[i], x[i - length], x[i - 2 * length]) != 0) break;
   return i / length;

@@ -60,8 +60,9 @@ struct SecondDifferenceOptions {
 /// shape is one element; a shape with a zero extent gives an empty field.
 ///
 /// Cost: one streaming pass over the codes, O(numel + nonzeros of the per-row differences). Rows (the
-/// last axis) are tested in fixed-size chunks with wrapping w-bit arithmetic that GCC vectorizes at -O2
-/// (codes with the top bit set are retested in exact lanes). A chunk that is not affine along the row
+/// last axis) are tested in fixed-size chunks: 2-byte codes exactly in 16-bit lanes of the widest vectors
+/// the CPU has (second_difference_lanes.hpp), the others with wrapping w-bit arithmetic that GCC
+/// vectorizes at -O2 (codes with the top bit set are retested in exact lanes). A chunk that is not affine along the row
 /// but continues the two rows before it (column cuts, wrap lines) takes its differences from theirs;
 /// only the rest is scanned. Short rows are tested for continuation many rows at a time. The other axes
 /// then work on sparse per-row results only. On one core: ~10 G elements/s for affine bf16 runs.

@@ -177,6 +177,49 @@ TEST(CopyTensor, TiledTransposesMatchAnElementwiseReference) {
     }
 }
 
+// 2-byte transposes large enough for 32 x 32 register blocks (core/transpose16, where the CPU has AVX-512BW;
+// elsewhere the same shapes go in 8 x 8 blocks): several tiles of 512 lines, edges of every width short of a
+// block, both orientations, the destination 64-byte aligned and over 4 MiB (streaming stores) or not. Every
+// element lands where the element-wise reference puts it, and the comparison finds one flipped bit at every
+// line of a block, its lanes' low and high bytes.
+TEST(CopyTensor, WideTransposeBlocksMatchAnElementwiseReference) {
+  for (const Shape& shape : {Shape{1100, 2, 560}, Shape{33, 1, 1030}, Shape{2112, 1, 1070}}) {
+    const std::int64_t n = shape_numel(shape), n0 = shape[0], n1 = shape[1], n2 = shape[2];
+    for (const std::size_t misalign : {std::size_t{0}, std::size_t{16}}) {
+      std::vector<std::uint16_t> src(static_cast<std::size_t>(n)), storage(static_cast<std::size_t>(n) + 64);
+      for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::uint16_t>(i * 40503u + (i >> 16));
+      const auto skip = (64 - reinterpret_cast<std::uintptr_t>(storage.data()) % 64) % 64 + misalign;
+      std::uint16_t* dst = storage.data() + skip / 2;
+      const TensorView s = TensorView::contiguous(src.data(), DType::kBF16, shape);
+      const TensorView dt = TensorView::contiguous(dst, DType::kBF16, {n2, n1, n0}).transpose(0, 2);
+      SCOPED_TRACE(shape_to_string(shape) + " misaligned by " + std::to_string(misalign));
+      copy_tensor(dt, s);
+      for (std::int64_t a = 0; a < n0; ++a)
+        for (std::int64_t b = 0; b < n1; ++b)
+          for (std::int64_t c = 0; c < n2; ++c)
+            ASSERT_EQ(dst[(c * n1 + b) * n0 + a], src[static_cast<std::size_t>((a * n1 + b) * n2 + c)]) << a << "," << b << "," << c;
+      EXPECT_TRUE(tensors_bitwise_equal(dt, s));
+      EXPECT_TRUE(tensors_bitwise_equal(s, dt));
+      std::vector<std::uint16_t> back(src.size());
+      copy_tensor(TensorView::contiguous(back.data(), DType::kBF16, shape), dt);
+      EXPECT_EQ(back, src);
+      // One flipped bit in each line of the block at source rows 512.., columns 32.. (the second tile of lines),
+      // at every lane of it, then at the edges.
+      std::vector<std::int64_t> flips;
+      for (std::int64_t k = 0; k < 32; ++k) flips.push_back(((32 + k) * n1 + 0) * n0 + std::min<std::int64_t>(n0 - 1, 512 + (k * 7) % 32));
+      flips.push_back(n - 1);
+      flips.push_back((n2 - 1) * n1 * n0);
+      for (const std::int64_t flat : flips)
+        for (const std::uint16_t bit : {std::uint16_t{0x0001}, std::uint16_t{0x8000}}) {
+          dst[flat] ^= bit;
+          EXPECT_FALSE(tensors_bitwise_equal(dt, s)) << "element " << flat << " bit " << bit;
+          EXPECT_FALSE(tensors_bitwise_equal(s, dt)) << "element " << flat << " bit " << bit;
+          dst[flat] ^= bit;
+        }
+    }
+  }
+}
+
 TEST(CopyTensor, RejectsMismatchedShapesAndDtypes) {
   std::vector<std::uint16_t> a(6), b(6);
   TensorView va = TensorView::contiguous(a.data(), DType::kBF16, {2, 3});

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "../support/expect_error.hpp"
+#include "layout/keyed_lanes.hpp"
 #include "layout/probe_checkpoint.hpp"
 #include "layout/probe_code.hpp"
 #include "weightbridge/status.hpp"
@@ -597,6 +598,81 @@ TEST(ProbeCheckpoint, KeyedValuesMatchTheDefinitionAndGiveBackTheTopDigit) {
     }
     ckpt.set_pass(0);
     EXPECT_FALSE(ckpt.keyed());
+  }
+}
+
+// The keyed pass's 2-byte codes in every lane width this CPU runs, against KeyedDigit::value: runs of lows of
+// every length around the vector widths, at the start, in the middle and at the end of blocks of 2^16 (a
+// three-pass plan: lows up to D^2, so many blocks), for top digits at both ends and in the middle, bf16 and f16.
+TEST(ProbeCheckpoint, KeyedCodesInEveryLaneWidthMatchTheDefinition) {
+  for (const DType dtype : {DType::kBF16, DType::kF16}) {
+    const std::vector<TensorInfo> tensors = {{"big", dtype, {1000000, 4000}}};
+    const ProbePlan plan(tensors);
+    ASSERT_EQ(plan.num_passes(), 3);
+    const DigitSpace ds = digit_space(dtype);
+    const KeyedDigit keyed(21, dtype, plan);
+    std::vector<std::uint16_t> out;
+    for (const KeyedLanes lanes : {KeyedLanes::kScalar, KeyedLanes::kSse2, KeyedLanes::kAvx2, KeyedLanes::kAvx512}) {
+      if (!keyed_lanes_supported(lanes)) continue;
+      SCOPED_TRACE(std::string(keyed_lanes_name(lanes)) + " " + std::string(dtype_name(dtype)));
+      for (const std::uint64_t top : {std::uint64_t{0}, std::uint64_t{1}, ds.size / 2, ds.size - 1})
+        for (const std::uint64_t block : {std::uint64_t{0}, std::uint64_t{1}, std::uint64_t{30000}})
+          for (const std::int64_t n : {1, 7, 8, 9, 16, 31, 32, 33, 63, 64, 65, 100, 1000})
+            for (const std::uint64_t first : {std::uint64_t{0}, std::uint64_t{5}, std::uint64_t{40000},
+                                              65536 - static_cast<std::uint64_t>(n)}) {
+              const KeyedRun16 run{static_cast<std::uint16_t>(top), static_cast<std::uint16_t>(ds.size),
+                                   static_cast<std::uint16_t>(ds.lo), static_cast<std::uint16_t>(ds.half),
+                                   static_cast<std::uint16_t>(ds.hole)};
+              out.assign(static_cast<std::size_t>(n) + 1, 0xabcd);  // one past the run: left alone
+              keyed_codes16(out.data(), n, static_cast<std::uint16_t>(first), keyed.block_key(block), run, lanes);
+              for (std::int64_t k = 0; k < n; ++k) {
+                const std::uint64_t key = top * keyed.place() + block * 65536 + first + static_cast<std::uint64_t>(k);
+                ASSERT_EQ(out[static_cast<std::size_t>(k)], ds.bits(keyed.value(key)))
+                    << "top " << top << " block " << block << " first " << first << " n " << n << " at " << k;
+              }
+              ASSERT_EQ(out.back(), 0xabcd) << "n " << n;
+              // The comparison in the same width: equal to the codes, unequal with any one of them changed.
+              ASSERT_TRUE(keyed_codes16_equal(out.data(), n, static_cast<std::uint16_t>(first), keyed.block_key(block), run, lanes));
+              for (const std::int64_t k : {std::int64_t{0}, n / 2, n - 1}) {
+                out[static_cast<std::size_t>(k)] ^= 0x0100;
+                ASSERT_FALSE(keyed_codes16_equal(out.data(), n, static_cast<std::uint16_t>(first), keyed.block_key(block), run, lanes))
+                    << "n " << n << " changed at " << k;
+                out[static_cast<std::size_t>(k)] ^= 0x0100;
+              }
+            }
+    }
+  }
+}
+
+// box_equals against read_box: keyed 2-byte boxes (compared in registers) across rows, top-digit runs and
+// blocks of the lower digits, and the other passes (through a buffer): equal to what read_box wrote, unequal
+// with one element changed at the start, in the middle or at the end.
+TEST(ProbeCheckpoint, BoxEqualsComparesWhatReadBoxWrites) {
+  const std::vector<TensorInfo> tensors = {{"big", DType::kBF16, {1000000, 4000}}, {"f", DType::kF32, {30, 70}}};
+  ProbeCheckpoint ckpt(tensors, ProbePlan(tensors));
+  std::mt19937_64 rng(3);
+  std::vector<Box> boxes = {Box{{737278, 0}, {4, 4000}}, Box{{16, 100}, {3, 1000}}, Box{{999999, 3999}, {1, 1}}};
+  for (int trial = 0; trial < 6; ++trial) {
+    Box box = random_box(tensors[0].shape, rng);
+    box.extent[0] = std::min<std::int64_t>(box.extent[0], 5);
+    boxes.push_back(box);
+  }
+  for (const int mode : {0, 1, 2}) {  // keyed, digit pass 0, verification values
+    if (mode == 0) ckpt.set_keyed(5);
+    if (mode == 1) ckpt.set_pass(0);
+    if (mode == 2) ckpt.set_verification(5);
+    for (std::size_t t = 0; t < tensors.size(); ++t)
+      for (const Box& box : t == 0 ? boxes : std::vector<Box>{Box::whole(tensors[1].shape), Box{{3, 5}, {7, 9}}}) {
+        const std::size_t size = dtype_size(tensors[t].dtype);
+        std::vector<std::byte> values(static_cast<std::size_t>(box.numel()) * size);
+        ckpt.read_box(t, box, values.data());
+        ASSERT_TRUE(ckpt.box_equals(t, box, values.data())) << ckpt.source() << " " << box.to_string();
+        for (const std::int64_t k : {std::int64_t{0}, box.numel() / 2, box.numel() - 1}) {
+          values[static_cast<std::size_t>(k) * size] ^= std::byte{1};
+          ASSERT_FALSE(ckpt.box_equals(t, box, values.data())) << ckpt.source() << " " << box.to_string() << " at " << k;
+          values[static_cast<std::size_t>(k) * size] ^= std::byte{1};
+        }
+      }
   }
 }
 

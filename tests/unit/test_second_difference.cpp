@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "layout/second_difference.hpp"
+#include "layout/second_difference_lanes.hpp"
 #include "weightbridge/status.hpp"
 
 namespace wb::layout {
@@ -378,6 +379,48 @@ TEST(SecondDifference, TopBitCodesAreExact) {
       const SparseField field = second_differences(codes.data(), width, shape, 3);
       expect_same(field, second_differences_reference(codes.data(), width, shape, 3));
       expect_reconstructs(field, digits);
+    }
+  }
+}
+
+// The 2-byte zero test in every lane width this CPU runs, against a + c = 2 b in integers: runs whose
+// second differences are all zero, then one element changed at every position of runs of every length
+// around the vector widths, by +-1, +-2 and by +-2^16 (what a test in wrapping 16-bit lanes takes for 0).
+TEST(SecondDifference, ZeroTestIsExactInEveryLaneWidth) {
+  std::mt19937_64 rng(5);
+  const i64 lengths[] = {0, 1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 95, 96, 97, 128, 255, 256, 257};
+  for (const DifferenceLanes lanes : {DifferenceLanes::kScalar, DifferenceLanes::kSse2, DifferenceLanes::kAvx2,
+                                      DifferenceLanes::kAvx512}) {
+    if (!difference_lanes_supported(lanes)) continue;
+    SCOPED_TRACE("lanes " + std::to_string(static_cast<int>(lanes)));
+    for (const i64 n : lengths) {
+      // b random, a and c the same distance above and below it: a + c = 2 b exactly, any top bits.
+      std::vector<std::uint16_t> a(static_cast<std::size_t>(n)), b(a), c(a);
+      for (i64 k = 0; k < n; ++k) {
+        const auto mid = static_cast<std::int32_t>(rng() % 65536);
+        const std::int32_t room = std::min(mid, 65535 - mid);
+        const auto d = static_cast<std::int32_t>(rng() % static_cast<std::uint64_t>(room + 1));
+        a[static_cast<std::size_t>(k)] = static_cast<std::uint16_t>(mid + d);
+        b[static_cast<std::size_t>(k)] = static_cast<std::uint16_t>(mid);
+        c[static_cast<std::size_t>(k)] = static_cast<std::uint16_t>(mid - d);
+      }
+      ASSERT_TRUE(zero_second_differences16(a.data(), b.data(), c.data(), n, lanes)) << "n " << n;
+      for (i64 k = 0; k < n; ++k) {
+        const auto i = static_cast<std::size_t>(k);
+        const std::uint16_t a0 = a[i], b0 = b[i], c0 = c[i];
+        // (a, b, c) with a + c - 2 b = -2^16, +2^16, +1, -1 where b is the rounded-up average, -1 at the top,
+        // +-2 (b changed, a and c kept), and one that is still 0.
+        const std::uint16_t cases[][3] = {{0, 32768, 0},     {65535, 32767, 65535}, {1, 0, 0},
+                                          {1, 1, 0},         {65535, 65535, 65534}, {a0, static_cast<std::uint16_t>(b0 ^ 1), c0},
+                                          {65533, 65534, 65535}};
+        for (const auto& t : cases) {
+          a[i] = t[0], b[i] = t[1], c[i] = t[2];
+          const bool zero = std::int64_t{t[0]} + t[2] == 2 * std::int64_t{t[1]};
+          ASSERT_EQ(zero_second_differences16(a.data(), b.data(), c.data(), n, lanes), zero)
+              << "n " << n << " at " << k << ": " << t[0] << " " << t[1] << " " << t[2];
+        }
+        a[i] = a0, b[i] = b0, c[i] = c0;
+      }
     }
   }
 }
