@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <iterator>
+#include <limits>
 #include <string>
 
 #include "core/checks.hpp"
@@ -296,6 +297,20 @@ std::size_t Staging::copies_per_version() const {
   std::size_t n = 0;
   for (const Copy& copy : copies_) n += copy.ranges.size();
   return n;
+}
+
+bool Staging::covers(const Staging& other) const {
+  if (!active_ || !other.active_) return false;
+  for (std::size_t p = 0; p < other.copies_.size(); ++p) {
+    if (other.copies_[p].ranges.empty()) continue;
+    if (p >= copies_.size() || copies_[p].data == nullptr) return false;
+    const ByteRanges& mine = copies_[p].ranges;  // sorted, disjoint, adjacent ones merged
+    for (const auto& [first, last] : other.copies_[p].ranges) {
+      const auto in = std::upper_bound(mine.begin(), mine.end(), std::make_pair(first, std::numeric_limits<std::int64_t>::max()));
+      if (in == mine.begin() || std::prev(in)->second < last) return false;
+    }
+  }
+  return true;
 }
 
 ParameterMemory Staging::memory(const ParameterSet& params) const {

@@ -74,6 +74,9 @@ class Staging {
   ParameterMemory memory(const ParameterSet& params) const;
   /// The staged bytes (the ranges), what the plan needs.
   std::int64_t bytes() const { return bytes_; }
+  /// Whether this staging holds every byte `other` stages (a plan made later over the same parameters:
+  /// what a resend after a loss on the fleet link reads from the staging of the version it re-sends).
+  bool covers(const Staging& other) const;
   /// The copies one copy_from or copy_to makes.
   std::size_t copies_per_version() const;
 

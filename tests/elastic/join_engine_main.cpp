@@ -23,6 +23,12 @@
 //             dropped, the trainers never fail; another joins (at J), gets its first version from the
 //             built-in engine and serves: J+1..J+3
 //     at_once three engine jobs, started at the same moment, all joined: 3 more
+//     fleet   (the trainers alone, fleet_link set on every job) A joins, then B (at J), both on one link and
+//             one plan: each installs from the version that took it on; the trainers wrote together for J
+//             exactly what they wrote for J-1 (one model copy): J+1..J+3
+//     fleet_kill  as fleet; then A is SIGKILLed in the update J+2 (its workers relay B's part on one node):
+//             the trainers rebuild the fleet link from B, re-send that version, B installs it and every later
+//             one, the trainers never fail and name A dropped: D+1..D+3
 //   join_engine engine ADDRESS MODE ROLE          an engine of as many workers as its job's ranks (tp=n)
 //                                                 that joins by ADDRESS:
 //     serve   until the trainers shut down
@@ -196,7 +202,7 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
   int ok = 1;
   if (trainer) {
     Worker w(true, "tp=2", rank);
-    const bool victim = scenario == "kill" || scenario == "stop";
+    const bool victim = scenario == "kill" || scenario == "stop" || scenario == "fleet_kill";
     // A victim's deadline is short: it is how long the lost engine is waited for.
     SenderAdapter sender(MPI_COMM_WORLD, group, w.params->parameters(), w.tensors, w.load(),
                          options_for(address, mode, victim || scenario == "lose_joiner" || scenario == "kill_relay" ? 5 : 30));
@@ -214,6 +220,8 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
         : scenario == "lose_joiner" ? Events{{1, "serving dropped"}, {2, "serving dropped serving"}}
         : scenario == "joined_replica" ? Events{{1, "serving"}, {2, "serving serving"}}
         : scenario == "kill_relay" ? Events{{1, "serving"}, {1, "dropped serving"}}
+        : scenario == "fleet" ? Events{{1, "serving"}, {2, "serving serving"}}
+        : scenario == "fleet_kill" ? Events{{1, "serving"}, {2, "serving serving"}, {1, "dropped serving"}}
                               : Events{{4, "serving serving serving serving"}, {3, "dropped serving serving serving"},
                                        {4, "dropped serving serving serving serving"}};
     std::size_t next = 0;
@@ -246,10 +254,10 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
         if (rank == 0)
           std::printf("trainers: at version %llu %d engines (%s)\n", static_cast<unsigned long long>(v), sender.engines(),
                       states.c_str());
-        const bool joined = scenario == "join" || ((scenario == "lose_joiner" || scenario == "joined_replica") && next == 1);
+        const bool joined = scenario == "join" || ((scenario == "lose_joiner" || scenario == "joined_replica" || scenario.starts_with("fleet")) && next == 1);
         if (joined) joined_at = v;
         if (joined && rank == 0) std::printf("trainers: an engine joined at version %llu;\n", static_cast<unsigned long long>(v));
-        if (victim && next == 0 && rank == 0) {
+        if (victim && next == (scenario == "fleet_kill" ? 1u : 0u) && rank == 0) {
           write_trigger(address, v + 2);
           std::printf("trainers: the victim is hit in version %llu\n", static_cast<unsigned long long>(v + 2));
         }
@@ -306,7 +314,23 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
       if (at != std::string::npos) joined_at = std::stoull(e.name.substr(at + 14)) + 1;
       if (rank == 0) std::printf("trainers: an engine joined at version %llu;\n", static_cast<unsigned long long>(joined_at));
     }
-    if (ok && joined_at > 2 && scenario != "kill_relay") {
+    // The fleet link: both joined jobs on one plan, so the trainers wrote together for version J (A and B)
+    // exactly what they wrote for J-1 (A alone): one model copy, whatever the number of joined jobs.
+    if (ok && scenario == "fleet") {
+      std::int64_t bytes[2] = {0, 0};  // versions J-1, J, summed over the trainers
+      for (const UpdateRecord& r : stats.history)
+        if (r.version + 1 >= joined_at && r.version <= joined_at) bytes[r.version + 1 - joined_at] = r.bytes_written;
+      MPI_Allreduce(MPI_IN_PLACE, bytes, 2, MPI_INT64_T, MPI_SUM, group);
+      if (rank == 0)
+        std::printf("trainers: the trainers wrote %lld bytes for version %llu (one joined engine), %lld for version %llu "
+                    "(two, on the fleet link)\n", static_cast<long long>(bytes[0]), static_cast<unsigned long long>(joined_at - 1),
+                    static_cast<long long>(bytes[1]), static_cast<unsigned long long>(joined_at));
+      if (bytes[0] <= 0 || bytes[1] != bytes[0]) {
+        std::fprintf(stderr, "trainer %d: the trainers' egress with two joined engines is not one model copy\n", rank);
+        ok = 0;
+      }
+    }
+    if (ok && joined_at > 2 && scenario != "kill_relay" && !scenario.starts_with("fleet")) {
       std::int64_t bytes[3] = {-1, -1, -1};  // versions J-2, J-1, J
       for (const UpdateRecord& r : stats.history)
         if (r.version + 2 >= joined_at && r.version <= joined_at) bytes[r.version + 2 - joined_at] = r.bytes_written;

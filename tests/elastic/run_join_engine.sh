@@ -22,6 +22,9 @@
 #   first version from the built-in engine and serves to the trainers' last.
 # at_once: three engine jobs (2, 2 and 1 workers) started at the same moment all join, each installs every
 #   version from its first to the trainers' last.
+# fleet: fleet_link set on every job; a trainer job with no engine of its own; two engine jobs join one after
+#   the other onto one link and one plan (the second's leader met the first at its port); each installs from
+#   the version that took it on, and the trainers' egress per update stays one model copy.
 set -euo pipefail
 program=$1
 mpiexec=${2:-mpirun}
@@ -44,7 +47,8 @@ run() { timeout 200 "$mpiexec" --oversubscribe --ompi-server "file:$dir/uri" "$@
 # join: the built-in engine says (info) which version it wrote to the joiner.
 [[ $scenario == join || $scenario == lose_joiner || $scenario == joined_replica ]] && export WB_LOG_LEVEL=${WB_LOG_LEVEL:-info}
 ranks=3  # 2 trainers and a built-in engine; joined_replica: the trainers alone
-[[ $scenario == joined_replica || $scenario == kill_relay ]] && ranks=2
+[[ $scenario == joined_replica || $scenario == kill_relay || $scenario == fleet* ]] && ranks=2
+[[ $scenario == fleet* ]] && export WB_FLEET_LINK=1 WB_LOG_LEVEL=${WB_LOG_LEVEL:-info}
 # Every job alike: it also bounds a joiner's catch-up, which must end well within the trainers' 5 s deadline
 # of the victim scenarios.
 export WB_JOIN_ANSWER_SECONDS=${WB_JOIN_ANSWER_SECONDS:-3}
@@ -72,6 +76,8 @@ engines_at() {  # engines_at N: waits until the trainers count N engines (one jo
 case $scenario in
   join) engine first serve ;;
   at_once) engine first serve; engine second serve; engine third serve 1 ;;
+  fleet) engine first serve; engines_at 1; engine second serve ;;
+  fleet_kill) engine first killed; engines_at 1; engine second serve ;;
   leave)
     engine first leave
     wait "${engines[0]}" || fail "the engine job that leaves failed"
@@ -176,6 +182,23 @@ case $scenario in
     [[ $(grep -c "then it left" "$dir/first.log") == 2 ]] || fail "the first engine's workers did not both leave"
     serving=$dir/second.log ;;
   at_once) serving="$dir/first.log $dir/second.log $dir/third.log" ;;
+  fleet)
+    # No replica on the fleet link: the joiner's first install is the version that took it, from the one plan.
+    expect_first_install "$dir/second.log" 0
+    [[ $(grep -c "joined the fleet link after version" "$dir/trainers.log") == 2 ]] || fail "not two joins onto the fleet link"
+    grep -q "2 engines on one plan" "$dir/trainers.log" || fail "the second join did not put both engines on one plan"
+    serving="$dir/first.log $dir/second.log" ;;
+  fleet_kill)
+    # A lost mid-update on the fleet link: named once; B installed the version A was hit in (and every
+    # later one, checked below), from the rebuilt link.
+    [[ ${rcs[0]} != 0 ]] || fail "the killed engine job ended with 0"
+    [[ $(grep -c "was lost in version" "$dir/trainers.log") == 1 ]] || fail "not one warning naming the lost engine"
+    hit=$(sed -n 's/^trainers: the victim is hit in version \([0-9]*\)$/\1/p' "$dir/trainers.log")
+    lost=$(sed -n 's/.* was lost in version \([0-9]*\);.*/\1/p' "$dir/trainers.log")
+    [[ -n $hit && $lost == "$hit" ]] || fail "the victim was hit in version '$hit' but lost in version '$lost'"
+    grep -q "rebuilt from the survivors (holding version $((hit - 1)))" "$dir/second.log" || fail "B did not rejoin the rebuilt link holding $((hit - 1))"
+    expect_first_install "$dir/second.log" 0
+    serving=$dir/second.log ;;
   ghost)
     [[ $(grep -c "merging the leaders' link did not complete" "$dir/trainers.log") == 1 ]] || fail "no warning about the joiner that died after its answer"
     grep -q "MPI_Finalize with 1 thread(s) of WeightBridge still inside MPI, given up on: trainer 0: taking a joining engine" \
