@@ -18,14 +18,15 @@
 namespace wb::coord {
 namespace {
 
-// Opt-in until the loss path (docs/architecture.md, L1-L7) is built in the four modes: without it a failed
-// update on the fleet link drops every joined job at once.
+// Opt-in until every step of docs/architecture.md's W1-W8 and L1-L7 is built (a job silent at a joiner's
+// port, a joiner's first version from a replica, FP8 engines and receiver staging alone are not).
 Setting<bool> fleet_link_setting("fleet_link", false,
                                  "Engines as jobs of their own: the joined engine jobs share one link with the trainers, "
                                  "planned as one plan (the trainers write one model copy per update whatever the number of "
-                                 "joined jobs; relay trees run across jobs). Set it alike on the trainers and every engine "
-                                 "job. Not yet: a joined job lost on it drops every joined job (the rebuild from the "
-                                 "survivors is not wired), and a joiner's first version is the trainers' next.");
+                                 "joined jobs; relay trees run across jobs); a job lost in an update is left out by "
+                                 "rebuilding the link from the survivors, and the version re-sent. Set it alike on the "
+                                 "trainers and every engine job. With sender staging a trainer then stages all of its "
+                                 "parameters. A joiner's first version is the trainers' next.");
 
 // On the leaders' intercommunicator of a join (rank 0 on either side); comm/join.cpp's are 31001-31006.
 constexpr int kOfferTag = 31010, kFleetAnswerTag = 31011;
@@ -192,10 +193,11 @@ FleetVerdict rebuild_fleet(const AdapterBase& old, MPI_Comm trainers, int tag, d
   verdict.survivors = roles.trainers;
   for (std::size_t e = 0; e < verdict.held.size(); ++e)
     if (verdict.held[e] >= 0) verdict.survivors.insert(verdict.survivors.end(), roles.engines[e].begin(), roles.engines[e].end());
-  if (verdict.survivors.size() == roles.trainers.size()) return verdict;  // no engine left: nothing to rebuild
+  // The lost are told too: one that was only stopped reads, once resumed, that it was left out (a dead
+  // one never takes it).
   if (roles.leader)
-    for (std::size_t e = 0; e < verdict.held.size(); ++e)
-      if (verdict.held[e] >= 0) send_words(old.world, roles.engine_leaders[e], verdict_words(verdict));
+    for (int leader : roles.engine_leaders) send_words(old.world, leader, verdict_words(verdict));
+  if (verdict.survivors.size() == roles.trainers.size()) return verdict;  // no engine left: nothing to rebuild
   verdict.rebuilt = comm::rebuild_link(old.link, verdict.survivors, 2 * tag, old.options.timeout_seconds,
                                        old.who() + ": the fleet link after a loss");
   return verdict;

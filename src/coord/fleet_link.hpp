@@ -3,7 +3,8 @@
 // trainers write one model copy out whatever the number of joined jobs. A communicator across jobs forms
 // only where every pair of them connected: a joiner opens a port of its own that each joined job's leader
 // connects to, at trainer 0's request, before the fleet link is widened with the joiner. These are the
-// messages and connections of that meeting; the widening and the re-link are the adapters'.
+// messages and connections of that meeting, and of the rebuild after a job was lost in an update (who is
+// alive, the verdict, the survivors' link); the widening and the re-links are the adapters'.
 #pragma once
 
 #include <mpi.h>
@@ -67,7 +68,8 @@ struct FleetVerdict {
 /// Trainers, every one, once the fleet link `old` failed an update (its state is failed; point-to-point
 /// with its live ranks still works): trainer 0 takes each engine's note that it is alive and the version it
 /// holds, within `seconds` of the first look (an engine silent past that is lost), the trainers agree on it
-/// over `trainers`, trainer 0 tells every live engine the survivors, and the survivors make their link
+/// over `trainers`, trainer 0 tells every engine the survivors (a stopped one reads it once resumed: it was
+/// left out), and the survivors make their link
 /// (comm::rebuild_link; the lost never waited for). `rebuilt` is null when no engine is alive (nothing is
 /// rebuilt). Throws wb::Error when a trainer step or the rebuild fails.
 FleetVerdict rebuild_fleet(const AdapterBase& old, MPI_Comm trainers, int tag, double seconds);

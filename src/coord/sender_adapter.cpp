@@ -59,7 +59,11 @@ Status SenderAdapter::send_weights(std::uint64_t version, void* cuda_stream) {
   if (s.replica_comm != MPI_COMM_NULL && s.port.open && s.in_flight) (void)s.finish_link();
   // The fleet link is widened only between updates: its version in flight ends first.
   if (fleet_link_enabled() && s.port.open && !s.joined.empty() && !s.joined.back()->dropped && s.joined.back()->in_flight) {
-    if (const Status ended = s.joined.back()->finish_link(); !ended) s.drop(s.joined.size() - 1, ended);
+    const std::size_t k = s.joined.size() - 1;
+    if (const Status ended = s.joined[k]->finish_link(); !ended) {
+      if (s.recoverable(*s.joined[k], ended)) (void)s.recover_fleet(k, ended, 0);  // the resend stays in flight
+      else s.drop(k, ended);
+    }
   }
   s.take_joins();
   // Parameters the framework moved since the last update (a binding's watch): followed on every link, or

@@ -23,6 +23,7 @@ void SenderAdapter::State::relink_fleet(MPI_Comm merged, State* widened, double 
     throw;
   }
   link->link = merged;
+  link->stage_whole = true;  // with sender staging: a resend after a loss reads the version from it
   link->announce_prefix = "the trainers dropped this engine job after a failure (the training goes on without it): ";
   link->spares = spares;
   const std::size_t kept = widened ? widened->roles.engine_leaders.size() : 0;
@@ -72,6 +73,7 @@ Status SenderAdapter::State::recover_fleet(std::size_t k, const Status& cause, s
     }
     link = std::make_unique<State>(verdict.rebuilt, group_comm, params, checkpoint_tensors, load_weights, given);
     link->link = verdict.rebuilt;
+    link->stage_whole = true;
     link->connect(&checkpoint_tensors, &connection->probed);
   } catch (const Error& error) {
     drop(k, error.status());

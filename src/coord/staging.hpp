@@ -106,6 +106,9 @@ class Staging {
 /// (QuantizedPack::order_by_rounds); CUDA parameters (staged at once, quantize reading the host copy)
 /// stage every element of a converted tensor the trainer holds too, last. Throws as the constructor and
 /// copy_from fail.
-Staging stage_for_sending(const ParameterSet& params, const RoundSchedule& schedule, exec::QuantizedPack* quantized);
+/// `whole`: every byte of every parameter is staged, not only what this schedule packs (a trainer on the fleet
+/// link: a resend after a loss, planned anew, reads the version from this staging).
+Staging stage_for_sending(const ParameterSet& params, const RoundSchedule& schedule, exec::QuantizedPack* quantized,
+                          bool whole = false);
 
 }  // namespace wb::coord

@@ -29,6 +29,9 @@
 //     fleet_kill  as fleet; then A is SIGKILLed in the update J+2 (its workers relay B's part on one node):
 //             the trainers rebuild the fleet link from B, re-send that version, B installs it and every later
 //             one, the trainers never fail and name A dropped: D+1..D+3
+//     fleet_stop  as fleet_kill, but A is SIGSTOPped, dropped after the deadline, resumed by the script: it
+//             reports kFailed at once (the trainers' verdict left it out) and joins the fleet link again (at R),
+//             B's leader meeting its port: R+1..R+3
 //   join_engine engine ADDRESS MODE ROLE          an engine of as many workers as its job's ranks (tp=n)
 //                                                 that joins by ADDRESS:
 //     serve   until the trainers shut down
@@ -202,7 +205,7 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
   int ok = 1;
   if (trainer) {
     Worker w(true, "tp=2", rank);
-    const bool victim = scenario == "kill" || scenario == "stop" || scenario == "fleet_kill";
+    const bool victim = scenario == "kill" || scenario == "stop" || scenario.starts_with("fleet_");
     // A victim's deadline is short: it is how long the lost engine is waited for.
     SenderAdapter sender(MPI_COMM_WORLD, group, w.params->parameters(), w.tensors, w.load(),
                          options_for(address, mode, victim || scenario == "lose_joiner" || scenario == "kill_relay" ? 5 : 30));
@@ -222,14 +225,18 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
         : scenario == "kill_relay" ? Events{{1, "serving"}, {1, "dropped serving"}}
         : scenario == "fleet" ? Events{{1, "serving"}, {2, "serving serving"}}
         : scenario == "fleet_kill" ? Events{{1, "serving"}, {2, "serving serving"}, {1, "dropped serving"}}
+        : scenario == "fleet_stop" ? Events{{1, "serving"}, {2, "serving serving"}, {1, "dropped serving"}, {2, "dropped serving serving"}}
                               : Events{{4, "serving serving serving serving"}, {3, "dropped serving serving serving"},
                                        {4, "dropped serving serving serving serving"}};
     std::size_t next = 0;
     int engines = sender.engines();
-    std::uint64_t last_event = 0, last = 0, joined_at = 0;
+    std::uint64_t last_event = 0, last = 0, joined_at = 0, hit_at = 0;
+    std::vector<double> call_seconds;  // send_weights(v)'s wall time, v = 1, 2, ...
     for (std::uint64_t v = 1;; ++v) {
       w.worker->load_weights(VersionedCheckpoint(*w.checkpoint, v), w.params->parameters());  // "training"
+      const auto called = std::chrono::steady_clock::now();
       const Status sent = sender.send_weights(v);
+      call_seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - called).count());
       if (!sent) {
         std::fprintf(stderr, "trainer %d: %s\n", rank, sent.to_string().c_str());
         ok = 0;
@@ -257,8 +264,9 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
         const bool joined = scenario == "join" || ((scenario == "lose_joiner" || scenario == "joined_replica" || scenario.starts_with("fleet")) && next == 1);
         if (joined) joined_at = v;
         if (joined && rank == 0) std::printf("trainers: an engine joined at version %llu;\n", static_cast<unsigned long long>(v));
-        if (victim && next == (scenario == "fleet_kill" ? 1u : 0u) && rank == 0) {
+        if (victim && next == (scenario.starts_with("fleet_") ? 1u : 0u) && rank == 0) {
           write_trigger(address, v + 2);
+          hit_at = v + 2;
           std::printf("trainers: the victim is hit in version %llu\n", static_cast<unsigned long long>(v + 2));
         }
         ++next;
@@ -313,6 +321,13 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
       const std::size_t at = e.name.find("after version ");
       if (at != std::string::npos) joined_at = std::stoull(e.name.substr(at + 14)) + 1;
       if (rank == 0) std::printf("trainers: an engine joined at version %llu;\n", static_cast<unsigned long long>(joined_at));
+    }
+    // The calls around a loss on the fleet link (the loss is met in the victim's version, or a call later
+    // where either side stages): detection, rebuild and resend.
+    if (ok && scenario.starts_with("fleet_") && rank == 0 && hit_at >= 2 && hit_at + 2 <= call_seconds.size()) {
+      std::printf("trainers: send_weights took");
+      for (std::uint64_t u = hit_at - 1; u <= hit_at + 2; ++u) std::printf(" %.3f s (version %llu)", call_seconds[u - 1], static_cast<unsigned long long>(u));
+      std::printf("\n");
     }
     // The fleet link: both joined jobs on one plan, so the trainers wrote together for version J (A and B)
     // exactly what they wrote for J-1 (A alone): one model copy, whatever the number of joined jobs.

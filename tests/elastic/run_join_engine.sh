@@ -73,11 +73,30 @@ engines_at() {  # engines_at N: waits until the trainers count N engines (one jo
   done
   fail "the trainers never counted $1 engines"
 }
+await_trainers() {  # await_trainers PATTERN: until the trainers' log has it (or they ended), at most 2 minutes
+  for _ in $(seq 1200); do
+    grep -q "$1" "$dir/trainers.log" 2>/dev/null && return
+    kill -0 "$trainers" 2>/dev/null || return
+    sleep 0.1
+  done
+}
+resume_stopped() {  # resume_stopped WARNING: once the trainers' log says WARNING (the stopped job was dropped),
+  # every worker of it is resumed, by the pid it wrote.
+  await_trainers "$1"
+  grep -q "$1" "$dir/trainers.log" || fail "the trainers never dropped the stopped engine (\"$1\")"
+  for rank in 0 1; do
+    [[ -s $dir/address.stopped.$rank ]] || fail "engine worker $rank of the stopped job wrote no pid"
+    kill -CONT "$(cat "$dir/address.stopped.$rank")"
+  done
+}
 case $scenario in
   join) engine first serve ;;
   at_once) engine first serve; engine second serve; engine third serve 1 ;;
   fleet) engine first serve; engines_at 1; engine second serve ;;
   fleet_kill) engine first killed; engines_at 1; engine second serve ;;
+  fleet_stop)
+    engine first stopped; engines_at 1; engine second serve
+    resume_stopped "was lost in version" ;;
   leave)
     engine first leave
     wait "${engines[0]}" || fail "the engine job that leaves failed"
@@ -85,11 +104,7 @@ case $scenario in
   vanish)
     engine first vanish 1
     wait "${engines[0]}" && fail "the vanishing joiner ended with 0" || true
-    for _ in $(seq 600); do
-      grep -q "did not answer when taken" "$dir/trainers.log" 2>/dev/null && break
-      kill -0 "$trainers" 2>/dev/null || break
-      sleep 0.1
-    done
+    await_trainers "did not answer when taken"
     grep -q "did not answer when taken" "$dir/trainers.log" || fail "the trainers did not warn about the joiner that vanished"
     engine second serve ;;
   ghost)
@@ -108,27 +123,13 @@ case $scenario in
     engine second kill_relay ;;
   lose_joiner)
     engine first killed_first
-    for _ in $(seq 1200); do
-      grep -q "was dropped after version" "$dir/trainers.log" 2>/dev/null && break
-      kill -0 "$trainers" 2>/dev/null || break
-      sleep 0.1
-    done
+    await_trainers "was dropped after version"
     grep -q "was dropped after version" "$dir/trainers.log" || fail "the trainers never dropped the joiner that died in its catch-up"
     engine second serve ;;
   kill) engine first killed; engines_at 2; engine second serve; engines_at 3; engine third serve 1 ;;
   stop)
     engine first stopped; engines_at 2; engine second serve; engines_at 3; engine third serve 1
-    # Resumed once the trainers dropped it (their warning), every worker of it by the pid it wrote.
-    for _ in $(seq 1200); do
-      grep -q "was dropped after version" "$dir/trainers.log" 2>/dev/null && break
-      kill -0 "$trainers" 2>/dev/null || break
-      sleep 0.1
-    done
-    grep -q "was dropped after version" "$dir/trainers.log" || fail "the trainers never dropped the stopped engine"
-    for rank in 0 1; do
-      [[ -s $dir/address.stopped.$rank ]] || fail "engine worker $rank of the stopped job wrote no pid"
-      kill -CONT "$(cat "$dir/address.stopped.$rank")"
-    done ;;
+    resume_stopped "was dropped after version" ;;
 esac
 trainers_rc=0
 wait "$trainers" || trainers_rc=$?
@@ -188,17 +189,26 @@ case $scenario in
     [[ $(grep -c "joined the fleet link after version" "$dir/trainers.log") == 2 ]] || fail "not two joins onto the fleet link"
     grep -q "2 engines on one plan" "$dir/trainers.log" || fail "the second join did not put both engines on one plan"
     serving="$dir/first.log $dir/second.log" ;;
-  fleet_kill)
+  fleet_kill|fleet_stop)
     # A lost mid-update on the fleet link: named once; B installed the version A was hit in (and every
-    # later one, checked below), from the rebuilt link.
-    [[ ${rcs[0]} != 0 ]] || fail "the killed engine job ended with 0"
+    # later one, checked below), from the rebuilt link; stopped, A reports kFailed once resumed and joins again.
+    if [[ $scenario == fleet_kill ]]; then
+      [[ ${rcs[0]} != 0 ]] || fail "the killed engine job ended with 0"
+    else
+      [[ ${rcs[0]} == 0 ]] || fail "the stopped engine job failed (${rcs[0]})"
+      [[ $(grep -c "resumed: failed: " "$dir/first.log") == 2 ]] || fail "the resumed engine's workers did not both report kFailed"
+    fi
     [[ $(grep -c "was lost in version" "$dir/trainers.log") == 1 ]] || fail "not one warning naming the lost engine"
     hit=$(sed -n 's/^trainers: the victim is hit in version \([0-9]*\)$/\1/p' "$dir/trainers.log")
     lost=$(sed -n 's/.* was lost in version \([0-9]*\);.*/\1/p' "$dir/trainers.log")
     [[ -n $hit && $lost == "$hit" ]] || fail "the victim was hit in version '$hit' but lost in version '$lost'"
-    grep -q "rebuilt from the survivors (holding version $((hit - 1)))" "$dir/second.log" || fail "B did not rejoin the rebuilt link holding $((hit - 1))"
+    # B holds the version before (A died before its forwards) or that one (receiver staging: A dies in its
+    # hook, which runs once the version arrived and was forwarded).
+    grep -Eq "rebuilt from the survivors \(holding version ($((hit - 1))|$hit)\)" "$dir/second.log" || fail "B did not rejoin the rebuilt link"
     expect_first_install "$dir/second.log" 0
-    serving=$dir/second.log ;;
+    serving=$dir/second.log
+    [[ $scenario == fleet_stop ]] && serving="$dir/first.log $dir/second.log"
+    ;;
   ghost)
     [[ $(grep -c "merging the leaders' link did not complete" "$dir/trainers.log") == 1 ]] || fail "no warning about the joiner that died after its answer"
     grep -q "MPI_Finalize with 1 thread(s) of WeightBridge still inside MPI, given up on: trainer 0: taking a joining engine" \
