@@ -83,6 +83,7 @@ struct ReceiverAdapter::State : AdapterBase {
   bool rejoin_tried = false;               // the fleet link: this state's failure was offered to the rebuild
   bool resending = false;                  // the fleet link rebuilt: the trainers may re-send the version held
   std::uint64_t quiet = 0;                 // a version re-sent that this engine holds: installed without an event
+  std::uint64_t reported = 0;              // the last version poll_requests reported kInstalled for
 
   State(JoinedComms joined, MPI_Comm engine, ParameterSet params, LoadWeightsFn load, const AdapterOptions& options,
         BeforeUpdateHook before_update_hook)
@@ -522,6 +523,7 @@ PollResult ReceiverAdapter::rejoin(const PollResult& failed) {
   }
   carry_over(old, *fresh);
   fresh->resending = true;
+  fresh->reported = old.reported;
   if (old.roles.leader) {
     WB_LOG(kInfo) << old.who() << ": the fleet link lost an engine job; rebuilt from the survivors (holding version "
                   << old.version << "): " << failed.status.message();
@@ -529,6 +531,8 @@ PollResult ReceiverAdapter::rejoin(const PollResult& failed) {
   old.abandon_link_comms();  // it spans the lost job: never waited on again, kept with its buffers
   comm::keep_alive(std::shared_ptr<State>(state_.release()));
   state_ = std::move(fresh);
+  // A failure after the install completed (summing the engine's stalls): the version is in, said now.
+  if (state_->version > state_->reported) return {PollResult::Event::kInstalled, state_->version, Status::ok()};
   return {PollResult::Event::kNone, state_->version, Status::ok()};
 }
 
@@ -540,6 +544,7 @@ PollResult ReceiverAdapter::poll_requests(void* cuda_stream) {
   if ((result.event == PollResult::Event::kFailed || result.event == PollResult::Event::kAborted) && state_->link != MPI_COMM_NULL &&
       fleet_link_enabled() && !state_->left && !state_->rejoin_tried)
     result = rejoin(result);
+  if (result.event == PollResult::Event::kInstalled) state_->reported = result.version;
   state_->pace.after_step(result.event == PollResult::Event::kNone || result.event == PollResult::Event::kReceiving);
   return result;
 }

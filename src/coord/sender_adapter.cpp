@@ -61,7 +61,7 @@ Status SenderAdapter::send_weights(std::uint64_t version, void* cuda_stream) {
   if (fleet_link_enabled() && s.port.open && !s.joined.empty() && !s.joined.back()->dropped && s.joined.back()->in_flight) {
     const std::size_t k = s.joined.size() - 1;
     if (const Status ended = s.joined[k]->finish_link(); !ended) {
-      if (s.recoverable(*s.joined[k], ended)) (void)s.recover_fleet(k, ended, 0);  // the resend stays in flight
+      if (s.recoverable(*s.joined[k])) (void)s.recover_fleet(k, ended, 0);  // the resend stays in flight
       else s.drop(k, ended);
     }
   }

@@ -94,8 +94,14 @@ Status SenderAdapter::State::recover_fleet(std::size_t k, const Status& cause, s
       held = std::min(held, static_cast<std::uint64_t>(verdict.held[e]));
       continue;
     }
-    fleet_lost.push_back({name, "dropped", old.acknowledged, why, r.connect_seconds, r.probe_seconds, r.first_install_seconds});
-    if (roles.leader) {
+    // An engine that left (ReceiverAdapter::leave) sends no note either: it is left out the same way.
+    const bool left = is_leave(cause);
+    fleet_lost.push_back({name, left ? "left" : "dropped", old.acknowledged, why, r.connect_seconds, r.probe_seconds,
+                          r.first_install_seconds});
+    if (roles.leader && left) {
+      WB_LOG(kInfo) << name << " left the fleet link after version " << old.acknowledged
+                    << "; the link is rebuilt from the others, and the training goes on without it";
+    } else if (roles.leader) {
       WB_LOG(kWarn) << who() << ": " << name << " was lost in version " << v
                     << "; the fleet link is rebuilt from the survivors, and the training goes on without it: " << why;
     }

@@ -243,9 +243,10 @@ struct SenderAdapter::State : AdapterBase {
   // re-connected with the kept maps, and the trainers re-send version `v` (0: none) to the engines that do
   // not hold it. With no engine alive, or when that fails too, the link is dropped as a per-job one is.
   Status recover_fleet(std::size_t k, const Status& cause, std::uint64_t target);
-  /// A failure of `link` that the fleet link's rebuild answers (not a leave, not FP8 engines: not wired).
-  static bool recoverable(const State& link, const Status& failed) {
-    return !link.fleet_records.empty() && !is_leave(failed) && link.connection && !link.connection->quantized;
+  /// A failure of `link` that the fleet link's rebuild answers, a leave of one of its engines too (not FP8
+  /// engines: not wired).
+  static bool recoverable(const State& link) {
+    return !link.fleet_records.empty() && link.connection && !link.connection->quantized;
   }
   Status resend_fleet(State& link, const State& old, std::uint64_t v, std::uint64_t target);
 
@@ -276,7 +277,7 @@ struct SenderAdapter::State : AdapterBase {
     for (std::size_t k : served) {
       State& link = *joined[k];
       const Status done = together ? link.server->wait(served_here, joined_name(k)) : work(link);
-      if (!done && recoverable(link, done)) {
+      if (!done && recoverable(link)) {
         // The fleet link's loss: rebuilt and the failed version re-sent; the call's own work then runs on
         // the rebuilt link, unless the resend was it (a synchronous update of `resend`).
         if (recover_fleet(k, done, resend).is_ok() && (resend == 0 || joined[k]->version < resend)) {

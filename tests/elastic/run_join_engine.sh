@@ -94,6 +94,7 @@ case $scenario in
   at_once) engine first serve; engine second serve; engine third serve 1 ;;
   fleet) engine first serve; engines_at 1; engine second serve ;;
   fleet_kill) engine first killed; engines_at 1; engine second serve ;;
+  fleet_leave) engine first leave_at_trigger; engines_at 1; engine second serve ;;
   fleet_stop)
     engine first stopped; engines_at 1; engine second serve
     resume_stopped "was lost in version" ;;
@@ -189,6 +190,14 @@ case $scenario in
     [[ $(grep -c "joined the fleet link after version" "$dir/trainers.log") == 2 ]] || fail "not two joins onto the fleet link"
     grep -q "2 engines on one plan" "$dir/trainers.log" || fail "the second join did not put both engines on one plan"
     serving="$dir/first.log $dir/second.log" ;;
+  fleet_leave)
+    # A left on the fleet link: said once, not as a loss; B rejoined the link rebuilt without it and serves on.
+    [[ ${rcs[0]} == 0 ]] || fail "the engine job that left failed (${rcs[0]})"
+    [[ $(grep -c "left the fleet link after version" "$dir/trainers.log") == 1 ]] || fail "the trainers did not say once that A left"
+    grep -q "was lost in version" "$dir/trainers.log" && fail "a leave was reported as a loss"
+    grep -q "rebuilt from the survivors" "$dir/second.log" || fail "B did not rejoin the rebuilt link"
+    expect_first_install "$dir/second.log" 0
+    serving=$dir/second.log ;;
   fleet_kill|fleet_stop)
     # A lost mid-update on the fleet link: named once; B installed the version A was hit in (and every
     # later one, checked below), from the rebuilt link; stopped, A reports kFailed once resumed and joins again.
