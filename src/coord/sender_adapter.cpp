@@ -60,7 +60,9 @@ Status SenderAdapter::send_weights(std::uint64_t version, void* cuda_stream) {
   // The fleet link is widened only between updates: its version in flight ends first.
   if (fleet_link_enabled() && s.port.open && !s.joined.empty() && !s.joined.back()->dropped && s.joined.back()->in_flight) {
     const std::size_t k = s.joined.size() - 1;
-    if (const Status ended = s.joined[k]->finish_link(); !ended) {
+    Status ended = s.joined[k]->finish_link();
+    if (s.recoverable(*s.joined[k])) ended = s.agreed_outcome(ended);
+    if (!ended) {
       if (s.recoverable(*s.joined[k])) (void)s.recover_fleet(k, ended, 0);  // the resend stays in flight
       else s.drop(k, ended);
     }

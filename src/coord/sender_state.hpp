@@ -243,6 +243,19 @@ struct SenderAdapter::State : AdapterBase {
   // re-connected with the kept maps, and the trainers re-send version `v` (0: none) to the engines that do
   // not hold it. With no engine alive, or when that fails too, the link is dropped as a per-job one is.
   Status recover_fleet(std::size_t k, const Status& cause, std::uint64_t target);
+  /// The trainers agree whether the fleet link failed in this call, and whether by a leave (one trainer may
+  /// meet the failure while another's work on the link succeeded): its rebuild is collective over them.
+  Status agreed_outcome(const Status& done) {
+    std::int64_t values[comm::Group::kValues] = {done ? 0 : 1, is_leave(done) ? 1 : 0, 0, 0};
+    if (Status stepped = group->step(Status::ok(), std::span<std::int64_t, comm::Group::kValues>(values), waiter(),
+                                     "whether the fleet link failed");
+        !stepped)
+      return stepped;
+    if (values[0] == 0) return Status::ok();
+    if (!done && is_leave(done) == (values[1] != 0)) return done;
+    return Status(ErrorCode::kInternal, std::string("another trainer met the fleet link's failure") +
+                                            (values[1] != 0 ? std::string(": its engine ") + kLeftBetweenUpdates : std::string()));
+  }
   /// A failure of `link` that the fleet link's rebuild answers, a leave of one of its engines too (not FP8
   /// engines: not wired).
   static bool recoverable(const State& link) {
@@ -276,7 +289,8 @@ struct SenderAdapter::State : AdapterBase {
     }
     for (std::size_t k : served) {
       State& link = *joined[k];
-      const Status done = together ? link.server->wait(served_here, joined_name(k)) : work(link);
+      Status done = together ? link.server->wait(served_here, joined_name(k)) : work(link);
+      if (recoverable(link)) done = agreed_outcome(done);
       if (!done && recoverable(link)) {
         // The fleet link's loss: rebuilt and the failed version re-sent; the call's own work then runs on
         // the rebuilt link, unless the resend was it (a synchronous update of `resend`).
