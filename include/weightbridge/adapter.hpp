@@ -332,6 +332,8 @@ class ReceiverAdapter {
 
  private:
   struct State;
+  PollResult relink();  // onto the fleet link widened with a joiner (src/coord/fleet_link.hpp)
+  PollResult rejoin(const PollResult& failed);  // onto the fleet link rebuilt after a loss
   std::unique_ptr<State> state_;
 };
 

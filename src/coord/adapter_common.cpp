@@ -234,6 +234,7 @@ void AdapterBase::connect(const std::vector<TensorInfo>* checkpoint_tensors, con
   input.probed = probed;
   input.options = options;
   input.enter_together = watched_job;
+  input.stage_whole = stage_whole;
   // The world's connect (not a joined link's). Engine 0 may become the replica that feeds joiners: its pool
   // learns whether its links want the network transport (a trainer's that takes joins has one already).
   const bool world_connect = link == MPI_COMM_NULL;

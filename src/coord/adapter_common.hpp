@@ -61,6 +61,7 @@ struct AdapterBase {
   /// The transports of this adapter's links opened ahead of need, where it takes part in joins (trainers
   /// taking them, a joiner, a replica): shared with its joined and catch-up links.
   std::shared_ptr<SpareTransports> spares;
+  bool stage_whole = false;  // ConnectInput::stage_whole (a trainers' fleet link with sender staging)
 
   /// Collective over world.
   AdapterBase(MPI_Comm world, MPI_Comm group, bool trainer, ParameterSet params, LoadWeightsFn load_weights,

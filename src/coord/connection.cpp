@@ -401,7 +401,7 @@ bool casts_in_pack(const ResolvedOptions& options, const ParameterSet& params) {
 // assembles into, nothing else (a trainer's: coord::stage_for_sending).
 Staging stage_parameters(const Connect& c, const RoundSchedule& schedule, exec::QuantizedPack* quantized) {
   const ResolvedOptions& options = c.options;
-  if (c.roles.trainer) return options.sender_staging ? stage_for_sending(*c.in.params, schedule, quantized) : Staging();
+  if (c.roles.trainer) return options.sender_staging ? stage_for_sending(*c.in.params, schedule, quantized, c.in.stage_whole) : Staging();
   Staging staging;
   if (options.receiver_staging) {
     const std::size_t parameters = c.in.params->size();

@@ -76,6 +76,9 @@ struct ConnectInput {
   bool enter_together = false;
   /// Transports opened ahead of need (a join's links), or null.
   SpareTransports* spares = nullptr;
+  /// A trainer with sender staging on the fleet link: its staging holds every byte of its parameters
+  /// (coord::stage_for_sending's `whole`), so that a resend after a loss, planned anew, finds the version.
+  bool stage_whole = false;
 };
 
 /// Probe (unless given), all-gather, plan on world rank 0, scatter, stage, register and connect. Every failure throws

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "comm/collectives.hpp"
+#include "coord/fleet_link.hpp"
 #include "core/checks.hpp"
 #include "core/log.hpp"
 #include "core/settings.hpp"
@@ -72,10 +73,15 @@ Setting<double> join_answer_setting("join_answer_seconds", 5.0,
 double join_answer_seconds(double timeout) { return std::min(*join_answer_setting, 0.5 * timeout); }
 
 std::optional<MPI_Comm> take_joiner(comm::JoinPort* port, comm::Group& trainers, const comm::Waiter& waiter,
-                                    MPI_Comm replica, const std::function<bool()>& ask_replica) {
+                                    MPI_Comm replica, const std::function<bool()>& ask_replica,
+                                    const std::function<bool(MPI_Comm)>& before_take) {
   const std::optional<MPI_Comm> taken = port != nullptr ? port->take() : std::nullopt;
   MPI_Comm leaders = taken.value_or(MPI_COMM_NULL), bridge = MPI_COMM_NULL;
   const double answer = join_answer_seconds(waiter.timeout);
+  if (leaders != MPI_COMM_NULL && before_take && !before_take(leaders)) {
+    comm::abandon_link(leaders);  // the joiner may be gone: never waited on again
+    leaders = MPI_COMM_NULL;
+  }
   if (leaders != MPI_COMM_NULL && !comm::confirm_take(leaders, answer)) {
     WB_LOG(kWarn) << "trainer 0: an admitted engine did not answer when taken (gone, or it gave up waiting); the "
                      "training goes on without it";
@@ -126,7 +132,12 @@ JoinedComms join_trainers_link(MPI_Comm engine, const std::string& address, doub
   // Admitted: the trainers take this engine at their next send_weights; rank 0 answers their take and
   // merges the leaders' link with trainer 0 at once, and every rank goes into the widening only then (the
   // others wait for rank 0's waits, and a margin more).
-  Status taken = rank == 0 ? comm::answer_take(leaders, timeout) : Status::ok();
+  // On the fleet link (coord/fleet_link.hpp) the joiner's leader first opens a port for the joined jobs'
+  // leaders, which trainer 0 asks to connect there before it takes this engine.
+  std::unique_ptr<comm::JoinPort> fleet_port;
+  std::int64_t fleet_jobs = 0;
+  Status taken = rank == 0 && fleet_link_enabled() ? answer_fleet(leaders, address, timeout, fleet_port, fleet_jobs) : Status::ok();
+  if (taken && rank == 0) taken = comm::answer_take(leaders, timeout);
   if (!taken) {
     comm::abandon_link(leaders);
     taken = Status(taken.code(), "engine worker 0: joining by " + address + ": " + taken.message());
@@ -138,8 +149,10 @@ JoinedComms join_trainers_link(MPI_Comm engine, const std::string& address, doub
     }
   }
   comm::agree(taken, engine, comm::Waiter{2.5 * timeout, {}}, "joining the trainers: waiting to be taken");
-  return cut_widening(comm::widen_join(engine, bridge, true, timeout, "joining the trainers at " + address), JoinSide::kJoiner,
-                      timeout);
+  JoinedComms out = cut_widening(comm::widen_join(engine, bridge, true, timeout, "joining the trainers at " + address),
+                                 JoinSide::kJoiner, timeout);
+  close_fleet_port(fleet_port, fleet_jobs, timeout);  // the joined jobs' connections were made before the take
+  return out;
 }
 }  // namespace
 

@@ -49,9 +49,12 @@ double join_answer_seconds(double timeout);
 /// 0 (it asked the replica to serve the joiner), the widening is over `replica` instead, and the replica's
 /// part is cut off the link. nullopt when none waits, which costs that one step, or when the joiner did not
 /// answer or died before the merge (a warning; it is never widened with). Throws when the widening fails
-/// or passes the deadline.
+/// or passes the deadline. `before_take` (trainer rank 0, when given): run on the admitted joiner's
+/// leaders' link before the take (the fleet link's meeting, coord/fleet_link.hpp); false gives up on it.
+/// On the fleet link `replica` is that link and `ask_replica` asks its engines into the widening.
 std::optional<MPI_Comm> take_joiner(comm::JoinPort* port, comm::Group& trainers, const comm::Waiter& waiter,
-                                    MPI_Comm replica = MPI_COMM_NULL, const std::function<bool()>& ask_replica = {});
+                                    MPI_Comm replica = MPI_COMM_NULL, const std::function<bool()>& ask_replica = {},
+                                    const std::function<bool(MPI_Comm)>& before_take = {});
 
 /// A rollout engine job, collective over `engine`: joins the trainers whose address file is `address`;
 /// returns its link (trainers first) and, when a replica engine of the trainers' job took part, the

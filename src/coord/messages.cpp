@@ -1,6 +1,10 @@
 #include "coord/messages.hpp"
 
+#include <cstring>
+
+#include "comm/operation.hpp"
 #include "comm/status_message.hpp"
+#include "core/checks.hpp"
 #include "core/byte_codec.hpp"
 
 namespace wb::coord {
@@ -14,8 +18,19 @@ const char* request_name(RequestKind kind) {
     case RequestKind::kAbort: return "abort";
     case RequestKind::kServeJoiner: return "serve a joiner";
     case RequestKind::kBeReplica: return "be the replica";
+    case RequestKind::kMeetJoiner: return "meet the joiner";
+    case RequestKind::kWiden: return "widen the fleet link";
   }
   return "unknown";
+}
+
+Status send_request(MPI_Comm world, int leader, RequestKind kind, std::uint64_t v) {
+  comm::OperationPtr op = comm::make_operation(2 * sizeof(std::int64_t));
+  const std::int64_t message[2] = {static_cast<std::int64_t>(kind), static_cast<std::int64_t>(v)};
+  std::memcpy(op->out.data(), message, sizeof message);
+  WB_TRY_MPI(MPI_Isend(op->out.data(), 2, MPI_INT64_T, leader, kRequestTag, world, &op->request));
+  comm::abandon(std::move(op));
+  return Status::ok();
 }
 
 namespace {

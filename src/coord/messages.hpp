@@ -3,6 +3,8 @@
 // training or inference engine's own control plane, never weight bytes.
 #pragma once
 
+#include <mpi.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -21,16 +23,26 @@ inline constexpr int kNoticeTag = 0x5705;   // "I gave up", to a rank's neighbou
 inline constexpr int kQueryTag = 0x5706;    // "where are you?" from a rank whose step timed out
 inline constexpr int kAnswerTag = 0x5707;   // its answer
 inline constexpr int kReplicaTag = 0x5708;  // a joiner's rank 0 -> trainer rank 0: whether it connected to a joined replica
+inline constexpr int kMetTag = 0x5709;      // a joined engine's rank 0 -> trainer rank 0: whether it met a joiner's port
+inline constexpr int kAliveTag = 0x570a;    // the fleet link after a loss: an engine's rank 0 -> trainer rank 0, the version it holds
+inline constexpr int kVerdictTag = 0x570b;  // ... and back (and on to the engine's ranks): the survivors the link is rebuilt from
 
 // kAbort: the trainers shut down after a failure (the engines fail too, with the reason their notices carry).
 // kServeJoiner: to the replica only (engine 0 of the trainers' job, or a joined job appointed by
 // kBeReplica): an engine job is being taken; once the version named is installed, its workers make a link
 // with the joiner and write it that version (coord/catch_up.hpp). kBeReplica: to a joined engine job with
 // two workers or more, when the trainers have no replica: it opens a port later joiners connect to first.
+// On the fleet link (coord/fleet_link.hpp): kMeetJoiner, a joined engine's leader connects to the joiner's
+// port; kWiden, every worker of a joined engine takes part in widening the fleet link with the joiner and
+// re-links onto the widened one (kept source map, version, history and stalls).
 enum class RequestKind : std::int64_t {
-  kNone = 0, kConnect = 1, kUpdate = 2, kShutdown = 3, kAbort = 4, kServeJoiner = 5, kBeReplica = 6
+  kNone = 0, kConnect = 1, kUpdate = 2, kShutdown = 3, kAbort = 4, kServeJoiner = 5, kBeReplica = 6, kMeetJoiner = 7,
+  kWiden = 8
 };
 const char* request_name(RequestKind kind);
+/// Trainer rank 0: one request to an engine's rank 0 (`leader`, a rank of `world`). Not waited for: an
+/// engine that does not take it fails the update by its deadline, and one that is gone must not hold this one.
+Status send_request(MPI_Comm world, int leader, RequestKind kind, std::uint64_t v);
 
 /// What engine rank 0 tells trainer rank 0 about an update (kAckTag): installed on the whole engine, or
 /// why not, and the engine's stalls for it (every rank's, summed over the engine), from which the trainers

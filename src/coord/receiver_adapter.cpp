@@ -9,6 +9,7 @@
 #include "comm/span_summary.hpp"
 #include "coord/adapter_common.hpp"
 #include "coord/catch_up.hpp"
+#include "coord/fleet_link.hpp"
 #include "coord/join_links.hpp"
 #include "coord/messages.hpp"
 #include "core/checks.hpp"
@@ -77,15 +78,22 @@ struct ReceiverAdapter::State : AdapterBase {
   std::uint64_t joiner_waits = 0;          // the replica: a joiner to serve once this version is installed
   TrainersJoinPort replica_port;           // a joined replica: the port later joiners connect to first
   bool network_links = false;              // a joiner: its links wanted the transport between machines
+  AdapterOptions given;                    // what a re-link onto a widened fleet link is constructed with
+  MPI_Comm relink_to = MPI_COMM_NULL;      // the fleet link widened with a joiner: re-linked onto at once
+  bool rejoin_tried = false;               // the fleet link: this state's failure was offered to the rebuild
+  bool resending = false;                  // the fleet link rebuilt: the trainers may re-send the version held
+  std::uint64_t quiet = 0;                 // a version re-sent that this engine holds: installed without an event
+  std::uint64_t reported = 0;              // the last version poll_requests reported kInstalled for
 
   State(JoinedComms joined, MPI_Comm engine, ParameterSet params, LoadWeightsFn load, const AdapterOptions& options,
         BeforeUpdateHook before_update_hook)
       : AdapterBase(joined.link, engine, false, std::move(params), std::move(load), options),
         hook(std::move(before_update_hook)), catch_up_comm(joined.catch_up), replica_leaders(joined.replica_leaders),
-        from_replica(joined.from_replica) {
+        from_replica(joined.from_replica), given(options) {
     if (!this->options.join_address.empty()) link = joined.link;  // the merged world join_trainers returned
-    // Trainer rank 0 asks a joined replica to serve this engine only when it connected there first.
-    if (link != MPI_COMM_NULL && roles.leader) {
+    // Trainer rank 0 asks a joined replica to serve this engine only when it connected there first (on the
+    // fleet link there is none).
+    if (link != MPI_COMM_NULL && roles.leader && !fleet_link_enabled()) {
       comm::OperationPtr note = comm::make_operation(sizeof(std::int64_t));
       const std::int64_t connected = from_replica ? 1 : 0;
       std::memcpy(note->out.data(), &connected, sizeof connected);
@@ -253,6 +261,8 @@ struct ReceiverAdapter::State : AdapterBase {
       return result;
     }
     version = v;
+    // A version re-sent after a loss on the fleet link that this engine held already: the same bytes again.
+    if (std::exchange(quiet, 0) == v) return {PollResult::Event::kNone, version, Status::ok()};
     return {PollResult::Event::kInstalled, version, Status::ok()};
   }
 
@@ -358,7 +368,10 @@ struct ReceiverAdapter::State : AdapterBase {
         return {PollResult::Event::kConnected, version, Status::ok()};
       }
       case RequestKind::kUpdate: {
-        if (!connection || receiving != 0 || v <= version) {
+        // After a loss on the fleet link the trainers re-send the version in flight: an engine that holds it
+        // takes part as the new plan routes it, and installs nothing new.
+        if (std::exchange(resending, false) && v == version && v > 0) quiet = v;
+        if (!connection || receiving != 0 || (v <= version && v != quiet)) {
           status = Status(ErrorCode::kInternal, who() + ": update request for version " + std::to_string(v) +
                                                     (connection ? " while at version " + std::to_string(version) : " before connect"));
           (void)acknowledge(v, status);
@@ -380,6 +393,23 @@ struct ReceiverAdapter::State : AdapterBase {
           spares->keep(1, 1);
         }
         return {receiving != 0 ? PollResult::Event::kReceiving : PollResult::Event::kNone, version, Status::ok()};
+      case RequestKind::kMeetJoiner:  // the fleet link: the leader connects to the joiner's port (W2)
+        if (Status met = roles.leader ? meet_joiner(world, roles.trainer_leader, options.join_address,
+                                                    join_answer_seconds(options.timeout_seconds))
+                                      : Status::ok();
+            !met) {
+          WB_LOG(kWarn) << who() << ": " << met.message();
+        }
+        return {PollResult::Event::kNone, version, Status::ok()};
+      case RequestKind::kWiden:  // every worker: the fleet link widened with the joiner, re-linked onto (W4-W7)
+        try {
+          const MPI_Comm merged = comm::widen_join(link, MPI_COMM_NULL, false, options.timeout_seconds,
+                                                   who() + ": widening the fleet link with a joiner");
+          relink_to = cut_widening(merged, JoinSide::kTrainer, options.timeout_seconds).link;
+        } catch (const Error& error) {
+          return failed(error.status());
+        }
+        return {PollResult::Event::kNone, version, Status::ok()};
       case RequestKind::kServeJoiner:
         joiner_waits = v;
         return {receiving != 0 ? PollResult::Event::kReceiving : PollResult::Event::kNone, version, Status::ok()};
@@ -449,10 +479,72 @@ void ReceiverAdapter::leave() {
   s.shut_down = true;
 }
 
+// The fleet link widened with a joiner (W5-W7 of docs/architecture.md): this engine's state constructed
+// over the widened link and connected with its kept source map (rank 0 of the link plans one plan), its
+// version, history and stalls carried over; the old link is parted as the trainers part theirs.
+PollResult ReceiverAdapter::relink() {
+  State& old = *state_;
+  const MPI_Comm widened = std::exchange(old.relink_to, MPI_COMM_NULL);
+  std::unique_ptr<State> fresh;
+  try {
+    fresh = std::make_unique<State>(JoinedComms{widened}, old.group_comm, old.params, old.load_weights, old.given, old.hook);
+    fresh->connect(nullptr, &old.connection->probed);
+  } catch (const Error& error) {
+    if (!fresh) comm::abandon_link(widened);
+    return old.failed(error.status());
+  }
+  carry_over(old, *fresh);
+  fresh->network_links = old.network_links;
+  old.shut_down = true;
+  state_ = std::move(fresh);  // the old state's end parts its communicators
+  return {PollResult::Event::kNone, state_->version, Status::ok()};
+}
+
+// An update that failed on the fleet link (L2-L5 of docs/architecture.md): this engine tells trainer 0 it is
+// alive and which version it holds; when the trainers keep it, the survivors' link is rebuilt and this
+// engine re-linked onto it with its kept source map (the old state abandoned with the lost job's link). The
+// trainers then re-send the version it misses. No verdict (the trainers are gone, or left it out): `failed`.
+PollResult ReceiverAdapter::rejoin(const PollResult& failed) {
+  State& old = *state_;
+  old.rejoin_tried = true;
+  EngineRebuild made;
+  std::unique_ptr<State> fresh;
+  try {
+    made = rejoin_fleet(old, old.version);
+    if (made.rebuilt == MPI_COMM_NULL) return failed;
+    fresh = std::make_unique<State>(JoinedComms{made.rebuilt}, made.engine, old.params, old.load_weights, old.given, old.hook);
+    fresh->connect(nullptr, &old.connection->probed);
+  } catch (const Error& error) {
+    if (!fresh && made.rebuilt != MPI_COMM_NULL) comm::abandon_link(made.rebuilt);
+    if (old.roles.leader) {
+      WB_LOG(kWarn) << old.who() << ": rejoining the fleet link after a loss failed: " << error.status().message();
+    }
+    return failed;
+  }
+  carry_over(old, *fresh);
+  fresh->resending = true;
+  fresh->reported = old.reported;
+  if (old.roles.leader) {
+    WB_LOG(kInfo) << old.who() << ": the fleet link lost an engine job; rebuilt from the survivors (holding version "
+                  << old.version << "): " << failed.status.message();
+  }
+  old.abandon_link_comms();  // it spans the lost job: never waited on again, kept with its buffers
+  comm::keep_alive(std::shared_ptr<State>(state_.release()));
+  state_ = std::move(fresh);
+  // A failure after the install completed (summing the engine's stalls): the version is in, said now.
+  if (state_->version > state_->reported) return {PollResult::Event::kInstalled, state_->version, Status::ok()};
+  return {PollResult::Event::kNone, state_->version, Status::ok()};
+}
+
 PollResult ReceiverAdapter::poll_requests(void* cuda_stream) {
   state_->cuda_stream = cuda_stream;
   state_->pace.before_step();
   PollResult result = state_->poll();
+  if (state_->relink_to != MPI_COMM_NULL) result = relink();
+  if ((result.event == PollResult::Event::kFailed || result.event == PollResult::Event::kAborted) && state_->link != MPI_COMM_NULL &&
+      fleet_link_enabled() && !state_->left && !state_->rejoin_tried)
+    result = rejoin(result);
+  if (result.event == PollResult::Event::kInstalled) state_->reported = result.version;
   state_->pace.after_step(result.event == PollResult::Event::kNone || result.event == PollResult::Event::kReceiving);
   return result;
 }

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <iterator>
+#include <limits>
 #include <string>
 
 #include "core/checks.hpp"
@@ -264,7 +265,7 @@ Status Staging::copy_from_by_round(const ParameterSet& params, std::atomic<int>&
   return Status::ok();
 }
 
-Staging stage_for_sending(const ParameterSet& params, const RoundSchedule& schedule, exec::QuantizedPack* quantized) {
+Staging stage_for_sending(const ParameterSet& params, const RoundSchedule& schedule, exec::QuantizedPack* quantized, bool whole) {
   const std::size_t parameters = params.size();
   const bool device = !params.empty() && params[0].view.memory == MemoryKind::kCuda;
   std::vector<BufferCopy> copies;
@@ -280,7 +281,10 @@ Staging stage_for_sending(const ParameterSet& params, const RoundSchedule& sched
     for (const BufferCopy& read : quantized->converted_reads()) copies.push_back(read);  // after every round
   else if (quantized != nullptr)
     quantized->order_by_rounds(packs);
-  Staging staging(params, touched_ranges(copies, parameters));
+  std::vector<ByteRanges> ranges = touched_ranges(copies, parameters);
+  if (whole)
+    for (std::size_t p = 0; p < parameters; ++p) ranges[p] = {{0, static_cast<std::int64_t>(params[p].view.nbytes())}};
+  Staging staging(params, std::move(ranges));
   // Staged in the order the rounds read it, so that an update's transfer starts with its first round's bytes.
   std::vector<std::span<const BufferCopy>> by_round;
   for (std::size_t r = 0, first = 0; r < round_ends.size(); first = round_ends[r++])
@@ -296,6 +300,20 @@ std::size_t Staging::copies_per_version() const {
   std::size_t n = 0;
   for (const Copy& copy : copies_) n += copy.ranges.size();
   return n;
+}
+
+bool Staging::covers(const Staging& other) const {
+  if (!active_ || !other.active_) return false;
+  for (std::size_t p = 0; p < other.copies_.size(); ++p) {
+    if (other.copies_[p].ranges.empty()) continue;
+    if (p >= copies_.size() || copies_[p].data == nullptr) return false;
+    const ByteRanges& mine = copies_[p].ranges;  // sorted, disjoint, adjacent ones merged
+    for (const auto& [first, last] : other.copies_[p].ranges) {
+      const auto in = std::upper_bound(mine.begin(), mine.end(), std::make_pair(first, std::numeric_limits<std::int64_t>::max()));
+      if (in == mine.begin() || std::prev(in)->second < last) return false;
+    }
+  }
+  return true;
 }
 
 ParameterMemory Staging::memory(const ParameterSet& params) const {

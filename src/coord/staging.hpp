@@ -74,6 +74,9 @@ class Staging {
   ParameterMemory memory(const ParameterSet& params) const;
   /// The staged bytes (the ranges), what the plan needs.
   std::int64_t bytes() const { return bytes_; }
+  /// Whether this staging holds every byte `other` stages (a plan made later over the same parameters:
+  /// what a resend after a loss on the fleet link reads from the staging of the version it re-sends).
+  bool covers(const Staging& other) const;
   /// The copies one copy_from or copy_to makes.
   std::size_t copies_per_version() const;
 
@@ -103,6 +106,9 @@ class Staging {
 /// (QuantizedPack::order_by_rounds); CUDA parameters (staged at once, quantize reading the host copy)
 /// stage every element of a converted tensor the trainer holds too, last. Throws as the constructor and
 /// copy_from fail.
-Staging stage_for_sending(const ParameterSet& params, const RoundSchedule& schedule, exec::QuantizedPack* quantized);
+/// `whole`: every byte of every parameter is staged, not only what this schedule packs (a trainer on the fleet
+/// link: a resend after a loss, planned anew, reads the version from this staging).
+Staging stage_for_sending(const ParameterSet& params, const RoundSchedule& schedule, exec::QuantizedPack* quantized,
+                          bool whole = false);
 
 }  // namespace wb::coord

@@ -23,10 +23,22 @@
 //             dropped, the trainers never fail; another joins (at J), gets its first version from the
 //             built-in engine and serves: J+1..J+3
 //     at_once three engine jobs, started at the same moment, all joined: 3 more
+//     fleet   (the trainers alone, fleet_link set on every job) A joins, then B (at J), both on one link and
+//             one plan: each installs from the version that took it on; the trainers wrote together for J
+//             exactly what they wrote for J-1 (one model copy): J+1..J+3
+//     fleet_kill  as fleet; then A is SIGKILLed in the update J+2 (its workers relay B's part on one node):
+//             the trainers rebuild the fleet link from B, re-send that version, B installs it and every later
+//             one, the trainers never fail and name A dropped: D+1..D+3
+//     fleet_leave as fleet_kill, but A leaves (leave()) once it installed version J+2: the fleet link is rebuilt
+//             from B, which serves on: L+1..L+3
+//     fleet_stop  as fleet_kill, but A is SIGSTOPped, dropped after the deadline, resumed by the script: it
+//             reports kFailed at once (the trainers' verdict left it out) and joins the fleet link again (at R),
+//             B's leader meeting its port: R+1..R+3
 //   join_engine engine ADDRESS MODE ROLE          an engine of as many workers as its job's ranks (tp=n)
 //                                                 that joins by ADDRESS:
 //     serve   until the trainers shut down
 //     leave   leaves after its third install (then poll_requests says kShutdown)
+//     leave_at_trigger  leaves once it installed the version ADDRESS.trigger names
 //     killed  every worker SIGKILLs itself in the before_update_hook of the version ADDRESS.trigger names
 //     killed_first  every worker SIGKILLs itself in its first before_update_hook (its catch-up from the replica)
 //     relay   as serve, and every worker writes its pid to ADDRESS.relay.RANK
@@ -116,12 +128,26 @@ AdapterOptions options_for(const std::string& address, const std::string& mode, 
   return o;
 }
 
+// Trainer rank 0 names the version the victim is hit in: written whole (a rename), before the update
+// before it is sent, so every worker of the victim reads it in time and alike.
+void write_trigger(const std::string& address, std::uint64_t version) {
+  const std::string path = address + ".trigger";
+  std::ofstream(path + ".part") << version << "\n";
+  std::rename((path + ".part").c_str(), path.c_str());
+}
+std::uint64_t read_trigger(const std::string& address) {
+  std::uint64_t version = 0;
+  std::ifstream(address + ".trigger") >> version;
+  return version;
+}
+
 // Polls until shutdown (or, `leave_after` > 0, until that many installs, then leaves); the installed
 // versions in order. The first event after kConnected must be kInstalled (nothing else but kNone /
 // kReceiving in between). `failed`: a failure ends it too (false), kept there. `first_after`: seconds from
 // the call (the adapter just made: the trainers took it) to the first install.
 bool serve(ReceiverAdapter& receiver, const Worker& w, const char* who, std::vector<std::uint64_t>& installed,
-           std::size_t leave_after = 0, PollResult* failed = nullptr, double* first_after = nullptr) {
+           std::size_t leave_after = 0, PollResult* failed = nullptr, double* first_after = nullptr,
+           const std::string& leave_at_trigger = "") {
   bool connected = false;
   const auto began = std::chrono::steady_clock::now();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
@@ -139,7 +165,8 @@ bool serve(ReceiverAdapter& receiver, const Worker& w, const char* who, std::vec
           *first_after = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
         if (!connected || !w.holds(r.version)) return false;
         installed.push_back(r.version);
-        if (installed.size() == leave_after) {
+        if (installed.size() == leave_after ||
+            (!leave_at_trigger.empty() && read_trigger(leave_at_trigger) != 0 && r.version >= read_trigger(leave_at_trigger))) {
           receiver.leave();
           return receiver.poll_requests().event == PollResult::Event::kShutdown;
         }
@@ -174,19 +201,6 @@ std::string engine_states(const SenderAdapter& sender, bool sorted = false) {
   return states;
 }
 
-// Trainer rank 0 names the version the victim is hit in: written whole (a rename), before the update
-// before it is sent, so every worker of the victim reads it in time and alike.
-void write_trigger(const std::string& address, std::uint64_t version) {
-  const std::string path = address + ".trigger";
-  std::ofstream(path + ".part") << version << "\n";
-  std::rename((path + ".part").c_str(), path.c_str());
-}
-std::uint64_t read_trigger(const std::string& address) {
-  std::uint64_t version = 0;
-  std::ifstream(address + ".trigger") >> version;
-  return version;
-}
-
 int run_trainer_job(const std::string& address, const std::string& mode, const std::string& scenario) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -196,7 +210,7 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
   int ok = 1;
   if (trainer) {
     Worker w(true, "tp=2", rank);
-    const bool victim = scenario == "kill" || scenario == "stop";
+    const bool victim = scenario == "kill" || scenario == "stop" || scenario.starts_with("fleet_");  // fleet_leave: the leaver
     // A victim's deadline is short: it is how long the lost engine is waited for.
     SenderAdapter sender(MPI_COMM_WORLD, group, w.params->parameters(), w.tensors, w.load(),
                          options_for(address, mode, victim || scenario == "lose_joiner" || scenario == "kill_relay" ? 5 : 30));
@@ -214,14 +228,21 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
         : scenario == "lose_joiner" ? Events{{1, "serving dropped"}, {2, "serving dropped serving"}}
         : scenario == "joined_replica" ? Events{{1, "serving"}, {2, "serving serving"}}
         : scenario == "kill_relay" ? Events{{1, "serving"}, {1, "dropped serving"}}
+        : scenario == "fleet" ? Events{{1, "serving"}, {2, "serving serving"}}
+        : scenario == "fleet_kill" ? Events{{1, "serving"}, {2, "serving serving"}, {1, "dropped serving"}}
+        : scenario == "fleet_leave" ? Events{{1, "serving"}, {2, "serving serving"}, {1, "left serving"}}
+        : scenario == "fleet_stop" ? Events{{1, "serving"}, {2, "serving serving"}, {1, "dropped serving"}, {2, "dropped serving serving"}}
                               : Events{{4, "serving serving serving serving"}, {3, "dropped serving serving serving"},
                                        {4, "dropped serving serving serving serving"}};
     std::size_t next = 0;
     int engines = sender.engines();
-    std::uint64_t last_event = 0, last = 0, joined_at = 0;
+    std::uint64_t last_event = 0, last = 0, joined_at = 0, hit_at = 0;
+    std::vector<double> call_seconds;  // send_weights(v)'s wall time, v = 1, 2, ...
     for (std::uint64_t v = 1;; ++v) {
       w.worker->load_weights(VersionedCheckpoint(*w.checkpoint, v), w.params->parameters());  // "training"
+      const auto called = std::chrono::steady_clock::now();
       const Status sent = sender.send_weights(v);
+      call_seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - called).count());
       if (!sent) {
         std::fprintf(stderr, "trainer %d: %s\n", rank, sent.to_string().c_str());
         ok = 0;
@@ -246,11 +267,12 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
         if (rank == 0)
           std::printf("trainers: at version %llu %d engines (%s)\n", static_cast<unsigned long long>(v), sender.engines(),
                       states.c_str());
-        const bool joined = scenario == "join" || ((scenario == "lose_joiner" || scenario == "joined_replica") && next == 1);
+        const bool joined = scenario == "join" || ((scenario == "lose_joiner" || scenario == "joined_replica" || scenario.starts_with("fleet")) && next == 1);
         if (joined) joined_at = v;
         if (joined && rank == 0) std::printf("trainers: an engine joined at version %llu;\n", static_cast<unsigned long long>(v));
-        if (victim && next == 0 && rank == 0) {
+        if (victim && next == (scenario.starts_with("fleet_") ? 1u : 0u) && rank == 0) {
           write_trigger(address, v + 2);
+          hit_at = v + 2;
           std::printf("trainers: the victim is hit in version %llu\n", static_cast<unsigned long long>(v + 2));
         }
         ++next;
@@ -306,7 +328,30 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
       if (at != std::string::npos) joined_at = std::stoull(e.name.substr(at + 14)) + 1;
       if (rank == 0) std::printf("trainers: an engine joined at version %llu;\n", static_cast<unsigned long long>(joined_at));
     }
-    if (ok && joined_at > 2 && scenario != "kill_relay") {
+    // The calls around a loss on the fleet link (the loss is met in the victim's version, or a call later
+    // where either side stages): detection, rebuild and resend.
+    if (ok && scenario.starts_with("fleet_") && rank == 0 && hit_at >= 2 && hit_at + 2 <= call_seconds.size()) {
+      std::printf("trainers: send_weights took");
+      for (std::uint64_t u = hit_at - 1; u <= hit_at + 2; ++u) std::printf(" %.3f s (version %llu)", call_seconds[u - 1], static_cast<unsigned long long>(u));
+      std::printf("\n");
+    }
+    // The fleet link: both joined jobs on one plan, so the trainers wrote together for version J (A and B)
+    // exactly what they wrote for J-1 (A alone): one model copy, whatever the number of joined jobs.
+    if (ok && scenario == "fleet") {
+      std::int64_t bytes[2] = {0, 0};  // versions J-1, J, summed over the trainers
+      for (const UpdateRecord& r : stats.history)
+        if (r.version + 1 >= joined_at && r.version <= joined_at) bytes[r.version + 1 - joined_at] = r.bytes_written;
+      MPI_Allreduce(MPI_IN_PLACE, bytes, 2, MPI_INT64_T, MPI_SUM, group);
+      if (rank == 0)
+        std::printf("trainers: the trainers wrote %lld bytes for version %llu (one joined engine), %lld for version %llu "
+                    "(two, on the fleet link)\n", static_cast<long long>(bytes[0]), static_cast<unsigned long long>(joined_at - 1),
+                    static_cast<long long>(bytes[1]), static_cast<unsigned long long>(joined_at));
+      if (bytes[0] <= 0 || bytes[1] != bytes[0]) {
+        std::fprintf(stderr, "trainer %d: the trainers' egress with two joined engines is not one model copy\n", rank);
+        ok = 0;
+      }
+    }
+    if (ok && joined_at > 2 && scenario != "kill_relay" && !scenario.starts_with("fleet")) {
       std::int64_t bytes[3] = {-1, -1, -1};  // versions J-2, J-1, J
       for (const UpdateRecord& r : stats.history)
         if (r.version + 2 >= joined_at && r.version <= joined_at) bytes[r.version + 2 - joined_at] = r.bytes_written;
@@ -324,8 +369,9 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
     // version.
     if (ok && victim) {
       int dropped = 0;
+      const std::string gone = scenario == "fleet_leave" ? "left" : "dropped";
       for (const EngineRecord& e : stats.engines) {
-        if (e.state == "dropped" && !e.why.empty() && e.installed < last) ++dropped;
+        if (e.state == gone && !e.why.empty() && e.installed < last) ++dropped;
         else if (e.state != "serving" || e.installed != last) ok = 0;
       }
       if (dropped != 1) ok = 0;
@@ -400,7 +446,8 @@ int run_engine_job(const std::string& address, const std::string& mode, const st
     ReceiverAdapter receiver(MPI_COMM_WORLD, MPI_COMM_WORLD, w.params->parameters(), w.load(),
                              options_for(address, mode), victim_hook(address, role, rank, hit));
     PollResult failed;
-    ok = serve(receiver, w, "the joined engine", installed, role == "leave" ? 3 : 0, stopped ? &failed : nullptr, &first_after) ? 1 : 0;
+    ok = serve(receiver, w, "the joined engine", installed, role == "leave" ? 3 : 0, stopped ? &failed : nullptr, &first_after,
+               role == "leave_at_trigger" ? address : "") ? 1 : 0;
     if (stopped) {
       // Resumed after the trainers dropped it: its update ends in kFailed (an kAborted of the version it
       // was in first), naming why.
@@ -417,8 +464,10 @@ int run_engine_job(const std::string& address, const std::string& mode, const st
   }
   const std::size_t count = role == "leave" ? 3 : kAfter + 1;
   if (ok && (installed.size() < count || installed.front() <= kBefore || !consecutive(installed, installed.front(), installed.back()))) {
-    std::fprintf(stderr, "joined engine worker %d: %zu versions installed, not J.. in order (%llu or more) with J > %llu\n", rank,
-                 installed.size(), static_cast<unsigned long long>(count), static_cast<unsigned long long>(kBefore));
+    std::string list;
+    for (std::uint64_t v : installed) list += " " + std::to_string(v);
+    std::fprintf(stderr, "joined engine worker %d: %zu versions installed (%s), not J.. in order (%llu or more) with J > %llu\n", rank,
+                 installed.size(), list.c_str(), static_cast<unsigned long long>(count), static_cast<unsigned long long>(kBefore));
     ok = 0;
   }
   if (ok)

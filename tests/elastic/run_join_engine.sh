@@ -22,6 +22,9 @@
 #   first version from the built-in engine and serves to the trainers' last.
 # at_once: three engine jobs (2, 2 and 1 workers) started at the same moment all join, each installs every
 #   version from its first to the trainers' last.
+# fleet: fleet_link set on every job; a trainer job with no engine of its own; two engine jobs join one after
+#   the other onto one link and one plan (the second's leader met the first at its port); each installs from
+#   the version that took it on, and the trainers' egress per update stays one model copy.
 set -euo pipefail
 program=$1
 mpiexec=${2:-mpirun}
@@ -44,7 +47,8 @@ run() { timeout 200 "$mpiexec" --oversubscribe --ompi-server "file:$dir/uri" "$@
 # join: the built-in engine says (info) which version it wrote to the joiner.
 [[ $scenario == join || $scenario == lose_joiner || $scenario == joined_replica ]] && export WB_LOG_LEVEL=${WB_LOG_LEVEL:-info}
 ranks=3  # 2 trainers and a built-in engine; joined_replica: the trainers alone
-[[ $scenario == joined_replica || $scenario == kill_relay ]] && ranks=2
+[[ $scenario == joined_replica || $scenario == kill_relay || $scenario == fleet* ]] && ranks=2
+[[ $scenario == fleet* ]] && export WB_FLEET_LINK=1 WB_LOG_LEVEL=${WB_LOG_LEVEL:-info}
 # Every job alike: it also bounds a joiner's catch-up, which must end well within the trainers' 5 s deadline
 # of the victim scenarios.
 export WB_JOIN_ANSWER_SECONDS=${WB_JOIN_ANSWER_SECONDS:-3}
@@ -69,9 +73,31 @@ engines_at() {  # engines_at N: waits until the trainers count N engines (one jo
   done
   fail "the trainers never counted $1 engines"
 }
+await_trainers() {  # await_trainers PATTERN: until the trainers' log has it (or they ended), at most 2 minutes
+  for _ in $(seq 1200); do
+    grep -q "$1" "$dir/trainers.log" 2>/dev/null && return
+    kill -0 "$trainers" 2>/dev/null || return
+    sleep 0.1
+  done
+}
+resume_stopped() {  # resume_stopped WARNING: once the trainers' log says WARNING (the stopped job was dropped),
+  # every worker of it is resumed, by the pid it wrote.
+  await_trainers "$1"
+  grep -q "$1" "$dir/trainers.log" || fail "the trainers never dropped the stopped engine (\"$1\")"
+  for rank in 0 1; do
+    [[ -s $dir/address.stopped.$rank ]] || fail "engine worker $rank of the stopped job wrote no pid"
+    kill -CONT "$(cat "$dir/address.stopped.$rank")"
+  done
+}
 case $scenario in
   join) engine first serve ;;
   at_once) engine first serve; engine second serve; engine third serve 1 ;;
+  fleet) engine first serve; engines_at 1; engine second serve ;;
+  fleet_kill) engine first killed; engines_at 1; engine second serve ;;
+  fleet_leave) engine first leave_at_trigger; engines_at 1; engine second serve ;;
+  fleet_stop)
+    engine first stopped; engines_at 1; engine second serve
+    resume_stopped "was lost in version" ;;
   leave)
     engine first leave
     wait "${engines[0]}" || fail "the engine job that leaves failed"
@@ -79,11 +105,7 @@ case $scenario in
   vanish)
     engine first vanish 1
     wait "${engines[0]}" && fail "the vanishing joiner ended with 0" || true
-    for _ in $(seq 600); do
-      grep -q "did not answer when taken" "$dir/trainers.log" 2>/dev/null && break
-      kill -0 "$trainers" 2>/dev/null || break
-      sleep 0.1
-    done
+    await_trainers "did not answer when taken"
     grep -q "did not answer when taken" "$dir/trainers.log" || fail "the trainers did not warn about the joiner that vanished"
     engine second serve ;;
   ghost)
@@ -102,27 +124,13 @@ case $scenario in
     engine second kill_relay ;;
   lose_joiner)
     engine first killed_first
-    for _ in $(seq 1200); do
-      grep -q "was dropped after version" "$dir/trainers.log" 2>/dev/null && break
-      kill -0 "$trainers" 2>/dev/null || break
-      sleep 0.1
-    done
+    await_trainers "was dropped after version"
     grep -q "was dropped after version" "$dir/trainers.log" || fail "the trainers never dropped the joiner that died in its catch-up"
     engine second serve ;;
   kill) engine first killed; engines_at 2; engine second serve; engines_at 3; engine third serve 1 ;;
   stop)
     engine first stopped; engines_at 2; engine second serve; engines_at 3; engine third serve 1
-    # Resumed once the trainers dropped it (their warning), every worker of it by the pid it wrote.
-    for _ in $(seq 1200); do
-      grep -q "was dropped after version" "$dir/trainers.log" 2>/dev/null && break
-      kill -0 "$trainers" 2>/dev/null || break
-      sleep 0.1
-    done
-    grep -q "was dropped after version" "$dir/trainers.log" || fail "the trainers never dropped the stopped engine"
-    for rank in 0 1; do
-      [[ -s $dir/address.stopped.$rank ]] || fail "engine worker $rank of the stopped job wrote no pid"
-      kill -CONT "$(cat "$dir/address.stopped.$rank")"
-    done ;;
+    resume_stopped "was dropped after version" ;;
 esac
 trainers_rc=0
 wait "$trainers" || trainers_rc=$?
@@ -176,6 +184,40 @@ case $scenario in
     [[ $(grep -c "then it left" "$dir/first.log") == 2 ]] || fail "the first engine's workers did not both leave"
     serving=$dir/second.log ;;
   at_once) serving="$dir/first.log $dir/second.log $dir/third.log" ;;
+  fleet)
+    # No replica on the fleet link: the joiner's first install is the version that took it, from the one plan.
+    expect_first_install "$dir/second.log" 0
+    [[ $(grep -c "joined the fleet link after version" "$dir/trainers.log") == 2 ]] || fail "not two joins onto the fleet link"
+    grep -q "2 engines on one plan" "$dir/trainers.log" || fail "the second join did not put both engines on one plan"
+    serving="$dir/first.log $dir/second.log" ;;
+  fleet_leave)
+    # A left on the fleet link: said once, not as a loss; B rejoined the link rebuilt without it and serves on.
+    [[ ${rcs[0]} == 0 ]] || fail "the engine job that left failed (${rcs[0]})"
+    [[ $(grep -c "left the fleet link after version" "$dir/trainers.log") == 1 ]] || fail "the trainers did not say once that A left"
+    grep -q "was lost in version" "$dir/trainers.log" && fail "a leave was reported as a loss"
+    grep -q "rebuilt from the survivors" "$dir/second.log" || fail "B did not rejoin the rebuilt link"
+    expect_first_install "$dir/second.log" 0
+    serving=$dir/second.log ;;
+  fleet_kill|fleet_stop)
+    # A lost mid-update on the fleet link: named once; B installed the version A was hit in (and every
+    # later one, checked below), from the rebuilt link; stopped, A reports kFailed once resumed and joins again.
+    if [[ $scenario == fleet_kill ]]; then
+      [[ ${rcs[0]} != 0 ]] || fail "the killed engine job ended with 0"
+    else
+      [[ ${rcs[0]} == 0 ]] || fail "the stopped engine job failed (${rcs[0]})"
+      [[ $(grep -c "resumed: failed: " "$dir/first.log") == 2 ]] || fail "the resumed engine's workers did not both report kFailed"
+    fi
+    [[ $(grep -c "was lost in version" "$dir/trainers.log") == 1 ]] || fail "not one warning naming the lost engine"
+    hit=$(sed -n 's/^trainers: the victim is hit in version \([0-9]*\)$/\1/p' "$dir/trainers.log")
+    lost=$(sed -n 's/.* was lost in version \([0-9]*\);.*/\1/p' "$dir/trainers.log")
+    [[ -n $hit && $lost == "$hit" ]] || fail "the victim was hit in version '$hit' but lost in version '$lost'"
+    # B holds the version before (A died before its forwards) or that one (receiver staging: A dies in its
+    # hook, which runs once the version arrived and was forwarded).
+    grep -Eq "rebuilt from the survivors \(holding version ($((hit - 1))|$hit)\)" "$dir/second.log" || fail "B did not rejoin the rebuilt link"
+    expect_first_install "$dir/second.log" 0
+    serving=$dir/second.log
+    [[ $scenario == fleet_stop ]] && serving="$dir/first.log $dir/second.log"
+    ;;
   ghost)
     [[ $(grep -c "merging the leaders' link did not complete" "$dir/trainers.log") == 1 ]] || fail "no warning about the joiner that died after its answer"
     grep -q "MPI_Finalize with 1 thread(s) of WeightBridge still inside MPI, given up on: trainer 0: taking a joining engine" \

@@ -1,0 +1,233 @@
+#include "coord/fleet_link.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+#include "comm/backoff.hpp"
+#include "comm/collectives.hpp"
+#include "comm/deadline.hpp"
+#include "comm/operation.hpp"
+#include "coord/adapter_common.hpp"
+#include "coord/join_links.hpp"
+#include "coord/messages.hpp"
+#include "core/checks.hpp"
+#include "core/log.hpp"
+#include "core/settings.hpp"
+
+namespace wb::coord {
+namespace {
+
+// Opt-in until every step of docs/architecture.md's W1-W8 and L1-L7 is built (a job silent at a joiner's
+// port, a joiner's first version from a replica, FP8 engines and receiver staging alone are not).
+Setting<bool> fleet_link_setting("fleet_link", false,
+                                 "Engines as jobs of their own: the joined engine jobs share one link with the trainers, "
+                                 "planned as one plan (the trainers write one model copy per update whatever the number of "
+                                 "joined jobs; relay trees run across jobs); a job lost in an update is left out by "
+                                 "rebuilding the link from the survivors, and the version re-sent. Set it alike on the "
+                                 "trainers and every engine job. With sender staging a trainer then stages all of its "
+                                 "parameters. A joiner's first version is the trainers' next.");
+
+// On the leaders' intercommunicator of a join (rank 0 on either side); comm/join.cpp's are 31001-31006.
+constexpr int kOfferTag = 31010, kFleetAnswerTag = 31011;
+
+Status send_count(MPI_Comm comm, int to, int tag, std::int64_t value) {
+  comm::OperationPtr out = comm::make_operation(sizeof value);
+  std::memcpy(out->out.data(), &value, sizeof value);
+  WB_TRY_MPI(MPI_Isend(out->out.data(), 1, MPI_INT64_T, to, tag, comm, &out->request));
+  comm::abandon(std::move(out));  // small, sent eagerly; a peer that is gone never takes it
+  return Status::ok();
+}
+
+Status receive_count(MPI_Comm comm, int from, int tag, double seconds, const std::string& what, std::int64_t& value) {
+  comm::OperationPtr in = comm::make_operation(0, sizeof value);
+  WB_TRY_MPI(MPI_Irecv(in->in.data(), 1, MPI_INT64_T, from, tag, comm, &in->request));
+  WB_RETURN_IF_ERROR(comm::wait_for(in, comm::Waiter{seconds, {}}, false, what));
+  std::memcpy(&value, in->in.data(), sizeof value);
+  return Status::ok();
+}
+
+}  // namespace
+
+bool fleet_link_enabled() { return *fleet_link_setting; }
+
+std::string fleet_address(const std::string& join_address) { return join_address + ".fleet"; }
+
+bool offer_fleet(MPI_Comm leaders, std::int64_t jobs, double seconds) {
+  std::int64_t opened = 0;
+  if (!send_count(leaders, 0, kOfferTag, jobs)) return false;
+  const Status answered = receive_count(leaders, 0, kFleetAnswerTag, seconds, "a joiner's answer to the fleet link's offer", opened);
+  if (!answered || opened != 1) {
+    WB_LOG(kWarn) << "trainer 0: an admitted engine " << (answered ? "could not open its port for the joined jobs"
+                                                                 : "did not answer the fleet link's offer (is fleet_link set alike "
+                                                                   "on both jobs?)")
+                  << "; it is not taken, and the training goes on without it";
+    return false;
+  }
+  return true;
+}
+
+Status answer_fleet(MPI_Comm leaders, const std::string& join_address, double seconds, std::unique_ptr<comm::JoinPort>& port,
+                    std::int64_t& jobs) {
+  const Status offered = receive_count(leaders, 0, kOfferTag, seconds, "the trainers' offer of the fleet link", jobs);
+  if (!offered)
+    return Status(offered.code(), "the trainers did not take this engine onto their fleet link within " + comm::seconds_text(seconds) +
+                                      " (is fleet_link set on the trainers too?): " + offered.message());
+  Status opened;
+  if (jobs > 0) {
+    const std::string path = fleet_address(join_address);
+    std::remove(path.c_str());  // a joiner that died before closing its port left it; only one joiner holds it at a time
+    try {
+      port = std::make_unique<comm::JoinPort>(path, seconds, jobs);
+    } catch (const Error& error) {
+      opened = Status(error.code(), "opening a port for the joined engine jobs at " + path + ": " + error.status().message());
+    }
+  }
+  WB_RETURN_IF_ERROR(send_count(leaders, 0, kFleetAnswerTag, opened ? 1 : 0));
+  return opened;
+}
+
+void close_fleet_port(std::unique_ptr<comm::JoinPort>& port, std::int64_t jobs, double seconds) {
+  if (!port) return;
+  comm::Backoff backoff;
+  const double start = comm::local_seconds();
+  for (std::int64_t taken = 0; taken < jobs && comm::local_seconds() - start < seconds;) {
+    if (std::optional<MPI_Comm> peer = port->take()) {
+      comm::abandon_link(*peer);
+      ++taken;
+      backoff.progressed();
+    } else {
+      backoff.pause();
+    }
+  }
+  port.reset();  // its accept thread ended after the last admission (bounded wait otherwise)
+}
+
+Status meet_joiner(MPI_Comm world, int trainer_leader, const std::string& join_address, double seconds) {
+  Status met;
+  try {
+    comm::abandon_link(comm::join_by_address(fleet_address(join_address), seconds));
+  } catch (const Error& error) {
+    met = Status(error.code(), "meeting a joiner's port: " + error.status().message());
+  }
+  WB_RETURN_IF_ERROR(send_count(world, trainer_leader, kMetTag, met ? 1 : 0));
+  return met;
+}
+
+bool joiner_met(MPI_Comm world, int leader, double seconds) {
+  std::int64_t met = 0;
+  return receive_count(world, leader, kMetTag, seconds, "a joined engine's note that it met the joiner", met).is_ok() && met == 1;
+}
+
+bool meet_fleet(MPI_Comm leaders, const AdapterBase* fleet, double seconds) {
+  const std::vector<int> fleet_leaders = fleet ? fleet->roles.engine_leaders : std::vector<int>{};
+  if (!offer_fleet(leaders, static_cast<std::int64_t>(fleet_leaders.size()), seconds)) return false;
+  for (int leader : fleet_leaders)
+    if (!send_request(fleet->world, leader, RequestKind::kMeetJoiner, 0).is_ok() || !joiner_met(fleet->world, leader, seconds)) {
+      WB_LOG(kWarn) << "trainer 0: " << describe_worker(fleet->roles, leader)
+                    << " did not meet the joiner's port; the joiner is not taken, and the training goes on without it";
+      return false;
+    }
+  return true;
+}
+
+namespace {
+
+// The verdict's bytes: the tag, then the survivors.
+std::vector<std::int32_t> verdict_words(const FleetVerdict& verdict) {
+  std::vector<std::int32_t> words = {verdict.tag};
+  words.insert(words.end(), verdict.survivors.begin(), verdict.survivors.end());
+  return words;
+}
+
+void send_words(MPI_Comm world, int to, const std::vector<std::int32_t>& words) {
+  comm::OperationPtr op = comm::make_operation(words.size() * sizeof(std::int32_t));
+  std::memcpy(op->out.data(), words.data(), op->out.size());
+  if (MPI_Isend(op->out.data(), static_cast<int>(words.size()), MPI_INT32_T, to, kVerdictTag, world, &op->request) == MPI_SUCCESS)
+    comm::abandon(std::move(op));  // small, sent eagerly; a peer that is gone never takes it
+}
+
+// The verdict from `from`, within `seconds`; empty when none came.
+std::vector<std::int32_t> receive_words(MPI_Comm world, int from, double seconds) {
+  comm::Backoff backoff;
+  for (const double start = comm::local_seconds(); comm::local_seconds() - start < seconds; backoff.pause()) {
+    int found = 0;
+    MPI_Message message = MPI_MESSAGE_NULL;
+    MPI_Status status;
+    if (MPI_Improbe(from, kVerdictTag, world, &found, &message, &status) != MPI_SUCCESS) return {};
+    if (!found) continue;
+    int count = 0;
+    MPI_Get_count(&status, MPI_INT32_T, &count);
+    std::vector<std::int32_t> words(static_cast<std::size_t>(std::max(count, 0)));
+    if (MPI_Mrecv(words.data(), count, MPI_INT32_T, &message, MPI_STATUS_IGNORE) != MPI_SUCCESS) return {};
+    return words;
+  }
+  return {};
+}
+
+}  // namespace
+
+FleetVerdict rebuild_fleet(const AdapterBase& old, MPI_Comm trainers, int tag, double seconds) {
+  const Roles& roles = old.roles;
+  FleetVerdict verdict;
+  verdict.tag = tag;
+  verdict.held.assign(roles.engine_leaders.size(), -1);
+  if (roles.leader) {
+    std::vector<comm::OperationPtr> notes;
+    for (int leader : roles.engine_leaders) {
+      notes.push_back(comm::make_operation(0, sizeof(std::int64_t)));
+      WB_CHECK_MPI(MPI_Irecv(notes.back()->in.data(), 1, MPI_INT64_T, leader, kAliveTag, old.world, &notes.back()->request));
+    }
+    const double start = comm::local_seconds();
+    for (std::size_t e = 0; e < notes.size(); ++e) {
+      const double left = std::max(0.0, seconds - (comm::local_seconds() - start));
+      if (comm::wait_for(notes[e], comm::Waiter{left, {}}, false, "an engine's note after a loss").is_ok())
+        std::memcpy(&verdict.held[e], notes[e]->in.data(), sizeof(std::int64_t));
+      else
+        comm::abandon(std::move(notes[e]));  // never waited on again: that engine is gone
+    }
+  }
+  // Trainer 0 waited up to `seconds` before it broadcasts; the others wait as long, and the timeout more.
+  const comm::Waiter waiter{seconds + old.options.timeout_seconds, {}};
+  comm::broadcast_fixed(std::as_writable_bytes(std::span(verdict.held)), 0, trainers, waiter, "the fleet link's survivors");
+  verdict.survivors = roles.trainers;
+  for (std::size_t e = 0; e < verdict.held.size(); ++e)
+    if (verdict.held[e] >= 0) verdict.survivors.insert(verdict.survivors.end(), roles.engines[e].begin(), roles.engines[e].end());
+  // The lost are told too: one that was only stopped reads, once resumed, that it was left out (a dead
+  // one never takes it).
+  if (roles.leader)
+    for (int leader : roles.engine_leaders) send_words(old.world, leader, verdict_words(verdict));
+  if (verdict.survivors.size() == roles.trainers.size()) return verdict;  // no engine left: nothing to rebuild
+  verdict.rebuilt = comm::rebuild_link(old.link, verdict.survivors, 2 * tag, old.options.timeout_seconds,
+                                       old.who() + ": the fleet link after a loss");
+  return verdict;
+}
+
+EngineRebuild rejoin_fleet(const AdapterBase& old, std::uint64_t held) {
+  const Roles& roles = old.roles;
+  const std::vector<int>& mine = roles.engines[static_cast<std::size_t>(roles.engine)];
+  const double timeout = old.options.timeout_seconds;
+  std::vector<std::int32_t> words;
+  if (roles.leader) {
+    (void)send_count(old.world, roles.trainer_leader, kAliveTag, static_cast<std::int64_t>(held));
+    words = receive_words(old.world, roles.trainer_leader, 2 * timeout + join_answer_seconds(timeout));
+    for (std::size_t r = 1; r < mine.size(); ++r) send_words(old.world, mine[r], words);
+  } else {
+    words = receive_words(old.world, mine.front(), 3 * timeout + join_answer_seconds(timeout));
+  }
+  EngineRebuild out;
+  if (words.empty() || std::find(words.begin() + 1, words.end(), roles.world_rank) == words.end()) return out;
+  const std::vector<int> survivors(words.begin() + 1, words.end());
+  out.rebuilt = comm::rebuild_link(old.link, survivors, 2 * words.front(), timeout, old.who() + ": the fleet link after a loss");
+  // Made by this engine's workers alone, on a tag of their own (the survivors' rebuild may still run elsewhere).
+  out.engine = comm::rebuild_link(old.link, mine, 2 * words.front() + 1, timeout, old.who() + ": its engine after a loss");
+  return out;
+}
+
+void carry_over(const AdapterBase& from, AdapterBase& to) {
+  to.version = from.version;
+  to.history = from.history;
+  to.stalls = from.stalls;
+}
+
+}  // namespace wb::coord

@@ -1,0 +1,91 @@
+// The fleet link (relays across engine jobs, issue 31; docs/architecture.md, "Relays across engine jobs",
+// W1-W8): the trainers and every joined engine job on one communicator, planned as one plan, so that the
+// trainers write one model copy out whatever the number of joined jobs. A communicator across jobs forms
+// only where every pair of them connected: a joiner opens a port of its own that each joined job's leader
+// connects to, at trainer 0's request, before the fleet link is widened with the joiner. These are the
+// messages and connections of that meeting, and of the rebuild after a job was lost in an update (who is
+// alive, the verdict, the survivors' link); the widening and the re-links are the adapters'.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/join.hpp"
+#include "weightbridge/status.hpp"
+
+namespace wb::coord {
+
+struct AdapterBase;
+
+/// The fleet_link setting: joined engine jobs share one link with the trainers (both sides must agree).
+bool fleet_link_enabled();
+
+/// The address file of a joiner's port for the joined jobs' leaders: the trainers' address with ".fleet"
+/// after it (one joiner at a time holds it: the trainers take one per send_weights).
+std::string fleet_address(const std::string& join_address);
+
+/// Trainer 0, on the leaders' link of an admitted joiner, before its take: tells it how many joined jobs
+/// will connect to its port (`jobs`; 0: none, it opens none) and waits up to `seconds` for its answer.
+/// False: the joiner did not answer or could not open its port (it is not taken).
+bool offer_fleet(MPI_Comm leaders, std::int64_t jobs, double seconds);
+
+/// The joiner's leader, right after its admission: waits up to `seconds` for trainer 0's offer; opens its
+/// port (admitting exactly that many, none when 0) and answers. `jobs`: the count offered.
+Status answer_fleet(MPI_Comm leaders, const std::string& join_address, double seconds,
+                    std::unique_ptr<comm::JoinPort>& port, std::int64_t& jobs);
+
+/// The joiner's leader, once widened: the connections its port admitted, abandoned (only the runtime's
+/// knowledge of each pair was wanted), and the port closed; bounded by `seconds`.
+void close_fleet_port(std::unique_ptr<comm::JoinPort>& port, std::int64_t jobs, double seconds);
+
+/// A joined engine's leader, asked by trainer 0 (RequestKind::kMeetJoiner): connects to the joiner's port,
+/// lets the connection go and tells trainer 0 (`world`: the fleet link's message communicator) whether it
+/// connected. Bounded by `seconds`.
+Status meet_joiner(MPI_Comm world, int trainer_leader, const std::string& join_address, double seconds);
+
+/// Trainer 0: the note of the joined leader `leader` (a rank of `world`) that it met the joiner, within
+/// `seconds`. False when it did not come, or said it failed.
+bool joiner_met(MPI_Comm world, int leader, double seconds);
+
+/// Trainer 0, the fleet link's meeting (W1-W2): the admitted joiner opens a port for `fleet`'s engines (none
+/// when null: the first joiner) and each of their leaders connects there, one at a time, each within
+/// `seconds`. False (a warning) when the joiner or a leader did not: the joiner is not taken (leaving the
+/// silent job out first, W3, is not built).
+bool meet_fleet(MPI_Comm leaders, const AdapterBase* fleet, double seconds);
+
+/// The verdict after a loss on the fleet link (L3-L4), as every survivor learns it.
+struct FleetVerdict {
+  std::vector<std::int64_t> held;  // per engine of the old link: the version it holds, -1 when it was lost
+  std::vector<int> survivors;      // ranks of the old link the new one is made of, trainers first
+  int tag = 0;                     // the rebuild's (rebuild_link: rebuilds of one link may overlap)
+  MPI_Comm rebuilt = MPI_COMM_NULL;
+};
+
+/// Trainers, every one, once the fleet link `old` failed an update (its state is failed; point-to-point
+/// with its live ranks still works): trainer 0 takes each engine's note that it is alive and the version it
+/// holds, within `seconds` of the first look (an engine silent past that is lost), the trainers agree on it
+/// over `trainers`, trainer 0 tells every engine the survivors (a stopped one reads it once resumed: it was
+/// left out), and the survivors make their link
+/// (comm::rebuild_link; the lost never waited for). `rebuilt` is null when no engine is alive (nothing is
+/// rebuilt). Throws wb::Error when a trainer step or the rebuild fails.
+FleetVerdict rebuild_fleet(const AdapterBase& old, MPI_Comm trainers, int tag, double seconds);
+
+/// Every worker of an engine on the fleet link whose update failed: its leader tells trainer 0 it is alive
+/// (with `held`, the version it holds) and waits for the verdict (twice the timeout), which it passes to the
+/// engine's other workers; the survivors make their link, and this engine's workers a communicator of their
+/// own from the old link (its group communicator may hold steps given up on). Null `rebuilt` when no verdict
+/// came or this engine was left out: the failure stands.
+struct EngineRebuild {
+  MPI_Comm rebuilt = MPI_COMM_NULL, engine = MPI_COMM_NULL;
+};
+EngineRebuild rejoin_fleet(const AdapterBase& old, std::uint64_t held);
+
+/// What a re-link carries from an adapter's state on the old world to the one on the new: the version,
+/// the history of updates and the stalls.
+void carry_over(const AdapterBase& from, AdapterBase& to);
+
+}  // namespace wb::coord
