@@ -149,10 +149,7 @@ void Fp8CastProgram::cast_rows(const Cast& cast, const std::uint16_t* values, st
         for (std::int64_t g = g0, j = j0; g < g1; ++g) {
           const std::int64_t run = std::min(j1 - j, block_cols_ - (g == 0 ? lead : 0));
           if (own[g] != 0) {
-            const fp8::BlockScale fresh = fp8::block_scale(rule_, fp8::bf16_amax(running + (j - j0), run));
-            changed = static_cast<std::uint16_t>(changed + (same_scale(fresh, scales[g]) ? 0 : 1));
-            scales[g] = fresh;
-            cast.scale_values[block_row * cast.scale_cols + cast.first_block_col + g] = scales[g].scale_inv;
+            if (take_scale(cast, block_row, g, fp8::bf16_amax(running + (j - j0), run))) ++changed;
           }
           j += run;
         }
@@ -164,6 +161,17 @@ void Fp8CastProgram::cast_rows(const Cast& cast, const std::uint16_t* values, st
     }
     i = band_end;
   }
+}
+
+// Block g of the cast's block row `block_row` takes the scale of `amax`, in the tensor's scales and its scale
+// parameter; true where it differs from the one it had (the last update's).
+bool Fp8CastProgram::take_scale(const Cast& cast, std::int64_t block_row, std::int64_t g, float amax) const noexcept {
+  const std::int64_t block = block_row * cast.scale_cols + cast.first_block_col + g;
+  const fp8::BlockScale fresh = fp8::block_scale(rule_, amax);
+  cast.scale_values[block] = fresh.scale_inv;
+  const bool changed = !same_scale(fresh, cast.scales[block]);
+  cast.scales[block] = fresh;
+  return changed;
 }
 
 // The rows of a band's chunk read once: cast with the scales of the last update, each block's amax taken
@@ -192,13 +200,10 @@ std::int64_t Fp8CastProgram::cast_speculatively(const Cast& cast, const std::uin
     const std::int64_t at = j;
     j += run;
     if (own[g] == 0) continue;  // its scale was taken before the rounds: the codes are right
-    const fp8::BlockScale fresh =
-        fp8::block_scale(rule_, fp8::bf16_amax(magnitudes + fp8::kMagnitudeLanes * (g - g0), fp8::kMagnitudeLanes));
-    cast.scale_values[block_row * cast.scale_cols + cast.first_block_col + g] = fresh.scale_inv;
-    if (same_scale(fresh, scales[g])) continue;
-    scales[g] = fresh;
+    if (!take_scale(cast, block_row, g, fp8::bf16_amax(magnitudes + fp8::kMagnitudeLanes * (g - g0), fp8::kMagnitudeLanes)))
+      continue;
     fp8::CastTable& table = tables_[static_cast<std::size_t>(g - g0)];
-    fp8::make_cast_table(fresh, table);
+    fp8::make_cast_table(scales[g], table);
     for (std::int64_t r = i; r < band_end; ++r)
       fp8::quantize_bf16_blocks(&table, block_cols_, 0, values + copy.offset + r * copy.strides[0] + at, run, codes + r * cols + at);
     ++recast_blocks_;

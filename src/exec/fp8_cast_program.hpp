@@ -72,6 +72,7 @@ class Fp8CastProgram {
   // last update.
   static constexpr std::int64_t kSpeculateAtMost = 8;
   void cast_rows(const Cast& cast, const std::uint16_t* values, std::byte* buffer) const noexcept;
+  bool take_scale(const Cast& cast, std::int64_t block_row, std::int64_t g, float amax) const noexcept;
   /// Returns how many of the chunk's own blocks changed scale (and were cast again).
   std::int64_t cast_speculatively(const Cast& cast, const std::uint16_t* values, std::uint8_t* codes, std::int64_t i,
                           std::int64_t band_end, std::int64_t g0, std::int64_t g1, std::int64_t j0, std::int64_t j1) const noexcept;
