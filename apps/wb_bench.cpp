@@ -231,7 +231,7 @@ void measure(const Bench& b, Outcome& out) {
       adapter.receiver_staging = mode.receiver_staging;
       adapter.node = deployment.node_of(rank);
       if (!b.options.trace.empty()) adapter.trace = true;
-      if (b.setup.engine_form) adapter.fp8 = fp8_engine_option(b.setup.engine_form->config);
+      if (b.worker.loads_fp8_form()) adapter.fp8 = fp8_engine_option(b.setup.engine_form->config);
       // The trainers publish the address (one mode then); an engine of their own world never joins by it.
       adapter.join_address = trainer ? b.options.join_address : std::string();
       if (trainer) {
@@ -457,7 +457,7 @@ int run(int argc, char** argv, Ending& ending) {
   if (trainer)
     params.load(*worker, *setup.checkpoint);
   else
-    params.load(*worker, EngineVersion(setup, 0).reader());
+    params.load(*worker, EngineVersion(setup, 0, worker->loads_fp8_form()).reader());
   MPI_Comm group = MPI_COMM_NULL;
   WB_CHECK_MPI(MPI_Comm_split(MPI_COMM_WORLD, trainer ? 0 : 1 + engine, rank, &group));
   const JobClock clock(MPI_COMM_WORLD);

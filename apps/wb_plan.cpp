@@ -357,6 +357,7 @@ int run(int argc, char** argv) {
   for (const TensorInfo& t : planned) form_bytes += static_cast<std::int64_t>(t.nbytes());
   if (deployment.rollout.fp8()) {
     const layout::Fp8Form form = engine_form(model, deployment.rollout);
+    form_bytes = static_cast<std::int64_t>(form.total_bytes());  // a mixed fleet plans in the union: not `planned`
     for (std::size_t t = 0; t < form.tensors.size(); ++t)
       if (form.sources[t].role == layout::FormRole::kScale) scale_bytes += static_cast<std::int64_t>(form.tensors[t].nbytes());
   }
@@ -367,6 +368,11 @@ int run(int argc, char** argv) {
                 gib(static_cast<double>(scale_bytes)).c_str(), static_cast<double>(form_bytes) / static_cast<double>(checkpoint_bytes),
                 gib(static_cast<double>(checkpoint_bytes)).c_str(), static_cast<long long>(fp8_shared_blocks),
                 static_cast<long long>(4 * fp8_shared_blocks));
+  if (deployment.rollout.mixed())
+    std::printf("  mixed fleet: %d BF16 and %d FP8 engines in one plan, in the union of both forms (%s: the tensors both "
+                "forms hold counted once); each rollout node's M_v is its own form's\n",
+                deployment.rollout.bf16_engines, deployment.rollout.engines - deployment.rollout.bf16_engines,
+                gib(static_cast<double>(e.bound.model_bytes)).c_str());
   std::printf("  M = %s over %zu trainer nodes (B_T = %.0f GB/s): M / B_T = %.3f s\n",
               gib(static_cast<double>(e.bound.model_bytes)).c_str(), e.bound.trainer_nodes.size(),
               e.bound.trainer_egress_bandwidth / 1e9, static_cast<double>(e.bound.model_bytes) / e.bound.trainer_egress_bandwidth);

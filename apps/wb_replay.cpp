@@ -160,7 +160,7 @@ bool preflight(const Setup& setup, const EmulatedWorker& worker, const WorkerPar
   WB_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &world));
   const Deployment& deployment = setup.deployment;
   // What this worker loads: the checkpoint, or (an FP8 engine) its FP8 form.
-  const EngineVersion engine_version(setup, 0);
+  const EngineVersion engine_version(setup, 0, worker.loads_fp8_form());
   const CheckpointReader& own = deployment.is_trainer(rank) ? *setup.checkpoint : engine_version.reader();
   const auto load_start = std::chrono::steady_clock::now();
   stored.load(worker, own);
@@ -199,7 +199,7 @@ bool preflight(const Setup& setup, const EmulatedWorker& worker, const WorkerPar
   if (rank == 0) {
     const int groups = 1 + deployment.rollout.engines;
     const auto tensors_of = [&](int group) -> const std::vector<TensorInfo>& {
-      return group == 0 ? setup.checkpoint->tensors() : setup.engine_tensors();
+      return group == 0 ? setup.checkpoint->tensors() : setup.engine_tensors(group - 1);
     };
     std::vector<std::vector<std::vector<Box>>> group_boxes;
     for (int g = 0; g < groups; ++g) group_boxes.emplace_back(tensors_of(g).size());
@@ -336,11 +336,11 @@ WorkerOutcome run_rollout(const Setup& setup, EmulatedWorker& worker, const Work
   HostParameters expected(worker.parameter_infos());
   std::uint64_t expected_version = 0;
   // (An FP8 engine's: of the FP8 form of that version, quantized by its own rule.)
-  worker.load_weights(EngineVersion(setup, 0).reader(), expected.parameters());
+  worker.load_weights(EngineVersion(setup, 0, worker.loads_fp8_form()).reader(), expected.parameters());
   const auto expect = [&](std::uint64_t v) {
     if (v == expected_version) return;
     for (const Parameter& p : expected.parameters()) std::memset(p.view.data, 0, p.view.nbytes());
-    worker.load_weights(EngineVersion(setup, v).reader(), expected.parameters());
+    worker.load_weights(EngineVersion(setup, v, worker.loads_fp8_form()).reader(), expected.parameters());
     expected_version = v;
   };
   std::map<std::uint64_t, int> hook_calls;
@@ -359,7 +359,7 @@ WorkerOutcome run_rollout(const Setup& setup, EmulatedWorker& worker, const Work
   adapter.receiver_staging = mode.receiver_staging;
   adapter.node = setup.deployment.node_of(process_rank());
   adapter.join_address = std::string();  // an engine of the trainers' own world (the trainers' address is theirs)
-  if (setup.engine_form) adapter.fp8 = fp8_engine_option(setup.engine_form->config);
+  if (worker.loads_fp8_form()) adapter.fp8 = fp8_engine_option(setup.engine_form->config);
   if (!options.trace.empty()) adapter.trace = true;
   ReceiverAdapter receiver(MPI_COMM_WORLD, engine, stored.parameters(), stored.loader(worker), adapter, hook);
   // The engine's own check of which version it holds: a step of the engine's group (comm/group.hpp).
@@ -655,14 +655,25 @@ int run(int argc, char** argv, Ending& ending) {
     std::int64_t checkpoint_bytes = 0;
     for (const TensorInfo& t : setup.checkpoint->tensors()) checkpoint_bytes += static_cast<std::int64_t>(t.nbytes());
     result["checkpoint_bytes"] = checkpoint_bytes;
+    result["node_of_worker"] = summary.node_of_worker;
     if (setup.engine_form) {
-      std::int64_t scale_bytes = 0;
-      for (std::size_t t = 0; t < setup.engine_form->tensors.size(); ++t)
-        if (setup.engine_form->sources[t].role == layout::FormRole::kScale)
-          scale_bytes += static_cast<std::int64_t>(setup.engine_form->tensors[t].nbytes());
+      std::int64_t scale_bytes = 0, copied_bytes = 0;
+      for (std::size_t t = 0; t < setup.engine_form->tensors.size(); ++t) {
+        const auto bytes = static_cast<std::int64_t>(setup.engine_form->tensors[t].nbytes());
+        if (setup.engine_form->sources[t].role == layout::FormRole::kScale) scale_bytes += bytes;
+        if (setup.engine_form->sources[t].role == layout::FormRole::kCopied) copied_bytes += bytes;
+      }
+      // Which engines load which form (a mixed fleet has both).
+      nlohmann::json engines = nlohmann::json::array();
+      for (int e = 0; e < deployment.rollout.engines; ++e)
+        engines.push_back({{"engine", e}, {"fp8", deployment.rollout.fp8_engine(e)},
+                           {"first_world_rank", deployment.trainer.world_size() + e * deployment.rollout.tp},
+                           {"workers", deployment.rollout.tp}});
       result["fp8"] = {{"config", setup.engine_form->config.to_string()},
                        {"form_bytes", setup.engine_form->total_bytes()},
                        {"scale_bytes", scale_bytes},
+                       {"copied_bytes", copied_bytes},  // tensors the form holds as the checkpoint does: in both forms
+                       {"engines", engines},
                        {"amax_bytes_per_trainer", summary.fp8_amax_bytes},
                        {"model_bytes_over_checkpoint_bytes",
                         static_cast<double>(summary.model_bytes) / static_cast<double>(std::max<std::int64_t>(checkpoint_bytes, 1))}};

@@ -34,6 +34,8 @@ class EmulatedWorker {
   virtual ~EmulatedWorker() = default;
 
   WorkerRole role() const { return role_; }
+  /// Whether load_weights takes the FP8 form of the checkpoint (a worker of an FP8 engine).
+  bool loads_fp8_form() const { return loads_fp8_form_; }
   /// "trainer tp 1/4 pp 0/2 cp 0/1 dp 0/2 ep 1/8" or "rollout engine 1/2 tp 3/8 ep 3/8".
   virtual std::string describe() const = 0;
 
@@ -51,6 +53,7 @@ class EmulatedWorker {
  protected:
   EmulatedWorker(WorkerRole role, const ModelConfig& model) : role_(role), model_(model) {}
   WorkerRole role_;
+  bool loads_fp8_form_ = false;  // set by the constructor of an FP8 engine's worker
   ModelConfig model_;
   std::vector<TensorInfo> parameters_;  // filled by the constructor of each backend
 };

@@ -18,13 +18,14 @@ SourceMap described_source_map(const EmulatedWorker& worker, const std::vector<T
 /// Every worker of a deployment, in world-rank order: its described map, its side and its rollout engine
 /// (-1 for trainers). Rollout engines are identical, so each rank-in-engine's map is built once.
 /// FP8 engines (deployment.rollout.fp8()): the maps are in the FP8 form's tensors, the trainers' as their
-/// quantizing pack makes them (exec/quantized_pack.hpp: fp8 shadows and scales), as connect plans them.
+/// quantizing pack makes them (exec/quantized_pack.hpp: fp8 shadows and scales), as connect plans them; a
+/// mixed fleet (rollout bf16_engines) in the union of both forms (layout/form_union.hpp), as connect plans it.
 struct DescribedDeployment {
   std::vector<SourceMap> maps;
   std::vector<Side> sides;
   std::vector<int> engine_of_worker;
   std::size_t copies = 0;  // over all maps
-  std::vector<TensorInfo> tensors;  // what the maps are in: the checkpoint's tensors or the FP8 form's
+  std::vector<TensorInfo> tensors;  // what the maps are in: the checkpoint's tensors, the FP8 form's or their union
   // FP8 engines: the blocks trainers share (their amaxes exchanged every update, 4 bytes per block per trainer).
   std::int64_t fp8_shared_blocks = 0;
 };

@@ -108,7 +108,7 @@ std::vector<std::pair<std::int64_t, std::int64_t>> TrainerSpec::stage_layers(std
 }
 
 RolloutSpec RolloutSpec::parse(std::string_view text) {
-  const auto pairs = parse_pairs(text, "rollout", {"engines", "tp", "ep", "dp_attn", "transpose", "fp8", "fp8_rule"});
+  const auto pairs = parse_pairs(text, "rollout", {"engines", "tp", "ep", "dp_attn", "transpose", "fp8", "fp8_rule", "bf16_engines"});
   RolloutSpec spec;
   // engines=0: a trainer job whose engines all join by address (resolve_deployment refuses it otherwise).
   spec.engines = positive(pairs, "engines", 1, "rollout", text, 0);
@@ -129,6 +129,13 @@ RolloutSpec RolloutSpec::parse(std::string_view text) {
     (void)layout::parse_scale_rule_or_throw(it->second, where + "fp8_rule");
     spec.fp8_rule = it->second;
   }
+  spec.bf16_engines = positive(pairs, "bf16_engines", 0, "rollout", text, 0);
+  if (spec.bf16_engines > 0 && !spec.fp8())
+    throw Error(ErrorCode::kInvalidArgument, where + "bf16_engines needs fp8=BLOCK (the others' form)");
+  if (spec.bf16_engines > 0 && spec.bf16_engines >= spec.engines)
+    throw Error(ErrorCode::kInvalidArgument, where + "bf16_engines=" + std::to_string(spec.bf16_engines) +
+                                                 " leaves none of the " + std::to_string(spec.engines) +
+                                                 " engines in FP8 (drop fp8 for BF16 engines only)");
   if (spec.tp % spec.ep != 0)
     throw Error(ErrorCode::kInvalidArgument, "rollout spec '" + std::string(text) + "': ep=" + std::to_string(spec.ep) +
                                                  " does not divide tp=" + std::to_string(spec.tp));
@@ -145,7 +152,18 @@ std::string RolloutSpec::to_string() const {
   if (dp_attn != 1) out << ",dp_attn=" << dp_attn;
   if (transpose_experts) out << ",transpose=experts";
   if (fp8()) out << ",fp8=" << fp8_block_rows << "x" << fp8_block_cols << ",fp8_rule=" << fp8_rule;
+  if (bf16_engines > 0) out << ",bf16_engines=" << bf16_engines;
   return out.str();
+}
+
+RolloutSpec RolloutSpec::of_engine(int engine) const {
+  RolloutSpec spec = *this;
+  spec.bf16_engines = 0;
+  if (!fp8_engine(engine)) {
+    spec.fp8_block_rows = spec.fp8_block_cols = 0;
+    spec.fp8_rule = RolloutSpec{}.fp8_rule;
+  }
+  return spec;
 }
 
 std::vector<Side> Deployment::sides() const {

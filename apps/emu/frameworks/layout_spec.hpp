@@ -11,6 +11,8 @@
 //            [in, out] as an inference kernel that wants them so would.
 //            fp8=128x128: an FP8 engine (emu/frameworks/fp8_engine.hpp) loading the FP8 form of the checkpoint
 //            in blocks of that shape; fp8_rule=plain|per-block-cast|ue8m0 (default per-block-cast).
+//            bf16_engines=N (with fp8): a mixed fleet, the first N engines load the BF16 checkpoint, the
+//            others its FP8 form, all of the same tp/ep, fed by the trainers in one plan.
 #pragma once
 
 #include <cstdint>
@@ -39,8 +41,15 @@ struct RolloutSpec {
   bool transpose_experts = false;
   std::int64_t fp8_block_rows = 0, fp8_block_cols = 0;  // 0: a BF16 engine
   std::string fp8_rule = "per-block-cast";
+  int bf16_engines = 0;  // with fp8: the first bf16_engines engines are BF16 (a mixed fleet)
 
+  /// Whether any engine loads the FP8 form.
   bool fp8() const { return fp8_block_rows > 0; }
+  bool mixed() const { return bf16_engines > 0; }
+  /// Whether engine `engine` (0-based) loads the FP8 form.
+  bool fp8_engine(int engine) const { return fp8() && engine >= bf16_engines; }
+  /// The spec of engine `engine` alone: fp8 cleared for a BF16 engine of a mixed fleet, bf16_engines 0.
+  RolloutSpec of_engine(int engine) const;
   static RolloutSpec parse(std::string_view text);
   std::string to_string() const;
   int world_size() const { return engines * tp; }
@@ -57,6 +66,10 @@ struct Deployment {
   int node_of(int world_rank) const { return world_rank / gpus_per_node; }
   /// The side of every world rank, as the planner takes them.
   std::vector<Side> sides() const;
+  /// Whether `world_rank` is a worker of an FP8 engine (it loads the FP8 form, not the checkpoint).
+  bool loads_fp8(int world_rank) const {
+    return !is_trainer(world_rank) && rollout.fp8_engine((world_rank - trainer.world_size()) / rollout.tp);
+  }
   /// The worker as the library names it in its messages: "trainer 1 (world rank 1)", "engine 1 worker 0
   /// (world rank 4)".
   std::string worker_name(int world_rank) const;

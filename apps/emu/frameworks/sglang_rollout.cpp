@@ -124,6 +124,7 @@ SGLangRolloutWorker::SGLangRolloutWorker(const ModelConfig& model, const Rollout
   if (spec_.fp8()) {
     const layout::Fp8Form form = engine_form(model_, spec_);
     quant_ = form.config;
+    loads_fp8_form_ = true;
     for (std::size_t t = 0; t < form.tensors.size(); ++t)
       if (form.sources[t].role == layout::FormRole::kQuantized) quantized_tensors_[form.tensors[t].name] = form.tensors[t].shape;
   }
@@ -595,7 +596,8 @@ void SGLangRolloutWorker::export_experts(std::vector<CheckpointPiece>& out, cons
 }  // namespace
 
 std::unique_ptr<EmulatedWorker> make_rollout_worker(const ModelConfig& model, const RolloutSpec& spec, int rank) {
-  return std::make_unique<SGLangRolloutWorker>(model, spec, rank);
+  // A mixed fleet's worker loads its own engine's form.
+  return std::make_unique<SGLangRolloutWorker>(model, spec.of_engine(rank / spec.tp), rank);
 }
 
 }  // namespace wb::emu

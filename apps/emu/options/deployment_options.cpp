@@ -25,7 +25,7 @@ void add_deployment_options(po::options_description& options, DeploymentOptions&
       ("vocab", po::value(&out.vocab), "Vocabulary of the tiny variant.")
       ("head-dim", po::value(&out.head_dim), "Attention head width of the tiny variant (not MLA; default 4).")
       ("trainer", po::value(&out.trainer), "Trainer layout, e.g. tp=4,pp=2,ep=8,cp=1,dp=2[,pp_last=N].")
-      ("rollout", po::value(&out.rollout), "Rollout layout, e.g. engines=2,tp=8,ep=8[,dp_attn=D][,transpose=experts][,fp8=128x128[,fp8_rule=plain|per-block-cast|ue8m0]] (fp8: an FP8 engine loading the FP8 form).")
+      ("rollout", po::value(&out.rollout), "Rollout layout, e.g. engines=2,tp=8,ep=8[,dp_attn=D][,transpose=experts][,fp8=128x128[,fp8_rule=plain|per-block-cast|ue8m0][,bf16_engines=N]] (fp8: FP8 engines loading the FP8 form; bf16_engines: a mixed fleet, the first N engines BF16).")
       ("fp8-engines", po::value(&out.fp8_engines), "The rollout engines (a preset's too) load the FP8 form in blocks of this shape, e.g. 128x128: the same as fp8=128x128 in --rollout.")
       ("gpus-per-node", po::value(&out.gpus_per_node), "Workers (ranks) per node.");
 }

@@ -97,8 +97,18 @@ NetworkReport network_report(const TransferSummary& summary, const std::vector<s
 
   std::vector<std::int64_t> host_in(hosts, 0), host_out(hosts, 0), node_in(nodes, 0), node_out(nodes, 0);
   std::map<std::string, std::int64_t> between_by_transport, within_by_transport;
+  // Between planned nodes, wherever they run (logical nodes of one machine too): what each node took in and
+  // gave out, and each pair's bytes (which node relayed to which).
+  std::vector<std::int64_t> planned_node_in(nodes, 0), planned_node_out(nodes, 0);
+  std::map<std::pair<int, int>, std::int64_t> node_pairs;
   for (const RankLink& link : links) {
     if (link.peer < 0 || link.peer >= world) continue;
+    if (have_plan && node_of(link.rank) >= 0 && node_of(link.peer) >= 0 && node_of(link.rank) != node_of(link.peer) &&
+        static_cast<std::size_t>(node_of(link.rank)) < nodes && static_cast<std::size_t>(node_of(link.peer)) < nodes) {
+      planned_node_out[static_cast<std::size_t>(node_of(link.rank))] += link.bytes;
+      planned_node_in[static_cast<std::size_t>(node_of(link.peer))] += link.bytes;
+      node_pairs[{node_of(link.rank), node_of(link.peer)}] += link.bytes;
+    }
     const int from = machine_of[static_cast<std::size_t>(link.rank)], to = machine_of[static_cast<std::size_t>(link.peer)];
     if (from == to) {
       within_by_transport[link.transport] += link.bytes;
@@ -166,8 +176,19 @@ NetworkReport network_report(const TransferSummary& summary, const std::vector<s
   nlohmann::json by_transport = nlohmann::json::object(), within = nlohmann::json::object();
   for (const auto& [name, bytes] : between_by_transport) by_transport[name] = per_update(bytes);
   for (const auto& [name, bytes] : within_by_transport) within[name] = per_update(bytes);
+  nlohmann::json planned_nodes = nlohmann::json::array(), pairs = nlohmann::json::array();
+  for (std::size_t n = 0; n < nodes; ++n)
+    planned_nodes.push_back({{"node", n},
+                             {"measured_in_bytes", per_update(planned_node_in[n])},
+                             {"measured_out_bytes", per_update(planned_node_out[n])},
+                             {"planned_in_bytes", summary.node_ingress_bytes[n]},
+                             {"planned_out_bytes", summary.node_egress_bytes[n]},
+                             {"need_bytes", summary.node_need_bytes[n]}});
+  for (const auto& [pair, bytes] : node_pairs) pairs.push_back({pair.first, pair.second, per_update(bytes)});
   report.json = {{"updates", updates},
                  {"hosts", host_list},
+                 {"planned_nodes", planned_nodes},
+                 {"node_to_node_bytes", pairs},
                  {"nodes_are_machines", nodes_are_machines},
                  {"between_machines_bytes_by_transport", by_transport},
                  {"within_machine_bytes_by_transport", within},

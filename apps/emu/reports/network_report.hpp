@@ -21,7 +21,8 @@ struct RankLink {
 };
 
 struct NetworkReport {
-  nlohmann::json json;                // hosts, nodes, by transport, checks
+  nlohmann::json json;                // hosts, nodes, by transport, checks; per planned node (logical ones
+                                      // of one machine too) the bytes measured between nodes, and per pair
   std::vector<std::string> failures;  // measured traffic that contradicts the plan, or a same-machine
                                       // transport used between machines
   std::vector<std::string> table;     // printable lines, one per host

@@ -32,12 +32,12 @@ int run_engine_job(const RunOptions& options, const RunSetup& setup, const Engin
   ending.who = who;
   const std::unique_ptr<EmulatedWorker> worker = make_rollout_worker(setup.model, spec, rank);
   const WorkerParameters params(worker->parameter_infos(), parse_parameter_place(options.device), default_cuda_device());
-  params.load(*worker, EngineVersion(setup, 0).reader());
+  params.load(*worker, EngineVersion(setup, 0, worker->loads_fp8_form()).reader());
   VersionReference reference(*worker, setup);
   AdapterOptions adapter;
   adapter.join_address = job.join_address;
   adapter.receiver_staging = job.mode.receiver_staging;
-  if (setup.engine_form) adapter.fp8 = fp8_engine_option(setup.engine_form->config);
+  if (worker->loads_fp8_form()) adapter.fp8 = fp8_engine_option(setup.engine_form->config);
   if (!options.trace.empty()) adapter.trace = true;
   JoinedEngineRun run;
   run.name = job.name;

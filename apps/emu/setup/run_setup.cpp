@@ -82,10 +82,10 @@ void check_nodes_within_machines(const Deployment& deployment) {
   }
 }
 
-EngineVersion::EngineVersion(const RunSetup& setup, std::uint64_t version, bool rollout)
+EngineVersion::EngineVersion(const RunSetup& setup, std::uint64_t version, bool fp8_form)
     : version_(*setup.checkpoint, version) {
   reader_ = &version_;
-  if (!setup.engine_form || !rollout) return;
+  if (!setup.engine_form || !fp8_form) return;
   if (version == 0 && setup.engine_checkpoint) {
     reader_ = setup.engine_checkpoint.get();
     return;
@@ -110,13 +110,13 @@ std::unique_ptr<CheckpointReader> open_engine_checkpoint(const std::string& path
 
 VersionReference::VersionReference(const EmulatedWorker& worker, const RunSetup& setup)
     : worker_(worker), setup_(setup), expected_(worker.parameter_infos()) {
-  worker_.load_weights(EngineVersion(setup_, 0, worker_.role() == WorkerRole::kRollout).reader(), expected_.parameters());
+  worker_.load_weights(EngineVersion(setup_, 0, worker_.loads_fp8_form()).reader(), expected_.parameters());
 }
 
 const ParameterSet& VersionReference::at(std::uint64_t version) {
   if (version != version_) {
     for (const Parameter& p : expected_.parameters()) std::memset(p.view.data, 0, p.view.nbytes());
-    worker_.load_weights(EngineVersion(setup_, version, worker_.role() == WorkerRole::kRollout).reader(), expected_.parameters());
+    worker_.load_weights(EngineVersion(setup_, version, worker_.loads_fp8_form()).reader(), expected_.parameters());
     version_ = version;
   }
   return expected_.parameters();

@@ -30,19 +30,19 @@ struct RunSetup {
   std::unique_ptr<CheckpointReader> engine_checkpoint;
   /// The path given; with "{version}" in it, the file of each version (wb-mkckpt --fp8 --version K).
   std::string engine_checkpoint_path;
-  /// The tensors the rollout engines load: the model's, or the FP8 form's.
-  const std::vector<TensorInfo>& engine_tensors() const {
-    return engine_form ? engine_form->tensors : checkpoint->tensors();
+  /// The tensors engine `engine` loads: the model's, or the FP8 form's (a mixed fleet has both).
+  const std::vector<TensorInfo>& engine_tensors(int engine) const {
+    return deployment.rollout.fp8_engine(engine) ? engine_form->tensors : checkpoint->tensors();
   }
 };
 
-/// Version `version` of the setup's checkpoint as the rollout engines load it: the checkpoint's, or its FP8
-/// form's: from the --engine-checkpoint file of that version when it names one ("{version}" in its path;
-/// version 0 only otherwise), else computed from the checkpoint's version. `setup` must outlive it.
+/// Version `version` of the setup's checkpoint as a worker loads it: the checkpoint's (trainers, BF16
+/// engines), or its FP8 form's (`fp8_form`: a worker of an FP8 engine, EmulatedWorker::loads_fp8_form): from
+/// the --engine-checkpoint file of that version when it names one ("{version}" in its path; version 0 only
+/// otherwise), else computed from the checkpoint's version. `setup` must outlive it.
 class EngineVersion {
  public:
-  /// `rollout` false: the trainers' version (the checkpoint's), whatever the engines load.
-  EngineVersion(const RunSetup& setup, std::uint64_t version, bool rollout = true);
+  EngineVersion(const RunSetup& setup, std::uint64_t version, bool fp8_form);
   const CheckpointReader& reader() const { return *reader_; }
 
  private:
