@@ -157,7 +157,10 @@ Status make_quantized_pack(const Connect& c, const layout::Fp8Form& form, const 
                            std::unique_ptr<exec::QuantizedPack>& quantized) {
   try {
     quantized = std::make_unique<exec::QuantizedPack>(map, form);
-    map = united ? layout::trainer_map_in_union(map, quantized->form_map(), form, *united) : quantized->form_map();
+    // Normalized, as the probe leaves every other map: the pack's copies coalesced, so that the planner
+    // works in as few atoms as for a BF16 trainer (and wb-plan, describing the trainer, plans the same).
+    map = normalize_source_map(united ? layout::trainer_map_in_union(map, quantized->form_map(), form, *united)
+                                      : quantized->form_map());
   } catch (const Error& error) {
     return Status(ErrorCode::kInvalidArgument, c.who() + error.status().message());
   }
