@@ -5,9 +5,9 @@ JSON, what the run verified and what its transports counted:
 
 - wb-replay verified every version on every rollout worker bit for bit against its own load_weights of the
   reference checkpoint of its form (the BF16 file, or the FP8 file of that version), and the fleet mixes both;
-- each rollout node (one whole engine, --gpus-per-node = tp) receives its own form once: the bytes the
-  transports carried into it from other nodes equal the plan's M_v for it and that form's whole bytes (the
-  FP8 form's weights and scales, or the checkpoint's), per update;
+- each rollout node (whole engines: --gpus-per-node a multiple of tp) receives its own form once: the bytes
+  the transports carried into it from other nodes equal the plan's M_v for it and that form's whole bytes
+  (the FP8 form's weights and scales, or the checkpoint's; a node of both forms: their union), per update;
 - the trainers send one copy of each form present: their egress equals M, the union of the two forms (the
   tensors both hold, such as norms and the embedding, counted once);
 - no node passes to a node of the other form more than the bytes both forms hold alike (a relay forwards
@@ -57,23 +57,24 @@ check(0 < copied_bytes < form_bytes < checkpoint_bytes, f"form sizes: checkpoint
       f"held alike {copied_bytes}")
 node_of = result["node_of_worker"]
 nodes = {n["node"]: n for n in result["network"]["planned_nodes"]}
-form_of_node = {}  # rollout node -> True (FP8) / False (BF16)
+union = checkpoint_bytes + form_bytes - copied_bytes
+forms_of_node = {}  # rollout node -> the forms of its engines (True: FP8)
 for e in engines:
     ranks_of = range(e["first_world_rank"], e["first_world_rank"] + e["workers"])
     engine_nodes = {node_of[r] for r in ranks_of}
-    check(len(engine_nodes) == 1, f"engine {e['engine']} spans nodes {engine_nodes}: give --gpus-per-node its tp")
-    node = engine_nodes.pop()
-    check(node not in form_of_node, f"node {node} holds two engines")
-    form_of_node[node] = e["fp8"]
-    own = form_bytes if e["fp8"] else checkpoint_bytes
+    check(len(engine_nodes) == 1, f"engine {e['engine']} spans nodes {engine_nodes}: give --gpus-per-node a multiple of its tp")
+    forms_of_node.setdefault(engine_nodes.pop(), set()).add(e["fp8"])
+for node, node_forms in sorted(forms_of_node.items()):
+    # A node of both forms needs the union: what both hold alike once, then forwarded inside the node.
+    own = union if len(node_forms) == 2 else form_bytes if True in node_forms else checkpoint_bytes
     n = nodes[node]
-    name = f"engine {e['engine']} ({'FP8' if e['fp8'] else 'BF16'}, node {node})"
-    check(n["need_bytes"] == own, f"{name}: M_v {n['need_bytes']}, its form {own}")
-    check(n["planned_in_bytes"] == own, f"{name}: planned ingress {n['planned_in_bytes']}, its form {own}")
-    check(n["measured_in_bytes"] == own, f"{name}: measured ingress {n['measured_in_bytes']} per update, its form {own}")
-    print(f"check_mixed_fleet: {name}: received {n['measured_in_bytes']} bytes per update; its form {own}")
-union = checkpoint_bytes + form_bytes - copied_bytes
-trainer_nodes = [v for k, v in nodes.items() if k not in form_of_node]
+    name = f"node {node} ({' and '.join('FP8' if f else 'BF16' for f in sorted(node_forms))})"
+    check(n["need_bytes"] == own, f"{name}: M_v {n['need_bytes']}, its forms {own}")
+    check(n["planned_in_bytes"] == own, f"{name}: planned ingress {n['planned_in_bytes']}, its forms {own}")
+    check(n["measured_in_bytes"] == own, f"{name}: measured ingress {n['measured_in_bytes']} per update, its forms {own}")
+    print(f"check_mixed_fleet: {name}: received {n['measured_in_bytes']} bytes per update; its forms {own}")
+form_of_node = {node: f.pop() for node, f in forms_of_node.items() if len(f) == 1}
+trainer_nodes = [v for k, v in nodes.items() if k not in forms_of_node]
 egress = sum(n["measured_out_bytes"] for n in trainer_nodes)
 check(result["model_bytes"] == union, f"M {result['model_bytes']}, the union of both forms {union}")
 check(egress == union, f"the trainers' measured egress {egress} per update, the union of both forms {union}")
