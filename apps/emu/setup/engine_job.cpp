@@ -93,6 +93,8 @@ int run_engine_job(const RunOptions& options, const RunSetup& setup, const Engin
     result["workers"] = world;
     result["machine"] = machine_id();
     result["probe_s"] = probe;  // the slowest worker's: the engine's probe ends with it
+    result["model_bytes"] = out.summary.model_bytes;  // M of its link: what the trainers send it per update
+    if (setup.engine_form) result["fp8_form_bytes"] = setup.engine_form->total_bytes();
     if (out.first_installed > 0) result["after_probe_s"] = out.first_installed - out.taken - probe;
     result["failures"] = failed;
     const std::uint64_t first = out.installed.empty() ? 0 : out.installed.front();
