@@ -706,6 +706,64 @@ TEST_P(Fp8MixedFleetMpi, EachEngineGetsItsOwnFormFromOnePlan) {
   MPI_Comm_free(&group);
 }
 
+// Two FP8 engines of one job (world ranks 3 and 4, nodes 1 and 2) that load two FP8 forms (rules per-block-cast
+// and plain): one plan cannot hold both, so connect refuses on every rank, naming both engines; a BF16 engine
+// beside one FP8 form is what a mixed fleet may hold (above).
+TEST(Fp8MixedFleetBadInput, TwoFp8FormsInOneJobAreRefusedNamingBothEngines) {
+  const int rank = rank_of_five();
+  ASSERT_GE(rank, 0) << "run with 5 ranks";
+  const bool trainer = rank < 3;
+  MPI_Comm group = group_of(rank, rank);
+  std::vector<TensorInfo> tensors;
+  make_checkpoint(tensors);
+  AdapterOptions options;
+  options.timeout_seconds = 30;
+  options.node = trainer ? 0 : rank - 2;
+  Fp8Engine fp8;
+  fp8.modules_to_not_convert = {"lm_head"};
+  if (rank == 4) fp8.scale_rule = "plain";
+  layout::QuantizationConfig config;
+  config.modules_to_not_convert = fp8.modules_to_not_convert;
+  const layout::Fp8Form form = layout::derive_fp8_form(tensors, config);  // the scale rule leaves the shapes alike
+  const std::string expected = "engine 1 worker 0 (world rank 4) loads the FP8 form (128x128, plain) but engine 0 worker 0 "
+                               "(world rank 3) loads the FP8 form (128x128, per-block-cast): the FP8 engines of a job "
+                               "load one FP8 form (BF16 engines may join them)";
+  std::string message;
+  if (trainer) {
+    const Rank layout = make_rank(rank, tensors);
+    Buffers buffers(layout.map);
+    const auto load = [&layout](const CheckpointReader& c, const ParameterSet& p) { apply_source_map(layout.map, c, p); };
+    SenderAdapter sender(MPI_COMM_WORLD, group, buffers.params, tensors, load, options);
+    message = testing::expect_error([&] { sender.connect(); }, ErrorCode::kInvalidArgument);
+  } else {
+    const SourceMap map = whole_map(form.tensors);
+    Buffers buffers(map);
+    options.fp8 = fp8;
+    const auto load = [&map](const CheckpointReader& c, const ParameterSet& p) { apply_source_map(map, c, p); };
+    ReceiverAdapter receiver(MPI_COMM_WORLD, group, buffers.params, load, options);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    try {
+      for (;;) {
+        ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "rank " << rank << " never failed";
+        const PollResult result = receiver.poll_requests();
+        ASSERT_NE(result.event, PollResult::Event::kInstalled);
+        ASSERT_NE(result.event, PollResult::Event::kShutdown);
+        if (result.event == PollResult::Event::kFailed) {
+          EXPECT_EQ(result.status.code(), ErrorCode::kInvalidArgument) << result.status.to_string();
+          message = result.status.to_string();
+          break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ErrorCode::kInvalidArgument) << error.what();
+      message = error.what();
+    }
+  }
+  EXPECT_NE(message.find(expected), std::string::npos) << "rank " << rank << ": " << message;
+  MPI_Comm_free(&group);
+}
+
 // Sender staging with FP8 engines: the trainers quantize by rounds into their shadows while they copy their
 // staging by rounds, and the transfer, already running, packs round r only once round r is quantized and
 // staged (run_update's gate), as SenderAdapter::send_weights does. The shadows and the staging hold version 1
