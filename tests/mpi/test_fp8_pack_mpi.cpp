@@ -545,6 +545,33 @@ class WithIds final : public CheckpointReader {
 // and the cause: (1) an fp8 parameter loaded from a tensor the trainers hold as integers; (2) a worker that
 // loads rows of b.weight in two block rows but only the first block row's scales (its scale parameter
 // shaped for a block of 256 rows); (3) two workers of one engine asking for two FP8 forms.
+// An engine's refusal at connect: it connects in its first poll_requests, which fails (or throws) with
+// kInvalidArgument; the message, or "" (a failure added) when it never fails within 60 s.
+std::string connect_refusal(ReceiverAdapter& receiver, int rank) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  try {
+    for (;;) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        ADD_FAILURE() << "rank " << rank << " never failed";
+        return "";
+      }
+      const PollResult result = receiver.poll_requests();
+      if (result.event == PollResult::Event::kInstalled || result.event == PollResult::Event::kShutdown) {
+        ADD_FAILURE() << "rank " << rank << ": connected";
+        return "";
+      }
+      if (result.event == PollResult::Event::kFailed) {
+        EXPECT_EQ(result.status.code(), ErrorCode::kInvalidArgument) << result.status.to_string();
+        return result.status.to_string();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kInvalidArgument) << error.what();
+    return error.what();
+  }
+}
+
 TEST(Fp8EngineBadInput, ANonFloatingTensorAskedInFp8OrWeightsWithoutTheirScalesAreRefused) {
   const int rank = rank_of_five();
   ASSERT_GE(rank, 0) << "run with 5 ranks";
@@ -603,25 +630,7 @@ TEST(Fp8EngineBadInput, ANonFloatingTensorAskedInFp8OrWeightsWithoutTheirScalesA
       options.fp8 = fp8;
       if (scenario == 3 && rank == 4) options.fp8->scale_rule = "plain";
       ReceiverAdapter receiver(MPI_COMM_WORLD, group, buffers.params, load, options);
-      // The engine connects in its first poll_requests: that fails (or throws), naming the cause.
-      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-      try {
-        for (;;) {
-          ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "rank " << rank << " never failed";
-          const PollResult result = receiver.poll_requests();
-          ASSERT_NE(result.event, PollResult::Event::kInstalled);
-          ASSERT_NE(result.event, PollResult::Event::kShutdown);
-          if (result.event == PollResult::Event::kFailed) {
-            EXPECT_EQ(result.status.code(), ErrorCode::kInvalidArgument) << result.status.to_string();
-            message = result.status.to_string();
-            break;
-          }
-          std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        }
-      } catch (const Error& error) {
-        EXPECT_EQ(error.code(), ErrorCode::kInvalidArgument) << error.what();
-        message = error.what();
-      }
+      message = connect_refusal(receiver, rank);
     }
     for (const std::string& part : expected) EXPECT_NE(message.find(part), std::string::npos) << message;
   }
@@ -741,24 +750,7 @@ TEST(Fp8MixedFleetBadInput, TwoFp8FormsInOneJobAreRefusedNamingBothEngines) {
     options.fp8 = fp8;
     const auto load = [&map](const CheckpointReader& c, const ParameterSet& p) { apply_source_map(map, c, p); };
     ReceiverAdapter receiver(MPI_COMM_WORLD, group, buffers.params, load, options);
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    try {
-      for (;;) {
-        ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "rank " << rank << " never failed";
-        const PollResult result = receiver.poll_requests();
-        ASSERT_NE(result.event, PollResult::Event::kInstalled);
-        ASSERT_NE(result.event, PollResult::Event::kShutdown);
-        if (result.event == PollResult::Event::kFailed) {
-          EXPECT_EQ(result.status.code(), ErrorCode::kInvalidArgument) << result.status.to_string();
-          message = result.status.to_string();
-          break;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      }
-    } catch (const Error& error) {
-      EXPECT_EQ(error.code(), ErrorCode::kInvalidArgument) << error.what();
-      message = error.what();
-    }
+    message = connect_refusal(receiver, rank);
   }
   EXPECT_NE(message.find(expected), std::string::npos) << "rank " << rank << ": " << message;
   MPI_Comm_free(&group);
