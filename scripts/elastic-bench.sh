@@ -17,10 +17,12 @@
 #      of the per-link bounds the trainers run today).
 #
 #   scripts/elastic-bench.sh [--mode sync|sender-staged|receiver-staged|async] [--trainer SPEC] [--trainer-ranks N]
-#       [--engine-tp N] [--steps K] [--step-ms MS] [--engine-step-ms MS] [--gpus-per-node G]
+#       [--engine-tp N] [--steps K] [--step-ms MS] [--engine-step-ms MS] [--gpus-per-node G] [--fp8 BLOCK]
 #   defaults: sync, tp=2 on 2 ranks, engines of tp=2, 12 steps, a training step of 100 ms, an inference step
 #   (the engines poll between two; a sync install waits for the next poll) of 2 ms, and nodes of --engine-tp
 #   ranks (the trainers' ranks must fill whole nodes: wb-plan's bound takes trainers and engines apart).
+#   --fp8 128x128: the engine jobs serve block FP8 (quantized by the trainers; the model's shards must be
+#   tiled by the blocks, e.g. WB_MODEL_ARGS with --hidden 1024 --head-dim 128), the bounds those of FP8 engines.
 # Environment (defaults in brackets):
 #   WB_BUILD_DIR [build/], WB_OUT_DIR [$WB_BUILD_DIR/elastic-bench], WB_DEMO_SKIP_BUILD [0: build first]
 #   WB_MPIRUN            the launcher of every job, words [mpirun --oversubscribe]; a word %h is replaced by the
@@ -38,7 +40,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${WB_BUILD_DIR:-$root/build}
-mode=sync trainer=tp=2 trainer_ranks=2 engine_tp=2 steps=12 step_ms=100 engine_step_ms=2 gpus_per_node=
+mode=sync trainer=tp=2 trainer_ranks=2 engine_tp=2 steps=12 step_ms=100 engine_step_ms=2 gpus_per_node= fp8=
 while [[ $# -gt 0 ]]; do
   [[ $# -ge 2 ]] || { echo "elastic-bench.sh: $1 needs a value"; exit 2; }
   case $1 in
@@ -50,6 +52,7 @@ while [[ $# -gt 0 ]]; do
     --step-ms) step_ms=$2 ;;
     --engine-step-ms) engine_step_ms=$2 ;;
     --gpus-per-node) gpus_per_node=$2 ;;
+    --fp8) fp8=,fp8=$2 ;;
     *) echo "elastic-bench.sh: unknown option $1"; exit 2 ;;
   esac
   shift 2
@@ -103,7 +106,7 @@ job 0 trainers "$trainer_ranks" --trainer "$trainer" --rollout "engines=0,tp=$en
   --step-ms "$step_ms"
 for _ in $(seq 600); do [[ -s $dir/address ]] && break; sleep 0.1; done
 engine() {  # engine INDEX NAME ARGS...
-  job "$1" "$2" "$engine_tp" --engine-job --rollout "engines=1,tp=$engine_tp" --engine-name "$2" --step-ms "$engine_step_ms" "${@:3}"
+  job "$1" "$2" "$engine_tp" --engine-job --rollout "engines=1,tp=$engine_tp$fp8" --engine-name "$2" --step-ms "$engine_step_ms" "${@:3}"
 }
 engine 1 A --fault "kill,rank=0,when=$dir/kill"
 wait_for A "installed version" 1
@@ -122,7 +125,7 @@ grep -E "^wb-replay engine job|^wb-replay: joined" "$dir"/*.log | sed "s|$dir/||
 
 # wb-plan's T_min of the fleets as one plan: the trainers and 1, 2 or 3 engines of the engine jobs' layout.
 for n in 1 2 3; do
-  "$build/apps/wb-plan" "${model[@]}" "${extra[@]}" --gpus-per-node "$gpus_per_node" --trainer "$trainer" --rollout "engines=$n,tp=$engine_tp" \
+  "$build/apps/wb-plan" "${model[@]}" "${extra[@]}" --gpus-per-node "$gpus_per_node" --trainer "$trainer" --rollout "engines=$n,tp=$engine_tp$fp8" \
     --json "$dir/plan_$n.json" >"$dir/plan_$n.log" 2>&1 || { echo "wb-plan (engines=$n) failed"; cat "$dir/plan_$n.log"; status=1; }
 done
 /usr/bin/env python3 "$root/scripts/elastic_bench.py" "$dir" >"$dir/elastic-bench.json" || status=1

@@ -19,7 +19,7 @@ namespace wb::coord {
 namespace {
 
 // Opt-in until every step of docs/architecture.md's W1-W8 and L1-L7 is built (a job silent at a joiner's
-// port, a joiner's first version from a replica, FP8 engines and receiver staging alone are not).
+// port and a joiner's first version from a replica are not).
 Setting<bool> fleet_link_setting("fleet_link", false,
                                  "Engines as jobs of their own: the joined engine jobs share one link with the trainers, "
                                  "planned as one plan (the trainers write one model copy per update whatever the number of "

@@ -160,8 +160,12 @@ Status SenderAdapter::State::send(std::uint64_t version, void* cuda_stream, cons
     if (!status) {
       s.in_flight = false;
       status = s.fail(status);
-    } else if (!s.connection->rollouts_stage) {
-      status = s.finish_in_flight();  // synchronous: wait for the installs
+    } else if (!s.connection->rollouts_stage || recoverable(s)) {
+      // Synchronous: wait for the installs. On the fleet link with receiver staging alone too: a loss met
+      // a call later could not be re-sent (these parameters hold the next version by then), so the call
+      // ends once every engine holds v, and a loss within it is answered from the parameters, as in sync.
+      // The trainers' stall grows by the forwards' tail and the engines' install step.
+      status = s.finish_in_flight();
     }
   }
   s.close_stall(version);

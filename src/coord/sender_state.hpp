@@ -256,11 +256,8 @@ struct SenderAdapter::State : AdapterBase {
     return Status(ErrorCode::kInternal, std::string("another trainer met the fleet link's failure") +
                                             (values[1] != 0 ? std::string(": its engine ") + kLeftBetweenUpdates : std::string()));
   }
-  /// A failure of `link` that the fleet link's rebuild answers, a leave of one of its engines too (not FP8
-  /// engines: not wired).
-  static bool recoverable(const State& link) {
-    return !link.fleet_records.empty() && link.connection && !link.connection->quantized;
-  }
+  /// A failure of `link` that the fleet link's rebuild answers, a leave of one of its engines too.
+  static bool recoverable(const State& link) { return !link.fleet_records.empty() && link.connection.has_value(); }
   Status resend_fleet(State& link, const State& old, std::uint64_t v, std::uint64_t target);
 
   Status serve(const std::function<Status(State&)>& work, const std::function<Status()>& own, std::uint64_t resend = 0) {

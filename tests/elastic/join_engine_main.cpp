@@ -29,6 +29,10 @@
 //     fleet_kill  as fleet; then A is SIGKILLed in the update J+2 (its workers relay B's part on one node):
 //             the trainers rebuild the fleet link from B, re-send that version, B installs it and every later
 //             one, the trainers never fail and name A dropped: D+1..D+3
+//     fleet_kill_arriving  as fleet_kill, but A's workers stop as J+2 starts to arrive in their staging
+//             (receiver staging; the trainers' writes into them complete, their forwards of B's part never
+//             come) and are SIGKILLed once dropped: B misses J+2, and the trainers, whose send_weights on the
+//             fleet link waits for every install, re-send it within send_weights(J+2) from their parameters
 //     fleet_leave as fleet_kill, but A leaves (leave()) once it installed version J+2: the fleet link is rebuilt
 //             from B, which serves on: L+1..L+3
 //     fleet_stop  as fleet_kill, but A is SIGSTOPped, dropped after the deadline, resumed by the script: it
@@ -62,6 +66,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -124,7 +129,9 @@ AdapterOptions options_for(const std::string& address, const std::string& mode, 
   o.join_address = address;
   o.sender_staging = mode == "sender-staged" || mode == "async";
   o.receiver_staging = mode == "receiver-staged" || mode == "async";
-  o.buffer_bytes = 96 << 10;  // several rounds
+  // Several rounds; a script that sets WB_BUFFER_MIB (fleet_kill_arriving: every round in flight at once)
+  // leaves the buffer to that setting.
+  if (std::getenv("WB_BUFFER_MIB") == nullptr) o.buffer_bytes = 96 << 10;
   return o;
 }
 
@@ -147,12 +154,13 @@ std::uint64_t read_trigger(const std::string& address) {
 // the call (the adapter just made: the trainers took it) to the first install.
 bool serve(ReceiverAdapter& receiver, const Worker& w, const char* who, std::vector<std::uint64_t>& installed,
            std::size_t leave_after = 0, PollResult* failed = nullptr, double* first_after = nullptr,
-           const std::string& leave_at_trigger = "") {
+           const std::string& leave_at_trigger = "", const std::function<void(const PollResult&)>& polled = {}) {
   bool connected = false;
   const auto began = std::chrono::steady_clock::now();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
   while (std::chrono::steady_clock::now() < deadline) {
     const PollResult r = receiver.poll_requests();
+    if (polled) polled(r);
     switch (r.event) {
       case PollResult::Event::kNone:
       case PollResult::Event::kReceiving: break;
@@ -229,7 +237,7 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
         : scenario == "joined_replica" ? Events{{1, "serving"}, {2, "serving serving"}}
         : scenario == "kill_relay" ? Events{{1, "serving"}, {1, "dropped serving"}}
         : scenario == "fleet" ? Events{{1, "serving"}, {2, "serving serving"}}
-        : scenario == "fleet_kill" ? Events{{1, "serving"}, {2, "serving serving"}, {1, "dropped serving"}}
+        : scenario == "fleet_kill" || scenario == "fleet_kill_arriving" ? Events{{1, "serving"}, {2, "serving serving"}, {1, "dropped serving"}}
         : scenario == "fleet_leave" ? Events{{1, "serving"}, {2, "serving serving"}, {1, "left serving"}}
         : scenario == "fleet_stop" ? Events{{1, "serving"}, {2, "serving serving"}, {1, "dropped serving"}, {2, "dropped serving serving"}}
                               : Events{{4, "serving serving serving serving"}, {3, "dropped serving serving serving"},
@@ -446,8 +454,21 @@ int run_engine_job(const std::string& address, const std::string& mode, const st
     ReceiverAdapter receiver(MPI_COMM_WORLD, MPI_COMM_WORLD, w.params->parameters(), w.load(),
                              options_for(address, mode), victim_hook(address, role, rank, hit));
     PollResult failed;
+    // frozen_arriving: every worker stops (SIGSTOP) as the version the trainers named starts to arrive in
+    // the background (receiver staging): the trainers' writes into its memory still complete (CMA), its
+    // forwards of the others' parts never come; the script SIGKILLs it once the trainers dropped it.
+    std::function<void(const PollResult&)> polled;
+    if (role == "frozen_arriving")
+      polled = [&address, &hit, rank](const PollResult& r) {
+        const std::uint64_t at = read_trigger(address);
+        if (!hit && at != 0 && r.event == PollResult::Event::kReceiving && r.version + 1 >= at) {
+          hit = true;
+          std::ofstream(address + ".stopped." + std::to_string(rank)) << getpid() << "\n";
+          std::raise(SIGSTOP);
+        }
+      };
     ok = serve(receiver, w, "the joined engine", installed, role == "leave" ? 3 : 0, stopped ? &failed : nullptr, &first_after,
-               role == "leave_at_trigger" ? address : "") ? 1 : 0;
+               role == "leave_at_trigger" ? address : "", polled) ? 1 : 0;
     if (stopped) {
       // Resumed after the trainers dropped it: its update ends in kFailed (an kAborted of the version it
       // was in first), naming why.
