@@ -112,6 +112,74 @@ WB_KEYED_AVX512 bool keyed_avx512(u16* out, const u16* have, i64 n, u16 first, u
   return i == n || _mm512_mask_cmpneq_epi16_mask(tail, codes(x), _mm512_maskz_loadu_epi16(tail, have + i)) == 0;
 }
 
+// The definition of a progression's comparison, key by key (also the vector loop's tail).
+bool progression_scalar(const u16* have, i64 n, u16 key, KeyedProgression16 p, const KeyedRun16& r) {
+  unsigned low = p.low, top = p.top;
+  for (i64 k = 0; k < n; ++k) {
+    u16 code;
+    keyed_scalar(&code, 1, static_cast<u16>(low), key, KeyedRun16{static_cast<u16>(top), r.base, r.lo, r.half, r.hole});
+    if (code != have[k]) return false;
+    low += p.low_step;
+    const unsigned carry = low >= p.place ? 1 : 0;
+    low -= carry * p.place;
+    top += p.top_step + carry;  // < 2 D: one subtraction
+    if (top >= r.base) top -= r.base;
+  }
+  return true;
+}
+
+// 32 keys a step, each lane with its own low and top. Every sum is taken modulo 2^16 where it wraps, and a
+// digit is reduced by comparing before adding (x + a >= m exactly when x >= m - a, for x < m, a <= m), so
+// no lane needs widening: low + step wraps to low + step - place, top + step + carry to that less D.
+WB_KEYED_AVX512 bool progression_avx512(const u16* have, i64 n, u16 key, const KeyedProgression16& p, const KeyedRun16& r) {
+  u16 lows[32], tops[32];
+  KeyedProgression16 lane = p;
+  for (int k = 0; k < 32; ++k) {
+    lows[k] = lane.low, tops[k] = lane.top;
+    unsigned low = lane.low + lane.low_step;
+    const unsigned carry = low >= p.place ? 1 : 0;
+    unsigned top = lane.top + lane.top_step + carry;
+    if (top >= r.base) top -= r.base;
+    lane.low = static_cast<u16>(low - carry * p.place), lane.top = static_cast<u16>(top);
+  }
+  // 32 keys on: s' = 32 s, so low_step' = 32 low_step mod place, top_step' = 32 top_step + 32 low_step / place mod D.
+  const std::uint64_t lows32 = 32 * std::uint64_t{p.low_step};
+  const auto low_step = static_cast<u16>(lows32 % p.place);
+  const auto top_step = static_cast<u16>((32 * std::uint64_t{p.top_step} + lows32 / p.place) % r.base);
+  __m512i low = _mm512_loadu_si512(lows), top = _mm512_loadu_si512(tops);
+  const __m512i b = lane_avx512(r.base), lo = lane_avx512(r.lo), half = lane_avx512(r.half), hole = lane_avx512(r.hole),
+                k = lane_avx512(key), m1 = lane_avx512(0x88b5), m2 = lane_avx512(0xdb2d), place = lane_avx512(p.place),
+                ls = lane_avx512(low_step), low_wrap = lane_avx512(p.place - low_step), ts = lane_avx512(top_step),
+                one = lane_avx512(1);
+  const auto codes = [&]() WB_KEYED_AVX512 {
+    __m512i h = _mm512_xor_si512(low, k);
+    h = _mm512_xor_si512(h, _mm512_srli_epi16(h, 8));
+    h = _mm512_mullo_epi16(h, m1);
+    h = _mm512_xor_si512(h, _mm512_srli_epi16(h, 7));
+    h = _mm512_mullo_epi16(h, m2);
+    h = _mm512_xor_si512(h, _mm512_srli_epi16(h, 9));
+    h = _mm512_mask_sub_epi16(h, _mm512_cmpge_epu16_mask(h, b), h, b);
+    __m512i d = _mm512_add_epi16(h, top);
+    d = _mm512_mask_sub_epi16(d, _mm512_cmpge_epu16_mask(h, _mm512_sub_epi16(b, top)), d, b);
+    const __m512i bits = _mm512_add_epi16(d, lo);
+    return _mm512_mask_add_epi16(bits, _mm512_cmpge_epu16_mask(d, half), bits, hole);
+  };
+  const auto advance = [&]() WB_KEYED_AVX512 {
+    const __mmask32 carry = _mm512_cmpge_epu16_mask(low, low_wrap);
+    low = _mm512_add_epi16(low, ls);
+    low = _mm512_mask_sub_epi16(low, carry, low, place);
+    const __m512i inc = _mm512_mask_add_epi16(ts, carry, ts, one);  // <= D
+    const __mmask32 over = _mm512_cmpge_epu16_mask(top, _mm512_sub_epi16(b, inc));
+    top = _mm512_add_epi16(top, inc);
+    top = _mm512_mask_sub_epi16(top, over, top, b);
+  };
+  i64 i = 0;
+  for (; i + 32 <= n; i += 32, advance())
+    if (_mm512_cmpneq_epi16_mask(codes(), _mm512_loadu_si512(have + i)) != 0) return false;
+  const auto tail = static_cast<__mmask32>((1ULL << (n - i)) - 1);
+  return i == n || _mm512_mask_cmpneq_epi16_mask(tail, codes(), _mm512_maskz_loadu_epi16(tail, have + i)) == 0;
+}
+
 // The narrower widths write the codes; their comparison goes through a small buffer of them.
 template <void (*Write)(u16*, i64, u16, u16, const KeyedRun16&)>
 bool write_or_compare(u16* out, const u16* have, i64 n, u16 first, u16 key, const KeyedRun16& r) {
@@ -160,6 +228,17 @@ void keyed_codes16(std::uint16_t* out, std::int64_t n, std::uint16_t first, std:
 bool keyed_codes16_equal(const std::uint16_t* have, std::int64_t n, std::uint16_t first, std::uint16_t block_key,
                          const KeyedRun16& run, KeyedLanes lanes) {
   return kernel_for(lanes)(nullptr, have, n, first, block_key, run);
+}
+
+bool keyed_progression16_equal(const std::uint16_t* have, std::int64_t n, std::uint16_t block_key,
+                               const KeyedProgression16& keys, const KeyedRun16& run, KeyedLanes lanes) {
+  if (lanes != KeyedLanes::kScalar && keyed_progression16_in_lanes()) return progression_avx512(have, n, block_key, keys, run);
+  return progression_scalar(have, n, block_key, keys, run);
+}
+
+bool keyed_progression16_in_lanes() {
+  static const bool has = cpu_has(KeyedLanes::kAvx512);
+  return has;
 }
 
 bool keyed_lanes_supported(KeyedLanes lanes) { return cpu_has(lanes); }

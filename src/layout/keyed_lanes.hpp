@@ -43,6 +43,24 @@ void keyed_codes16(std::uint16_t* out, std::int64_t n, std::uint16_t first, std:
 bool keyed_codes16_equal(const std::uint16_t* have, std::int64_t n, std::uint16_t first, std::uint16_t block_key,
                          const KeyedRun16& run, KeyedLanes lanes = KeyedLanes::kBest);
 
+/// Keys in arithmetic progression K + k s, k < n (a line of a copy that a transpose lays along another axis of
+/// the tensor), for plans whose lower digits fit one block (place = D^(P-1) < 2^16, so every low has block 0):
+/// low_k = (K + k s) mod place and top_k = (K + k s) / place mod D, advanced by low_step = s mod place and
+/// top_step = s / place mod D with the carry.
+struct KeyedProgression16 {
+  std::uint16_t low, top, low_step, top_step, place;
+};
+
+/// Whether have[k] equals the keyed pass's code of key k of `keys` for every k < n (`run`'s top unused:
+/// each key has its own). AVX-512BW in 32 lanes; kScalar (the definition) otherwise, where a caller does
+/// better with a buffer (keyed_progression16_in_lanes).
+bool keyed_progression16_equal(const std::uint16_t* have, std::int64_t n, std::uint16_t block_key,
+                               const KeyedProgression16& keys, const KeyedRun16& run,
+                               KeyedLanes lanes = KeyedLanes::kBest);
+
+/// Whether kBest compares progressions in vector lanes on this CPU.
+bool keyed_progression16_in_lanes();
+
 /// Whether this CPU runs `lanes` (kScalar, kSse2 and kBest always), and its name for messages.
 bool keyed_lanes_supported(KeyedLanes lanes);
 std::string_view keyed_lanes_name(KeyedLanes lanes);

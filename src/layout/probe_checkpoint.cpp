@@ -460,6 +460,54 @@ bool ProbeCheckpoint::box_equals(std::size_t t, const Box& box, const void* data
   return same;
 }
 
+std::optional<bool> ProbeCheckpoint::strided_box_equals(std::size_t t, const Box& box, const void* data,
+                                                        const Shape& strides) const {
+  if (!keyed_ || !keyed_progression16_in_lanes() || t >= tensors_.size() || dtype_size(tensors_[t].dtype) != 2 ||
+      box.ndim() == 0 || box.offset.size() != box.extent.size() || strides.size() != box.extent.size() ||
+      !box.fits_in(tensors_[t].shape))
+    return std::nullopt;
+  const DigitSpace ds = digit_space(plan_.dtype(t));
+  const KeyedDigit keyed(seed_, plan_.dtype(t), plan_);
+  const std::uint64_t place = keyed.place(), base = keyed.base();
+  if (place >= 65536 || base >= 65536) return std::nullopt;
+  const auto ndim = static_cast<std::size_t>(box.ndim());
+  std::size_t line = ndim;  // the axis of stride 1: its keys are the progression
+  for (std::size_t a = 0; a < ndim; ++a) {
+    if (strides[a] < 0) return std::nullopt;
+    if (strides[a] == 1 && box.extent[a] > 1 && line == ndim) line = a;
+  }
+  // Lines shorter than a vector step: a call per few elements, where the buffer's transposed compare is better.
+  if (line == ndim || box.extent[line] < 32 || box.numel() == 0) return std::nullopt;
+  const std::span<const std::uint64_t> places = plan_.places(t);
+  std::uint64_t first = plan_.base(t);
+  for (std::size_t a = 0; a < ndim; ++a) first += static_cast<std::uint64_t>(box.offset[a]) * places[a];
+  const std::uint64_t step = places[line];
+  KeyedProgression16 keys{0, 0, static_cast<std::uint16_t>(step % place), static_cast<std::uint16_t>(step / place % base),
+                          static_cast<std::uint16_t>(place)};
+  const KeyedRun16 run = keyed_run16(0, ds, keyed);
+  const std::uint16_t block_key = keyed.block_key(0);  // every low < place < 2^16
+  const auto* have = static_cast<const std::uint16_t*>(data);
+  Shape index(ndim, 0);  // odometer over the other axes
+  for (;;) {
+    std::uint64_t key = first;
+    std::int64_t at = 0;
+    for (std::size_t a = 0; a < ndim; ++a) {
+      key += static_cast<std::uint64_t>(index[a]) * places[a];
+      at += index[a] * strides[a];
+    }
+    keys.low = static_cast<std::uint16_t>(key % place);
+    keys.top = static_cast<std::uint16_t>(key / place % base);
+    if (!keyed_progression16_equal(have + at, box.extent[line], block_key, keys, run)) return false;
+    std::size_t a = ndim;
+    while (a-- > 0) {
+      if (a == line) continue;
+      if (++index[a] < box.extent[a]) break;
+      index[a] = 0;
+    }
+    if (a == static_cast<std::size_t>(-1)) return true;
+  }
+}
+
 std::string ProbeCheckpoint::source() const {
   if (verification_) return "probe verification (seed " + std::to_string(seed_) + ")";
   if (keyed_)

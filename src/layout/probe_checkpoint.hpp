@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -74,6 +75,13 @@ class ProbeCheckpoint final : public CheckpointReader {
   /// writes. The keyed pass's 2-byte codes are compared in registers, never written (the verification of a
   /// bf16 worker); anything else through a buffer.
   bool box_equals(std::size_t tensor, const Box& box, const void* data) const;
+  /// Whether the keyed pass's 2-byte codes of `box` are at data + sum of index[a] * strides[a] (elements,
+  /// >= 0), compared in registers along the axis of stride 1, whose keys are a progression
+  /// (KeyedProgression16): the verification of a copy that a transpose lays out, without writing its codes
+  /// anywhere and without a transposed walk. nullopt where that does not apply (not the keyed pass, not 2-byte
+  /// codes, no axis of stride 1 and 32 elements or more, lower digits beyond one block, no vector lanes for it): then the caller
+  /// compares through a buffer.
+  std::optional<bool> strided_box_equals(std::size_t tensor, const Box& box, const void* data, const Shape& strides) const;
   /// "probe pass 2 of 3 (key digit 1)" (passes counted from 1 here) or "probe verification (seed s)".
   std::string source() const override;
 

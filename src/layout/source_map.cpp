@@ -48,11 +48,14 @@ bool merge_along(std::vector<SliceCopy>& copies, std::size_t axis) {
   order.reserve(copies.size());
   for (std::size_t i = 0; i < copies.size(); ++i)
     if (axis < copies[i].box.extent.size()) order.push_back(i);
-  std::sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
+  const auto before = [&](std::size_t x, std::size_t y) {
     const int c = compare_across(copies[x], copies[y], axis);
     if (c != 0) return c < 0;
     return copies[x].box.offset[axis] < copies[y].box.offset[axis];
-  });
+  };
+  // Often already in order (a probe's decoder emits its cells in the parameter's row-major order): one
+  // linear check then instead of a sort (the sorted order of distinct keys is the same either way).
+  if (!std::is_sorted(order.begin(), order.end(), before)) std::sort(order.begin(), order.end(), before);
   std::vector<bool> gone(copies.size(), false);
   bool merged = false;
   for (std::size_t i = 0; i < order.size();) {

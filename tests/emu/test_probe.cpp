@@ -610,5 +610,55 @@ TEST(Probe, KeyedPassChecksEveryElementOfALargeShard) {
   }
 }
 
+// The same for a shard that load_weights stores transposed (its keyed pass compared along the parameter's rows,
+// ProbeCheckpoint::strided_box_equals): an element it computes anywhere (at either end, inside a 32-element
+// vector step, in the middle), is refused, naming that element; one it changes in the keyed pass only sends
+// the probe to the plain passes; copied exactly, the shard is one copy decided in two passes.
+TEST(Probe, KeyedPassChecksEveryElementOfATransposedShard) {
+  const std::vector<TensorInfo> tensors = {{"w", DType::kBF16, {4096, 4096}}};
+  const std::vector<TensorInfo> infos = {{"shard_t", DType::kBF16, {2048, 4096}}};
+  const auto copy_shard = [](const CheckpointReader& c, const ParameterSet& s) {
+    const Box box{{0, 2048}, {4096, 2048}};  // column shard 1 of 2, stored [in, out]
+    std::vector<std::uint16_t> scratch(static_cast<std::size_t>(box.numel()));
+    c.read_box("w", box, scratch.data());
+    copy_tensor(s[0].view.transpose(0, 1), TensorView::contiguous(scratch.data(), DType::kBF16, box.extent));
+  };
+  for (const std::int64_t flat : {std::int64_t{0}, std::int64_t{33}, std::int64_t{700 * 4096 + 1001}, std::int64_t{2048 * 4096 - 1}}) {
+    HostParameters params(infos);
+    const std::string element = shape_to_string(Shape{flat / 4096, flat % 4096});
+    try {
+      (void)probe_source_map(tensors, params.parameters(), [&](const CheckpointReader& c, const ParameterSet& s) {
+        copy_shard(c, s);
+        auto* bits = static_cast<std::uint16_t*>(s[0].view.data);
+        bits[flat] = static_cast<std::uint16_t>(bits[flat] + 0x80);
+      });
+      ADD_FAILURE() << "a doubled element " << element << " was taken for a copy";
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), HasSubstr("not a pure copy")) << element;
+      EXPECT_THAT(e.what(), HasSubstr("element " + element)) << e.what();
+    }
+    // Changed in the keyed pass only: not taken from it (the comparison along the rows sees it), so the plain
+    // passes decide.
+    ProbeReport report;
+    const SourceMap map = probe_source_map(tensors, params.parameters(), [&](const CheckpointReader& c, const ParameterSet& s) {
+      copy_shard(c, s);
+      if (c.source().find("keyed") != std::string::npos) {
+        auto* bits = static_cast<std::uint16_t*>(s[0].view.data);
+        bits[flat] = static_cast<std::uint16_t>(bits[flat] ^ 0x0100);
+      }
+    }, {}, &report);
+    EXPECT_EQ(report.passes, 4) << element;
+    ASSERT_EQ(map.copies.size(), 1u) << element;
+    EXPECT_EQ(map.copies[0].box, (Box{{0, 2048}, {4096, 2048}})) << element;
+  }
+  HostParameters params(infos);
+  ProbeReport report;
+  const SourceMap map = probe_source_map(tensors, params.parameters(), copy_shard, {}, &report);
+  EXPECT_EQ(report.passes, 2);
+  ASSERT_EQ(map.copies.size(), 1u);
+  EXPECT_EQ(map.copies[0].box, (Box{{0, 2048}, {4096, 2048}}));
+  EXPECT_EQ(map.copies[0].strides, (Shape{1, 4096}));
+}
+
 }  // namespace
 }  // namespace wb::emu

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -642,6 +643,114 @@ TEST(ProbeCheckpoint, KeyedCodesInEveryLaneWidthMatchTheDefinition) {
             }
     }
   }
+}
+
+// Keys in arithmetic progression (a transposed line) in vector lanes and in the definition, against
+// KeyedDigit::value key by key: steps below the place and past it (a carry into the top digit at almost every
+// key), tops at both ends, lengths around the vector width, bf16 and f16 (two-pass plans: every low in block 0).
+TEST(ProbeCheckpoint, KeyedProgressionsInEveryLaneWidthMatchTheDefinition) {
+  std::mt19937_64 rng(8);
+  for (const DType dtype : {DType::kBF16, DType::kF16}) {
+    const std::vector<TensorInfo> tensors = {{"w", dtype, {3000, 5000}}};
+    const ProbePlan plan(tensors);
+    ASSERT_EQ(plan.num_passes(), 2);
+    const DigitSpace ds = digit_space(dtype);
+    const KeyedDigit keyed(13, dtype, plan);
+    const std::uint64_t place = keyed.place(), base = keyed.base();
+    ASSERT_LT(place, 65536u);
+    const KeyedRun16 run{0, static_cast<std::uint16_t>(base), static_cast<std::uint16_t>(ds.lo),
+                         static_cast<std::uint16_t>(ds.half), static_cast<std::uint16_t>(ds.hole)};
+    for (const std::uint64_t step : {std::uint64_t{1}, std::uint64_t{4096}, place - 1, place, place + 38560,
+                                     7 * place + 12345, rng() % (place * base)})
+      for (const std::uint64_t key0 : {std::uint64_t{0}, place - 3, (base - 1) * place + place - 1, rng() % (place * base)})
+        for (const std::int64_t n : {1, 31, 32, 33, 64, 100, 1000}) {
+          std::vector<std::uint16_t> codes(static_cast<std::size_t>(n));
+          for (std::int64_t k = 0; k < n; ++k)
+            codes[static_cast<std::size_t>(k)] = static_cast<std::uint16_t>(ds.bits(keyed.value(key0 + static_cast<std::uint64_t>(k) * step)));
+          const KeyedProgression16 keys{static_cast<std::uint16_t>(key0 % place), static_cast<std::uint16_t>(key0 / place % base),
+                                        static_cast<std::uint16_t>(step % place), static_cast<std::uint16_t>(step / place % base),
+                                        static_cast<std::uint16_t>(place)};
+          for (const KeyedLanes lanes : {KeyedLanes::kScalar, KeyedLanes::kBest}) {
+            SCOPED_TRACE(std::string(keyed_lanes_name(lanes)) + " " + std::string(dtype_name(dtype)) + " step " +
+                         std::to_string(step) + " key " + std::to_string(key0) + " n " + std::to_string(n));
+            ASSERT_TRUE(keyed_progression16_equal(codes.data(), n, keyed.block_key(0), keys, run, lanes));
+            for (const std::int64_t k : {std::int64_t{0}, n / 2, n - 1}) {
+              codes[static_cast<std::size_t>(k)] ^= 0x0100;
+              ASSERT_FALSE(keyed_progression16_equal(codes.data(), n, keyed.block_key(0), keys, run, lanes)) << "changed at " << k;
+              codes[static_cast<std::size_t>(k)] ^= 0x0100;
+            }
+          }
+        }
+  }
+}
+
+// strided_box_equals against read_box laid out with other strides (transposes of 2-D boxes, permutations of a
+// 3-D one, each in a larger parameter): equal where the layout holds what read_box wrote, unequal with one
+// element changed (first, middle, last); nullopt outside the keyed pass, for lines shorter than a vector step,
+// for 4-byte codes and for plans whose lower digits span several blocks.
+TEST(ProbeCheckpoint, StridedBoxEqualsComparesTransposedLayouts) {
+  const std::vector<TensorInfo> tensors = {{"w", DType::kBF16, {300, 70000}}, {"c", DType::kBF16, {6, 50, 40}},
+                                           {"f", DType::kF32, {30, 70}}, {"v", DType::kF16, {500, 12345}},
+                                           {"u", DType::kBF16, {5000, 37}}};
+  ProbeCheckpoint ckpt(tensors, ProbePlan(tensors));
+  ASSERT_EQ(ckpt.plan().num_passes(), 2);
+  ckpt.set_keyed(9);
+  struct Case {
+    std::size_t tensor;
+    Box box;
+    Shape order;  // the box's axes from the parameter's outermost to its contiguous one
+  };
+  const std::vector<Case> cases = {{0, Box{{17, 1000}, {40, 333}}, {1, 0}},   // column-major: the line walks rows
+                                   {0, Box{{0, 69990}, {300, 10}}, {1, 0}},
+                                   {1, Box{{1, 3, 5}, {4, 45, 33}}, {0, 2, 1}},
+                                   {1, Box{{0, 0, 0}, {6, 50, 40}}, {2, 0, 1}},
+                                   {3, Box{{3, 7}, {400, 50}}, {1, 0}},
+                                   {4, Box{{0, 1}, {5000, 30}}, {1, 0}}};  // short rows: lows that carry every few vectors
+  for (const Case& c : cases) {
+    if (!keyed_progression16_in_lanes()) GTEST_SKIP() << "no vector lanes for progressions on this CPU";
+    const std::int64_t n = c.box.numel();
+    std::vector<std::uint16_t> values(static_cast<std::size_t>(n));
+    ckpt.read_box(c.tensor, c.box, values.data());
+    // The parameter: the box's axes in `order`, the contiguous one padded by 3 elements on every line.
+    Shape strides(c.box.extent.size(), 0);
+    std::int64_t size = 1;
+    for (std::size_t k = c.order.size(); k-- > 0;) {
+      const auto a = static_cast<std::size_t>(c.order[k]);
+      strides[a] = size;
+      size *= c.box.extent[a] + (k + 1 == c.order.size() ? 3 : 0);
+    }
+    std::vector<std::uint16_t> param(static_cast<std::size_t>(size), 0xffff);
+    std::vector<std::int64_t> where(static_cast<std::size_t>(n));
+    Shape index(c.box.extent.size(), 0);
+    for (std::int64_t e = 0; e < n; ++e) {
+      std::int64_t at = 0;
+      for (std::size_t a = 0; a < index.size(); ++a) at += index[a] * strides[a];
+      where[static_cast<std::size_t>(e)] = at;
+      param[static_cast<std::size_t>(at)] = values[static_cast<std::size_t>(e)];
+      for (std::size_t a = index.size(); a-- > 0;) {
+        if (++index[a] < c.box.extent[a]) break;
+        index[a] = 0;
+      }
+    }
+    SCOPED_TRACE(tensors[c.tensor].name + c.box.to_string());
+    ASSERT_EQ(ckpt.strided_box_equals(c.tensor, c.box, param.data(), strides), std::optional<bool>(true));
+    for (const std::int64_t e : {std::int64_t{0}, n / 2, n - 1}) {
+      auto& v = param[static_cast<std::size_t>(where[static_cast<std::size_t>(e)])];
+      v ^= 0x0100;
+      ASSERT_EQ(ckpt.strided_box_equals(c.tensor, c.box, param.data(), strides), std::optional<bool>(false)) << "at " << e;
+      v ^= 0x0100;
+    }
+  }
+  const std::vector<std::uint16_t> any(40 * 333);
+  EXPECT_FALSE(ckpt.strided_box_equals(1, Box{{0, 0, 0}, {6, 5, 4}}, any.data(), Shape{1, 24, 6}).has_value());  // short lines
+  EXPECT_FALSE(ckpt.strided_box_equals(2, Box{{0, 0}, {3, 7}}, any.data(), Shape{1, 3}).has_value());  // 4-byte codes
+  ckpt.set_pass(0);
+  EXPECT_FALSE(ckpt.strided_box_equals(0, Box{{17, 1000}, {40, 333}}, any.data(), Shape{1, 40}).has_value());
+  const std::vector<TensorInfo> big = {{"big", DType::kBF16, {1000000, 4000}}};
+  ProbeCheckpoint three(big, ProbePlan(big));
+  ASSERT_EQ(three.plan().num_passes(), 3);
+  three.set_keyed(9);
+  EXPECT_FALSE(three.strided_box_equals(0, Box{{0, 0}, {40, 333}}, any.data(), Shape{1, 40}).has_value());
 }
 
 // box_equals against read_box: keyed 2-byte boxes (compared in registers) across rows, top-digit runs and
