@@ -488,7 +488,7 @@ PollResult ReceiverAdapter::relink() {
   std::unique_ptr<State> fresh;
   try {
     fresh = std::make_unique<State>(JoinedComms{widened}, old.group_comm, old.params, old.load_weights, old.given, old.hook);
-    fresh->connect(nullptr, &old.connection->probed);
+    fresh->connect(nullptr, &old.connection->probed, &*old.connection);
   } catch (const Error& error) {
     if (!fresh) comm::abandon_link(widened);
     return old.failed(error.status());

@@ -30,7 +30,7 @@ void SenderAdapter::State::relink_fleet(MPI_Comm merged, State* widened, double 
   if (roles.leader)
     for (std::size_t e = kept; e < link->roles.engine_leaders.size(); ++e)
       throw_if_error(link->send_request_to(link->roles.engine_leaders[e], RequestKind::kConnect, 0));
-  link->connect(&checkpoint_tensors, &connection->probed);
+  link->connect(&checkpoint_tensors, &connection->probed, widened ? &*widened->connection : nullptr);
   if (widened) {
     carry_over(*widened, *link);
     link->acknowledged = widened->acknowledged;
