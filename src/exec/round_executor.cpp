@@ -294,6 +294,8 @@ bool RoundExecutor::rebind_parameter(std::size_t parameter, const std::byte* fro
 
 MPI_Comm RoundExecutor::communicator() const { return state_->comm; }
 
+int RoundExecutor::failed_write_peer() const { return state_->failed_write_peer.load(); }
+
 std::shared_ptr<const exec::TransferBuffers> RoundExecutor::transfer_buffers() const {
   return std::make_shared<const exec::TransferBuffers>(state_->buffers);
 }

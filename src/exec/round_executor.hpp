@@ -209,6 +209,9 @@ class RoundExecutor {
   /// with every stats() read). Not while an update runs on another thread.
   std::vector<ExecutorSpan> take_trace();
   const RoundSchedule& schedule() const;
+  /// The rank (of the executor's communicator) that a write of this rank failed to in an update, at its
+  /// post (cma: the peer process is gone) or after it (Transport::failed_peers), or -1. Any thread.
+  int failed_write_peer() const;
   /// This executor's transfer buffers, shared, for a later executor of this rank to take over
   /// (ExecutorOptions::reuse_buffers) once this one's updates have ended.
   std::shared_ptr<const exec::TransferBuffers> transfer_buffers() const;
