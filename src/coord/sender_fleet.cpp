@@ -74,13 +74,13 @@ Status SenderAdapter::State::recover_fleet(std::size_t k, const Status& cause, s
     link = std::make_unique<State>(verdict.rebuilt, group_comm, params, checkpoint_tensors, load_weights, given);
     link->link = verdict.rebuilt;
     link->stage_whole = true;
+    link->spares = spares;  // the network transport kept opened for the next link
     link->connect(&checkpoint_tensors, &connection->probed);
   } catch (const Error& error) {
     drop(k, error.status());
     return error.status();
   }
   link->announce_prefix = old.announce_prefix;
-  link->spares = spares;
   carry_over(old, *link);
   std::erase_if(link->history, [v](const UpdateRecord& r) { return r.version == v; });
   std::string why = cause.message();
