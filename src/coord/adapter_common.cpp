@@ -196,6 +196,9 @@ Status AdapterBase::give_up(Status status, const std::string& context) {
 Status AdapterBase::fail(Status status) {
   if (failure.is_ok()) {
     failure = std::move(status);
+    // A peer a write of this rank failed to is gone: the notice says so (the fleet link's trainers then do
+    // not wait for its engine's note, coord/fleet_link.hpp).
+    if (connection && connection->executor) faults->note_gone(connection->executor->failed_write_peer());
     faults->announce(announce_prefix.empty() ? failure : Status(failure.code(), announce_prefix + failure.message()),
                      group->first_incomplete());
     faults->raise(failure);  // a transfer still running on the background thread stops too
@@ -213,7 +216,7 @@ void AdapterBase::announce_departure(const std::string& why) {
   for (const double until = comm::local_seconds() + 0.05; comm::local_seconds() < until; backoff.pause()) (void)faults->poll();
 }
 
-void AdapterBase::connect(const std::vector<TensorInfo>* checkpoint_tensors, const SourceMap* probed) {
+void AdapterBase::connect(const std::vector<TensorInfo>* checkpoint_tensors, const SourceMap* probed, const Connection* widened) {
   // A framework that moved its parameters between construction and connect (vLLM's
   // process_weights_after_loading, say): the probe must read where load_weights writes. A joined link's
   // connect (`probed`) probes nothing of this worker: its moves reach the link at each send.
@@ -235,6 +238,7 @@ void AdapterBase::connect(const std::vector<TensorInfo>* checkpoint_tensors, con
   input.options = options;
   input.enter_together = watched_job;
   input.stage_whole = stage_whole;
+  if (widened != nullptr && widened->executor) input.reuse_buffers = widened->executor->transfer_buffers();
   // The world's connect (not a joined link's). Engine 0 may become the replica that feeds joiners: its pool
   // learns whether its links want the network transport (a trainer's that takes joins has one already).
   const bool world_connect = link == MPI_COMM_NULL;

@@ -113,8 +113,10 @@ struct AdapterBase {
   /// transfer peers hear of this rank's failure first. `checkpoint_tensors`: the trainers' (null on rollouts).
   /// Parameters moved since construction are followed first (the probe reads them); a refusal fails connect
   /// here and, through its notice, on every rank. `probed`: this worker's load_weights probed before (a
-  /// trainer connecting a joined link), not probed again.
-  void connect(const std::vector<TensorInfo>* checkpoint_tensors, const SourceMap* probed = nullptr);
+  /// trainer connecting a joined link), not probed again. `widened`: the connection of the link this one
+  /// widens (a re-link with a joiner, every update of it ended): its transfer buffers serve again.
+  void connect(const std::vector<TensorInfo>* checkpoint_tensors, const SourceMap* probed = nullptr,
+               const Connection* widened = nullptr);
   /// The executor's figures, refreshed when no transfer runs.
   void refresh_stats();
   AdapterStats stats() const;

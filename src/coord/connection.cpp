@@ -15,6 +15,7 @@
 #include "coord/element_accounting.hpp"
 #include "core/byte_codec.hpp"
 #include "core/checks.hpp"
+#include "core/laps.hpp"
 #include "core/log.hpp"
 #include "core/settings.hpp"
 #include "layout/form_union.hpp"
@@ -434,6 +435,7 @@ std::unique_ptr<RoundExecutor> connect_executor(const Connect& c, RoundSchedule 
   executor_options.trace = options.trace;
   executor_options.enter_together = c.in.enter_together;
   executor_options.spares = c.in.spares;
+  executor_options.reuse_buffers = c.in.reuse_buffers;
   FaultChannel* faults = c.in.faults;
   executor_options.interrupt = [faults, &roles](const std::function<WaitState()>& waiting) {
     if (Status stop = comm::poll_interrupt(); !stop)  // the caller's Ctrl-C, on its own thread
@@ -481,24 +483,6 @@ std::unique_ptr<RoundExecutor> connect_executor(const Connect& c, RoundSchedule 
   }
   return std::make_unique<RoundExecutor>(std::move(schedule), std::move(memory), c.in.world, executor_options);
 }
-
-// The seconds of the connect's steps, for a debug line on every rank: where a link's connect (a join's)
-// spends its time.
-class Laps {
- public:
-  void operator()(const char* step) {
-    const double now = comm::local_seconds();
-    char ms[32];
-    std::snprintf(ms, sizeof ms, " %.1f ms", 1e3 * (now - last_));
-    text_ += (text_.empty() ? "" : ", ") + std::string(step) + ms;
-    last_ = now;
-  }
-  const std::string& text() const { return text_; }
-
- private:
-  double last_ = comm::local_seconds();
-  std::string text_;
-};
 
 // A trainer job with no engine yet: its load_weights was probed (a bad one fails now, not when the first
 // engine joins) and nothing is planned: there is nobody to send to. No executor; updates go to nobody.

@@ -79,6 +79,9 @@ struct ConnectInput {
   /// A trainer with sender staging on the fleet link: its staging holds every byte of its parameters
   /// (coord::stage_for_sending's `whole`), so that a resend after a loss, planned anew, finds the version.
   bool stage_whole = false;
+  /// A re-link onto a widened link: the old link's transfer buffers on this rank, taken over where large
+  /// enough (ExecutorOptions::reuse_buffers); null otherwise.
+  std::shared_ptr<const exec::TransferBuffers> reuse_buffers;
 };
 
 /// Probe (unless given), all-gather, plan on world rank 0, scatter, stage, register and connect. Every failure throws

@@ -57,6 +57,7 @@ FaultChannel::FaultChannel(MPI_Comm world, const Roles& roles) : world_(world), 
   neighbours_ = std::move(out);
   gave_up_.assign(static_cast<std::size_t>(roles.world_size), false);
   gave_up_why_.assign(static_cast<std::size_t>(roles.world_size), std::string());
+  found_silent_.assign(static_cast<std::size_t>(roles.world_size), false);
 }
 
 void FaultChannel::add_neighbours(const std::vector<int>& ranks) {
@@ -75,9 +76,16 @@ void FaultChannel::announce(const Status& status, std::uint64_t next_step) {
   if (announced_ && (relay || announced_origin_)) return;
   announced_ = true;
   announced_origin_ = !relay;
-  const std::vector<std::byte> bytes =
-      comm::encode_status(status, roles_.trainer ? -1 : roles_.engine, static_cast<std::int64_t>(std::min<std::uint64_t>(next_step, INT64_MAX)));
+  const std::vector<std::byte> bytes = comm::encode_status(
+      status, roles_.trainer ? -1 : roles_.engine, static_cast<std::int64_t>(std::min<std::uint64_t>(next_step, INT64_MAX)), gone_);
   for (int peer : neighbours_) sends_.push_back(send_bytes(bytes, peer, kNoticeTag, world_));
+}
+
+void FaultChannel::note_gone(int world_rank) {
+  std::lock_guard lock(mutex_);
+  if (world_rank < 0 || world_rank >= roles_.world_size || world_rank == roles_.world_rank) return;
+  found_silent_[static_cast<std::size_t>(world_rank)] = true;
+  if (std::find(gone_.begin(), gone_.end(), world_rank) == gone_.end()) gone_.push_back(world_rank);
 }
 
 void FaultChannel::raise(const Status& status) {
@@ -94,7 +102,10 @@ void FaultChannel::take_notices_locked() {
     std::vector<std::byte> bytes;
     if (!receive_matched(message, probe, bytes)) return;
     std::int64_t group = 0, gave_up_at = 0;
-    Status status = comm::decode_status(bytes, &group, &gave_up_at);
+    std::vector<int> gone;  // ranks a write of the sender's failed to at its post
+    Status status = comm::decode_status(bytes, &group, &gave_up_at, &gone);
+    for (int r : gone)
+      if (r >= 0 && r < roles_.world_size) found_silent_[static_cast<std::size_t>(r)] = true;
     if (status.is_ok()) status = Status(ErrorCode::kInternal, describe_worker(roles_, probe.MPI_SOURCE) + " gave up without a reason");
     if (probe.MPI_SOURCE >= 0 && static_cast<std::size_t>(probe.MPI_SOURCE) < gave_up_.size()) {
       gave_up_[static_cast<std::size_t>(probe.MPI_SOURCE)] = true;
@@ -247,6 +258,11 @@ std::string FaultChannel::trace(const std::vector<int>& ranks, double seconds) {
   std::string silent, chain;
   for (const auto& [r, one] : seen)
     if (silent_rank(r)) silent += (silent.empty() ? "" : ", ") + describe_worker(roles_, r);
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& [r, one] : seen)
+      if (silent_rank(r)) found_silent_[static_cast<std::size_t>(r)] = true;
+  }
   if (silent.empty()) {
     // Nobody silent among those asked, but a rank this one waits on gave up (its deadline came first):
     // what it said names what it waited for.
@@ -272,6 +288,19 @@ std::string FaultChannel::trace(const std::vector<int>& ranks, double seconds) {
         }
   return "; it comes down to " + silent +
          ", which does not answer (not inside a WeightBridge call: busy in its own code, stopped, or dead)" + chain;
+}
+
+FaultChannel::Heard FaultChannel::heard() {
+  std::lock_guard lock(mutex_);
+  take_notices_locked();
+  Heard out{found_silent_, std::vector<bool>(gave_up_why_.size(), false), gave_up_why_};
+  for (std::size_t r = 0; r < out.silent.size(); ++r) {
+    // A rank found silent that announced giving up since was alive after all (it answers nothing now: it
+    // left). One a write failed to sends no notice: it is gone.
+    out.silent[r] = out.silent[r] && !gave_up_[r];
+    out.own[r] = gave_up_[r] && gave_up_why_[r].starts_with(describe_worker(roles_, static_cast<int>(r)) + " ");
+  }
+  return out;
 }
 
 }  // namespace wb::coord

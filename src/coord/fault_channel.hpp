@@ -39,6 +39,9 @@ class FaultChannel final : public comm::StepWatch {
   /// Tells this rank's neighbours (the first call only) that it gave up with `status`, having completed
   /// the steps of its group before `next_step`.
   void announce(const Status& status, std::uint64_t next_step);
+  /// A write of this rank to `world_rank` failed (the peer is most likely gone): heard() says so
+  /// here, and this rank's notices carry it to its neighbours (the trainer heads among them).
+  void note_gone(int world_rank);
   /// Tells the neighbours of a failure this rank just met, before it takes part in the group step that
   /// agrees on it: their waits end at once instead of at their deadline. Voids no step.
   void warn(const Status& status) { announce(status, std::numeric_limits<std::uint64_t>::max()); }
@@ -70,6 +73,16 @@ class FaultChannel final : public comm::StepWatch {
   /// answer: "; it waits on engine 1 worker 0 (world rank 4), which does not answer (...)". "" when every
   /// rank answered and waits on no one silent.
   std::string trace(const std::vector<int>& ranks, double seconds) override;
+  /// Per world rank: what this rank has learned of it in failures so far. `silent`: a trace of this rank
+  /// asked it and it neither answered nor announced giving up (stopped, dead, or busy in its own code past
+  /// the deadline), or a write to it failed, here or at a rank whose notice came; `notice`: the message
+  /// of its failure notice ("" when none came); `own`: that message names it first (its own failure, not
+  /// one it passed on).
+  struct Heard {
+    std::vector<bool> silent, own;
+    std::vector<std::string> notice;
+  };
+  Heard heard();
 
   // comm::StepWatch: entering a step is an activity; the failure announced is poll()'s.
   void entering(std::uint64_t step, std::string what, std::vector<int> waits) override {
@@ -93,6 +106,8 @@ class FaultChannel final : public comm::StepWatch {
   std::vector<int> activity_waits_;
   std::vector<bool> gave_up_;             // per world rank: a notice came from it (it left; not "silent" in a trace)
   std::vector<std::string> gave_up_why_;  // per world rank: its notice's message (a trace cites it)
+  std::vector<bool> found_silent_;        // per world rank: a trace found it silent, or a write to it failed (heard())
+  std::vector<int> gone_;                 // note_gone's ranks, carried by this rank's notices
   std::pair<std::string, std::vector<int>> transfer_wait_;  // note_transfer_wait
   double transfer_wait_at_ = -1;                            // local_seconds() when noted
   std::uint64_t query_serial_ = 0;

@@ -7,6 +7,7 @@
 #include "comm/backoff.hpp"
 #include "comm/collectives.hpp"
 #include "comm/deadline.hpp"
+#include "comm/max_reduce.hpp"
 #include "comm/operation.hpp"
 #include "coord/adapter_common.hpp"
 #include "coord/join_links.hpp"
@@ -167,25 +168,63 @@ std::vector<std::int32_t> receive_words(MPI_Comm world, int from, double seconds
 
 }  // namespace
 
+namespace {
+
+// Per engine of `old`: 1 when this trainer learned in the failed update that it is lost: a rank of it did
+// not answer a trace at a deadline (stopped or dead), or announced its own leave (the others pass it on).
+std::vector<std::uint32_t> found_lost(const AdapterBase& old) {
+  const Roles& roles = old.roles;
+  const FaultChannel::Heard heard = old.faults->heard();
+  std::vector<std::uint32_t> lost(roles.engines.size(), 0);
+  for (std::size_t e = 0; e < roles.engines.size(); ++e)
+    for (int r : roles.engines[e]) {
+      const auto w = static_cast<std::size_t>(r);
+      if (w < heard.silent.size() && (heard.silent[w] || (heard.own[w] && is_leave(Status(ErrorCode::kInternal, heard.notice[w]))))) lost[e] = 1;
+    }
+  return lost;
+}
+
+}  // namespace
+
 FleetVerdict rebuild_fleet(const AdapterBase& old, MPI_Comm trainers, int tag, double seconds) {
   const Roles& roles = old.roles;
   FleetVerdict verdict;
   verdict.tag = tag;
   verdict.held.assign(roles.engine_leaders.size(), -1);
+  // The engines the failed update found lost, on any trainer (its deadline's trace, or a leave announced):
+  // their notes are not waited for, since a dead engine's never comes. The others' are, each up to the end
+  // of `seconds`: the wait ends as soon as every engine not found lost has answered.
+  std::vector<std::uint32_t> lost = found_lost(old);
+  throw_if_error(comm::reduce_max(lost, trainers, comm::Waiter{old.options.timeout_seconds, {}},
+                                  old.who() + ": the engines the fleet link lost"));
   if (roles.leader) {
-    std::vector<comm::OperationPtr> notes;
-    for (int leader : roles.engine_leaders) {
-      notes.push_back(comm::make_operation(0, sizeof(std::int64_t)));
-      WB_CHECK_MPI(MPI_Irecv(notes.back()->in.data(), 1, MPI_INT64_T, leader, kAliveTag, old.world, &notes.back()->request));
+    std::vector<comm::OperationPtr> notes(roles.engine_leaders.size());
+    for (std::size_t e = 0; e < notes.size(); ++e) {
+      if (lost[e] != 0) continue;
+      notes[e] = comm::make_operation(0, sizeof(std::int64_t));
+      WB_CHECK_MPI(MPI_Irecv(notes[e]->in.data(), 1, MPI_INT64_T, roles.engine_leaders[e], kAliveTag, old.world, &notes[e]->request));
     }
     const double start = comm::local_seconds();
     for (std::size_t e = 0; e < notes.size(); ++e) {
+      if (!notes[e]) {
+        ++verdict.found_lost;
+        continue;
+      }
       const double left = std::max(0.0, seconds - (comm::local_seconds() - start));
-      if (comm::wait_for(notes[e], comm::Waiter{left, {}}, false, "an engine's note after a loss").is_ok())
+      if (comm::wait_for(notes[e], comm::Waiter{left, {}}, false, "an engine's note after a loss").is_ok()) {
         std::memcpy(&verdict.held[e], notes[e]->in.data(), sizeof(std::int64_t));
-      else
+        ++verdict.answered;
+      } else {
         comm::abandon(std::move(notes[e]));  // never waited on again: that engine is gone
+        ++verdict.silent;
+      }
     }
+    verdict.wait_seconds = comm::local_seconds() - start;
+    WB_LOG(kInfo) << "trainer 0: the fleet link's notes after a loss: " << verdict.answered << " engine(s) answered, "
+                  << verdict.found_lost << " found lost by the failed update (not waited for), " << verdict.silent
+                  << " silent past " << comm::seconds_text(seconds) << "; the wait took "
+                  << comm::seconds_text(verdict.wait_seconds)
+                  << (verdict.silent == 0 ? " (ended on every answer)" : "");
   }
   // Trainer 0 waited up to `seconds` before it broadcasts; the others wait as long, and the timeout more.
   const comm::Waiter waiter{seconds + old.options.timeout_seconds, {}};

@@ -63,11 +63,18 @@ struct FleetVerdict {
   std::vector<int> survivors;      // ranks of the old link the new one is made of, trainers first
   int tag = 0;                     // the rebuild's (rebuild_link: rebuilds of one link may overlap)
   MPI_Comm rebuilt = MPI_COMM_NULL;
+  // Trainer 0: the engines' notes: answered, not waited for (found lost by the failed update), silent past
+  // the bound; and how long the wait took.
+  int answered = 0, found_lost = 0, silent = 0;
+  double wait_seconds = 0;
 };
 
 /// Trainers, every one, once the fleet link `old` failed an update (its state is failed; point-to-point
 /// with its live ranks still works): trainer 0 takes each engine's note that it is alive and the version it
-/// holds, within `seconds` of the first look (an engine silent past that is lost), the trainers agree on it
+/// holds, within `seconds` of the first look (an engine silent past that is lost), except from the engines
+/// a trainer found lost in the failed update (a rank of theirs silent at its deadline's trace, or their
+/// leave announced: the trainers agree on them first), so that the wait ends as soon as every other engine
+/// answered; the trainers agree on it
 /// over `trainers`, trainer 0 tells every engine the survivors (a stopped one reads it once resumed: it was
 /// left out), and the survivors make their link
 /// (comm::rebuild_link; the lost never waited for). `rebuilt` is null when no engine is alive (nothing is

@@ -150,10 +150,16 @@ struct ReceiverAdapter::State : AdapterBase {
   }
 
   // A joiner's spares (opened while it joined) are not kept once its links are made: a replica opens its own.
+  // On the fleet link, whose every join and loss re-links this engine too, one is kept opened for the next
+  // re-link where its links want the network transport: opening a libfabric transport there took 130-290
+  // ms of every rank's connect at a join (each engine job as a machine of its own on one host, 8 ranks on
+  // 2 cores: the others wait for the slowest in the executor's first step), the trainers' and the joiner's
+  // being opened ahead already.
   void release_join_spares() {
     if (link == MPI_COMM_NULL || !spares) return;
     network_links = spares->wanted();
-    spares.reset();  // closes those never taken
+    if (fleet_link_enabled() && network_links) spares->keep(1, 1);
+    else spares.reset();  // closes those never taken
   }
 
   // The replica, once the version a joiner is to get is installed here: every worker writes its part.
@@ -488,7 +494,8 @@ PollResult ReceiverAdapter::relink() {
   std::unique_ptr<State> fresh;
   try {
     fresh = std::make_unique<State>(JoinedComms{widened}, old.group_comm, old.params, old.load_weights, old.given, old.hook);
-    fresh->connect(nullptr, &old.connection->probed);
+    fresh->spares = old.spares;
+    fresh->connect(nullptr, &old.connection->probed, &*old.connection);
   } catch (const Error& error) {
     if (!fresh) comm::abandon_link(widened);
     return old.failed(error.status());
@@ -513,6 +520,7 @@ PollResult ReceiverAdapter::rejoin(const PollResult& failed) {
     made = rejoin_fleet(old, old.version);
     if (made.rebuilt == MPI_COMM_NULL) return failed;
     fresh = std::make_unique<State>(JoinedComms{made.rebuilt}, made.engine, old.params, old.load_weights, old.given, old.hook);
+    fresh->spares = old.spares;
     fresh->connect(nullptr, &old.connection->probed);
   } catch (const Error& error) {
     if (!fresh && made.rebuilt != MPI_COMM_NULL) comm::abandon_link(made.rebuilt);

@@ -30,7 +30,7 @@ void SenderAdapter::State::relink_fleet(MPI_Comm merged, State* widened, double 
   if (roles.leader)
     for (std::size_t e = kept; e < link->roles.engine_leaders.size(); ++e)
       throw_if_error(link->send_request_to(link->roles.engine_leaders[e], RequestKind::kConnect, 0));
-  link->connect(&checkpoint_tensors, &connection->probed);
+  link->connect(&checkpoint_tensors, &connection->probed, widened ? &*widened->connection : nullptr);
   if (widened) {
     carry_over(*widened, *link);
     link->acknowledged = widened->acknowledged;
@@ -74,13 +74,13 @@ Status SenderAdapter::State::recover_fleet(std::size_t k, const Status& cause, s
     link = std::make_unique<State>(verdict.rebuilt, group_comm, params, checkpoint_tensors, load_weights, given);
     link->link = verdict.rebuilt;
     link->stage_whole = true;
+    link->spares = spares;  // the network transport kept opened for the next link
     link->connect(&checkpoint_tensors, &connection->probed);
   } catch (const Error& error) {
     drop(k, error.status());
     return error.status();
   }
   link->announce_prefix = old.announce_prefix;
-  link->spares = spares;
   carry_over(old, *link);
   std::erase_if(link->history, [v](const UpdateRecord& r) { return r.version == v; });
   std::string why = cause.message();

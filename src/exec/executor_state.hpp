@@ -69,6 +69,7 @@ struct RoundExecutor::State {
   std::int64_t send_rounds = 0;     // WB_SEND_ROUNDS_IN_FLIGHT, read once (0: no limit but the depth)
   bool collective_teardown = false;  // some rank of the plan has CUDA parameters (round_executor.hpp)
   bool failed = false;               // an update returned an error
+  std::atomic<int> failed_write_peer{-1};  // the peer a post of this rank's writes failed to (failed_write_peer())
   bool peers_failed = false;         // the caller gave up on the job (note_peer_failure): teardown as after a failure
 
   // Members are destroyed in reverse order: the transports (which registered the buffers and imported the

@@ -237,9 +237,11 @@ Status post_next_writes(RoundExecutor::State& s, const UpdateRounds& u, const In
   Status status =
       link.transport->post_writes(batch.peer, s.scratch, encode_immediate(g, batch.stage), batch.lag != 0 ? g | kRelayToken : g);
   if (status.code() == ErrorCode::kRetryLater) return Status::ok();
-  if (!status)
+  if (!status) {
+    s.failed_write_peer.store(batch.peer);
     return Status(status.code(), s.name(s.rank) + ": its " + stage_name(batch.stage) + " stage write to " +
                                      s.name(batch.peer) + " failed: " + status.message());
+  }
   posted = true;
   for (const WriteRequest& w : s.scratch) s.stats.bytes_written += static_cast<std::int64_t>(w.bytes);
   if (s.options.trace) {
@@ -489,6 +491,10 @@ Status RoundExecutor::run_update(const DeviceOrdering& after, const std::atomic<
   if (status) status = s.engine->end_update();
   if (!status) {
     s.failed = true;
+    // A write that failed after its post: the transport knows to whom (the coordinator names it lost).
+    for (const auto& [kind, transport] : s.transports)
+      for (int peer : transport->failed_peers())
+        if (s.failed_write_peer.load() < 0) s.failed_write_peer.store(peer);
     return s.engine->explain(std::move(status));
   }
   s.next_round += static_cast<std::uint64_t>(s.rounds);

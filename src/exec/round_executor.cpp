@@ -13,6 +13,7 @@
 #include "core/checks.hpp"
 #include "core/cuda_device.hpp"
 #include "core/device.hpp"
+#include "core/laps.hpp"
 #include "core/log.hpp"
 #include "exec/connect_handshake.hpp"
 #include "exec/executor_state.hpp"
@@ -88,7 +89,8 @@ void allocate_buffers(State& s) {
   for (const auto& [kind, transport] : s.transports) capabilities.emplace_back(kind, transport->capabilities());
   s.stats.buffer_memory = choose_buffer_memory(s.parameters.memory, capabilities);
   s.buffers = exec::allocate_transfer_buffers(s.parameters.memory, s.stats.buffer_memory, s.parameters.device, s.depth,
-                                              s.schedule.send_slot_bytes, s.schedule.receive_slot_bytes);
+                                              s.schedule.send_slot_bytes, s.schedule.receive_slot_bytes,
+                                              s.options.reuse_buffers.get());
   const auto register_buffers = [&] {
     for (const auto& [kind, transport] : s.transports) {
       const MemoryRegistration send =
@@ -116,9 +118,11 @@ void allocate_buffers(State& s) {
     }
     s.stats.buffer_memory = MemoryKind::kHost;
     s.buffers = exec::allocate_transfer_buffers(s.parameters.memory, MemoryKind::kHost, s.parameters.device, s.depth,
-                                                s.schedule.send_slot_bytes, s.schedule.receive_slot_bytes);
+                                                s.schedule.send_slot_bytes, s.schedule.receive_slot_bytes,
+                                                s.options.reuse_buffers.get());
     register_buffers();
   }
+  s.options.reuse_buffers.reset();  // what was not taken over goes with its old executor
 }
 
 // Connects every pair (connect_handshake.hpp), peers in ascending order. Returns, per round, the arrivals
@@ -198,7 +202,9 @@ RoundExecutor::RoundExecutor(RoundSchedule schedule, ParameterMemory parameters,
   // for another executor's. Errors return (to the checks) even where the job's handler aborts. Bounded, and
   // waited for as every wait is (comm::Backoff): MPI_Comm_dup spins in MPI until every rank arrived, and
   // over a link between two jobs on a loaded machine took 12-208 ms there (traced), 1-3 ms this way.
+  Laps laps;
   s.comm = wb::comm::duplicate(comm, waiter, "connecting the transports: duplicating the executor's communicator");
+  laps("duplicate");
   s.idle_sleep_us = comm::idle_sleep_setting();
   s.send_rounds = exec::send_rounds_in_flight_setting();
   WB_CHECK_MPI(MPI_Comm_rank(s.comm, &s.rank));
@@ -220,10 +226,17 @@ RoundExecutor::RoundExecutor(RoundSchedule schedule, ParameterMemory parameters,
   s.rounds = static_cast<int>(s.schedule.rounds.size());
 
   const exec::RankPlaces places = choose_transports(s, cuda_parameters, waiter);
+  laps("transports");
   pad_segments(s, places, cuda_parameters, waiter);
   allocate_buffers(s);
-  build_rounds(s, cuda_parameters, connect_pairs(s, waiter));
+  laps("buffers");
+  const std::vector<exec::ExtraArrivals> extra_arrivals = connect_pairs(s, waiter);
+  laps("pairs");
+  build_rounds(s, cuda_parameters, extra_arrivals);
+  laps("rounds");
   wb::comm::barrier(s.comm, waiter, "connecting the transports: every pair connected before anyone writes");
+  laps("barrier");
+  WB_LOG(kDebug) << "rank " << s.rank << ": the executor's steps: " << laps.text();
 }
 
 RoundExecutor::~RoundExecutor() {
@@ -280,6 +293,12 @@ bool RoundExecutor::rebind_parameter(std::size_t parameter, const std::byte* fro
 }
 
 MPI_Comm RoundExecutor::communicator() const { return state_->comm; }
+
+int RoundExecutor::failed_write_peer() const { return state_->failed_write_peer.load(); }
+
+std::shared_ptr<const exec::TransferBuffers> RoundExecutor::transfer_buffers() const {
+  return std::make_shared<const exec::TransferBuffers>(state_->buffers);
+}
 
 void* RoundExecutor::completion_event() const { return state_->engine->completion_event(); }
 const ExecutorStats& RoundExecutor::stats() const { return state_->stats; }

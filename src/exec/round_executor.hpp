@@ -39,6 +39,7 @@ class SpareTransports;
 
 namespace exec {
 class QuantizedPack;
+struct TransferBuffers;
 }
 
 /// A rank's parameters as its source map lists them: base address and size in bytes of each, all in
@@ -112,6 +113,10 @@ struct ExecutorOptions {
   /// Transports opened ahead of need (a join's link: transport/spare_transports.hpp), taken before any
   /// is opened here; null: every transport is opened here.
   SpareTransports* spares = nullptr;
+  /// An earlier executor's transfer buffers on this rank (RoundExecutor::transfer_buffers), every update of
+  /// which has ended and no peer of which writes again (a re-link onto a widened link, never one after a
+  /// failure): used again where large enough (exec::allocate_transfer_buffers), instead of new ones.
+  std::shared_ptr<const exec::TransferBuffers> reuse_buffers;
 };
 
 /// One interval of a rank's timeline (ExecutorOptions::trace), in seconds of the steady clock.
@@ -204,6 +209,12 @@ class RoundExecutor {
   /// with every stats() read). Not while an update runs on another thread.
   std::vector<ExecutorSpan> take_trace();
   const RoundSchedule& schedule() const;
+  /// The rank (of the executor's communicator) that a write of this rank failed to in an update, at its
+  /// post (cma: the peer process is gone) or after it (Transport::failed_peers), or -1. Any thread.
+  int failed_write_peer() const;
+  /// This executor's transfer buffers, shared, for a later executor of this rank to take over
+  /// (ExecutorOptions::reuse_buffers) once this one's updates have ended.
+  std::shared_ptr<const exec::TransferBuffers> transfer_buffers() const;
 
   /// What the executor holds (exec/executor_state.hpp), shared by the files of its phases.
   struct State;

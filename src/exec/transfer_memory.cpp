@@ -3,6 +3,7 @@
 #include "exec/transfer_memory.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <string>
 
 #include "exec/host_mapping.hpp"
@@ -55,15 +56,26 @@ class HostBuffer final : public BufferMemory {
 std::unique_ptr<BufferMemory> allocate_host_buffer(std::size_t bytes) { return std::make_unique<HostBuffer>(bytes); }
 
 TransferBuffers allocate_transfer_buffers(MemoryKind parameters, MemoryKind buffers, int device, int depth,
-                                          std::int64_t send_slot_bytes, std::int64_t receive_slot_bytes) {
+                                          std::int64_t send_slot_bytes, std::int64_t receive_slot_bytes,
+                                          const TransferBuffers* kept) {
   TransferBuffers t;
   t.memory = buffers;
   t.device = buffers == MemoryKind::kCuda ? device : 0;
+  t.parameters = parameters;
+  t.parameter_device = parameters == MemoryKind::kCuda ? device : 0;
+  // Host memory of the same kind (plain for host parameters, pinned for this device's) serves again.
+  const bool reusable = kept != nullptr && buffers == MemoryKind::kHost && kept->memory == MemoryKind::kHost &&
+                        kept->parameters == parameters && kept->parameter_device == t.parameter_device;
+  const auto take = [&](const std::shared_ptr<BufferMemory>& old, std::size_t bytes,
+                        const std::function<std::unique_ptr<BufferMemory>(std::size_t)>& allocate) -> std::shared_ptr<BufferMemory> {
+    if (reusable && old && old->size() >= std::max<std::size_t>(1, bytes)) return old;
+    return allocate(bytes);
+  };
   if (parameters == MemoryKind::kHost) {
     t.send_slot_stride = send_slot_bytes;
     t.receive_slot_stride = receive_slot_bytes;
-    t.send = allocate_host_buffer(static_cast<std::size_t>(depth * t.send_slot_stride));
-    t.receive = allocate_host_buffer(static_cast<std::size_t>(depth * t.receive_slot_stride));
+    t.send = take(kept ? kept->send : nullptr, static_cast<std::size_t>(depth * t.send_slot_stride), allocate_host_buffer);
+    t.receive = take(kept ? kept->receive : nullptr, static_cast<std::size_t>(depth * t.receive_slot_stride), allocate_host_buffer);
     return t;
   }
   const auto aligned = [](std::int64_t bytes) {
@@ -77,8 +89,9 @@ TransferBuffers allocate_transfer_buffers(MemoryKind parameters, MemoryKind buff
     t.send = allocate_device_buffer(send_bytes, device);
     t.receive = allocate_device_buffer(receive_bytes, device);
   } else {
-    t.send = allocate_pinned_buffer(send_bytes, device);
-    t.receive = allocate_pinned_buffer(receive_bytes, device);
+    const auto pinned = [device](std::size_t bytes) { return allocate_pinned_buffer(bytes, device); };
+    t.send = take(kept ? kept->send : nullptr, send_bytes, pinned);
+    t.receive = take(kept ? kept->receive : nullptr, receive_bytes, pinned);
   }
   return t;
 }

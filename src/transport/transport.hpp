@@ -96,6 +96,9 @@ class Transport {
   /// Bytes and batches this rank's posts carried to each peer since creation (a batch counts once
   /// post_writes accepted it), by peer: what a run measures crossing a link, next to what its plan says.
   virtual std::vector<PeerTraffic> traffic() const = 0;
+  /// The peers a write to which failed after its post (a completion error, an unreachable peer: most
+  /// likely gone), for the coordinator to name; empty where failures come back from post_writes only.
+  virtual std::vector<int> failed_peers() const { return {}; }
 };
 
 /// This machine's identity (host name and boot id): ranks with equal ids can share memory (cma, cuda_ipc).

@@ -164,6 +164,12 @@ expect_first_install() {
   [[ -n $joined_at && $firsts == "$((joined_at + $2))" ]] ||
     fail "the trainers took the joiner of $(basename "$1") at version '$joined_at'; its workers installed first '$firsts', expected $((joined_at + $2))"
 }
+# The fleet link's loss: trainer 0 did not wait for the note of the engine the failed update found lost
+# (A: silent at a deadline, dead, or left), only for B's, so its wait ended on B's answer, not at its bound.
+expect_notes_on_every_answer() {
+  grep -Eq "notes after a loss: 1 engine\(s\) answered, 1 found lost by the failed update \(not waited for\), 0 silent past .*\(ended on every answer\)" \
+    "$dir/trainers.log" || fail "trainer 0 waited for a lost engine's note after the loss (or not for B's)"
+}
 case $scenario in
   joined_replica)
     expect_first_install "$dir/second.log" -1
@@ -207,6 +213,7 @@ case $scenario in
     grep -q "was lost in version" "$dir/trainers.log" && fail "a leave was reported as a loss"
     grep -q "rebuilt from the survivors" "$dir/second.log" || fail "B did not rejoin the rebuilt link"
     expect_first_install "$dir/second.log" 0
+    expect_notes_on_every_answer
     serving=$dir/second.log ;;
   fleet_kill|fleet_kill_arriving|fleet_stop)
     # A lost mid-update on the fleet link: named once; B installed the version A was hit in (and every
@@ -218,6 +225,7 @@ case $scenario in
       [[ $(grep -c "resumed: failed: " "$dir/first.log") == 2 ]] || fail "the resumed engine's workers did not both report kFailed"
     fi
     [[ $(grep -c "was lost in version" "$dir/trainers.log") == 1 ]] || fail "not one warning naming the lost engine"
+    expect_notes_on_every_answer
     hit=$(sed -n 's/^trainers: the victim is hit in version \([0-9]*\)$/\1/p' "$dir/trainers.log")
     lost=$(sed -n 's/.* was lost in version \([0-9]*\);.*/\1/p' "$dir/trainers.log")
     [[ -n $hit && $lost == "$hit" ]] || fail "the victim was hit in version '$hit' but lost in version '$lost'"

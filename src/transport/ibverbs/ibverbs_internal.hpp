@@ -178,6 +178,12 @@ class IbverbsTransport final : public Transport {
                      std::uint64_t token) override;
   Status poll(std::vector<Completion>& completions) override;
   std::vector<PeerTraffic> traffic() const override { return traffic_.snapshot(); }
+  std::vector<int> failed_peers() const override {
+    std::vector<int> out;
+    for (const auto& [rank, peer] : peers_)
+      if (!peer->failure.is_ok()) out.push_back(rank);
+    return out;
+  }
 
   // For tests and logs: what was set up.
   std::size_t nic_count() const { return nics_.size(); }

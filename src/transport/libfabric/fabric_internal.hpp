@@ -134,6 +134,12 @@ class FabricTransport final : public Transport {
                      std::uint64_t token) override;
   Status poll(std::vector<Completion>& completions) override;
   std::vector<PeerTraffic> traffic() const override { return traffic_.snapshot(); }
+  std::vector<int> failed_peers() const override {
+    std::vector<int> out;
+    for (const auto& [peer, state] : peers_)
+      if (!state.failed.is_ok()) out.push_back(peer);
+    return out;
+  }
 
  private:
   // fabric_setup.cpp
