@@ -153,6 +153,8 @@ struct TransferSummary {
                                            // 0 when it chose none (a relay fan-out given): wb-plan simulates any
   double connect_seconds = 0;              // probe, exchange, plan, scatter, register (world rank 0)
   double probe_seconds = 0;                // of which: to every worker's source map gathered (world rank 0)
+  double longest_probe_seconds = 0;        // the longest probe of one worker (its load_weights passes, decode,
+                                           // checks, parameters saved and restored); 0 where every map was kept
   // FP8 engines: the control bytes each trainer sends per update for the amaxes of the blocks it shares
   // with other trainers (4 per block, one max all-reduce before the rounds); 0 when no block is shared.
   std::int64_t fp8_amax_bytes = 0;

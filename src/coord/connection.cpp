@@ -1,6 +1,7 @@
 #include "coord/connection.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <climits>
 #include <cstdio>
 #include <functional>
@@ -567,8 +568,14 @@ Connection establish_connection(const ConnectInput& input) {
   std::optional<layout::FormUnion> united;
   if (mixed) united = layout::unite_forms(*form);
   SourceMap map;
-  if (probed && input.probed) map = *input.probed;
-  else if (probed) probed = probe_worker(c, fp8_engine ? form->tensors : tensors, map);
+  double own_probe = 0;  // this worker's probe: none where its map is kept (a re-link)
+  if (probed && input.probed) {
+    map = *input.probed;
+  } else if (probed) {
+    const double began = comm::local_seconds();
+    probed = probe_worker(c, fp8_engine ? form->tensors : tensors, map);
+    own_probe = comm::local_seconds() - began;
+  }
   if (fp8_engine) probed = probed ? check_scales_loaded(c, *form, map) : with_fp8_hint(*form, probed);
   Connection connection;
   if (probed) connection.probed = map;  // in the form this worker loads (before a mixed fleet's union)
@@ -608,6 +615,15 @@ Connection establish_connection(const ConnectInput& input) {
   laps("executor (transports, buffers, pairs)");
 
   TransferSummary& s = connection.summary;
+  // The longest probe of one worker: at a join only the joiner probes, and the others wait for it at the
+  // source maps, so this is the probe's share of the connect, reported apart.
+  const std::vector<std::byte> probes = comm::allgather_fixed(std::as_bytes(std::span(&own_probe, 1)), input.world, input.waiter,
+                                                              "connect: the workers' probe times");
+  for (std::size_t r = 0; r < probes.size() / sizeof(double); ++r) {
+    double t = 0;
+    std::memcpy(&t, probes.data() + r * sizeof(double), sizeof(double));
+    s.longest_probe_seconds = std::max(s.longest_probe_seconds, t);
+  }
   double seconds[2] = {comm::local_seconds() - started, probe_seconds};
   comm::broadcast_fixed(std::as_writable_bytes(std::span(seconds)), 0, input.world, input.waiter, "connect: the final handshake");
   s.connect_seconds = seconds[0];

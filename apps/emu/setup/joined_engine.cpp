@@ -2,6 +2,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <thread>
@@ -29,7 +30,8 @@ JoinedEngineOutcome serve_joined_engine(const ParameterSet& params, const LoadWe
   const auto fail = [&out](const std::string& why) {
     if (out.failure.empty()) out.failure = why;
   };
-  // The probe: the joiner's load_weights calls after the take and before kConnected (none after).
+  // The probe: the joiner's load_weights calls after the take and before kConnected (none after); at
+  // kConnected the library's time of the whole probe, where longer.
   bool probing = true;
   const LoadWeightsFn timed = [&](const CheckpointReader& checkpoint, const ParameterSet& into) {
     const double began = comm::local_seconds();
@@ -51,6 +53,9 @@ JoinedEngineOutcome serve_joined_engine(const ParameterSet& params, const LoadWe
       probing = false;
       out.connected = comm::local_seconds();
       out.summary = receiver.summary();
+      // The whole probe, as the library timed it (codes, passes, decode, checks, the parameters saved and
+      // restored), not only the load_weights calls inside it.
+      out.probe_seconds = std::max(out.probe_seconds, out.summary.longest_probe_seconds);
       if (rank == 0) std::printf("%s: joined (%d worker%s)\n", run.name.c_str(), size, size == 1 ? "" : "s");
     } else if (r.event == PollResult::Event::kInstalled) {
       if (out.first_installed == 0) out.first_installed = comm::local_seconds();

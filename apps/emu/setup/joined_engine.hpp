@@ -32,7 +32,8 @@ struct JoinedEngineOutcome {
   bool shut_down = false;                // the trainers shut down (the run's normal end)
   double join_began = 0;                 // the adapter's construction began: the job knocks at the port
   double taken = 0;                      // it returned: the trainers took the joiner at a send_weights
-  double probe_seconds = 0;              // this rank's load_weights calls between taken and kConnected
+  double probe_seconds = 0;              // the probe: the longest worker's (TransferSummary), at least this
+                                         // rank's load_weights calls between taken and kConnected
   double connected = 0;                  // kConnected: the joiner's link is planned and registered
   double first_installed = 0;            // the first kInstalled (0: none)
   TransferSummary summary;               // the joined link's plan: the trainers to this one engine
