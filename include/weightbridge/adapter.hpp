@@ -155,6 +155,7 @@ struct TransferSummary {
   double probe_seconds = 0;                // of which: to every worker's source map gathered (world rank 0)
   double longest_probe_seconds = 0;        // the longest probe of one worker (its load_weights passes, decode,
                                            // checks, parameters saved and restored); 0 where every map was kept
+                                           // and in a trainer job's connect with no engine
   // FP8 engines: the control bytes each trainer sends per update for the amaxes of the blocks it shares
   // with other trainers (4 per block, one max all-reduce before the rounds); 0 when no block is shared.
   std::int64_t fp8_amax_bytes = 0;

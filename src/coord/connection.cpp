@@ -1,9 +1,9 @@
 #include "coord/connection.hpp"
 
 #include <algorithm>
-#include <cstring>
 #include <climits>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
