@@ -100,6 +100,12 @@ struct SenderAdapter::State : AdapterBase {
 
   std::string joined_name(std::size_t k) const {
     const State& link = *joined[k];
+    if (!link.fleet_records.empty()) {  // the fleet link (dropped whole: its last engine lost or left): as stats() names them
+      std::string names;
+      for (std::size_t e = 0; e < link.fleet_records.size(); ++e)
+        names += (e == 0 ? "" : " and ") + fleet_name(link.fleet_records[e], link.roles.engines[e].size());
+      return names;
+    }
     const std::size_t workers = link.roles.engines.empty() ? 0 : link.roles.engines.front().size();
     return "joined engine " + std::to_string(k) + " (" + std::to_string(workers) + " worker" + (workers == 1 ? "" : "s") +
            ", after version " + std::to_string(link.joined_after) + ")";

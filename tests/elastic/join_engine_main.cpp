@@ -50,7 +50,7 @@
 //     stopped every worker writes its pid to ADDRESS.stopped.RANK and SIGSTOPs itself in that hook; once
 //             resumed, its poll_requests must end in kFailed naming why; it joins again and serves
 //     vanish  (one rank) presents the secret, is admitted, and SIGKILLs itself
-//     ghost   (one rank) as vanish, once it answered the trainers' take
+//     ghost   (one rank) as vanish, once it answered the trainers' take (on the fleet link, their offer first)
 // MODE: sync | sender-staged | receiver-staged | async. Every rollout worker checks every version it installs against its own
 // load_weights of that version, bit for bit; the built-in engine installs 1..last in order; a joiner's
 // first event after kConnected is kInstalled (of the trainers' latest version, from the built-in engine),
@@ -73,6 +73,7 @@
 #include <thread>
 
 #include "comm/join.hpp"
+#include "coord/fleet_link.hpp"
 #include "emu/checkpoints/synthetic.hpp"
 #include "emu/checkpoints/versioned_checkpoint.hpp"
 #include "emu/frameworks/backend.hpp"
@@ -438,6 +439,10 @@ int run_engine_job(const std::string& address, const std::string& mode, const st
   }
   if (role == "ghost") {  // answers the trainers' take, and is gone before the widening
     const MPI_Comm leaders = comm::join_by_address(address, 30);
+    // On the fleet link the take comes after the trainers' offer (its first joiner: no port to open).
+    std::unique_ptr<comm::JoinPort> port;
+    std::int64_t jobs = 0;
+    if (coord::fleet_link_enabled() && !coord::answer_fleet(leaders, address, 30, port, jobs)) return 1;
     if (!comm::answer_take(leaders, 30)) return 1;
     std::printf("ghost joiner: answered the take\n");
     std::fflush(stdout);

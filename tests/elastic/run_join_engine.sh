@@ -47,11 +47,16 @@ run() { timeout 200 "$mpiexec" --oversubscribe --ompi-server "file:$dir/uri" "$@
 # fleet_kill_arriving: every round in flight at once (no grant needed from the frozen engine), so that the
 # trainers' writes into it complete and the loss is met only through the forwards it never makes.
 [[ $scenario == fleet_kill_arriving ]] && export WB_BUFFER_MIB=256 WB_PIPELINE_DEPTH=8
-# join: the built-in engine says (info) which version it wrote to the joiner.
-[[ $scenario == join || $scenario == lose_joiner || $scenario == joined_replica ]] && export WB_LOG_LEVEL=${WB_LOG_LEVEL:-info}
+# join: the built-in engine says (info) which version it wrote to the joiner; leave: the trainers say who left.
+[[ $scenario == join || $scenario == lose_joiner || $scenario == joined_replica || $scenario == leave ]] &&
+  export WB_LOG_LEVEL=${WB_LOG_LEVEL:-info}
 ranks=3  # 2 trainers and a built-in engine; joined_replica: the trainers alone
 [[ $scenario == joined_replica || $scenario == kill_relay || $scenario == fleet* ]] && ranks=2
 [[ $scenario == fleet* ]] && export WB_FLEET_LINK=1 WB_LOG_LEVEL=${WB_LOG_LEVEL:-info}
+# kill and stop run on either link (the fleet link, fleet_link's default, unless WB_FLEET_LINK=0): the loss is
+# said in the link's words.
+[[ ${WB_FLEET_LINK:-1} == 0 ]] && fleet_link=false || fleet_link=true
+$fleet_link && lost_words="was lost in version" || lost_words="was dropped after version"
 # Every job alike: it also bounds a joiner's catch-up, which must end well within the trainers' 5 s deadline
 # of the victim scenarios.
 export WB_JOIN_ANSWER_SECONDS=${WB_JOIN_ANSWER_SECONDS:-3}
@@ -79,7 +84,7 @@ engines_at() {  # engines_at N: waits until the trainers count N engines (one jo
 await_trainers() {  # await_trainers PATTERN: until the trainers' log has it (or they ended), at most 2 minutes
   for _ in $(seq 1200); do
     grep -q "$1" "$dir/trainers.log" 2>/dev/null && return
-    kill -0 "$trainers" 2>/dev/null || return
+    kill -0 "$trainers" 2>/dev/null || return 0
     sleep 0.1
   done
 }
@@ -140,7 +145,7 @@ case $scenario in
   kill) engine first killed; engines_at 2; engine second serve; engines_at 3; engine third serve 1 ;;
   stop)
     engine first stopped; engines_at 2; engine second serve; engines_at 3; engine third serve 1
-    resume_stopped "was dropped after version" ;;
+    resume_stopped "$lost_words" ;;
 esac
 trainers_rc=0
 wait "$trainers" || trainers_rc=$?
@@ -198,6 +203,9 @@ case $scenario in
     [[ ${rcs[0]} == 0 ]] || fail "the engine job failed (${rcs[0]})" ;;
   leave)
     [[ $(grep -c "then it left" "$dir/first.log") == 2 ]] || fail "the first engine's workers did not both leave"
+    # The trainers' word on the leave names the engine as their stats().engines do.
+    name=$(sed -n 's/^trainers: \(joined engine .*\): left, .*/\1/p' "$dir/trainers.log")
+    [[ -n $name ]] && grep -qF "] $name left " "$dir/trainers.log" || fail "the trainers did not say '$name' left"
     serving=$dir/second.log ;;
   at_once) serving="$dir/first.log $dir/second.log $dir/third.log" ;;
   fleet)
@@ -249,10 +257,16 @@ case $scenario in
     [[ $(grep -c "did not answer when taken" "$dir/trainers.log") == 1 ]] || fail "no warning about the joiner that vanished"
     serving=$dir/second.log ;;
   kill|stop)
-    [[ $(grep -c "was dropped after version" "$dir/trainers.log") == 1 ]] || fail "not one warning naming the lost engine"
+    [[ $(grep -c "$lost_words" "$dir/trainers.log") == 1 ]] || fail "not one warning naming the lost engine ('$lost_words')"
     hit=$(sed -n 's/^trainers: the victim is hit in version \([0-9]*\)$/\1/p' "$dir/trainers.log")
-    dropped=$(sed -n 's/.* was dropped after version \([0-9]*\) .*/\1/p' "$dir/trainers.log")
-    [[ -n $hit && $dropped == $((hit - 1)) ]] || fail "the victim was hit in version '$hit' but dropped after version '$dropped'"
+    # A per-job link names the last version the lost engine acknowledged, the fleet link the one it was lost in.
+    if $fleet_link; then
+      lost=$(sed -n 's/.* was lost in version \([0-9]*\);.*/\1/p' "$dir/trainers.log")
+      [[ -n $hit && $lost == "$hit" ]] || fail "the victim was hit in version '$hit' but lost in version '$lost'"
+    else
+      dropped=$(sed -n 's/.* was dropped after version \([0-9]*\) .*/\1/p' "$dir/trainers.log")
+      [[ -n $hit && $dropped == $((hit - 1)) ]] || fail "the victim was hit in version '$hit' but dropped after version '$dropped'"
+    fi
     if [[ $scenario == kill ]]; then
       [[ ${rcs[0]} != 0 ]] || fail "the killed engine job ended with 0"
       serving="$dir/second.log $dir/third.log"

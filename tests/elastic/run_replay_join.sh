@@ -12,6 +12,9 @@
 # FP8 (a mixed fleet across jobs): the replica and the joiner load different forms, so the catch-up is
 # refused (a warning on both sides) and the joiner's first version is the trainers' next, which they write
 # whole to it: that version's bytes are the BF16 engine's plus the FP8 form's (M of the joiner's link).
+# All of that on per-job links (WB_FLEET_LINK=0). On the fleet link (fleet_link's default) the joined engine is
+# no catch-up's: its first version is the trainers' next, written whole to it beside their own engine's (that
+# version's bytes: the world's plus the joiner's M), in every form.
 # Usage: run_replay_join.sh WB_REPLAY MPIEXEC [bf16|fp8|mixed] [MODE]
 set -euo pipefail
 replay=$1
@@ -56,9 +59,11 @@ trainers_rc=0
 wait "$trainers" || trainers_rc=$?
 trainers=
 [[ $trainers_rc == 0 && $engine_rc == 0 ]] || fail "the trainer job ended with $trainers_rc, the engine job with $engine_rc"
-/usr/bin/python3 - "$dir" "$form" <<'PY' || fail "the JSON does not say so"
+[[ ${WB_FLEET_LINK:-1} == 0 ]] && fleet_link=0 || fleet_link=1
+/usr/bin/python3 - "$dir" "$form" "$fleet_link" <<'PY' || fail "the JSON does not say so"
 import json, re, sys
 d = sys.argv[1]
+fleet_link = sys.argv[3] == "1"
 t, e = json.load(open(d + "/trainers.json")), json.load(open(d + "/engine.json"))
 last = t["join"]["sends"][-1]["version"]
 joined = [x for x in t["join"]["engines"] if x["name"].startswith("joined engine")]
@@ -67,7 +72,14 @@ taken = int(re.search(r"after version (\d+)", joined[0]["name"]).group(1))
 v = e["installed"]
 assert e["verified"] and e["failures"] == [] and e["verified_versions"] == len(v), e
 moved = {s["version"]: s["bytes_moved"] for s in t["steps"]}
-if sys.argv[2] == "mixed":
+assert ("on the fleet link" in joined[0]["name"]) == fleet_link, joined
+if fleet_link:
+    # The trainers' next version its first, written whole to it (its own form's bytes) beside their engine's.
+    assert v == list(range(taken + 1, last + 1)), (v, taken, last)
+    assert moved[taken + 1] == moved[taken] + e["model_bytes"], (taken, moved, e)
+    if taken > 1:
+        assert moved[taken] == moved[taken - 1], (taken, moved)
+elif sys.argv[2] == "mixed":
     # No catch-up between forms: the trainers' next version is its first, written whole by the trainers in
     # its own form (the FP8 form's bytes, e["fp8"]) beside their own BF16 engine's.
     assert v == list(range(taken + 1, last + 1)), (v, taken, last)
@@ -83,7 +95,7 @@ else:
 assert t["join"]["join_versions"] + 3 == last, t["join"]
 print("engine job: versions %d..%d, every one bit for bit; the trainers' engine: %d versions" % (v[0], v[-1], last))
 PY
-if [[ $form == mixed ]]; then
+if [[ $form == mixed && $fleet_link == 0 ]]; then
   grep -q "load different forms" "$dir/trainers.log" || fail "the trainer job's replica did not say the forms differ"
   grep -q "load different forms" "$dir/engine.log" || fail "the engine job did not say the forms differ"
 fi

@@ -76,5 +76,10 @@ with tempfile.TemporaryDirectory() as folder:
         problems.append(f"the trainers sent up to {last}; the last engine installed up to {sorted(lasts)}")
     if len(re.findall(r"then it left", logs.get("first", ""))) != 2:
         problems.append("the first engine's two workers did not both leave")
+    # The link the engines joined: the fleet link (fleet_link's default) unless WB_FLEET_LINK=0.
+    fleet_link = os.environ.get("WB_FLEET_LINK", "1") != "0"
+    joined = re.findall(r"trainers: (joined engine [^:]*):", logs.get("trainers", ""))
+    if len(joined) != 2 or any(("on the fleet link" in name) != fleet_link for name in joined):
+        problems.append(f"not two engines joined on {'the fleet link' if fleet_link else 'links of their own'}: {joined}")
 print("\n".join(problems) or f"join ({mode}): PASSED")
 sys.exit(1 if problems else 0)
