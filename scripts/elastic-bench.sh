@@ -9,12 +9,13 @@
 #      sends --steps more ("counted");
 #   2. when C has installed 3 versions, A's rank 0 kills itself (SIGKILL) in its before_update_hook of the
 #      next update (wb-replay --fault kill,rank=0,when=FILE): the trainers wait WB_TIMEOUT_SECONDS, drop A
-#      and go on with B and C;
+#      and go on with B and C (on the fleet link, the default, rebuilt from them, the version re-sent; with
+#      WB_BENCH_ARGS="--fleet-link 0" each engine job on a link of its own);
 #   3. scripts/elastic_bench.py merges the jobs' JSON into $WB_OUT_DIR/elastic-bench.json: per join the
 #      time from the take to the first install with the probe apart, against the T_min of one replica; the
 #      EWTT of the update A was killed in, against T_min + the deadline + one resend; the updates after the
 #      loss against the T_min of the smaller fleet (wb-plan's bound of that fleet as one plan, and the sum
-#      of the per-link bounds the trainers run today).
+#      of the per-link bounds that per-job links run).
 #
 #   scripts/elastic-bench.sh [--mode sync|sender-staged|receiver-staged|async] [--trainer SPEC] [--trainer-ranks N]
 #       [--engine-tp N] [--steps K] [--step-ms MS] [--engine-step-ms MS] [--gpus-per-node G] [--fp8 BLOCK]

@@ -5,8 +5,9 @@ into the benchmark JSON of issue 31's "Measured" paragraph, on stdout. Usage: el
 EWTT of version v: from the first trainer entering send_weights(v) to the last stall end of any worker for v
 (the trainers' send_weights spans and every engine job's stall intervals are on one clock: trainer rank 0's).
 T_min of one replica: the bound of a joined engine's own link (the trainers to that engine). T_min of a fleet:
-wb-plan's bound for the trainers and that many engines as one plan, and beside it the sum of the per-link
-bounds, which is what the trainers run today (one plan per joined engine job, written one after another)."""
+wb-plan's bound for the trainers and that many engines as one plan (the fleet link, the default), and beside
+it the sum of the per-link bounds, which is what per-job links run (fleet_link 0: one plan per joined engine
+job, written one after another)."""
 import json
 import os
 import statistics
