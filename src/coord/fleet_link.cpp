@@ -257,13 +257,22 @@ FleetVerdict rebuild_fleet(const AdapterBase& old, MPI_Comm trainers, int tag, d
   for (std::size_t e = 0; e < verdict.held.size(); ++e)
     if (verdict.held[e] >= 0) verdict.survivors.insert(verdict.survivors.end(), roles.engines[e].begin(), roles.engines[e].end());
   // The lost are told too: one that was only stopped reads, once resumed, that it was left out (a dead
-  // one never takes it).
+  // one never takes it); those left out at a join once it is over (tell_left_out).
   if (roles.leader)
-    for (int leader : roles.engine_leaders) send_words(old.world, leader, verdict_words(verdict));
+    for (std::size_t e = 0; e < roles.engine_leaders.size(); ++e)
+      if (!at_join || verdict.held[e] >= 0) send_words(old.world, roles.engine_leaders[e], verdict_words(verdict));
   if (verdict.survivors.size() == roles.trainers.size()) return verdict;  // no engine left: nothing to rebuild
   verdict.rebuilt = comm::rebuild_link(old.link, verdict.survivors, 2 * tag, old.options.timeout_seconds,
                                        old.who() + ": the fleet link after a loss");
   return verdict;
+}
+
+void tell_left_out(const AdapterBase& old, const FleetVerdict& verdict) {
+  for (std::size_t e = 0; e < verdict.held.size(); ++e)
+    if (verdict.held[e] < 0) {
+      (void)send_request(old.world, old.roles.engine_leaders[e], RequestKind::kLeaveOut, 0);
+      send_words(old.world, old.roles.engine_leaders[e], verdict_words(verdict));
+    }
 }
 
 EngineRebuild rejoin_fleet(const AdapterBase& old, std::uint64_t held) {

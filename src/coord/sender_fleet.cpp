@@ -71,7 +71,9 @@ void SenderAdapter::State::relink_fleet(MPI_Comm merged, State* widened, double 
 bool SenderAdapter::State::leave_out_fleet(std::vector<std::uint32_t> silent) {
   const double began = comm::local_seconds();
   const std::size_t k = joined.size() - 1;
-  if (roles.leader) (void)joined[k]->send_request(RequestKind::kLeaveOut, 0);
+  if (roles.leader)  // the silent ones are told once the join is over (tell_left_out)
+    for (std::size_t e = 0; e < silent.size(); ++e)
+      if (silent[e] == 0) (void)joined[k]->send_request_to(joined[k]->roles.engine_leaders[e], RequestKind::kLeaveOut, 0);
   bool knocked = true;
   int trainer = 0;
   WB_CHECK_MPI(MPI_Comm_rank(group_comm, &trainer));
@@ -166,7 +168,16 @@ Status SenderAdapter::State::recover_fleet(std::size_t k, const Status& cause, s
   std::shared_ptr<State> lost(joined[k].release());  // read by the resend (its staging), then kept alive
   joined[k] = std::move(link);
   const Status resent = held < v ? resend_fleet(*joined[k], *lost, v, target) : Status::ok();
-  lost->abandon_link_comms();  // it spans the lost job: never waited on again, kept with its buffers
+  // It spans the lost job: never waited on again, kept with its buffers; left out at a join, that job is
+  // told over it once the join is over.
+  if (at_join) {
+    after_join = [this, lost, verdict] {
+      if (roles.leader) tell_left_out(*lost, verdict);
+      lost->abandon_link_comms();
+    };
+  } else {
+    lost->abandon_link_comms();
+  }
   comm::keep_alive(lost);
   if (!resent) drop(k, resent);
   return resent;

@@ -150,9 +150,15 @@ struct SenderAdapter::State : AdapterBase {
           return keep;
         };
         const auto widen = [&widened] { return widened->send_request(RequestKind::kWiden, 0).is_ok(); };
-        std::optional<MPI_Comm> merged = take_joiner(port.port.get(), *group, waiter(), widened ? widened->link : MPI_COMM_NULL,
-                                                     widened ? std::function<bool()>(widen) : std::function<bool()>(), meet, leave_out);
-        if (merged) relink_fleet(*merged, widened, began);
+        try {
+          std::optional<MPI_Comm> merged = take_joiner(port.port.get(), *group, waiter(), widened ? widened->link : MPI_COMM_NULL,
+                                                       widened ? std::function<bool()>(widen) : std::function<bool()>(), meet, leave_out);
+          if (merged) relink_fleet(*merged, widened, began);
+        } catch (const Error&) {
+          if (after_join) std::exchange(after_join, {})();
+          throw;
+        }
+        if (after_join) std::exchange(after_join, {})();
         return;
       }
       // Engine 0 of this world holds the latest version (it installed it; a staged one once it has): it
@@ -201,6 +207,7 @@ struct SenderAdapter::State : AdapterBase {
   // be taken.
   bool leave_out_fleet(std::vector<std::uint32_t> silent);
   double left_out_at = 0;  // when the last leave-out before a join ended (its widening is timed from it)
+  std::function<void()> after_join;  // the jobs left out told so, once the join is over (tell_left_out)
 
   // A joiner just connected: with no replica of this job, the joined replica (if one was appointed) writes it
   // the latest version (it connected to that replica's port before it joined; trainer rank 0 tells the
