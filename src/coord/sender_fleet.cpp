@@ -98,7 +98,7 @@ bool SenderAdapter::State::leave_out_fleet(std::vector<std::uint32_t> silent) {
   const Status cause(ErrorCode::kTimeout, "it did not meet a joining engine's port within " +
                                               comm::seconds_text(join_answer_seconds(options.timeout_seconds)) +
                                               " (stopped or gone between updates)");
-  const bool rebuilt = recover_fleet(k, cause, 0, silent).is_ok();
+  const bool rebuilt = recover_fleet(k, cause, 0, &silent).is_ok();
   left_out_at = comm::local_seconds();
   if (roles.leader) {
     WB_LOG(kInfo) << "trainer 0: the fleet link's silent jobs left out before a join in " << comm::seconds_text(left_out_at - began)
@@ -113,13 +113,14 @@ bool SenderAdapter::State::leave_out_fleet(std::vector<std::uint32_t> silent) {
 // that do not hold it (resend_fleet). `target`: the version of the call that met the loss (0: wait or
 // shutdown). Not ok when the link was dropped instead (no engine alive, or the rebuild failed).
 Status SenderAdapter::State::recover_fleet(std::size_t k, const Status& cause, std::uint64_t target,
-                                           const std::vector<std::uint32_t>& silent) {
+                                           const std::vector<std::uint32_t>* silent) {
   State& old = *joined[k];
   const std::uint64_t v = old.version;  // in flight, or the last one sent
   std::unique_ptr<State> link;
   FleetVerdict verdict;
   try {
-    verdict = rebuild_fleet(old, group_comm, ++fleet_rebuilds, join_answer_seconds(options.timeout_seconds), silent);
+    verdict = rebuild_fleet(old, group_comm, ++fleet_rebuilds, join_answer_seconds(options.timeout_seconds),
+                            silent ? *silent : std::vector<std::uint32_t>{});
     if (verdict.rebuilt == MPI_COMM_NULL) {
       drop(k, cause);
       return cause;
@@ -135,7 +136,7 @@ Status SenderAdapter::State::recover_fleet(std::size_t k, const Status& cause, s
   }
   link->announce_prefix = old.announce_prefix;
   carry_over(old, *link);
-  const bool at_join = std::ranges::any_of(silent, [](std::uint32_t l) { return l != 0; });  // W3: no update failed
+  const bool at_join = silent != nullptr;  // W3: no update failed
   if (!at_join) std::erase_if(link->history, [v](const UpdateRecord& r) { return r.version == v; });
   std::string why = cause.message();
   if (why.starts_with(old.announce_prefix)) why.erase(0, old.announce_prefix.size());

@@ -263,8 +263,9 @@ struct SenderAdapter::State : AdapterBase {
   // The fleet link failed an update (L3-L7 of docs/architecture.md): the survivors' link is rebuilt and
   // re-connected with the kept maps, and the trainers re-send version `v` (0: none) to the engines that do
   // not hold it. With no engine alive, or when that fails too, the link is dropped as a per-job one is.
-  /// `silent`: the engines left out at a joiner's port instead (W3; no update failed).
-  Status recover_fleet(std::size_t k, const Status& cause, std::uint64_t target, const std::vector<std::uint32_t>& silent = {});
+  /// `silent` (every trainer; its content trainer 0's): the engines left out at a joiner's port instead (W3;
+  /// no update failed).
+  Status recover_fleet(std::size_t k, const Status& cause, std::uint64_t target, const std::vector<std::uint32_t>* silent = nullptr);
   /// The trainers agree whether the fleet link failed in this call, and whether by a leave (one trainer may
   /// meet the failure while another's work on the link succeeded): its rebuild is collective over them.
   Status agreed_outcome(const Status& done) {
