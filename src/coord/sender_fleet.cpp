@@ -116,13 +116,19 @@ Status SenderAdapter::State::recover_fleet(std::size_t k, const Status& cause, s
                                            const std::vector<std::uint32_t>* silent) {
   State& old = *joined[k];
   const std::uint64_t v = old.version;  // in flight, or the last one sent
+  const bool at_join = silent != nullptr;  // W3: no update failed
   std::unique_ptr<State> link;
   FleetVerdict verdict;
   try {
     verdict = rebuild_fleet(old, group_comm, ++fleet_rebuilds, join_answer_seconds(options.timeout_seconds),
                             silent ? *silent : std::vector<std::uint32_t>{});
     if (verdict.rebuilt == MPI_COMM_NULL) {
-      drop(k, cause);
+      drop(k, cause);  // no engine left on it (the joiner then starts a fleet link of its own)
+      if (at_join) {
+        after_join = [this, &old, verdict] {
+          if (roles.leader) tell_left_out(old, verdict);
+        };
+      }
       return cause;
     }
     link = std::make_unique<State>(verdict.rebuilt, group_comm, params, checkpoint_tensors, load_weights, given);
@@ -136,7 +142,6 @@ Status SenderAdapter::State::recover_fleet(std::size_t k, const Status& cause, s
   }
   link->announce_prefix = old.announce_prefix;
   carry_over(old, *link);
-  const bool at_join = silent != nullptr;  // W3: no update failed
   if (!at_join) std::erase_if(link->history, [v](const UpdateRecord& r) { return r.version == v; });
   std::string why = cause.message();
   if (why.starts_with(old.announce_prefix)) why.erase(0, old.announce_prefix.size());

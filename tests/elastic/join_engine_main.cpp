@@ -44,6 +44,8 @@
 //             port: A is left out (the link rebuilt from B, W3), then C is taken onto it, in that call; resumed,
 //             A reports kFailed at once and joins again (at R): R+1..R+3
 //     fleet_join_after_kill  as fleet_join_after_stop, but A is SIGKILLed there: C+1..C+3
+//     fleet_join_after_stop_alone  as fleet_join_after_stop with A alone on the fleet link (hit two versions
+//             after its join): left out, no engine is left on the link; C starts a fleet link of its own
 //   join_engine engine ADDRESS MODE ROLE          an engine of as many workers as its job's ranks (tp=n)
 //                                                 that joins by ADDRESS:
 //     serve   until the trainers shut down
@@ -237,6 +239,7 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
     Worker w(true, "tp=2", rank);
     const bool victim = scenario == "kill" || scenario == "stop" || scenario.starts_with("fleet_");  // fleet_leave: the leaver
     const bool join_after = scenario.starts_with("fleet_join_after_");
+    const bool alone = scenario.ends_with("_alone");  // A alone on the fleet link when it is hit
     // A victim's deadline is short: it is how long the lost engine is waited for.
     SenderAdapter sender(MPI_COMM_WORLD, group, w.params->parameters(), w.tensors, w.load(),
                          options_for(address, mode, victim || scenario == "lose_joiner" || scenario == "kill_relay" ? 5 : 30));
@@ -258,6 +261,7 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
         : scenario == "fleet_kill" || scenario == "fleet_kill_arriving" ? Events{{1, "serving"}, {2, "serving serving"}, {1, "dropped serving"}}
         : scenario == "fleet_leave" ? Events{{1, "serving"}, {2, "serving serving"}, {1, "left serving"}}
         : scenario == "fleet_stop" ? Events{{1, "serving"}, {2, "serving serving"}, {1, "dropped serving"}, {2, "dropped serving serving"}}
+        : scenario == "fleet_join_after_stop_alone" ? Events{{1, "serving"}, {1, "dropped serving"}, {2, "dropped serving serving"}}
         : scenario == "fleet_join_after_kill" ? Events{{1, "serving"}, {2, "serving serving"}, {2, "dropped serving serving"}}
         : scenario == "fleet_join_after_stop" ? Events{{1, "serving"}, {2, "serving serving"}, {2, "dropped serving serving"},
                                                        {3, "dropped serving serving serving"}}
@@ -313,11 +317,11 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
         if (rank == 0)
           std::printf("trainers: at version %llu %d engines (%s)\n", static_cast<unsigned long long>(v), sender.engines(),
                       states.c_str());
-        const bool joined = scenario == "join" || (join_after && next == 2) ||
+        const bool joined = scenario == "join" || (join_after && next == (alone ? 1u : 2u)) ||
                             ((scenario == "lose_joiner" || scenario == "joined_replica" || scenario.starts_with("fleet")) && !join_after && next == 1);
         if (joined) joined_at = v;
         if (joined && rank == 0) std::printf("trainers: an engine joined at version %llu;\n", static_cast<unsigned long long>(v));
-        if (victim && next == (scenario.starts_with("fleet_") ? 1u : 0u) && rank == 0) {
+        if (victim && next == (scenario.starts_with("fleet_") && !alone ? 1u : 0u) && rank == 0) {
           write_trigger(address, v + 2);
           hit_at = v + 2;
           std::printf("trainers: the victim is hit in version %llu\n", static_cast<unsigned long long>(v + 2));

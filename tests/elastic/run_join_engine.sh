@@ -28,7 +28,8 @@
 # fleet_join_after_stop, fleet_join_after_kill: as fleet; then A is SIGSTOPped (SIGKILLed) between updates and C
 #   (one worker) joins: the trainers leave A out (the link rebuilt from B), then widen it with C, in one
 #   send_weights; C installs from that version on, B every version; stopped, A is resumed, reports kFailed and
-#   joins again.
+#   joins again. fleet_join_after_stop_alone: as fleet_join_after_stop without B: no engine is left on the
+#   link once A is left out, and C starts a fleet link of its own.
 set -euo pipefail
 program=$1
 mpiexec=${2:-mpirun}
@@ -114,10 +115,11 @@ case $scenario in
       kill -KILL "$(cat "$dir/address.stopped.$rank")"
     done ;;
   fleet_leave) engine first leave_at_trigger; engines_at 1; engine second serve ;;
-  fleet_join_after_stop|fleet_join_after_kill)
+  fleet_join_after_*)
     role=stopped_between
     [[ $scenario == fleet_join_after_kill ]] && role=killed_between
-    engine first $role; engines_at 1; engine second serve
+    engine first $role
+    [[ $scenario == *_alone ]] || { engines_at 1; engine second serve; }
     # A stopped (killed) once it installed the version the trainers named; the trainers send nothing more
     # until C waits at their port (its leader says so), so that A is silent at C's port, not in an update.
     for _ in $(seq 1200); do
@@ -135,7 +137,8 @@ case $scenario in
     grep -q "admitted at .*waiting to be taken" "$dir/third.log" || fail "the joiner was never admitted at the trainers' port"
     touch "$dir/address.go"
     # Resumed once the trainers took C (A was left out before): its stale meeting finds no port.
-    [[ $scenario == fleet_join_after_stop ]] && resume_stopped "2 engines (dropped serving serving)" ;;
+    if [[ $scenario == *_alone ]]; then resume_stopped "1 engines (dropped serving)"
+    elif [[ $scenario == fleet_join_after_stop ]]; then resume_stopped "2 engines (dropped serving serving)"; fi ;;
   fleet_stop)
     engine first stopped; engines_at 1; engine second serve
     resume_stopped "was lost in version" ;;
@@ -246,6 +249,19 @@ case $scenario in
     expect_first_install "$dir/second.log" 0
     expect_notes_on_every_answer
     serving=$dir/second.log ;;
+  fleet_join_after_stop_alone)
+    # A, alone on the link and silent at C's port, was dropped (no engine left to rebuild from), named once;
+    # C then started a fleet link of its own, in that send_weights; resumed, A reports kFailed and joins again.
+    [[ ${rcs[0]} == 0 ]] || fail "the stopped engine job failed (${rcs[0]})"
+    [[ $(grep -c "resumed: failed: .*left this engine job out of the fleet link" "$dir/first.log") == 2 ]] ||
+      fail "the resumed engine's workers did not both report kFailed naming why"
+    [[ $(grep -c "was dropped after version .*did not meet a joining engine's port" "$dir/trainers.log") == 1 ]] ||
+      fail "not one warning naming the engine left out"
+    left=$(grep -n "was dropped after version" "$dir/trainers.log" | head -1 | cut -d: -f1)
+    widened=$(grep -n "joined the fleet link after version" "$dir/trainers.log" | sed -n 2p | cut -d: -f1)
+    [[ -n $left && -n $widened && $left -lt $widened ]] || fail "A was not left out before C was taken"
+    expect_first_install "$dir/third.log" 0
+    serving="$dir/first.log $dir/third.log" ;;
   fleet_join_after_stop|fleet_join_after_kill)
     # A was silent at C's port: left out first (named once, not as a loss in an update), B rejoined the
     # rebuilt link, and only then was it widened with C, whose first install is the version that took it.
