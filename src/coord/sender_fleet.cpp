@@ -63,15 +63,16 @@ void SenderAdapter::State::relink_fleet(MPI_Comm merged, State* widened, double 
 }
 
 // W3 of docs/architecture.md: fleet jobs silent at a joiner's port (stopped or dead between updates) are
-// left out before the joiner is taken. Trainer 0 asks every engine of the fleet link to rejoin it (kLeaveOut;
-// the silent ones too: one that is resumed reads that it was left out), trainer 1 knocks the joiner's port
-// (its accept thread would wait for the missing leaders to the end of the joiner's process: a job of one
-// worker cannot end it itself), and the survivors rebuild the link as after a loss (recover_fleet). The
-// knock is bounded by the timeout (2-6 s under load, measured): one that fails gives up on the joiner only.
+// left out before the joiner is taken. Trainer 0 asks the other engines of the fleet link to rejoin it
+// (kLeaveOut; the silent ones are told once the join is over, so that one resumed reads it was left out),
+// trainer 1 knocks the joiner's port (its accept thread would wait for the missing leaders to the end of the
+// joiner's process: a job of one worker cannot end it itself), and the survivors rebuild the link as after a
+// loss (recover_fleet). The knock is bounded by the timeout (2-6 s under load, measured by the relay tests):
+// one that fails gives up on the joiner only.
 bool SenderAdapter::State::leave_out_fleet(std::vector<std::uint32_t> silent) {
   const double began = comm::local_seconds();
   const std::size_t k = joined.size() - 1;
-  if (roles.leader)  // the silent ones are told once the join is over (tell_left_out)
+  if (roles.leader)
     for (std::size_t e = 0; e < silent.size(); ++e)
       if (silent[e] == 0) (void)joined[k]->send_request_to(joined[k]->roles.engine_leaders[e], RequestKind::kLeaveOut, 0);
   bool knocked = true;
