@@ -4,7 +4,9 @@
 # libfabric on layouts where T_min is about a second or more. Writes one wb-replay JSON per run and a
 # summary JSON (EWTT / T_min per layout and mode) under OUT; prints a table. Needs root (namespaces).
 #
-#   bash scripts/bench-network.sh [--rate 1gbit] [--steps 5] [--modes "sync"] [--out DIR] [--build DIR]
+#   bash scripts/bench-network.sh [--rate 1gbit] [--mtu 4096] [--steps 5] [--modes "sync"] [--out DIR] [--build DIR]
+#
+# --mtu: the links' MTU, 4096 by default as in scripts/bench-compare.sh (which says why).
 #
 # Layouts (qwen3-30b-a3b, the tiny architecture widened to hidden 1024, 32 experts of width 256, 4 layers:
 # about 200 MB of bf16):
@@ -13,10 +15,11 @@
 #   engine_across_hosts   1 trainer host -> one engine with TP 4 over 2 hosts: each host needs part of it
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-rate=1gbit steps=5 modes="sync" out="" build=${WB_BUILD_DIR:-$root/build}
+rate=1gbit mtu=4096 steps=5 modes="sync" out="" build=${WB_BUILD_DIR:-$root/build}
 while [[ $# -gt 0 ]]; do
   case $1 in
     --rate) rate=$2; shift 2 ;;
+    --mtu) mtu=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --modes) modes=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
@@ -42,7 +45,7 @@ PY
 export WB_CLUSTER_NAME=wbbench OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 cluster=$root/scripts/cluster.sh
 trap 'bash "$cluster" down' EXIT
-bash "$cluster" up 3 --rate "$rate"
+bash "$cluster" up 3 --rate "$rate" --mtu "$mtu"
 mkdir -p "$out"
 
 model=(--model qwen3-30b-a3b --scale tiny --hidden 1024 --experts 32 --expert-width 256 --layers 4)

@@ -6,8 +6,10 @@
 # both directions with tc (tbf), so that the network, not the CPU, bounds a transfer. Needs root
 # (or CAP_SYS_ADMIN + CAP_NET_ADMIN), iproute2 and util-linux.
 #
-#   cluster.sh up N [--rate RATE]    create hosts 1..N (an earlier cluster of the same name is removed
-#                                    first); RATE as tc writes it, e.g. 1gbit, 500mbit (default: unshaped)
+#   cluster.sh up N [--rate RATE] [--mtu BYTES]
+#                                    create hosts 1..N (an earlier cluster of the same name is removed
+#                                    first); RATE as tc writes it, e.g. 1gbit, 500mbit (default: unshaped);
+#                                    BYTES the links' MTU (default 1500; see "Framing" below)
 #   cluster.sh down                  remove the cluster (its namespaces, bridge, links)
 #   cluster.sh status                list the hosts and their shaping
 #   cluster.sh hostfile SLOTS        an Open MPI hostfile: every host with SLOTS slots
@@ -16,6 +18,10 @@
 #                                    (give --hostfile, or WB_CLUSTER_SLOTS for every host's slots)
 #   cluster.sh exec I CMD...         CMD on host I, under its host name
 #   cluster.sh agent HOST CMD...     the rsh agent mpirun calls (HOST: a host's address)
+#
+# Framing: tc shapes whole frames, so TCP's headers take their share of RATE. At 1gbit with the default MTU
+# of 1500 a TCP stream carries 119.6 MB/s of payload (95.7 % of 125 MB/s), at MTU 4096 about 123 MB/s
+# (98.4 %, what RoCEv2 keeps of a link with its 4096-byte MTU), at 9000 124.4 MB/s (99.5 %).
 #
 # Environment: WB_CLUSTER_NAME (default wbc): namespaces NAME-sw, NAME-h1..NAME-hN, host names
 # NAME-node1..; WB_CLUSTER_SUBNET (default 10.211.0): host i has address SUBNET.(10+i)/24. The subnet
@@ -50,13 +56,13 @@ shape() {  # NAMESPACE DEVICE RATE: tbf on what leaves through DEVICE
 }
 
 up() {
-  local count=$1 rate=$2 i ns peer
+  local count=$1 rate=$2 mtu=${3:-1500} i ns peer
   [[ $count =~ ^[0-9]+$ && $count -ge 1 && $count -le 200 ]] || die "up: host count '$count' is not in 1..200"
   require_tools
   down  # a cluster left by a crash, or an earlier one of this name
   ip netns add "$switch"
   ip netns exec "$switch" ip link set lo up
-  ip netns exec "$switch" ip link add br0 type bridge
+  ip netns exec "$switch" ip link add br0 mtu "$mtu" type bridge
   ip netns exec "$switch" ip link set br0 up
   for ((i = 1; i <= count; ++i)); do
     ns=$(host_ns "$i")
@@ -64,7 +70,7 @@ up() {
     ip netns add "$ns"
     ip netns exec "$ns" ip link set lo up
     # The pair is made in the switch namespace; one end moves to the host and becomes its eth0.
-    ip netns exec "$switch" ip link add "$peer" type veth peer name "tmp$i"
+    ip netns exec "$switch" ip link add "$peer" mtu "$mtu" type veth peer name "tmp$i" mtu "$mtu"
     ip netns exec "$switch" ip link set "tmp$i" netns "$ns"
     ip netns exec "$ns" ip link set "tmp$i" name eth0
     ip netns exec "$ns" ip addr add "$(host_address "$i")/24" dev eth0
@@ -76,7 +82,7 @@ up() {
       shape "$switch" "$peer" "$rate"  # its ingress: what the switch sends it
     fi
   done
-  echo "cluster.sh: $count hosts up ($name-node1..$count at $(host_address 1)..$(host_address "$count"), links ${rate:-unshaped})"
+  echo "cluster.sh: $count hosts up ($name-node1..$count at $(host_address 1)..$(host_address "$count"), links ${rate:-unshaped}, MTU $mtu)"
 }
 
 status() {
@@ -140,21 +146,25 @@ run_mpirun() {
 }
 
 command=${1:-}
-[[ -n $command ]] || die "usage: cluster.sh up N [--rate RATE] | down | status | hostfile SLOTS | mpirun ARGS... | exec I CMD... | agent HOST CMD..."
+[[ -n $command ]] || die "usage: cluster.sh up N [--rate RATE] [--mtu BYTES] | down | status | hostfile SLOTS | mpirun ARGS... | exec I CMD... | agent HOST CMD..."
 shift
 case $command in
   up)
     count=${1:-}
     [[ -n $count ]] || die "up: how many hosts?"
     shift
-    rate=""
+    rate="" mtu=1500
     while [[ $# -gt 0 ]]; do
       case $1 in
         --rate) rate=${2:-}; [[ -n $rate ]] || die "up: --rate needs a value (e.g. 1gbit)"; shift 2 ;;
+        --mtu)
+          mtu=${2:-}
+          [[ $mtu =~ ^[0-9]+$ && $mtu -ge 576 && $mtu -le 65535 ]] || die "up: --mtu needs a size in 576..65535 bytes"
+          shift 2 ;;
         *) die "up: unknown option $1" ;;
       esac
     done
-    up "$count" "$rate"
+    up "$count" "$rate" "$mtu"
     ;;
   down) down ;;
   status) status ;;

@@ -99,10 +99,15 @@ void close_fleet_port(std::unique_ptr<comm::JoinPort>& port, std::int64_t jobs, 
   comm::Backoff backoff;
   const double start = comm::local_seconds();
   for (std::int64_t taken = 0; taken < jobs && comm::local_seconds() - start < seconds;) {
+    // Its accept thread ended early when a trainer knocked (a joined job left out before the take, W3):
+    // what it admitted before is all there is.
+    const bool ended = port->stopped();
     if (std::optional<MPI_Comm> peer = port->take()) {
       comm::abandon_link(*peer);
       ++taken;
       backoff.progressed();
+    } else if (ended) {
+      break;
     } else {
       backoff.pause();
     }
@@ -121,20 +126,34 @@ Status meet_joiner(MPI_Comm world, int trainer_leader, const std::string& join_a
   return met;
 }
 
-bool joiner_met(MPI_Comm world, int leader, double seconds) {
+Met joiner_met(MPI_Comm world, int leader, double seconds) {
   std::int64_t met = 0;
-  return receive_count(world, leader, kMetTag, seconds, "a joined engine's note that it met the joiner", met).is_ok() && met == 1;
+  if (!receive_count(world, leader, kMetTag, seconds, "a joined engine's note that it met the joiner", met)) return Met::kSilent;
+  return met == 1 ? Met::kMet : Met::kFailed;
 }
 
-bool meet_fleet(MPI_Comm leaders, const AdapterBase* fleet, double seconds) {
+bool meet_fleet(MPI_Comm leaders, const AdapterBase* fleet, double seconds, std::vector<std::uint32_t>& silent) {
   const std::vector<int> fleet_leaders = fleet ? fleet->roles.engine_leaders : std::vector<int>{};
+  silent.assign(fleet_leaders.size(), 0);
   if (!offer_fleet(leaders, static_cast<std::int64_t>(fleet_leaders.size()), seconds)) return false;
-  for (int leader : fleet_leaders)
-    if (!send_request(fleet->world, leader, RequestKind::kMeetJoiner, 0).is_ok() || !joiner_met(fleet->world, leader, seconds)) {
+  for (std::size_t e = 0; e < fleet_leaders.size(); ++e) {
+    const int leader = fleet_leaders[e];
+    // A request that cannot even be posted: that job is gone.
+    const Met met = send_request(fleet->world, leader, RequestKind::kMeetJoiner, 0).is_ok() ? joiner_met(fleet->world, leader, seconds)
+                                                                                           : Met::kSilent;
+    if (met == Met::kFailed) {
       WB_LOG(kWarn) << "trainer 0: " << describe_worker(fleet->roles, leader)
-                    << " did not meet the joiner's port; the joiner is not taken, and the training goes on without it";
+                    << " could not meet the joiner's port; the joiner is not taken, and the training goes on without it";
       return false;
     }
+    // A job silent between updates (stopped, or dead and not yet noticed) is left out first (W3); the
+    // warning that names it comes with the rebuild.
+    if (met == Met::kSilent) {
+      silent[e] = 1;
+      WB_LOG(kInfo) << "trainer 0: " << describe_worker(fleet->roles, leader) << " did not meet the joiner's port within "
+                    << comm::seconds_text(seconds) << "; its job is left out of the fleet link before the joiner is taken";
+    }
+  }
   return true;
 }
 
@@ -192,15 +211,19 @@ std::vector<std::uint32_t> found_lost(const AdapterBase& old) {
 
 }  // namespace
 
-FleetVerdict rebuild_fleet(const AdapterBase& old, MPI_Comm trainers, int tag, double seconds) {
+FleetVerdict rebuild_fleet(const AdapterBase& old, MPI_Comm trainers, int tag, double seconds, std::vector<std::uint32_t> lost) {
   const Roles& roles = old.roles;
   FleetVerdict verdict;
   verdict.tag = tag;
   verdict.held.assign(roles.engine_leaders.size(), -1);
-  // The engines the failed update found lost, on any trainer (its deadline's trace, or a leave announced):
-  // their notes are not waited for, since a dead engine's never comes. The others' are, each up to the end
-  // of `seconds`: the wait ends as soon as every engine not found lost has answered.
-  std::vector<std::uint32_t> lost = found_lost(old);
+  // The engines the failed update found lost, on any trainer (its deadline's trace, or a leave announced),
+  // or silent at a joiner's port (trainer 0's `lost`): their notes are not waited for, since a dead
+  // engine's never comes. The others' are, each up to the end of `seconds`: the wait ends as soon as every
+  // engine not found lost has answered.
+  lost.resize(roles.engines.size(), 0);
+  const bool at_join = std::ranges::any_of(lost, [](std::uint32_t l) { return l != 0; });
+  const std::vector<std::uint32_t> heard = found_lost(old);
+  for (std::size_t e = 0; e < lost.size(); ++e) lost[e] |= heard[e];
   throw_if_error(comm::reduce_max(lost, trainers, comm::Waiter{old.options.timeout_seconds, {}},
                                   old.who() + ": the engines the fleet link lost"));
   if (roles.leader) {
@@ -227,7 +250,8 @@ FleetVerdict rebuild_fleet(const AdapterBase& old, MPI_Comm trainers, int tag, d
     }
     verdict.wait_seconds = comm::local_seconds() - start;
     WB_LOG(kInfo) << "trainer 0: the fleet link's notes after a loss: " << verdict.answered << " engine(s) answered, "
-                  << verdict.found_lost << " found lost by the failed update (not waited for), " << verdict.silent
+                  << verdict.found_lost << (at_join ? " silent at a joiner's port" : " found lost by the failed update")
+                  << " (not waited for), " << verdict.silent
                   << " silent past " << comm::seconds_text(seconds) << "; the wait took "
                   << comm::seconds_text(verdict.wait_seconds)
                   << (verdict.silent == 0 ? " (ended on every answer)" : "");
@@ -239,13 +263,22 @@ FleetVerdict rebuild_fleet(const AdapterBase& old, MPI_Comm trainers, int tag, d
   for (std::size_t e = 0; e < verdict.held.size(); ++e)
     if (verdict.held[e] >= 0) verdict.survivors.insert(verdict.survivors.end(), roles.engines[e].begin(), roles.engines[e].end());
   // The lost are told too: one that was only stopped reads, once resumed, that it was left out (a dead
-  // one never takes it).
+  // one never takes it); those left out at a join once it is over (tell_left_out).
   if (roles.leader)
-    for (int leader : roles.engine_leaders) send_words(old.world, leader, verdict_words(verdict));
+    for (std::size_t e = 0; e < roles.engine_leaders.size(); ++e)
+      if (!at_join || verdict.held[e] >= 0) send_words(old.world, roles.engine_leaders[e], verdict_words(verdict));
   if (verdict.survivors.size() == roles.trainers.size()) return verdict;  // no engine left: nothing to rebuild
   verdict.rebuilt = comm::rebuild_link(old.link, verdict.survivors, 2 * tag, old.options.timeout_seconds,
                                        old.who() + ": the fleet link after a loss");
   return verdict;
+}
+
+void tell_left_out(const AdapterBase& old, const FleetVerdict& verdict) {
+  for (std::size_t e = 0; e < verdict.held.size(); ++e)
+    if (verdict.held[e] < 0) {
+      (void)send_request(old.world, old.roles.engine_leaders[e], RequestKind::kLeaveOut, 0);
+      send_words(old.world, old.roles.engine_leaders[e], verdict_words(verdict));
+    }
 }
 
 EngineRebuild rejoin_fleet(const AdapterBase& old, std::uint64_t held) {

@@ -48,14 +48,17 @@ void close_fleet_port(std::unique_ptr<comm::JoinPort>& port, std::int64_t jobs, 
 Status meet_joiner(MPI_Comm world, int trainer_leader, const std::string& join_address, double seconds);
 
 /// Trainer 0: the note of the joined leader `leader` (a rank of `world`) that it met the joiner, within
-/// `seconds`. False when it did not come, or said it failed.
-bool joiner_met(MPI_Comm world, int leader, double seconds);
+/// `seconds`: met, failed (it answered that it could not connect), or silent (no note: stopped or gone).
+enum class Met { kMet, kFailed, kSilent };
+Met joiner_met(MPI_Comm world, int leader, double seconds);
 
 /// Trainer 0, the fleet link's meeting (W1-W2): the admitted joiner opens a port for `fleet`'s engines (none
 /// when null: the first joiner) and each of their leaders connects there, one at a time, each within
-/// `seconds`. False (a warning) when the joiner or a leader did not: the joiner is not taken (leaving the
-/// silent job out first, W3, is not built).
-bool meet_fleet(MPI_Comm leaders, const AdapterBase* fleet, double seconds);
+/// `seconds`. False (a warning) when the joiner did not open its port or a leader answered that it could not
+/// connect: the joiner is not taken. `silent`, per engine of `fleet`: 1 where its leader said nothing within
+/// `seconds` (its job stopped or died between updates): that job is left out of the fleet link before the
+/// widening (W3, SenderAdapter's leave_out_fleet).
+bool meet_fleet(MPI_Comm leaders, const AdapterBase* fleet, double seconds, std::vector<std::uint32_t>& silent);
 
 /// The verdict after a loss on the fleet link (L3-L4), as every survivor learns it.
 struct FleetVerdict {
@@ -73,13 +76,20 @@ struct FleetVerdict {
 /// with its live ranks still works): trainer 0 takes each engine's note that it is alive and the version it
 /// holds, within `seconds` of the first look (an engine silent past that is lost), except from the engines
 /// a trainer found lost in the failed update (a rank of theirs silent at its deadline's trace, or their
-/// leave announced: the trainers agree on them first), so that the wait ends as soon as every other engine
-/// answered; the trainers agree on it
+/// leave announced) or names in `lost` (1 per engine: silent at a joiner's port, W3; the trainers agree on
+/// them first), so that the wait ends as soon as every other engine answered; the trainers agree on it
 /// over `trainers`, trainer 0 tells every engine the survivors (a stopped one reads it once resumed: it was
-/// left out), and the survivors make their link
+/// left out; with `lost`, the survivors only: tell_left_out the others), and the survivors make their link
 /// (comm::rebuild_link; the lost never waited for). `rebuilt` is null when no engine is alive (nothing is
 /// rebuilt). Throws wb::Error when a trainer step or the rebuild fails.
-FleetVerdict rebuild_fleet(const AdapterBase& old, MPI_Comm trainers, int tag, double seconds);
+FleetVerdict rebuild_fleet(const AdapterBase& old, MPI_Comm trainers, int tag, double seconds,
+                           std::vector<std::uint32_t> lost = {});
+
+/// Trainer 0, after a join that left fleet jobs out first (W3; rebuild_fleet with `lost`, which told only
+/// the survivors): each engine of `old` the verdict left out is sent kLeaveOut and the verdict, so that one
+/// stopped and resumed reads that it was left out. Not before the join: a message posted to a dead job's
+/// leader then cost the rebuild and the widening 0.3 s and 0.7 s more (measured; its TCP connection refused).
+void tell_left_out(const AdapterBase& old, const FleetVerdict& verdict);
 
 /// Every worker of an engine on the fleet link whose update failed: its leader tells trainer 0 it is alive
 /// (with `held`, the version it holds) and waits for the verdict (twice the timeout), which it passes to the

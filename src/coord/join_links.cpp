@@ -1,6 +1,7 @@
 #include "coord/join_links.hpp"
 
 #include <algorithm>
+#include <array>
 
 #include "comm/collectives.hpp"
 #include "coord/fleet_link.hpp"
@@ -74,42 +75,63 @@ double join_answer_seconds(double timeout) { return std::min(*join_answer_settin
 
 std::optional<MPI_Comm> take_joiner(comm::JoinPort* port, comm::Group& trainers, const comm::Waiter& waiter,
                                     MPI_Comm replica, const std::function<bool()>& ask_replica,
-                                    const std::function<bool(MPI_Comm)>& before_take) {
+                                    const std::function<BeforeTake(MPI_Comm)>& before_take,
+                                    const std::function<bool(MPI_Comm&)>& leave_out) {
   const std::optional<MPI_Comm> taken = port != nullptr ? port->take() : std::nullopt;
   MPI_Comm leaders = taken.value_or(MPI_COMM_NULL), bridge = MPI_COMM_NULL;
   const double answer = join_answer_seconds(waiter.timeout);
-  if (leaders != MPI_COMM_NULL && before_take && !before_take(leaders)) {
+  const BeforeTake before = leaders != MPI_COMM_NULL && before_take ? before_take(leaders) : BeforeTake::kTake;
+  if (before == BeforeTake::kGiveUp) {
     comm::abandon_link(leaders);  // the joiner may be gone: never waited on again
     leaders = MPI_COMM_NULL;
   }
-  if (leaders != MPI_COMM_NULL && !comm::confirm_take(leaders, answer)) {
-    WB_LOG(kWarn) << "trainer 0: an admitted engine did not answer when taken (gone, or it gave up waiting); the "
-                     "training goes on without it";
-    comm::abandon_link(leaders);
-    leaders = MPI_COMM_NULL;
-  }
-  // Trainer rank 0 and the joiner's leader only: a joiner that dies between its answer and here leaves
-  // trainer rank 0's merging thread in MPI (bounded by the deadline, then left), and no other trainer waits.
-  if (leaders != MPI_COMM_NULL) {
-    try {
-      bridge = comm::bridge_join(leaders, false, answer, "trainer 0: taking a joining engine");
-    } catch (const Error& error) {
-      WB_LOG(kWarn) << error.status().message() << "; it is never widened with, and the training goes on without it";
+  // Trainer rank 0: the take handshake and the leaders' link.
+  const auto take = [&] {
+    if (leaders != MPI_COMM_NULL && !comm::confirm_take(leaders, answer)) {
+      WB_LOG(kWarn) << "trainer 0: an admitted engine did not answer when taken (gone, or it gave up waiting); the "
+                       "training goes on without it";
+      comm::abandon_link(leaders);
+      leaders = MPI_COMM_NULL;
     }
-  }
-  // The replica is asked only for a joiner that will be widened with (it then waits in the widening too).
-  const bool asked = bridge != MPI_COMM_NULL && replica != MPI_COMM_NULL && ask_replica && ask_replica();
-  std::int64_t values[comm::Group::kValues] = {bridge != MPI_COMM_NULL ? 1 : 0, asked ? 1 : 0, 0, 0};
+    // Trainer rank 0 and the joiner's leader only: a joiner that dies between its answer and here leaves
+    // trainer rank 0's merging thread in MPI (bounded by the deadline, then left), and no other trainer waits.
+    if (leaders != MPI_COMM_NULL) {
+      try {
+        bridge = comm::bridge_join(leaders, false, answer, "trainer 0: taking a joining engine");
+      } catch (const Error& error) {
+        WB_LOG(kWarn) << error.status().message() << "; it is never widened with, and the training goes on without it";
+      }
+    }
+  };
   // Trainer rank 0 may have waited for a joiner's answer and the merge (each at most half the timeout)
   // before this step.
   comm::Waiter longer = waiter;
   longer.timeout = 2 * waiter.timeout;
-  throw_if_error(trainers.step(Status::ok(), std::span<std::int64_t, comm::Group::kValues>(values), longer,
-                               "send_weights: whether an engine joined"));
-  if (values[0] == 0) return std::nullopt;
+  const auto step = [&](bool leaving_out) {
+    // The replica is asked only for a joiner that will be widened with (it then waits in the widening too).
+    const bool asked = bridge != MPI_COMM_NULL && replica != MPI_COMM_NULL && ask_replica && ask_replica();
+    std::int64_t values[comm::Group::kValues] = {bridge != MPI_COMM_NULL ? 1 : 0, asked ? 1 : 0, leaving_out ? 1 : 0, 0};
+    throw_if_error(trainers.step(Status::ok(), std::span<std::int64_t, comm::Group::kValues>(values), longer,
+                                 "send_weights: whether an engine joined"));
+    return std::array<bool, 3>{values[0] != 0, values[1] != 0, values[2] != 0};
+  };
+  if (before != BeforeTake::kLeaveOutFirst) take();
+  std::array<bool, 3> joined = step(before == BeforeTake::kLeaveOutFirst);
+  if (joined[2]) {
+    // The fleet link's jobs that were silent at the joiner's port are left out on every trainer first; the
+    // joiner is then taken over the link that is left, a step more.
+    const bool keep = leave_out && leave_out(replica);
+    if (!keep && leaders != MPI_COMM_NULL) {
+      comm::abandon_link(leaders);
+      leaders = MPI_COMM_NULL;
+    }
+    take();
+    joined = step(false);
+  }
+  if (!joined[0]) return std::nullopt;
   // Every rank of both jobs, once the leaders' link is merged: a joiner that dies in these milliseconds still
   // leaves a thread of every trainer in MPI (MPI cannot cancel a call that makes a communicator).
-  const MPI_Comm merged = comm::widen_join(values[1] != 0 ? replica : trainers.comm(), bridge, false, waiter.timeout,
+  const MPI_Comm merged = comm::widen_join(joined[1] ? replica : trainers.comm(), bridge, false, waiter.timeout,
                                            "send_weights: taking a joining engine");
   return cut_widening(merged, JoinSide::kTrainer, waiter.timeout).link;
 }
@@ -129,6 +151,9 @@ JoinedComms join_trainers_link(MPI_Comm engine, const std::string& address, doub
     }
   }
   comm::agree(joined, engine, comm::Waiter{timeout, {}}, "joining the trainers");
+  if (rank == 0) {
+    WB_LOG(kInfo) << "engine worker 0: admitted at " << address << "; waiting to be taken at the trainers' next send_weights";
+  }
   // Admitted: the trainers take this engine at their next send_weights; rank 0 answers their take and
   // merges the leaders' link with trainer 0 at once, and every rank goes into the widening only then (the
   // others wait for rank 0's waits, and a margin more).

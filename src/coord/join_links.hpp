@@ -50,11 +50,16 @@ double join_answer_seconds(double timeout);
 /// part is cut off the link. nullopt when none waits, which costs that one step, or when the joiner did not
 /// answer or died before the merge (a warning; it is never widened with). Throws when the widening fails
 /// or passes the deadline. `before_take` (trainer rank 0, when given): run on the admitted joiner's
-/// leaders' link before the take (the fleet link's meeting, coord/fleet_link.hpp); false gives up on it.
-/// On the fleet link `replica` is that link and `ask_replica` asks its engines into the widening.
+/// leaders' link before the take (the fleet link's meeting, coord/fleet_link.hpp): give up on the joiner,
+/// take it, or take it once `leave_out` ran on every trainer (after the step that tells them): the fleet
+/// link rebuilt without the jobs that were silent at the meeting (W3), `replica` set to the link to widen
+/// (null: none left); false gives up on the joiner. On the fleet link `replica` is that link and
+/// `ask_replica` asks its engines into the widening.
+enum class BeforeTake { kGiveUp, kTake, kLeaveOutFirst };
 std::optional<MPI_Comm> take_joiner(comm::JoinPort* port, comm::Group& trainers, const comm::Waiter& waiter,
                                     MPI_Comm replica = MPI_COMM_NULL, const std::function<bool()>& ask_replica = {},
-                                    const std::function<bool(MPI_Comm)>& before_take = {});
+                                    const std::function<BeforeTake(MPI_Comm)>& before_take = {},
+                                    const std::function<bool(MPI_Comm&)>& leave_out = {});
 
 /// A rollout engine job, collective over `engine`: joins the trainers whose address file is `address`;
 /// returns its link (trainers first) and, when a replica engine of the trainers' job took part, the

@@ -20,6 +20,7 @@ const char* request_name(RequestKind kind) {
     case RequestKind::kBeReplica: return "be the replica";
     case RequestKind::kMeetJoiner: return "meet the joiner";
     case RequestKind::kWiden: return "widen the fleet link";
+    case RequestKind::kLeaveOut: return "leave the silent jobs out of the fleet link";
   }
   return "unknown";
 }

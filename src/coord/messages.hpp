@@ -34,10 +34,11 @@ inline constexpr int kVerdictTag = 0x570b;  // ... and back (and on to the engin
 // two workers or more, when the trainers have no replica: it opens a port later joiners connect to first.
 // On the fleet link (coord/fleet_link.hpp): kMeetJoiner, a joined engine's leader connects to the joiner's
 // port; kWiden, every worker of a joined engine takes part in widening the fleet link with the joiner and
-// re-links onto the widened one (kept source map, version, history and stalls).
+// re-links onto the widened one (kept source map, version, history and stalls); kLeaveOut, every engine
+// of the fleet link rejoins it as after a loss, the jobs silent at a joiner's port left out (W3).
 enum class RequestKind : std::int64_t {
   kNone = 0, kConnect = 1, kUpdate = 2, kShutdown = 3, kAbort = 4, kServeJoiner = 5, kBeReplica = 6, kMeetJoiner = 7,
-  kWiden = 8
+  kWiden = 8, kLeaveOut = 9
 };
 const char* request_name(RequestKind kind);
 /// Trainer rank 0: one request to an engine's rank 0 (`leader`, a rank of `world`). Not waited for: an

@@ -81,6 +81,7 @@ struct ReceiverAdapter::State : AdapterBase {
   AdapterOptions given;                    // what a re-link onto a widened fleet link is constructed with
   MPI_Comm relink_to = MPI_COMM_NULL;      // the fleet link widened with a joiner: re-linked onto at once
   bool rejoin_tried = false;               // the fleet link: this state's failure was offered to the rebuild
+  bool leave_out = false;                  // the fleet link: rebuilt without the jobs silent at a joiner's port (W3)
   bool resending = false;                  // the fleet link rebuilt: the trainers may re-send the version held
   std::uint64_t quiet = 0;                 // a version re-sent that this engine holds: installed without an event
   std::uint64_t reported = 0;              // the last version poll_requests reported kInstalled for
@@ -407,6 +408,9 @@ struct ReceiverAdapter::State : AdapterBase {
           WB_LOG(kWarn) << who() << ": " << met.message();
         }
         return {PollResult::Event::kNone, version, Status::ok()};
+      case RequestKind::kLeaveOut:  // every worker: the fleet link rebuilt without a job silent at a joiner's port (W3)
+        leave_out = true;
+        return {PollResult::Event::kNone, version, Status::ok()};
       case RequestKind::kWiden:  // every worker: the fleet link widened with the joiner, re-linked onto (W4-W7)
         try {
           const MPI_Comm merged = comm::widen_join(link, MPI_COMM_NULL, false, options.timeout_seconds,
@@ -549,6 +553,17 @@ PollResult ReceiverAdapter::poll_requests(void* cuda_stream) {
   state_->pace.before_step();
   PollResult result = state_->poll();
   if (state_->relink_to != MPI_COMM_NULL) result = relink();
+  if (std::exchange(state_->leave_out, false)) {
+    // W3: a job of the fleet link did not meet a joiner's port; the others rebuild the link without it, as
+    // after a loss. Left out itself (stopped past the meeting, and resumed), this engine fails, saying so.
+    result = rejoin({PollResult::Event::kFailed, state_->version,
+                     Status(ErrorCode::kTimeout, "a job of the fleet link did not meet a joining engine's port (stopped or gone "
+                                                 "between updates); the trainers left it out")});
+    if (result.event == PollResult::Event::kFailed)
+      result = state_->failed(Status(ErrorCode::kTimeout, state_->who() + ": the trainers left this engine job out of the fleet "
+                                                                          "link: it did not meet a joining engine's port in time "
+                                                                          "(stopped or too slow); the training goes on without it"));
+  }
   if ((result.event == PollResult::Event::kFailed || result.event == PollResult::Event::kAborted) && state_->link != MPI_COMM_NULL &&
       fleet_link_enabled() && !state_->left && !state_->rejoin_tried)
     result = rejoin(result);

@@ -2,6 +2,7 @@
 // jobs"): the re-link onto the fleet link widened with a joiner, and onto the one rebuilt after a loss.
 #include <algorithm>
 
+#include "comm/join.hpp"
 #include "comm/operation.hpp"
 #include "coord/fleet_link.hpp"
 #include "coord/sender_state.hpp"
@@ -46,8 +47,13 @@ void SenderAdapter::State::relink_fleet(MPI_Comm merged, State* widened, double 
   if (roles.leader) {
     WB_LOG(kInfo) << "an engine job of " << link->roles.engines.back().size() << " worker(s) joined the fleet link after version "
                   << version << " (" << link->roles.engine_leaders.size() << " engines on one plan, connect "
-                  << link->connection->summary.connect_seconds << " s)";
+                  << link->connection->summary.connect_seconds << " s"
+                  << (left_out_at > 0 ? "; widened and re-connected " + comm::seconds_text(comm::local_seconds() - left_out_at) +
+                                            " after the leave-out"
+                                      : std::string())
+                  << ")";
   }
+  left_out_at = 0;
   if (widened) {
     widened->shut_down = true;  // its end parts its communicators with the fleet's engines, which re-linked too
     joined.back() = std::move(link);
@@ -56,19 +62,74 @@ void SenderAdapter::State::relink_fleet(MPI_Comm merged, State* widened, double 
   }
 }
 
+// W3 of docs/architecture.md: fleet jobs silent at a joiner's port (stopped or dead between updates) are
+// left out before the joiner is taken. Trainer 0 asks the other engines of the fleet link to rejoin it
+// (kLeaveOut; the silent ones are told once the join is over, so that one resumed reads it was left out),
+// trainer 1 knocks the joiner's port (its accept thread would wait for the missing leaders to the end of the
+// joiner's process: a job of one worker cannot end it itself), and the survivors rebuild the link as after a
+// loss (recover_fleet). The knock is bounded by the timeout (2-6 s under load, measured by the relay tests):
+// one that fails gives up on the joiner only.
+bool SenderAdapter::State::leave_out_fleet(std::vector<std::uint32_t> silent) {
+  const double began = comm::local_seconds();
+  const std::size_t k = joined.size() - 1;
+  if (roles.leader)
+    for (std::size_t e = 0; e < silent.size(); ++e)
+      if (silent[e] == 0) (void)joined[k]->send_request_to(joined[k]->roles.engine_leaders[e], RequestKind::kLeaveOut, 0);
+  bool knocked = true;
+  int trainer = 0;
+  WB_CHECK_MPI(MPI_Comm_rank(group_comm, &trainer));
+  if (trainer == 1) {
+    const std::string address = fleet_address(options.join_address);
+    try {
+      knocked = comm::knock(comm::read_address_file(address), options.timeout_seconds);
+    } catch (const Error&) {
+      knocked = false;  // the joiner is gone (its port closed)
+    }
+    if (!knocked) {
+      WB_LOG(kWarn) << who() << ": knocking at a joiner's port (" << address << ") failed or did not complete within "
+                    << comm::seconds_text(options.timeout_seconds) << "; the joiner is not taken, and the training goes on without it";
+    }
+  }
+  std::int64_t values[comm::Group::kValues] = {knocked ? 0 : 1, 0, 0, 0};
+  comm::Waiter longer = waiter();  // trainer 1 may knock up to the timeout before this step
+  longer.timeout = 2 * options.timeout_seconds;
+  throw_if_error(group->step(Status::ok(), std::span<std::int64_t, comm::Group::kValues>(values), longer,
+                             "send_weights: whether a joiner's port was knocked"));
+  const double knock_seconds = comm::local_seconds() - began;  // trainer 1's knock, as every trainer waited for it
+  const Status cause(ErrorCode::kTimeout, "it did not meet a joining engine's port within " +
+                                              comm::seconds_text(join_answer_seconds(options.timeout_seconds)) +
+                                              " (stopped or gone between updates)");
+  const bool rebuilt = recover_fleet(k, cause, 0, &silent).is_ok();
+  left_out_at = comm::local_seconds();
+  if (roles.leader) {
+    WB_LOG(kInfo) << "trainer 0: the fleet link's silent jobs left out before a join in " << comm::seconds_text(left_out_at - began)
+                  << " (trainer 1's knock " << comm::seconds_text(knock_seconds) << ", the rebuild and re-connect "
+                  << comm::seconds_text(left_out_at - began - knock_seconds) << (rebuilt ? ")" : "; no engine left on it)");
+  }
+  return values[0] == 0;
+}
+
 // The fleet link failed an update (L3-L7 of docs/architecture.md): the survivors' link is rebuilt and
 // re-connected with the kept maps, and the version that failed (the old link's) is re-sent to the engines
 // that do not hold it (resend_fleet). `target`: the version of the call that met the loss (0: wait or
 // shutdown). Not ok when the link was dropped instead (no engine alive, or the rebuild failed).
-Status SenderAdapter::State::recover_fleet(std::size_t k, const Status& cause, std::uint64_t target) {
+Status SenderAdapter::State::recover_fleet(std::size_t k, const Status& cause, std::uint64_t target,
+                                           const std::vector<std::uint32_t>* silent) {
   State& old = *joined[k];
   const std::uint64_t v = old.version;  // in flight, or the last one sent
+  const bool at_join = silent != nullptr;  // W3: no update failed
   std::unique_ptr<State> link;
   FleetVerdict verdict;
   try {
-    verdict = rebuild_fleet(old, group_comm, ++fleet_rebuilds, join_answer_seconds(options.timeout_seconds));
+    verdict = rebuild_fleet(old, group_comm, ++fleet_rebuilds, join_answer_seconds(options.timeout_seconds),
+                            silent ? *silent : std::vector<std::uint32_t>{});
     if (verdict.rebuilt == MPI_COMM_NULL) {
-      drop(k, cause);
+      drop(k, cause);  // no engine left on it (the joiner then starts a fleet link of its own)
+      if (at_join) {
+        after_join = [this, &old, verdict] {
+          if (roles.leader) tell_left_out(old, verdict);
+        };
+      }
       return cause;
     }
     link = std::make_unique<State>(verdict.rebuilt, group_comm, params, checkpoint_tensors, load_weights, given);
@@ -82,7 +143,7 @@ Status SenderAdapter::State::recover_fleet(std::size_t k, const Status& cause, s
   }
   link->announce_prefix = old.announce_prefix;
   carry_over(old, *link);
-  std::erase_if(link->history, [v](const UpdateRecord& r) { return r.version == v; });
+  if (!at_join) std::erase_if(link->history, [v](const UpdateRecord& r) { return r.version == v; });
   std::string why = cause.message();
   if (why.starts_with(old.announce_prefix)) why.erase(0, old.announce_prefix.size());
   std::uint64_t held = v;
@@ -101,6 +162,9 @@ Status SenderAdapter::State::recover_fleet(std::size_t k, const Status& cause, s
     if (roles.leader && left) {
       WB_LOG(kInfo) << name << " left the fleet link after version " << old.acknowledged
                     << "; the link is rebuilt from the others, and the training goes on without it";
+    } else if (roles.leader && at_join) {
+      WB_LOG(kWarn) << who() << ": " << name << " was left out of the fleet link after version " << v
+                    << " before a join (the link is rebuilt from the others, and the training goes on without it): " << why;
     } else if (roles.leader) {
       WB_LOG(kWarn) << who() << ": " << name << " was lost in version " << v
                     << "; the fleet link is rebuilt from the survivors, and the training goes on without it: " << why;
@@ -111,7 +175,16 @@ Status SenderAdapter::State::recover_fleet(std::size_t k, const Status& cause, s
   std::shared_ptr<State> lost(joined[k].release());  // read by the resend (its staging), then kept alive
   joined[k] = std::move(link);
   const Status resent = held < v ? resend_fleet(*joined[k], *lost, v, target) : Status::ok();
-  lost->abandon_link_comms();  // it spans the lost job: never waited on again, kept with its buffers
+  // It spans the lost job: never waited on again, kept with its buffers; left out at a join, that job is
+  // told over it once the join is over.
+  if (at_join) {
+    after_join = [this, lost, verdict] {
+      if (roles.leader) tell_left_out(*lost, verdict);
+      lost->abandon_link_comms();
+    };
+  } else {
+    lost->abandon_link_comms();
+  }
   comm::keep_alive(lost);
   if (!resent) drop(k, resent);
   return resent;

@@ -140,16 +140,31 @@ struct SenderAdapter::State : AdapterBase {
     if (!port.open) return;
     const double began = comm::local_seconds();
     const bool fleet = fleet_link_enabled();
-    State* const widened = fleet && !joined.empty() && !joined.back()->dropped ? joined.back().get() : nullptr;
+    State* widened = fleet && !joined.empty() && !joined.back()->dropped ? joined.back().get() : nullptr;
     try {
       if (fleet) {  // the fleet link's meeting, then its widening instead of a link of the joiner's own
-        const auto meet = [this, widened](MPI_Comm leaders) {
-          return meet_fleet(leaders, widened, join_answer_seconds(options.timeout_seconds));
+        std::vector<std::uint32_t> silent;  // trainer 0: the fleet's engines that did not meet the joiner's port
+        const auto meet = [this, widened, &silent](MPI_Comm leaders) {
+          if (!meet_fleet(leaders, widened, join_answer_seconds(options.timeout_seconds), silent)) return BeforeTake::kGiveUp;
+          return std::ranges::any_of(silent, [](std::uint32_t s) { return s != 0; }) ? BeforeTake::kLeaveOutFirst : BeforeTake::kTake;
         };
-        const auto widen = [widened] { return widened->send_request(RequestKind::kWiden, 0).is_ok(); };
-        std::optional<MPI_Comm> merged = take_joiner(port.port.get(), *group, waiter(), widened ? widened->link : MPI_COMM_NULL,
-                                                     widened ? std::function<bool()>(widen) : std::function<bool()>(), meet);
-        if (merged) relink_fleet(*merged, widened, began);
+        // W3: the silent jobs left out (the fleet link rebuilt from the others), then the joiner widens that.
+        const auto leave_out = [this, &widened, &silent](MPI_Comm& replica) {
+          const bool keep = leave_out_fleet(silent);
+          widened = !joined.back()->dropped ? joined.back().get() : nullptr;
+          replica = widened ? widened->link : MPI_COMM_NULL;
+          return keep;
+        };
+        const auto widen = [&widened] { return widened->send_request(RequestKind::kWiden, 0).is_ok(); };
+        try {
+          std::optional<MPI_Comm> merged = take_joiner(port.port.get(), *group, waiter(), widened ? widened->link : MPI_COMM_NULL,
+                                                       widened ? std::function<bool()>(widen) : std::function<bool()>(), meet, leave_out);
+          if (merged) relink_fleet(*merged, widened, began);
+        } catch (const Error&) {
+          if (after_join) std::exchange(after_join, {})();
+          throw;
+        }
+        if (after_join) std::exchange(after_join, {})();
         return;
       }
       // Engine 0 of this world holds the latest version (it installed it; a staged one once it has): it
@@ -193,6 +208,12 @@ struct SenderAdapter::State : AdapterBase {
   // the first joiner's link: the trainers' state re-linked onto it, connected with their kept source map
   // (the joiner probes; rank 0 plans one plan for every engine), and the old fleet link parted (W5-W7).
   void relink_fleet(MPI_Comm merged, State* widened, double began);
+  // Every trainer, when trainer 0's meeting found fleet jobs silent at a joiner's port (`silent`, per engine
+  // of the fleet link; empty on the others): they are left out first (W3). True when the joiner can still
+  // be taken.
+  bool leave_out_fleet(std::vector<std::uint32_t> silent);
+  double left_out_at = 0;  // when the last leave-out before a join ended (its widening is timed from it)
+  std::function<void()> after_join;  // the jobs left out told so, once the join is over (tell_left_out)
 
   // A joiner just connected: with no replica of this job, the joined replica (if one was appointed) writes it
   // the latest version (it connected to that replica's port before it joined; trainer rank 0 tells the
@@ -248,7 +269,9 @@ struct SenderAdapter::State : AdapterBase {
   // The fleet link failed an update (L3-L7 of docs/architecture.md): the survivors' link is rebuilt and
   // re-connected with the kept maps, and the trainers re-send version `v` (0: none) to the engines that do
   // not hold it. With no engine alive, or when that fails too, the link is dropped as a per-job one is.
-  Status recover_fleet(std::size_t k, const Status& cause, std::uint64_t target);
+  /// `silent` (every trainer; its content trainer 0's): the engines left out at a joiner's port instead (W3;
+  /// no update failed).
+  Status recover_fleet(std::size_t k, const Status& cause, std::uint64_t target, const std::vector<std::uint32_t>* silent = nullptr);
   /// The trainers agree whether the fleet link failed in this call, and whether by a leave (one trainer may
   /// meet the failure while another's work on the link succeeded): its rebuild is collective over them.
   Status agreed_outcome(const Status& done) {

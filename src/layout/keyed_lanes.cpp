@@ -80,26 +80,34 @@ __attribute__((target("avx2"))) void keyed_avx2(u16* out, i64 n, u16 first, u16 
 #define WB_KEYED_AVX512 __attribute__((target("avx512f,avx512bw")))
 WB_KEYED_AVX512 inline __m512i lane_avx512(unsigned v) { return _mm512_set1_epi16(static_cast<short>(v)); }
 
+struct KeyedConstants512 {
+  __m512i base, lo, half, hole, key;
+};
+
+// keyed_scalar's code of every lane's low `v` with its top `t` (wrap = D - t: where h + t passes D).
+WB_KEYED_AVX512 inline __m512i keyed_code_avx512(__m512i v, __m512i t, __m512i wrap, const KeyedConstants512& c) {
+  __m512i h = _mm512_xor_si512(v, c.key);
+  h = _mm512_xor_si512(h, _mm512_srli_epi16(h, 8));
+  h = _mm512_mullo_epi16(h, lane_avx512(0x88b5));
+  h = _mm512_xor_si512(h, _mm512_srli_epi16(h, 7));
+  h = _mm512_mullo_epi16(h, lane_avx512(0xdb2d));
+  h = _mm512_xor_si512(h, _mm512_srli_epi16(h, 9));
+  h = _mm512_mask_sub_epi16(h, _mm512_cmpge_epu16_mask(h, c.base), h, c.base);
+  __m512i d = _mm512_add_epi16(h, t);
+  d = _mm512_mask_sub_epi16(d, _mm512_cmpge_epu16_mask(h, wrap), d, c.base);
+  const __m512i bits = _mm512_add_epi16(d, c.lo);
+  return _mm512_mask_add_epi16(bits, _mm512_cmpge_epu16_mask(d, c.half), bits, c.hole);
+}
+
 // Writes the codes to `out`, or (`have` not null) compares them with have[0, n).
 WB_KEYED_AVX512 bool keyed_avx512(u16* out, const u16* have, i64 n, u16 first, u16 key, const KeyedRun16& r) {
   const __m512i b = lane_avx512(r.base), t = lane_avx512(r.top), wrap = lane_avx512(r.base - r.top), lo = lane_avx512(r.lo), half = lane_avx512(r.half),
-                hole = lane_avx512(r.hole), step = lane_avx512(32), k = lane_avx512(key), m1 = lane_avx512(0x88b5), m2 = lane_avx512(0xdb2d);
+                hole = lane_avx512(r.hole), step = lane_avx512(32), k = lane_avx512(key);
   const __m512i ramp = _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13,
                                         12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
   __m512i x = _mm512_add_epi16(lane_avx512(first), ramp);
-  const auto codes = [&](__m512i v) WB_KEYED_AVX512 {
-    __m512i h = _mm512_xor_si512(v, k);
-    h = _mm512_xor_si512(h, _mm512_srli_epi16(h, 8));
-    h = _mm512_mullo_epi16(h, m1);
-    h = _mm512_xor_si512(h, _mm512_srli_epi16(h, 7));
-    h = _mm512_mullo_epi16(h, m2);
-    h = _mm512_xor_si512(h, _mm512_srli_epi16(h, 9));
-    h = _mm512_mask_sub_epi16(h, _mm512_cmpge_epu16_mask(h, b), h, b);
-    __m512i d = _mm512_add_epi16(h, t);
-    d = _mm512_mask_sub_epi16(d, _mm512_cmpge_epu16_mask(h, wrap), d, b);
-    const __m512i bits = _mm512_add_epi16(d, lo);
-    return _mm512_mask_add_epi16(bits, _mm512_cmpge_epu16_mask(d, half), bits, hole);
-  };
+  const KeyedConstants512 c{b, lo, half, hole, k};
+  const auto codes = [&](__m512i v) WB_KEYED_AVX512 { return keyed_code_avx512(v, t, wrap, c); };
   i64 i = 0;
   if (have == nullptr) {
     for (; i + 32 <= n; i += 32, x = _mm512_add_epi16(x, step)) _mm512_storeu_si512(out + i, codes(x));
@@ -148,22 +156,11 @@ WB_KEYED_AVX512 bool progression_avx512(const u16* have, i64 n, u16 key, const K
   const auto top_step = static_cast<u16>((32 * std::uint64_t{p.top_step} + lows32 / p.place) % r.base);
   __m512i low = _mm512_loadu_si512(lows), top = _mm512_loadu_si512(tops);
   const __m512i b = lane_avx512(r.base), lo = lane_avx512(r.lo), half = lane_avx512(r.half), hole = lane_avx512(r.hole),
-                k = lane_avx512(key), m1 = lane_avx512(0x88b5), m2 = lane_avx512(0xdb2d), place = lane_avx512(p.place),
+                k = lane_avx512(key), place = lane_avx512(p.place),
                 ls = lane_avx512(low_step), low_wrap = lane_avx512(p.place - low_step), ts = lane_avx512(top_step),
                 one = lane_avx512(1);
-  const auto codes = [&]() WB_KEYED_AVX512 {
-    __m512i h = _mm512_xor_si512(low, k);
-    h = _mm512_xor_si512(h, _mm512_srli_epi16(h, 8));
-    h = _mm512_mullo_epi16(h, m1);
-    h = _mm512_xor_si512(h, _mm512_srli_epi16(h, 7));
-    h = _mm512_mullo_epi16(h, m2);
-    h = _mm512_xor_si512(h, _mm512_srli_epi16(h, 9));
-    h = _mm512_mask_sub_epi16(h, _mm512_cmpge_epu16_mask(h, b), h, b);
-    __m512i d = _mm512_add_epi16(h, top);
-    d = _mm512_mask_sub_epi16(d, _mm512_cmpge_epu16_mask(h, _mm512_sub_epi16(b, top)), d, b);
-    const __m512i bits = _mm512_add_epi16(d, lo);
-    return _mm512_mask_add_epi16(bits, _mm512_cmpge_epu16_mask(d, half), bits, hole);
-  };
+  const KeyedConstants512 c{b, lo, half, hole, k};
+  const auto codes = [&]() WB_KEYED_AVX512 { return keyed_code_avx512(low, top, _mm512_sub_epi16(b, top), c); };
   const auto advance = [&]() WB_KEYED_AVX512 {
     const __mmask32 carry = _mm512_cmpge_epu16_mask(low, low_wrap);
     low = _mm512_add_epi16(low, ls);

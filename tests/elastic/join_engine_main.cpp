@@ -38,6 +38,14 @@
 //     fleet_stop  as fleet_kill, but A is SIGSTOPped, dropped after the deadline, resumed by the script: it
 //             reports kFailed at once (the trainers' verdict left it out) and joins the fleet link again (at R),
 //             B's leader meeting its port: R+1..R+3
+//     fleet_join_after_stop  as fleet; then A is SIGSTOPped between updates (once it installed the version
+//             ADDRESS.trigger names, T); the trainers end T (wait()) and send nothing until the script writes
+//             ADDRESS.go (C, one worker, is admitted at the port by then); send_weights(T+1) finds A silent at C's
+//             port: A is left out (the link rebuilt from B, W3), then C is taken onto it, in that call; resumed,
+//             A reports kFailed at once and joins again (at R): R+1..R+3
+//     fleet_join_after_kill  as fleet_join_after_stop, but A is SIGKILLed there: C+1..C+3
+//     fleet_join_after_stop_alone  as fleet_join_after_stop with A alone on the fleet link (hit two versions
+//             after its join): left out, no engine is left on the link; C starts a fleet link of its own
 //   join_engine engine ADDRESS MODE ROLE          an engine of as many workers as its job's ranks (tp=n)
 //                                                 that joins by ADDRESS:
 //     serve   until the trainers shut down
@@ -49,6 +57,8 @@
 //     kill_relay  as serve, but its first before_update_hook (the replica's write) SIGKILLs the relay job's workers
 //     stopped every worker writes its pid to ADDRESS.stopped.RANK and SIGSTOPs itself in that hook; once
 //             resumed, its poll_requests must end in kFailed naming why; it joins again and serves
+//     stopped_between, killed_between  as stopped and killed, but between updates: once its install of the
+//             version ADDRESS.trigger names was reported (kInstalled)
 //     vanish  (one rank) presents the secret, is admitted, and SIGKILLs itself
 //     ghost   (one rank) as vanish, once it answered the trainers' take (on the fleet link, their offer first)
 // MODE: sync | sender-staged | receiver-staged | async. Every rollout worker checks every version it installs against its own
@@ -149,6 +159,15 @@ std::uint64_t read_trigger(const std::string& address) {
   return version;
 }
 
+// fleet_join_after_*: until the script writes ADDRESS.go (at most 2 minutes).
+bool await_go(const std::string& address) {
+  for (int i = 0; i < 1200; ++i) {
+    if (std::ifstream(address + ".go").good()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
+
 // Polls until shutdown (or, `leave_after` > 0, until that many installs, then leaves); the installed
 // versions in order. The first event after kConnected must be kInstalled (nothing else but kNone /
 // kReceiving in between). `failed`: a failure ends it too (false), kept there. `first_after`: seconds from
@@ -220,6 +239,8 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
   if (trainer) {
     Worker w(true, "tp=2", rank);
     const bool victim = scenario == "kill" || scenario == "stop" || scenario.starts_with("fleet_");  // fleet_leave: the leaver
+    const bool join_after = scenario.starts_with("fleet_join_after_");
+    const bool alone = scenario.ends_with("_alone");  // A alone on the fleet link when it is hit
     // A victim's deadline is short: it is how long the lost engine is waited for.
     SenderAdapter sender(MPI_COMM_WORLD, group, w.params->parameters(), w.tensors, w.load(),
                          options_for(address, mode, victim || scenario == "lose_joiner" || scenario == "kill_relay" ? 5 : 30));
@@ -241,6 +262,10 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
         : scenario == "fleet_kill" || scenario == "fleet_kill_arriving" ? Events{{1, "serving"}, {2, "serving serving"}, {1, "dropped serving"}}
         : scenario == "fleet_leave" ? Events{{1, "serving"}, {2, "serving serving"}, {1, "left serving"}}
         : scenario == "fleet_stop" ? Events{{1, "serving"}, {2, "serving serving"}, {1, "dropped serving"}, {2, "dropped serving serving"}}
+        : scenario == "fleet_join_after_stop_alone" ? Events{{1, "serving"}, {1, "dropped serving"}, {2, "dropped serving serving"}}
+        : scenario == "fleet_join_after_kill" ? Events{{1, "serving"}, {2, "serving serving"}, {2, "dropped serving serving"}}
+        : scenario == "fleet_join_after_stop" ? Events{{1, "serving"}, {2, "serving serving"}, {2, "dropped serving serving"},
+                                                       {3, "dropped serving serving serving"}}
                               : Events{{4, "serving serving serving serving"}, {3, "dropped serving serving serving"},
                                        {4, "dropped serving serving serving serving"}};
     std::size_t next = 0;
@@ -258,14 +283,31 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
         break;
       }
       if (v == kBefore && rank == 0) std::printf("trainers: version %llu sent\n", static_cast<unsigned long long>(v));
+      // fleet_join_after_*: the version A is hit after ends on every engine, then nothing is sent until the
+      // joiner waits at the port (the script says so): A is silent at the next send_weights, not in an update.
+      if (join_after && v == read_trigger(address)) {
+        if (const Status waited = sender.wait(); !waited) {
+          std::fprintf(stderr, "trainer %d: wait() after version %llu: %s\n", rank, static_cast<unsigned long long>(v),
+                       waited.to_string().c_str());
+          ok = 0;
+          break;
+        }
+        if (!await_go(address)) {
+          std::fprintf(stderr, "trainer %d: the script never said the joiner waits (%s.go)\n", rank, address.c_str());
+          ok = 0;
+          break;
+        }
+      }
       if (const int now = sender.engines(); now != engines && rank == 0) {
         std::printf("trainers: %d engines after version %llu\n", now, static_cast<unsigned long long>(v));
       }
       engines = sender.engines();
       std::fflush(stdout);
       // lose_joiner: the engine count alone says nothing (1 before the join and after the loss).
+      // fleet_join_after_*: A left out and C taken leave two engines serving, as before.
       if (next < events.size() && sender.engines() == events[next].first &&
-          ((scenario != "lose_joiner" && scenario != "kill_relay") || engine_states(sender) == events[next].second)) {
+          ((scenario != "lose_joiner" && scenario != "kill_relay") || engine_states(sender) == events[next].second) &&
+          (!join_after || engine_states(sender, true) == events[next].second)) {
         const std::string states = engine_states(sender, victim);
         if (!events[next].second.empty() && states != events[next].second) {
           std::fprintf(stderr, "trainer %d: after version %llu the engines are \"%s\", not \"%s\"\n", rank,
@@ -276,10 +318,11 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
         if (rank == 0)
           std::printf("trainers: at version %llu %d engines (%s)\n", static_cast<unsigned long long>(v), sender.engines(),
                       states.c_str());
-        const bool joined = scenario == "join" || ((scenario == "lose_joiner" || scenario == "joined_replica" || scenario.starts_with("fleet")) && next == 1);
+        const bool joined = scenario == "join" || (join_after && next == (alone ? 1u : 2u)) ||
+                            ((scenario == "lose_joiner" || scenario == "joined_replica" || scenario.starts_with("fleet")) && !join_after && next == 1);
         if (joined) joined_at = v;
         if (joined && rank == 0) std::printf("trainers: an engine joined at version %llu;\n", static_cast<unsigned long long>(v));
-        if (victim && next == (scenario.starts_with("fleet_") ? 1u : 0u) && rank == 0) {
+        if (victim && next == (scenario.starts_with("fleet_") && !alone ? 1u : 0u) && rank == 0) {
           write_trigger(address, v + 2);
           hit_at = v + 2;
           std::printf("trainers: the victim is hit in version %llu\n", static_cast<unsigned long long>(v + 2));
@@ -454,7 +497,7 @@ int run_engine_job(const std::string& address, const std::string& mode, const st
   int ok = 0;
   bool hit = false;
   double first_after = 0;
-  const bool stopped = role == "stopped";
+  const bool stopped = role == "stopped" || role == "stopped_between";
   {
     ReceiverAdapter receiver(MPI_COMM_WORLD, MPI_COMM_WORLD, w.params->parameters(), w.load(),
                              options_for(address, mode), victim_hook(address, role, rank, hit));
@@ -463,6 +506,15 @@ int run_engine_job(const std::string& address, const std::string& mode, const st
     // the background (receiver staging): the trainers' writes into its memory still complete (CMA), its
     // forwards of the others' parts never come; the script SIGKILLs it once the trainers dropped it.
     std::function<void(const PollResult&)> polled;
+    if (role == "stopped_between" || role == "killed_between")
+      polled = [&address, &hit, &role, rank](const PollResult& r) {
+        const std::uint64_t at = read_trigger(address);
+        if (!hit && at != 0 && r.event == PollResult::Event::kInstalled && r.version >= at) {
+          hit = true;
+          std::ofstream(address + ".stopped." + std::to_string(rank)) << getpid() << "\n";
+          std::raise(role == "killed_between" ? SIGKILL : SIGSTOP);
+        }
+      };
     if (role == "frozen_arriving")
       polled = [&address, &hit, rank](const PollResult& r) {
         const std::uint64_t at = read_trigger(address);

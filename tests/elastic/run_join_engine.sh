@@ -25,6 +25,11 @@
 # fleet: fleet_link set on every job; a trainer job with no engine of its own; two engine jobs join one after
 #   the other onto one link and one plan (the second's leader met the first at its port); each installs from
 #   the version that took it on, and the trainers' egress per update stays one model copy.
+# fleet_join_after_stop, fleet_join_after_kill: as fleet; then A is SIGSTOPped (SIGKILLed) between updates and C
+#   (one worker) joins: the trainers leave A out (the link rebuilt from B), then widen it with C, in one
+#   send_weights; C installs from that version on, B every version; stopped, A is resumed, reports kFailed and
+#   joins again. fleet_join_after_stop_alone: as fleet_join_after_stop without B: no engine is left on the
+#   link once A is left out, and C starts a fleet link of its own.
 set -euo pipefail
 program=$1
 mpiexec=${2:-mpirun}
@@ -35,6 +40,11 @@ server=
 trainers=
 engines=()
 cleanup() {
+  # A job's workers still stopped (a test that failed before resuming them) end with it: theirs by the pid
+  # they wrote, only where that process is still this test's.
+  for f in "$dir"/address.stopped.*; do
+    [[ -s $f ]] && grep -qs "$dir" "/proc/$(cat "$f")/cmdline" && kill -KILL "$(cat "$f")" 2>/dev/null
+  done
   [[ -n $trainers ]] && kill "$trainers" 2>/dev/null || true
   for e in "${engines[@]}"; do kill "$e" 2>/dev/null || true; done
   [[ -n $server ]] && { kill "$server" 2>/dev/null; wait "$server" 2>/dev/null; } || true
@@ -110,6 +120,30 @@ case $scenario in
       kill -KILL "$(cat "$dir/address.stopped.$rank")"
     done ;;
   fleet_leave) engine first leave_at_trigger; engines_at 1; engine second serve ;;
+  fleet_join_after_*)
+    role=stopped_between
+    [[ $scenario == fleet_join_after_kill ]] && role=killed_between
+    engine first $role
+    [[ $scenario == *_alone ]] || { engines_at 1; engine second serve; }
+    # A stopped (killed) once it installed the version the trainers named; the trainers send nothing more
+    # until C waits at their port (its leader says so), so that A is silent at C's port, not in an update.
+    for _ in $(seq 1200); do
+      [[ -s $dir/address.stopped.0 && -s $dir/address.stopped.1 ]] && break
+      kill -0 "$trainers" 2>/dev/null || break
+      sleep 0.1
+    done
+    [[ -s $dir/address.stopped.0 && -s $dir/address.stopped.1 ]] || fail "the first engine job was never hit between updates"
+    engine third serve 1
+    for _ in $(seq 1200); do
+      grep -q "admitted at .*waiting to be taken" "$dir/third.log" 2>/dev/null && break
+      kill -0 "$trainers" 2>/dev/null || break
+      sleep 0.1
+    done
+    grep -q "admitted at .*waiting to be taken" "$dir/third.log" || fail "the joiner was never admitted at the trainers' port"
+    touch "$dir/address.go"
+    # Resumed once the trainers took C (A was left out before): its stale meeting finds no port.
+    if [[ $scenario == *_alone ]]; then resume_stopped "1 engines (dropped serving)"
+    elif [[ $scenario == fleet_join_after_stop ]]; then resume_stopped "2 engines (dropped serving serving)"; fi ;;
   fleet_stop)
     engine first stopped; engines_at 1; engine second serve
     resume_stopped "was lost in version" ;;
@@ -223,6 +257,40 @@ case $scenario in
     expect_first_install "$dir/second.log" 0
     expect_notes_on_every_answer
     serving=$dir/second.log ;;
+  fleet_join_after_stop_alone)
+    # A, alone on the link and silent at C's port, was dropped (no engine left to rebuild from), named once;
+    # C then started a fleet link of its own, in that send_weights; resumed, A reports kFailed and joins again.
+    [[ ${rcs[0]} == 0 ]] || fail "the stopped engine job failed (${rcs[0]})"
+    [[ $(grep -c "resumed: failed: .*left this engine job out of the fleet link" "$dir/first.log") == 2 ]] ||
+      fail "the resumed engine's workers did not both report kFailed naming why"
+    [[ $(grep -c "was dropped after version .*did not meet a joining engine's port" "$dir/trainers.log") == 1 ]] ||
+      fail "not one warning naming the engine left out"
+    left=$(grep -n "was dropped after version" "$dir/trainers.log" | head -1 | cut -d: -f1)
+    widened=$(grep -n "joined the fleet link after version" "$dir/trainers.log" | sed -n 2p | cut -d: -f1)
+    [[ -n $left && -n $widened && $left -lt $widened ]] || fail "A was not left out before C was taken"
+    expect_first_install "$dir/third.log" 0
+    serving="$dir/first.log $dir/third.log" ;;
+  fleet_join_after_stop|fleet_join_after_kill)
+    # A was silent at C's port: left out first (named once, not as a loss in an update), B rejoined the
+    # rebuilt link, and only then was it widened with C, whose first install is the version that took it.
+    if [[ $scenario == fleet_join_after_kill ]]; then
+      [[ ${rcs[0]} != 0 ]] || fail "the killed engine job ended with 0"
+      serving="$dir/second.log $dir/third.log"
+    else
+      [[ ${rcs[0]} == 0 ]] || fail "the stopped engine job failed (${rcs[0]})"
+      [[ $(grep -c "resumed: failed: .*left this engine job out of the fleet link" "$dir/first.log") == 2 ]] ||
+        fail "the resumed engine's workers did not both report kFailed naming why"
+      serving="$dir/first.log $dir/second.log $dir/third.log"
+    fi
+    [[ $(grep -c "was left out of the fleet link" "$dir/trainers.log") == 1 ]] || fail "not one warning naming the engine left out"
+    grep -q "was lost in version" "$dir/trainers.log" && fail "the engine silent between updates was reported lost in an update"
+    grep -Eq "notes after a loss: 1 engine\(s\) answered, 1 silent at a joiner's port \(not waited for\), 0 silent past .*\(ended on every answer\)" \
+      "$dir/trainers.log" || fail "trainer 0 waited for the silent engine's note (or not for B's)"
+    left=$(grep -n "was left out of the fleet link" "$dir/trainers.log" | head -1 | cut -d: -f1)
+    widened=$(grep -n "joined the fleet link after version" "$dir/trainers.log" | sed -n 3p | cut -d: -f1)
+    [[ -n $left && -n $widened && $left -lt $widened ]] || fail "A was not left out before the fleet link was widened with C"
+    grep -q "rebuilt from the survivors" "$dir/second.log" || fail "B did not rejoin the rebuilt link"
+    expect_first_install "$dir/third.log" 0 ;;
   fleet_kill|fleet_kill_arriving|fleet_stop)
     # A lost mid-update on the fleet link: named once; B installed the version A was hit in (and every
     # later one, checked below), from the rebuilt link; stopped, A reports kFailed once resumed and joins again.
