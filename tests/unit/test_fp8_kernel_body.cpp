@@ -66,9 +66,7 @@ TEST_P(Fp8KernelBodyGrid, EveryCodeAndScaleOfTheKernelsGridEqualsTheHostReferenc
   std::vector<float> scales(blocks), factors(blocks);
   const std::vector<exec::Fp8CopyItem> items =
       c.items(c.top.data(), top_codes.data(), c.bottom_t.data(), bottom_codes.data(), amax.data(), factors.data());
-  // The amax launch: every thread of every item, folding into its blocks as the atomic max does. Each
-  // element is read by exactly one thread.
-  std::vector<int> reads(c.values.size(), 0);
+  // The amax launch: every thread of every item, folding into its blocks as the atomic max does.
   for (const exec::Fp8CopyItem& item : items)
     for (std::int64_t t = 0; t < kItemThreads; ++t)
       exec::fp8_body::amax_thread(item, t, kItemThreads, [&](std::int64_t block, std::uint32_t bits) {
@@ -76,6 +74,8 @@ TEST_P(Fp8KernelBodyGrid, EveryCodeAndScaleOfTheKernelsGridEqualsTheHostReferenc
         ASSERT_LT(block, c.blocks);
         amax[static_cast<std::size_t>(block)] = std::max(amax[static_cast<std::size_t>(block)], bits);
       });
+  // locate maps the items' elements one to one onto the tensor's.
+  std::vector<int> reads(c.values.size(), 0);
   for (std::int64_t k = 0; k < items[0].rows * items[0].cols; ++k) {
     std::int64_t element = 0, block = 0;
     exec::fp8_body::locate(items[0], k, element, block);
@@ -90,10 +90,19 @@ TEST_P(Fp8KernelBodyGrid, EveryCodeAndScaleOfTheKernelsGridEqualsTheHostReferenc
     ++reads[c.index(c.kCut, 0) + static_cast<std::size_t>(element)];
   }
   ASSERT_TRUE(std::all_of(reads.begin(), reads.end(), [](int n) { return n == 1; }));
-  // The scale launch, block by block; then the cast launch.
+  // The scale launch, block by block; then the cast launch, twice, over codes filled with two different
+  // values first: a code the threads leave unwritten differs from the reference in one of the two.
   for (std::size_t b = 0; b < blocks; ++b) exec::fp8_body::block_scale(amax[b], c.config.rule, scales[b], factors[b]);
-  for (const exec::Fp8CopyItem& item : items)
-    for (std::int64_t t = 0; t < kItemThreads; ++t) exec::fp8_body::cast_thread(item, t, kItemThreads, c.config.rule);
+  const auto cast = [&] {
+    for (const exec::Fp8CopyItem& item : items)
+      for (std::int64_t t = 0; t < kItemThreads; ++t) exec::fp8_body::cast_thread(item, t, kItemThreads, c.config.rule);
+  };
+  cast();
+  std::vector<std::uint8_t> first_top = top_codes, first_bottom = bottom_codes;
+  std::fill(top_codes.begin(), top_codes.end(), std::uint8_t{0x55});
+  std::fill(bottom_codes.begin(), bottom_codes.end(), std::uint8_t{0x55});
+  cast();
+  ASSERT_TRUE(first_top == top_codes && first_bottom == bottom_codes) << "the cast threads left codes unwritten";
   for (std::size_t b = 0; b < blocks; ++b)
     ASSERT_EQ(std::bit_cast<std::uint32_t>(scales[b]), std::bit_cast<std::uint32_t>(c.want_scales[b]))
         << "scale of block " << b << ": " << scales[b] << " vs " << c.want_scales[b];
