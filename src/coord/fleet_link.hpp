@@ -44,7 +44,7 @@ void close_fleet_port(std::unique_ptr<comm::JoinPort>& port, std::int64_t jobs, 
 
 /// A joined engine's leader, asked by trainer 0 (RequestKind::kMeetJoiner): connects to the joiner's port,
 /// lets the connection go and tells trainer 0 (`world`: the fleet link's message communicator) whether it
-/// connected. Bounded by `seconds`.
+/// connected. `seconds`: trainer 0's wait for that note (the connect is bounded by half of it).
 Status meet_joiner(MPI_Comm world, int trainer_leader, const std::string& join_address, double seconds);
 
 /// Trainer 0: the note of the joined leader `leader` (a rank of `world`) that it met the joiner, within

@@ -46,6 +46,10 @@
 //     fleet_join_after_kill  as fleet_join_after_stop, but A is SIGKILLed there: C+1..C+3
 //     fleet_join_after_stop_alone  as fleet_join_after_stop with A alone on the fleet link (hit two versions
 //             after its join): left out, no engine is left on the link; C starts a fleet link of its own
+//     fleet_ghost  A joins the fleet link; a joiner then dies once it answered the trainers' fleet offer,
+//             before A's leader met its port: the joiner is given up on (A's leader says it could not connect,
+//             within the trainers' wait), A is kept and serves on; the trainers send until the script
+//             writes ADDRESS.go (it saw them give up on the joiner): 1
 //   join_engine engine ADDRESS MODE ROLE          an engine of as many workers as its job's ranks (tp=n)
 //                                                 that joins by ADDRESS:
 //     serve   until the trainers shut down
@@ -61,6 +65,8 @@
 //             version ADDRESS.trigger names was reported (kInstalled)
 //     vanish  (one rank) presents the secret, is admitted, and SIGKILLs itself
 //     ghost   (one rank) as vanish, once it answered the trainers' take (on the fleet link, their offer first)
+//     ghost_fleet  (one rank) as vanish, once it answered the trainers' fleet offer (its port for the
+//             joined jobs' leaders open), before any of them met it
 // MODE: sync | sender-staged | receiver-staged | async. Every rollout worker checks every version it installs against its own
 // load_weights of that version, bit for bit; the built-in engine installs 1..last in order; a joiner's
 // first event after kConnected is kInstalled (of the trainers' latest version, from the built-in engine),
@@ -238,7 +244,8 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
   int ok = 1;
   if (trainer) {
     Worker w(true, "tp=2", rank);
-    const bool victim = scenario == "kill" || scenario == "stop" || scenario.starts_with("fleet_");  // fleet_leave: the leaver
+    const bool victim = scenario == "kill" || scenario == "stop" ||
+                        (scenario.starts_with("fleet_") && scenario != "fleet_ghost");  // fleet_leave: the leaver
     const bool join_after = scenario.starts_with("fleet_join_after_");
     const bool alone = scenario.ends_with("_alone");  // A alone on the fleet link when it is hit
     // A victim's deadline is short: it is how long the lost engine is waited for.
@@ -259,6 +266,7 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
         : scenario == "joined_replica" ? Events{{1, "serving"}, {2, "serving serving"}}
         : scenario == "kill_relay" ? Events{{1, "serving"}, {1, "dropped serving"}}
         : scenario == "fleet" ? Events{{1, "serving"}, {2, "serving serving"}}
+        : scenario == "fleet_ghost" ? Events{{1, "serving"}}
         : scenario == "fleet_kill" || scenario == "fleet_kill_arriving" ? Events{{1, "serving"}, {2, "serving serving"}, {1, "dropped serving"}}
         : scenario == "fleet_leave" ? Events{{1, "serving"}, {2, "serving serving"}, {1, "left serving"}}
         : scenario == "fleet_stop" ? Events{{1, "serving"}, {2, "serving serving"}, {1, "dropped serving"}, {2, "dropped serving serving"}}
@@ -330,7 +338,8 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
         ++next;
         last_event = v;
       }
-      if (next == events.size() && v == last_event + kAfter) {
+      // fleet_ghost: on, until the script saw the trainers give up on the joiner that died (ADDRESS.go).
+      if (next == events.size() && v >= last_event + kAfter && (scenario != "fleet_ghost" || std::ifstream(address + ".go").good())) {
         last = v;
         break;
       }
@@ -477,6 +486,15 @@ int run_engine_job(const std::string& address, const std::string& mode, const st
   if (role == "vanish") {  // admitted at the port, gone before the trainers take it
     (void)comm::join_by_address(address, 30);
     std::printf("vanishing joiner: admitted\n");
+    std::fflush(stdout);
+    std::raise(SIGKILL);
+  }
+  if (role == "ghost_fleet") {  // answers the trainers' fleet offer (its port open), and is gone before the meeting
+    const MPI_Comm leaders = comm::join_by_address(address, 30);
+    std::unique_ptr<comm::JoinPort> port;
+    std::int64_t jobs = 0;
+    if (!coord::answer_fleet(leaders, address, 30, port, jobs)) return 1;
+    std::printf("ghost joiner: answered the fleet offer (%lld job(s) to meet)\n", static_cast<long long>(jobs));
     std::fflush(stdout);
     std::raise(SIGKILL);
   }

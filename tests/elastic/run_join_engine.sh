@@ -30,6 +30,9 @@
 #   send_weights; C installs from that version on, B every version; stopped, A is resumed, reports kFailed and
 #   joins again. fleet_join_after_stop_alone: as fleet_join_after_stop without B: no engine is left on the
 #   link once A is left out, and C starts a fleet link of its own.
+# fleet_ghost: A joins the fleet link; then a joiner of one worker dies once it answered the trainers' fleet
+#   offer, before A's leader met its port: that joiner is given up on with one warning, and A serves on to
+#   the trainers' last version (never dropped).
 set -euo pipefail
 program=$1
 mpiexec=${2:-mpirun}
@@ -161,6 +164,14 @@ case $scenario in
     engine first ghost 1
     wait "${engines[0]}" && fail "the ghost joiner ended with 0" || true
     engine second serve ;;
+  fleet_ghost)
+    engine first serve; engines_at 1
+    engine ghost ghost_fleet 1
+    wait "${engines[1]}" && fail "the ghost joiner ended with 0" || true
+    engines=("${engines[0]}")  # the ghost's end is checked here, not with the serving jobs'
+    # Once the trainers gave up on the joiner (or, before the fix, left A out for it), they may end.
+    await_trainers "could not meet the joiner's port\|left out of the fleet link"
+    touch "$dir/address.go" ;;
   joined_replica)
     engine first serve
     for _ in $(seq 1200); do [[ -e $dir/address.replica ]] && break; kill -0 "$trainers" 2>/dev/null || break; sleep 0.1; done
@@ -324,6 +335,14 @@ case $scenario in
   vanish)
     [[ $(grep -c "did not answer when taken" "$dir/trainers.log") == 1 ]] || fail "no warning about the joiner that vanished"
     serving=$dir/second.log ;;
+  fleet_ghost)
+    # The joiner that died after the offer cost A nothing: A's leader said it could not meet the joiner's
+    # port within the trainers' wait (one warning), so the joiner, not A, was given up on.
+    grep -q "ghost joiner: answered the fleet offer (1 job(s) to meet)" "$dir/ghost.log" || fail "the ghost joiner did not answer the fleet offer"
+    [[ $(grep -c "could not meet the joiner's port; the joiner is not taken" "$dir/trainers.log") == 1 ]] ||
+      fail "not one warning that A could not meet the dead joiner's port"
+    grep -q "left out of the fleet link\|was lost in version\|was dropped after version" "$dir/trainers.log" && fail "A was dropped for a joiner that died"
+    serving=$dir/first.log ;;
   kill|stop)
     [[ $(grep -c "$lost_words" "$dir/trainers.log") == 1 ]] || fail "not one warning naming the lost engine ('$lost_words')"
     hit=$(sed -n 's/^trainers: the victim is hit in version \([0-9]*\)$/\1/p' "$dir/trainers.log")
