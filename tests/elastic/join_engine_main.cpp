@@ -340,13 +340,13 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
       }
       // fleet_ghost: on, until the script saw the trainers give up on the joiner that died (ADDRESS.go); the
       // trainers agree on whether they saw it (each looking alone, one could end while the other sends on).
-      bool go = true;
-      if (next == events.size() && v >= last_event + kAfter && scenario == "fleet_ghost") {
+      bool done = next == events.size() && v >= last_event + kAfter;
+      if (done && scenario == "fleet_ghost") {
         int seen = std::ifstream(address + ".go").good() ? 1 : 0;
         MPI_Allreduce(MPI_IN_PLACE, &seen, 1, MPI_INT, MPI_MIN, group);
-        go = seen != 0;
+        done = seen != 0;
       }
-      if (next == events.size() && v >= last_event + kAfter && go) {
+      if (done) {
         last = v;
         break;
       }
