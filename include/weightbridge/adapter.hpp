@@ -116,7 +116,8 @@ struct AdapterOptions {
   /// publishes its port there (mode 0600, with a secret) and a joining engine is taken at the next
   /// send_weights. Rollouts: `world` is the engine job's own, and the engine joins the trainers whose file
   /// it is; its first update is the next version they send. Both jobs need MPI_THREAD_MULTIPLE and
-  /// `mpirun --ompi-server file:URI` of one ompi-server (README, "Engines as jobs of their own").
+  /// `mpirun --ompi-server file:URI` of one ompi-server, and with Open MPI 4.1 `--mca pmix_server_max_wait 5`
+  /// (a job that dies while joining is then given up on; README, "Engines as jobs of their own").
   std::optional<std::string> join_address;
   /// Rollouts: this engine loads the FP8 form (no setting). Trainers leave it unset.
   std::optional<Fp8Engine> fp8;

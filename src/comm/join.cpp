@@ -18,6 +18,7 @@
 
 #include "comm/backoff.hpp"
 #include "comm/collectives.hpp"
+#include "comm/dead_job.hpp"
 #include "comm/operation.hpp"
 #include "comm/stranded.hpp"
 #include "core/checks.hpp"
@@ -52,35 +53,86 @@ bool same_secret(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
-// A blocking MPI call (accept, connect) run on a thread of its own, so that its wait has a deadline: the
-// thread and what it writes live in this record, which outlives a wait given up on.
+// A blocking MPI_Comm_connect run on a thread of its own, so that its wait has a deadline: the thread and
+// what it writes live in this record, which outlives a wait given up on.
 struct BlockingCall {
-  std::atomic<bool> done{false};
+  enum : int { kRunning, kDone, kGivenUp };
+  std::string what;  // "joining by PATH": what the logs and MPI_Finalize's hook call it
+  std::atomic<int> state{kRunning};
+  std::atomic<bool> ended{false};
+  std::atomic<long> thread{0};  // the connector's kernel id (comm/stranded.hpp)
+  std::atomic<double> given_up_at{0};
   int rc = MPI_SUCCESS;
   MPI_Comm result = MPI_COMM_NULL;
+
+  explicit BlockingCall(std::string what_) : what(std::move(what_)) {}
 
   // MPI_Comm_connect over a duplicate of MPI_COMM_SELF that returns errors (a runtime without connect
   // must not abort the job through the application's handler on MPI_COMM_SELF).
   void connect(const std::string& port) {
+    thread.store(kernel_thread_id());
     MPI_Comm self = MPI_COMM_NULL;
     rc = MPI_Comm_dup(MPI_COMM_SELF, &self);
     if (rc == MPI_SUCCESS) rc = MPI_Comm_set_errhandler(self, MPI_ERRORS_RETURN);
     if (rc == MPI_SUCCESS) rc = MPI_Comm_connect(port.c_str(), MPI_INFO_NULL, 0, self, &result);
     if (self != MPI_COMM_NULL) MPI_Comm_free(&self);
-    done.store(true);
+    int running = kRunning;
+    if (!state.compare_exchange_strong(running, kDone)) {
+      // Given up on: nobody reads the result. Said, since it tells whether the process can connect again
+      // (comm/dead_job.hpp: a connect to a job that died returns only at its mpirun's deadline).
+      unstrand(this);
+      WB_LOG(kInfo) << what << ": the MPI_Comm_connect given up on " << seconds_text(local_seconds() - given_up_at.load())
+                    << " ago returned (" << (rc == MPI_SUCCESS ? std::string("connected after all; let go") : detail::mpi_error_string(rc))
+                    << ")";
+      if (rc == MPI_SUCCESS) abandon_link(result);
+    }
+    ended.store(true);
   }
 };
 
-// Waits for `call` until `timeout`: true when it finished. A thread given up on is detached with its
-// record kept (it may still complete, or never).
+// The connects this process gave up on that may still be inside MPI (what a later connect that times out
+// names as its likely cause).
+struct GivenUpConnects {
+  std::mutex mutex;
+  std::vector<std::shared_ptr<BlockingCall>> calls;
+};
+GivenUpConnects& given_up_connects() {
+  static GivenUpConnects* connects = new GivenUpConnects;  // never destroyed: detached threads outlive statics
+  return *connects;
+}
+
+// The oldest connect given up on, other than `self`, that is still inside MPI, and how long ago it was given
+// up on ("": none).
+std::string connect_still_inside(const BlockingCall* self) {
+  GivenUpConnects& connects = given_up_connects();
+  std::lock_guard lock(connects.mutex);
+  std::erase_if(connects.calls, [](const std::shared_ptr<BlockingCall>& call) { return call->ended.load(); });
+  for (const std::shared_ptr<BlockingCall>& call : connects.calls)
+    if (call.get() != self) return call->what + ", given up on " + seconds_text(local_seconds() - call->given_up_at.load()) + " ago";
+  return {};
+}
+
+// Waits for `call` until `timeout`: true when it finished. A call given up on keeps its thread and record
+// (it may still complete, or never), is named to MPI_Finalize's hook while inside MPI, and is listed for
+// connect_still_inside.
 bool wait_bounded(const std::shared_ptr<BlockingCall>& call, std::thread& thread, double timeout) {
   Backoff backoff;
-  for (const double start = local_seconds(); !call->done.load(); backoff.pause())
-    if (local_seconds() - start > timeout) {
-      thread.detach();
-      keep_alive(call);
-      return false;
+  for (const double start = local_seconds(); call->state.load() == BlockingCall::kRunning; backoff.pause()) {
+    if (local_seconds() - start <= timeout) continue;
+    call->given_up_at.store(local_seconds());
+    strand(call.get(), call->what + ": MPI_Comm_connect", call->thread.load());  // before the thread can see it given up
+    int running = BlockingCall::kRunning;
+    if (!call->state.compare_exchange_strong(running, BlockingCall::kGivenUp)) {
+      unstrand(call.get());  // it completed meanwhile
+      break;
     }
+    thread.detach();
+    keep_alive(call);
+    GivenUpConnects& connects = given_up_connects();
+    std::lock_guard lock(connects.mutex);
+    connects.calls.push_back(call);
+    return false;
+  }
   thread.join();
   return true;
 }
@@ -127,6 +179,10 @@ JoinAddress read_address_file(const std::string& path) {
                                                  " hexadecimal digits)");
   return address;
 }
+
+// An accept that fails within this, on a port that never paired, is the runtime's (it has no accept).
+constexpr double kNoAcceptSeconds = 1.0;
+constexpr int kAcceptFailuresInARow = 3;
 
 struct JoinPort::Shared {
   JoinAddress address;
@@ -175,13 +231,29 @@ struct JoinPort::Shared {
   }
 
   void accept_loop() {
+    bool paired = false;  // an accept completed on this port
+    int failures = 0;     // in a row
     while (!stopping.load()) {
       MPI_Comm peer = MPI_COMM_NULL;
+      const double called = local_seconds();
       const int rc = MPI_Comm_accept(address.port.c_str(), MPI_INFO_NULL, 0, accept_comm, &peer);
       if (rc != MPI_SUCCESS) {
-        WB_LOG(kWarn) << "join port: MPI_Comm_accept failed (" << detail::mpi_error_string(rc) << "); no more joins are taken";
-        break;
+        // A runtime without accept (srun --mpi=pmix) fails it at once, before the port ever paired; a joiner
+        // whose job died while pairing with this port fails it at its mpirun's deadline (comm/dead_job.hpp):
+        // the port then takes the next join. A failure that repeats ends it either way.
+        const double waited = local_seconds() - called;
+        if ((!paired && waited < kNoAcceptSeconds) || ++failures >= kAcceptFailuresInARow) {
+          WB_LOG(kWarn) << "join port: MPI_Comm_accept failed (" << detail::mpi_error_string(rc) << ", after " << seconds_text(waited)
+                        << (failures > 1 ? ", " + std::to_string(failures) + " times in a row" : std::string())
+                        << "); no more joins are taken";
+          break;
+        }
+        WB_LOG(kWarn) << "join port: MPI_Comm_accept failed after " << seconds_text(waited) << " (" << detail::mpi_error_string(rc)
+                      << "): a joiner whose job ended while it connected; the port takes the next join";
+        continue;
       }
+      paired = true;
+      failures = 0;
       admitting.store(true);  // before looking at `stopping`: ~JoinPort sets that, then waits for this
       if (stopping.load()) {
         admitting.store(false);
@@ -205,6 +277,7 @@ struct JoinPort::Shared {
 JoinPort::JoinPort(std::string path, double timeout, std::int64_t admit_at_most)
     : path_(std::move(path)), shared_(std::make_shared<Shared>()) {
   require_thread_multiple("a trainer job that takes joins by address");
+  check_dead_job_bound("a job that takes joins by address");
   shared_->timeout = timeout;
   shared_->admit_at_most = admit_at_most;
   // MPI_ERRORS_RETURN: where the runtime has no accept/connect (srun --mpi=pmix: measured), MPI_Comm_accept
@@ -311,17 +384,24 @@ class ConnectTurn {
 
 MPI_Comm join_by_address(const std::string& path, double timeout) {
   require_thread_multiple("an engine that joins by address");
+  check_dead_job_bound("an engine that joins by address");
   const double deadline = local_seconds() + timeout;
   const JoinAddress address = read_address_file(path);
-  auto call = std::make_shared<BlockingCall>();
+  auto call = std::make_shared<BlockingCall>("joining by " + path);
   {
     ConnectTurn turn(path, deadline);
     std::thread connector([call, port = address.port] { call->connect(port); });
     if (!wait_bounded(call, connector, std::max(0.0, deadline - local_seconds()))) {
       turn.keep();
-      throw Error(ErrorCode::kTimeout, "joining by " + path + ": MPI_Comm_connect did not complete within " + seconds_text(timeout) +
-                                           " (is the trainer job running, and were both jobs started with mpirun "
-                                           "--ompi-server file:URI of one ompi-server?)");
+      const std::string earlier = connect_still_inside(call.get());
+      throw Error(ErrorCode::kTimeout,
+                  "joining by " + path + ": MPI_Comm_connect did not complete within " + seconds_text(timeout) +
+                      (earlier.empty() ? std::string(" (is the trainer job running, and were both jobs started with mpirun "
+                                                     "--ompi-server file:URI of one ompi-server?)")
+                                       : " while an earlier connect of this process was still inside MPI (" + earlier +
+                                             "): one whose peer's job died holds Open MPI's TCP transport until this job's "
+                                             "mpirun gives up on that job, which it never does under Open MPI's default: "
+                                             "start every job that joins with mpirun --mca pmix_server_max_wait 5"));
     }
   }
   if (call->rc != MPI_SUCCESS)
@@ -384,7 +464,7 @@ Status answer_take(MPI_Comm leaders, double seconds) {
 }
 
 bool knock(const JoinAddress& address, double timeout) {
-  auto call = std::make_shared<BlockingCall>();
+  auto call = std::make_shared<BlockingCall>("knocking at the join port");
   std::thread knocker([call, port = address.port] { call->connect(port); });
   if (!wait_bounded(call, knocker, timeout) || call->rc != MPI_SUCCESS) return false;
   MPI_Comm_set_errhandler(call->result, MPI_ERRORS_RETURN);

@@ -46,10 +46,16 @@
 //     fleet_join_after_kill  as fleet_join_after_stop, but A is SIGKILLed there: C+1..C+3
 //     fleet_join_after_stop_alone  as fleet_join_after_stop with A alone on the fleet link (hit two versions
 //             after its join): left out, no engine is left on the link; C starts a fleet link of its own
+//     ghost_connector  a joiner connects and presents nothing, holding the trainers' accept thread; meanwhile
+//             another starts to connect and dies (its half of the pairing left at the name server): the trainers'
+//             next accept pairs with the dead job and fails (at its mpirun's deadline, pmix_server_max_wait), the
+//             port takes the next join: another joins (at J): J+1..J+3
 //     fleet_ghost  A joins the fleet link; a joiner then dies once it answered the trainers' fleet offer,
 //             before A's leader met its port: the joiner is given up on (A's leader says it could not connect,
 //             within the trainers' wait), A is kept and serves on; the trainers send until the script
 //             writes ADDRESS.go (it saw them give up on the joiner): 1
+//     fleet_ghost_next  as fleet_ghost, then B (one worker) joins once A's connect to the dead joiner ended
+//             (6 s: its mpirun gives up at 5): A's leader meets B's port, B installs from the version that took it
 //   join_engine engine ADDRESS MODE ROLE          an engine of as many workers as its job's ranks (tp=n)
 //                                                 that joins by ADDRESS:
 //     serve   until the trainers shut down
@@ -67,6 +73,9 @@
 //     ghost   (one rank) as vanish, once it answered the trainers' take (on the fleet link, their offer first)
 //     ghost_fleet  (one rank) as vanish, once it answered the trainers' fleet offer (its port for the
 //             joined jobs' leaders open), before any of them met it
+//     silent_joiner  (one rank) connects to the trainers' port, presents nothing, and SIGKILLs itself once
+//             the script writes ADDRESS.go
+//     ghost_connector  (one rank) starts MPI_Comm_connect to the trainers' port and SIGKILLs itself 1 s later
 // MODE: sync | sender-staged | receiver-staged | async. Every rollout worker checks every version it installs against its own
 // load_weights of that version, bit for bit; the built-in engine installs 1..last in order; a joiner's
 // first event after kConnected is kInstalled (of the trainers' latest version, from the built-in engine),
@@ -245,12 +254,14 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
   if (trainer) {
     Worker w(true, "tp=2", rank);
     const bool victim = scenario == "kill" || scenario == "stop" ||
-                        (scenario.starts_with("fleet_") && scenario != "fleet_ghost");  // fleet_leave: the leaver
+                        (scenario.starts_with("fleet_") && !scenario.starts_with("fleet_ghost"));  // fleet_leave: the leaver
     const bool join_after = scenario.starts_with("fleet_join_after_");
     const bool alone = scenario.ends_with("_alone");  // A alone on the fleet link when it is hit
     // A victim's deadline is short: it is how long the lost engine is waited for.
     SenderAdapter sender(MPI_COMM_WORLD, group, w.params->parameters(), w.tensors, w.load(),
-                         options_for(address, mode, victim || scenario == "lose_joiner" || scenario == "kill_relay" ? 5 : 30));
+                         options_for(address, mode, victim || scenario == "lose_joiner" || scenario == "kill_relay" ? 5
+                                                     : scenario == "ghost_connector"                           ? 10
+                                                                                                                : 30));
     sender.connect();
     const int probes = w.probes;  // a join probes the joiner only: the trainers' maps are kept
     // The events the scenario waits for, in order: engines() after a send_weights, and the states then
@@ -260,13 +271,14 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
         scenario == "join"    ? Events{{2, "serving serving"}}
         : scenario == "leave" ? Events{{2, "serving serving"}, {1, "serving left"}, {2, "serving left serving"}}
         : scenario == "kill"  ? Events{{4, "serving serving serving serving"}, {3, "dropped serving serving serving"}}
-        : scenario == "vanish" || scenario == "ghost" ? Events{{2, "serving serving"}}
+        : scenario == "vanish" || scenario == "ghost" || scenario == "ghost_connector" ? Events{{2, "serving serving"}}
         : scenario == "at_once" ? Events{{4, "serving serving serving serving"}}
         : scenario == "lose_joiner" ? Events{{1, "serving dropped"}, {2, "serving dropped serving"}}
         : scenario == "joined_replica" ? Events{{1, "serving"}, {2, "serving serving"}}
         : scenario == "kill_relay" ? Events{{1, "serving"}, {1, "dropped serving"}}
         : scenario == "fleet" ? Events{{1, "serving"}, {2, "serving serving"}}
         : scenario == "fleet_ghost" ? Events{{1, "serving"}}
+        : scenario == "fleet_ghost_next" ? Events{{1, "serving"}, {2, "serving serving"}}
         : scenario == "fleet_kill" || scenario == "fleet_kill_arriving" ? Events{{1, "serving"}, {2, "serving serving"}, {1, "dropped serving"}}
         : scenario == "fleet_leave" ? Events{{1, "serving"}, {2, "serving serving"}, {1, "left serving"}}
         : scenario == "fleet_stop" ? Events{{1, "serving"}, {2, "serving serving"}, {1, "dropped serving"}, {2, "dropped serving serving"}}
@@ -493,6 +505,26 @@ int run_engine_job(const std::string& address, const std::string& mode, const st
   if (role == "vanish") {  // admitted at the port, gone before the trainers take it
     (void)comm::join_by_address(address, 30);
     std::printf("vanishing joiner: admitted\n");
+    std::fflush(stdout);
+    std::raise(SIGKILL);
+  }
+  if (role == "silent_joiner") {  // connects to the trainers' port and presents nothing, until the script's go
+    const comm::JoinAddress joined = comm::read_address_file(address);
+    MPI_Comm trainers = MPI_COMM_NULL;
+    MPI_Comm_connect(joined.port.c_str(), MPI_INFO_NULL, 0, MPI_COMM_SELF, &trainers);
+    std::printf("silent joiner: connected\n");
+    std::fflush(stdout);
+    for (int i = 0; i < 1200 && !std::ifstream(address + ".go").good(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::raise(SIGKILL);
+  }
+  if (role == "ghost_connector") {  // starts a connect to the trainers' port, and is gone before it pairs
+    const comm::JoinAddress joined = comm::read_address_file(address);
+    std::thread([port = joined.port] {
+      MPI_Comm trainers = MPI_COMM_NULL;
+      MPI_Comm_connect(port.c_str(), MPI_INFO_NULL, 0, MPI_COMM_SELF, &trainers);
+    }).detach();
+    std::this_thread::sleep_for(std::chrono::seconds(1));  // its half published at the name server
+    std::printf("ghost connector: connecting, and gone\n");
     std::fflush(stdout);
     std::raise(SIGKILL);
   }

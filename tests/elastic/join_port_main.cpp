@@ -7,8 +7,15 @@
 //                                                    accept thread
 //   join_port joiner ADDRESS_FILE ok|refused         every rank of this job ends with the outcome its
 //                                                    leader met; exits 0 when it is the one expected
+//   join_port dead_port ADDRESS_FILE                 1 rank: opens a port there (its accept half at the
+//                                                    name server) and SIGKILLs itself
+//   join_port joiner_after_dead DEAD_FILE ADDRESS_FILE
+//                                                    1 rank: its connect to the dead port is given up on
+//                                                    (2 s), then it joins by ADDRESS_FILE as an ok joiner:
+//                                                    the connect given up on must not keep it from that
 #include <mpi.h>
 
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -115,6 +122,29 @@ int run_joiner(const std::string& path, bool expect_ok) {
   return expect_ok ? (outcome == 1 ? 0 : 1) : (outcome == 0 && refused_as_such ? 0 : 1);
 }
 
+// A port whose job dies once its half of a pairing is at the name server.
+int run_dead_port(const std::string& path) {
+  wb::comm::JoinPort port(path, kTimeout);
+  wb::comm::Backoff backoff;
+  for (const double start = wb::comm::local_seconds(); wb::comm::local_seconds() - start < 0.5;) backoff.pause();
+  std::printf("dead port: published, and gone\n");
+  std::fflush(stdout);
+  std::raise(SIGKILL);
+  return 1;
+}
+
+int run_joiner_after_dead(const std::string& dead, const std::string& path) {
+  try {
+    (void)wb::comm::join_by_address(dead, 2);
+    std::fprintf(stderr, "joiner: connected to the dead port\n");
+    return 1;
+  } catch (const wb::Error& error) {
+    std::printf("joiner: the dead port: %s\n", error.status().message().c_str());
+  }
+  std::fflush(stdout);
+  return run_joiner(path, true);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -124,6 +154,8 @@ int main(int argc, char** argv) {
   const std::string mode = argc > 2 ? argv[1] : "";
   if (mode == "trainer" && argc == 5) rc = run_trainer(argv[2], std::stoi(argv[3]), std::stoi(argv[4]));
   else if (mode == "joiner" && argc == 4) rc = run_joiner(argv[2], std::string(argv[3]) == "ok");
+  else if (mode == "dead_port" && argc == 3) rc = run_dead_port(argv[2]);
+  else if (mode == "joiner_after_dead" && argc == 4) rc = run_joiner_after_dead(argv[2], argv[3]);
   else std::fprintf(stderr, "usage: join_port trainer FILE JOINS REFUSALS | joiner FILE ok|refused\n");
   MPI_Finalize();
   return rc;

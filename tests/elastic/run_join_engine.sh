@@ -30,9 +30,14 @@
 #   send_weights; C installs from that version on, B every version; stopped, A is resumed, reports kFailed and
 #   joins again. fleet_join_after_stop_alone: as fleet_join_after_stop without B: no engine is left on the
 #   link once A is left out, and C starts a fleet link of its own.
+# ghost_connector: a joiner connects and presents nothing (the trainers' accept thread waits for its secret);
+#   meanwhile another starts to connect and dies: the trainers' next accept pairs with the dead job and fails
+#   after 5 s (pmix_server_max_wait 5), with one warning, and the port takes the next joiner, which serves.
 # fleet_ghost: A joins the fleet link; then a joiner of one worker dies once it answered the trainers' fleet
 #   offer, before A's leader met its port: that joiner is given up on with one warning, and A serves on to
 #   the trainers' last version (never dropped).
+# fleet_ghost_next: as fleet_ghost, then B (one worker) joins 6 s after the trainers gave up on the dead joiner:
+#   A's leader meets B's port (its connect to the dead one ended by then), and B installs from the version that took it.
 set -euo pipefail
 program=$1
 mpiexec=${2:-mpirun}
@@ -56,7 +61,8 @@ cleanup() {
 trap cleanup EXIT
 . "$(dirname "${BASH_SOURCE[0]}")/name_server.sh"
 start_name_server
-run() { timeout 200 "$mpiexec" --oversubscribe --ompi-server "file:$dir/uri" "$@"; }
+# pmix_server_max_wait 5: a job that died while pairing with another is given up on after 5 s (README).
+run() { timeout 200 "$mpiexec" --oversubscribe --ompi-server "file:$dir/uri" --mca pmix_server_max_wait 5 "$@"; }
 # fleet_kill_arriving: every round in flight at once (no grant needed from the frozen engine), so that the
 # trainers' writes into it complete and the loss is met only through the forwards it never makes.
 [[ $scenario == fleet_kill_arriving ]] && export WB_BUFFER_MIB=256 WB_PIPELINE_DEPTH=8
@@ -101,6 +107,14 @@ await_trainers() {  # await_trainers PATTERN: until the trainers' log has it (or
     sleep 0.1
   done
 }
+await_line() {  # await_line LOG PATTERN PID WHY: until LOG has PATTERN (or PID ended), at most 2 minutes; else fails WHY
+  for _ in $(seq 1200); do
+    grep -q "$2" "$1" 2>/dev/null && return
+    kill -0 "$3" 2>/dev/null || break
+    sleep 0.1
+  done
+  grep -q "$2" "$1" || fail "$4"
+}
 resume_stopped() {  # resume_stopped WARNING: once the trainers' log says WARNING (the stopped job was dropped),
   # every worker of it is resumed, by the pid it wrote.
   await_trainers "$1"
@@ -137,12 +151,7 @@ case $scenario in
     done
     [[ -s $dir/address.stopped.0 && -s $dir/address.stopped.1 ]] || fail "the first engine job was never hit between updates"
     engine third serve 1
-    for _ in $(seq 1200); do
-      grep -q "admitted at .*waiting to be taken" "$dir/third.log" 2>/dev/null && break
-      kill -0 "$trainers" 2>/dev/null || break
-      sleep 0.1
-    done
-    grep -q "admitted at .*waiting to be taken" "$dir/third.log" || fail "the joiner was never admitted at the trainers' port"
+    await_line "$dir/third.log" "admitted at .*waiting to be taken" "$trainers" "the joiner was never admitted at the trainers' port"
     touch "$dir/address.go"
     # Resumed once the trainers took C (A was left out before): its stale meeting finds no port.
     if [[ $scenario == *_alone ]]; then resume_stopped "1 engines (dropped serving)"
@@ -164,14 +173,26 @@ case $scenario in
     engine first ghost 1
     wait "${engines[0]}" && fail "the ghost joiner ended with 0" || true
     engine second serve ;;
-  fleet_ghost)
+  fleet_ghost|fleet_ghost_next)
     engine first serve; engines_at 1
     engine ghost ghost_fleet 1
     wait "${engines[1]}" && fail "the ghost joiner ended with 0" || true
     engines=("${engines[0]}")  # the ghost's end is checked here, not with the serving jobs'
     # Once the trainers gave up on the joiner (or, before the fix, left A out for it), they may end.
     await_trainers "could not meet the joiner's port\|left out of the fleet link"
-    touch "$dir/address.go" ;;
+    # fleet_ghost_next: B comes once A's connect to the dead joiner's port ended (its mpirun gives up on the
+    # dead job 5 s after the connect met its half; before that, A's runtime can pair with nobody).
+    if [[ $scenario == fleet_ghost_next ]]; then sleep 6; engine second serve 1; else touch "$dir/address.go"; fi ;;
+  ghost_connector)
+    engine silent silent_joiner 1
+    await_line "$dir/silent.log" "silent joiner: connected" "${engines[0]}" "the silent joiner never connected"
+    engine ghost ghost_connector 1
+    wait "${engines[1]}" && fail "the ghost connector ended with 0" || true
+    await_trainers "MPI_Comm_accept failed"
+    touch "$dir/address.go"
+    wait "${engines[0]}" || true
+    engines=("${engines[0]}")  # neither is a serving job (the first's end is not checked, the second's was)
+    engine second serve ;;
   joined_replica)
     engine first serve
     for _ in $(seq 1200); do [[ -e $dir/address.replica ]] && break; kill -0 "$trainers" 2>/dev/null || break; sleep 0.1; done
@@ -332,17 +353,30 @@ case $scenario in
     grep -q "MPI_Finalize with 1 thread(s) of WeightBridge still inside MPI, given up on: trainer 0: taking a joining engine" \
       "$dir/trainers.log" || fail "MPI_Finalize did not name trainer 0's merging thread left inside MPI"
     serving=$dir/second.log ;;
+  ghost_connector)
+    # The accept that paired with the dead connector failed at its mpirun's deadline, once, and the port took
+    # the next join.
+    [[ $(grep -c "MPI_Comm_accept failed after .*the port takes the next join" "$dir/trainers.log") == 1 ]] ||
+      fail "not one warning that the accept paired with the dead connector failed"
+    grep -q "no more joins are taken" "$dir/trainers.log" && fail "the trainers' port stopped taking joins"
+    serving=$dir/second.log ;;
   vanish)
     [[ $(grep -c "did not answer when taken" "$dir/trainers.log") == 1 ]] || fail "no warning about the joiner that vanished"
     serving=$dir/second.log ;;
-  fleet_ghost)
+  fleet_ghost|fleet_ghost_next)
     # The joiner that died after the offer cost A nothing: A's leader said it could not meet the joiner's
     # port within the trainers' wait (one warning), so the joiner, not A, was given up on.
     grep -q "ghost joiner: answered the fleet offer (1 job(s) to meet)" "$dir/ghost.log" || fail "the ghost joiner did not answer the fleet offer"
     [[ $(grep -c "could not meet the joiner's port; the joiner is not taken" "$dir/trainers.log") == 1 ]] ||
       fail "not one warning that A could not meet the dead joiner's port"
     grep -q "left out of the fleet link\|was lost in version\|was dropped after version" "$dir/trainers.log" && fail "A was dropped for a joiner that died"
-    serving=$dir/first.log ;;
+    serving=$dir/first.log
+    if [[ $scenario == fleet_ghost_next ]]; then
+      # The next joiner after the dead one: A's leader met its port (its connect to the dead one given up on
+      # and left in MPI), and it joined onto the one plan from the version that took it.
+      expect_first_install "$dir/second.log" 0
+      serving="$dir/first.log $dir/second.log"
+    fi ;;
   kill|stop)
     [[ $(grep -c "$lost_words" "$dir/trainers.log") == 1 ]] || fail "not one warning naming the lost engine ('$lost_words')"
     hit=$(sed -n 's/^trainers: the victim is hit in version \([0-9]*\)$/\1/p' "$dir/trainers.log")

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Jobs of their own meet by address (comm/join.hpp): one ompi-server, a trainer job that publishes its port
 # in an address file (mode 0600, with a secret), a joiner job of 2 ranks that is admitted, then a joiner
-# whose copy of the file carries another secret, refused on every rank before anything reaches it.
-# Usage: run_join_port.sh JOIN_PORT_PROGRAM MPIEXEC
+# whose copy of the file carries another secret, refused on every rank before anything reaches it. With
+# after_dead instead: a joiner whose connect to a port whose job died (its half at the name server) was given
+# up on is then admitted: that connect fails at its mpirun's deadline (pmix_server_max_wait 5) and lets the
+# TCP transport go; under Open MPI's default it held it for good and the join timed out.
+# Usage: run_join_port.sh JOIN_PORT_PROGRAM MPIEXEC [after_dead]
 set -euo pipefail
 program=$1
 mpiexec=${2:-mpirun}
@@ -17,7 +20,22 @@ cleanup() {
 trap cleanup EXIT
 . "$(dirname "${BASH_SOURCE[0]}")/name_server.sh"
 start_name_server
-run() { timeout 90 "$mpiexec" --oversubscribe --ompi-server "file:$dir/uri" "$@"; }
+run() { timeout 90 "$mpiexec" --oversubscribe --ompi-server "file:$dir/uri" --mca pmix_server_max_wait 5 "$@"; }
+if [[ ${3:-} == after_dead ]]; then
+  run -np 2 "$program" trainer "$dir/address" 1 0 &
+  trainer=$!
+  run -np 1 "$program" dead_port "$dir/dead" > "$dir/dead.log" 2>&1 && { cat "$dir/dead.log"; echo "the dead port's job ended with 0"; exit 1; }
+  grep -q "dead port: published, and gone" "$dir/dead.log" || { cat "$dir/dead.log"; echo "the dead port never published"; exit 1; }
+  for _ in $(seq 200); do [[ -s $dir/address ]] && break; sleep 0.1; done
+  WB_LOG_LEVEL=info run -np 1 "$program" joiner_after_dead "$dir/dead" "$dir/address" > "$dir/after.log" 2>&1 ||
+    { cat "$dir/after.log"; echo "the joiner after a connect to a dead port was not admitted"; exit 1; }
+  cat "$dir/after.log"
+  grep -q "the MPI_Comm_connect given up on .* ago returned" "$dir/after.log" || { echo "the connect to the dead port never said it returned"; exit 1; }
+  wait "$trainer"
+  trainer=
+  echo "join by address: admitted after a connect to a dead port was given up on"
+  exit 0
+fi
 run -np 2 "$program" trainer "$dir/address" 1 1 &
 trainer=$!
 for _ in $(seq 200); do [[ -s $dir/address ]] && break; sleep 0.1; done

@@ -23,7 +23,7 @@ with tempfile.TemporaryDirectory() as folder:
 
     def job(name, ranks, *arguments):
         log = open(os.path.join(folder, name + ".log"), "w")
-        command = [mpiexec, "--oversubscribe", "--ompi-server", f"file:{uri}", "-np", str(ranks), python, worker,
+        command = [mpiexec, "--oversubscribe", "--ompi-server", f"file:{uri}", "--mca", "pmix_server_max_wait", "5", "-np", str(ranks), python, worker,
                    *arguments]
         jobs.append((name, subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT), log))
         return jobs[-1][1]

@@ -11,6 +11,7 @@
 
 #include "../support/expect_error.hpp"
 #include "comm/backoff.hpp"
+#include "comm/dead_job.hpp"
 #include "comm/deadline.hpp"
 #include "comm/status_message.hpp"
 #include "coord/connect_records.hpp"
@@ -22,6 +23,17 @@ namespace {
 
 using ::testing::HasSubstr;
 using wb::testing::expect_error;
+
+// Open MPI 4.1's give-up time on a dead job's addresses by pmix_server_max_wait, as measured here (a connect to
+// the port of a job killed after it published its half: 1 -> 5.02 s, 3 -> 6.02 s, 5 -> 5.02 s, 6 -> 6.02 s; 2, 4
+// and 10 still inside MPI after 25 s, 15 after 20 s, the default after 70 s).
+TEST(CommDeadJob, GiveUpSecondsAsMeasured) {
+  EXPECT_EQ(comm::dead_job_give_up_seconds(1), 5.0);
+  EXPECT_EQ(comm::dead_job_give_up_seconds(3), 6.0);
+  EXPECT_EQ(comm::dead_job_give_up_seconds(5), 5.0);
+  EXPECT_EQ(comm::dead_job_give_up_seconds(6), 6.0);
+  for (int never : {2, 4, 10, 15, 0, -1}) EXPECT_FALSE(comm::dead_job_give_up_seconds(never).has_value()) << never;
+}
 
 TEST(CommDeadline, TimeoutsAsUsersGiveThem) {
   EXPECT_EQ(comm::normalize_timeout(2.5), 2.5);
