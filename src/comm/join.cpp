@@ -53,88 +53,78 @@ bool same_secret(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
-// A blocking MPI_Comm_connect run on a thread of its own, so that its wait has a deadline: the thread and
-// what it writes live in this record, which outlives a wait given up on.
-struct BlockingCall {
-  enum : int { kRunning, kDone, kGivenUp };
-  std::string what;  // "joining by PATH": what the logs and MPI_Finalize's hook call it
-  std::atomic<int> state{kRunning};
-  std::atomic<bool> ended{false};
-  std::atomic<long> thread{0};  // the connector's kernel id (comm/stranded.hpp)
-  std::atomic<double> given_up_at{0};
+// One blocking MPI call that makes a communicator (no deadline in MPI: connect, merge, widening), run on a
+// thread and waited for up to `timeout`. A call given up on keeps its thread and everything it holds to the
+// end of the process, and is named to MPI_Finalize's hook (`what`) while inside MPI; one that returns after
+// all says so (a connect to a job that died returns only at its mpirun's deadline, comm/dead_job.hpp, and
+// tells whether the process can pair again) and abandons what it made: the caller has gone on without it,
+// and MPI_Finalize must not wait for that job over it.
+struct Bounded {
+  bool completed = false;
   int rc = MPI_SUCCESS;
   MPI_Comm result = MPI_COMM_NULL;
-
-  explicit BlockingCall(std::string what_) : what(std::move(what_)) {}
-
-  // MPI_Comm_connect over a duplicate of MPI_COMM_SELF that returns errors (a runtime without connect
-  // must not abort the job through the application's handler on MPI_COMM_SELF).
-  void connect(const std::string& port) {
-    thread.store(kernel_thread_id());
-    MPI_Comm self = MPI_COMM_NULL;
-    rc = MPI_Comm_dup(MPI_COMM_SELF, &self);
-    if (rc == MPI_SUCCESS) rc = MPI_Comm_set_errhandler(self, MPI_ERRORS_RETURN);
-    if (rc == MPI_SUCCESS) rc = MPI_Comm_connect(port.c_str(), MPI_INFO_NULL, 0, self, &result);
-    if (self != MPI_COMM_NULL) MPI_Comm_free(&self);
+};
+Bounded run_bounded(std::function<int(MPI_Comm*)> make, double timeout, const std::string& what) {
+  enum : int { kRunning, kDone, kGivenUp };
+  struct Call {
+    std::atomic<int> state{kRunning};
+    std::atomic<long> thread{0};  // the maker's kernel id (comm/stranded.hpp)
+    std::atomic<double> given_up_at{0};
+    int rc = MPI_SUCCESS;
+    MPI_Comm result = MPI_COMM_NULL;
+  };
+  auto call = std::make_shared<Call>();
+  std::thread maker([call, make = std::move(make), what] {
+    call->thread.store(kernel_thread_id());
+    call->rc = make(&call->result);
     int running = kRunning;
-    if (!state.compare_exchange_strong(running, kDone)) {
-      // Given up on: nobody reads the result. Said, since it tells whether the process can connect again
-      // (comm/dead_job.hpp: a connect to a job that died returns only at its mpirun's deadline).
-      unstrand(this);
-      WB_LOG(kInfo) << what << ": the MPI_Comm_connect given up on " << seconds_text(local_seconds() - given_up_at.load())
-                    << " ago returned (" << (rc == MPI_SUCCESS ? std::string("connected after all; let go") : detail::mpi_error_string(rc))
-                    << ")";
-      if (rc == MPI_SUCCESS) abandon_link(result);
-    }
-    ended.store(true);
-  }
-};
-
-// The connects this process gave up on that may still be inside MPI (what a later connect that times out
-// names as its likely cause).
-struct GivenUpConnects {
-  std::mutex mutex;
-  std::vector<std::shared_ptr<BlockingCall>> calls;
-};
-GivenUpConnects& given_up_connects() {
-  static GivenUpConnects* connects = new GivenUpConnects;  // never destroyed: detached threads outlive statics
-  return *connects;
-}
-
-// The oldest connect given up on, other than `self`, that is still inside MPI, and how long ago it was given
-// up on ("": none).
-std::string connect_still_inside(const BlockingCall* self) {
-  GivenUpConnects& connects = given_up_connects();
-  std::lock_guard lock(connects.mutex);
-  std::erase_if(connects.calls, [](const std::shared_ptr<BlockingCall>& call) { return call->ended.load(); });
-  for (const std::shared_ptr<BlockingCall>& call : connects.calls)
-    if (call.get() != self) return call->what + ", given up on " + seconds_text(local_seconds() - call->given_up_at.load()) + " ago";
-  return {};
-}
-
-// Waits for `call` until `timeout`: true when it finished. A call given up on keeps its thread and record
-// (it may still complete, or never), is named to MPI_Finalize's hook while inside MPI, and is listed for
-// connect_still_inside.
-bool wait_bounded(const std::shared_ptr<BlockingCall>& call, std::thread& thread, double timeout) {
+    if (call->state.compare_exchange_strong(running, kDone)) return;
+    unstrand(call.get());
+    WB_LOG(kInfo) << what << " given up on " << seconds_text(local_seconds() - call->given_up_at.load()) << " ago returned ("
+                  << (call->rc == MPI_SUCCESS ? std::string("made after all; let go") : detail::mpi_error_string(call->rc)) << ")";
+    if (call->rc == MPI_SUCCESS) abandon_link(call->result);
+  });
   Backoff backoff;
-  for (const double start = local_seconds(); call->state.load() == BlockingCall::kRunning; backoff.pause()) {
+  for (const double start = local_seconds(); call->state.load() == kRunning; backoff.pause()) {
     if (local_seconds() - start <= timeout) continue;
     call->given_up_at.store(local_seconds());
-    strand(call.get(), call->what + ": MPI_Comm_connect", call->thread.load());  // before the thread can see it given up
-    int running = BlockingCall::kRunning;
-    if (!call->state.compare_exchange_strong(running, BlockingCall::kGivenUp)) {
+    strand(call.get(), what, call->thread.load());  // before the thread can see it given up (it then unstrands)
+    int running = kRunning;
+    if (!call->state.compare_exchange_strong(running, kGivenUp)) {
       unstrand(call.get());  // it completed meanwhile
       break;
     }
-    thread.detach();
+    maker.detach();
     keep_alive(call);
-    GivenUpConnects& connects = given_up_connects();
-    std::lock_guard lock(connects.mutex);
-    connects.calls.push_back(call);
-    return false;
+    return {};
   }
-  thread.join();
-  return true;
+  maker.join();
+  return {true, call->rc, call->result};
+}
+
+// MPI_Comm_connect to `port`, bounded by `timeout`, over a duplicate of MPI_COMM_SELF that returns errors
+// (a runtime without connect must not abort the job through the application's handler on MPI_COMM_SELF).
+Bounded connect_bounded(const std::string& port, double timeout, const std::string& what) {
+  return run_bounded(
+      [port](MPI_Comm* made) {
+        MPI_Comm self = MPI_COMM_NULL;
+        int rc = MPI_Comm_dup(MPI_COMM_SELF, &self);
+        if (rc == MPI_SUCCESS) rc = MPI_Comm_set_errhandler(self, MPI_ERRORS_RETURN);
+        if (rc == MPI_SUCCESS) rc = MPI_Comm_connect(port.c_str(), MPI_INFO_NULL, 0, self, made);
+        if (self != MPI_COMM_NULL) MPI_Comm_free(&self);
+        return rc;
+      },
+      timeout, what);
+}
+
+// The calls of this process given up on and still inside MPI, other than one named `self` (a later
+// connect's likely cause when it times out), joined by "; " ("": none).
+std::string others_still_inside(const std::string& self) {
+  std::vector<std::string> calls = stranded_calls();
+  if (auto own = std::ranges::find(calls, self); own != calls.end()) calls.erase(own);
+  std::string names;
+  for (const std::string& call : calls) names += (names.empty() ? "" : "; ") + call;
+  return names;
 }
 
 }  // namespace
@@ -387,28 +377,29 @@ MPI_Comm join_by_address(const std::string& path, double timeout) {
   check_dead_job_bound("an engine that joins by address");
   const double deadline = local_seconds() + timeout;
   const JoinAddress address = read_address_file(path);
-  auto call = std::make_shared<BlockingCall>("joining by " + path);
+  const std::string what = "joining by " + path + ": the MPI_Comm_connect";
+  Bounded call;
   {
     ConnectTurn turn(path, deadline);
-    std::thread connector([call, port = address.port] { call->connect(port); });
-    if (!wait_bounded(call, connector, std::max(0.0, deadline - local_seconds()))) {
+    call = connect_bounded(address.port, std::max(0.0, deadline - local_seconds()), what);
+    if (!call.completed) {
       turn.keep();
-      const std::string earlier = connect_still_inside(call.get());
+      const std::string earlier = others_still_inside(what);
       throw Error(ErrorCode::kTimeout,
                   "joining by " + path + ": MPI_Comm_connect did not complete within " + seconds_text(timeout) +
                       (earlier.empty() ? std::string(" (is the trainer job running, and were both jobs started with mpirun "
                                                      "--ompi-server file:URI of one ompi-server?)")
-                                       : " while an earlier connect of this process was still inside MPI (" + earlier +
+                                       : " while calls of this process given up on earlier were still inside MPI (" + earlier +
                                              "): one whose peer's job died holds Open MPI's TCP transport until this job's "
                                              "mpirun gives up on that job, which it never does under Open MPI's default: "
                                              "start every job that joins with mpirun --mca pmix_server_max_wait 5"));
     }
   }
-  if (call->rc != MPI_SUCCESS)
-    throw Error(ErrorCode::kMpi, "joining by " + path + ": MPI_Comm_connect failed: " + detail::mpi_error_string(call->rc) +
+  if (call.rc != MPI_SUCCESS)
+    throw Error(ErrorCode::kMpi, "joining by " + path + ": MPI_Comm_connect failed: " + detail::mpi_error_string(call.rc) +
                                      " (jobs launched by srun --mpi=pmix have no accept/connect in Open MPI 4.1: start "
                                      "each job with mpirun --ompi-server file:URI, inside the allocation too)");
-  const MPI_Comm peer = call->result;
+  const MPI_Comm peer = call.result;
   WB_CHECK_MPI(MPI_Comm_set_errhandler(peer, MPI_ERRORS_RETURN));
   const Waiter waiter{timeout, {}};
   OperationPtr secret = make_operation(kPresentedChars);
@@ -464,61 +455,30 @@ Status answer_take(MPI_Comm leaders, double seconds) {
 }
 
 bool knock(const JoinAddress& address, double timeout) {
-  auto call = std::make_shared<BlockingCall>("knocking at the join port");
-  std::thread knocker([call, port = address.port] { call->connect(port); });
-  if (!wait_bounded(call, knocker, timeout) || call->rc != MPI_SUCCESS) return false;
-  MPI_Comm_set_errhandler(call->result, MPI_ERRORS_RETURN);
+  const Bounded call = connect_bounded(address.port, timeout, "knocking at the join port: the MPI_Comm_connect");
+  if (!call.completed || call.rc != MPI_SUCCESS) return false;
+  MPI_Comm_set_errhandler(call.result, MPI_ERRORS_RETURN);
   // Not waited for (small, sent eagerly); the connection is let go (no disconnect: the accept side
   // abandons its end too, and after stop_accepting it reads nothing).
   OperationPtr knocked = make_operation(kPresentedChars);
   knocked->out[0] = static_cast<std::byte>(kKnock);
   std::memcpy(knocked->out.data() + 1, address.secret.data(), kSecretChars);
-  if (MPI_Isend(knocked->out.data(), static_cast<int>(kPresentedChars), MPI_CHAR, 0, kSecretTag, call->result,
+  if (MPI_Isend(knocked->out.data(), static_cast<int>(kPresentedChars), MPI_CHAR, 0, kSecretTag, call.result,
                 &knocked->request) == MPI_SUCCESS)
     abandon(std::move(knocked));
-  abandon_link(call->result);
+  abandon_link(call.result);
   return true;
 }
 
 namespace {
-// One blocking MPI call that makes a communicator (no deadline in MPI), on a thread, bounded by `timeout`.
-// A call given up on keeps its thread and everything it holds to the end of the process.
-// A call that completes after it was given up on (the other job was only slow) abandons what it made: the
-// caller has gone on without it, and MPI_Finalize must not wait for that job over it.
+// run_bounded, throwing: kTimeout when given up on, kMpi when the call failed.
 MPI_Comm bounded(std::function<int(MPI_Comm*)> make, double timeout, const std::string& what) {
-  enum : int { kRunning, kDone, kGivenUp };
-  struct Call {
-    std::atomic<int> state{kRunning};
-    std::atomic<long> thread{0};  // the maker's kernel id (comm/stranded.hpp)
-    int rc = MPI_SUCCESS;
-    MPI_Comm result = MPI_COMM_NULL;
-  };
-  auto call = std::make_shared<Call>();
-  std::thread maker([call, make = std::move(make)] {
-    call->thread.store(kernel_thread_id());
-    call->rc = make(&call->result);
-    int running = kRunning;
-    if (call->state.compare_exchange_strong(running, kDone)) return;
-    unstrand(call.get());
-    if (call->rc == MPI_SUCCESS) abandon_link(call->result);
-  });
-  Backoff backoff;
-  for (const double start = local_seconds(); call->state.load() == kRunning; backoff.pause()) {
-    if (local_seconds() - start <= timeout) continue;
-    strand(call.get(), what, call->thread.load());  // before the thread can see it given up (it then unstrands)
-    int running = kRunning;
-    if (!call->state.compare_exchange_strong(running, kGivenUp)) {
-      unstrand(call.get());  // it completed meanwhile
-    } else {
-      maker.detach();
-      keep_alive(call);
-      throw Error(ErrorCode::kTimeout, what + " did not complete within " + seconds_text(timeout) + " (the other job died in it?)");
-    }
-  }
-  maker.join();
-  if (call->rc != MPI_SUCCESS) throw Error(ErrorCode::kMpi, what + " failed: " + detail::mpi_error_string(call->rc));
-  if (call->result != MPI_COMM_NULL) WB_CHECK_MPI(MPI_Comm_set_errhandler(call->result, MPI_ERRORS_RETURN));
-  return call->result;
+  const Bounded call = run_bounded(std::move(make), timeout, what);
+  if (!call.completed)
+    throw Error(ErrorCode::kTimeout, what + " did not complete within " + seconds_text(timeout) + " (the other job died in it?)");
+  if (call.rc != MPI_SUCCESS) throw Error(ErrorCode::kMpi, what + " failed: " + detail::mpi_error_string(call.rc));
+  if (call.result != MPI_COMM_NULL) WB_CHECK_MPI(MPI_Comm_set_errhandler(call.result, MPI_ERRORS_RETURN));
+  return call.result;
 }
 
 // Open MPI's TCP links to another job outlive it: a write to one after that job ended raises SIGPIPE,
