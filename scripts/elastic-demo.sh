@@ -72,10 +72,16 @@ echo
 echo "== installed versions (each bit for bit)"
 for e in A B C; do
   versions=$(sed -n "s/^$e: installed version \([0-9]*\), bit for bit$/\1/p" "$dir/$e.log")
+  note=""
+  # A first version from the fleet's replica (A), before the trainers took it: every one from the take on.
+  replica=$(sed -n "s/^$e: version \([0-9]*\) from the fleet's replica engine.*/\1/p" "$dir/$e.log")
+  if [[ -n $replica && $(head -1 <<<"$versions") == "$replica" ]]; then
+    versions=$(tail -n +2 <<<"$versions")
+    note=" (version $replica before, from the replica A)"
+  fi
   first=$(head -1 <<<"$versions")
   end=$(tail -1 <<<"$versions")
   count=$(wc -l <<<"$versions")
-  note=""
   [[ $e == A ]] && note=" (then killed)"
   echo "engine $e: versions $first..$end ($count installs)$note"
   if [[ $e != A ]] && [[ -z $first || $end != "$last" || $count != $((end - first + 1)) ]]; then

@@ -63,9 +63,13 @@ def main(directory):
             joins.append({"engine": name, "report": "none (killed before it wrote one)" if name == "A" else "missing"})
             continue
         versions = e["installed"]
+        # A first version from the fleet link's replica (before the take), then every one from the take on.
+        replica = bool(e.get("first_version_from_replica")) and len(versions) > 1
+        taken = versions[1:] if replica else versions
         joins.append({"engine": name, "verified": e["verified"], "installed_first": (versions or [None])[0],
+                      "first_version_from_replica": replica,
                       "installed_last": (versions or [None])[-1], "installs": len(versions),
-                      "every_version_to_the_last": bool(versions) and versions == list(range(versions[0], last + 1)),
+                      "every_version_to_the_last": bool(taken) and taken == list(range(taken[0], last + 1)),
                       "wait_at_port_s": e["taken_after_s"], "probe_s": e["probe_s"],
                       "link_connect_s": e["connect_seconds"], "join_to_install_s": e["join_to_install_s"],
                       "after_probe_s": e["after_probe_s"], "t_min_one_replica_s": e["t_min_s"],

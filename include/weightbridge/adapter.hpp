@@ -115,7 +115,9 @@ struct AdapterOptions {
   /// Engines started as jobs of their own (WB_JOIN_ADDRESS, none): an address file. Trainers: their rank 0
   /// publishes its port there (mode 0600, with a secret) and a joining engine is taken at the next
   /// send_weights. Rollouts: `world` is the engine job's own, and the engine joins the trainers whose file
-  /// it is; its first update is the next version they send. Both jobs need MPI_THREAD_MULTIPLE and
+  /// it is; its first version is the one the fleet link's replica engine holds, written to it before the
+  /// trainers take it (the constructor then returns holding it, and a later poll_requests is taken onto
+  /// their link), or, with no replica running, the next version they send. Both jobs need MPI_THREAD_MULTIPLE and
   /// `mpirun --ompi-server file:URI` of one ompi-server, and with Open MPI 4.1 `--mca pmix_server_max_wait 5`
   /// (a job that dies while joining is then given up on; README, "Engines as jobs of their own").
   std::optional<std::string> join_address;
@@ -336,9 +338,13 @@ class ReceiverAdapter {
 
  private:
   struct State;
+  struct Pending;  // a fleet link's joiner served by a replica, admitted, not yet taken by the trainers
   PollResult relink();  // onto the fleet link widened with a joiner (src/coord/fleet_link.hpp)
   PollResult rejoin(const PollResult& failed);  // onto the fleet link rebuilt after a loss
+  PollResult poll_pending();  // until the trainers take it: onto their fleet link at once
+  PollResult adopt_pending(MPI_Comm link);  // taken: the state over the trainers' link
   std::unique_ptr<State> state_;
+  std::unique_ptr<Pending> pending_;
 };
 
 }  // namespace wb

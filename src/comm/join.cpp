@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <mutex>
 #include <random>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include "comm/backoff.hpp"
@@ -296,12 +298,38 @@ void JoinPort::stop_accepting() {
 
 bool JoinPort::stopped() const { return shared_->finished.load(); }
 
+void JoinPort::keep_fresh(double interval) {
+  if (fresh_.joinable()) return;
+  fresh_ = std::thread([shared = shared_, path = path_, interval] {
+    Pace pace(interval);
+    while (!shared->stopping.load()) {
+      pace.before_step();
+      (void)utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // gone (removed by the trainers): nothing to keep
+      pace.after_step(true);
+    }
+  });
+}
+
+bool address_touched(const std::string& path, double seconds) {
+  struct stat first {};
+  if (stat(path.c_str(), &first) != 0) return false;
+  Backoff backoff;
+  for (const double start = local_seconds(); local_seconds() - start < seconds;) {
+    backoff.pause();
+    struct stat now {};
+    if (stat(path.c_str(), &now) != 0) return false;
+    if (now.st_mtim.tv_sec != first.st_mtim.tv_sec || now.st_mtim.tv_nsec != first.st_mtim.tv_nsec) return true;
+  }
+  return false;
+}
+
 const std::string& JoinPort::port_name() const { return shared_->address.port; }
 
 const JoinAddress& JoinPort::address() const { return shared_->address; }
 
 JoinPort::~JoinPort() {
   stop_accepting();
+  if (fresh_.joinable()) fresh_.join();  // ends within its interval once stopping
   // A joiner being admitted is finished with first (its secret and verdict have deadlines), and a knock
   // ends the accept: no MPI call of this thread may outlive MPI_Finalize (a thread left in MPI_Comm_accept
   // hung the process's MPI_Finalize in libevent, measured).

@@ -69,13 +69,23 @@ class JoinPort {
   /// Peers refused so far (a wrong secret, or none within the timeout).
   std::int64_t refused() const;
   const std::string& path() const { return path_; }
+  /// From now until the port stops taking joins, a thread of its own touches the address file every
+  /// `interval` seconds, so that a joiner can tell (address_touched) whether the process behind it runs
+  /// before it connects: a connect to the port of a job that is stopped or dead stays inside MPI and keeps
+  /// every later connect of the joiner's process from pairing (measured: 30 s, to the joiner's deadline).
+  void keep_fresh(double interval);
 
  private:
   struct Shared;  // what the accept thread reads and writes: it may outlive this object (see ~JoinPort)
   std::string path_;
   std::shared_ptr<Shared> shared_;
   std::thread thread_;
+  std::thread fresh_;  // keep_fresh's
 };
+
+/// Whether the address file at `path` is touched (JoinPort::keep_fresh) within the next `seconds`: the process
+/// behind it ran a moment ago (a stopped or dead one touches nothing).
+bool address_touched(const std::string& path, double seconds);
 
 /// The joiner's leader: connects to the address in `path` over MPI_COMM_SELF and presents its secret. One
 /// joiner connects at a time (an exclusive flock on the address file, waited for within `timeout`).

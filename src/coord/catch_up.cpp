@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -20,6 +21,12 @@
 #include "core/log.hpp"
 
 namespace wb::coord {
+
+namespace {
+// A replica's port touches its address file this often; a joiner connects only to one it sees touched
+// within the other bound (the process runs): ten touches of margin for a loaded machine.
+constexpr double kReplicaTouchSeconds = 0.1, kReplicaFreshSeconds = 1.0;
+}  // namespace
 
 JoinedComms cut_widening(MPI_Comm merged, JoinSide mine, double timeout) {
   JoinedComms out;
@@ -72,12 +79,17 @@ MPI_Comm make_replica_comm(MPI_Comm world, const Roles& roles, bool joins, doubl
 namespace {
 
 // The catch-up link's options: nothing staged on either side (the replica writes between its own
-// installs, the joiner serves nothing yet), no joins, the rest as this worker's own.
-AdapterOptions catch_up_options(const ResolvedOptions& o) {
+// installs, the joiner serves nothing yet), no joins, the rest as this worker's own, but the transfer
+// buffers: an eighth of this worker's parameters (at least 16 MiB, at most its own), so that the plan has
+// about 32 rounds. One stream between two engines fills and drains its pipeline once: with the whole 2 GiB
+// the plan of the 208 MB variant had 8 rounds, and the catch-up took 3.07 s on the emulated cluster (1.8 x
+// the link's T_min, the joiner installing each 26 MB round after it arrived); with 28 rounds 2.24 s.
+AdapterOptions catch_up_options(const ResolvedOptions& o, std::size_t parameter_bytes) {
   AdapterOptions a;
   a.sender_staging = false;
   a.receiver_staging = false;
-  a.buffer_bytes = o.buffer_bytes;
+  a.buffer_bytes = std::clamp(static_cast<std::int64_t>(parameter_bytes / 8), std::min(o.buffer_bytes, std::int64_t{16} << 20),
+                              o.buffer_bytes);
   a.pipeline_depth = o.pipeline_depth;
   if (!o.transport.empty()) a.transport = o.transport;
   a.timeout_seconds = o.timeout_seconds;
@@ -89,51 +101,80 @@ AdapterOptions catch_up_options(const ResolvedOptions& o) {
   return a;
 }
 
+// What one side of a catch-up brings: an adapter's, or a joiner's before the trainers took it (no link yet).
+struct Side {
+  MPI_Comm engine = MPI_COMM_NULL;
+  bool leader = false;
+  std::string who;
+  ParameterSet params;
+  LoadWeightsFn load_weights;
+  ResolvedOptions options;
+  std::shared_ptr<SpareTransports> spares;
+  const SourceMap* probed = nullptr;                   // null: a joiner that probes on the catch-up link
+  const std::vector<TensorInfo>* tensors = nullptr;  // the replica's: the checkpoint's tensor list
+  // The fleet link's copy before the trainers take the joiner: the trainers wait for neither side, so the
+  // joiner waits for the replica (which takes it between its own updates) as long as the timeout, and
+  // each step of the copy, the joiner's probe included, as long as a join's answer.
+  bool before_take = false;
+};
+
+Side side_of(AdapterBase& self, bool replica) {
+  return {self.group_comm, self.roles.leader, self.who(), self.params, self.load_weights, self.options, self.spares,
+          self.connection ? &self.connection->probed : nullptr, replica && self.connection ? &self.connection->tensors : nullptr};
+}
+
 // Both sides, collective over `comm` (taken over): the replica's workers as the senders, planned from the
-// maps both sides probed at their own connect; one update of the replica's version; then parted. `v`: the
-// replica's version (given on its side, learnt on the joiner's).
-Status run_catch_up(AdapterBase& self, MPI_Comm comm, bool replica, const BeforeUpdateHook* hook, std::uint64_t& v,
-                    std::int64_t& bytes) {
+// maps both sides probed (a joiner not yet taken probes here); one update of the replica's version; then
+// parted. `v`: the replica's version (given on its side, learnt on the joiner's). `probed_here`: a joiner
+// that probed here, its map (kept for its link with the trainers).
+Status run_catch_up(const Side& self, MPI_Comm comm, bool replica, const BeforeUpdateHook* hook, std::uint64_t& v,
+                    std::int64_t& bytes, SourceMap* probed_here = nullptr) {
   std::unique_ptr<AdapterBase> link;
+  // The copy's steps over the engine run on a duplicate of its own: one given up on halfway (a peer that
+  // died or was slow) is never met by a later collective of the engine's own communicator.
+  MPI_Comm engine = MPI_COMM_NULL;
   try {
-    link = std::make_unique<AdapterBase>(comm, self.group_comm, replica, self.params, self.load_weights,
-                                         catch_up_options(self.options));
+    engine = comm::duplicate(self.engine);
+    link = std::make_unique<AdapterBase>(comm, engine, replica, self.params, self.load_weights,
+                                         catch_up_options(self.options, self.params.total_bytes()));
   } catch (const Error& error) {
     comm::abandon_link(comm);
     return error.status();
   }
   link->spares = self.spares;
   link->link = comm;  // parted with the joiner at the end (abandoned after a failure)
-  // Made: the joiner came straight from its own link's connect, which the trainers waited for meanwhile (the
-  // whole timeout). From here neither side serves: the replica's own engine and the joiner have the
-  // trainers' next version waiting, under their deadline. A peer that dies in it must cost much less, so
-  // every step waits for progress at most half the deadline of a join's answer (itself at most half the
-  // timeout: set it alike in every job).
-  link->options.timeout_seconds = 0.5 * join_answer_seconds(self.options.timeout_seconds);
+  // Made: the joiner came straight from its own link's connect (or its admission), which the trainers
+  // waited for meanwhile (the whole timeout). From here neither side serves: the replica's own engine and
+  // the joiner have the trainers' next version waiting, under their deadline. A peer that dies in it must
+  // cost much less, so every step waits for progress at most half the deadline of a join's answer (itself
+  // at most half the timeout: set it alike in every job).
+  link->options.timeout_seconds = (self.before_take ? 1.0 : 0.5) * join_answer_seconds(self.options.timeout_seconds);
   Status status;
   try {
-    // Both sides kept their probe, each in the form it loads, and both load one form (the checkpoint's, or
-    // FP8 of one quantization config: the replica's codes and scales are then copied as they are); then the
-    // replica's version reaches the joiner.
-    Status usable = self.connection && !self.connection->probed.parameters.empty()
+    // Both sides kept their probe, each in the form it loads (a joiner not yet taken probes in this
+    // connect), and both load one form (the checkpoint's, or FP8 of one quantization config: the replica's
+    // codes and scales are then copied as they are); then the replica's version reaches the joiner.
+    const bool probes_here = !replica && self.probed == nullptr;
+    Status usable = probes_here || (self.probed != nullptr && !self.probed->parameters.empty())
                         ? Status::ok()
-                        : Status(ErrorCode::kUnsupported, self.who() + ": no source map of its own kept (its probe failed)");
+                        : Status(ErrorCode::kUnsupported, self.who + ": no source map of its own kept (its probe failed)");
     comm::agree(usable, link->world, link->waiter(), "a joiner's catch-up: whether both sides can");
     const std::string form = self.options.fp8 ? "FP8 (" + self.options.fp8->to_string() + ")" : "the checkpoint's own form";
     const auto forms = comm::allgather(std::as_bytes(std::span(form.data(), form.size())), link->world, link->waiter(),
                                        "a joiner's catch-up: the forms both sides load");
     for (const std::vector<std::byte>& other : forms)
       if (std::string_view(reinterpret_cast<const char*>(other.data()), other.size()) != form)
-        throw_if_error(Status(ErrorCode::kUnsupported, self.who() + ": the replica and the joiner load different forms (this "
+        throw_if_error(Status(ErrorCode::kUnsupported, self.who + ": the replica and the joiner load different forms (this "
                                                        "worker " + form + ", another " +
                                                        std::string(reinterpret_cast<const char*>(other.data()), other.size()) + ")"));
     comm::broadcast_fixed(std::as_writable_bytes(std::span(&v, 1)), 0, link->world, link->waiter(), "a joiner's catch-up: its version");
-    link->connect(replica ? &self.connection->tensors : nullptr, &self.connection->probed);
+    link->connect(self.tensors, self.probed);
+    if (probes_here && probed_here != nullptr) *probed_here = link->connection->probed;
     if (hook != nullptr && *hook) {
       try {
         (*hook)(v);
       } catch (const std::exception& error) {
-        status = Status(ErrorCode::kInvalidArgument, self.who() + ": before_update_hook(" + std::to_string(v) + ") threw: " + error.what());
+        status = Status(ErrorCode::kInvalidArgument, self.who + ": before_update_hook(" + std::to_string(v) + ") threw: " + error.what());
       }
     }
     if (status) status = link->run_transfer(v);
@@ -146,7 +187,9 @@ Status run_catch_up(AdapterBase& self, MPI_Comm comm, bool replica, const Before
   }
   if (status) {
     link->shut_down = true;
-    return status;  // the link goes: parted with the other side
+    link.reset();  // the link goes: parted with the other side
+    MPI_Comm_free(&engine);
+    return status;
   }
   // Given up on: nothing of it is waited for again (its executor's teardown would wait for the peers'
   // grants): its communicators are abandoned, and it is kept with its buffers to the end of the process.
@@ -160,32 +203,59 @@ Status run_catch_up(AdapterBase& self, MPI_Comm comm, bool replica, const Before
 // Everything bounded by parts of the join's answer time: the replica serves its own engine no more meanwhile.
 // The joiner comes straight from its own connect and may wait for the replica (which enters once the
 // version is installed) as long as a join's answer; the replica, once there, finds it waiting.
-MPI_Comm link_leaders(AdapterBase& self, MPI_Comm leaders, bool joiner) {
+MPI_Comm link_leaders(const Side& self, MPI_Comm leaders, bool joiner) {
   const double answer = join_answer_seconds(self.options.timeout_seconds);
   const double wait = joiner ? answer : 0.25 * answer;
   MPI_Comm bridge = MPI_COMM_NULL;
   Status bridged;
-  if (self.roles.leader) {
+  if (self.leader) {
+    // Before the take the replica takes the joiner between its own updates and copies: a joiner may wait
+    // for it as long as the timeout, but never inside the merge (a merge given up on stays in MPI and held
+    // the joiner's next calls, its join at the trainers' port included: measured with two joiners close
+    // together). So the two say "take" and "ready" first (point to point, bounded), as a join's take does.
+    if (self.before_take) {
+      const Status taken = joiner ? comm::answer_take(leaders, self.options.timeout_seconds)
+                                  : (comm::confirm_take(leaders, wait) ? Status::ok()
+                                                                       : Status(ErrorCode::kTimeout, self.who + ": the joiner at this "
+                                                                                "engine's port did not answer (it gave up waiting, or is gone)"));
+      if (!taken) {
+        comm::abandon_link(leaders);
+        bridged = Status(taken.code(), joiner ? self.who + ": the replica engine did not take this engine within " +
+                                                    comm::seconds_text(self.options.timeout_seconds)
+                                              : taken.message());
+      }
+    }
     try {
-      bridge = comm::bridge_join(leaders, joiner, wait, self.who() + ": a joiner's catch-up");
+      if (bridged) bridge = comm::bridge_join(leaders, joiner, wait, self.who + ": a joiner's catch-up");
     } catch (const Error& error) {
       bridged = error.status();
     }
   }
-  comm::agree(bridged, self.group_comm, comm::Waiter{2 * wait, {}}, "a joiner's catch-up: the leaders' link");
-  return comm::widen_join(self.group_comm, bridge, joiner, 0.5 * answer, self.who() + ": a joiner's catch-up");
+  // The other ranks wait for the leader's waits, and a margin more.
+  comm::agree(bridged, self.engine, comm::Waiter{(self.before_take && joiner ? self.options.timeout_seconds : 0) + 2 * wait, {}},
+              "a joiner's catch-up: the leaders' link");
+  return comm::widen_join(self.engine, bridge, joiner, (self.before_take ? 1.0 : 0.5) * answer, self.who + ": a joiner's catch-up");
 }
 
 }  // namespace
 
 std::string replica_address(const std::string& join_address) { return join_address + ".replica"; }
 
+void keep_replica_fresh(comm::JoinPort& port) { port.keep_fresh(kReplicaTouchSeconds); }
+
 void connect_replica(MPI_Comm engine, const std::string& join_address, double timeout, JoinedComms& comms) {
   int rank = 0;
   WB_CHECK_MPI(MPI_Comm_rank(engine, &rank));
   const std::string path = replica_address(join_address);
   std::int32_t connected = 0;
-  if (rank == 0 && ::access(path.c_str(), F_OK) == 0) {
+  // Only a replica whose process runs (its port touches the file: JoinPort::keep_fresh, seen now) is
+  // connected to: a connect to a stopped or dead one stays inside MPI and holds this process's later
+  // connects, the one to the trainers included (30 s, measured with the replica SIGSTOPped).
+  const bool there = rank == 0 && ::access(path.c_str(), F_OK) == 0;
+  if (there && !comm::address_touched(path, kReplicaFreshSeconds)) {
+    WB_LOG(kInfo) << "engine worker 0: the trainers' replica engine at " << path << " did not touch its address within "
+                  << comm::seconds_text(kReplicaFreshSeconds) << " (stopped or gone); its first version will be the trainers' next";
+  } else if (there) {
     try {
       comms.replica_leaders = comm::join_by_address(path, join_answer_seconds(timeout));
       connected = 1;
@@ -199,11 +269,13 @@ void connect_replica(MPI_Comm engine, const std::string& join_address, double ti
   comms.from_replica = connected != 0;
 }
 
-Status serve_joiner_at_port(AdapterBase& replica, comm::JoinPort* port, std::int64_t& bytes) {
+Status serve_joiner_at_port(AdapterBase& replica, comm::JoinPort* port, std::int64_t& bytes, MPI_Comm taken, bool before_take) {
   MPI_Comm comm = MPI_COMM_NULL;
+  Side self = side_of(replica, true);
+  self.before_take = before_take;
   try {
-    MPI_Comm leaders = MPI_COMM_NULL;
-    if (port != nullptr) {
+    MPI_Comm leaders = taken;
+    if (port != nullptr && leaders == MPI_COMM_NULL) {
       comm::Backoff backoff;
       const double until = comm::local_seconds() + 0.25 * join_answer_seconds(replica.options.timeout_seconds);
       for (std::optional<MPI_Comm> peer; leaders == MPI_COMM_NULL && comm::local_seconds() < until; backoff.pause())
@@ -215,26 +287,45 @@ Status serve_joiner_at_port(AdapterBase& replica, comm::JoinPort* port, std::int
     } else {
       comm::agree(Status::ok(), replica.group_comm, replica.waiter(), "a joiner's catch-up: the joiner at the port");
     }
-    comm = link_leaders(replica, leaders, false);
+    comm = link_leaders(self, leaders, false);
   } catch (const Error& error) {
     return error.status();
   }
   std::uint64_t v = replica.version;
-  return run_catch_up(replica, comm, true, nullptr, v, bytes);
+  return run_catch_up(self, comm, true, nullptr, v, bytes);
 }
 
-Status catch_up_from_port(AdapterBase& joiner, MPI_Comm replica_leaders, const BeforeUpdateHook& hook, std::uint64_t& installed) {
+namespace {
+// The joiner's side of a joined replica's copy: the leaders' link, then the copy. `probed_here`: a joiner
+// not taken yet probes on the copy link (its map kept there).
+Status catch_up_at_replica(const Side& self, MPI_Comm replica_leaders, const BeforeUpdateHook& hook, std::uint64_t& installed,
+                           SourceMap* probed_here) {
   MPI_Comm comm = MPI_COMM_NULL;
   try {
-    comm = link_leaders(joiner, replica_leaders, true);
+    comm = link_leaders(self, replica_leaders, true);
   } catch (const Error& error) {
     return error.status();
   }
   std::uint64_t v = 0;
   std::int64_t bytes = 0;
-  const Status status = run_catch_up(joiner, comm, false, &hook, v, bytes);
+  const Status status = run_catch_up(self, comm, false, &hook, v, bytes, probed_here);
   if (status) installed = v;
   return status;
+}
+}  // namespace
+
+Status catch_up_from_port(AdapterBase& joiner, MPI_Comm replica_leaders, const BeforeUpdateHook& hook, std::uint64_t& installed) {
+  return catch_up_at_replica(side_of(joiner, false), replica_leaders, hook, installed, nullptr);
+}
+
+Status catch_up_before_take(MPI_Comm engine, const ParameterSet& params, const LoadWeightsFn& load_weights, const AdapterOptions& options,
+                            std::shared_ptr<SpareTransports> spares, const BeforeUpdateHook& hook, MPI_Comm replica_leaders,
+                            std::uint64_t& installed, SourceMap& probed) {
+  int rank = 0;
+  WB_CHECK_MPI(MPI_Comm_rank(engine, &rank));
+  const Side self{engine, rank == 0, "joining engine worker " + std::to_string(rank), params, load_weights, resolve_options(options),
+                  std::move(spares), nullptr, nullptr, true};
+  return catch_up_at_replica(self, replica_leaders, hook, installed, &probed);
 }
 
 Status serve_joiner(AdapterBase& replica, MPI_Comm replica_comm, std::int64_t& bytes) {
@@ -247,13 +338,13 @@ Status serve_joiner(AdapterBase& replica, MPI_Comm replica_comm, std::int64_t& b
     return error.status();
   }
   std::uint64_t v = replica.version;
-  return run_catch_up(replica, comms.catch_up, true, nullptr, v, bytes);
+  return run_catch_up(side_of(replica, true), comms.catch_up, true, nullptr, v, bytes);
 }
 
 Status catch_up(AdapterBase& joiner, MPI_Comm catch_up_comm, const BeforeUpdateHook& hook, std::uint64_t& installed) {
   std::uint64_t v = 0;
   std::int64_t bytes = 0;
-  const Status status = run_catch_up(joiner, catch_up_comm, false, &hook, v, bytes);
+  const Status status = run_catch_up(side_of(joiner, false), catch_up_comm, false, &hook, v, bytes);
   if (status) installed = v;
   return status;
 }

@@ -20,11 +20,14 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "comm/join.hpp"
 #include "coord/roles.hpp"
+#include "transport/spare_transports.hpp"
 #include "weightbridge/adapter.hpp"
+#include "weightbridge/source_map.hpp"
 #include "weightbridge/status.hpp"
 
 namespace wb::coord {
@@ -45,6 +48,9 @@ struct JoinedComms {
 /// The address file of the joined replica: the trainers' address with ".replica" after it. Written by that
 /// job's leader (comm::JoinPort), removed when it goes (by the trainers when they drop it).
 std::string replica_address(const std::string& join_address);
+/// The replica's leader, once its port is open: the port keeps its address file fresh (JoinPort::keep_fresh),
+/// and connect_replica connects only to a replica whose file is (its process runs).
+void keep_replica_fresh(comm::JoinPort& port);
 
 /// A joiner, collective over its `engine` before it joins the trainers: its leader connects to the joined
 /// replica whose address file exists (bounded by join_answer_seconds; none, or one that does not answer,
@@ -69,8 +75,11 @@ MPI_Comm make_replica_comm(MPI_Comm world, const Roles& roles, bool joins, doubl
 /// serves on. `bytes`: what this worker wrote.
 Status serve_joiner(AdapterBase& replica, MPI_Comm replica_comm, std::int64_t& bytes);
 /// The same for a joined replica, collective over its engine: its leader takes the joiner admitted at
-/// `port` (null on the other ranks) and the two jobs make the catch-up link.
-Status serve_joiner_at_port(AdapterBase& replica, comm::JoinPort* port, std::int64_t& bytes);
+/// `port` (null on the other ranks), or has taken it already (`taken`), and the two jobs make the catch-up
+/// link. `before_take`: the fleet link's replica, serving a joiner the trainers have not taken yet (the
+/// copy's steps then wait as long as a join's answer, not half: nobody but this engine waits for them).
+Status serve_joiner_at_port(AdapterBase& replica, comm::JoinPort* port, std::int64_t& bytes, MPI_Comm taken = MPI_COMM_NULL,
+                            bool before_take = false);
 
 /// The joiner's workers, together, right after their link is connected: `hook(v)`, then version v from
 /// the replica, straight into their parameters. `installed`: v, once every worker of both sides has it.
@@ -78,5 +87,11 @@ Status catch_up(AdapterBase& joiner, MPI_Comm catch_up_comm, const BeforeUpdateH
 /// The same from a joined replica: the catch-up link made first from `replica_leaders` (the leader's; null
 /// on the other ranks).
 Status catch_up_from_port(AdapterBase& joiner, MPI_Comm replica_leaders, const BeforeUpdateHook& hook, std::uint64_t& installed);
+/// The fleet link's joiner, collective over its `engine`, before it joins the trainers (no adapter yet):
+/// the same from the replica whose port its leader connected to (`replica_leaders`), its load_weights
+/// probed on the catch-up link (`probed`: its map, kept for its connect with the trainers).
+Status catch_up_before_take(MPI_Comm engine, const ParameterSet& params, const LoadWeightsFn& load_weights, const AdapterOptions& options,
+                            std::shared_ptr<SpareTransports> spares, const BeforeUpdateHook& hook, MPI_Comm replica_leaders,
+                            std::uint64_t& installed, SourceMap& probed);
 
 }  // namespace wb::coord

@@ -27,10 +27,24 @@ Setting<bool> fleet_link_setting("fleet_link", true,
                                  "joined jobs; relay trees run across jobs); a job lost in an update is left out by "
                                  "rebuilding the link from the survivors, and the version re-sent. On the emulated cluster: "
                                  "joins 1.12/1.17 x T_min after the probe, updates after a loss 1.079 x (per-job links: "
-                                 "a copy per job, 2.44 x with two). A joiner's first version is the trainers' next. 0: a "
+                                 "a copy per job, 2.44 x with two). A joiner's first version is the trainers' next (with "
+                                 "fleet_replica, the fleet's replica's before the take). 0: a "
                                  "link per joined job, a joiner's first version from a replica that holds the latest. Set "
                                  "it alike on the trainers and every engine job. With sender staging a trainer on the fleet "
                                  "link stages all of its parameters.");
+
+// W4 of docs/architecture.md: what a joiner gains is serving from its arrival; what it costs is the
+// replica's engine answering no request while it writes. Off by default: on the emulated cluster (208 MB,
+// 1 Gbit/s) the copy took 3.4-3.8 s (2.0-2.3 x T_min, 1.3-1.6 s of it the copy link's connect), a sync
+// update during it 4.7-5.3 s against 1.8-1.9 s, and in async with a 5 s timeout a second joiner that came
+// during a copy was not taken in time (figures in the README).
+Setting<bool> fleet_replica_setting("fleet_replica", false,
+                                    "Engines as jobs of their own, on the fleet link (trainers' setting): 1: the link's first "
+                                    "engine job of two workers or more is its replica, and writes a joiner the version it "
+                                    "holds before the trainers take it, so the joiner serves at once (the replica's engine "
+                                    "answers no request while it writes: the trainers' next update may wait up to that copy). "
+                                    "0: no replica; a joiner's first version is the trainers' next, within the send_weights "
+                                    "that takes it.");
 
 // On the leaders' intercommunicator of a join (rank 0 on either side); comm/join.cpp's are 31001-31006.
 constexpr int kOfferTag = 31010, kFleetAnswerTag = 31011;
@@ -54,6 +68,7 @@ Status receive_count(MPI_Comm comm, int from, int tag, double seconds, const std
 }  // namespace
 
 bool fleet_link_enabled() { return *fleet_link_setting; }
+bool fleet_replica_enabled() { return *fleet_replica_setting; }
 
 std::string fleet_address(const std::string& join_address) { return join_address + ".fleet"; }
 
@@ -92,6 +107,11 @@ Status answer_fleet(MPI_Comm leaders, const std::string& join_address, double se
   }
   WB_RETURN_IF_ERROR(send_count(leaders, 0, kFleetAnswerTag, opened ? 1 : 0));
   return opened;
+}
+
+bool fleet_offer_arrived(MPI_Comm leaders) {
+  int found = 0;
+  return MPI_Iprobe(0, kOfferTag, leaders, &found, MPI_STATUS_IGNORE) == MPI_SUCCESS && found != 0;
 }
 
 void close_fleet_port(std::unique_ptr<comm::JoinPort>& port, std::int64_t jobs, double seconds) {

@@ -23,6 +23,9 @@ struct AdapterBase;
 
 /// The fleet_link setting: joined engine jobs share one link with the trainers (both sides must agree).
 bool fleet_link_enabled();
+/// The fleet_replica setting: the trainers appoint the fleet link's replica (W4), which serves joiners
+/// before the take.
+bool fleet_replica_enabled();
 
 /// The address file of a joiner's port for the joined jobs' leaders: the trainers' address with ".fleet"
 /// after it (one joiner at a time holds it: the trainers take one per send_weights).
@@ -37,6 +40,9 @@ bool offer_fleet(MPI_Comm leaders, std::int64_t jobs, double seconds);
 /// port (admitting exactly that many, none when 0) and answers. `jobs`: the count offered.
 Status answer_fleet(MPI_Comm leaders, const std::string& join_address, double seconds,
                     std::unique_ptr<comm::JoinPort>& port, std::int64_t& jobs);
+
+/// The joiner's leader, not blocking: whether trainer 0's offer has come (the take of this joiner began).
+bool fleet_offer_arrived(MPI_Comm leaders);
 
 /// The joiner's leader, once widened: the connections its port admitted, abandoned (only the runtime's
 /// knowledge of each pair was wanted), and the port closed; bounded by `seconds`.

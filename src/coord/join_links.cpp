@@ -136,12 +136,10 @@ std::optional<MPI_Comm> take_joiner(comm::JoinPort* port, comm::Group& trainers,
   return cut_widening(merged, JoinSide::kTrainer, waiter.timeout).link;
 }
 
-namespace {
-// join_trainers once the replica's connection (if any) is made: the trainers' link and the cut of its widening.
-JoinedComms join_trainers_link(MPI_Comm engine, const std::string& address, double timeout) {
+MPI_Comm admit_at_trainers(MPI_Comm engine, const std::string& address, double timeout) {
   int rank = 0;
   WB_CHECK_MPI(MPI_Comm_rank(engine, &rank));
-  MPI_Comm leaders = MPI_COMM_NULL, bridge = MPI_COMM_NULL;
+  MPI_Comm leaders = MPI_COMM_NULL;
   Status joined;
   if (rank == 0) {
     try {
@@ -154,6 +152,13 @@ JoinedComms join_trainers_link(MPI_Comm engine, const std::string& address, doub
   if (rank == 0) {
     WB_LOG(kInfo) << "engine worker 0: admitted at " << address << "; waiting to be taken at the trainers' next send_weights";
   }
+  return leaders;
+}
+
+JoinedComms taken_by_trainers(MPI_Comm engine, MPI_Comm leaders, const std::string& address, double timeout) {
+  int rank = 0;
+  WB_CHECK_MPI(MPI_Comm_rank(engine, &rank));
+  MPI_Comm bridge = MPI_COMM_NULL;
   // Admitted: the trainers take this engine at their next send_weights; rank 0 answers their take and
   // merges the leaders' link with trainer 0 at once, and every rank goes into the widening only then (the
   // others wait for rank 0's waits, and a margin more).
@@ -179,7 +184,6 @@ JoinedComms join_trainers_link(MPI_Comm engine, const std::string& address, doub
   close_fleet_port(fleet_port, fleet_jobs, timeout);  // the joined jobs' connections were made before the take
   return out;
 }
-}  // namespace
 
 JoinedComms join_trainers(MPI_Comm engine, const std::string& address, double timeout) {
   // A joined replica first (where the trainers appointed one): its connection is what the catch-up link is
@@ -188,7 +192,7 @@ JoinedComms join_trainers(MPI_Comm engine, const std::string& address, double ti
   connect_replica(engine, address, timeout, replica);
   JoinedComms out;
   try {
-    out = join_trainers_link(engine, address, timeout);
+    out = taken_by_trainers(engine, admit_at_trainers(engine, address, timeout), address, timeout);
   } catch (...) {
     comm::abandon_link(replica.replica_leaders);
     throw;

@@ -67,4 +67,11 @@ std::optional<MPI_Comm> take_joiner(comm::JoinPort* port, comm::Group& trainers,
 /// rank 0 was refused or timed out.
 JoinedComms join_trainers(MPI_Comm engine, const std::string& address, double timeout);
 
+/// join_trainers in its two parts, for a joiner that serves before the trainers take it (the fleet link's
+/// joiner served by a replica): admitted at the trainers' port (rank 0's link to trainer 0, MPI_COMM_NULL on
+/// the others; every rank throws alike when refused), then, once rank 0 saw the trainers' take begin
+/// (fleet_offer_arrived, never blocking), taken onto their link at once.
+MPI_Comm admit_at_trainers(MPI_Comm engine, const std::string& address, double timeout);
+JoinedComms taken_by_trainers(MPI_Comm engine, MPI_Comm leaders, const std::string& address, double timeout);
+
 }  // namespace wb::coord

@@ -4,14 +4,18 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <optional>
+#include <span>
 
 #include "comm/backoff.hpp"
+#include "comm/collectives.hpp"
 #include "comm/span_summary.hpp"
 #include "coord/adapter_common.hpp"
 #include "coord/catch_up.hpp"
 #include "coord/fleet_link.hpp"
 #include "coord/join_links.hpp"
 #include "coord/messages.hpp"
+#include "coord/pending_join.hpp"
 #include "core/checks.hpp"
 #include "core/log.hpp"
 #include "core/settings.hpp"
@@ -78,6 +82,8 @@ struct ReceiverAdapter::State : AdapterBase {
   std::uint64_t joiner_waits = 0;          // the replica: a joiner to serve once this version is installed
   TrainersJoinPort replica_port;           // a joined replica: the port later joiners connect to first
   bool network_links = false;              // a joiner: its links wanted the transport between machines
+  MPI_Comm joiner_at_port = MPI_COMM_NULL;  // the fleet link's replica (leader): a joiner taken from its port, served next
+  std::optional<SourceMap> kept_probe;      // a fleet joiner served before its take: its probe, for the trainers' connect
   AdapterOptions given;                    // what a re-link onto a widened fleet link is constructed with
   MPI_Comm relink_to = MPI_COMM_NULL;      // the fleet link widened with a joiner: re-linked onto at once
   bool rejoin_tried = false;               // the fleet link: this state's failure was offered to the rebuild
@@ -111,10 +117,18 @@ struct ReceiverAdapter::State : AdapterBase {
     }
   }
 
+  // The fleet link re-linked: the replica's port (and a joiner taken from it) stay this engine's.
+  void take_replica_port(State& old) {
+    replica_port = std::move(old.replica_port);
+    old.replica_port.open = false;
+    joiner_at_port = std::exchange(old.joiner_at_port, MPI_COMM_NULL);
+  }
+
   // A joined engine the trainers appointed: later joiners connect to its port before they join.
   void open_replica_port() {
     try {
       replica_port = open_join_port(group_comm, replica_address(options.join_address), options.timeout_seconds, "engine worker");
+      if (replica_port.port) keep_replica_fresh(*replica_port.port);
     } catch (const Error& error) {
       if (roles.leader) {
         WB_LOG(kWarn) << who() << ": cannot serve joiners their first version (later joiners get the trainers' next): "
@@ -169,7 +183,9 @@ struct ReceiverAdapter::State : AdapterBase {
     const double began = comm::local_seconds();
     std::int64_t bytes = 0;
     const Status served = replica_comm != MPI_COMM_NULL ? serve_joiner(*this, replica_comm, bytes)
-                          : replica_port.open        ? serve_joiner_at_port(*this, replica_port.port.get(), bytes)
+                          : replica_port.open        ? serve_joiner_at_port(*this, replica_port.port.get(), bytes,
+                                                                               std::exchange(joiner_at_port, MPI_COMM_NULL),
+                                                                               fleet_link_enabled())
                               : Status(ErrorCode::kInternal, who() + ": asked to serve a joiner, but this engine is no replica");
     if (roles.leader && served) {
       WB_LOG(kInfo) << who() << ": wrote version " << version << " to a joining engine (" << bytes << " bytes from this worker, "
@@ -336,6 +352,14 @@ struct ReceiverAdapter::State : AdapterBase {
       if (!taken) return failed(give_up(taken, ""));
       values[0] = request[0];
       values[1] = request[1];
+      // The fleet link's replica serves a joiner waiting at its port at a step with no request: the version
+      // installed here (a staged one still arriving does not touch the parameters it reads).
+      if (values[0] == 0 && fleet_link_enabled() && replica_port.port && connection && version > 0)
+        if (std::optional<MPI_Comm> joiner = replica_port.port->take()) {
+          joiner_at_port = *joiner;
+          values[0] = static_cast<std::int64_t>(RequestKind::kServeJoiner);
+          values[1] = static_cast<std::int64_t>(version);
+        }
     }
     Status status = group->step(Status::ok(), std::span<std::int64_t, comm::Group::kValues>(values), waiter(),
                                 who() + ": the engine's poll_requests step");
@@ -364,7 +388,7 @@ struct ReceiverAdapter::State : AdapterBase {
       case RequestKind::kConnect: {
         if (connection) return failed(Status(ErrorCode::kInvalidArgument, who() + ": a second connect request"));
         try {
-          connect(nullptr);
+          connect(nullptr, kept_probe ? &*kept_probe : nullptr);
         } catch (const Error& error) {
           if (catch_up_comm != MPI_COMM_NULL) comm::abandon_link(catch_up_comm);  // the replica gives up on it
           if (replica_leaders != MPI_COMM_NULL) comm::abandon_link(replica_leaders);
@@ -372,6 +396,8 @@ struct ReceiverAdapter::State : AdapterBase {
         }
         if (catch_up_comm != MPI_COMM_NULL || from_replica) first_version();
         release_join_spares();
+        // Served by a replica before the take: kConnected and that version were said then.
+        if (std::exchange(kept_probe, std::nullopt)) return {PollResult::Event::kNone, version, Status::ok()};
         return {PollResult::Event::kConnected, version, Status::ok()};
       }
       case RequestKind::kUpdate: {
@@ -421,6 +447,7 @@ struct ReceiverAdapter::State : AdapterBase {
         }
         return {PollResult::Event::kNone, version, Status::ok()};
       case RequestKind::kServeJoiner:
+        if (fleet_link_enabled()) return serve();  // from this engine's own port (above): at once
         joiner_waits = v;
         return {receiving != 0 ? PollResult::Event::kReceiving : PollResult::Event::kNone, version, Status::ok()};
       case RequestKind::kShutdown:
@@ -445,29 +472,76 @@ struct ReceiverAdapter::State : AdapterBase {
   }
 };
 
-namespace {
-// An engine job of its own joins the trainers at the address first: its link is its adapter's world. The
-// transports of its two links (with the trainers, and the catch-up from a replica) open meanwhile.
-JoinedComms joined_world(MPI_Comm world, MPI_Comm engine_comm, const AdapterOptions& options,
-                         std::shared_ptr<SpareTransports>& spares) {
-  const ResolvedOptions resolved = resolve_options(options);
-  if (resolved.join_address.empty()) return {world, MPI_COMM_NULL};
-  spares = std::make_shared<SpareTransports>(resolved.transport);
-  spares->prepare(2);
-  return join_trainers(engine_comm, resolved.join_address, resolved.timeout_seconds);
-}
-}  // namespace
-
 ReceiverAdapter::ReceiverAdapter(MPI_Comm world, MPI_Comm engine_comm, ParameterSet params, LoadWeightsFn load_weights,
                                  AdapterOptions options, BeforeUpdateHook before_update_hook) {
+  const ResolvedOptions resolved = resolve_options(options);
+  JoinedComms joined{world, MPI_COMM_NULL};
   std::shared_ptr<SpareTransports> spares;
-  JoinedComms joined = joined_world(world, engine_comm, options, spares);
+  // An engine job of its own joins the trainers at the address first: its link is its adapter's world. The
+  // transports of its two links (with the trainers, and the catch-up from a replica) open meanwhile.
+  if (!resolved.join_address.empty()) {
+    spares = std::make_shared<SpareTransports>(resolved.transport);
+    spares->prepare(2);
+    if (!fleet_link_enabled()) {
+      joined = join_trainers(engine_comm, resolved.join_address, resolved.timeout_seconds);
+    } else {
+      // On the fleet link a joiner that a replica served serves that version at once; it is admitted at
+      // the trainers' port now and taken at their next send_weights (poll_pending). Any other joiner waits
+      // here to be taken, and its first version is the trainers' next.
+      auto early = std::make_unique<Pending>();
+      const bool served = caught_up_before_take(engine_comm, params, load_weights, options, before_update_hook, resolved, spares,
+                                                early->version, early->probed, early->stall);
+      const MPI_Comm leaders = admit_at_trainers(engine_comm, resolved.join_address, resolved.timeout_seconds);
+      if (served) {
+        Pending& p = *early;
+        p.engine = engine_comm;
+        p.leaders = leaders;
+        WB_CHECK_MPI(MPI_Comm_rank(engine_comm, &p.rank));
+        p.params = std::move(params);
+        p.load_weights = std::move(load_weights);
+        p.options = std::move(options);
+        p.hook = std::move(before_update_hook);
+        p.spares = std::move(spares);
+        p.address = resolved.join_address;
+        p.timeout = resolved.timeout_seconds;
+        p.admitted_at = comm::local_seconds();
+        p.pace = comm::Pace(*poll_interval_setting * 1e-6);
+        pending_ = std::move(early);
+        return;
+      }
+      joined = taken_by_trainers(engine_comm, leaders, resolved.join_address, resolved.timeout_seconds);
+    }
+  }
   state_ = std::make_unique<State>(joined, engine_comm, std::move(params), std::move(load_weights), options,
                                    std::move(before_update_hook));
   state_->spares = std::move(spares);
 }
 
+// Taken (poll_pending): this engine's state over the trainers' link, holding the replica's version; it
+// connects with the map probed on the catch-up link when trainer 0's kConnect comes.
+PollResult ReceiverAdapter::adopt_pending(MPI_Comm link) {
+  Pending& p = *pending_;
+  std::unique_ptr<State> taken;
+  try {
+    taken = std::make_unique<State>(JoinedComms{link}, p.engine, p.params, p.load_weights, p.options, p.hook);
+  } catch (const Error& error) {
+    return p.failed(error.status());
+  }
+  taken->spares = p.spares;
+  taken->version = taken->reported = p.version;
+  taken->stalls.push_back(p.stall);
+  taken->history.push_back({p.version, 0, true, {}, {}});
+  taken->kept_probe = std::move(p.probed);
+  state_ = std::move(taken);
+  pending_.reset();
+  return {PollResult::Event::kNone, state_->version, Status::ok()};
+}
+
 ReceiverAdapter::~ReceiverAdapter() {
+  if (pending_) {
+    leave();  // not taken yet: its admission is let go (the trainers' take then finds it gone)
+    return;
+  }
   if (state_ && state_->link != MPI_COMM_NULL && std::uncaught_exceptions() == 0) {
     leave();
     return;
@@ -479,6 +553,12 @@ ReceiverAdapter::~ReceiverAdapter() {
 }
 
 void ReceiverAdapter::leave() {
+  if (pending_) {
+    Pending& p = *pending_;
+    if (p.leaders != MPI_COMM_NULL) comm::abandon_link(std::exchange(p.leaders, MPI_COMM_NULL));
+    p.left = true;
+    return;
+  }
   State& s = *state_;
   if (s.link == MPI_COMM_NULL)
     throw Error(ErrorCode::kUnsupported, s.who() + ": leave() is for an engine job that joined by address; an engine "
@@ -506,6 +586,7 @@ PollResult ReceiverAdapter::relink() {
   }
   carry_over(old, *fresh);
   fresh->network_links = old.network_links;
+  fresh->take_replica_port(old);
   old.shut_down = true;
   state_ = std::move(fresh);  // the old state's end parts its communicators
   return {PollResult::Event::kNone, state_->version, Status::ok()};
@@ -534,6 +615,7 @@ PollResult ReceiverAdapter::rejoin(const PollResult& failed) {
     return failed;
   }
   carry_over(old, *fresh);
+  fresh->take_replica_port(old);
   fresh->resending = true;
   fresh->reported = old.reported;
   if (old.roles.leader) {
@@ -549,6 +631,7 @@ PollResult ReceiverAdapter::rejoin(const PollResult& failed) {
 }
 
 PollResult ReceiverAdapter::poll_requests(void* cuda_stream) {
+  if (pending_) return poll_pending();
   state_->cuda_stream = cuda_stream;
   state_->pace.before_step();
   PollResult result = state_->poll();
@@ -571,15 +654,25 @@ PollResult ReceiverAdapter::poll_requests(void* cuda_stream) {
   state_->pace.after_step(result.event == PollResult::Event::kNone || result.event == PollResult::Event::kReceiving);
   return result;
 }
-std::uint64_t ReceiverAdapter::installed_version() const { return state_->version; }
-bool ReceiverAdapter::connected() const { return state_->connection.has_value(); }
-bool ReceiverAdapter::closed() const { return state_->shut_down || !state_->failure.is_ok(); }
+std::uint64_t ReceiverAdapter::installed_version() const { return pending_ ? pending_->version : state_->version; }
+bool ReceiverAdapter::connected() const { return pending_ ? pending_->said > 0 : state_->connection.has_value(); }
+bool ReceiverAdapter::closed() const {
+  if (pending_) return pending_->left || !pending_->failure.is_ok();
+  return state_->shut_down || !state_->failure.is_ok();
+}
 
 const TransferSummary& ReceiverAdapter::summary() const {
   static const TransferSummary none;
-  return state_->connection ? state_->connection->summary : none;
+  return state_ && state_->connection ? state_->connection->summary : none;
 }
 
-AdapterStats ReceiverAdapter::stats() const { return state_->stats(); }
+AdapterStats ReceiverAdapter::stats() const {
+  if (!pending_) return state_->stats();
+  AdapterStats out;
+  out.version = pending_->version;
+  out.stalls = {pending_->stall};
+  out.history = {{pending_->version, 0, true, {}, {}}};
+  return out;
+}
 
 }  // namespace wb

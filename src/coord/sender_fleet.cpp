@@ -54,12 +54,28 @@ void SenderAdapter::State::relink_fleet(MPI_Comm merged, State* widened, double 
                   << ")";
   }
   left_out_at = 0;
+  appoint_fleet_replica(*link);
   if (widened) {
     widened->shut_down = true;  // its end parts its communicators with the fleet's engines, which re-linked too
     joined.back() = std::move(link);
   } else {
     joined.push_back(std::move(link));
   }
+}
+
+void SenderAdapter::State::appoint_fleet_replica(State& link) {
+  if (!roles.leader || options.join_address.empty()) return;
+  int chosen = -1;  // a port needs a second worker to knock at its close
+  for (std::size_t e = 0; e < link.roles.engines.size() && chosen < 0 && fleet_replica_enabled(); ++e)
+    if (link.roles.engines[e].size() >= 2) chosen = static_cast<int>(e);
+  const int id = chosen >= 0 ? link.fleet_records[static_cast<std::size_t>(chosen)].id : -1;
+  if (id == fleet_replica) return;
+  // The last one is gone (lost, left, or left out): a joiner must not find its address.
+  if (fleet_replica >= 0) std::remove(replica_address(options.join_address).c_str());
+  fleet_replica = -1;
+  if (chosen >= 0 &&
+      link.send_request_to(link.roles.engine_leaders[static_cast<std::size_t>(chosen)], RequestKind::kBeReplica, 0).is_ok())
+    fleet_replica = id;
 }
 
 // W3 of docs/architecture.md: fleet jobs silent at a joiner's port (stopped or dead between updates) are
@@ -175,6 +191,7 @@ Status SenderAdapter::State::recover_fleet(std::size_t k, const Status& cause, s
   std::shared_ptr<State> lost(joined[k].release());  // read by the resend (its staging), then kept alive
   joined[k] = std::move(link);
   const Status resent = held < v ? resend_fleet(*joined[k], *lost, v, target) : Status::ok();
+  if (resent) appoint_fleet_replica(*joined[k]);
   // It spans the lost job: never waited on again, kept with its buffers; left out at a join, that job is
   // told over it once the join is over.
   if (at_join) {

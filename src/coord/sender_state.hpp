@@ -59,6 +59,7 @@ struct SenderAdapter::State : AdapterBase {
   std::vector<JoinedEngine> fleet_records;
   std::vector<EngineRecord> fleet_lost;  // the fleet link's engines lost in an update, in order
   int fleet_rebuilds = 0, fleet_joins = 0;
+  int fleet_replica = -1;  // trainer 0: the id (JoinedEngine::id) of the fleet link's replica engine, -1: none
   /// The name of a fleet link's engine in warnings and stats().engines.
   static std::string fleet_name(const JoinedEngine& r, std::size_t workers) {
     return "joined engine " + std::to_string(r.id) + " on the fleet link (" + std::to_string(workers) + " worker" +
@@ -124,6 +125,10 @@ struct SenderAdapter::State : AdapterBase {
     // A dropped replica's port is gone with it: later joiners must not connect there (one that left closed it).
     if (link.replica && !link.left && roles.leader) std::remove(replica_address(options.join_address).c_str());
     link.replica = false;
+    if (!link.fleet_records.empty() && fleet_replica >= 0 && roles.leader) {  // the fleet link dropped whole: its replica too
+      std::remove(replica_address(options.join_address).c_str());
+      fleet_replica = -1;
+    }
     if (!roles.leader) return;
     if (link.left) {
       WB_LOG(kInfo) << joined_name(k) << " left after version " << link.acknowledged << "; the training goes on without it";
@@ -208,6 +213,10 @@ struct SenderAdapter::State : AdapterBase {
   // the first joiner's link: the trainers' state re-linked onto it, connected with their kept source map
   // (the joiner probes; rank 0 plans one plan for every engine), and the old fleet link parted (W5-W7).
   void relink_fleet(MPI_Comm merged, State* widened, double began);
+  // Trainer 0, once the fleet link is made anew (a join, a loss): its first engine of two workers or more
+  // is its replica, which later joiners connect to before they join (W4); appointed anew only when the
+  // last one is gone (its port stays the engine's across re-links).
+  void appoint_fleet_replica(State& link);
   // Every trainer, when trainer 0's meeting found fleet jobs silent at a joiner's port (`silent`, per engine
   // of the fleet link; empty on the others): they are left out first (W3). True when the joiner can still
   // be taken.

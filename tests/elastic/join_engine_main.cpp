@@ -24,8 +24,9 @@
 //             built-in engine and serves: J+1..J+3
 //     at_once three engine jobs, started at the same moment, all joined: 3 more
 //     fleet   (the trainers alone, fleet_link set on every job) A joins, then B (at J), both on one link and
-//             one plan: each installs from the version that took it on; the trainers wrote together for J
-//             exactly what they wrote for J-1 (one model copy): J+1..J+3
+//             one plan: A (2 workers) is the fleet's replica and writes B the version it holds before the
+//             trainers take B; then each installs from the version that took it on; the trainers wrote
+//             together for J exactly what they wrote for J-1 (one model copy): J+1..J+3
 //     fleet_kill  as fleet; then A is SIGKILLed in the update J+2 (its workers relay B's part on one node):
 //             the trainers rebuild the fleet link from B, re-send that version, B installs it and every later
 //             one, the trainers never fail and name A dropped: D+1..D+3
@@ -78,8 +79,9 @@
 //     ghost_connector  (one rank) starts MPI_Comm_connect to the trainers' port and SIGKILLs itself 1 s later
 // MODE: sync | sender-staged | receiver-staged | async. Every rollout worker checks every version it installs against its own
 // load_weights of that version, bit for bit; the built-in engine installs 1..last in order; a joiner's
-// first event after kConnected is kInstalled (of the trainers' latest version, from the built-in engine),
-// then every later version in order. The trainers' every
+// first event after kConnected is kInstalled (of the trainers' latest version, from the built-in engine or
+// the fleet's replica), then every later version in order (on the fleet link, from the one that took it:
+// those sent between the replica's copy and the take are skipped). The trainers' every
 // send_weights succeeds, and their AdapterStats list every engine with the state the scenario implies; a
 // join probes the joiner's load_weights only, never the trainers' again.
 #include <mpi.h>
@@ -554,10 +556,14 @@ int run_engine_job(const std::string& address, const std::string& mode, const st
   int ok = 0;
   bool hit = false;
   double first_after = 0;
+  // A fleet joiner that the replica served before the trainers took it: the replica's version (at hand once
+  // the adapter is made), then the versions from the one that took it on (any sent in between skipped).
+  std::uint64_t served_before = 0;
   const bool stopped = role == "stopped" || role == "stopped_between";
   {
     ReceiverAdapter receiver(MPI_COMM_WORLD, MPI_COMM_WORLD, w.params->parameters(), w.load(),
                              options_for(address, mode), victim_hook(address, role, rank, hit));
+    served_before = receiver.installed_version();
     PollResult failed;
     // frozen_arriving: every worker stops (SIGSTOP) as the version the trainers named starts to arrive in
     // the background (receiver staging): the trainers' writes into its memory still complete (CMA), its
@@ -595,10 +601,14 @@ int run_engine_job(const std::string& address, const std::string& mode, const st
     // It joins again: the first event after kConnected is kInstalled, then every later version.
     installed.clear();
     ReceiverAdapter again(MPI_COMM_WORLD, MPI_COMM_WORLD, w.params->parameters(), w.load(), options_for(address, mode));
+    served_before = again.installed_version();
     ok = serve(again, w, "the engine that joined again", installed) ? 1 : 0;
   }
   const std::size_t count = role == "leave" ? 3 : kAfter + 1;
-  if (ok && (installed.size() < count || installed.front() <= kBefore || !consecutive(installed, installed.front(), installed.back()))) {
+  const std::vector<std::uint64_t> taken(installed.begin() + (served_before > 0 && installed.size() > 1 && installed[0] == served_before &&
+                                                                     installed[1] > served_before ? 1 : 0),
+                                         installed.end());
+  if (ok && (installed.size() < count || installed.front() <= kBefore || !consecutive(taken, taken.front(), taken.back()))) {
     std::string list;
     for (std::uint64_t v : installed) list += " " + std::to_string(v);
     std::fprintf(stderr, "joined engine worker %d: %zu versions installed (%s), not J.. in order (%llu or more) with J > %llu\n", rank,
@@ -606,9 +616,10 @@ int run_engine_job(const std::string& address, const std::string& mode, const st
     ok = 0;
   }
   if (ok)
-    std::printf("joined engine worker %d: first event after kConnected kInstalled %llu, then up to %llu, each bit for bit%s "
+    std::printf("joined engine worker %d: first event after kConnected kInstalled %llu, then up to %llu, each bit for bit%s%s "
                 "(first install %.3f s after the take)\n", rank,
                 static_cast<unsigned long long>(installed.front()), static_cast<unsigned long long>(installed.back()),
+                served_before > 0 ? (", from the replica before its take, then from " + std::to_string(taken.front())).c_str() : "",
                 role == "leave" ? "; then it left" : stopped ? "; it had joined again" : "", first_after);
   int all = 0;
   MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);

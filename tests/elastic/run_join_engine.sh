@@ -71,7 +71,8 @@ run() { timeout 200 "$mpiexec" --oversubscribe --ompi-server "file:$dir/uri" --m
   export WB_LOG_LEVEL=${WB_LOG_LEVEL:-info}
 ranks=3  # 2 trainers and a built-in engine; joined_replica: the trainers alone
 [[ $scenario == joined_replica || $scenario == kill_relay || $scenario == fleet* ]] && ranks=2
-[[ $scenario == fleet* ]] && export WB_FLEET_LINK=1 WB_LOG_LEVEL=${WB_LOG_LEVEL:-info}
+# fleet*: the fleet's replica on (WB_FLEET_REPLICA, off by default) unless the test turns it off.
+[[ $scenario == fleet* ]] && export WB_FLEET_LINK=1 WB_LOG_LEVEL=${WB_LOG_LEVEL:-info} WB_FLEET_REPLICA=${WB_FLEET_REPLICA:-1}
 # kill and stop run on either link (the fleet link, fleet_link's default, unless WB_FLEET_LINK=0): the loss is
 # said in the link's words.
 [[ ${WB_FLEET_LINK:-1} == 0 ]] && fleet_link=false || fleet_link=true
@@ -235,6 +236,19 @@ expect_first_install() {
   [[ -n $joined_at && $firsts == "$((joined_at + $2))" ]] ||
     fail "the trainers took the joiner of $(basename "$1") at version '$joined_at'; its workers installed first '$firsts', expected $((joined_at + $2))"
 }
+# expect_first_from_replica LOG REPLICA_LOG: on the fleet link, every worker of LOG's job installed first the
+# version the replica (REPLICA_LOG's job) wrote it before the trainers took it, older than the one they took
+# it at; sets $firsts.
+expect_first_from_replica() {
+  local joined_at
+  joined_at=$(version_taken)
+  firsts=$(first_installs "$1")
+  [[ -n $joined_at && -n $firsts && $firsts != *$'\n'* && $firsts -lt $joined_at ]] ||
+    fail "the trainers took the joiner of $(basename "$1") at version '$joined_at'; its workers installed first '$firsts', expected one version older, from the replica"
+  grep -q "wrote version $firsts to a joining engine" "$2" || fail "$(basename "$2")'s job did not write version $firsts to the joiner of $(basename "$1")"
+  grep -q "installed version $firsts from the trainers' replica engine before joining" "$1" ||
+    fail "the joiner of $(basename "$1") did not say it installed version $firsts from the replica before joining"
+}
 # The fleet link's loss: trainer 0 did not wait for the note of the engine the failed update found lost
 # (A: silent at a deadline, dead, or left), only for B's, so its wait ended on B's answer, not at its bound.
 expect_notes_on_every_answer() {
@@ -275,8 +289,15 @@ case $scenario in
     serving=$dir/second.log ;;
   at_once) serving="$dir/first.log $dir/second.log $dir/third.log" ;;
   fleet)
-    # No replica on the fleet link: the joiner's first install is the version that took it, from the one plan.
-    expect_first_install "$dir/second.log" 0
+    # A, of two workers, is the fleet link's replica: B's first install is the version A held when B came,
+    # before the trainers took it; then the versions from the one that took it, from the one plan. With
+    # fleet_replica 0 (the trainers' setting) A opens no port, and B's first install is the version that took it.
+    if [[ ${WB_FLEET_REPLICA:-1} == 0 ]]; then
+      grep -q "take joining engines at .*\.replica" "$dir/first.log" && fail "A opened a replica's port with fleet_replica 0"
+      expect_first_install "$dir/second.log" 0
+    else
+      expect_first_from_replica "$dir/second.log" "$dir/first.log"
+    fi
     [[ $(grep -c "joined the fleet link after version" "$dir/trainers.log") == 2 ]] || fail "not two joins onto the fleet link"
     grep -q "2 engines on one plan" "$dir/trainers.log" || fail "the second join did not put both engines on one plan"
     serving="$dir/first.log $dir/second.log" ;;
@@ -286,7 +307,7 @@ case $scenario in
     [[ $(grep -c "left the fleet link after version" "$dir/trainers.log") == 1 ]] || fail "the trainers did not say once that A left"
     grep -q "was lost in version" "$dir/trainers.log" && fail "a leave was reported as a loss"
     grep -q "rebuilt from the survivors" "$dir/second.log" || fail "B did not rejoin the rebuilt link"
-    expect_first_install "$dir/second.log" 0
+    expect_first_from_replica "$dir/second.log" "$dir/first.log"
     expect_notes_on_every_answer
     serving=$dir/second.log ;;
   fleet_join_after_stop_alone)
@@ -300,6 +321,7 @@ case $scenario in
     left=$(grep -n "was dropped after version" "$dir/trainers.log" | head -1 | cut -d: -f1)
     widened=$(grep -n "joined the fleet link after version" "$dir/trainers.log" | sed -n 2p | cut -d: -f1)
     [[ -n $left && -n $widened && $left -lt $widened ]] || fail "A was not left out before C was taken"
+    grep -q "replica engine at .* did not touch its address" "$dir/third.log" || fail "C did not see that the stopped replica's address went untouched"
     expect_first_install "$dir/third.log" 0
     serving="$dir/first.log $dir/third.log" ;;
   fleet_join_after_stop|fleet_join_after_kill)
@@ -322,6 +344,10 @@ case $scenario in
     widened=$(grep -n "joined the fleet link after version" "$dir/trainers.log" | sed -n 3p | cut -d: -f1)
     [[ -n $left && -n $widened && $left -lt $widened ]] || fail "A was not left out before the fleet link was widened with C"
     grep -q "rebuilt from the survivors" "$dir/second.log" || fail "B did not rejoin the rebuilt link"
+    # A was the fleet link's replica: C saw its address file untouched (A stopped or dead) and did not connect
+    # there (a connect to a stopped job's port holds the joiner's next connect); its first version is the
+    # trainers' next.
+    grep -q "replica engine at .* did not touch its address" "$dir/third.log" || fail "C did not see that the stopped replica's address went untouched"
     expect_first_install "$dir/third.log" 0 ;;
   fleet_kill|fleet_kill_arriving|fleet_stop)
     # A lost mid-update on the fleet link: named once; B installed the version A was hit in (and every
@@ -344,7 +370,7 @@ case $scenario in
     # transfer thread may forward B's part before its main thread stops); that B then installs it, not the
     # next one, is checked on B's side (every version, in order).
     grep -Eq "rebuilt from the survivors \(holding version ($held)\)" "$dir/second.log" || fail "B did not rejoin the rebuilt link holding version $held"
-    expect_first_install "$dir/second.log" 0
+    expect_first_from_replica "$dir/second.log" "$dir/first.log"
     serving=$dir/second.log
     [[ $scenario == fleet_stop ]] && serving="$dir/first.log $dir/second.log"
     ;;
@@ -373,8 +399,8 @@ case $scenario in
     serving=$dir/first.log
     if [[ $scenario == fleet_ghost_next ]]; then
       # The next joiner after the dead one: A's leader met its port (its connect to the dead one given up on
-      # and left in MPI), and it joined onto the one plan from the version that took it.
-      expect_first_install "$dir/second.log" 0
+      # and left in MPI), and it joined onto the one plan; its first version came from A, the replica.
+      expect_first_from_replica "$dir/second.log" "$dir/first.log"
       serving="$dir/first.log $dir/second.log"
     fi ;;
   kill|stop)

@@ -9,10 +9,12 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <fstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
 
+#include "comm/join.hpp"
 #include "emu/checkpoints/synthetic.hpp"
 #include "emu/frameworks/backend.hpp"
 #include "weightbridge/adapter.hpp"
@@ -154,6 +156,48 @@ INSTANTIATE_TEST_SUITE_P(Paths, JoinPortAtAnException, ::testing::Bool(),
                          [](const ::testing::TestParamInfo<bool>& info) {
                            return std::string(info.param ? "EveryTrainerThrows" : "TrainerZeroThrows");
                          });
+
+// A replica's port keeps its address file touched (JoinPort::keep_fresh) while it takes joins, and a joiner
+// connects only to one it sees touched (comm::address_touched): a file nobody touches (the process behind it
+// stopped or dead) is not, within the bound; the port's file, from either process of the job, is, within
+// a few touches.
+TEST(JoinPortFresh, AJoinerSeesTheTouchesOfARunningPortOnly) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  int id = rank == 0 ? static_cast<int>(::getpid()) : 0;
+  MPI_Bcast(&id, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  const std::string path = "/tmp/wb-fresh-test-" + std::to_string(id);
+  const std::string still = path + ".untouched";
+  if (rank == 0) std::ofstream(still) << "a file nobody touches\n";
+  std::unique_ptr<comm::JoinPort> port;
+  if (rank == 0) {
+    port = std::make_unique<comm::JoinPort>(path, 10.0);
+    port->keep_fresh(0.1);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  const auto began = std::chrono::steady_clock::now();
+  EXPECT_TRUE(comm::address_touched(path, 1.0)) << "rank " << rank << ": the port's address was not touched within 1 s";
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count(), 1.0);
+  EXPECT_FALSE(comm::address_touched(still, 0.3)) << "rank " << rank << ": a file nobody touches was seen touched";
+  EXPECT_FALSE(comm::address_touched(path + ".absent", 0.1));
+  // The port's end: its file goes and its touches end; rank 1 knocks to end the accept thread.
+  comm::JoinAddress address;
+  if (rank == 0) address = port->address();
+  std::string text = address.port + "\n" + address.secret;
+  int length = static_cast<int>(text.size());
+  MPI_Bcast(&length, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  text.resize(static_cast<std::size_t>(length));
+  MPI_Bcast(text.data(), length, MPI_CHAR, 0, MPI_COMM_WORLD);
+  if (rank == 0) port->stop_accepting();
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 1) {
+    EXPECT_TRUE(comm::knock({text.substr(0, text.find('\n')), text.substr(text.find('\n') + 1)}, 10.0));
+  }
+  port.reset();
+  MPI_Barrier(MPI_COMM_WORLD);
+  EXPECT_FALSE(comm::address_touched(path, 0.3)) << "the stopped port's address is still touched";
+  if (rank == 0) ::unlink(still.c_str());
+}
 
 }  // namespace
 }  // namespace wb::emu

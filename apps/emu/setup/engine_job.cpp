@@ -95,15 +95,19 @@ int run_engine_job(const RunOptions& options, const RunSetup& setup, const Engin
     result["probe_s"] = probe;  // the slowest worker's: the engine's probe ends with it
     result["model_bytes"] = out.summary.model_bytes;  // M of its link: what the trainers send it per update
     if (setup.engine_form) result["fp8_form_bytes"] = setup.engine_form->total_bytes();
-    if (out.first_installed > 0) result["after_probe_s"] = out.first_installed - out.taken - probe;
+    // From the take, or, for a first version from the fleet's replica, from the knock (no wait at the port
+    // comes before it).
+    const double began = out.from_replica ? out.join_began : out.taken;
+    if (out.first_installed > 0) result["after_probe_s"] = out.first_installed - began - probe;
     result["failures"] = failed;
     const std::uint64_t first = out.installed.empty() ? 0 : out.installed.front();
     const std::uint64_t last = out.installed.empty() ? 0 : out.installed.back();
     std::printf("%s engine job %s: %s, versions %llu..%llu (%zu installs), taken %.3f s after its knock, probe %.3f s, "
-                "first install %.3f s after the take (T_min of its link %.3f ms)\n",
+                "first install %.3f s after %s (T_min of its link %.3f ms)\n",
                 job.program.c_str(), job.name.c_str(), verified ? "verified bit for bit" : "NOT VERIFIED", static_cast<unsigned long long>(first),
                 static_cast<unsigned long long>(last), out.installed.size(), out.taken - out.join_began, probe,
-                out.first_installed > 0 ? out.first_installed - out.taken : 0.0, 1e3 * out.summary.t_min_seconds);
+                out.first_installed > 0 ? out.first_installed - began : 0.0,
+                out.from_replica ? "its knock, from the fleet's replica" : "the take", 1e3 * out.summary.t_min_seconds);
     write_run_results(options, result, reports);
   }
   const Verdict verdict = exchange_verdict(exit_code, everyone, first_failed, timeout);

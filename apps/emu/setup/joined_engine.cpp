@@ -41,10 +41,18 @@ JoinedEngineOutcome serve_joined_engine(const ParameterSet& params, const LoadWe
   out.join_began = comm::local_seconds();
   ReceiverAdapter receiver(MPI_COMM_WORLD, MPI_COMM_WORLD, params, timed, options, hook);
   out.taken = comm::local_seconds();
+  out.from_replica = receiver.installed_version() > 0;  // not taken yet: the plan comes with the take
+  bool planned = !out.from_replica;
   // The engine's own check of each install: every rank verified it, and all hold the same version.
   comm::Group engine(MPI_COMM_WORLD, run.name + "'s install check", nullptr);
   while (out.failure.empty()) {
     const PollResult r = receiver.poll_requests();
+    if (!planned && receiver.summary().t_min_seconds > 0) {  // taken and connected within this poll
+      planned = true;
+      out.taken = comm::local_seconds();
+      out.summary = receiver.summary();
+      out.probe_seconds = std::max(out.probe_seconds, out.summary.longest_probe_seconds);
+    }
     if (r.event == PollResult::Event::kShutdown) {
       out.shut_down = true;
       break;
@@ -58,7 +66,12 @@ JoinedEngineOutcome serve_joined_engine(const ParameterSet& params, const LoadWe
       out.probe_seconds = std::max(out.probe_seconds, out.summary.longest_probe_seconds);
       if (rank == 0) std::printf("%s: joined (%d worker%s)\n", run.name.c_str(), size, size == 1 ? "" : "s");
     } else if (r.event == PollResult::Event::kInstalled) {
-      if (out.first_installed == 0) out.first_installed = comm::local_seconds();
+      if (out.first_installed == 0) {
+        out.first_installed = comm::local_seconds();
+        if (out.from_replica && rank == 0)
+          std::printf("%s: version %llu from the fleet's replica engine, before the trainers took it\n", run.name.c_str(),
+                      static_cast<unsigned long long>(r.version));
+      }
       out.installed.push_back(r.version);
       const std::string wrong = differs(r.version);
       if (!wrong.empty())
@@ -93,6 +106,7 @@ nlohmann::json joined_engine_json(const JoinedEngineOutcome& o) {
   nlohmann::json stalls = nlohmann::json::array();
   for (const StallInterval& s : o.stats.stalls) stalls.push_back({s.version, s.begin_seconds, s.end_seconds});
   const bool installed = o.first_installed > 0;
+  const double began = o.from_replica ? o.join_began : o.taken;  // what the first install waited from
   // The trainers' planned egress for this link per update: what leaves their nodes (need 0: trainer nodes).
   std::int64_t trainer_egress = 0;
   for (std::size_t n = 0; n < o.summary.node_egress_bytes.size() && n < o.summary.node_need_bytes.size(); ++n)
@@ -105,8 +119,9 @@ nlohmann::json joined_engine_json(const JoinedEngineOutcome& o) {
           {"probe_s", o.probe_seconds},
           {"connected_after_s", after(o.connected)},
           {"first_install_after_s", after(o.first_installed)},
-          {"join_to_install_s", installed ? nlohmann::json(o.first_installed - o.taken) : nlohmann::json(nullptr)},
-          {"after_probe_s", installed ? nlohmann::json(o.first_installed - o.taken - o.probe_seconds) : nlohmann::json(nullptr)},
+          {"first_version_from_replica", o.from_replica},
+          {"join_to_install_s", installed ? nlohmann::json(o.first_installed - began) : nlohmann::json(nullptr)},
+          {"after_probe_s", installed ? nlohmann::json(o.first_installed - began - o.probe_seconds) : nlohmann::json(nullptr)},
           {"t_min_s", o.summary.t_min_seconds},
           {"model_bytes", o.summary.model_bytes},
           {"link_trainer_egress_bytes", trainer_egress},

@@ -31,7 +31,11 @@ struct JoinedEngineOutcome {
   std::string failure;                   // the first failure met (this rank's, or the engine's); "" when none
   bool shut_down = false;                // the trainers shut down (the run's normal end)
   double join_began = 0;                 // the adapter's construction began: the job knocks at the port
-  double taken = 0;                      // it returned: the trainers took the joiner at a send_weights
+  double taken = 0;                      // the trainers took the joiner at a send_weights (the adapter's
+                                         // construction returned; served by a replica first: its link's
+                                         // plan at hand after a poll)
+  bool from_replica = false;             // its first version came from the fleet link's replica, before the
+                                         // take (the adapter returned holding it)
   double probe_seconds = 0;              // the probe: the longest worker's (TransferSummary), at least this
                                          // rank's load_weights calls between taken and kConnected
   double connected = 0;                  // kConnected: the joiner's link is planned and registered
@@ -48,8 +52,9 @@ JoinedEngineOutcome serve_joined_engine(const ParameterSet& params, const LoadWe
                                         const BeforeUpdateHook& hook, const VersionCheck& differs, const JoinedEngineRun& run);
 
 /// The outcome as a report: versions, the join's timings relative to join_began (taken_after_s,
-/// probe_s, connected_after_s, first_install_after_s, join_to_install_s from taken, after_probe_s =
-/// join_to_install_s - probe_s), the link's T_min, the trainers' planned egress per update for the link
+/// probe_s, connected_after_s, first_install_after_s, join_to_install_s from taken, or from join_began
+/// for a first version from the replica, which no wait at the port precedes; after_probe_s =
+/// join_to_install_s - probe_s), first_version_from_replica, the link's T_min, the trainers' planned egress per update for the link
 /// (link_trainer_egress_bytes) and the stall intervals [version, begin, end].
 nlohmann::json joined_engine_json(const JoinedEngineOutcome& outcome);
 

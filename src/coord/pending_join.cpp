@@ -1,0 +1,91 @@
+#include "coord/pending_join.hpp"
+
+#include <span>
+#include <utility>
+
+#include "comm/collectives.hpp"
+#include "comm/join.hpp"
+#include "coord/catch_up.hpp"
+#include "coord/fleet_link.hpp"
+#include "coord/join_links.hpp"
+#include "core/checks.hpp"
+#include "core/log.hpp"
+
+namespace wb {
+
+using namespace coord;
+
+PollResult ReceiverAdapter::Pending::failed(Status status) {
+  if (failure.is_ok()) failure = std::move(status);
+  if (leaders != MPI_COMM_NULL) comm::abandon_link(std::exchange(leaders, MPI_COMM_NULL));
+  return {PollResult::Event::kFailed, version, failure};
+}
+
+namespace coord {
+
+bool caught_up_before_take(MPI_Comm engine, const ParameterSet& params, const LoadWeightsFn& load, const AdapterOptions& options,
+                           const BeforeUpdateHook& hook, const ResolvedOptions& resolved,
+                           const std::shared_ptr<SpareTransports>& spares, std::uint64_t& version, SourceMap& probed,
+                           StallInterval& stall) {
+  JoinedComms replica;
+  connect_replica(engine, resolved.join_address, resolved.timeout_seconds, replica);
+  if (!replica.from_replica) return false;
+  int rank = 0;
+  WB_CHECK_MPI(MPI_Comm_rank(engine, &rank));
+  const double began = comm::local_seconds();
+  const Status caught = catch_up_before_take(engine, params, load, options, spares, hook, replica.replica_leaders, version, probed);
+  if (!caught) {
+    if (rank == 0) {
+      WB_LOG(kWarn) << "engine worker 0: no first version from the trainers' replica engine (the trainers' next one comes "
+                       "instead): " << caught.message();
+    }
+    return false;
+  }
+  stall = {version, began, comm::local_seconds()};
+  if (rank == 0) {
+    WB_LOG(kInfo) << "engine worker 0: installed version " << version << " from the trainers' replica engine before joining ("
+                  << comm::seconds_text(stall.end_seconds - began) << "); it serves that until the trainers take it";
+  }
+  return true;
+}
+
+}  // namespace coord
+
+PollResult ReceiverAdapter::poll_pending() {
+  Pending& p = *pending_;
+  if (p.left) return {PollResult::Event::kShutdown, p.version, Status::ok()};
+  if (!p.failure.is_ok()) return {PollResult::Event::kFailed, p.version, p.failure};
+  // The replica's version is this engine's first: kConnected, then kInstalled of it (it serves from here).
+  if (p.said < 2) {
+    ++p.said;
+    return {p.said == 1 ? PollResult::Event::kConnected : PollResult::Event::kInstalled, p.version, Status::ok()};
+  }
+  p.pace.before_step();
+  // Rank 0 looks (never waiting) whether trainer 0 began to take this engine, or how long it has waited;
+  // every rank decides alike.
+  std::int32_t word = 0;  // 1: taken now; 2: not taken within the timeout
+  if (p.rank == 0) word = fleet_offer_arrived(p.leaders) ? 1 : comm::local_seconds() - p.admitted_at > p.timeout ? 2 : 0;
+  try {
+    comm::broadcast_fixed(std::as_writable_bytes(std::span(&word, 1)), 0, p.engine, comm::Waiter{p.timeout, {}},
+                          p.who() + ": whether the trainers take this engine");
+  } catch (const Error& error) {
+    return p.failed(error.status());
+  }
+  if (word == 0) {
+    p.pace.after_step(true);
+    return {PollResult::Event::kNone, p.version, Status::ok()};
+  }
+  if (word == 2)
+    return p.failed(Status(ErrorCode::kTimeout, p.who() + ": the trainers did not take this engine within " + comm::seconds_text(p.timeout) +
+                                                    " of its admission (they take a joiner at their next send_weights: is a "
+                                                    "training step longer than the timeout?)"));
+  JoinedComms joined;
+  try {
+    joined = taken_by_trainers(p.engine, std::exchange(p.leaders, MPI_COMM_NULL), p.address, p.timeout);
+  } catch (const Error& error) {
+    return p.failed(error.status());
+  }
+  return adopt_pending(joined.link);
+}
+
+}  // namespace wb

@@ -1,0 +1,59 @@
+// A fleet link's joiner that the fleet's replica engine served before the trainers took it (issue 31, W4
+// of docs/architecture.md): its first version comes from a replica that holds it, at once, and the engine
+// serves it from its first poll_requests; it waits, admitted at the trainers' port, for their next
+// send_weights, whose take it answers within a poll_requests (ReceiverAdapter::poll_pending), and goes onto
+// their fleet link from there with the map it probed on the catch-up link.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "comm/backoff.hpp"
+#include "coord/connection.hpp"
+#include "transport/spare_transports.hpp"
+#include "weightbridge/adapter.hpp"
+#include "weightbridge/source_map.hpp"
+
+namespace wb {
+
+struct ReceiverAdapter::Pending {
+  MPI_Comm engine = MPI_COMM_NULL;
+  MPI_Comm leaders = MPI_COMM_NULL;  // rank 0: the admission's link to trainer 0
+  int rank = 0;
+  ParameterSet params;
+  LoadWeightsFn load_weights;
+  AdapterOptions options;
+  BeforeUpdateHook hook;
+  std::shared_ptr<SpareTransports> spares;
+  std::string address;
+  double timeout = 0;
+  std::uint64_t version = 0;  // from the replica
+  SourceMap probed;           // probed on the catch-up link: the trainers' connect takes it as it is
+  StallInterval stall;
+  double admitted_at = 0;
+  int said = 0;  // 1: kConnected said, 2: kInstalled too
+  bool left = false;
+  Status failure;
+  comm::Pace pace{0};  // the engine's poll_interval_us, set by the constructor
+
+  std::string who() const { return "joined engine worker " + std::to_string(rank); }
+  /// Failed for good: every later poll says so; the admission is let go (the trainers' take finds it gone).
+  PollResult failed(Status status);
+};
+
+namespace coord {
+
+/// A fleet link's joiner, collective over `engine`, before it knocks at the trainers' port: the version the
+/// trainers' replica engine holds, when its address file is there and touched (the process runs), written
+/// into `params` (its `load_weights` probed on that link: `probed`). False, with one warning on a failure
+/// after the connect, when none came.
+bool caught_up_before_take(MPI_Comm engine, const ParameterSet& params, const LoadWeightsFn& load, const AdapterOptions& options,
+                           const BeforeUpdateHook& hook, const ResolvedOptions& resolved,
+                           const std::shared_ptr<SpareTransports>& spares, std::uint64_t& version, SourceMap& probed,
+                           StallInterval& stall);
+
+}  // namespace coord
+}  // namespace wb
