@@ -147,7 +147,8 @@ Status run_catch_up(const Side& self, MPI_Comm comm, bool replica, const BeforeU
   // waited for meanwhile (the whole timeout). From here neither side serves: the replica's own engine and
   // the joiner have the trainers' next version waiting, under their deadline. A peer that dies in it must
   // cost much less, so every step waits for progress at most half the deadline of a join's answer (itself
-  // at most half the timeout: set it alike in every job).
+  // at most half the timeout: set it alike in every job); before the take (the fleet's replica) the whole
+  // of it, since the joiner probes in this link's connect and only the replica's engine waits.
   link->options.timeout_seconds = (self.before_take ? 1.0 : 0.5) * join_answer_seconds(self.options.timeout_seconds);
   Status status;
   try {

@@ -22,8 +22,10 @@
 #   first version from the built-in engine and serves to the trainers' last.
 # at_once: three engine jobs (2, 2 and 1 workers) started at the same moment all join, each installs every
 #   version from its first to the trainers' last.
-# fleet: fleet_link set on every job; a trainer job with no engine of its own; two engine jobs join one after
-#   the other onto one link and one plan (the second's leader met the first at its port); each installs from
+# fleet: fleet_link set on every job (and fleet_replica, unless the test sets it 0); a trainer job with no engine
+#   of its own; two engine jobs join one after the other onto one link and one plan (the second's leader met the
+#   first at its port); the first, of two workers, is the fleet's replica and writes the second its first version
+#   before the trainers take it (with fleet_replica 0: none); each installs from
 #   the version that took it on, and the trainers' egress per update stays one model copy.
 # fleet_join_after_stop, fleet_join_after_kill: as fleet; then A is SIGSTOPped (SIGKILLed) between updates and C
 #   (one worker) joins: the trainers leave A out (the link rebuilt from B), then widen it with C, in one
