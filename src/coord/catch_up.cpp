@@ -1,10 +1,14 @@
 #include "coord/catch_up.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <exception>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <span>
@@ -16,8 +20,10 @@
 #include "comm/collectives.hpp"
 #include "comm/join.hpp"
 #include "coord/adapter_common.hpp"
+#include "coord/connection.hpp"
 #include "coord/join_links.hpp"
 #include "core/checks.hpp"
+#include "core/laps.hpp"
 #include "core/log.hpp"
 
 namespace wb::coord {
@@ -112,6 +118,9 @@ struct Side {
   std::shared_ptr<SpareTransports> spares;
   const SourceMap* probed = nullptr;                   // null: a joiner that probes on the catch-up link
   const std::vector<TensorInfo>* tensors = nullptr;  // the replica's: the checkpoint's tensor list
+  // A joiner that probed before it connected: the list it probed against (the replica's file), which must
+  // be the one the replica's workers bring to the link.
+  const std::vector<TensorInfo>* probed_against = nullptr;
   // The fleet link's copy before the trainers take the joiner: the trainers wait for neither side, so the
   // joiner waits for the replica (which takes it between its own updates) as long as the timeout, and
   // each step of the copy, the joiner's probe included, as long as a join's answer.
@@ -130,6 +139,7 @@ Side side_of(AdapterBase& self, bool replica) {
 Status run_catch_up(const Side& self, MPI_Comm comm, bool replica, const BeforeUpdateHook* hook, std::uint64_t& v,
                     std::int64_t& bytes, SourceMap* probed_here = nullptr) {
   std::unique_ptr<AdapterBase> link;
+  Laps laps;
   // The copy's steps over the engine run on a duplicate of its own: one given up on halfway (a peer that
   // died or was slow) is never met by a later collective of the engine's own communicator.
   MPI_Comm engine = MPI_COMM_NULL;
@@ -169,7 +179,14 @@ Status run_catch_up(const Side& self, MPI_Comm comm, bool replica, const BeforeU
                                                        "worker " + form + ", another " +
                                                        std::string(reinterpret_cast<const char*>(other.data()), other.size()) + ")"));
     comm::broadcast_fixed(std::as_writable_bytes(std::span(&v, 1)), 0, link->world, link->waiter(), "a joiner's catch-up: its version");
+    laps("checks");
     link->connect(self.tensors, self.probed);
+    laps("connect");
+    const bool same = self.probed_against == nullptr || *self.probed_against == link->connection->tensors;
+    Status listed = same ? Status::ok()
+                         : Status(ErrorCode::kCorruptData, self.who + ": the tensor list beside the replica's address is not the "
+                                                                      "one its workers hold (an older job's file?)");
+    comm::agree(listed, link->world, link->waiter(), "a joiner's catch-up: the tensor list the joiner probed against");
     if (probes_here && probed_here != nullptr) *probed_here = link->connection->probed;
     if (hook != nullptr && *hook) {
       try {
@@ -179,9 +196,13 @@ Status run_catch_up(const Side& self, MPI_Comm comm, bool replica, const BeforeU
       }
     }
     if (status) status = link->run_transfer(v);
+    laps("transfer");
     bytes = link->executor_stats.bytes_written;
-    if (status) comm::agree(Status::ok(), link->world, link->waiter(), "a joiner's catch-up: version " + std::to_string(v));
-    else status = link->give_up(status, "a joiner's catch-up of version " + std::to_string(v) + " (its link names the replica's "
+    if (status) {
+      comm::agree(Status::ok(), link->world, link->waiter(), "a joiner's catch-up: version " + std::to_string(v));
+      laps("agree");
+      WB_LOG(kDebug) << self.who << ": the catch-up's steps: " << laps.text();
+    } else status = link->give_up(status, "a joiner's catch-up of version " + std::to_string(v) + " (its link names the replica's "
                                                "workers trainers): ");
   } catch (const Error& error) {
     status = link->fail(error.status());
@@ -243,6 +264,75 @@ MPI_Comm link_leaders(const Side& self, MPI_Comm leaders, bool joiner) {
 std::string replica_address(const std::string& join_address) { return join_address + ".replica"; }
 
 void keep_replica_fresh(comm::JoinPort& port) { port.keep_fresh(kReplicaTouchSeconds); }
+
+std::string replica_tensors_path(const std::string& join_address) { return replica_address(join_address) + ".tensors"; }
+
+void write_replica_tensors(const std::string& join_address, const std::vector<TensorInfo>& tensors) {
+  // Owner-only as the address is, and whole or absent: written aside, then renamed.
+  const std::string path = replica_tensors_path(join_address), aside = path + ".writing";
+  const std::vector<std::byte> bytes = serialize_source_map(SourceMap{tensors, {}});
+  const int fd = ::open(aside.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  bool written = fd >= 0;
+  for (std::size_t done = 0; written && done < bytes.size();) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    written = n > 0;
+    if (written) done += static_cast<std::size_t>(n);
+  }
+  if (fd >= 0) written = ::close(fd) == 0 && written;
+  if (written && std::rename(aside.c_str(), path.c_str()) == 0) return;
+  std::remove(aside.c_str());
+  WB_LOG(kWarn) << "engine worker 0: cannot write " << path << " (joiners then probe while this replica waits for them)";
+}
+
+void remove_replica_address(const std::string& join_address) {
+  std::remove(replica_address(join_address).c_str());
+  std::remove(replica_tensors_path(join_address).c_str());
+}
+
+EarlyProbe probe_before_replica(MPI_Comm engine, const std::string& join_address, const ParameterSet& params, const LoadWeightsFn& load,
+                                const ResolvedOptions& options, std::vector<TensorInfo>& tensors, SourceMap& probed, double& seconds) {
+  int rank = 0;
+  WB_CHECK_MPI(MPI_Comm_rank(engine, &rank));
+  const comm::Waiter waiter{options.timeout_seconds, {}};
+  std::vector<std::byte> bytes;
+  // Only where a replica's process runs, and for the form a replica's file lists (the checkpoint's).
+  const std::string path = replica_tensors_path(join_address);
+  if (rank == 0 && !options.fp8 && comm::address_touched(replica_address(join_address), kReplicaFreshSeconds)) {
+    std::ifstream in(path, std::ios::binary);
+    std::vector<char> text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    bytes.resize(text.size());
+    std::memcpy(bytes.data(), text.data(), text.size());
+  }
+  bytes = comm::broadcast(bytes, 0, engine, waiter, "joining the trainers: the tensor list beside the replica's address");
+  if (bytes.empty()) return EarlyProbe::kNoList;
+  const double began = comm::local_seconds();
+  Status status;
+  try {
+    tensors = deserialize_source_map(bytes).parameters;
+    status = probe_load_weights(tensors, params, load, options.not_loaded, true, "joining engine worker " + std::to_string(rank) + ": ",
+                                probed);
+  } catch (const Error& error) {
+    status = Status(error.code(), "joining engine worker " + std::to_string(rank) + ": the tensor list in " + path + ": " +
+                                      error.status().message());
+  }
+  try {
+    comm::agree(status, engine, waiter, "joining the trainers: the probe before the replica's copy");
+  } catch (const Error& error) {
+    // The trainers' connect probes again and says why there; the copy is not tried.
+    if (rank == 0) {
+      WB_LOG(kInfo) << "engine worker 0: no copy from the replica (the trainers' connect probes again and says why): "
+                    << error.status().message();
+    }
+    probed = SourceMap{};
+    return EarlyProbe::kFailed;
+  }
+  seconds = comm::local_seconds() - began;
+  if (rank == 0) {
+    WB_LOG(kInfo) << "engine worker 0: probed its load_weights against the replica's tensor list before connecting ("
+                  << comm::seconds_text(seconds) << ")";
+  }
+  return EarlyProbe::kProbed;
+}
 
 void connect_replica(MPI_Comm engine, const std::string& join_address, double timeout, JoinedComms& comms) {
   int rank = 0;
@@ -321,12 +411,13 @@ Status catch_up_from_port(AdapterBase& joiner, MPI_Comm replica_leaders, const B
 
 Status catch_up_before_take(MPI_Comm engine, const ParameterSet& params, const LoadWeightsFn& load_weights, const AdapterOptions& options,
                             std::shared_ptr<SpareTransports> spares, const BeforeUpdateHook& hook, MPI_Comm replica_leaders,
-                            std::uint64_t& installed, SourceMap& probed) {
+                            std::uint64_t& installed, SourceMap& probed, const std::vector<TensorInfo>& probed_against) {
   int rank = 0;
   WB_CHECK_MPI(MPI_Comm_rank(engine, &rank));
+  const bool ahead = !probed.parameters.empty();  // probed before it connected (probe_before_replica)
   const Side self{engine, rank == 0, "joining engine worker " + std::to_string(rank), params, load_weights, resolve_options(options),
-                  std::move(spares), nullptr, nullptr, true};
-  return catch_up_at_replica(self, replica_leaders, hook, installed, &probed);
+                  std::move(spares), ahead ? &probed : nullptr, nullptr, ahead ? &probed_against : nullptr, true};
+  return catch_up_at_replica(self, replica_leaders, hook, installed, ahead ? nullptr : &probed);
 }
 
 Status serve_joiner(AdapterBase& replica, MPI_Comm replica_comm, std::int64_t& bytes) {

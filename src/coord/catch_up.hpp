@@ -22,11 +22,14 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "comm/join.hpp"
+#include "coord/connection.hpp"
 #include "coord/roles.hpp"
 #include "transport/spare_transports.hpp"
 #include "weightbridge/adapter.hpp"
+#include "weightbridge/checkpoint.hpp"
 #include "weightbridge/source_map.hpp"
 #include "weightbridge/status.hpp"
 
@@ -51,6 +54,22 @@ std::string replica_address(const std::string& join_address);
 /// The replica's leader, once its port is open: the port keeps its address file fresh (JoinPort::keep_fresh),
 /// and connect_replica connects only to a replica whose file is (its process runs).
 void keep_replica_fresh(comm::JoinPort& port);
+
+/// The file beside the replica's address that lists the checkpoint's tensors (owner-only, as the address):
+/// written by a joined replica's leader whose engine loads the checkpoint's form when its port opens, so
+/// that a joiner probes its load_weights before it connects, not while the replica (and, in sync, the
+/// trainers' update the replica holds back) waits on the copy link for the probe. Removed with the address.
+std::string replica_tensors_path(const std::string& join_address);
+void write_replica_tensors(const std::string& join_address, const std::vector<TensorInfo>& tensors);
+/// Removes the replica's address file and its tensor list.
+void remove_replica_address(const std::string& join_address);
+/// A joiner, collective over its `engine`, before connect_replica: where a running replica's tensor list
+/// is there (and this engine loads the checkpoint's form), probes its load_weights against it (`tensors`,
+/// `probed`, `seconds`). kNoList: the joiner probes on the copy link; kFailed (`probed` empty): no copy,
+/// and the trainers' connect probes again and says why.
+enum class EarlyProbe { kNoList, kProbed, kFailed };
+EarlyProbe probe_before_replica(MPI_Comm engine, const std::string& join_address, const ParameterSet& params, const LoadWeightsFn& load,
+                                const ResolvedOptions& options, std::vector<TensorInfo>& tensors, SourceMap& probed, double& seconds);
 
 /// A joiner, collective over its `engine` before it joins the trainers: its leader connects to the joined
 /// replica whose address file exists (bounded by join_answer_seconds; none, or one that does not answer,
@@ -89,9 +108,10 @@ Status catch_up(AdapterBase& joiner, MPI_Comm catch_up_comm, const BeforeUpdateH
 Status catch_up_from_port(AdapterBase& joiner, MPI_Comm replica_leaders, const BeforeUpdateHook& hook, std::uint64_t& installed);
 /// The fleet link's joiner, collective over its `engine`, before it joins the trainers (no adapter yet):
 /// the same from the replica whose port its leader connected to (`replica_leaders`), its load_weights
-/// probed on the catch-up link (`probed`: its map, kept for its connect with the trainers).
+/// probed on the catch-up link (`probed`: its map, kept for its connect with the trainers), unless it was
+/// probed before (`probed` given, against `probed_against`).
 Status catch_up_before_take(MPI_Comm engine, const ParameterSet& params, const LoadWeightsFn& load_weights, const AdapterOptions& options,
                             std::shared_ptr<SpareTransports> spares, const BeforeUpdateHook& hook, MPI_Comm replica_leaders,
-                            std::uint64_t& installed, SourceMap& probed);
+                            std::uint64_t& installed, SourceMap& probed, const std::vector<TensorInfo>& probed_against);
 
 }  // namespace wb::coord

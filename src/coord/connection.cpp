@@ -204,29 +204,7 @@ std::int64_t share_partial_blocks(const Connect& c, exec::QuantizedPack* quantiz
 // This worker's load_weights, probed: its source map, or why not (which every rank then throws).
 Status probe_worker(const Connect& c, const std::vector<TensorInfo>& tensors, SourceMap& map) {
   c.doing("probing load_weights");
-  const std::string who = c.who();
-  Status probed;
-  try {
-    const LoadWeightsFn& load = *c.in.load_weights;
-    ProbeReport report;
-    // One wrapper for every pass (the probe checkpoint is one object whose values change between passes):
-    // its name index is built once, not once per pass (100,000 tensors: 5 builds of 100,000 entries).
-    std::unique_ptr<TrainersTensors> trainers;
-    map = probe_source_map(
-        tensors, *c.in.params,
-        [&load, &trainers](const CheckpointReader& probe, const ParameterSet& p) {
-          if (!trainers || !trainers->wraps(probe)) trainers = std::make_unique<TrainersTensors>(probe);
-          load(*trainers, p);
-        },
-        {}, &report);
-    probed = account_elements(*c.in.params, report.accounts, c.options.not_loaded, !c.roles.trainer, who);
-  } catch (const Error& error) {
-    probed = Status(error.code() == ErrorCode::kNotFound ? ErrorCode::kNotFound : ErrorCode::kInvalidArgument,
-                    who + "probing load_weights failed: " + error.status().message());
-  } catch (const std::exception& error) {
-    probed = Status(ErrorCode::kInvalidArgument, who + "load_weights threw while probed: " + error.what());
-  }
-  return probed;
+  return probe_load_weights(tensors, *c.in.params, *c.in.load_weights, c.options.not_loaded, !c.roles.trainer, c.who(), map);
 }
 
 // An FP8 engine: every element of a quantized tensor its load_weights takes comes with its block's scale.
@@ -636,6 +614,31 @@ Connection establish_connection(const ConnectInput& input) {
                   << s.connect_seconds << " s";
   }
   return connection;
+}
+
+Status probe_load_weights(const std::vector<TensorInfo>& tensors, const ParameterSet& params, const LoadWeightsFn& load,
+                          const std::vector<std::string>& not_loaded, bool rollout, const std::string& who, SourceMap& map) {
+  Status probed;
+  try {
+    ProbeReport report;
+    // One wrapper for every pass (the probe checkpoint is one object whose values change between passes):
+    // its name index is built once, not once per pass (100,000 tensors: 5 builds of 100,000 entries).
+    std::unique_ptr<TrainersTensors> trainers;
+    map = probe_source_map(
+        tensors, params,
+        [&load, &trainers](const CheckpointReader& probe, const ParameterSet& p) {
+          if (!trainers || !trainers->wraps(probe)) trainers = std::make_unique<TrainersTensors>(probe);
+          load(*trainers, p);
+        },
+        {}, &report);
+    probed = account_elements(params, report.accounts, not_loaded, rollout, who);
+  } catch (const Error& error) {
+    probed = Status(error.code() == ErrorCode::kNotFound ? ErrorCode::kNotFound : ErrorCode::kInvalidArgument,
+                    who + "probing load_weights failed: " + error.status().message());
+  } catch (const std::exception& error) {
+    probed = Status(ErrorCode::kInvalidArgument, who + "load_weights threw while probed: " + error.what());
+  }
+  return probed;
 }
 
 }  // namespace wb::coord

@@ -88,4 +88,10 @@ struct ConnectInput {
 /// the same wb::Error on every rank (the failing rank named), so that no rank is left waiting.
 Connection establish_connection(const ConnectInput& input);
 
+/// One worker's probe of its `load_weights` against `tensors` (the checkpoint's list) into its source map,
+/// every element accounted for (`not_loaded` aside; `rollout`: an engine's). A failure names `who` (which
+/// ends in ": ") and the cause; nothing is thrown.
+Status probe_load_weights(const std::vector<TensorInfo>& tensors, const ParameterSet& params, const LoadWeightsFn& load,
+                          const std::vector<std::string>& not_loaded, bool rollout, const std::string& who, SourceMap& map);
+
 }  // namespace wb::coord

@@ -27,18 +27,19 @@ Setting<bool> fleet_link_setting("fleet_link", true,
                                  "joined jobs; relay trees run across jobs); a job lost in an update is left out by "
                                  "rebuilding the link from the survivors, and the version re-sent. On the emulated cluster: "
                                  "joins 1.12/1.17 x T_min after the probe, updates after a loss 1.079 x (per-job links: "
-                                 "a copy per job, 2.44 x with two). A joiner's first version is the trainers' next (with "
-                                 "fleet_replica, the fleet's replica's before the take). 0: a "
+                                 "a copy per job, 2.44 x with two). A joiner's first version is the fleet's replica's, "
+                                 "before the take (fleet_replica), else the trainers' next. 0: a "
                                  "link per joined job, a joiner's first version from a replica that holds the latest. Set "
                                  "it alike on the trainers and every engine job. With sender staging a trainer on the fleet "
                                  "link stages all of its parameters.");
 
-// W4 of docs/architecture.md: what a joiner gains is serving from its arrival; what it costs is the
-// replica's engine answering no request while it writes. Off by default: on the emulated cluster (208 MB,
-// 1 Gbit/s) the copy took 3.4-3.8 s (2.0-2.3 x T_min, 1.3-1.6 s of it the copy link's connect), a sync
-// update during it 4.7-5.3 s against 1.8-1.9 s, and in async with a 5 s timeout a second joiner that came
-// during a copy was not taken in time (figures in the README).
-Setting<bool> fleet_replica_setting("fleet_replica", false,
+// W4 of docs/architecture.md: what a joiner gains is serving from its arrival, not from the trainers' next
+// send_weights; what it costs is the replica's engine answering no request while it writes. On by default
+// since that cost came down to the one plan's own cost of a join (emulated cluster, 208 MB, 1 Gbit/s, sync:
+// the copy 2.5-3.0 s, a joiner's probe no longer on it and its link's transports opened ahead; an update
+// meeting it +1.9-2.6 s, the take +1.2-1.9 s, against +2.3-4.3 s for the take without a replica; figures
+// in the README).
+Setting<bool> fleet_replica_setting("fleet_replica", true,
                                     "Engines as jobs of their own, on the fleet link (trainers' setting): 1: the link's first "
                                     "engine job of two workers or more is its replica, and writes a joiner the version it "
                                     "holds before the trainers take it, so the joiner serves at once (the replica's engine "

@@ -26,15 +26,24 @@ namespace coord {
 bool caught_up_before_take(MPI_Comm engine, const ParameterSet& params, const LoadWeightsFn& load, const AdapterOptions& options,
                            const BeforeUpdateHook& hook, const ResolvedOptions& resolved,
                            const std::shared_ptr<SpareTransports>& spares, std::uint64_t& version, SourceMap& probed,
-                           StallInterval& stall) {
+                           StallInterval& stall, double& probe_seconds) {
+  // The probe first, where the replica left its tensor list: the replica then waits for no probe.
+  std::vector<TensorInfo> tensors;
+  if (probe_before_replica(engine, resolved.join_address, params, load, resolved, tensors, probed, probe_seconds) == EarlyProbe::kFailed)
+    return false;
   JoinedComms replica;
   connect_replica(engine, resolved.join_address, resolved.timeout_seconds, replica);
-  if (!replica.from_replica) return false;
+  if (!replica.from_replica) {
+    probed = SourceMap{};  // the trainers' connect probes (against their list)
+    return false;
+  }
   int rank = 0;
   WB_CHECK_MPI(MPI_Comm_rank(engine, &rank));
   const double began = comm::local_seconds();
-  const Status caught = catch_up_before_take(engine, params, load, options, spares, hook, replica.replica_leaders, version, probed);
+  const Status caught =
+      catch_up_before_take(engine, params, load, options, spares, hook, replica.replica_leaders, version, probed, tensors);
   if (!caught) {
+    probed = SourceMap{};
     if (rank == 0) {
       WB_LOG(kWarn) << "engine worker 0: no first version from the trainers' replica engine (the trainers' next one comes "
                        "instead): " << caught.message();

@@ -31,7 +31,8 @@ struct ReceiverAdapter::Pending {
   std::string address;
   double timeout = 0;
   std::uint64_t version = 0;  // from the replica
-  SourceMap probed;           // probed on the catch-up link: the trainers' connect takes it as it is
+  SourceMap probed;           // probed before or on the catch-up link: the trainers' connect takes it as it is
+  TransferSummary summary;    // until the take: longest_probe_seconds, the probe before the copy
   StallInterval stall;
   double admitted_at = 0;
   int said = 0;  // 1: kConnected said, 2: kInstalled too
@@ -48,12 +49,13 @@ namespace coord {
 
 /// A fleet link's joiner, collective over `engine`, before it knocks at the trainers' port: the version the
 /// trainers' replica engine holds, when its address file is there and touched (the process runs), written
-/// into `params` (its `load_weights` probed on that link: `probed`). False, with one warning on a failure
-/// after the connect, when none came.
+/// into `params` (its `load_weights` probed before it connected where the replica's tensor list is there,
+/// taking `probe_seconds` (left as given otherwise), else on that link; `probed`). False, with one warning
+/// on a failure after the connect, when none came.
 bool caught_up_before_take(MPI_Comm engine, const ParameterSet& params, const LoadWeightsFn& load, const AdapterOptions& options,
                            const BeforeUpdateHook& hook, const ResolvedOptions& resolved,
                            const std::shared_ptr<SpareTransports>& spares, std::uint64_t& version, SourceMap& probed,
-                           StallInterval& stall);
+                           StallInterval& stall, double& probe_seconds);
 
 }  // namespace coord
 }  // namespace wb

@@ -110,6 +110,7 @@ struct ReceiverAdapter::State : AdapterBase {
   }
 
   ~State() {
+    if (replica_port.port) std::remove(replica_tensors_path(options.join_address).c_str());  // the address goes with the port
     try {
       close_join_port(replica_port, group_comm, options.timeout_seconds, "engine worker");
     } catch (const Error& error) {
@@ -128,7 +129,10 @@ struct ReceiverAdapter::State : AdapterBase {
   void open_replica_port() {
     try {
       replica_port = open_join_port(group_comm, replica_address(options.join_address), options.timeout_seconds, "engine worker");
-      if (replica_port.port) keep_replica_fresh(*replica_port.port);
+      if (replica_port.port) {
+        if (connection && !options.fp8) write_replica_tensors(options.join_address, connection->tensors);
+        keep_replica_fresh(*replica_port.port);
+      }
     } catch (const Error& error) {
       if (roles.leader) {
         WB_LOG(kWarn) << who() << ": cannot serve joiners their first version (later joiners get the trainers' next): "
@@ -489,8 +493,10 @@ ReceiverAdapter::ReceiverAdapter(MPI_Comm world, MPI_Comm engine_comm, Parameter
       // the trainers' port now and taken at their next send_weights (poll_pending). Any other joiner waits
       // here to be taken, and its first version is the trainers' next.
       auto early = std::make_unique<Pending>();
+      double probe_seconds = 0;
       const bool served = caught_up_before_take(engine_comm, params, load_weights, options, before_update_hook, resolved, spares,
-                                                early->version, early->probed, early->stall);
+                                                early->version, early->probed, early->stall, probe_seconds);
+      early->summary.longest_probe_seconds = probe_seconds;  // the probe before the copy (on its link: 0)
       const MPI_Comm leaders = admit_at_trainers(engine_comm, resolved.join_address, resolved.timeout_seconds);
       if (served) {
         Pending& p = *early;
@@ -663,6 +669,7 @@ bool ReceiverAdapter::closed() const {
 
 const TransferSummary& ReceiverAdapter::summary() const {
   static const TransferSummary none;
+  if (pending_) return pending_->summary;
   return state_ && state_->connection ? state_->connection->summary : none;
 }
 

@@ -71,7 +71,7 @@ void SenderAdapter::State::appoint_fleet_replica(State& link) {
   const int id = chosen >= 0 ? link.fleet_records[static_cast<std::size_t>(chosen)].id : -1;
   if (id == fleet_replica) return;
   // The last one is gone (lost, left, or left out): a joiner must not find its address.
-  if (fleet_replica >= 0) std::remove(replica_address(options.join_address).c_str());
+  if (fleet_replica >= 0) remove_replica_address(options.join_address);
   fleet_replica = -1;
   if (chosen >= 0 &&
       link.send_request_to(link.roles.engine_leaders[static_cast<std::size_t>(chosen)], RequestKind::kBeReplica, 0).is_ok())

@@ -73,7 +73,7 @@ struct SenderAdapter::State : AdapterBase {
     given.join_address = std::string();
     if (!this->options.join_address.empty()) {
       // A joined replica's address file beside ours is only ever one of this job's.
-      if (roles.leader) std::remove(replica_address(this->options.join_address).c_str());
+      if (roles.leader) remove_replica_address(this->options.join_address);
       port = open_join_port(group_comm, this->options.join_address, this->options.timeout_seconds);
       // Once a link wanted the network transport, one is kept opened for the next joiner's link.
       spares = std::make_shared<SpareTransports>(this->options.transport);
@@ -123,10 +123,10 @@ struct SenderAdapter::State : AdapterBase {
     // A trainer's notice of the failure carries what the engine is told: the cause is what follows.
     if (link.why.starts_with(link.announce_prefix)) link.why.erase(0, link.announce_prefix.size());
     // A dropped replica's port is gone with it: later joiners must not connect there (one that left closed it).
-    if (link.replica && !link.left && roles.leader) std::remove(replica_address(options.join_address).c_str());
+    if (link.replica && !link.left && roles.leader) remove_replica_address(options.join_address);
     link.replica = false;
     if (!link.fleet_records.empty() && fleet_replica >= 0 && roles.leader) {  // the fleet link dropped whole: its replica too
-      std::remove(replica_address(options.join_address).c_str());
+      remove_replica_address(options.join_address);
       fleet_replica = -1;
     }
     if (!roles.leader) return;

@@ -47,8 +47,13 @@ exec::RankPlaces choose_transports(State& s, bool cuda_parameters, const comm::W
   };
   const auto use = [&](int peer, TransportKind kind) {
     if (!s.transports.count(kind)) {
+      const double began = comm::local_seconds();
       std::unique_ptr<Transport> spare = s.options.spares ? s.options.spares->take(kind, s.rank) : nullptr;
+      const bool was_spare = spare != nullptr;
       s.transports.emplace(kind, spare ? std::move(spare) : make_transport(kind, s.rank));
+      // Which one waited here, and how long (a missing spare held every rank of a join's link: measured).
+      WB_LOG(kDebug) << "rank " << s.rank << ": transport " << transport_name(kind) << (was_spare ? ", a spare," : " opened")
+                     << " in " << comm::local_seconds() - began << " s";
     }
     s.peers[peer].transport = s.transports[kind].get();
   };

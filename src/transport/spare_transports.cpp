@@ -1,9 +1,5 @@
 #include "transport/spare_transports.hpp"
 
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <exception>
 #include <utility>
@@ -28,10 +24,6 @@ std::unique_ptr<Transport> open_spare() noexcept {
   return nullptr;
 }
 
-// The calling thread only (Linux: a thread's nice value is its own), for good: an unprivileged thread
-// cannot raise it again, so only the spares for later joins are opened after it.
-void lower_this_thread() noexcept { (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 19); }
-
 }  // namespace
 
 SpareTransports::SpareTransports(std::string forced) : forced_(std::move(forced)) {}
@@ -46,8 +38,7 @@ SpareTransports::~SpareTransports() {
 
 void SpareTransports::prepare(int count) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!lowered_) urgent_ += count;  // after a background opening lowered the opener, prepare() is keep()
-  else count_ = std::max(count_, count);
+  urgent_ += count;
   refill();
 }
 
@@ -78,27 +69,18 @@ void SpareTransports::refill() {
   prepare_libfabric_environment();  // on this thread, not the opener's
 #endif
   opening_ = true;
-  urgent_opening_ = urgent_ > 0;
   opener_ = std::thread([this] { open_missing(); });
 }
 
 void SpareTransports::open_missing() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (!stopping_ && !failed_ && (urgent_ > 0 || static_cast<int>(ready_.size()) < count_)) {
-    urgent_opening_ = urgent_ > 0;
-    if (urgent_opening_) {
-      --urgent_;
-    } else if (!lowered_) {
-      lowered_ = true;
-      lower_this_thread();
-    }
-    opening_ = true;
+    if (urgent_ > 0) --urgent_;
     lock.unlock();
     std::unique_ptr<Transport> spare = open_spare();
     lock.lock();
     if (spare) ready_.push_back(std::move(spare));
     else failed_ = true;
-    urgent_opening_ = false;
     changed_.notify_all();
   }
   opening_ = false;
@@ -111,8 +93,8 @@ std::unique_ptr<Transport> SpareTransports::take(TransportKind kind, int rank) {
   {
     std::unique_lock<std::mutex> lock(mutex_);
     wanted_ = true;
-    // A spare prepare() opens is waited for: no longer than opening one here (and it is under way already).
-    changed_.wait(lock, [this] { return !ready_.empty() || (!urgent_opening_ && urgent_ == 0) || failed_ || stopping_; });
+    // A spare under way is waited for: no longer than opening one here, which would contend with it.
+    changed_.wait(lock, [this] { return !ready_.empty() || !opening_ || failed_ || stopping_; });
     if (!ready_.empty()) {
       spare = std::move(ready_.front());
       ready_.erase(ready_.begin());

@@ -3,9 +3,12 @@
 // connect and 0.11 s of its catch-up link's in it (traced on one host, the jobs as machines of their own),
 // where the connect's other steps took 0.05 s. So a process that joins opens its transports while it
 // waits to be taken, and the trainers and a replica, once one of their links wanted one, keep one opened
-// for the next join, each on a thread of its own. A spare is the network transport between machines
+// for the next join, on a thread of the pool. A spare is the network transport between machines
 // (libfabric here; ibverbs and the transports of one machine are opened when needed, as before); one
-// that is never taken is closed with its pool.
+// that is never taken is closed with its pool. Spares open at the process's own priority: opened at nice
+// 19, the kept ones were not ready after 10 s among ranks that poll (the emulated cluster, 8 ranks on 2
+// cores), and every rank of the next link waited 1.5-2.9 s for the one rank that then opened its own
+// (0.01-0.02 s with them ready).
 #pragma once
 
 #include <condition_variable>
@@ -30,17 +33,15 @@ class SpareTransports {
   SpareTransports(const SpareTransports&) = delete;
   SpareTransports& operator=(const SpareTransports&) = delete;
 
-  /// Opens `count` spares now, one after another on a thread of the pool (the first is ready soonest), at
-  /// this process's priority: they are wanted soon (a joiner's links), and take() waits for them.
+  /// Opens `count` spares now, one after another on a thread of the pool (the first is ready soonest): they
+  /// are wanted soon (a joiner's links), and take() waits for them. None of them is opened again once taken.
   void prepare(int count);
   /// From now on keeps `count` spares opened, and after a spare is asked for at least `after_take` (a
-  /// process whose links want the network transport keeps one for the next), opened at the lowest priority
-  /// (nice 19): they never take a core from the work of a join under way. take() does not wait for one of
-  /// these still opening (it returns null: its caller opens one itself, as soon as without a pool).
+  /// process whose links want the network transport keeps one for the next).
   void keep(int count, int after_take);
-  /// A spare of `kind` for world rank `rank` (waiting for one that prepare() is opening); null when the
-  /// pool holds none of that kind ready, or its opening failed (the caller then opens one itself, which
-  /// reports why).
+  /// A spare of `kind` for world rank `rank` (waiting for one being opened: no longer than opening one);
+  /// null when the pool holds none of that kind and opens none, or its opening failed (the caller then
+  /// opens one itself, which reports why).
   std::unique_ptr<Transport> take(TransportKind kind, int rank);
   /// Whether a link of this process asked for a spare (take) since the pool was made.
   bool wanted() const;
@@ -51,12 +52,10 @@ class SpareTransports {
 
   std::string forced_;
   int usable_ = -1;  // whether the transport between machines is libfabric; -1: not decided yet
-  int urgent_ = 0;   // prepare()'s spares not opened yet
+  int urgent_ = 0;  // prepare()'s spares not opened yet
   int count_ = 0, after_take_ = 0;
   bool wanted_ = false;
-  bool opening_ = false;  // the opener is opening one now
-  bool urgent_opening_ = false;  // ... of prepare()'s
-  bool lowered_ = false;  // the opener thread runs at nice 19
+  bool opening_ = false;  // the opener thread runs
   bool failed_ = false;   // an opening failed: no more are tried
   bool stopping_ = false;
   std::vector<std::unique_ptr<Transport>> ready_;

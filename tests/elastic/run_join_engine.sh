@@ -27,6 +27,8 @@
 #   first at its port); the first, of two workers, is the fleet's replica and writes the second its first version
 #   before the trainers take it (with fleet_replica 0: none); each installs from
 #   the version that took it on, and the trainers' egress per update stays one model copy.
+# fleet_bad_list: as fleet, with the tensor list beside A's replica address damaged before B comes: B refuses
+#   the copy before it connects to A (one line naming the file), and its first version is the take's.
 # fleet_join_after_stop, fleet_join_after_kill: as fleet; then A is SIGSTOPped (SIGKILLed) between updates and C
 #   (one worker) joins: the trainers leave A out (the link rebuilt from B), then widen it with C, in one
 #   send_weights; C installs from that version on, B every version; stopped, A is resumed, reports kFailed and
@@ -73,7 +75,7 @@ run() { timeout 200 "$mpiexec" --oversubscribe --ompi-server "file:$dir/uri" --m
   export WB_LOG_LEVEL=${WB_LOG_LEVEL:-info}
 ranks=3  # 2 trainers and a built-in engine; joined_replica: the trainers alone
 [[ $scenario == joined_replica || $scenario == kill_relay || $scenario == fleet* ]] && ranks=2
-# fleet*: the fleet's replica on (WB_FLEET_REPLICA, off by default) unless the test turns it off.
+# fleet*: the fleet's replica on (WB_FLEET_REPLICA, the default) unless the test turns it off.
 [[ $scenario == fleet* ]] && export WB_FLEET_LINK=1 WB_LOG_LEVEL=${WB_LOG_LEVEL:-info} WB_FLEET_REPLICA=${WB_FLEET_REPLICA:-1}
 # kill and stop run on either link (the fleet link, fleet_link's default, unless WB_FLEET_LINK=0): the loss is
 # said in the link's words.
@@ -82,7 +84,8 @@ $fleet_link && lost_words="was lost in version" || lost_words="was dropped after
 # Every job alike: it also bounds a joiner's catch-up, which must end well within the trainers' 5 s deadline
 # of the victim scenarios.
 export WB_JOIN_ANSWER_SECONDS=${WB_JOIN_ANSWER_SECONDS:-3}
-run -np $ranks "$program" trainers "$dir/address" "$mode" "$scenario" > "$dir/trainers.log" 2>&1 &
+# fleet_bad_list is fleet to the trainers: only the file between the engine jobs differs.
+run -np $ranks "$program" trainers "$dir/address" "$mode" "${scenario/#fleet_bad_list/fleet}" > "$dir/trainers.log" 2>&1 &
 trainers=$!
 for _ in $(seq 600); do
   grep -q "version 3 sent" "$dir/trainers.log" 2>/dev/null && break
@@ -132,6 +135,14 @@ case $scenario in
   at_once) engine first serve; engine second serve; engine third serve 1 ;;
   fleet) engine first serve; engines_at 1; engine second serve ;;
   fleet_kill) engine first killed; engines_at 1; engine second serve ;;
+  fleet_bad_list)
+    # The tensor list beside the replica's address is not one (damaged, or an older job's): B refuses the
+    # copy before it connects there and is taken as a joiner with no replica.
+    engine first serve; engines_at 1
+    for _ in $(seq 600); do [[ -s $dir/address.replica.tensors ]] && break; sleep 0.1; done
+    [[ -s $dir/address.replica.tensors ]] || fail "the replica left no tensor list beside its address"
+    (umask 077 && printf 'not a tensor list' > "$dir/list" && mv "$dir/list" "$dir/address.replica.tensors")
+    engine second serve ;;
   fleet_kill_arriving)
     engine first frozen_arriving; engines_at 1; engine second serve
     await_trainers "was lost in version"
@@ -250,6 +261,10 @@ expect_first_from_replica() {
   grep -q "wrote version $firsts to a joining engine" "$2" || fail "$(basename "$2")'s job did not write version $firsts to the joiner of $(basename "$1")"
   grep -q "installed version $firsts from the trainers' replica engine before joining" "$1" ||
     fail "the joiner of $(basename "$1") did not say it installed version $firsts from the replica before joining"
+  # It probed against the tensor list beside the replica's address before it connected there: the
+  # replica, and the trainers' update it holds back, wait for no probe.
+  grep -q "probed its load_weights against the replica's tensor list before connecting" "$1" ||
+    fail "the joiner of $(basename "$1") did not probe before it connected to the replica"
 }
 # The fleet link's loss: trainer 0 did not wait for the note of the engine the failed update found lost
 # (A: silent at a deadline, dead, or left), only for B's, so its wait ended on B's answer, not at its bound.
@@ -302,6 +317,14 @@ case $scenario in
     fi
     [[ $(grep -c "joined the fleet link after version" "$dir/trainers.log") == 2 ]] || fail "not two joins onto the fleet link"
     grep -q "2 engines on one plan" "$dir/trainers.log" || fail "the second join did not put both engines on one plan"
+    # Every job ended: the replica's address and tensor list went with its port.
+    [[ ! -e $dir/address.replica && ! -e $dir/address.replica.tensors ]] || fail "the replica's files outlived its job"
+    serving="$dir/first.log $dir/second.log" ;;
+  fleet_bad_list)
+    grep -q "no copy from the replica (the trainers' connect probes again and says why): .*the tensor list in .*address.replica.tensors" \
+      "$dir/second.log" || fail "B did not refuse the damaged tensor list beside the replica's address"
+    grep -q "wrote version .* to a joining engine" "$dir/first.log" && fail "A wrote B a copy, though B refused its list"
+    expect_first_install "$dir/second.log" 0
     serving="$dir/first.log $dir/second.log" ;;
   fleet_leave)
     # A left on the fleet link: said once, not as a loss; B rejoined the link rebuilt without it and serves on.
