@@ -8,7 +8,6 @@
 #include <cstring>
 #include <exception>
 #include <fstream>
-#include <iterator>
 #include <memory>
 #include <optional>
 #include <span>
@@ -295,13 +294,18 @@ EarlyProbe probe_before_replica(MPI_Comm engine, const std::string& join_address
   WB_CHECK_MPI(MPI_Comm_rank(engine, &rank));
   const comm::Waiter waiter{options.timeout_seconds, {}};
   std::vector<std::byte> bytes;
-  // Only where a replica's process runs, and for the form a replica's file lists (the checkpoint's).
+  // For the form a replica's file lists (the checkpoint's). Whether the replica runs is connect_replica's
+  // check, after the probe: it must be fresh when the joiner connects, and waiting for a touch here too
+  // cost every join up to a touch's interval (a stale list costs a probe the trainers' connect repeats).
   const std::string path = replica_tensors_path(join_address);
-  if (rank == 0 && !options.fp8 && comm::address_touched(replica_address(join_address), kReplicaFreshSeconds)) {
-    std::ifstream in(path, std::ios::binary);
-    std::vector<char> text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    bytes.resize(text.size());
-    std::memcpy(bytes.data(), text.data(), text.size());
+  if (rank == 0 && !options.fp8) {
+    std::ifstream in(path, std::ios::binary | std::ios::ate);
+    if (in) {
+      bytes.resize(static_cast<std::size_t>(in.tellg()));
+      in.seekg(0);
+      in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+      if (!in) bytes.clear();
+    }
   }
   bytes = comm::broadcast(bytes, 0, engine, waiter, "joining the trainers: the tensor list beside the replica's address");
   if (bytes.empty()) return EarlyProbe::kNoList;

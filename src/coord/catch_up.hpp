@@ -63,8 +63,8 @@ std::string replica_tensors_path(const std::string& join_address);
 void write_replica_tensors(const std::string& join_address, const std::vector<TensorInfo>& tensors);
 /// Removes the replica's address file and its tensor list.
 void remove_replica_address(const std::string& join_address);
-/// A joiner, collective over its `engine`, before connect_replica: where a running replica's tensor list
-/// is there (and this engine loads the checkpoint's form), probes its load_weights against it (`tensors`,
+/// A joiner, collective over its `engine`, before connect_replica: where a replica's tensor list is there
+/// (and this engine loads the checkpoint's form), probes its load_weights against it (`tensors`,
 /// `probed`, `seconds`). kNoList: the joiner probes on the copy link; kFailed (`probed` empty): no copy,
 /// and the trainers' connect probes again and says why.
 enum class EarlyProbe { kNoList, kProbed, kFailed };
