@@ -157,6 +157,12 @@ void AdapterBase::abandon_link_comms() {
   link = MPI_COMM_NULL;
 }
 
+void AdapterBase::release_staging_if_idle() {
+  // Only the executor's copies read or write the staging (never a peer: their writes land in the transfer
+  // buffers, kept with the link), and this link's executor runs no update again.
+  if (connection && thread.idle()) connection->staging = Staging();
+}
+
 comm::Waiter AdapterBase::waiter() const {
   comm::Waiter w;
   w.timeout = options.timeout_seconds;
@@ -216,7 +222,8 @@ void AdapterBase::announce_departure(const std::string& why) {
   for (const double until = comm::local_seconds() + 0.05; comm::local_seconds() < until; backoff.pause()) (void)faults->poll();
 }
 
-void AdapterBase::connect(const std::vector<TensorInfo>* checkpoint_tensors, const SourceMap* probed, const Connection* widened) {
+void AdapterBase::connect(const std::vector<TensorInfo>* checkpoint_tensors, const SourceMap* probed, const Connection* widened,
+                          const Staging* share_staging) {
   // A framework that moved its parameters between construction and connect (vLLM's
   // process_weights_after_loading, say): the probe must read where load_weights writes. A joined link's
   // connect (`probed`) probes nothing of this worker: its moves reach the link at each send.
@@ -239,6 +246,7 @@ void AdapterBase::connect(const std::vector<TensorInfo>* checkpoint_tensors, con
   input.enter_together = watched_job;
   input.stage_whole = stage_whole;
   if (widened != nullptr && widened->executor) input.reuse_buffers = widened->executor->transfer_buffers();
+  input.share_staging = share_staging;
   // The world's connect (not a joined link's). Engine 0 may become the replica that feeds joiners: its pool
   // learns whether its links want the network transport (a trainer's that takes joins has one already).
   const bool world_connect = link == MPI_COMM_NULL;

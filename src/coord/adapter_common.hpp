@@ -75,6 +75,9 @@ struct AdapterBase {
   /// A joined link given up on and kept (never destroyed): its communicators are abandoned now
   /// (comm::abandon_link), and nothing uses them afterwards.
   void abandon_link_comms();
+  /// A link given up on after a loss and kept: its staging (as large as what it stages) released now, unless
+  /// its background transfer still runs past its deadline and may read or write it (then kept with it).
+  void release_staging_if_idle();
   double now() const { return comm::local_seconds() + clock_offset; }
   std::string who() const { return describe_worker(roles, roles.world_rank); }
   /// Every wait of this adapter: the timeout, and the fault channel served while waiting.
@@ -115,8 +118,11 @@ struct AdapterBase {
   /// here and, through its notice, on every rank. `probed`: this worker's load_weights probed before (a
   /// trainer connecting a joined link), not probed again. `widened`: the connection of the link this one
   /// widens (a re-link with a joiner, every update of it ended): its transfer buffers serve again.
+  /// `share_staging`: the staging of the link this one replaces (widened, or rebuilt after a loss), whose
+  /// memory the new link's staging shares (ConnectInput::share_staging): only where no transfer of the old
+  /// link can write it any more (a rollout's transfer thread idle; a trainer's only ever reads it).
   void connect(const std::vector<TensorInfo>* checkpoint_tensors, const SourceMap* probed = nullptr,
-               const Connection* widened = nullptr);
+               const Connection* widened = nullptr, const Staging* share_staging = nullptr);
   /// The executor's figures, refreshed when no transfer runs.
   void refresh_stats();
   AdapterStats stats() const;

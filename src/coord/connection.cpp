@@ -384,7 +384,8 @@ bool casts_in_pack(const ResolvedOptions& options, const ParameterSet& params) {
 // assembles into, nothing else (a trainer's: coord::stage_for_sending).
 Staging stage_parameters(const Connect& c, const RoundSchedule& schedule, exec::QuantizedPack* quantized) {
   const ResolvedOptions& options = c.options;
-  if (c.roles.trainer) return options.sender_staging ? stage_for_sending(*c.in.params, schedule, quantized, c.in.stage_whole) : Staging();
+  const Staging* share = c.in.share_staging;
+  if (c.roles.trainer) return options.sender_staging ? stage_for_sending(*c.in.params, schedule, quantized, c.in.stage_whole, share) : Staging();
   Staging staging;
   if (options.receiver_staging) {
     const std::size_t parameters = c.in.params->size();
@@ -392,10 +393,11 @@ Staging stage_parameters(const Connect& c, const RoundSchedule& schedule, exec::
     for (const RoundPlan& round : schedule.rounds)
       for (const BufferCopy& copy : round.assemble)
         if (copy.copy.parameter < parameters) copies.push_back(copy);
-    staging = Staging(*c.in.params, touched_ranges(copies, parameters));
+    staging = Staging(*c.in.params, touched_ranges(copies, parameters), share);
     // Every staged page touched now, at connect: the first update's assembles would otherwise take the
     // page faults (measured at 4 replicas, 8 workers of 104 MB on 2 cores: that update 6 s, the next ones 2 s).
-    throw_if_error(staging.copy_from(*c.in.params));
+    if (share != nullptr && staging.shares_memory_with(*share)) staging.prefault();
+    else throw_if_error(staging.copy_from(*c.in.params));
   }
   return staging;
 }

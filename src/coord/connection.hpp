@@ -82,6 +82,9 @@ struct ConnectInput {
   /// A re-link onto a widened link: the old link's transfer buffers on this rank, taken over where large
   /// enough (ExecutorOptions::reuse_buffers); null otherwise.
   std::shared_ptr<const exec::TransferBuffers> reuse_buffers;
+  /// A re-link: the old link's staging on this rank, whose memory the new one shares (Staging's `share`),
+  /// so that a re-link maps and faults in no new pages and keeps the version they hold; null otherwise.
+  const Staging* share_staging = nullptr;
 };
 
 /// Probe (unless given), all-gather, plan on world rank 0, scatter, stage, register and connect. Every failure throws

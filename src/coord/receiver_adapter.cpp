@@ -585,7 +585,7 @@ PollResult ReceiverAdapter::relink() {
   try {
     fresh = std::make_unique<State>(JoinedComms{widened}, old.group_comm, old.params, old.load_weights, old.given, old.hook);
     fresh->spares = old.spares;
-    fresh->connect(nullptr, &old.connection->probed, &*old.connection);
+    fresh->connect(nullptr, &old.connection->probed, &*old.connection, old.thread.idle() ? &old.connection->staging : nullptr);
   } catch (const Error& error) {
     if (!fresh) comm::abandon_link(widened);
     return old.failed(error.status());
@@ -612,7 +612,8 @@ PollResult ReceiverAdapter::rejoin(const PollResult& failed) {
     if (made.rebuilt == MPI_COMM_NULL) return failed;
     fresh = std::make_unique<State>(JoinedComms{made.rebuilt}, made.engine, old.params, old.load_weights, old.given, old.hook);
     fresh->spares = old.spares;
-    fresh->connect(nullptr, &old.connection->probed);
+    // The old link's staging pages, unless its transfer still runs and may assemble into them.
+    fresh->connect(nullptr, &old.connection->probed, nullptr, old.thread.idle() ? &old.connection->staging : nullptr);
   } catch (const Error& error) {
     if (!fresh && made.rebuilt != MPI_COMM_NULL) comm::abandon_link(made.rebuilt);
     if (old.roles.leader) {
@@ -629,6 +630,7 @@ PollResult ReceiverAdapter::rejoin(const PollResult& failed) {
                   << old.version << "): " << failed.status.message();
   }
   old.abandon_link_comms();  // it spans the lost job: never waited on again, kept with its buffers
+  old.release_staging_if_idle();  // its hold on the pages it may share with the rebuilt link's staging
   comm::keep_alive(std::shared_ptr<State>(state_.release()));
   state_ = std::move(fresh);
   // A failure after the install completed (summing the engine's stalls): the version is in, said now.

@@ -31,7 +31,9 @@ void SenderAdapter::State::relink_fleet(MPI_Comm merged, State* widened, double 
   if (roles.leader)
     for (std::size_t e = kept; e < link->roles.engine_leaders.size(); ++e)
       throw_if_error(link->send_request_to(link->roles.engine_leaders[e], RequestKind::kConnect, 0));
-  link->connect(&checkpoint_tensors, &connection->probed, widened ? &*widened->connection : nullptr);
+  // Every update of the widened link ended: the new one takes its transfer buffers and its staging's pages.
+  link->connect(&checkpoint_tensors, &connection->probed, widened ? &*widened->connection : nullptr,
+                widened ? &widened->connection->staging : nullptr);
   if (widened) {
     carry_over(*widened, *link);
     link->acknowledged = widened->acknowledged;
@@ -152,7 +154,9 @@ Status SenderAdapter::State::recover_fleet(std::size_t k, const Status& cause, s
     link->link = verdict.rebuilt;
     link->stage_whole = true;
     link->spares = spares;  // the network transport kept opened for the next link
-    link->connect(&checkpoint_tensors, &connection->probed);
+    // On the lost link's staging pages (no new ones faulted in), which keep the version a resend reads: a
+    // transfer of the lost link still running only reads them, and sends over a link nobody installs from.
+    link->connect(&checkpoint_tensors, &connection->probed, nullptr, &old.connection->staging);
   } catch (const Error& error) {
     drop(k, error.status());
     return error.status();
@@ -202,6 +206,9 @@ Status SenderAdapter::State::recover_fleet(std::size_t k, const Status& cause, s
   } else {
     lost->abandon_link_comms();
   }
+  // The lost link's hold on the staging: the rebuilt link's from here (a trainer kept a staging of every
+  // parameter per loss before).
+  lost->release_staging_if_idle();
   comm::keep_alive(lost);
   if (!resent) drop(k, resent);
   return resent;

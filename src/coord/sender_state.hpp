@@ -118,6 +118,7 @@ struct SenderAdapter::State : AdapterBase {
   void drop(std::size_t k, const Status& cause) {
     State& link = *joined[k];
     link.dropped = true;
+    link.release_staging_if_idle();  // skipped from here on: its staging is not kept for the rest of the process
     link.left = is_leave(cause);
     link.why = cause.message();
     // A trainer's notice of the failure carries what the engine is told: the cause is what follows.

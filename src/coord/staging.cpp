@@ -10,8 +10,10 @@
 #include <iterator>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include "core/checks.hpp"
+#include "core/host_pages.hpp"
 #include "exec/cpu_copy_kernels.hpp"
 #include "exec/quantized_pack.hpp"
 
@@ -93,27 +95,58 @@ ByteRanges page_spans(const ByteRanges& ranges, std::int64_t page) {
   return out;
 }
 
-Staging::Staging(const ParameterSet& params, std::vector<ByteRanges> ranges) : active_(true) {
+Staging::Arena::~Arena() {
+  if (data != nullptr) ::munmap(data, mapped);
+}
+
+Staging::Staging(const ParameterSet& params, std::vector<ByteRanges> ranges, const Staging* share) : active_(true) {
   copies_.resize(params.size());
   const bool device = !params.empty() && params[0].view.memory == MemoryKind::kCuda;
   const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  // One reservation for every parameter, each from a page boundary of its own: the ranges' whole 2 MiB
+  // blocks then come as huge pages (core/host_pages.hpp), across parameters too (an MoE's experts of
+  // 512 KiB each are served as well as one tensor of 1 GiB), and every staging over the same parameters
+  // has the same layout, whatever its ranges (what `share` needs). Pages no range touches cost nothing.
+  std::vector<std::size_t> offsets(params.size(), 0);
+  std::size_t total = 0;
+  bool any = false;
+  for (std::size_t p = 0; p < params.size(); ++p) {
+    offsets[p] = total;
+    total += (params[p].view.nbytes() + page - 1) / page * page;
+    any = any || (p < ranges.size() && !ranges[p].empty());
+  }
+  if (!any) return;
+  if (share != nullptr && share->arena_ && share->arena_->offsets == offsets && !device) {
+    arena_ = share->arena_;
+  } else {
+    auto arena = std::make_shared<Arena>();
+    arena->data = map_host_pages(total, arena->mapped);
+    if (arena->data == nullptr)
+      throw Error(ErrorCode::kSystem, "cannot reserve " + std::to_string(total) + " bytes of staging for " +
+                                          std::to_string(params.size()) + " parameters: " + std::strerror(errno));
+    arena->offsets = offsets;
+    arena_ = std::move(arena);
+  }
+  std::byte* const base = arena_->data;
   try {
     if (device) stream_ = DeviceCopyStream(params[0].view.device);
+    ByteRanges spans;  // the ranges in the reservation, adjacent ones merged
     for (std::size_t p = 0; p < params.size() && p < ranges.size(); ++p) {
       if (ranges[p].empty()) continue;
       Copy& copy = copies_[p];
-      copy.mapped = (params[p].view.nbytes() + page - 1) / page * page;
-      void* memory = ::mmap(nullptr, copy.mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-      if (memory == MAP_FAILED)
-        throw Error(ErrorCode::kSystem, "cannot reserve " + std::to_string(copy.mapped) + " bytes of staging for parameter " +
-                                            params[p].name + ": " + std::strerror(errno));
-      copy.data = static_cast<std::byte*>(memory);
+      copy.data = base + offsets[p];
       for (const auto& [first, last] : ranges[p]) bytes_ += last - first;
       copy.ranges = device ? close_gaps(ranges[p], kDeviceCopyGap) : std::move(ranges[p]);
+      for (const auto& [first, last] : copy.ranges) {
+        const auto at = static_cast<std::int64_t>(offsets[p]);
+        if (!spans.empty() && at + first <= spans.back().second) spans.back().second = std::max(spans.back().second, at + last);
+        else spans.emplace_back(at + first, at + last);
+      }
       if (device)
         for (const auto& [first, last] : page_spans(copy.ranges, static_cast<std::int64_t>(page)))
           pinned_.emplace_back(copy.data + first, static_cast<std::size_t>(last - first));
     }
+    for (const auto& [first, last] : spans) advise_huge_pages(base + first, base + last);
   } catch (...) {
     release();
     throw;
@@ -123,8 +156,8 @@ Staging::Staging(const ParameterSet& params, std::vector<ByteRanges> ranges) : a
 Staging::~Staging() { release(); }
 
 Staging::Staging(Staging&& other) noexcept
-    : copies_(std::move(other.copies_)), round_pieces_(std::move(other.round_pieces_)), bytes_(other.bytes_), active_(other.active_), stream_(std::move(other.stream_)),
-      pinned_(std::move(other.pinned_)) {
+    : copies_(std::move(other.copies_)), arena_(std::move(other.arena_)), round_pieces_(std::move(other.round_pieces_)),
+      bytes_(other.bytes_), active_(other.active_), stream_(std::move(other.stream_)), pinned_(std::move(other.pinned_)) {
   other.copies_.clear();
   other.round_pieces_.clear();
   other.pinned_.clear();
@@ -136,6 +169,7 @@ Staging& Staging::operator=(Staging&& other) noexcept {
   if (this != &other) {
     release();
     copies_ = std::move(other.copies_);
+    arena_ = std::move(other.arena_);
     round_pieces_ = std::move(other.round_pieces_);
     bytes_ = other.bytes_;
     active_ = other.active_;
@@ -154,12 +188,20 @@ void Staging::release() {
   (void)stream_.wait();
   pinned_.clear();  // unpinned before unmapped
   stream_ = DeviceCopyStream();
-  for (Copy& copy : copies_)
-    if (copy.data != nullptr) ::munmap(copy.data, copy.mapped);
+  arena_.reset();  // unmapped with the last staging that shares it
   copies_.clear();
   round_pieces_.clear();
   bytes_ = 0;
   active_ = false;
+}
+
+void Staging::prefault() {
+  if (stream_.valid()) return;
+  const auto page = static_cast<std::int64_t>(::sysconf(_SC_PAGESIZE));
+  for (const Copy& copy : copies_)
+    for (const auto& [first, last] : page_spans(copy.ranges, page))
+      if (!populate_host_pages(copy.data + first, static_cast<std::size_t>(last - first)))
+        throw Error(ErrorCode::kSystem, "cannot fault in " + std::to_string(last - first) + " bytes of staging: " + std::strerror(errno));
 }
 
 Status Staging::copy(const ParameterSet& params, bool to_staging, void* after_stream) {
@@ -176,6 +218,7 @@ Status Staging::copy(const ParameterSet& params, bool to_staging, void* after_st
         const auto n = static_cast<std::size_t>(last - first);
         std::byte* const dst = to_staging ? copies_[p].data + first : at(p, first);
         const std::byte* const src = to_staging ? at(p, first) : copies_[p].data + first;
+        if (dst == src) continue;  // parameters that are views of this staging (a resend from shared memory)
         if (n >= kStreamingBytes) {
           exec::cpu::copy_streaming(dst, src, n);
           streamed = true;
@@ -255,9 +298,11 @@ Status Staging::copy_from_by_round(const ParameterSet& params, std::atomic<int>&
     return status;
   }
   for (std::size_t r = 0; r < round_pieces_.size(); ++r) {
-    for (const Piece& piece : round_pieces_[r])
-      std::memcpy(copies_[piece.parameter].data + piece.first, static_cast<const std::byte*>(params[piece.parameter].view.data) + piece.first,
-                  static_cast<std::size_t>(piece.last - piece.first));
+    for (const Piece& piece : round_pieces_[r]) {
+      std::byte* const dst = copies_[piece.parameter].data + piece.first;
+      const std::byte* const src = static_cast<const std::byte*>(params[piece.parameter].view.data) + piece.first;
+      if (dst != src) std::memcpy(dst, src, static_cast<std::size_t>(piece.last - piece.first));  // as in copy()
+    }
     if (also) also(r);
     staged.store(static_cast<int>(r + 1), std::memory_order_release);
   }
@@ -265,7 +310,8 @@ Status Staging::copy_from_by_round(const ParameterSet& params, std::atomic<int>&
   return Status::ok();
 }
 
-Staging stage_for_sending(const ParameterSet& params, const RoundSchedule& schedule, exec::QuantizedPack* quantized, bool whole) {
+Staging stage_for_sending(const ParameterSet& params, const RoundSchedule& schedule, exec::QuantizedPack* quantized, bool whole,
+                          const Staging* share) {
   const std::size_t parameters = params.size();
   const bool device = !params.empty() && params[0].view.memory == MemoryKind::kCuda;
   std::vector<BufferCopy> copies;
@@ -284,13 +330,16 @@ Staging stage_for_sending(const ParameterSet& params, const RoundSchedule& sched
   std::vector<ByteRanges> ranges = touched_ranges(copies, parameters);
   if (whole)
     for (std::size_t p = 0; p < parameters; ++p) ranges[p] = {{0, static_cast<std::int64_t>(params[p].view.nbytes())}};
-  Staging staging(params, std::move(ranges));
+  Staging staging(params, std::move(ranges), share);
   // Staged in the order the rounds read it, so that an update's transfer starts with its first round's bytes.
   std::vector<std::span<const BufferCopy>> by_round;
   for (std::size_t r = 0, first = 0; r < round_ends.size(); first = round_ends[r++])
     by_round.push_back(std::span<const BufferCopy>(copies).subspan(first, round_ends[r] - first));
   staging.order_by_rounds(by_round);
-  throw_if_error(staging.copy_from(params));
+  // Touched now, at connect; memory shared with an older link keeps what it holds (the version a resend
+  // after a loss reads, or the widened link's, should the widening fail).
+  if (share != nullptr && staging.shares_memory_with(*share)) staging.prefault();
+  else throw_if_error(staging.copy_from(params));
   return staging;
 }
 

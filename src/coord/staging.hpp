@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <utility>
 #include <vector>
@@ -36,15 +37,19 @@ ByteRanges page_spans(const ByteRanges& ranges, std::int64_t page);
 inline constexpr std::int64_t kDeviceCopyGap = 64 << 10;
 
 /// Host copies of what one side stages: per parameter, the bytes the schedule reads (sender) or writes
-/// (receiver), at their own offsets inside a reservation of the parameter's size. The pages of that
-/// reservation the plan never touches are never touched at all, so host memory grows with what is staged,
-/// not with the parameters (page granularity). Parameters in CUDA memory (all on one device; the adapters
+/// (receiver), at their own offsets inside a reservation of the parameter's size (one reservation for all
+/// the parameters, the ranges' whole 2 MiB blocks in huge pages). The pages of that reservation the plan
+/// never touches are never touched at all, so host memory grows with what is staged, not with the
+/// parameters (page granularity). Parameters in CUDA memory (all on one device; the adapters
 /// check it): the staged pages are pinned, and the copies run as device copies on a stream of the
 /// staging's own, ranges closer than kDeviceCopyGap merged.
 class Staging {
  public:
   Staging() = default;
-  Staging(const ParameterSet& params, std::vector<ByteRanges> ranges);
+  /// `share`: a staging over the same parameters whose memory this one uses too (host parameters; otherwise,
+  /// or with another layout, ignored): a re-link's plan over the old link's pages, already faulted in, and
+  /// what they hold kept. The caller sees that two stagings sharing memory never run transfers at once.
+  Staging(const ParameterSet& params, std::vector<ByteRanges> ranges, const Staging* share = nullptr);
   ~Staging();
   Staging(Staging&& other) noexcept;
   Staging& operator=(Staging&& other) noexcept;
@@ -79,16 +84,27 @@ class Staging {
   bool covers(const Staging& other) const;
   /// The copies one copy_from or copy_to makes.
   std::size_t copies_per_version() const;
+  /// Whether both use the same memory (the constructor's `share` taken).
+  bool shares_memory_with(const Staging& other) const { return arena_ != nullptr && arena_ == other.arena_; }
+  /// Faults the staged pages in for writing without changing what they hold (the first touch kept off the
+  /// update path where copy_from at connect would overwrite a shared staging). Throws wb::Error (kSystem).
+  void prefault();
 
  private:
   void release();
   Status copy(const ParameterSet& params, bool to_staging, void* after_stream);
   struct Copy {
-    std::byte* data = nullptr;  // mapping of `mapped` bytes, null when the parameter is not staged
-    std::size_t mapped = 0;
+    std::byte* data = nullptr;  // inside the arena, null when the parameter is not staged
     ByteRanges ranges;
   };
   std::vector<Copy> copies_;
+  struct Arena {  // one reservation (core/host_pages.hpp), unmapped with the last staging that uses it
+    std::byte* data = nullptr;
+    std::size_t mapped = 0;
+    std::vector<std::size_t> offsets;  // each parameter's, at a page boundary: the layout
+    ~Arena();
+  };
+  std::shared_ptr<const Arena> arena_;
   struct Piece {
     std::size_t parameter = 0;
     std::int64_t first = 0, last = 0;
@@ -108,7 +124,8 @@ class Staging {
 /// copy_from fail.
 /// `whole`: every byte of every parameter is staged, not only what this schedule packs (a trainer on the fleet
 /// link: a resend after a loss, planned anew, reads the version from this staging).
+/// `share`: as for the constructor; memory shared is faulted in (prefault), not copied into.
 Staging stage_for_sending(const ParameterSet& params, const RoundSchedule& schedule, exec::QuantizedPack* quantized,
-                          bool whole = false);
+                          bool whole = false, const Staging* share = nullptr);
 
 }  // namespace wb::coord

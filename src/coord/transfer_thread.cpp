@@ -38,6 +38,11 @@ bool TransferThread::finished() const {
   return active_ && !running_;
 }
 
+bool TransferThread::idle() const {
+  std::unique_lock lock(mutex_);
+  return !running_;
+}
+
 Status TransferThread::wait(const comm::Waiter& waiter, const std::string& what) {
   const double start = comm::local_seconds();
   std::unique_lock lock(mutex_);

@@ -28,6 +28,8 @@ class TransferThread {
   bool active() const;
   /// The started job has finished (its result is ready for wait()).
   bool finished() const;
+  /// No job runs (none started, claimed, or finished): nothing of it reads or writes its buffers any more.
+  bool idle() const;
   /// Waits for the job and returns its status (ok when none was started). Returns early, the job still
   /// running and unclaimed, with kTimeout naming `what` when it runs past the waiter's timeout, or with the
   /// failure a peer announced (the job, which watches the same notices, ends soon after).

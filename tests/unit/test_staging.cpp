@@ -6,9 +6,12 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "coord/staging.hpp"
+#include "core/host_pages.hpp"
+#include "host_pages_probe.hpp"
 #include "plan/round_schedule.hpp"
 
 namespace wb::coord {
@@ -106,6 +109,79 @@ TEST(Staging, LongHostRangesOffCacheLinesAreCopiedExactlyBothWays) {
     const bool in = next < staged.size() && static_cast<std::int64_t>(i) >= staged[next].first;
     ASSERT_EQ(a[i], in ? static_cast<std::uint8_t>(i * 7 + 1) : before[i]) << "byte " << i;
   }
+}
+
+// The parameters share one reservation (each from a page boundary), the ranges' whole 2 MiB blocks
+// ask for huge pages across parameters, and a parameter staged in part gets no advice and no page beyond
+// what its range touches (with the kernel's "always" mode, no block beyond its range's).
+TEST(Staging, ParametersShareOneReservationWithHugePagesOnlyWhereWholeBlocksAreStaged) {
+  constexpr std::int64_t kMiB = 1 << 20;
+  std::vector<std::uint8_t> a(3 * kMiB, 1), b(5 * kMiB + 7, 2), c(4 * kMiB, 3), d(6 * kMiB, 4);
+  ParameterSet params;
+  params.add("a", TensorView::contiguous(a.data(), DType::kU8, {static_cast<std::int64_t>(a.size())}));
+  params.add("b", TensorView::contiguous(b.data(), DType::kU8, {static_cast<std::int64_t>(b.size())}));
+  params.add("c", TensorView::contiguous(c.data(), DType::kU8, {static_cast<std::int64_t>(c.size())}));
+  params.add("d", TensorView::contiguous(d.data(), DType::kU8, {static_cast<std::int64_t>(d.size())}));
+  const std::int64_t in_d = 3 * kMiB + 100;
+  std::vector<ByteRanges> ranges = {{{0, 3 * kMiB}}, {{0, 5 * kMiB + 7}}, {}, {{in_d, in_d + 10}}};
+  Staging staging(params, ranges);
+  ASSERT_TRUE(staging.copy_from(params).is_ok());
+  const ParameterMemory memory = staging.memory(params);
+  const std::size_t page = page_size();
+  const std::size_t after_a = (a.size() + page - 1) / page * page, after_b = (b.size() + page - 1) / page * page;
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(memory.data[0]) % kHugePageBytes, 0u);
+  EXPECT_EQ(memory.data[1], memory.data[0] + after_a);  // b right after a: a and b staged as one span
+  EXPECT_EQ(memory.data[2], reinterpret_cast<std::byte*>(c.data()));  // c not staged: never touched
+  EXPECT_EQ(memory.data[3], memory.data[1] + after_b + c.size());  // c's room reserved, never touched
+  // a and b together: 8 MiB + 7 bytes from the boundary, blocks 0 to 3 whole.
+  EXPECT_TRUE(asks_for_huge_pages(memory.data[0]));
+  EXPECT_TRUE(asks_for_huge_pages(memory.data[1] + kMiB));  // a's last MiB and b's first: one block
+  EXPECT_TRUE(asks_for_huge_pages(memory.data[0] + 4 * kHugePageBytes - 1));
+  EXPECT_FALSE(asks_for_huge_pages(memory.data[0] + 4 * kHugePageBytes));
+  EXPECT_FALSE(asks_for_huge_pages(memory.data[3] + in_d));
+  EXPECT_EQ(std::memcmp(memory.data[1], b.data(), b.size()), 0);
+  EXPECT_EQ(memory.data[3][in_d + 9], std::byte{4});
+  // d: only the page of its range, or with the kernel's "always" that page's block.
+  const std::size_t resident = resident_pages(memory.data[3], d.size());
+  if (huge_pages_always()) EXPECT_LE(resident, kHugePageBytes / page + 1);
+  else EXPECT_EQ(resident, 1u);
+}
+
+// A re-link's staging shares the old link's memory (the same parameters): what it holds is kept, its new
+// ranges are faulted in without a write, a resend whose parameters are views of it copies nothing onto
+// itself, and the memory lives until the last staging using it goes. Other parameters' sizes: not shared.
+TEST(Staging, ARelinksStagingSharesTheOldMemoryAndKeepsWhatItHolds) {
+  TwoParameters two;
+  std::optional<Staging> old(std::in_place, two.params, std::vector<ByteRanges>{{{0, 10000}}, {{0, 300}}});
+  ASSERT_TRUE(old->copy_from(two.params).is_ok());  // the version the old link sent
+  const ParameterMemory held = old->memory(two.params);
+  std::memset(two.a.data(), 0x55, two.a.size());  // the trainer's parameters move on
+
+  Staging relinked(two.params, std::vector<ByteRanges>{{{200, 9000}}, {}}, &*old);
+  ASSERT_TRUE(relinked.shares_memory_with(*old));
+  const ParameterMemory memory = relinked.memory(two.params);
+  EXPECT_EQ(memory.data[0], held.data[0]);
+  EXPECT_EQ(memory.data[1], reinterpret_cast<std::byte*>(two.b.data()));  // b not staged by the new plan
+  relinked.prefault();
+  for (std::int64_t i = 0; i < 10000; ++i)
+    ASSERT_EQ(memory.data[0][i], std::byte(static_cast<std::uint8_t>(i * 7 + 1))) << "byte " << i;
+  // The resend: parameters that are views of the shared memory, copied "into" it: nothing changes.
+  ParameterSet views;
+  views.add("a", TensorView::contiguous(held.data[0], DType::kU8, {10000}));
+  views.add("b", TensorView::contiguous(held.data[1], DType::kU8, {300}));
+  ASSERT_TRUE(relinked.copy_from(views).is_ok());
+  EXPECT_EQ(memory.data[0][4321], std::byte(static_cast<std::uint8_t>(4321 * 7 + 1)));
+  old.reset();  // the old link's hold released: the memory stays with the new staging
+  ASSERT_TRUE(relinked.copy_from(two.params).is_ok());
+  EXPECT_EQ(memory.data[0][200], std::byte{0x55});
+  EXPECT_EQ(memory.data[0][199], std::byte(static_cast<std::uint8_t>(199 * 7 + 1)));  // outside its ranges
+
+  std::vector<std::uint8_t> larger(20000);
+  ParameterSet other;
+  other.add("a", TensorView::contiguous(larger.data(), DType::kU8, {20000}));
+  other.add("b", TensorView::contiguous(two.b.data(), DType::kU8, {300}));
+  const Staging elsewhere(other, std::vector<ByteRanges>{{{0, 20000}}, {}}, &relinked);
+  EXPECT_FALSE(elsewhere.shares_memory_with(relinked));
 }
 
 TEST(Staging, ASideThatDoesNotStageHandsOverTheParametersInTheirOwnMemory) {
