@@ -396,8 +396,7 @@ Staging stage_parameters(const Connect& c, const RoundSchedule& schedule, exec::
     staging = Staging(*c.in.params, touched_ranges(copies, parameters), share);
     // Every staged page touched now, at connect: the first update's assembles would otherwise take the
     // page faults (measured at 4 replicas, 8 workers of 104 MB on 2 cores: that update 6 s, the next ones 2 s).
-    if (share != nullptr && staging.shares_memory_with(*share)) staging.prefault();
-    else throw_if_error(staging.copy_from(*c.in.params));
+    staging.touch_at_connect(*c.in.params, share);
   }
   return staging;
 }

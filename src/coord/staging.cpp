@@ -204,6 +204,11 @@ void Staging::prefault() {
         throw Error(ErrorCode::kSystem, "cannot fault in " + std::to_string(last - first) + " bytes of staging: " + std::strerror(errno));
 }
 
+void Staging::touch_at_connect(const ParameterSet& params, const Staging* share) {
+  if (share != nullptr && shares_memory_with(*share)) prefault();
+  else throw_if_error(copy_from(params));
+}
+
 Status Staging::copy(const ParameterSet& params, bool to_staging, void* after_stream) {
   const auto at = [&](std::size_t p, std::int64_t offset) { return static_cast<std::byte*>(params[p].view.data) + offset; };
   if (!stream_.valid()) {
@@ -327,19 +332,18 @@ Staging stage_for_sending(const ParameterSet& params, const RoundSchedule& sched
     for (const BufferCopy& read : quantized->converted_reads()) copies.push_back(read);  // after every round
   else if (quantized != nullptr)
     quantized->order_by_rounds(packs);
-  std::vector<ByteRanges> ranges = touched_ranges(copies, parameters);
+  std::vector<ByteRanges> ranges(parameters);
   if (whole)
     for (std::size_t p = 0; p < parameters; ++p) ranges[p] = {{0, static_cast<std::int64_t>(params[p].view.nbytes())}};
+  else
+    ranges = touched_ranges(copies, parameters);
   Staging staging(params, std::move(ranges), share);
   // Staged in the order the rounds read it, so that an update's transfer starts with its first round's bytes.
   std::vector<std::span<const BufferCopy>> by_round;
   for (std::size_t r = 0, first = 0; r < round_ends.size(); first = round_ends[r++])
     by_round.push_back(std::span<const BufferCopy>(copies).subspan(first, round_ends[r] - first));
   staging.order_by_rounds(by_round);
-  // Touched now, at connect; memory shared with an older link keeps what it holds (the version a resend
-  // after a loss reads, or the widened link's, should the widening fail).
-  if (share != nullptr && staging.shares_memory_with(*share)) staging.prefault();
-  else throw_if_error(staging.copy_from(params));
+  staging.touch_at_connect(params, share);
   return staging;
 }
 

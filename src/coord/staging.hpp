@@ -86,9 +86,12 @@ class Staging {
   std::size_t copies_per_version() const;
   /// Whether both use the same memory (the constructor's `share` taken).
   bool shares_memory_with(const Staging& other) const { return arena_ != nullptr && arena_ == other.arena_; }
-  /// Faults the staged pages in for writing without changing what they hold (the first touch kept off the
-  /// update path where copy_from at connect would overwrite a shared staging). Throws wb::Error (kSystem).
+  /// Faults the staged pages in for writing without changing what they hold. Throws wb::Error (kSystem).
   void prefault();
+  /// The first touch, at connect, so that no update takes the page faults: memory shared with `share` (the
+  /// constructor's) faulted in and kept as it is (the version a resend after a loss reads, or the widened
+  /// link's, should the widening fail); fresh memory by copying the parameters in. Throws wb::Error.
+  void touch_at_connect(const ParameterSet& params, const Staging* share);
 
  private:
   void release();
@@ -124,7 +127,7 @@ class Staging {
 /// copy_from fail.
 /// `whole`: every byte of every parameter is staged, not only what this schedule packs (a trainer on the fleet
 /// link: a resend after a loss, planned anew, reads the version from this staging).
-/// `share`: as for the constructor; memory shared is faulted in (prefault), not copied into.
+/// `share`: as for the constructor (touch_at_connect: memory shared is faulted in, not copied into).
 Staging stage_for_sending(const ParameterSet& params, const RoundSchedule& schedule, exec::QuantizedPack* quantized,
                           bool whole = false, const Staging* share = nullptr);
 

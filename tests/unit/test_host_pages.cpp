@@ -4,13 +4,8 @@
 // for huge pages) and which pages are resident (mincore).
 #include <gtest/gtest.h>
 #include <sys/mman.h>
-#include <unistd.h>
 
 #include <cstdint>
-#include <fstream>
-#include <sstream>
-#include <string>
-#include <vector>
 
 #include "core/host_pages.hpp"
 #include "host_pages_probe.hpp"

@@ -148,8 +148,8 @@ TEST(Staging, ParametersShareOneReservationWithHugePagesOnlyWhereWholeBlocksAreS
 }
 
 // A re-link's staging shares the old link's memory (the same parameters): what it holds is kept, its new
-// ranges are faulted in without a write, a resend whose parameters are views of it copies nothing onto
-// itself, and the memory lives until the last staging using it goes. Other parameters' sizes: not shared.
+// ranges are faulted in without a write, a resend whose parameters are views of it leaves it as it is,
+// and the memory lives until the last staging using it goes. Other parameters' sizes: not shared.
 TEST(Staging, ARelinksStagingSharesTheOldMemoryAndKeepsWhatItHolds) {
   TwoParameters two;
   std::optional<Staging> old(std::in_place, two.params, std::vector<ByteRanges>{{{0, 10000}}, {{0, 300}}});
@@ -162,7 +162,7 @@ TEST(Staging, ARelinksStagingSharesTheOldMemoryAndKeepsWhatItHolds) {
   const ParameterMemory memory = relinked.memory(two.params);
   EXPECT_EQ(memory.data[0], held.data[0]);
   EXPECT_EQ(memory.data[1], reinterpret_cast<std::byte*>(two.b.data()));  // b not staged by the new plan
-  relinked.prefault();
+  relinked.touch_at_connect(two.params, &*old);  // shared: faulted in, nothing copied
   for (std::int64_t i = 0; i < 10000; ++i)
     ASSERT_EQ(memory.data[0][i], std::byte(static_cast<std::uint8_t>(i * 7 + 1))) << "byte " << i;
   // The resend: parameters that are views of the shared memory, copied "into" it: nothing changes.
