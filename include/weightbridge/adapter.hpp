@@ -316,9 +316,10 @@ class ReceiverAdapter {
   ~ReceiverAdapter();
   /// An engine that joined by address leaves the trainers, best between updates: it tells them and lets
   /// go of its link; the trainers go on without it from their next send_weights (the other engines' plans
-  /// are their own and unchanged). poll_requests returns kShutdown from then on. Every rank of the engine
-  /// calls it. Throws kUnsupported on an engine that is a rank of the trainers' world (its leaving ends the
-  /// job as before).
+  /// are their own and unchanged). poll_requests returns kShutdown from then on. Collective over the
+  /// engine: every rank calls it after the same poll_requests, and each announces its departure once all
+  /// have (after the timeout, alone). Throws kUnsupported on an engine that is a rank of the trainers' world
+  /// (its leaving ends the job as before).
   void leave();
   ReceiverAdapter(const ReceiverAdapter&) = delete;
   ReceiverAdapter& operator=(const ReceiverAdapter&) = delete;

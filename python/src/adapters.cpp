@@ -521,7 +521,8 @@ void bind_adapters(py::module_& m) {
            "with aborted_version, status and parameters_intact (the next call raises).")
       .def("leave", &PyReceiverAdapter::leave,
            "An engine that joined by address (join_address) leaves the trainers, best between updates, on\n"
-           "every rank of its job: it tells them and lets go of its link; poll_requests then returns\n"
+           "every rank of its job after the same poll_requests (collective over the engine): it tells them\n"
+           "and lets go of its link; poll_requests then returns\n"
            "Event.SHUTDOWN. Also done when such an adapter is destroyed after a clean stop. weightbridge.Error\n"
            "for an engine of the trainers' own world (it cannot leave without ending the job).")
       .def_property_readonly("installed_version", &PyReceiverAdapter::installed_version)

@@ -570,6 +570,12 @@ void ReceiverAdapter::leave() {
     throw Error(ErrorCode::kUnsupported, s.who() + ": leave() is for an engine job that joined by address; an engine "
                                                    "of the trainers' world cannot leave without ending the job");
   if (s.shut_down || !s.failure.is_ok()) return;
+  // Together: the poll that returned kInstalled may return on one worker while another still ends that
+  // install (the engine's stall sum), and a departure announced then would fail the install there.
+  if (Status together = s.group->step(Status::ok(), s.waiter(), s.who() + ": leaving (every worker of the engine calls leave())");
+      !together) {
+    WB_LOG(kWarn) << s.who() << ": leaving alone: " << together.message();
+  }
   s.announce_departure(std::string("its engine ") + kLeftBetweenUpdates + " (ReceiverAdapter::leave or its destruction)");
   s.left = true;
   s.shut_down = true;
