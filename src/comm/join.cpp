@@ -323,6 +323,38 @@ bool address_touched(const std::string& path, double seconds) {
   return false;
 }
 
+AddressWatch::AddressWatch(std::string path, double silence)
+    : path_(std::move(path)), silence_(silence), changed_at_(local_seconds()) {}
+
+AddressWatch::Verdict AddressWatch::look() {
+  const double now = local_seconds();
+  if (last_ != Verdict::kAlive || now - read_at_ < 0.25) return last_;
+  read_at_ = now;
+  struct stat st {};
+  if (stat(path_.c_str(), &st) != 0) return last_ = Verdict::kGone;
+  if (st.st_mtim.tv_sec != seen_sec_ || st.st_mtim.tv_nsec != seen_nsec_) {
+    seen_sec_ = st.st_mtim.tv_sec;
+    seen_nsec_ = st.st_mtim.tv_nsec;
+    changed_at_ = now;
+  } else if (now - changed_at_ > silence_) {
+    last_ = Verdict::kSilent;
+  }
+  return last_;
+}
+
+Status AddressWatch::why(Verdict verdict) const {
+  switch (verdict) {
+    case Verdict::kAlive: return Status::ok();
+    case Verdict::kGone:
+      return Status(ErrorCode::kNotFound, "the address file " + path_ + " is gone: the trainers stopped taking joins (they shut "
+                                                                        "down, or their port failed) before they took this engine");
+    case Verdict::kSilent: break;
+  }
+  return Status(ErrorCode::kTimeout, "the trainers' port did not touch the address file " + path_ + " for " + seconds_text(silence_) +
+                                         " (their job is stopped or dead; a live one touches it every " +
+                                         seconds_text(kAddressTouchSeconds) + "), and had not taken this engine");
+}
+
 const std::string& JoinPort::port_name() const { return shared_->address.port; }
 
 const JoinAddress& JoinPort::address() const { return shared_->address; }
@@ -450,9 +482,8 @@ MPI_Comm join_by_address(const std::string& path, double timeout) {
 
 namespace {
 // One small message each way on the leaders' intercommunicator (rank 0 on either side): sends `say`,
-// waits up to `seconds` for `hear`; the first when `first`, else the other way round.
-Status exchange(MPI_Comm leaders, int say, int hear, bool first, double seconds, const std::string& what) {
-  const Waiter waiter{seconds, {}};
+// waits for `hear` as `waiter` says; the first when `first`, else the other way round.
+Status exchange(MPI_Comm leaders, int say, int hear, bool first, const Waiter& waiter, const std::string& what) {
   OperationPtr in = make_operation(0, sizeof(std::int64_t));
   WB_TRY_MPI(MPI_Irecv(in->in.data(), 1, MPI_INT64_T, 0, hear, leaders, &in->request));
   const auto tell = [&]() -> Status {
@@ -471,15 +502,18 @@ Status exchange(MPI_Comm leaders, int say, int hear, bool first, double seconds,
 }  // namespace
 
 bool confirm_take(MPI_Comm leaders, double seconds) {
-  return exchange(leaders, kTakeTag, kReadyTag, true, seconds, "the joiner's ready").is_ok();
+  return exchange(leaders, kTakeTag, kReadyTag, true, Waiter{seconds, {}}, "the joiner's ready").is_ok();
 }
 
-Status answer_take(MPI_Comm leaders, double seconds) {
-  const Status taken = exchange(leaders, kReadyTag, kTakeTag, false, seconds, "the trainers' take");
-  if (taken) return taken;
-  return Status(taken.code(), "the trainers did not take this engine within " + seconds_text(seconds) +
-                                  " of its admission (they take a joiner at their next send_weights: is a training "
-                                  "step longer than the timeout?)");
+Status answer_take(MPI_Comm leaders, double seconds) { return answer_take(leaders, Waiter{seconds, {}}); }
+
+Status answer_take(MPI_Comm leaders, const Waiter& waiter) {
+  return exchange(leaders, kReadyTag, kTakeTag, false, waiter, "the take");
+}
+
+bool take_began(MPI_Comm leaders) {
+  int found = 0;
+  return MPI_Iprobe(0, kTakeTag, leaders, &found, MPI_STATUS_IGNORE) == MPI_SUCCESS && found != 0;
 }
 
 bool knock(const JoinAddress& address, double timeout) {

@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/operation.hpp"
 #include "weightbridge/status.hpp"
 
 namespace wb::comm {
@@ -39,6 +40,9 @@ std::string make_join_secret();
 void write_address_file(const std::string& path, const JoinAddress& address);
 /// Reads an address file. Throws wb::Error naming the path (absent, unreadable, malformed).
 JoinAddress read_address_file(const std::string& path);
+
+/// How often the trainers' port touches its address file (keep_fresh) while it takes joins.
+inline constexpr double kAddressTouchSeconds = 0.5;
 
 /// The trainers' leader's side: the open port, the address file, and the thread that accepts joiners.
 class JoinPort {
@@ -72,7 +76,8 @@ class JoinPort {
   /// From now until the port stops taking joins, a thread of its own touches the address file every
   /// `interval` seconds, so that a joiner can tell (address_touched) whether the process behind it runs
   /// before it connects: a connect to the port of a job that is stopped or dead stays inside MPI and keeps
-  /// every later connect of the joiner's process from pairing (measured: 30 s, to the joiner's deadline).
+  /// every later connect of the joiner's process from pairing (measured: 30 s, to the joiner's deadline),
+  /// and (AddressWatch) whether it still runs while a joiner waits to be taken.
   void keep_fresh(double interval);
 
  private:
@@ -87,6 +92,32 @@ class JoinPort {
 /// behind it ran a moment ago (a stopped or dead one touches nothing).
 bool address_touched(const std::string& path, double seconds);
 
+/// What a joiner admitted at a port watches while it waits to be taken, at the trainers' next send_weights
+/// after a training step of any length: the address file, which that port keeps fresh (keep_fresh). Not a
+/// deadline on the step, but one on the silence of the process behind the port. The file's own times are
+/// compared with each other only (no clock of another host is read).
+class AddressWatch {
+ public:
+  enum class Verdict { kAlive, kGone, kSilent };
+  /// `silence`: how long an untouched file is waited on.
+  AddressWatch(std::string path, double silence);
+  /// kGone: the file was removed (the port stopped taking joins: its job shut down or gave up on joins);
+  /// kSilent: not touched for `silence` seconds (the job is stopped or dead). Reads the file at most every
+  /// quarter of a second; between reads, the last verdict.
+  Verdict look();
+  /// The reason for a verdict other than kAlive, in the words of a joiner that waited to be taken.
+  Status why(Verdict verdict) const;
+  /// look() as a wait's service: ok while alive, else why().
+  Status check() { return why(look()); }
+
+ private:
+  std::string path_;
+  double silence_;
+  std::int64_t seen_sec_ = -1, seen_nsec_ = -1;  // the file's last modification time read
+  double changed_at_, read_at_ = -1;
+  Verdict last_ = Verdict::kAlive;
+};
+
 /// The joiner's leader: connects to the address in `path` over MPI_COMM_SELF and presents its secret. One
 /// joiner connects at a time (an exclusive flock on the address file, waited for within `timeout`).
 /// Returns the intercommunicator to the trainers' leader. Throws wb::Error: kTimeout when the connection
@@ -98,9 +129,14 @@ MPI_Comm join_by_address(const std::string& path, double timeout);
 /// every later join and failed the trainer job: measured). The trainers' leader, when it takes the joiner:
 /// asks "take" and waits up to `seconds` for "ready"; false (the joiner is gone, or gave up waiting) means
 /// the joiner is not widened with. The joiner's leader answers: waits up to `seconds` for "take", says
-/// "ready" and goes straight into the widening; kTimeout when the trainers did not take it in time.
+/// "ready" and goes straight into the widening; kTimeout when the trainers did not take it in time. With a
+/// waiter instead of `seconds` (a joiner admitted at the trainers' port, whose waiter watches the port's
+/// address: AddressWatch), it waits as that waiter says, and fails with its service's reason.
 bool confirm_take(MPI_Comm leaders, double seconds);
 Status answer_take(MPI_Comm leaders, double seconds);
+Status answer_take(MPI_Comm leaders, const Waiter& waiter);
+/// The joiner's leader, not blocking: whether the trainers' "take" has come.
+bool take_began(MPI_Comm leaders);
 
 /// Another process of the trainer job ends a port's accept thread: it connects to the port (bounded by
 /// `timeout`), presents the secret as a knock, not a join, and lets the connection go. The accept thread

@@ -58,10 +58,10 @@ Status send_count(MPI_Comm comm, int to, int tag, std::int64_t value) {
   return Status::ok();
 }
 
-Status receive_count(MPI_Comm comm, int from, int tag, double seconds, const std::string& what, std::int64_t& value) {
+Status receive_count(MPI_Comm comm, int from, int tag, const comm::Waiter& waiter, const std::string& what, std::int64_t& value) {
   comm::OperationPtr in = comm::make_operation(0, sizeof value);
   WB_TRY_MPI(MPI_Irecv(in->in.data(), 1, MPI_INT64_T, from, tag, comm, &in->request));
-  WB_RETURN_IF_ERROR(comm::wait_for(in, comm::Waiter{seconds, {}}, false, what));
+  WB_RETURN_IF_ERROR(comm::wait_for(in, waiter, false, what));
   std::memcpy(&value, in->in.data(), sizeof value);
   return Status::ok();
 }
@@ -76,7 +76,7 @@ std::string fleet_address(const std::string& join_address) { return join_address
 bool offer_fleet(MPI_Comm leaders, std::int64_t jobs, double seconds) {
   std::int64_t opened = 0;
   if (!send_count(leaders, 0, kOfferTag, jobs)) return false;
-  const Status answered = receive_count(leaders, 0, kFleetAnswerTag, seconds, "a joiner's answer to the fleet link's offer", opened);
+  const Status answered = receive_count(leaders, 0, kFleetAnswerTag, comm::Waiter{seconds, {}}, "a joiner's answer to the fleet link's offer", opened);
   if (!answered || opened != 1) {
     // Unanswered: the joiner died since its admission (the vanish of a per-job take, worded alike), or it
     // does not run the fleet link.
@@ -90,12 +90,18 @@ bool offer_fleet(MPI_Comm leaders, std::int64_t jobs, double seconds) {
   return true;
 }
 
-Status answer_fleet(MPI_Comm leaders, const std::string& join_address, double seconds, std::unique_ptr<comm::JoinPort>& port,
-                    std::int64_t& jobs) {
-  const Status offered = receive_count(leaders, 0, kOfferTag, seconds, "the trainers' offer of the fleet link", jobs);
-  if (!offered)
-    return Status(offered.code(), "the trainers did not take this engine onto their fleet link within " + comm::seconds_text(seconds) +
-                                      " (is fleet_link set on the trainers too?): " + offered.message());
+Status answer_fleet(MPI_Comm leaders, const std::string& join_address, double seconds, comm::AddressWatch& watch,
+                    std::unique_ptr<comm::JoinPort>& port, std::int64_t& jobs) {
+  // However long the trainers' training step: while their port lives, and they did not take this engine
+  // without an offer (fleet_link not set on them).
+  const comm::Waiter until_offered{comm::kNoDeadline, [&](bool) {
+                                     if (comm::take_began(leaders))
+                                       return Status(ErrorCode::kInvalidArgument, "the trainers took this engine without offering "
+                                                                                  "their fleet link: set fleet_link alike on every job");
+                                     return watch.check();
+                                   }};
+  const Status offered = receive_count(leaders, 0, kOfferTag, until_offered, "the trainers' offer of the fleet link", jobs);
+  if (!offered) return Status(offered.code(), "waiting for the trainers to take this engine onto their fleet link: " + offered.message());
   Status opened;
   if (jobs > 0) {
     const std::string path = fleet_address(join_address);
@@ -154,7 +160,7 @@ Status meet_joiner(MPI_Comm world, int trainer_leader, const std::string& join_a
 
 Met joiner_met(MPI_Comm world, int leader, double seconds) {
   std::int64_t met = 0;
-  if (!receive_count(world, leader, kMetTag, seconds, "a joined engine's note that it met the joiner", met)) return Met::kSilent;
+  if (!receive_count(world, leader, kMetTag, comm::Waiter{seconds, {}}, "a joined engine's note that it met the joiner", met)) return Met::kSilent;
   return met == 1 ? Met::kMet : Met::kFailed;
 }
 

@@ -36,9 +36,10 @@ std::string fleet_address(const std::string& join_address);
 /// False: the joiner did not answer or could not open its port (it is not taken).
 bool offer_fleet(MPI_Comm leaders, std::int64_t jobs, double seconds);
 
-/// The joiner's leader, right after its admission: waits up to `seconds` for trainer 0's offer; opens its
-/// port (admitting exactly that many, none when 0) and answers. `jobs`: the count offered.
-Status answer_fleet(MPI_Comm leaders, const std::string& join_address, double seconds,
+/// The joiner's leader, right after its admission: waits for trainer 0's offer while `watch` sees the
+/// trainers' port alive (their next send_weights may be a long training step away); opens its port
+/// (admitting exactly that many, none when 0, within `seconds`) and answers. `jobs`: the count offered.
+Status answer_fleet(MPI_Comm leaders, const std::string& join_address, double seconds, comm::AddressWatch& watch,
                     std::unique_ptr<comm::JoinPort>& port, std::int64_t& jobs);
 
 /// The joiner's leader, not blocking: whether trainer 0's offer has come (the take of this joiner began).

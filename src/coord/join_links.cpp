@@ -160,14 +160,26 @@ JoinedComms taken_by_trainers(MPI_Comm engine, MPI_Comm leaders, const std::stri
   WB_CHECK_MPI(MPI_Comm_rank(engine, &rank));
   MPI_Comm bridge = MPI_COMM_NULL;
   // Admitted: the trainers take this engine at their next send_weights; rank 0 answers their take and
-  // merges the leaders' link with trainer 0 at once, and every rank goes into the widening only then (the
-  // others wait for rank 0's waits, and a margin more).
+  // merges the leaders' link with trainer 0 at once, and every rank goes into the widening only then.
   // On the fleet link (coord/fleet_link.hpp) the joiner's leader first opens a port for the joined jobs'
   // leaders, which trainer 0 asks to connect there before it takes this engine.
+  // That send_weights may come after a training step of any length: rank 0 waits for it while the
+  // trainers' port lives (AddressWatch), the others for rank 0 while the port is not silent to them either.
   std::unique_ptr<comm::JoinPort> fleet_port;
   std::int64_t fleet_jobs = 0;
-  Status taken = rank == 0 && fleet_link_enabled() ? answer_fleet(leaders, address, timeout, fleet_port, fleet_jobs) : Status::ok();
-  if (taken && rank == 0) taken = comm::answer_take(leaders, timeout);
+  comm::AddressWatch watch(address, timeout);
+  Status taken = rank == 0 && fleet_link_enabled() ? answer_fleet(leaders, address, timeout, watch, fleet_port, fleet_jobs) : Status::ok();
+  if (taken && rank == 0) {
+    // After the fleet link's offer, the take follows within that send_weights.
+    taken = fleet_link_enabled() ? comm::answer_take(leaders, timeout)
+                                 : comm::answer_take(leaders, comm::Waiter{comm::kNoDeadline, [&](bool) {
+                                                       if (fleet_offer_arrived(leaders))
+                                                         return Status(ErrorCode::kInvalidArgument,
+                                                                       "the trainers offered their fleet link, which this engine job "
+                                                                       "does not take: set fleet_link alike on every job");
+                                                       return watch.check();
+                                                     }});
+  }
   if (!taken) {
     comm::abandon_link(leaders);
     taken = Status(taken.code(), "engine worker 0: joining by " + address + ": " + taken.message());
@@ -178,7 +190,12 @@ JoinedComms taken_by_trainers(MPI_Comm engine, MPI_Comm leaders, const std::stri
       taken = error.status();
     }
   }
-  comm::agree(taken, engine, comm::Waiter{2.5 * timeout, {}}, "joining the trainers: waiting to be taken");
+  const comm::Waiter for_rank0{comm::kNoDeadline, [&](bool) {
+                                 return rank == 0 || watch.look() != comm::AddressWatch::Verdict::kSilent
+                                            ? Status::ok()
+                                            : watch.why(comm::AddressWatch::Verdict::kSilent);
+                               }};
+  comm::agree(taken, engine, for_rank0, "joining the trainers: waiting to be taken");
   JoinedComms out = cut_widening(comm::widen_join(engine, bridge, true, timeout, "joining the trainers at " + address),
                                  JoinSide::kJoiner, timeout);
   close_fleet_port(fleet_port, fleet_jobs, timeout);  // the joined jobs' connections were made before the take

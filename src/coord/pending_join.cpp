@@ -70,10 +70,19 @@ PollResult ReceiverAdapter::poll_pending() {
     return {p.said == 1 ? PollResult::Event::kConnected : PollResult::Event::kInstalled, p.version, Status::ok()};
   }
   p.pace.before_step();
-  // Rank 0 looks (never waiting) whether trainer 0 began to take this engine, or how long it has waited;
-  // every rank decides alike.
-  std::int32_t word = 0;  // 1: taken now; 2: not taken within the timeout
-  if (p.rank == 0) word = fleet_offer_arrived(p.leaders) ? 1 : comm::local_seconds() - p.admitted_at > p.timeout ? 2 : 0;
+  // Rank 0 looks (never waiting) whether trainer 0 began to take this engine, else whether the trainers'
+  // port still lives (their next send_weights may be a training step of any length away); every rank
+  // decides alike.
+  std::int32_t word = 0;  // 1: taken now; 2: their port is gone; 3: silent; 4: taken without the fleet link's offer
+  if (p.rank == 0) {
+    if (!p.watch) p.watch.emplace(p.address, p.timeout);
+    const comm::AddressWatch::Verdict seen = p.watch->look();
+    word = fleet_offer_arrived(p.leaders)      ? 1
+           : comm::take_began(p.leaders)        ? 4
+           : seen == comm::AddressWatch::Verdict::kGone   ? 2
+           : seen == comm::AddressWatch::Verdict::kSilent ? 3
+                                                          : 0;
+  }
   try {
     comm::broadcast_fixed(std::as_writable_bytes(std::span(&word, 1)), 0, p.engine, comm::Waiter{p.timeout, {}},
                           p.who() + ": whether the trainers take this engine");
@@ -84,10 +93,14 @@ PollResult ReceiverAdapter::poll_pending() {
     p.pace.after_step(true);
     return {PollResult::Event::kNone, p.version, Status::ok()};
   }
-  if (word == 2)
-    return p.failed(Status(ErrorCode::kTimeout, p.who() + ": the trainers did not take this engine within " + comm::seconds_text(p.timeout) +
-                                                    " of its admission (they take a joiner at their next send_weights: is a "
-                                                    "training step longer than the timeout?)"));
+  if (word == 4)
+    return p.failed(Status(ErrorCode::kInvalidArgument, p.who() + ": the trainers took this engine without offering their fleet "
+                                                                  "link: set fleet_link alike on every job"));
+  if (word >= 2) {
+    const Status why = comm::AddressWatch(p.address, p.timeout).why(word == 2 ? comm::AddressWatch::Verdict::kGone
+                                                                                : comm::AddressWatch::Verdict::kSilent);
+    return p.failed(Status(why.code(), p.who() + ": " + why.message()));
+  }
   JoinedComms joined;
   try {
     joined = taken_by_trainers(p.engine, std::exchange(p.leaders, MPI_COMM_NULL), p.address, p.timeout);

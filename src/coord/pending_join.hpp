@@ -9,9 +9,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "comm/backoff.hpp"
+#include "comm/join.hpp"
 #include "coord/connection.hpp"
 #include "transport/spare_transports.hpp"
 #include "weightbridge/adapter.hpp"
@@ -34,7 +36,7 @@ struct ReceiverAdapter::Pending {
   SourceMap probed;           // probed before or on the catch-up link: the trainers' connect takes it as it is
   TransferSummary summary;    // until the take: longest_probe_seconds, the probe before the copy
   StallInterval stall;
-  double admitted_at = 0;
+  std::optional<comm::AddressWatch> watch;  // rank 0: the trainers' port, while this engine waits to be taken
   int said = 0;  // 1: kConnected said, 2: kInstalled too
   bool left = false;
   Status failure;

@@ -510,7 +510,6 @@ ReceiverAdapter::ReceiverAdapter(MPI_Comm world, MPI_Comm engine_comm, Parameter
         p.spares = std::move(spares);
         p.address = resolved.join_address;
         p.timeout = resolved.timeout_seconds;
-        p.admitted_at = comm::local_seconds();
         p.pace = comm::Pace(*poll_interval_setting * 1e-6);
         pending_ = std::move(early);
         return;

@@ -75,6 +75,8 @@ struct SenderAdapter::State : AdapterBase {
       // A joined replica's address file beside ours is only ever one of this job's.
       if (roles.leader) remove_replica_address(this->options.join_address);
       port = open_join_port(group_comm, this->options.join_address, this->options.timeout_seconds);
+      // Joiners admitted at it wait for the next send_weights while the file is fresh (comm::AddressWatch).
+      if (port.port) port.port->keep_fresh(comm::kAddressTouchSeconds);
       // Once a link wanted the network transport, one is kept opened for the next joiner's link.
       spares = std::make_shared<SpareTransports>(this->options.transport);
       spares->keep(0, 1);

@@ -255,8 +255,8 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
   int ok = 1;
   if (trainer) {
     Worker w(true, "tp=2", rank);
-    const bool victim = scenario == "kill" || scenario == "stop" ||
-                        (scenario.starts_with("fleet_") && !scenario.starts_with("fleet_ghost"));  // fleet_leave: the leaver
+    const bool victim = scenario == "kill" || scenario == "stop" ||  // fleet_leave: the leaver
+                        (scenario.starts_with("fleet_") && !scenario.starts_with("fleet_ghost") && scenario != "fleet_long_step");
     const bool join_after = scenario.starts_with("fleet_join_after_");
     const bool alone = scenario.ends_with("_alone");  // A alone on the fleet link when it is hit
     // A victim's deadline is short: it is how long the lost engine is waited for.
@@ -278,7 +278,7 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
         : scenario == "lose_joiner" ? Events{{1, "serving dropped"}, {2, "serving dropped serving"}}
         : scenario == "joined_replica" ? Events{{1, "serving"}, {2, "serving serving"}}
         : scenario == "kill_relay" ? Events{{1, "serving"}, {1, "dropped serving"}}
-        : scenario == "fleet" ? Events{{1, "serving"}, {2, "serving serving"}}
+        : scenario == "fleet" || scenario == "fleet_long_step" ? Events{{1, "serving"}, {2, "serving serving"}}
         : scenario == "fleet_ghost" ? Events{{1, "serving"}}
         : scenario == "fleet_ghost_next" ? Events{{1, "serving"}, {2, "serving serving"}}
         : scenario == "fleet_kill" || scenario == "fleet_kill_arriving" ? Events{{1, "serving"}, {2, "serving serving"}, {1, "dropped serving"}}
@@ -318,6 +318,28 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
           std::fprintf(stderr, "trainer %d: the script never said the joiner waits (%s.go)\n", rank, address.c_str());
           ok = 0;
           break;
+        }
+      }
+      // fleet_long_step: a training step longer than the joiners' timeout while each waits at the port (the
+      // script's ADDRESS.hold, seen alike by both trainers): the next send_weights once the script says go.
+      if (scenario == "fleet_long_step" && v >= kBefore) {
+        int hold = std::ifstream(address + ".hold").good() ? 1 : 0;
+        MPI_Allreduce(MPI_IN_PLACE, &hold, 1, MPI_INT, MPI_MIN, group);
+        if (hold != 0) {
+          if (rank == 0) std::printf("trainers: holding after version %llu\n", static_cast<unsigned long long>(v));
+          std::fflush(stdout);
+          const bool go = sender.wait().is_ok() && await_go(address);
+          MPI_Barrier(group);
+          if (rank == 0) {
+            std::remove((address + ".hold").c_str());
+            std::remove((address + ".go").c_str());
+          }
+          MPI_Barrier(group);
+          if (!go) {
+            std::fprintf(stderr, "trainer %d: holding after version %llu: no go from the script\n", rank, static_cast<unsigned long long>(v));
+            ok = 0;
+            break;
+          }
         }
       }
       if (const int now = sender.engines(); now != engines && rank == 0) {
@@ -534,7 +556,8 @@ int run_engine_job(const std::string& address, const std::string& mode, const st
     const MPI_Comm leaders = comm::join_by_address(address, 30);
     std::unique_ptr<comm::JoinPort> port;
     std::int64_t jobs = 0;
-    if (!coord::answer_fleet(leaders, address, 30, port, jobs)) return 1;
+    comm::AddressWatch watch(address, 30);
+    if (!coord::answer_fleet(leaders, address, 30, watch, port, jobs)) return 1;
     std::printf("ghost joiner: answered the fleet offer (%lld job(s) to meet)\n", static_cast<long long>(jobs));
     std::fflush(stdout);
     std::raise(SIGKILL);
@@ -544,7 +567,8 @@ int run_engine_job(const std::string& address, const std::string& mode, const st
     // On the fleet link the take comes after the trainers' offer (its first joiner: no port to open).
     std::unique_ptr<comm::JoinPort> port;
     std::int64_t jobs = 0;
-    if (coord::fleet_link_enabled() && !coord::answer_fleet(leaders, address, 30, port, jobs)) return 1;
+    comm::AddressWatch watch(address, 30);
+    if (coord::fleet_link_enabled() && !coord::answer_fleet(leaders, address, 30, watch, port, jobs)) return 1;
     if (!comm::answer_take(leaders, 30)) return 1;
     std::printf("ghost joiner: answered the take\n");
     std::fflush(stdout);
@@ -561,8 +585,9 @@ int run_engine_job(const std::string& address, const std::string& mode, const st
   std::uint64_t served_before = 0;
   const bool stopped = role == "stopped" || role == "stopped_between";
   {
+    // patient: a timeout shorter than the trainers' step while it waits at their port (fleet_long_step).
     ReceiverAdapter receiver(MPI_COMM_WORLD, MPI_COMM_WORLD, w.params->parameters(), w.load(),
-                             options_for(address, mode), victim_hook(address, role, rank, hit));
+                             options_for(address, mode, role == "patient" ? 3 : 30), victim_hook(address, role, rank, hit));
     served_before = receiver.installed_version();
     PollResult failed;
     // frozen_arriving: every worker stops (SIGSTOP) as the version the trainers named starts to arrive in

@@ -27,6 +27,8 @@
 #   first at its port); the first, of two workers, is the fleet's replica and writes the second its first version
 #   before the trainers take it (with fleet_replica 0: none); each installs from
 #   the version that took it on, and the trainers' egress per update stays one model copy.
+# fleet_long_step: as fleet, each joiner's timeout 3 s, and the trainers' step before each take held until the
+#   joiner has waited at their port for 7 s: both are taken all the same, B's first version A's copy.
 # fleet_bad_list: as fleet, with the tensor list beside A's replica address damaged before B comes: B refuses
 #   the copy before it connects to A (one line naming the file), and its first version is the take's.
 # fleet_join_after_stop, fleet_join_after_kill: as fleet; then A is SIGSTOPped (SIGKILLed) between updates and C
@@ -135,6 +137,25 @@ case $scenario in
   at_once) engine first serve; engine second serve; engine third serve 1 ;;
   fleet) engine first serve; engines_at 1; engine second serve ;;
   fleet_kill) engine first killed; engines_at 1; engine second serve ;;
+  fleet_long_step)
+    # A training step longer than the joiners' timeout (3 s, role patient): the trainers hold their next
+    # send_weights (ADDRESS.hold) until the joiner has waited at their port over twice that (ADDRESS.go).
+    held=0
+    for name in first second; do
+      touch "$dir/address.hold"
+      held=$((held + 1))
+      for _ in $(seq 1200); do
+        [[ $(grep -c "^trainers: holding after version" "$dir/trainers.log") -ge $held ]] && break
+        kill -0 "$trainers" 2>/dev/null || break
+        sleep 0.1
+      done
+      [[ $(grep -c "^trainers: holding after version" "$dir/trainers.log") -ge $held ]] || fail "the trainers never held their step"
+      engine $name patient
+      await_line "$dir/$name.log" "admitted at .*waiting to be taken" "${engines[-1]}" "the $name joiner was never admitted at the trainers' port"
+      sleep 7
+      touch "$dir/address.go"
+      engines_at $held
+    done ;;
   fleet_bad_list)
     # The tensor list beside the replica's address is not one (damaged, or an older job's): B refuses the
     # copy before it connects there and is taken as a joiner with no replica.
@@ -319,6 +340,11 @@ case $scenario in
     grep -q "2 engines on one plan" "$dir/trainers.log" || fail "the second join did not put both engines on one plan"
     # Every job ended: the replica's address and tensor list went with its port.
     [[ ! -e $dir/address.replica && ! -e $dir/address.replica.tensors ]] || fail "the replica's files outlived its job"
+    serving="$dir/first.log $dir/second.log" ;;
+  fleet_long_step)
+    # Both were taken after waiting at the port past their timeout, B's first version A's copy, as in fleet.
+    expect_first_from_replica "$dir/second.log" "$dir/first.log"
+    [[ $(grep -c "joined the fleet link after version" "$dir/trainers.log") == 2 ]] || fail "not two joins onto the fleet link"
     serving="$dir/first.log $dir/second.log" ;;
   fleet_bad_list)
     grep -q "no copy from the replica (the trainers' connect probes again and says why): .*the tensor list in .*address.replica.tensors" \

@@ -157,10 +157,11 @@ INSTANTIATE_TEST_SUITE_P(Paths, JoinPortAtAnException, ::testing::Bool(),
                            return std::string(info.param ? "EveryTrainerThrows" : "TrainerZeroThrows");
                          });
 
-// A replica's port keeps its address file touched (JoinPort::keep_fresh) while it takes joins, and a joiner
-// connects only to one it sees touched (comm::address_touched): a file nobody touches (the process behind it
-// stopped or dead) is not, within the bound; the port's file, from either process of the job, is, within
-// a few touches.
+// A port keeps its address file touched (JoinPort::keep_fresh) while it takes joins, and a joiner connects
+// to a replica only where it sees the touches (comm::address_touched): a file nobody touches (the process
+// behind it stopped or dead) is not, within the bound; the port's file, from either process of the job, is,
+// within a few touches. A joiner waiting to be taken watches the same touches (comm::AddressWatch): alive
+// for as long as the port runs, silent once a file went untouched for its bound, gone once removed.
 TEST(JoinPortFresh, AJoinerSeesTheTouchesOfARunningPortOnly) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -180,6 +181,26 @@ TEST(JoinPortFresh, AJoinerSeesTheTouchesOfARunningPortOnly) {
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count(), 1.0);
   EXPECT_FALSE(comm::address_touched(still, 0.3)) << "rank " << rank << ": a file nobody touches was seen touched";
   EXPECT_FALSE(comm::address_touched(path + ".absent", 0.1));
+  {
+    // The first look reads the time each file has; silence counts from there.
+    comm::AddressWatch running(path, 0.6), untouched(still, 0.6);
+    // EXPECT, not ASSERT: a rank that returned early would leave the other in the collectives below.
+    EXPECT_EQ(untouched.look(), comm::AddressWatch::Verdict::kAlive);
+    for (const double start = comm::local_seconds(); comm::local_seconds() - start < 2.0;) {
+      const comm::AddressWatch::Verdict seen = running.look();
+      EXPECT_EQ(seen, comm::AddressWatch::Verdict::kAlive) << "rank " << rank << ": a running port's address seen silent or gone";
+      if (seen != comm::AddressWatch::Verdict::kAlive) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    EXPECT_EQ(untouched.look(), comm::AddressWatch::Verdict::kSilent) << "rank " << rank << ": 2 s without a touch, not silent";
+    const Status why = untouched.check();
+    EXPECT_EQ(why.code(), ErrorCode::kTimeout);
+    EXPECT_NE(why.message().find(still), std::string::npos) << why.message();
+    EXPECT_EQ(comm::AddressWatch(path + ".absent", 10.0).look(), comm::AddressWatch::Verdict::kGone);
+  }
+  comm::AddressWatch waiting(path, 10.0);
+  EXPECT_EQ(waiting.look(), comm::AddressWatch::Verdict::kAlive) << "rank " << rank;
+  MPI_Barrier(MPI_COMM_WORLD);  // both looked before rank 0 stops the port (its broadcasts below do not wait)
   // The port's end: its file goes and its touches end; rank 1 knocks to end the accept thread.
   comm::JoinAddress address;
   if (rank == 0) address = port->address();
@@ -196,6 +217,10 @@ TEST(JoinPortFresh, AJoinerSeesTheTouchesOfARunningPortOnly) {
   port.reset();
   MPI_Barrier(MPI_COMM_WORLD);
   EXPECT_FALSE(comm::address_touched(path, 0.3)) << "the stopped port's address is still touched";
+  // Its file removed: a joiner waiting to be taken learns so at its next look, not after its bound.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(waiting.look(), comm::AddressWatch::Verdict::kGone) << "rank " << rank;
+  EXPECT_EQ(waiting.check().code(), ErrorCode::kNotFound);
   if (rank == 0) ::unlink(still.c_str());
 }
 
