@@ -69,6 +69,13 @@ Status receive_count(MPI_Comm comm, int from, int tag, const comm::Waiter& waite
 }  // namespace
 
 bool fleet_link_enabled() { return *fleet_link_setting; }
+
+Status fleet_link_differs(bool offered) {
+  return Status(ErrorCode::kInvalidArgument, offered ? "the trainers offered their fleet link, which this engine job does not "
+                                                       "take: set fleet_link alike on every job"
+                                                     : "the trainers took this engine without offering their fleet link: set "
+                                                       "fleet_link alike on every job");
+}
 bool fleet_replica_enabled() { return *fleet_replica_setting; }
 
 std::string fleet_address(const std::string& join_address) { return join_address + ".fleet"; }
@@ -95,10 +102,7 @@ Status answer_fleet(MPI_Comm leaders, const std::string& join_address, double se
   // However long the trainers' training step: while their port lives, and they did not take this engine
   // without an offer (fleet_link not set on them).
   const comm::Waiter until_offered{comm::kNoDeadline, [&](bool) {
-                                     if (comm::take_began(leaders))
-                                       return Status(ErrorCode::kInvalidArgument, "the trainers took this engine without offering "
-                                                                                  "their fleet link: set fleet_link alike on every job");
-                                     return watch.check();
+                                     return comm::take_began(leaders) ? fleet_link_differs(false) : watch.check();
                                    }};
   const Status offered = receive_count(leaders, 0, kOfferTag, until_offered, "the trainers' offer of the fleet link", jobs);
   if (!offered) return Status(offered.code(), "waiting for the trainers to take this engine onto their fleet link: " + offered.message());

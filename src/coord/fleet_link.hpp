@@ -42,6 +42,10 @@ bool offer_fleet(MPI_Comm leaders, std::int64_t jobs, double seconds);
 Status answer_fleet(MPI_Comm leaders, const std::string& join_address, double seconds, comm::AddressWatch& watch,
                     std::unique_ptr<comm::JoinPort>& port, std::int64_t& jobs);
 
+/// Why a joiner waiting to be taken stops: the trainers took it the other link's way, since their
+/// fleet_link differs from its own (`offered`: they offered the fleet link to a joiner that does not run it).
+Status fleet_link_differs(bool offered);
+
 /// The joiner's leader, not blocking: whether trainer 0's offer has come (the take of this joiner began).
 bool fleet_offer_arrived(MPI_Comm leaders);
 

@@ -173,11 +173,7 @@ JoinedComms taken_by_trainers(MPI_Comm engine, MPI_Comm leaders, const std::stri
     // After the fleet link's offer, the take follows within that send_weights.
     taken = fleet_link_enabled() ? comm::answer_take(leaders, timeout)
                                  : comm::answer_take(leaders, comm::Waiter{comm::kNoDeadline, [&](bool) {
-                                                       if (fleet_offer_arrived(leaders))
-                                                         return Status(ErrorCode::kInvalidArgument,
-                                                                       "the trainers offered their fleet link, which this engine job "
-                                                                       "does not take: set fleet_link alike on every job");
-                                                       return watch.check();
+                                                       return fleet_offer_arrived(leaders) ? fleet_link_differs(true) : watch.check();
                                                      }});
   }
   if (!taken) {

@@ -93,12 +93,10 @@ PollResult ReceiverAdapter::poll_pending() {
     p.pace.after_step(true);
     return {PollResult::Event::kNone, p.version, Status::ok()};
   }
-  if (word == 4)
-    return p.failed(Status(ErrorCode::kInvalidArgument, p.who() + ": the trainers took this engine without offering their fleet "
-                                                                  "link: set fleet_link alike on every job"));
   if (word >= 2) {
-    const Status why = comm::AddressWatch(p.address, p.timeout).why(word == 2 ? comm::AddressWatch::Verdict::kGone
-                                                                                : comm::AddressWatch::Verdict::kSilent);
+    const Status why = word == 4 ? fleet_link_differs(false)
+                                 : comm::AddressWatch(p.address, p.timeout).why(word == 2 ? comm::AddressWatch::Verdict::kGone
+                                                                                          : comm::AddressWatch::Verdict::kSilent);
     return p.failed(Status(why.code(), p.who() + ": " + why.message()));
   }
   JoinedComms joined;
