@@ -3,10 +3,13 @@
 #ifdef WB_HAVE_LIBFABRIC
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "../support/expect_error.hpp"
+#include "core/settings.hpp"
+#include "transport/libfabric/fabric_internal.hpp"
 #include "transport/libfabric/fabric_records.hpp"
 #include "weightbridge/status.hpp"
 
@@ -123,6 +126,21 @@ TEST(LibfabricBatches, CqDataCarriesWriterAndImmediate) {
       EXPECT_EQ(b.writer, -1);
       EXPECT_EQ(b.immediate, immediate);
     }
+}
+
+// The provider parameters are the environment libfabric reads once, at a process's first provider query:
+// set there from the settings, but a variable the user set is left as it is. (ctest runs each test in a
+// process of its own: nothing queried a provider before.)
+TEST(LibfabricProviders, ParametersAreSetBeforeTheFirstQueryUnlessTheUserSetThem) {
+  if (std::getenv("WB_FI_RXM_BUFFER_BYTES") != nullptr) GTEST_SKIP() << "WB_FI_RXM_BUFFER_BYTES is set";
+  ::unsetenv("FI_OFI_RXM_BUFFER_SIZE");
+  ::setenv("FI_OFI_RXM_CM_PROGRESS_INTERVAL", "777", 1);
+  apply_provider_defaults();
+  const char* buffer = std::getenv("FI_OFI_RXM_BUFFER_SIZE");
+  ASSERT_NE(buffer, nullptr);
+  EXPECT_EQ(std::string(buffer), find_setting("fi_rxm_buffer_bytes")->default_text());
+  EXPECT_EQ(std::string(buffer), "1024");  // rxm's bounce buffers: this transport sends no messages
+  EXPECT_EQ(std::string(std::getenv("FI_OFI_RXM_CM_PROGRESS_INTERVAL")), "777");
 }
 
 }  // namespace

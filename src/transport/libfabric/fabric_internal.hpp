@@ -52,8 +52,8 @@ struct Config {
   std::uint32_t max_writes_per_batch = 0;
 };
 Config read_config();
-/// The provider parameters this transport sets (the fi_rxm_cm_progress_us setting), once a process,
-/// before its first provider query (fabric_setup.cpp).
+/// The provider parameters this transport sets (the fi_rxm_cm_progress_us and fi_rxm_buffer_bytes
+/// settings), once a process, before its first provider query (fabric_setup.cpp).
 void apply_provider_defaults();
 
 /// Closes any libfabric object through its fid.

@@ -23,9 +23,10 @@ namespace wb {
 std::unique_ptr<Transport> make_libfabric_transport(int rank);
 
 /// The costly part of make_libfabric_transport, for no rank yet (transport/spare_transports.hpp opens it
-/// ahead of need): the provider query, fabric, domain, queues and an enabled endpoint. tcp;ofi_rxm took
-/// 37 ms here for an endpoint (its buffer pools, 4 x 17 MB touched in fi_enable), 95-140 ms with the
-/// machine loaded, and 85 ms more for a process's first provider query. Throws as make_libfabric_transport.
+/// ahead of need): the provider query, fabric, domain, queues and an enabled endpoint. tcp;ofi_rxm's
+/// fi_enable zeroes its bounce-buffer pools: 190-220 ms and 71 MB at libfabric's 16 KiB buffers, 24-37 ms
+/// and 9 MB at the 1 KiB that fi_rxm_buffer_bytes sets; a process's first provider query takes 75-95 ms
+/// more. Throws as make_libfabric_transport.
 std::unique_ptr<Transport> open_libfabric_spare();
 /// Sets the provider parameters this transport chooses (the environment libfabric reads when it
 /// initializes), once a process: open_libfabric_spare's caller calls it before starting the thread that
