@@ -69,6 +69,7 @@ Status receive_count(MPI_Comm comm, int from, int tag, const comm::Waiter& waite
 }  // namespace
 
 bool fleet_link_enabled() { return *fleet_link_setting; }
+bool fleet_replica_enabled() { return *fleet_replica_setting; }
 
 Status fleet_link_differs(bool offered) {
   return Status(ErrorCode::kInvalidArgument, offered ? "the trainers offered their fleet link, which this engine job does not "
@@ -76,14 +77,14 @@ Status fleet_link_differs(bool offered) {
                                                      : "the trainers took this engine without offering their fleet link: set "
                                                        "fleet_link alike on every job");
 }
-bool fleet_replica_enabled() { return *fleet_replica_setting; }
 
 std::string fleet_address(const std::string& join_address) { return join_address + ".fleet"; }
 
 bool offer_fleet(MPI_Comm leaders, std::int64_t jobs, double seconds) {
   std::int64_t opened = 0;
   if (!send_count(leaders, 0, kOfferTag, jobs)) return false;
-  const Status answered = receive_count(leaders, 0, kFleetAnswerTag, comm::Waiter{seconds, {}}, "a joiner's answer to the fleet link's offer", opened);
+  const Status answered =
+      receive_count(leaders, 0, kFleetAnswerTag, comm::Waiter{seconds, {}}, "a joiner's answer to the fleet link's offer", opened);
   if (!answered || opened != 1) {
     // Unanswered: the joiner died since its admission (the vanish of a per-job take, worded alike), or it
     // does not run the fleet link.
@@ -164,7 +165,8 @@ Status meet_joiner(MPI_Comm world, int trainer_leader, const std::string& join_a
 
 Met joiner_met(MPI_Comm world, int leader, double seconds) {
   std::int64_t met = 0;
-  if (!receive_count(world, leader, kMetTag, comm::Waiter{seconds, {}}, "a joined engine's note that it met the joiner", met)) return Met::kSilent;
+  if (!receive_count(world, leader, kMetTag, comm::Waiter{seconds, {}}, "a joined engine's note that it met the joiner", met))
+    return Met::kSilent;
   return met == 1 ? Met::kMet : Met::kFailed;
 }
 
