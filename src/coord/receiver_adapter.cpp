@@ -351,19 +351,24 @@ struct ReceiverAdapter::State : AdapterBase {
     if (receiving != 0) values[2] = staged_done ? 0 : 1;
     values[3] = static_cast<std::int64_t>(std::min(interval, 1.0) * 1e6);  // this rank's poll interval, us
     if (roles.leader) {
-      std::int64_t request[2] = {0, 0};
-      const Status taken = take_request(request);
-      if (!taken) return failed(give_up(taken, ""));
-      values[0] = request[0];
-      values[1] = request[1];
-      // The fleet link's replica serves a joiner waiting at its port at a step with no request: the version
-      // installed here (a staged one still arriving does not touch the parameters it reads).
-      if (values[0] == 0 && fleet_link_enabled() && replica_port.port && connection && version > 0)
+      // The fleet link's replica serves a joiner waiting at its port first: the version installed here (a
+      // staged one still arriving does not touch the parameters it reads). A request that came meanwhile
+      // stays queued for the next step: taken first, a joiner starved while the trainers' updates came back
+      // to back (every FP8 joiner of elastic.fleet_kill_engine_fp8 waited its 5 s out, then took the
+      // trainers' next version, their egress doubled for it).
+      if (fleet_link_enabled() && replica_port.port && connection && version > 0)
         if (std::optional<MPI_Comm> joiner = replica_port.port->take()) {
           joiner_at_port = *joiner;
           values[0] = static_cast<std::int64_t>(RequestKind::kServeJoiner);
           values[1] = static_cast<std::int64_t>(version);
         }
+      if (values[0] == 0) {
+        std::int64_t request[2] = {0, 0};
+        const Status taken = take_request(request);
+        if (!taken) return failed(give_up(taken, ""));
+        values[0] = request[0];
+        values[1] = request[1];
+      }
     }
     Status status = group->step(Status::ok(), std::span<std::int64_t, comm::Group::kValues>(values), waiter(),
                                 who() + ": the engine's poll_requests step");

@@ -4,8 +4,9 @@
 # one fleet link; A is SIGKILLed in an update; the trainers rebuild the link from B and C and re-send the
 # version (quantized again from their parameters, or from the old link's staging). Passes when both
 # survivors verified every version they installed bit for bit against their own load_weights of the FP8
-# form, installed every version from their first to the trainers' last, the trainers list A dropped and B, C
-# serving at the last version, and a counted update lost A (the loss came inside the measured updates).
+# form, installed every version from their first to the trainers' last, B's and C's first versions came from
+# the fleet's replica, the trainers list A dropped and B, C serving at the last version, and a counted update
+# lost A (the loss came inside the measured updates).
 # Usage: run_fleet_fp8.sh MODE
 set -euo pipefail
 mode=${1:-sync}
@@ -28,6 +29,9 @@ for name in ("joined engine 1", "joined engine 2"):
     assert states.get(name) == ("serving", last), (name, states, last)
 for join in j["joins"][1:]:
     assert join["verified"] and join["every_version_to_the_last"] and join["installed_last"] == last, join
+    # B's and C's first versions are the replica's copy (A, then B or A), the trainers' egress unchanged: a
+    # joiner at the replica's port goes before the trainers' next update (back to back here, FP8 costing).
+    assert join["first_version_from_replica"], join
 assert "version" in j["kill"], j["kill"]
 print("fleet FP8 %s: A dropped in version %d, B and C installed every version to %d bit for bit" % (j["mode"], j["kill"]["version"], last))
 PY
