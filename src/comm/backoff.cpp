@@ -13,13 +13,20 @@ namespace {
 Setting<std::int64_t> idle_sleep_us_setting(
     "idle_sleep_us", 100,
     "Longest sleep of any wait (an update's progress loop, the control plane's operations, acknowledgements, "
-    "teardowns) once nothing has moved for a while, microseconds (0: only yield). Idle ranks then leave the "
-    "cores to those that work: the peers they wait for on an oversubscribed machine, and the kernel's network "
-    "stack with TCP providers.",
+    "teardowns) once nothing has moved for a while, microseconds (0: only yield); ten times this once nothing "
+    "has moved for 100 ms (a stalled peer, a deadline waited out). Idle ranks then leave the cores to those "
+    "that work: the peers they wait for on an oversubscribed machine, and the kernel's network stack with TCP "
+    "providers.",
     0, 100000);
 
 // Below this idle time a pause only yields.
 constexpr double kYieldSeconds = 50e-6;
+// A wait idle this long is no answer on its way but a stall (a peer stopped, a deadline waited out, a port
+// nobody knocks at): its sleeps may grow to kStalledCapFactor times the setting. Progress is then noticed
+// within 1 ms (the default's), at most 1% of the wait so far; a rank waiting out a 5 s deadline wakes 1,000
+// times a second instead of 10,000, which on a VM cost more of a core in the kernel than the tests' work.
+constexpr double kStalledSeconds = 0.1;
+constexpr std::int64_t kStalledCapFactor = 10;
 
 }  // namespace
 
@@ -39,7 +46,8 @@ void Backoff::pause() {
     std::this_thread::yield();
     return;
   }
-  const auto sleep_us = std::min<std::int64_t>(static_cast<std::int64_t>(idle * 1e6) / 8 + 1, longest_sleep_us_);
+  const std::int64_t cap = idle < kStalledSeconds ? longest_sleep_us_ : kStalledCapFactor * longest_sleep_us_;
+  const auto sleep_us = std::min<std::int64_t>(static_cast<std::int64_t>(idle * 1e6) / 8 + 1, cap);
   std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
 }
 

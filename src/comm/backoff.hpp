@@ -5,8 +5,9 @@
 //
 // Yield while the wait is young (answers usually come within microseconds, and on a machine whose ranks
 // outnumber its cores the peer waited for gets the core); once idle for longer, sleep a little, growing
-// with the idle time (an eighth of it) up to the setting: a wait of milliseconds then costs no core, and
-// progress is still noticed within one sleep.
+// with the idle time (an eighth of it) up to the setting, and up to ten times the setting once idle for
+// 100 ms (a stall, not an answer on its way): a wait of milliseconds then costs no core, and progress is
+// still noticed within one sleep.
 #pragma once
 
 #include <cstdint>

@@ -79,6 +79,16 @@ TEST(CommBackoff, YieldsWhileYoungThenSleepsNoLongerThanTheCap) {
   EXPECT_GE(yielding.idle_seconds(), 0.0);
 }
 
+TEST(CommBackoff, AStalledWaitSleepsUpToTenTimesTheCap) {
+  // Idle for 100 ms, a wait is a stall: each pause then sleeps up to 2 ms (ten times the 200 us cap; idle/8
+  // is past 12 ms), so 20 pauses take at least 40 ms; at the plain cap they would take about 4 ms.
+  comm::Backoff backoff(200);
+  while (backoff.idle_seconds() < 0.1) backoff.pause();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 20; ++i) backoff.pause();
+  EXPECT_GE(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 20 * 2e-3);
+}
+
 TEST(CommPace, AStepAfterAQuietOneWaitsTheRestOfTheInterval) {
   const auto seconds_of = [](const std::function<void()>& f) {
     const auto start = std::chrono::steady_clock::now();
