@@ -354,8 +354,8 @@ struct ReceiverAdapter::State : AdapterBase {
       // The fleet link's replica serves a joiner waiting at its port first: the version installed here (a
       // staged one still arriving does not touch the parameters it reads). A request that came meanwhile
       // stays queued for the next step: taken first, a joiner starved while the trainers' updates came back
-      // to back (every FP8 joiner of elastic.fleet_kill_engine_fp8 waited its 5 s out, then took the
-      // trainers' next version, their egress doubled for it).
+      // to back (every FP8 joiner of elastic.fleet_kill_engine_fp8 waited its 5 s out, then was taken by the
+      // trainers and got their next version).
       if (fleet_link_enabled() && replica_port.port && connection && version > 0)
         if (std::optional<MPI_Comm> joiner = replica_port.port->take()) {
           joiner_at_port = *joiner;
