@@ -78,6 +78,13 @@ log_has() {  # log_has LOG ERE: a line of LOG matches ERE
   while IFS= read -r line || [[ -n $line ]]; do [[ $line =~ $2 ]] && return 0; done <"$1"
   return 1
 }
+log_count() {  # log_count LOG ERE: sets $counted, how many lines of LOG match ERE (no $(...): that forks)
+  local line
+  counted=0
+  [[ -r $1 ]] || return 0
+  while IFS= read -r line || [[ -n $line ]]; do [[ $line =~ $2 ]] && counted=$((counted + 1)); done <"$1"
+  return 0
+}
 start_name_server
 # pmix_server_max_wait 5: a job that died while pairing with another is given up on after 5 s (README).
 run() { timeout 200 "$mpiexec" --oversubscribe --ompi-server "file:$dir/uri" --mca pmix_server_max_wait 5 "$@"; }
@@ -157,7 +164,8 @@ case $scenario in
       touch "$dir/address.hold"
       held=$((held + 1))
       for _ in $(seq 1200); do
-        [[ $(grep -c "^trainers: holding after version" "$dir/trainers.log") -ge $held ]] && break
+        log_count "$dir/trainers.log" "^trainers: holding after version"
+        ((counted >= held)) && break
         kill -0 "$trainers" 2>/dev/null || break
         nap
       done
