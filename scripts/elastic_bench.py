@@ -7,7 +7,8 @@ EWTT of version v: from the first trainer entering send_weights(v) to the last s
 T_min of one replica: the bound of a joined engine's own link (the trainers to that engine). T_min of a fleet:
 wb-plan's bound for the trainers and that many engines as one plan (the fleet link, the default), and beside
 it the sum of the per-link bounds, which is what per-job links run (fleet_link 0: one plan per joined engine
-job, written one after another)."""
+job, written one after another). sends_while_joining: the trainers' send_weights before the counted ones, each
+with whether a joiner's copy from the replica ran beside it (what a join costs the training)."""
 import json
 import os
 import statistics
@@ -74,6 +75,11 @@ def main(directory):
                       "link_connect_s": e["connect_seconds"], "join_to_install_s": e["join_to_install_s"],
                       "after_probe_s": e["after_probe_s"], "t_min_one_replica_s": e["t_min_s"],
                       "after_probe_over_t_min": ratio(e["after_probe_s"], e["t_min_s"]), "goal": 1.2,
+                      # Of it, the wait for the replica to take the joiner (its update in flight, its own
+                      # work between polls), and the rest: the link and the copy.
+                      "replica_wait_s": e.get("replica_wait_s"),
+                      "after_probe_less_wait_over_t_min": ratio(e["after_probe_s"] - (e.get("replica_wait_s") or 0),
+                                                                e["t_min_s"]) if e["after_probe_s"] is not None else None,
                       "link_trainer_egress_bytes": e.get("link_trainer_egress_bytes")})
 
     # Each job's own JSON sees its own hosts only: the fleet spans hosts when an engine job ran on a host the
@@ -92,6 +98,20 @@ def main(directory):
               # Each joined job has a plan of its own: the trainers' egress per update is the sum over the
               # serving links (the goal is that a join leaves it unchanged).
               "trainer_egress_bytes_per_link": [j.get("link_trainer_egress_bytes") for j in joins if "probe_s" in j]}
+    # The training's side of the joins: every send_weights while the engines joined, how long the trainers
+    # spent in it, and whether it overlapped a joiner's copy from the replica (taken as the last T_min of
+    # that joiner's wait for its first version: the copy runs at the link's rate). A sync update that meets
+    # the copy waits for the replica (its parameters are being read), an async one for its install.
+    copies = []
+    for e in engines.values():
+        if e and e.get("first_version_from_replica") and e.get("stalls") and t_min_one:
+            end = e["stalls"][0][2]
+            copies.append((end - t_min_one, end))
+    result["sends_while_joining"] = [
+        {"version": s["version"], "engines_before": s["engines_before"], "engines_after": s["engines_after"],
+         "send_s": s["end_s"] - s["begin_s"],
+         "beside_a_copy": any(s["begin_s"] < end and begin < s["end_s"] for begin, end in copies)}
+        for s in sends if not s["counted"]]
     if killed is None:
         result["kill"] = {"report": "no counted update lost an engine"}
     else:

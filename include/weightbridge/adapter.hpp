@@ -159,6 +159,9 @@ struct TransferSummary {
   double longest_probe_seconds = 0;        // the longest probe of one worker (its load_weights passes, decode,
                                            // checks, parameters saved and restored); 0 where every map was kept
                                            // and in a trainer job's connect with no engine
+  double replica_wait_seconds = 0;         // a joiner served by the fleet's replica before the take: from
+                                           // its connect at the replica's port to their link made (the
+                                           // replica's update in flight, its own work between polls); else 0
   // FP8 engines: the control bytes each trainer sends per update for the amaxes of the blocks it shares
   // with other trainers (4 per block, one max all-reduce before the rounds); 0 when no block is shared.
   std::int64_t fp8_amax_bytes = 0;

@@ -399,13 +399,15 @@ namespace {
 // The joiner's side of a joined replica's copy: the leaders' link, then the copy. `probed_here`: a joiner
 // not taken yet probes on the copy link (its map kept there).
 Status catch_up_at_replica(const Side& self, MPI_Comm replica_leaders, const BeforeUpdateHook& hook, std::uint64_t& installed,
-                           SourceMap* probed_here) {
+                           SourceMap* probed_here, double* waited = nullptr) {
   MPI_Comm comm = MPI_COMM_NULL;
+  const double began = comm::local_seconds();
   try {
-    comm = link_leaders(self, replica_leaders, true);
+    comm = link_leaders(self, replica_leaders, true);  // on every worker, until the replica takes the joiner
   } catch (const Error& error) {
     return error.status();
   }
+  if (waited) *waited = comm::local_seconds() - began;
   std::uint64_t v = 0;
   std::int64_t bytes = 0;
   const Status status = run_catch_up(self, comm, false, &hook, v, bytes, probed_here);
@@ -420,13 +422,14 @@ Status catch_up_from_port(AdapterBase& joiner, MPI_Comm replica_leaders, const B
 
 Status catch_up_before_take(MPI_Comm engine, const ParameterSet& params, const LoadWeightsFn& load_weights, const AdapterOptions& options,
                             std::shared_ptr<SpareTransports> spares, const BeforeUpdateHook& hook, MPI_Comm replica_leaders,
-                            std::uint64_t& installed, SourceMap& probed, const std::vector<TensorInfo>& probed_against) {
+                            std::uint64_t& installed, SourceMap& probed, const std::vector<TensorInfo>& probed_against,
+                            double& waited) {
   int rank = 0;
   WB_CHECK_MPI(MPI_Comm_rank(engine, &rank));
   const bool ahead = !probed.parameters.empty();  // probed before it connected (probe_before_replica)
   const Side self{engine, rank == 0, "joining engine worker " + std::to_string(rank), params, load_weights, resolve_options(options),
                   std::move(spares), ahead ? &probed : nullptr, nullptr, ahead ? &probed_against : nullptr, true};
-  return catch_up_at_replica(self, replica_leaders, hook, installed, ahead ? nullptr : &probed);
+  return catch_up_at_replica(self, replica_leaders, hook, installed, ahead ? nullptr : &probed, &waited);
 }
 
 Status serve_joiner(AdapterBase& replica, MPI_Comm replica_comm, std::int64_t& bytes) {

@@ -109,9 +109,11 @@ Status catch_up_from_port(AdapterBase& joiner, MPI_Comm replica_leaders, const B
 /// The fleet link's joiner, collective over its `engine`, before it joins the trainers (no adapter yet):
 /// the same from the replica whose port its leader connected to (`replica_leaders`), its load_weights
 /// probed on the catch-up link (`probed`: its map, kept for its connect with the trainers), unless it was
-/// probed before (`probed` given, against `probed_against`).
+/// probed before (`probed` given, against `probed_against`). `waited`: from the call to the link with the
+/// replica made (TransferSummary::replica_wait_seconds).
 Status catch_up_before_take(MPI_Comm engine, const ParameterSet& params, const LoadWeightsFn& load_weights, const AdapterOptions& options,
                             std::shared_ptr<SpareTransports> spares, const BeforeUpdateHook& hook, MPI_Comm replica_leaders,
-                            std::uint64_t& installed, SourceMap& probed, const std::vector<TensorInfo>& probed_against);
+                            std::uint64_t& installed, SourceMap& probed, const std::vector<TensorInfo>& probed_against,
+                            double& waited);
 
 }  // namespace wb::coord

@@ -26,7 +26,7 @@ namespace coord {
 bool caught_up_before_take(MPI_Comm engine, const ParameterSet& params, const LoadWeightsFn& load, const AdapterOptions& options,
                            const BeforeUpdateHook& hook, const ResolvedOptions& resolved,
                            const std::shared_ptr<SpareTransports>& spares, std::uint64_t& version, SourceMap& probed,
-                           StallInterval& stall, double& probe_seconds) {
+                           StallInterval& stall, double& probe_seconds, double& replica_wait_seconds) {
   // The probe first, where the replica left its tensor list: the replica then waits for no probe.
   std::vector<TensorInfo> tensors;
   if (probe_before_replica(engine, resolved.join_address, params, load, resolved, tensors, probed, probe_seconds) == EarlyProbe::kFailed)
@@ -41,7 +41,8 @@ bool caught_up_before_take(MPI_Comm engine, const ParameterSet& params, const Lo
   WB_CHECK_MPI(MPI_Comm_rank(engine, &rank));
   const double began = comm::local_seconds();
   const Status caught =
-      catch_up_before_take(engine, params, load, options, spares, hook, replica.replica_leaders, version, probed, tensors);
+      catch_up_before_take(engine, params, load, options, spares, hook, replica.replica_leaders, version, probed, tensors,
+                           replica_wait_seconds);
   if (!caught) {
     probed = SourceMap{};
     if (rank == 0) {
@@ -53,7 +54,8 @@ bool caught_up_before_take(MPI_Comm engine, const ParameterSet& params, const Lo
   stall = {version, began, comm::local_seconds()};
   if (rank == 0) {
     WB_LOG(kInfo) << "engine worker 0: installed version " << version << " from the trainers' replica engine before joining ("
-                  << comm::seconds_text(stall.end_seconds - began) << "); it serves that until the trainers take it";
+                  << comm::seconds_text(stall.end_seconds - began) << ", of which " << comm::seconds_text(replica_wait_seconds)
+                  << " until the replica took it); it serves that until the trainers take it";
   }
   return true;
 }

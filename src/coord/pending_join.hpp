@@ -34,7 +34,7 @@ struct ReceiverAdapter::Pending {
   double timeout = 0;
   std::uint64_t version = 0;  // from the replica
   SourceMap probed;           // probed before or on the catch-up link: the trainers' connect takes it as it is
-  TransferSummary summary;    // until the take: longest_probe_seconds, the probe before the copy
+  TransferSummary summary;    // until the take: longest_probe_seconds (the probe before the copy), replica_wait_seconds
   StallInterval stall;
   std::optional<comm::AddressWatch> watch;  // rank 0: the trainers' port, while this engine waits to be taken
   int said = 0;  // 1: kConnected said, 2: kInstalled too
@@ -53,11 +53,12 @@ namespace coord {
 /// trainers' replica engine holds, when its address file is there and touched (the process runs), written
 /// into `params` (its `load_weights` probed before it connected where the replica's tensor list is there,
 /// taking `probe_seconds` (left as given otherwise), else on that link; `probed`). False, with one warning
-/// on a failure after the connect, when none came.
+/// on a failure after the connect, when none came. `replica_wait_seconds`: how long the replica took to
+/// take it (TransferSummary::replica_wait_seconds).
 bool caught_up_before_take(MPI_Comm engine, const ParameterSet& params, const LoadWeightsFn& load, const AdapterOptions& options,
                            const BeforeUpdateHook& hook, const ResolvedOptions& resolved,
                            const std::shared_ptr<SpareTransports>& spares, std::uint64_t& version, SourceMap& probed,
-                           StallInterval& stall, double& probe_seconds);
+                           StallInterval& stall, double& probe_seconds, double& replica_wait_seconds);
 
 }  // namespace coord
 }  // namespace wb

@@ -500,7 +500,8 @@ ReceiverAdapter::ReceiverAdapter(MPI_Comm world, MPI_Comm engine_comm, Parameter
       auto early = std::make_unique<Pending>();
       double probe_seconds = 0;
       const bool served = caught_up_before_take(engine_comm, params, load_weights, options, before_update_hook, resolved, spares,
-                                                early->version, early->probed, early->stall, probe_seconds);
+                                                early->version, early->probed, early->stall, probe_seconds,
+                                                early->summary.replica_wait_seconds);
       early->summary.longest_probe_seconds = probe_seconds;  // the probe before the copy (on its link: 0)
       const MPI_Comm leaders = admit_at_trainers(engine_comm, resolved.join_address, resolved.timeout_seconds);
       if (served) {

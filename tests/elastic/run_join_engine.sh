@@ -43,7 +43,8 @@
 #   offer, before A's leader met its port: that joiner is given up on with one warning, and A serves on to
 #   the trainers' last version (never dropped).
 # fleet_ghost_next: as fleet_ghost, then B (one worker) joins 6 s after the trainers gave up on the dead joiner:
-#   A's leader meets B's port (its connect to the dead one ended by then), and B installs from the version that took it.
+#   A's leader meets B's port (A's runtime gave up on the dead job by then; its connect to the dead port stays
+#   inside MPI to the end), and B installs from the version that took it.
 set -euo pipefail
 program=$1
 mpiexec=${2:-mpirun}
@@ -235,8 +236,9 @@ case $scenario in
     engines=("${engines[0]}")  # the ghost's end is checked here, not with the serving jobs'
     # Once the trainers gave up on the joiner (or, before the fix, left A out for it), they may end.
     await_trainers "could not meet the joiner's port|left out of the fleet link"
-    # fleet_ghost_next: B comes once A's connect to the dead joiner's port ended (its mpirun gives up on the
-    # dead job 5 s after the connect met its half; before that, A's runtime can pair with nobody).
+    # fleet_ghost_next: B comes once A's mpirun gave up on the dead job (5 s after A's connect met its half;
+    # before that, A's runtime can pair with nobody). Nothing of A says when: its connect never returns (A
+    # names it, still inside MPI, at MPI_Finalize; measured), so a fixed margin it is.
     if [[ $scenario == fleet_ghost_next ]]; then sleep 6; engine second serve 1; else touch "$dir/address.go"; fi ;;
   ghost_connector)
     engine silent silent_joiner 1

@@ -38,13 +38,23 @@ JoinedEngineOutcome serve_joined_engine(const ParameterSet& params, const LoadWe
     load(checkpoint, into);
     if (probing) out.probe_seconds += comm::local_seconds() - began;
   };
+  // The engine's own check of each install: every rank verified it, and all hold the same version.
+  comm::Group engine(MPI_COMM_WORLD, run.name + "'s install check", nullptr);
+  // The join begins once the engine's last worker is at it: a worker still setting up its model holds the
+  // others at the join's first collective, which is not the join's time (the ranks of an engine job arrived
+  // up to 0.8 s apart on the loaded emulated cluster, and a rank 0 that came first counted that wait as the
+  // join's, up to 0.45 x T_min of one replica).
+  // Bounded as generously as a model's set-up may differ between ranks; the join itself keeps the timeout.
+  if (const Status together = engine.step(Status::ok(), comm::Waiter{std::max(run.timeout, 60.0), {}}, run.name + ": every worker at the join");
+      !together) {
+    out.failure = together.to_string();
+    return out;
+  }
   out.join_began = comm::local_seconds();
   ReceiverAdapter receiver(MPI_COMM_WORLD, MPI_COMM_WORLD, params, timed, options, hook);
   out.taken = comm::local_seconds();
   out.from_replica = receiver.installed_version() > 0;  // not taken yet: the plan comes with the take
   bool planned = !out.from_replica;
-  // The engine's own check of each install: every rank verified it, and all hold the same version.
-  comm::Group engine(MPI_COMM_WORLD, run.name + "'s install check", nullptr);
   while (out.failure.empty()) {
     const PollResult r = receiver.poll_requests();
     if (!planned && receiver.summary().t_min_seconds > 0) {  // taken and connected within this poll
@@ -64,6 +74,7 @@ JoinedEngineOutcome serve_joined_engine(const ParameterSet& params, const LoadWe
       // The whole probe, as the library timed it (codes, passes, decode, checks, the parameters saved and
       // restored), not only the load_weights calls inside it.
       out.probe_seconds = std::max(out.probe_seconds, out.summary.longest_probe_seconds);
+      out.replica_wait_seconds = out.summary.replica_wait_seconds;  // the take's summary has none
       if (rank == 0) std::printf("%s: joined (%d worker%s)\n", run.name.c_str(), size, size == 1 ? "" : "s");
     } else if (r.event == PollResult::Event::kInstalled) {
       if (out.first_installed == 0) {
@@ -122,6 +133,7 @@ nlohmann::json joined_engine_json(const JoinedEngineOutcome& o) {
           {"first_version_from_replica", o.from_replica},
           {"join_to_install_s", installed ? nlohmann::json(o.first_installed - began) : nlohmann::json(nullptr)},
           {"after_probe_s", installed ? nlohmann::json(o.first_installed - began - o.probe_seconds) : nlohmann::json(nullptr)},
+          {"replica_wait_s", o.replica_wait_seconds},
           {"t_min_s", o.summary.t_min_seconds},
           {"model_bytes", o.summary.model_bytes},
           {"link_trainer_egress_bytes", trainer_egress},

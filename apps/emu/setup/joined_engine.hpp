@@ -30,7 +30,8 @@ struct JoinedEngineOutcome {
   std::int64_t verified = 0;             // of them, equal to the engine's own load_weights on every rank
   std::string failure;                   // the first failure met (this rank's, or the engine's); "" when none
   bool shut_down = false;                // the trainers shut down (the run's normal end)
-  double join_began = 0;                 // the adapter's construction began: the job knocks at the port
+  double join_began = 0;                 // the engine's last worker came to the join (a step of them all),
+                                         // and the adapter's construction began: the job knocks at the port
   double taken = 0;                      // the trainers took the joiner at a send_weights (the adapter's
                                          // construction returned; served by a replica first: its link's
                                          // plan at hand after a poll)
@@ -38,6 +39,8 @@ struct JoinedEngineOutcome {
                                          // take (the adapter returned holding it)
   double probe_seconds = 0;              // the probe: the longest worker's (TransferSummary), at least this
                                          // rank's load_weights calls between taken and kConnected
+  double replica_wait_seconds = 0;       // of the time to the first install: until the replica took the
+                                         // joiner (TransferSummary::replica_wait_seconds)
   double connected = 0;                  // kConnected: the joiner's link is planned and registered
   double first_installed = 0;            // the first kInstalled (0: none)
   TransferSummary summary;               // the joined link's plan: the trainers to this one engine
@@ -54,7 +57,8 @@ JoinedEngineOutcome serve_joined_engine(const ParameterSet& params, const LoadWe
 /// The outcome as a report: versions, the join's timings relative to join_began (taken_after_s,
 /// probe_s, connected_after_s, first_install_after_s, join_to_install_s from taken, or from join_began
 /// for a first version from the replica, which no wait at the port precedes; after_probe_s =
-/// join_to_install_s - probe_s), first_version_from_replica, the link's T_min, the trainers' planned egress per update for the link
+/// join_to_install_s - probe_s), replica_wait_s (of it, until the replica took the joiner),
+/// first_version_from_replica, the link's T_min, the trainers' planned egress per update for the link
 /// (link_trainer_egress_bytes) and the stall intervals [version, begin, end].
 nlohmann::json joined_engine_json(const JoinedEngineOutcome& outcome);
 
