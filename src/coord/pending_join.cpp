@@ -1,5 +1,6 @@
 #include "coord/pending_join.hpp"
 
+#include <chrono>
 #include <span>
 #include <utility>
 
@@ -17,8 +18,32 @@ using namespace coord;
 
 PollResult ReceiverAdapter::Pending::failed(Status status) {
   if (failure.is_ok()) failure = std::move(status);
-  if (leaders != MPI_COMM_NULL) comm::abandon_link(std::exchange(leaders, MPI_COMM_NULL));
+  let_go();
   return {PollResult::Event::kFailed, version, failure};
+}
+
+void ReceiverAdapter::Pending::let_go() {
+  try {
+    settle_admission(true);  // bounded by the join's timeout
+  } catch (const Error&) {  // not admitted: nothing to let go
+  }
+  if (leaders != MPI_COMM_NULL) comm::abandon_link(std::exchange(leaders, MPI_COMM_NULL));
+}
+
+void ReceiverAdapter::Pending::admit() {
+  if (rank == 0)
+    admitting = std::async(std::launch::async, [address = address, timeout = timeout] { return comm::join_by_address(address, timeout); });
+}
+
+void ReceiverAdapter::Pending::settle_admission(bool wait) {
+  if (!admitting.valid()) return;
+  if (!wait && admitting.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return;
+  try {
+    leaders = admitting.get();
+  } catch (const Error& error) {
+    throw Error(error.code(), "engine worker 0: " + error.status().message());
+  }
+  WB_LOG(kInfo) << "engine worker 0: admitted at " << address << "; waiting to be taken at the trainers' next send_weights";
 }
 
 namespace coord {
@@ -75,8 +100,19 @@ PollResult ReceiverAdapter::poll_pending() {
   // Rank 0 looks (never waiting) whether trainer 0 began to take this engine, else whether the trainers'
   // port still lives (their next send_weights may be a training step of any length away); every rank
   // decides alike.
-  std::int32_t word = 0;  // 1: taken now; 2: their port is gone; 3: silent; 4: taken without the fleet link's offer
-  if (p.rank == 0) {
+  // 1: taken now; 2: their port is gone; 3: silent; 4: taken without the fleet link's offer; 5: the admission
+  // failed; 6: admitted now (nothing else looked at in that poll)
+  std::int32_t word = 0;
+  Status admission;
+  if (p.rank == 0 && !p.admitted) {
+    try {
+      p.settle_admission(false);
+      if (p.leaders != MPI_COMM_NULL) word = 6;
+    } catch (const Error& error) {
+      admission = error.status();
+      word = 5;
+    }
+  } else if (p.rank == 0) {
     if (!p.watch) p.watch.emplace(p.address, p.timeout);
     const comm::AddressWatch::Verdict seen = p.watch->look();
     word = fleet_offer_arrived(p.leaders)      ? 1
@@ -91,7 +127,18 @@ PollResult ReceiverAdapter::poll_pending() {
   } catch (const Error& error) {
     return p.failed(error.status());
   }
-  if (word == 0) {
+  if (word == 5) {  // rank 0's reason, on every rank
+    Status agreed = admission;
+    try {
+      comm::agree(admission, p.engine, comm::Waiter{p.timeout, {}}, "joining the trainers");
+    } catch (const Error& error) {
+      agreed = error.status();
+    }
+    return p.failed(agreed.is_ok() ? Status(ErrorCode::kInternal, p.who() + ": engine worker 0's admission at the trainers' port failed")
+                                   : agreed);
+  }
+  if (word == 6) p.admitted = true;
+  if (word == 0 || word == 6) {
     p.pace.after_step(true);
     return {PollResult::Event::kNone, p.version, Status::ok()};
   }

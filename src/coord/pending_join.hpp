@@ -8,6 +8,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <optional>
 #include <string>
@@ -24,6 +25,11 @@ namespace wb {
 struct ReceiverAdapter::Pending {
   MPI_Comm engine = MPI_COMM_NULL;
   MPI_Comm leaders = MPI_COMM_NULL;  // rank 0: the admission's link to trainer 0
+  // Rank 0: the admission at the trainers' port, on a thread from the end of the copy, so that the engine
+  // serves the replica's version at once (it took 0.13-0.18 s of every such join on the emulated cluster);
+  // taken at a later poll. `admitted`: every rank, agreed at a poll.
+  std::future<MPI_Comm> admitting;
+  bool admitted = false;
   int rank = 0;
   ParameterSet params;
   LoadWeightsFn load_weights;
@@ -45,6 +51,12 @@ struct ReceiverAdapter::Pending {
   std::string who() const { return "joined engine worker " + std::to_string(rank); }
   /// Failed for good: every later poll says so; the admission is let go (the trainers' take finds it gone).
   PollResult failed(Status status);
+  /// Rank 0 starts its admission at the trainers' port (`address`) on a thread; the others nothing.
+  void admit();
+  /// Rank 0: the admission's link, once made (waits for it with `wait`); throws wb::Error when it failed.
+  void settle_admission(bool wait);
+  /// The admission let go (waited for when under way): the trainers' take finds it gone.
+  void let_go();
 };
 
 namespace coord {

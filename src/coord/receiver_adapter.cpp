@@ -495,19 +495,17 @@ ReceiverAdapter::ReceiverAdapter(MPI_Comm world, MPI_Comm engine_comm, Parameter
       joined = join_trainers(engine_comm, resolved.join_address, resolved.timeout_seconds);
     } else {
       // On the fleet link a joiner that a replica served serves that version at once; it is admitted at
-      // the trainers' port now and taken at their next send_weights (poll_pending). Any other joiner waits
-      // here to be taken, and its first version is the trainers' next.
+      // the trainers' port meanwhile (a thread) and taken at their next send_weights (poll_pending). Any
+      // other joiner waits here to be taken, and its first version is the trainers' next.
       auto early = std::make_unique<Pending>();
       double probe_seconds = 0;
       const bool served = caught_up_before_take(engine_comm, params, load_weights, options, before_update_hook, resolved, spares,
                                                 early->version, early->probed, early->stall, probe_seconds,
                                                 early->summary.replica_wait_seconds);
       early->summary.longest_probe_seconds = probe_seconds;  // the probe before the copy (on its link: 0)
-      const MPI_Comm leaders = admit_at_trainers(engine_comm, resolved.join_address, resolved.timeout_seconds);
       if (served) {
         Pending& p = *early;
         p.engine = engine_comm;
-        p.leaders = leaders;
         WB_CHECK_MPI(MPI_Comm_rank(engine_comm, &p.rank));
         p.params = std::move(params);
         p.load_weights = std::move(load_weights);
@@ -517,10 +515,12 @@ ReceiverAdapter::ReceiverAdapter(MPI_Comm world, MPI_Comm engine_comm, Parameter
         p.address = resolved.join_address;
         p.timeout = resolved.timeout_seconds;
         p.pace = comm::Pace(*poll_interval_setting * 1e-6);
+        p.admit();
         pending_ = std::move(early);
         return;
       }
-      joined = taken_by_trainers(engine_comm, leaders, resolved.join_address, resolved.timeout_seconds);
+      joined = taken_by_trainers(engine_comm, admit_at_trainers(engine_comm, resolved.join_address, resolved.timeout_seconds),
+                                 resolved.join_address, resolved.timeout_seconds);
     }
   }
   state_ = std::make_unique<State>(joined, engine_comm, std::move(params), std::move(load_weights), options,
@@ -566,7 +566,7 @@ ReceiverAdapter::~ReceiverAdapter() {
 void ReceiverAdapter::leave() {
   if (pending_) {
     Pending& p = *pending_;
-    if (p.leaders != MPI_COMM_NULL) comm::abandon_link(std::exchange(p.leaders, MPI_COMM_NULL));
+    p.let_go();
     p.left = true;
     return;
   }
