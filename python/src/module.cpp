@@ -285,6 +285,10 @@ void bind_values(py::module_& m) {
                     "probe, exchange, plan, scatter, register (world rank 0)")
       .def_readonly("probe_seconds", &TransferSummary::probe_seconds,
                     "of which: to every worker's source map gathered (world rank 0)")
+      .def_readonly("longest_probe_seconds", &TransferSummary::longest_probe_seconds,
+                    "the longest probe of one worker (its load_weights passes, decode, checks)")
+      .def_readonly("replica_wait_seconds", &TransferSummary::replica_wait_seconds,
+                    "a joiner the fleet's replica served before the take: how long the replica took to take it")
       .def_readonly("fp8_amax_bytes", &TransferSummary::fp8_amax_bytes,
                     "FP8 engines: control bytes each trainer sends per update for the amaxes of shared blocks")
       .def_readonly("node_of_worker", &TransferSummary::node_of_worker)
