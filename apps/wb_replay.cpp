@@ -26,7 +26,6 @@
 #include <cstring>
 #include <memory>
 #include <fstream>
-#include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
