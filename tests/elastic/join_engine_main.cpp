@@ -57,6 +57,9 @@
 //             writes ADDRESS.go (it saw them give up on the joiner): 1
 //     fleet_ghost_next  as fleet_ghost, then B (one worker) joins once A's connect to the dead joiner ended
 //             (6 s: its mpirun gives up at 5): A's leader meets B's port, B installs from the version that took it
+//     fleet_refused  A joins the fleet link; B is served by A, the replica, and its admission at the trainers'
+//             port (on a thread, after the copy) fails: the trainers refuse it and warn, never take it, and
+//             send until the script writes ADDRESS.go (B's job ended): 1
 //   join_engine engine ADDRESS MODE ROLE          an engine of as many workers as its job's ranks (tp=n)
 //                                                 that joins by ADDRESS:
 //     serve   until the trainers shut down
@@ -77,6 +80,10 @@
 //     silent_joiner  (one rank) connects to the trainers' port, presents nothing, and SIGKILLs itself once
 //             the script writes ADDRESS.go
 //     ghost_connector  (one rank) starts MPI_Comm_connect to the trainers' port and SIGKILLs itself 1 s later
+//     forged_address  as serve, but in its first before_update_hook (the replica's copy, before its admission
+//             at the trainers' port) worker 0 replaces the address file by one with another secret (a trainer job
+//             restarted meanwhile would look so): the replica's version installed, its poll_requests must end in
+//             kFailed on every worker, naming the refused secret; it never serves the trainers
 // MODE: sync | sender-staged | receiver-staged | async. Every rollout worker checks every version it installs against its own
 // load_weights of that version, bit for bit; the built-in engine installs 1..last in order; a joiner's
 // first event after kConnected is kInstalled (of the trainers' latest version, from the built-in engine or
@@ -256,7 +263,8 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
   if (trainer) {
     Worker w(true, "tp=2", rank);
     const bool victim = scenario == "kill" || scenario == "stop" ||  // fleet_leave: the leaver
-                        (scenario.starts_with("fleet_") && !scenario.starts_with("fleet_ghost") && scenario != "fleet_long_step");
+                        (scenario.starts_with("fleet_") && !scenario.starts_with("fleet_ghost") && scenario != "fleet_long_step" &&
+                         scenario != "fleet_refused");
     const bool join_after = scenario.starts_with("fleet_join_after_");
     const bool alone = scenario.ends_with("_alone");  // A alone on the fleet link when it is hit
     // A victim's deadline is short: it is how long the lost engine is waited for.
@@ -279,7 +287,7 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
         : scenario == "joined_replica" ? Events{{1, "serving"}, {2, "serving serving"}}
         : scenario == "kill_relay" ? Events{{1, "serving"}, {1, "dropped serving"}}
         : scenario == "fleet" || scenario == "fleet_long_step" ? Events{{1, "serving"}, {2, "serving serving"}}
-        : scenario == "fleet_ghost" ? Events{{1, "serving"}}
+        : scenario == "fleet_ghost" || scenario == "fleet_refused" ? Events{{1, "serving"}}
         : scenario == "fleet_ghost_next" ? Events{{1, "serving"}, {2, "serving serving"}}
         : scenario == "fleet_kill" || scenario == "fleet_kill_arriving" ? Events{{1, "serving"}, {2, "serving serving"}, {1, "dropped serving"}}
         : scenario == "fleet_leave" ? Events{{1, "serving"}, {2, "serving serving"}, {1, "left serving"}}
@@ -374,10 +382,11 @@ int run_trainer_job(const std::string& address, const std::string& mode, const s
         ++next;
         last_event = v;
       }
-      // fleet_ghost: on, until the script saw the trainers give up on the joiner that died (ADDRESS.go); the
-      // trainers agree on whether they saw it (each looking alone, one could end while the other sends on).
+      // fleet_ghost: on, until the script saw the trainers give up on the joiner that died (ADDRESS.go);
+      // fleet_refused: until the refused joiner's job ended. The trainers agree on whether they saw it (each
+      // looking alone, one could end while the other sends on).
       bool done = next == events.size() && v >= last_event + kAfter;
-      if (done && scenario == "fleet_ghost") {
+      if (done && (scenario == "fleet_ghost" || scenario == "fleet_refused")) {
         int seen = std::ifstream(address + ".go").good() ? 1 : 0;
         MPI_Allreduce(MPI_IN_PLACE, &seen, 1, MPI_INT, MPI_MIN, group);
         done = seen != 0;
@@ -511,6 +520,16 @@ BeforeUpdateHook victim_hook(const std::string& address, const std::string& role
       }
       hit = true;
     };
+  if (role == "forged_address")
+    return [address, rank, &hit](std::uint64_t) {
+      if (hit || rank != 0) return;
+      hit = true;
+      comm::JoinAddress forged = comm::read_address_file(address);
+      forged.secret.assign(forged.secret.size(), '0');
+      const std::string next = address + ".forged";
+      comm::write_address_file(next, forged);  // owner-only, as the trainers' own
+      if (std::rename(next.c_str(), address.c_str()) != 0) std::perror("forged_address: rename");
+    };
   if (role != "killed" && role != "stopped") return {};
   return [address, role, rank, &hit](std::uint64_t v) {
     const std::uint64_t at = read_trigger(address);
@@ -584,6 +603,7 @@ int run_engine_job(const std::string& address, const std::string& mode, const st
   // the adapter is made), then the versions from the one that took it on (any sent in between skipped).
   std::uint64_t served_before = 0;
   const bool stopped = role == "stopped" || role == "stopped_between";
+  const bool forged = role == "forged_address";
   {
     // patient: a timeout shorter than the trainers' step while it waits at their port (fleet_long_step).
     ReceiverAdapter receiver(MPI_COMM_WORLD, MPI_COMM_WORLD, w.params->parameters(), w.load(),
@@ -612,8 +632,21 @@ int run_engine_job(const std::string& address, const std::string& mode, const st
           std::raise(SIGSTOP);
         }
       };
-    ok = serve(receiver, w, "the joined engine", installed, role == "leave" ? 3 : 0, stopped ? &failed : nullptr, &first_after,
+    ok = serve(receiver, w, "the joined engine", installed, role == "leave" ? 3 : 0, stopped || forged ? &failed : nullptr, &first_after,
                role == "leave_at_trigger" ? address : "", polled) ? 1 : 0;
+    if (forged) {
+      // Served by the replica (its version installed, bit for bit), then refused at the trainers' port: the
+      // admission's failure, on every worker, and nothing after it.
+      const bool refused = failed.event == PollResult::Event::kFailed &&
+                           failed.status.message().find("the trainers refused the secret") != std::string::npos;
+      ok = hit == (rank == 0) && installed.size() == 1 && installed[0] == served_before && refused ? 1 : 0;
+      std::printf("joined engine worker %d: served version %llu by the replica (%zu install(s)), then %s: %s\n", rank,
+                  static_cast<unsigned long long>(served_before), installed.size(), poll_event_name(failed.event),
+                  failed.status.to_string().c_str());
+      int all = 0;
+      MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+      return all == 1 ? 0 : 1;
+    }
     if (stopped) {
       // Resumed after the trainers dropped it: its update ends in kFailed (an kAborted of the version it
       // was in first), naming why.

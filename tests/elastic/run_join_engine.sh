@@ -45,6 +45,10 @@
 # fleet_ghost_next: as fleet_ghost, then B (one worker) joins 6 s after the trainers gave up on the dead joiner:
 #   A's leader meets B's port (A's runtime gave up on the dead job by then; its connect to the dead port stays
 #   inside MPI to the end), and B installs from the version that took it.
+# fleet_refused: A joins the fleet link; B is served by A (the replica), and its admission at the trainers'
+#   port after the copy presents another secret (B replaced the address file in the copy's hook, as a trainer
+#   job restarted meanwhile would): every worker of B reports kFailed naming the refused secret after the
+#   replica's version, the trainers warn once and never take it, and A serves on to their last version.
 set -euo pipefail
 program=$1
 mpiexec=${2:-mpirun}
@@ -240,6 +244,12 @@ case $scenario in
     # before that, A's runtime can pair with nobody). Nothing of A says when: its connect never returns (A
     # names it, still inside MPI, at MPI_Finalize; measured), so a fixed margin it is.
     if [[ $scenario == fleet_ghost_next ]]; then sleep 6; engine second serve 1; else touch "$dir/address.go"; fi ;;
+  fleet_refused)
+    engine first serve; engines_at 1
+    engine second forged_address
+    wait "${engines[1]}" || fail "the refused joiner's workers did not all report its refused admission after the replica's version"
+    engines=("${engines[0]}")  # its end is checked here
+    touch "$dir/address.go" ;;
   ghost_connector)
     engine silent silent_joiner 1
     await_line "$dir/silent.log" "silent joiner: connected" "${engines[0]}" "the silent joiner never connected"
@@ -459,6 +469,16 @@ case $scenario in
       fail "not one warning that the accept paired with the dead connector failed"
     grep -q "no more joins are taken" "$dir/trainers.log" && fail "the trainers' port stopped taking joins"
     serving=$dir/second.log ;;
+  fleet_refused)
+    [[ ${rcs[0]} == 0 ]] || fail "A failed (${rcs[0]})"
+    [[ $(grep -c "served version .* by the replica (1 install(s)), then failed: .*the trainers refused the secret" "$dir/second.log") == 2 ]] ||
+      fail "B's workers did not both report kFailed naming the refused secret after the replica's version"
+    grep -q "wrote version .* to a joining engine" "$dir/first.log" || fail "A did not write B its first version"
+    [[ $(grep -c "join port: a peer was refused before any plan or weight reached it" "$dir/trainers.log") == 1 ]] ||
+      fail "not one warning on the trainers naming the refused joiner"
+    [[ $(grep -c "joined the fleet link after version" "$dir/trainers.log") == 1 ]] || fail "the trainers took more than A"
+    grep -q "was lost in version\|was dropped after version\|left out of the fleet link" "$dir/trainers.log" && fail "A was dropped for the refused joiner"
+    serving=$dir/first.log ;;
   vanish)
     [[ $(grep -c "did not answer when taken" "$dir/trainers.log") == 1 ]] || fail "no warning about the joiner that vanished"
     serving=$dir/second.log ;;
