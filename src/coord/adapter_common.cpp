@@ -214,6 +214,11 @@ Status AdapterBase::fail(Status status) {
 
 void AdapterBase::announce_departure(const std::string& why) {
   if (!failure.is_ok() || shut_down || !connection) return;
+  // A peer's failure already here (its notice taken now, and passed on as every rank does) is what the others
+  // must hear: a departure after it is its consequence, and a trainer that took it first would name it
+  // instead of the cause (wb-bench: an engine told by trainer 0 that the update failed, destroying its
+  // adapter, was named by trainer 1 in place of the stopped engine, once in a CI run).
+  if (!faults->poll().is_ok()) return;
   const Status gone(ErrorCode::kInternal, who() + " left: " + why);
   faults->announce(gone, group->first_incomplete());
   faults->raise(gone);  // its own background transfer stops too
