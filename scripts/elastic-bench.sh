@@ -78,14 +78,13 @@ cleanup() {  # whatever still runs when the script ends (an error, Ctrl-C)
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
 }
 trap cleanup EXIT
-# The waits fork nothing (a grep and a sleep every 0.1 s took CPU from the jobs measured, on a loaded
-# machine): the log is read by bash, and the nap is a read with a timeout on a pipe nobody writes.
-exec {nap_fd}<> <(:)
+# The waits fork nothing (nap, log_count): a grep and a sleep every 0.1 s took CPU from the jobs measured.
+. "$root/scripts/log-poll.sh"
 # Bounded in time too: under a prefix (cluster.sh exec) the kill above reaches the prefix, not the server.
 # (setsid around the jobs, to kill what a prefix starts, made the joins' TCP connects fail here: 2 runs of 2.)
 "${server_prefix[@]}" timeout 1800 ompi-server --no-daemonize --report-uri "$dir/uri" &
 pids+=($!)
-for _ in $(seq 100); do [[ -s $dir/uri ]] && break; read -r -t 0.1 -u "$nap_fd" _ || true; done
+for _ in $(seq 100); do [[ -s $dir/uri ]] && break; nap; done
 [[ -s $dir/uri ]] || { echo "ompi-server wrote no URI"; exit 1; }
 
 job() {  # job INDEX NAME RANKS ARGS...: one wb-replay job in the background, its log $dir/NAME.log
@@ -97,15 +96,11 @@ job() {  # job INDEX NAME RANKS ARGS...: one wb-replay job in the background, it
   pids+=($!)
   eval "pid_$name=$!"
 }
-wait_for() {  # wait_for NAME PATTERN COUNT: until NAME.log has COUNT lines containing PATTERN (up to 120 s)
-  local line count
+wait_for() {  # wait_for NAME ERE COUNT: until NAME.log has COUNT lines matching ERE (up to 120 s)
   for _ in $(seq 1200); do
-    count=0
-    if [[ -r $dir/$1.log ]]; then
-      while IFS= read -r line || [[ -n $line ]]; do [[ $line == *"$2"* ]] && count=$((count + 1)); done <"$dir/$1.log"
-    fi
-    ((count >= $3)) && return
-    read -r -t 0.1 -u "$nap_fd" _ || true
+    log_count "$dir/$1.log" "$2"
+    ((counted >= $3)) && return
+    nap
   done
   echo "no '$2' in $1.log within 120 s"; cat "$dir/$1.log"; exit 1
 }
@@ -113,7 +108,7 @@ wait_for() {  # wait_for NAME PATTERN COUNT: until NAME.log has COUNT lines cont
 echo "== trainer job ($trainer_ranks ranks, $trainer, no engine of its own, $mode): 3 engine jobs join, then $steps versions"
 job 0 trainers "$trainer_ranks" --trainer "$trainer" --rollout "engines=0,tp=$engine_tp" --joiners 3 --steps "$steps" \
   --step-ms "$step_ms"
-for _ in $(seq 600); do [[ -s $dir/address ]] && break; read -r -t 0.1 -u "$nap_fd" _ || true; done
+for _ in $(seq 600); do [[ -s $dir/address ]] && break; nap; done
 engine() {  # engine INDEX NAME ARGS...
   job "$1" "$2" "$engine_tp" --engine-job --rollout "engines=1,tp=$engine_tp$fp8" --engine-name "$2" --step-ms "$engine_step_ms" "${@:3}"
 }

@@ -71,25 +71,8 @@ cleanup() {
 }
 trap cleanup EXIT
 . "$(dirname "${BASH_SOURCE[0]}")/name_server.sh"
-# The waits below poll logs ten times a second, four of these tests at once: with a grep and a sleep per
-# poll, their forks were 23% of the machine's CPU (perf, four engine-job tests at -j4), beside 71% for the
-# jobs themselves. So a poll forks nothing: nap reads, with a timeout, a pipe nobody writes; log_has matches
-# a log's lines in bash (an extended regular expression).
-exec {nap_fd}<> <(:)
-nap() { read -r -t 0.1 -u "$nap_fd" _ || true; }
-log_has() {  # log_has LOG ERE: a line of LOG matches ERE
-  local line
-  [[ -r $1 ]] || return 1
-  while IFS= read -r line || [[ -n $line ]]; do [[ $line =~ $2 ]] && return 0; done <"$1"
-  return 1
-}
-log_count() {  # log_count LOG ERE: sets $counted, how many lines of LOG match ERE (no $(...): that forks)
-  local line
-  counted=0
-  [[ -r $1 ]] || return 0
-  while IFS= read -r line || [[ -n $line ]]; do [[ $line =~ $2 ]] && counted=$((counted + 1)); done <"$1"
-  return 0
-}
+# Polls of the logs fork nothing (nap, log_has, log_count): four of these tests run at once.
+. "$(dirname "${BASH_SOURCE[0]}")/../../scripts/log-poll.sh"
 start_name_server
 # pmix_server_max_wait 5: a job that died while pairing with another is given up on after 5 s (README).
 run() { timeout 200 "$mpiexec" --oversubscribe --ompi-server "file:$dir/uri" --mca pmix_server_max_wait 5 "$@"; }
