@@ -586,12 +586,16 @@ int run(int argc, char** argv, Ending& ending) {
                   static_cast<long long>(summary.fp8_amax_bytes));
     }
     if (!options.join_address.empty()) {
-      // Each send_weights over every trainer: the first to enter it, the last to leave (trainer 0's clock).
+      // Each send_weights over every trainer: the first to enter it, the last to enter it (the trainers'
+      // training steps ended that far apart: nothing of this emulation holds them together, where a real
+      // one's collectives do), the last to leave (trainer 0's clock).
       nlohmann::json sends = outcome.sends;
+      for (nlohmann::json& send : sends) send["last_begin_s"] = send["begin_s"];
       for (int r = 1; r < deployment.trainer.world_size(); ++r)
         if (const nlohmann::json& report = reports[static_cast<std::size_t>(r)]; !report.is_null())
           for (std::size_t i = 0; i < sends.size() && i < report["sends"].size(); ++i) {
             sends[i]["begin_s"] = std::min(sends[i]["begin_s"].get<double>(), report["sends"][i]["begin_s"].get<double>());
+            sends[i]["last_begin_s"] = std::max(sends[i]["last_begin_s"].get<double>(), report["sends"][i]["begin_s"].get<double>());
             sends[i]["end_s"] = std::max(sends[i]["end_s"].get<double>(), report["sends"][i]["end_s"].get<double>());
           }
       nlohmann::json engines = nlohmann::json::array();
