@@ -199,6 +199,17 @@ WorkerOutcome run_trainer(const Setup& setup, EmulatedWorker& worker, const Work
     stored.load(worker, VersionedCheckpoint(*setup.checkpoint, v));
     if (fault.due(process_rank(), v)) inject(fault, "wb-replay", who);
     sleep_ms(options.step_ms);
+    // A trainer job that takes engine jobs ends each training step together, as a real one's collectives
+    // (the optimizer's all-reduce) end it: unheld, the trainers' steps here (each loading the next version)
+    // ended up to 0.45 s apart on the loaded emulated cluster, which counted in the EWTT (from the first
+    // trainer's send_weights). The fault suite's jobs (a trainer stopped inside its step) take no joins.
+    if (!options.join_address.empty())
+      if (Status together = agree.step(Status::ok(), comm::Waiter{job_timeout(), {}}, "the end of the trainers' training step");
+          !together) {
+        outcome.failure = together.to_string();
+        outcome.failed_at = wall_seconds();
+        break;
+      }
     const int before = sender.engines();
     const double began = clock.now();
     const Status status = sender.send_weights(v);
