@@ -172,7 +172,7 @@ WorkerOutcome run_trainer(const Setup& setup, EmulatedWorker& worker, const Work
   summary = sender.summary();
   // Trainer rank 0's clock, on which the adapters (and every joined link) put their stalls.
   const JobClock clock(trainers);
-  comm::Group agree(trainers, "the trainers' wait for engine jobs", nullptr);
+  comm::Group agree(trainers, "the trainers' steps", nullptr);  // the wait for engine jobs, the end of each training step
   const int wanted = setup.deployment.rollout.engines + options.joiners;
   const double join_began = wall_seconds();
   WorkerOutcome outcome;
