@@ -71,18 +71,24 @@ read -r -a server_prefix <<<"${WB_SERVER_PREFIX:-}"
 read -r -a model <<<"${WB_MODEL_ARGS:---model qwen3-30b-a3b --scale tiny}"
 read -r -a extra <<<"${WB_BENCH_ARGS:-}"
 mkdir -p "$dir"
-rm -f "$dir"/*.log "$dir"/*.json "$dir/uri" "$dir/address" "$dir/kill"
+rm -f "$dir"/*.log "$dir"/*.json "$dir/uri" "$dir/address" "$dir/kill" "$dir/server.pid"
 
 pids=()
-cleanup() {  # whatever still runs when the script ends (an error, Ctrl-C)
+cleanup() {  # whatever still runs when the script ends (an error, Ctrl-C), and the server
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  [[ -s $dir/server.pid ]] && kill "$(<"$dir/server.pid")" 2>/dev/null
+  return 0
 }
 trap cleanup EXIT
 # The waits fork nothing (nap, log_count): a grep and a sleep every 0.1 s took CPU from the jobs measured.
 . "$root/scripts/log-poll.sh"
-# Bounded in time too: under a prefix (cluster.sh exec) the kill above reaches the prefix, not the server.
-# (setsid around the jobs, to kill what a prefix starts, made the joins' TCP connects fail here: 2 runs of 2.)
-"${server_prefix[@]}" timeout 1800 ompi-server --no-daemonize --report-uri "$dir/uri" &
+# Under a prefix (cluster.sh exec) the kill of $! reaches the prefix, not the server, which outlived the
+# runs: so the server writes its pid (the emulated hosts share this machine's process ids), and is bounded
+# in time too. (setsid around the jobs, to kill what a prefix starts, made the joins' TCP connects fail
+# here: 2 runs of 2.)
+# shellcheck disable=SC2016  # $$ is the inner shell's
+"${server_prefix[@]}" timeout 1800 sh -c 'echo $$ >"$1"; exec ompi-server --no-daemonize --report-uri "$2"' sh \
+  "$dir/server.pid" "$dir/uri" &
 pids+=($!)
 for _ in $(seq 100); do [[ -s $dir/uri ]] && break; nap; done
 [[ -s $dir/uri ]] || { echo "ompi-server wrote no URI"; exit 1; }
