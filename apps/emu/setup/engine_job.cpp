@@ -14,6 +14,7 @@
 #include "emu/frameworks/worker_parameters.hpp"
 #include "emu/reports/trace_file.hpp"
 #include "emu/setup/joined_engine.hpp"
+#include "emu/setup/reference_ahead.hpp"
 #include "transport/transport.hpp"
 
 namespace wb::emu {
@@ -33,7 +34,8 @@ int run_engine_job(const RunOptions& options, const RunSetup& setup, const Engin
   const std::unique_ptr<EmulatedWorker> worker = make_rollout_worker(setup.model, spec, rank);
   const WorkerParameters params(worker->parameter_infos(), parse_parameter_place(options.device), default_cuda_device());
   params.load(*worker, EngineVersion(setup, 0, worker->loads_fp8_form()).reader());
-  VersionReference reference(*worker, setup);
+  // Loaded ahead in the inference steps, so that the check at each install holds no joiner at the replica.
+  ReferenceAhead reference(*worker, setup);
   AdapterOptions adapter;
   adapter.join_address = job.join_address;
   adapter.receiver_staging = job.mode.receiver_staging;
@@ -43,6 +45,8 @@ int run_engine_job(const RunOptions& options, const RunSetup& setup, const Engin
   run.name = job.name;
   run.step_ms = job.step_ms;
   run.timeout = timeout;
+  run.expect_next = [&](std::uint64_t v) { reference.expect(v); };
+  run.inference_step = [&](double ms) { reference.inference_step(ms); };
   JoinedEngineOutcome out;
   try {
     out = serve_joined_engine(

@@ -99,12 +99,14 @@ JoinedEngineOutcome serve_joined_engine(const ParameterSet& params, const LoadWe
       if (rank == 0)
         std::printf("%s: installed version %llu%s\n", run.name.c_str(), static_cast<unsigned long long>(r.version),
                     whole ? ", bit for bit" : ", NOT as its own load_weights of it");
+      if (run.expect_next) run.expect_next(r.version + 1);
     } else if (r.event == PollResult::Event::kFailed || r.event == PollResult::Event::kAborted) {
       std::fprintf(stderr, "%s worker %d: %s: %s\n", run.name.c_str(), rank, poll_event_name(r.event), r.status.to_string().c_str());
       fail(r.status.to_string());
     }
     std::fflush(stdout);
-    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(run.step_ms));  // one inference step
+    if (run.inference_step) run.inference_step(run.step_ms);
+    else std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(run.step_ms));  // one inference step
   }
   if (rank == 0 && out.failure.empty())
     std::printf("%s: shut down at version %llu\n", run.name.c_str(), static_cast<unsigned long long>(receiver.installed_version()));

@@ -19,6 +19,10 @@ struct JoinedEngineRun {
   std::string name = "engine";  // in the lines rank 0 prints
   double step_ms = 2;           // the inference step between two polls
   double timeout = 10;          // how long the engine's ranks wait for one another at a check
+  /// Told the version the engine expects next after each install (e.g. to prepare its check); optional.
+  std::function<void(std::uint64_t version)> expect_next;
+  /// One inference step of at least `ms` milliseconds (e.g. ReferenceAhead::inference_step); default: a sleep.
+  std::function<void(double ms)> inference_step;
 };
 
 /// "" when the parameters hold exactly `version` (the engine's own load_weights of it), else what differs.
