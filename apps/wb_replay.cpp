@@ -597,9 +597,9 @@ int run(int argc, char** argv, Ending& ending) {
                   static_cast<long long>(summary.fp8_amax_bytes));
     }
     if (!options.join_address.empty()) {
-      // Each send_weights over every trainer: the first to enter it, the last to enter it (the trainers'
-      // training steps ended that far apart: nothing of this emulation holds them together, where a real
-      // one's collectives do), the last to leave (trainer 0's clock).
+      // Each send_weights over every trainer: the first to enter it, the last to enter it (how far apart
+      // the trainers' training steps ended: run_trainer ends them together, as a real job's collectives
+      // do), the last to leave (trainer 0's clock).
       nlohmann::json sends = outcome.sends;
       for (nlohmann::json& send : sends) send["last_begin_s"] = send["begin_s"];
       for (int r = 1; r < deployment.trainer.world_size(); ++r)

@@ -130,12 +130,12 @@ def main(directory):
         result["before_loss"] = {"updates": len(before_loss), "ewtt_s": before_loss,
                                  "ewtt_median_s": statistics.median(before_loss) if before_loss else None,
                                  "fleet": fleet(before)}
-        # Of each EWTT: how far apart the trainers entered send_weights (their emulated training steps end
-        # unheld, where a real job's collectives end them together), and how long the call took.
-        entered = {s["version"]: [s.get("last_begin_s", s["begin_s"]) - s["begin_s"], s["end_s"] - s["begin_s"]] for s in counted}
+        # Of each EWTT: how far apart the trainers entered send_weights (wb-replay ends their training steps
+        # together, as a real job's collectives do: this shows it held), and how long the call took.
+        later = [s for s in counted if s["version"] > v]
         result["after_loss"] = {"updates": len(after_loss), "ewtt_s": after_loss, "ewtt_median_s": median_after,
-                                "trainer_entry_skew_s": [entered[s["version"]][0] for s in counted if s["version"] > v],
-                                "send_weights_s": [entered[s["version"]][1] for s in counted if s["version"] > v],
+                                "trainer_entry_skew_s": [s.get("last_begin_s", s["begin_s"]) - s["begin_s"] for s in later],
+                                "send_weights_s": [s["end_s"] - s["begin_s"] for s in later],
                                 "fleet": smaller, "goal": 1.15,
                                 "median_over_t_min_one_plan": ratio(median_after, smaller["t_min_one_plan_s"]),
                                 "median_over_t_min_per_link_sum": ratio(median_after, smaller["t_min_per_link_sum_s"]),

@@ -3,8 +3,10 @@
 // prepared is loaded at the check.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "emu/checkpoints/synthetic.hpp"
 #include "emu/frameworks/backend.hpp"
@@ -39,6 +41,7 @@ TEST(ReferenceAhead, LoadsTheNextVersionInInferenceStepsOnly) {
   Engine engine;
   ReferenceAhead reference(*engine.worker, engine.setup);
   reference.expect(3);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // a load takes about 10 ms here
   EXPECT_FALSE(reference.holds(3));  // nothing runs outside a step
   int steps = 0;
   while (!reference.holds(3) && steps < 10000) {
