@@ -438,7 +438,7 @@ int run(int argc, char** argv, Ending& ending) {
   RunSetup setup = make_run_setup(o);
   if (o.engine_job) {
     if (modes.size() != 1) throw Error(ErrorCode::kInvalidArgument, "--engine-job: give one of --modes (the trainers' mode)");
-    return run_engine_job(o, setup, {"wb-bench", o.engine_name, modes.front(), o.step_ms, fault, o.join_address}, ending);
+    return run_engine_job(o, setup, {"wb-bench", o.engine_name, modes.front(), o.step_ms, fault, o.join_address, "", -1}, ending);
   }
   if (!o.join_address.empty() && (modes.size() != 1 || methods.size() != 1))
     throw Error(ErrorCode::kInvalidArgument, "--join-address: the trainers publish one adapter's address: --methods weightbridge "

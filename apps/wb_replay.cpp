@@ -53,6 +53,7 @@
 #include "emu/reports/trace_file.hpp"
 #include "emu/setup/engine_job.hpp"
 #include "emu/setup/run_setup.hpp"
+#include "emu/setup/update_mark.hpp"
 #include "transport/transport.hpp"
 #include "weightbridge/adapter.hpp"
 #include "weightbridge/job_clock.hpp"
@@ -77,6 +78,8 @@ struct Options : RunOptions {
   int joiners = 0;           // trainer job: engine jobs to wait for (training on) before the --steps versions
   double join_wait_s = 120;  // trainer job: how long it waits for them
   std::string engine_name = "engine job";
+  std::string update_mark;   // a bench's knob: the trainers write it, an engine job places its join or fault by it
+  double knock_at_ms = -1;   // engine job: start the join this far into the trainers' next update
 };
 
 // What wb-replay's options shared with wb-bench mean here.
@@ -100,7 +103,9 @@ bool parse_options(int argc, char** argv, Options& options, int rank) {
       ("engine-job", po::bool_switch(&options.engine_job), "This job is one rollout engine (--rollout engines=1,tp=<the job's ranks>) that joins the trainers at --join-address and verifies, bit for bit, every version it installs until they shut down; --trainer is not needed. --fault counts the trainers' versions; when=FILE suits a joiner.")
       ("joiners", po::value(&options.joiners)->default_value(options.joiners), "Trainer job: engine jobs to wait for before the --steps versions; the trainers keep sending versions (one per step) while they join.")
       ("join-wait-s", po::value(&options.join_wait_s)->default_value(options.join_wait_s), "Trainer job: seconds to wait for the --joiners before failing.")
-      ("engine-name", po::value(&options.engine_name)->default_value(options.engine_name), "Engine job: its name in what it prints and in its JSON.");
+      ("engine-name", po::value(&options.engine_name)->default_value(options.engine_name), "Engine job: its name in what it prints and in its JSON.")
+      ("update-mark", po::value(&options.update_mark), "For benchmarks, a file on a filesystem both jobs see: trainer rank 0 writes the version and the wall time at which it enters each send_weights; an engine job reads it for --knock-at-ms and --fault ...,when=FILE,at=MS.")
+      ("knock-at-ms", po::value(&options.knock_at_ms), "Engine job, with --update-mark: start the join (the probe, then the knock) this many milliseconds into the trainers' next update.");
   if (!parse_run_options(argc, argv, general, options, rank == 0)) return false;
   // The join_address setting (--join-address, WB_JOIN_ADDRESS): the trainer job publishes that address file
   // (its --rollout engines=N, 0 allowed, are the engines of its own world) and each --engine-job joins it.
@@ -108,6 +113,8 @@ bool parse_options(int argc, char** argv, Options& options, int rank) {
   if (options.engine_job && options.join_address.empty()) throw Error(ErrorCode::kInvalidArgument, "--engine-job needs --join-address");
   if (options.joiners < 0 || (options.joiners > 0 && (options.join_address.empty() || options.engine_job)))
     throw Error(ErrorCode::kInvalidArgument, "--joiners is for a trainer job with --join-address");
+  if (options.knock_at_ms != -1 && (!(options.knock_at_ms >= 0 && options.knock_at_ms <= kMaxStepMs) || !options.engine_job))
+    throw Error(ErrorCode::kInvalidArgument, "--knock-at-ms is for an engine job, from 0 to an hour");
   if (!(options.join_wait_s > 0 && options.join_wait_s <= kMaxStepMs))
     throw Error(ErrorCode::kInvalidArgument, "--join-wait-s must be positive");
   // A trainer job that publishes an address may start with no engine of its own; an engine job needs no trainers' layout.
@@ -211,6 +218,7 @@ WorkerOutcome run_trainer(const Setup& setup, EmulatedWorker& worker, const Work
         break;
       }
     const int before = sender.engines();
+    if (!options.update_mark.empty() && process_rank() == 0) UpdateMark{v, wall_seconds()}.write(options.update_mark);
     const double began = clock.now();
     const Status status = sender.send_weights(v);
     if (!options.join_address.empty())
@@ -375,7 +383,10 @@ int run(int argc, char** argv, Ending& ending) {
   const auto start = std::chrono::steady_clock::now();
   Setup setup = make_run_setup(options);
   if (options.engine_job)
-    return run_engine_job(options, setup, {"wb-replay", options.engine_name, mode, options.step_ms, fault, options.join_address}, ending);
+    return run_engine_job(options, setup,
+                          {"wb-replay", options.engine_name, mode, options.step_ms, fault, options.join_address,
+                           options.update_mark, options.knock_at_ms},
+                          ending);
   const Deployment& deployment = setup.deployment;
   if (world != deployment.world_size())
     throw Error(ErrorCode::kInvalidArgument,

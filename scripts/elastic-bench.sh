@@ -19,9 +19,14 @@
 #
 #   scripts/elastic-bench.sh [--mode sync|sender-staged|receiver-staged|async] [--trainer SPEC] [--trainer-ranks N]
 #       [--engine-tp N] [--steps K] [--step-ms MS] [--engine-step-ms MS] [--gpus-per-node G] [--fp8 BLOCK]
+#       [--knock-at MS] [--kill-at MS]
 #   defaults: sync, tp=2 on 2 ranks, engines of tp=2, 12 steps, a training step of 100 ms, an inference step
 #   (the engines poll between two; a sync install waits for the next poll) of 2 ms, and nodes of --engine-tp
 #   ranks (the trainers' ranks must fill whole nodes: wb-plan's bound takes trainers and engines apart).
+#   --knock-at MS: B and C each start their join (early probe, then the knock at the replica) MS ms into the
+#   trainers' next update, and --kill-at MS: A's rank 0 is killed MS ms into the trainers' first update after
+#   the trigger, wherever A is then (both by the trainers' --update-mark; by default the knock falls where it
+#   may, and the kill in A's before_update_hook, which a staged engine runs after its receive).
 #   --fp8 128x128: the engine jobs serve block FP8 (quantized by the trainers; the model's shards must be
 #   tiled by the blocks, e.g. WB_MODEL_ARGS with --hidden 1024 --head-dim 128), the bounds those of FP8 engines.
 # Environment (defaults in brackets):
@@ -41,7 +46,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${WB_BUILD_DIR:-$root/build}
-mode=sync trainer=tp=2 trainer_ranks=2 engine_tp=2 steps=12 step_ms=100 engine_step_ms=2 gpus_per_node= fp8=
+mode=sync trainer=tp=2 trainer_ranks=2 engine_tp=2 steps=12 step_ms=100 engine_step_ms=2 gpus_per_node= fp8= knock_at= kill_at=
 while [[ $# -gt 0 ]]; do
   [[ $# -ge 2 ]] || { echo "elastic-bench.sh: $1 needs a value"; exit 2; }
   case $1 in
@@ -54,6 +59,8 @@ while [[ $# -gt 0 ]]; do
     --engine-step-ms) engine_step_ms=$2 ;;
     --gpus-per-node) gpus_per_node=$2 ;;
     --fp8) fp8=,fp8=$2 ;;
+    --knock-at) knock_at=$2 ;;
+    --kill-at) kill_at=$2 ;;
     *) echo "elastic-bench.sh: unknown option $1"; exit 2 ;;
   esac
   shift 2
@@ -71,7 +78,7 @@ read -r -a server_prefix <<<"${WB_SERVER_PREFIX:-}"
 read -r -a model <<<"${WB_MODEL_ARGS:---model qwen3-30b-a3b --scale tiny}"
 read -r -a extra <<<"${WB_BENCH_ARGS:-}"
 mkdir -p "$dir"
-rm -f "$dir"/*.log "$dir"/*.json "$dir/uri" "$dir/address" "$dir/kill" "$dir/server.pid"
+rm -f "$dir"/*.log "$dir"/*.json "$dir/uri" "$dir/address" "$dir/kill" "$dir/server.pid" "$dir/update-mark"
 
 pids=()
 cleanup() {  # whatever still runs when the script ends (an error, Ctrl-C), and the server
@@ -98,7 +105,8 @@ job() {  # job INDEX NAME RANKS ARGS...: one wb-replay job in the background, it
   shift 3
   [[ ${#hosts[@]} -gt $index ]] && place=(--host "${hosts[$index]}:$ranks")
   "${launcher[@]//%h/$((index + 1))}" "${place[@]}" --ompi-server "file:$dir/uri" --mca pmix_server_max_wait 5 -np "$ranks" "$replay" "${model[@]}" "${extra[@]}" \
-    --mode "$mode" --gpus-per-node "$gpus_per_node" --join-address "$dir/address" --json "$dir/$name.json" "$@" >"$dir/$name.log" 2>&1 &
+    --mode "$mode" --gpus-per-node "$gpus_per_node" --join-address "$dir/address" --update-mark "$dir/update-mark" \
+    --json "$dir/$name.json" "$@" >"$dir/$name.log" 2>&1 &
   pids+=($!)
   eval "pid_$name=$!"
 }
@@ -118,13 +126,15 @@ for _ in $(seq 600); do [[ -s $dir/address ]] && break; nap; done
 engine() {  # engine INDEX NAME ARGS...
   job "$1" "$2" "$engine_tp" --engine-job --rollout "engines=1,tp=$engine_tp$fp8" --engine-name "$2" --step-ms "$engine_step_ms" "${@:3}"
 }
-engine 1 A --fault "kill,rank=0,when=$dir/kill"
+engine 1 A --fault "kill,rank=0,when=$dir/kill${kill_at:+,at=$kill_at}"
 wait_for A "installed version" 1
-engine 2 B
+knock=()
+[[ -n $knock_at ]] && knock=(--knock-at-ms "$knock_at")
+engine 2 B "${knock[@]}"
 wait_for B "installed version" 1
-engine 3 C
+engine 3 C "${knock[@]}"
 wait_for C "installed version" 3
-echo "== engine A's rank 0 kills itself in its next update"
+echo "== engine A's rank 0 kills itself in its next update${kill_at:+, $kill_at ms into it}"
 touch "$dir/kill"
 
 status=0
@@ -138,7 +148,7 @@ for n in 1 2 3; do
   "$build/apps/wb-plan" "${model[@]}" "${extra[@]}" --gpus-per-node "$gpus_per_node" --trainer "$trainer" --rollout "engines=$n,tp=$engine_tp$fp8" \
     --json "$dir/plan_$n.json" >"$dir/plan_$n.log" 2>&1 || { echo "wb-plan (engines=$n) failed"; cat "$dir/plan_$n.log"; status=1; }
 done
-/usr/bin/env python3 "$root/scripts/elastic_bench.py" "$dir" >"$dir/elastic-bench.json" || status=1
+WB_BENCH_KILL_AT_MS=$kill_at /usr/bin/env python3 "$root/scripts/elastic_bench.py" "$dir" >"$dir/elastic-bench.json" || status=1
 cat "$dir/elastic-bench.json"
 echo "logs and JSON: $dir"
 exit $status

@@ -81,6 +81,10 @@ def main(directory):
                       "after_probe_less_wait_over_t_min": ratio(e["after_probe_s"] - (e.get("replica_wait_s") or 0),
                                                                 e["t_min_s"]) if e["after_probe_s"] is not None else None,
                       "link_trainer_egress_bytes": e.get("link_trainer_egress_bytes")})
+        if e.get("join_placed"):  # --knock-at: the join (its early probe, then the knock) started this far into an update
+            joins[-1]["join_placed"] = dict(e["join_placed"])
+            # The knock at the replica follows the early probe (that long after the join's start).
+            joins[-1]["join_placed"]["knock_into_update_s"] = e["join_placed"]["into_update_s"] + e["probe_s"]
 
     # Each job's own JSON sees its own hosts only: the fleet spans hosts when an engine job ran on a host the
     # trainers did not (its "machine" starts with its host name).
@@ -112,6 +116,9 @@ def main(directory):
          "send_s": s["end_s"] - s["begin_s"],
          "beside_a_copy": any(s["begin_s"] < end and begin < s["end_s"] for begin, end in copies)}
         for s in sends if not s["counted"]]
+    # --kill-at: A's rank 0 was killed this far into the trainers' update (else in its before_update_hook,
+    # which a staged engine runs after the receive). Its line in A.log says when.
+    kill_at = os.environ.get("WB_BENCH_KILL_AT_MS")
     if killed is None:
         result["kill"] = {"report": "no counted update lost an engine"}
     else:
@@ -120,6 +127,7 @@ def main(directory):
         bound = old["t_min_one_plan_s"] + deadline + t_min_one if old["t_min_one_plan_s"] and t_min_one else None
         per_link = old["t_min_per_link_sum_s"] + deadline + t_min_one if t_min_one else None
         result["kill"] = {"version": v, "ewtt_s": ewtt[v], "fleet_before": old,
+                          "placed": ("%s ms into the update" % kill_at) if kill_at else "in A's before_update_hook",
                           "bound_s": bound, "bound": "T_min of the fleet as one plan + the deadline + one resend (T_min of one replica)",
                           "ewtt_over_bound": ratio(ewtt[v], bound),
                           "bound_per_link_s": per_link, "ewtt_over_bound_per_link": ratio(ewtt[v], per_link)}

@@ -338,11 +338,11 @@ Status AdapterBase::follow(const std::vector<MovedParameter>& moved) {
   if (moved.empty()) return Status::ok();
   // Where this side stages, the executor reads or writes the staging, and only the copies to and from it
   // touch the parameters (through this ParameterSet).
-  const bool stages = roles.trainer ? options.sender_staging : options.receiver_staging;
+  const bool staged = stages(options, roles.trainer);
   std::vector<void*> now(params.size());
   for (std::size_t p = 0; p < params.size(); ++p) now[p] = params[p].view.data;
   for (const MovedParameter& m : moved) {
-    if (connection && connection->executor && !stages) {
+    if (connection && connection->executor && !staged) {
       try {
         connection->executor->rebind_parameter(m.index, static_cast<const std::byte*>(now[m.index]),
                                                static_cast<std::byte*>(m.data));

@@ -387,7 +387,7 @@ Staging stage_parameters(const Connect& c, const RoundSchedule& schedule, exec::
   const Staging* share = c.in.share_staging;
   if (c.roles.trainer) return options.sender_staging ? stage_for_sending(*c.in.params, schedule, quantized, c.in.stage_whole, share) : Staging();
   Staging staging;
-  if (options.receiver_staging) {
+  if (stages(options, false)) {
     const std::size_t parameters = c.in.params->size();
     std::vector<BufferCopy> copies;
     for (const RoundPlan& round : schedule.rounds)

@@ -27,7 +27,10 @@ namespace wb::coord {
 /// AdapterOptions with every unset field taken from its setting.
 struct ResolvedOptions {
   bool sender_staging = false;
-  bool receiver_staging = false;
+  bool receiver_staging = false;  // the mode's: every engine agrees on it
+  // An engine that is the fleet link's replica (receiver side, set before its connect): it receives into
+  // staging whatever the mode, so that its parameters hold a whole version while the next one arrives.
+  bool replica_stages = false;
   bool verify = false;
   bool trace = false;
   std::int64_t buffer_bytes = 0;
@@ -41,6 +44,9 @@ struct ResolvedOptions {
 };
 /// Throws on values out of range.
 ResolvedOptions resolve_options(const AdapterOptions& options);
+/// Whether this side's executor reads or writes staging (a trainer's sender staging; an engine's receiver
+/// staging, the mode's or the replica's).
+inline bool stages(const ResolvedOptions& o, bool trainer) { return trainer ? o.sender_staging : o.receiver_staging || o.replica_stages; }
 
 struct Connection {
   std::unique_ptr<RoundExecutor> executor;  // null for a trainer job with no engine (nothing to send)

@@ -47,6 +47,19 @@ Setting<bool> fleet_replica_setting("fleet_replica", true,
                                     "0: no replica; a joiner's first version is the trainers' next, within the send_weights "
                                     "that takes it.");
 
+// Where the mode does not stage (sync, sender-staged) the replica's update is written into its parameters,
+// so a joiner that knocked during it waited for its end (up to a T_min; with updates back to back nearly
+// every knock) before the copy. Staged, the parameters hold the version before, whole, while the next one
+// arrives, and the copy of that version starts at once (the joiner then skips the version in flight and
+// gets the trainers' next, as every joiner served before its take). The trainers' sync call still waits for
+// the replica's install, which is acknowledged after the copy from staging.
+Setting<bool> replica_staging_setting("replica_staging", true,
+                                      "Engines as jobs of their own, on the fleet link (engines' setting): 1: the fleet's "
+                                      "replica engine receives every update into host staging, whatever the mode (a host "
+                                      "copy of its parameters), so that a joiner that knocks during an update is written the "
+                                      "version before at once. 0: it "
+                                      "receives as the mode says, and such a joiner waits for the update's end.");
+
 // On the leaders' intercommunicator of a join (rank 0 on either side); comm/join.cpp's are 31001-31006.
 constexpr int kOfferTag = 31010, kFleetAnswerTag = 31011;
 
@@ -70,6 +83,19 @@ Status receive_count(MPI_Comm comm, int from, int tag, const comm::Waiter& waite
 
 bool fleet_link_enabled() { return *fleet_link_setting; }
 bool fleet_replica_enabled() { return *fleet_replica_setting; }
+int fleet_replica_candidate(const Roles& roles) {
+  if (!fleet_replica_enabled()) return -1;
+  for (std::size_t e = 0; e < roles.engines.size(); ++e)
+    if (roles.engines[e].size() >= 2) return static_cast<int>(e);
+  return -1;
+}
+
+bool stages_as_fleet_replica(const Roles& roles) {
+  if (roles.trainer || roles.engine < 0 || !fleet_link_enabled() || !*replica_staging_setting) return false;
+  int level = MPI_THREAD_SINGLE;
+  if (MPI_Query_thread(&level) != MPI_SUCCESS || level < MPI_THREAD_MULTIPLE) return false;
+  return fleet_replica_candidate(roles) == roles.engine;
+}
 
 Status fleet_link_differs(bool offered) {
   return Status(ErrorCode::kInvalidArgument, offered ? "the trainers offered their fleet link, which this engine job does not "

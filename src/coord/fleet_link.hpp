@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "comm/join.hpp"
+#include "coord/roles.hpp"
 #include "weightbridge/status.hpp"
 
 namespace wb::coord {
@@ -26,6 +27,14 @@ bool fleet_link_enabled();
 /// The fleet_replica setting: the trainers appoint the fleet link's replica (W4), which serves joiners
 /// before the take.
 bool fleet_replica_enabled();
+/// The engine of `roles` (a fleet link's) that trainer 0 appoints the fleet's replica: the first of two
+/// workers or more (a port needs a second worker to knock at its close); -1: none, or fleet_replica off.
+int fleet_replica_candidate(const Roles& roles);
+/// An engine at its connect on the fleet link (`roles`, the link's): whether it receives into staging as
+/// the replica it will be appointed (the replica_staging setting; the rule above, which every worker of
+/// the link applies alike, the trainers' fleet_replica setting taken to be set alike here; and
+/// MPI_THREAD_MULTIPLE, without which it opens no port).
+bool stages_as_fleet_replica(const Roles& roles);
 
 /// The address file of a joiner's port for the joined jobs' leaders: the trainers' address with ".fleet"
 /// after it (one joiner at a time holds it: the trainers take one per send_weights).

@@ -98,6 +98,8 @@ struct ReceiverAdapter::State : AdapterBase {
         hook(std::move(before_update_hook)), catch_up_comm(joined.catch_up), replica_leaders(joined.replica_leaders),
         from_replica(joined.from_replica), given(options) {
     if (!this->options.join_address.empty()) link = joined.link;  // the merged world join_trainers returned
+    // Appointed once the link is made, the replica stages from its connect on (fleet_link.hpp).
+    this->options.replica_stages = link != MPI_COMM_NULL && stages_as_fleet_replica(roles);
     // Trainer rank 0 asks a joined replica to serve this engine only when it connected there first (on the
     // fleet link there is none).
     if (link != MPI_COMM_NULL && roles.leader && !fleet_link_enabled()) {
@@ -419,7 +421,7 @@ struct ReceiverAdapter::State : AdapterBase {
           (void)acknowledge(v, status);
           return failed(status);
         }
-        if (!options.receiver_staging) return install(v, true);
+        if (!stages(options, false)) return install(v, true);
         receiving = v;
         staged_done = false;
         polls_to_skip = 0;

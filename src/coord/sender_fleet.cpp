@@ -67,9 +67,7 @@ void SenderAdapter::State::relink_fleet(MPI_Comm merged, State* widened, double 
 
 void SenderAdapter::State::appoint_fleet_replica(State& link) {
   if (!roles.leader || options.join_address.empty()) return;
-  int chosen = -1;  // a port needs a second worker to knock at its close
-  for (std::size_t e = 0; e < link.roles.engines.size() && chosen < 0 && fleet_replica_enabled(); ++e)
-    if (link.roles.engines[e].size() >= 2) chosen = static_cast<int>(e);
+  const int chosen = fleet_replica_candidate(link.roles);
   const int id = chosen >= 0 ? link.fleet_records[static_cast<std::size_t>(chosen)].id : -1;
   if (id == fleet_replica) return;
   // The last one is gone (lost, left, or left out): a joiner must not find its address.

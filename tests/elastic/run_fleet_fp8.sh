@@ -6,8 +6,9 @@
 # survivors verified every version they installed bit for bit against their own load_weights of the FP8
 # form, installed every version from their first to the trainers' last, B's and C's first versions came from
 # the fleet's replica, the trainers list A dropped and B, C serving at the last version, and a counted update
-# lost A (the loss came inside the measured updates).
-# Usage: run_fleet_fp8.sh MODE
+# lost A (the loss came inside the measured updates). More ARGS go to elastic-bench.sh: with --kill-at MS
+# A is killed that far into an update, wherever it is (the check then also wants A's kill placed there).
+# Usage: run_fleet_fp8.sh MODE [ARGS...]
 set -euo pipefail
 mode=${1:-sync}
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -17,10 +18,11 @@ export WB_DEMO_SKIP_BUILD=1 WB_OUT_DIR=$dir
 export WB_MODEL_ARGS="--model qwen3-30b-a3b --scale tiny --hidden 512 --head-dim 128 --experts 8 --expert-width 256 --layers 2"
 export WB_BENCH_ARGS="--fleet-link 1"
 status=0
-bash "$root/scripts/elastic-bench.sh" --mode "$mode" --steps 6 --fp8 128x128 >"$dir/bench.log" 2>&1 || status=$?
-/usr/bin/python3 - "$dir/elastic-bench.json" <<'PY' || status=1
+bash "$root/scripts/elastic-bench.sh" --mode "$mode" --steps 6 --fp8 128x128 "${@:2}" >"$dir/bench.log" 2>&1 || status=$?
+/usr/bin/python3 - "$dir/elastic-bench.json" "${@:2}" <<'PY' || status=1
 import json, sys
 j = json.load(open(sys.argv[1]))
+args = sys.argv[2:]
 last = j["versions_sent"]
 states = {e["name"].split(" on ")[0]: (e["state"], e["installed"]) for e in j["engines"]}
 assert j["verified"], "a survivor missed a version or installed one that is not its own load_weights of it"
@@ -33,6 +35,11 @@ for join in j["joins"][1:]:
     # joiner at the replica's port goes before the trainers' next update (back to back here, FP8 costing).
     assert join["first_version_from_replica"], join
 assert "version" in j["kill"], j["kill"]
+if "--kill-at" in args:
+    assert j["kill"]["placed"] == args[args.index("--kill-at") + 1] + " ms into the update", j["kill"]
+if "--knock-at" in args:
+    for join in j["joins"][1:]:
+        assert join["join_placed"]["into_update_s"] >= float(args[args.index("--knock-at") + 1]) / 1e3, join
 print("fleet FP8 %s: A dropped in version %d, B and C installed every version to %d bit for bit" % (j["mode"], j["kill"]["version"], last))
 PY
 if [[ $status != 0 ]]; then

@@ -69,6 +69,25 @@ TEST(FaultInjection, ParsesAndRefuses) {
   std::remove(file.c_str());
 }
 
+TEST(FaultInjection, APlacedFaultIsTheProgramsToRunNeverDue) {
+  const std::string file = ::testing::TempDir() + "wb_fault_placed_" + std::to_string(::getpid());
+  const Fault placed = Fault::parse("kill,rank=0,when=" + file + ",at=500");
+  ASSERT_TRUE(placed.placed());
+  EXPECT_DOUBLE_EQ(*placed.at_ms, 500);
+  EXPECT_FALSE(Fault::parse("kill,rank=0,when=" + file).placed());
+  std::FILE* created = std::fopen(file.c_str(), "w");
+  ASSERT_NE(created, nullptr);
+  std::fclose(created);
+  EXPECT_FALSE(placed.due(0, 3));  // not in before_update_hook: the engine job's thread runs it
+  EXPECT_EQ(Fault::parse("stop,rank=1,when=" + file + ",at=0,seconds=2").at_ms, 0.0);
+  // at=MS goes with a trigger file, for kill or stop (a throw on a thread of its own would end the process).
+  for (const std::string& bad : {std::string("kill,rank=0,version=2,at=5"), "throw,rank=0,when=" + file + ",at=5",
+                                "kill,rank=0,when=" + file + ",at=-1", "kill,rank=0,when=" + file + ",at=x",
+                                "kill,rank=0,when=" + file + ",at=1e10"})
+    EXPECT_THROW(Fault::parse(bad), Error) << bad;
+  std::remove(file.c_str());
+}
+
 TEST(Deployment, NamesWorkersAsTheLibraryDoes) {
   Deployment deployment;
   deployment.trainer = TrainerSpec::parse("tp=2");

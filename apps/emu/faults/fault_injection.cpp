@@ -31,6 +31,7 @@ Fault Fault::parse(const std::string& text) {
       else if (key == "version") fault.version = std::stoull(value);
       else if (key == "seconds") fault.seconds = std::stod(value);
       else if (key == "when" && !value.empty()) fault.when = value;
+      else if (key == "at") fault.at_ms = std::stod(value);
       else throw Error(ErrorCode::kInvalidArgument, "--fault " + text + ": unknown key " + key);
     }
   } catch (const std::logic_error&) {  // std::stoi and friends: not a number, or out of range
@@ -39,11 +40,13 @@ Fault Fault::parse(const std::string& text) {
   if (fault.rank < 0 || (fault.version == 0) == fault.when.empty() || (fault.kind == "stop" && !(fault.seconds > 0)))
     throw Error(ErrorCode::kInvalidArgument,
                 "--fault " + text + ": needs rank=R and one of version=K or when=FILE (and seconds=S for stop)");
+  if (fault.at_ms && (!(*fault.at_ms >= 0 && *fault.at_ms <= 3600e3) || fault.when.empty() || fault.kind == "throw"))
+    throw Error(ErrorCode::kInvalidArgument, "--fault " + text + ": at=MS (0 to an hour) goes with when=FILE, for kill or stop");
   return fault;
 }
 
 bool Fault::due(int world_rank, std::uint64_t v) const {
-  if (kind.empty() || world_rank != rank) return false;
+  if (kind.empty() || world_rank != rank || placed()) return false;
   if (when.empty()) return v == version;
   if (met != 0) return v == met;  // found already: that version only
   if (::access(when.c_str(), F_OK) != 0) return false;

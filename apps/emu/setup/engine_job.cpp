@@ -2,10 +2,15 @@
 
 #include <mpi.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <stop_token>
+#include <thread>
 #include <vector>
 
 #include "core/checks.hpp"
@@ -15,6 +20,7 @@
 #include "emu/reports/trace_file.hpp"
 #include "emu/setup/joined_engine.hpp"
 #include "emu/setup/reference_ahead.hpp"
+#include "emu/setup/update_mark.hpp"
 #include "transport/transport.hpp"
 
 namespace wb::emu {
@@ -29,8 +35,27 @@ int run_engine_job(const RunOptions& options, const RunSetup& setup, const Engin
     throw Error(ErrorCode::kInvalidArgument, "--engine-job: the job is one engine of its " + std::to_string(world) +
                                                  " ranks, but --rollout " + spec.to_string() + " has " +
                                                  std::to_string(spec.engines) + " of tp=" + std::to_string(spec.tp));
+  if ((job.knock_at_ms >= 0 || job.fault.placed()) && job.update_mark.empty())
+    throw Error(ErrorCode::kInvalidArgument, "--engine-job: a join or fault placed in the trainers' update needs their --update-mark");
   const std::string who = job.name + " worker " + std::to_string(rank);
   ending.who = who;
+  // A fault placed in the trainers' update falls wherever the engine is then (its receive, its install,
+  // its poll loop), so a thread of its own waits for it. Stopped and joined when the job ends first.
+  std::jthread placed;
+  if (job.fault.placed() && job.fault.rank == rank)
+    placed = std::jthread([&job, who, timeout](std::stop_token stop) {
+      while (::access(job.fault.when.c_str(), F_OK) != 0)
+        if (stop.stop_requested()) return;
+        else std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      try {
+        const UpdateMark mark = UpdateMark::wait_into_next(job.update_mark, *job.fault.at_ms, std::max(timeout, 60.0), stop);
+        if (mark.version == 0) return;
+        job.fault.met = mark.version;
+        inject(job.fault, job.program, who);
+      } catch (const std::exception& error) {
+        std::fprintf(stderr, "%s: %s: the fault placed in the trainers' update: %s\n", job.program.c_str(), who.c_str(), error.what());
+      }
+    });
   const std::unique_ptr<EmulatedWorker> worker = make_rollout_worker(setup.model, spec, rank);
   const WorkerParameters params(worker->parameter_infos(), parse_parameter_place(options.device), default_cuda_device());
   params.load(*worker, EngineVersion(setup, 0, worker->loads_fp8_form()).reader());
@@ -47,12 +72,19 @@ int run_engine_job(const RunOptions& options, const RunSetup& setup, const Engin
   run.timeout = timeout;
   run.expect_next = [&](std::uint64_t v) { reference.expect(v); };
   run.inference_step = [&](double ms) { reference.inference_step(ms); };
+  UpdateMark knock_mark;  // rank 0's, where the join is placed in the trainers' update
+  double knock_into = 0;
+  if (job.knock_at_ms >= 0 && rank == 0)
+    run.before_join = [&] {
+      knock_mark = UpdateMark::wait_into_next(job.update_mark, job.knock_at_ms, std::max(timeout, 60.0));
+      knock_into = wall_seconds() - knock_mark.began;
+    };
   JoinedEngineOutcome out;
   try {
     out = serve_joined_engine(
         params.parameters(), params.loader(*worker), adapter,
         [&](std::uint64_t v) {
-          if (job.fault.due(rank, v)) inject(job.fault, job.program, who);
+          if (job.fault.due(rank, v)) inject(job.fault, job.program, who);  // never one placed in the update
         },
         [&](std::uint64_t v) { return reference.difference(params.read(), v); }, run);
   } catch (const std::exception& error) {
@@ -103,6 +135,8 @@ int run_engine_job(const RunOptions& options, const RunSetup& setup, const Engin
     // comes before it).
     const double began = out.from_replica ? out.join_began : out.taken;
     if (out.first_installed > 0) result["after_probe_s"] = out.first_installed - began - probe;
+    // Its probe (the early one, from the replica's tensor list) comes before the knock at the replica.
+    if (knock_mark.version > 0) result["join_placed"] = {{"update", knock_mark.version}, {"into_update_s", knock_into}};
     result["failures"] = failed;
     const std::uint64_t first = out.installed.empty() ? 0 : out.installed.front();
     const std::uint64_t last = out.installed.empty() ? 0 : out.installed.back();

@@ -21,10 +21,15 @@ struct EngineJob {
   double step_ms = 2;        // its inference step between two polls
   Fault fault;               // at the trainers' versions, in before_update_hook
   std::string join_address;  // the trainers' address file
+  // A bench's knobs (emu/setup/update_mark): the trainers' update mark, where the join starts in their
+  // update (-1: when the job is up), and a fault placed in their update (Fault::at_ms) reads it.
+  std::string update_mark;
+  double knock_at_ms = -1;
 };
 
-/// The job's exit code. The rollout spec must be one engine over the job's ranks (engines=1,tp=<ranks>);
-/// throws kInvalidArgument otherwise.
+/// The job's exit code. The rollout spec must be one engine over the job's ranks (engines=1,tp=<ranks>),
+/// and a knock or fault placed in the trainers' update needs their update_mark; throws kInvalidArgument
+/// otherwise.
 int run_engine_job(const RunOptions& options, const RunSetup& setup, const EngineJob& job, Ending& ending);
 
 }  // namespace wb::emu

@@ -45,6 +45,7 @@ JoinedEngineOutcome serve_joined_engine(const ParameterSet& params, const LoadWe
   // up to 0.8 s apart on the loaded emulated cluster, and a rank 0 that came first counted that wait as the
   // join's, up to 0.45 x T_min of one replica).
   // Bounded as generously as a model's set-up may differ between ranks; the join itself keeps the timeout.
+  if (run.before_join) run.before_join();
   if (const Status together = engine.step(Status::ok(), comm::Waiter{std::max(run.timeout, 60.0), {}}, run.name + ": every worker at the join");
       !together) {
     out.failure = together.to_string();

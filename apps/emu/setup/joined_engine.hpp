@@ -23,6 +23,9 @@ struct JoinedEngineRun {
   std::function<void(std::uint64_t version)> expect_next;
   /// One inference step of at least `ms` milliseconds (e.g. ReferenceAhead::inference_step); default: a sleep.
   std::function<void(double ms)> inference_step;
+  /// Called on every rank before the join; the join begins when the last rank returns (e.g. rank 0 waits
+  /// for a chosen point of the trainers' update); optional.
+  std::function<void()> before_join;
 };
 
 /// "" when the parameters hold exactly `version` (the engine's own load_weights of it), else what differs.
