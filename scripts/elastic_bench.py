@@ -11,6 +11,7 @@ job, written one after another). sends_while_joining: the trainers' send_weights
 with whether a joiner's copy from the replica ran beside it (what a join costs the training)."""
 import json
 import os
+import re
 import statistics
 import sys
 
@@ -122,17 +123,26 @@ def main(directory):
     if killed is None:
         result["kill"] = {"report": "no counted update lost an engine"}
     else:
-        v, before, after = killed["version"], killed["engines_before"], killed["engines_after"]
+        # The send_weights that saw the fleet shrink is not always the update A died in: in the staged modes
+        # a call returns before its engines install, and the loss is met at the next call. The update it
+        # died in is the one the trainers name ("version V: ..."), the one after its last install.
+        detected, before, after = killed["version"], killed["engines_before"], killed["engines_after"]
+        dropped = [e for e in join["engines"] if e.get("state") == "dropped"]
+        named = re.match(r"version (\d+):", dropped[0].get("why", "")) if dropped else None
+        v = int(named.group(1)) if named else (dropped[0]["installed"] + 1 if dropped else detected)
         old = fleet(before)
         bound = old["t_min_one_plan_s"] + deadline + t_min_one if old["t_min_one_plan_s"] and t_min_one else None
         per_link = old["t_min_per_link_sum_s"] + deadline + t_min_one if t_min_one else None
-        result["kill"] = {"version": v, "ewtt_s": ewtt[v], "fleet_before": old,
+        result["kill"] = {"version": v, "ewtt_s": ewtt.get(v), "fleet_before": old,
+                          "detected_in_version": detected, "detected_in_ewtt_s": ewtt[detected],
                           "placed": ("%s ms into the update" % kill_at) if kill_at else "in A's before_update_hook",
                           "bound_s": bound, "bound": "T_min of the fleet as one plan + the deadline + one resend (T_min of one replica)",
-                          "ewtt_over_bound": ratio(ewtt[v], bound),
-                          "bound_per_link_s": per_link, "ewtt_over_bound_per_link": ratio(ewtt[v], per_link)}
+                          "ewtt_over_bound": ratio(ewtt.get(v), bound),
+                          "bound_per_link_s": per_link, "ewtt_over_bound_per_link": ratio(ewtt.get(v), per_link)}
+        # Before: every update wholly before the one A died in; after: every update after the call that
+        # met the loss (the first ones wholly on the smaller fleet).
         before_loss = [ewtt[s["version"]] for s in counted if s["version"] < v]
-        after_loss = [ewtt[s["version"]] for s in counted if s["version"] > v]
+        after_loss = [ewtt[s["version"]] for s in counted if s["version"] > detected]
         smaller = fleet(after)
         median_after = statistics.median(after_loss) if after_loss else None
         result["before_loss"] = {"updates": len(before_loss), "ewtt_s": before_loss,
@@ -140,7 +150,7 @@ def main(directory):
                                  "fleet": fleet(before)}
         # Of each EWTT: how far apart the trainers entered send_weights (wb-replay ends their training steps
         # together, as a real job's collectives do: this shows it held), and how long the call took.
-        later = [s for s in counted if s["version"] > v]
+        later = [s for s in counted if s["version"] > detected]
         result["after_loss"] = {"updates": len(after_loss), "ewtt_s": after_loss, "ewtt_median_s": median_after,
                                 "trainer_entry_skew_s": [s.get("last_begin_s", s["begin_s"]) - s["begin_s"] for s in later],
                                 "send_weights_s": [s["end_s"] - s["begin_s"] for s in later],

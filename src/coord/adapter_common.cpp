@@ -251,6 +251,7 @@ void AdapterBase::connect(const std::vector<TensorInfo>* checkpoint_tensors, con
   input.enter_together = watched_job;
   input.stage_whole = stage_whole;
   if (widened != nullptr && widened->executor) input.reuse_buffers = widened->executor->transfer_buffers();
+  else input.reuse_buffers = std::move(prepared_buffers);
   input.share_staging = share_staging;
   // The world's connect (not a joined link's). Engine 0 may become the replica that feeds joiners: its pool
   // learns whether its links want the network transport (a trainer's that takes joins has one already).

@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <atomic>
+#include <future>
 #include <memory>
 #include <optional>
 #include <string>
@@ -16,6 +17,7 @@
 #include "coord/fault_channel.hpp"
 #include "coord/roles.hpp"
 #include "coord/transfer_thread.hpp"
+#include "exec/transfer_memory.hpp"
 #include "transport/spare_transports.hpp"
 
 namespace wb::coord {
@@ -62,6 +64,12 @@ struct AdapterBase {
   /// taking them, a joiner, a replica): shared with its joined and catch-up links.
   std::shared_ptr<SpareTransports> spares;
   bool stage_whole = false;  // ConnectInput::stage_whole (a trainers' fleet link with sender staging)
+  /// The fleet's replica: the transfer buffers of its catch-up links, allocated once it is appointed and
+  /// kept from one joiner to the next (coord/catch_up.hpp, prepare_catch_up_buffers).
+  std::shared_future<std::shared_ptr<const exec::TransferBuffers>> catch_up_buffers;
+  /// Transfer buffers allocated ahead for this link's connect (a catch-up link's), taken there where
+  /// large enough; null: it allocates its own.
+  std::shared_ptr<const exec::TransferBuffers> prepared_buffers;
 
   /// Collective over world.
   AdapterBase(MPI_Comm world, MPI_Comm group, bool trainer, ParameterSet params, LoadWeightsFn load_weights,

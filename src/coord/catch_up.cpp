@@ -89,12 +89,15 @@ namespace {
 // about 32 rounds. One stream between two engines fills and drains its pipeline once: with the whole 2 GiB
 // the plan of the 208 MB variant had 8 rounds, and the catch-up took 3.07 s on the emulated cluster (1.8 x
 // the link's T_min, the joiner installing each 26 MB round after it arrived); with 28 rounds 2.24 s.
+std::int64_t catch_up_buffer_bytes(const ResolvedOptions& o, std::size_t parameter_bytes) {
+  return std::clamp(static_cast<std::int64_t>(parameter_bytes / 8), std::min(o.buffer_bytes, std::int64_t{16} << 20), o.buffer_bytes);
+}
+
 AdapterOptions catch_up_options(const ResolvedOptions& o, std::size_t parameter_bytes) {
   AdapterOptions a;
   a.sender_staging = false;
   a.receiver_staging = false;
-  a.buffer_bytes = std::clamp(static_cast<std::int64_t>(parameter_bytes / 8), std::min(o.buffer_bytes, std::int64_t{16} << 20),
-                              o.buffer_bytes);
+  a.buffer_bytes = catch_up_buffer_bytes(o, parameter_bytes);
   a.pipeline_depth = o.pipeline_depth;
   if (!o.transport.empty()) a.transport = o.transport;
   a.timeout_seconds = o.timeout_seconds;
@@ -124,12 +127,28 @@ struct Side {
   // joiner waits for the replica (which takes it between its own updates) as long as the timeout, and
   // each step of the copy, the joiner's probe included, as long as a join's answer.
   bool before_take = false;
+  PreparedBuffers buffers{};  // the link's transfer buffers, allocated ahead (invalid: none)
 };
 
 Side side_of(AdapterBase& self, bool replica) {
   return {self.group_comm, self.roles.leader, self.who(), self.params, self.load_weights, self.options, self.spares,
-          self.connection ? &self.connection->probed : nullptr, replica && self.connection ? &self.connection->tensors : nullptr};
+          self.connection ? &self.connection->probed : nullptr, replica && self.connection ? &self.connection->tensors : nullptr,
+          nullptr, false, replica ? self.catch_up_buffers : PreparedBuffers{}};
 }
+
+}  // namespace
+
+PreparedBuffers prepare_catch_up_buffers(const ParameterSet& params, const ResolvedOptions& options) {
+  if (!params.empty() && params[0].view.memory != MemoryKind::kHost) return {};
+  const std::int64_t bytes = catch_up_buffer_bytes(options, params.total_bytes());
+  // One slot each way of the whole budget: a plan's slots, send or receive, fit in it.
+  return std::async(std::launch::async, [bytes]() -> std::shared_ptr<const exec::TransferBuffers> {
+           return std::make_shared<const exec::TransferBuffers>(
+               exec::allocate_transfer_buffers(MemoryKind::kHost, MemoryKind::kHost, 0, 1, bytes, bytes));
+         }).share();
+}
+
+namespace {
 
 // Both sides, collective over `comm` (taken over): the replica's workers as the senders, planned from the
 // maps both sides probed (a joiner not yet taken probes here); one update of the replica's version; then
@@ -152,6 +171,13 @@ Status run_catch_up(const Side& self, MPI_Comm comm, bool replica, const BeforeU
   }
   link->spares = self.spares;
   link->link = comm;  // parted with the joiner at the end (abandoned after a failure)
+  if (self.buffers.valid()) {
+    try {
+      link->prepared_buffers = self.buffers.get();  // allocated while the joiner probed, or kept by the replica
+    } catch (const std::exception&) {
+      // The link allocates its own, and says why where it cannot either.
+    }
+  }
   // Made: the joiner came straight from its own link's connect (or its admission), which the trainers
   // waited for meanwhile (the whole timeout). From here neither side serves: the replica's own engine and
   // the joiner have the trainers' next version waiting, under their deadline. A peer that dies in it must
@@ -357,8 +383,10 @@ void connect_replica(MPI_Comm engine, const std::string& join_address, double ti
                   << comm::seconds_text(kReplicaFreshSeconds) << " (stopped or gone); its first version will be the trainers' next";
   } else if (there) {
     try {
+      const double began = comm::local_seconds();
       comms.replica_leaders = comm::join_by_address(path, join_answer_seconds(timeout));
       connected = 1;
+      WB_LOG(kDebug) << "engine worker 0: admitted at the replica's port in " << comm::seconds_text(comm::local_seconds() - began);
     } catch (const Error& error) {
       WB_LOG(kWarn) << "engine worker 0: the trainers' replica engine at " << path << " did not admit this engine ("
                     << error.status().message() << "); its first version will be the trainers' next";
@@ -395,6 +423,14 @@ Status serve_joiner_at_port(AdapterBase& replica, comm::JoinPort* port, std::int
   return run_catch_up(self, comm, true, nullptr, v, bytes);
 }
 
+void prepare_for_joiners(AdapterBase& replica, bool network_links) {
+  if (network_links && !replica.spares) {
+    replica.spares = std::make_shared<SpareTransports>(replica.options.transport);
+    replica.spares->keep(1, 1);
+  }
+  if (!replica.catch_up_buffers.valid()) replica.catch_up_buffers = prepare_catch_up_buffers(replica.params, replica.options);
+}
+
 namespace {
 // The joiner's side of a joined replica's copy: the leaders' link, then the copy. `probed_here`: a joiner
 // not taken yet probes on the copy link (its map kept there).
@@ -423,12 +459,12 @@ Status catch_up_from_port(AdapterBase& joiner, MPI_Comm replica_leaders, const B
 Status catch_up_before_take(MPI_Comm engine, const ParameterSet& params, const LoadWeightsFn& load_weights, const AdapterOptions& options,
                             std::shared_ptr<SpareTransports> spares, const BeforeUpdateHook& hook, MPI_Comm replica_leaders,
                             std::uint64_t& installed, SourceMap& probed, const std::vector<TensorInfo>& probed_against,
-                            double& waited) {
+                            double& waited, PreparedBuffers buffers) {
   int rank = 0;
   WB_CHECK_MPI(MPI_Comm_rank(engine, &rank));
   const bool ahead = !probed.parameters.empty();  // probed before it connected (probe_before_replica)
   const Side self{engine, rank == 0, "joining engine worker " + std::to_string(rank), params, load_weights, resolve_options(options),
-                  std::move(spares), ahead ? &probed : nullptr, nullptr, ahead ? &probed_against : nullptr, true};
+                  std::move(spares), ahead ? &probed : nullptr, nullptr, ahead ? &probed_against : nullptr, true, std::move(buffers)};
   return catch_up_at_replica(self, replica_leaders, hook, installed, ahead ? nullptr : &probed, &waited);
 }
 

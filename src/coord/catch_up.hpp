@@ -20,12 +20,14 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "comm/join.hpp"
 #include "coord/connection.hpp"
+#include "exec/transfer_memory.hpp"
 #include "coord/roles.hpp"
 #include "transport/spare_transports.hpp"
 #include "weightbridge/adapter.hpp"
@@ -36,6 +38,21 @@
 namespace wb::coord {
 
 struct AdapterBase;
+
+/// A catch-up link's transfer buffers, allocated and populated ahead on a thread: on the loaded emulated
+/// cluster that took 60-90 ms of the copy link's connect on either side (a rank's: an eighth of its
+/// parameters, at least 16 MiB, each way), on the path of every join (the connect 112-196 ms, with them
+/// ready 29-67 ms). A joiner prepares them once it has probed, while it connects to the replica's port and
+/// waits to be taken; the fleet's replica once it is appointed, and keeps them from one joiner to the next
+/// (a catch-up's updates have ended before the next one's connect takes them over). Host parameters only
+/// (device buffers are never taken over); an invalid future, or a failed allocation: the link allocates its
+/// own, as before.
+using PreparedBuffers = std::shared_future<std::shared_ptr<const exec::TransferBuffers>>;
+PreparedBuffers prepare_catch_up_buffers(const ParameterSet& params, const ResolvedOptions& options);
+
+/// The fleet's replica, its port open: a transport kept opened for the next joiner's catch-up link (where
+/// its own links are between machines: the joiners' are too) and its transfer buffers, kept from one to the next.
+void prepare_for_joiners(AdapterBase& replica, bool network_links);
 
 /// Who a rank is in the widening of a join.
 enum class JoinSide : std::int32_t { kTrainer = 0, kReplica = 1, kJoiner = 2 };
@@ -114,6 +131,6 @@ Status catch_up_from_port(AdapterBase& joiner, MPI_Comm replica_leaders, const B
 Status catch_up_before_take(MPI_Comm engine, const ParameterSet& params, const LoadWeightsFn& load_weights, const AdapterOptions& options,
                             std::shared_ptr<SpareTransports> spares, const BeforeUpdateHook& hook, MPI_Comm replica_leaders,
                             std::uint64_t& installed, SourceMap& probed, const std::vector<TensorInfo>& probed_against,
-                            double& waited);
+                            double& waited, PreparedBuffers buffers = {});
 
 }  // namespace wb::coord

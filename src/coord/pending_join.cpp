@@ -56,6 +56,10 @@ bool caught_up_before_take(MPI_Comm engine, const ParameterSet& params, const Lo
   std::vector<TensorInfo> tensors;
   if (probe_before_replica(engine, resolved.join_address, params, load, resolved, tensors, probed, probe_seconds) == EarlyProbe::kFailed)
     return false;
+  // The copy link's buffers are allocated while the leader connects to the replica's port and the replica
+  // takes the joiner (waits on other processes); beside the probe, or the reading of the tensor list,
+  // they slowed those (the probe is reported apart).
+  PreparedBuffers buffers = prepare_catch_up_buffers(params, resolved);
   JoinedComms replica;
   connect_replica(engine, resolved.join_address, resolved.timeout_seconds, replica);
   if (!replica.from_replica) {
@@ -67,7 +71,7 @@ bool caught_up_before_take(MPI_Comm engine, const ParameterSet& params, const Lo
   const double began = comm::local_seconds();
   const Status caught =
       catch_up_before_take(engine, params, load, options, spares, hook, replica.replica_leaders, version, probed, tensors,
-                           replica_wait_seconds);
+                           replica_wait_seconds, std::move(buffers));
   if (!caught) {
     probed = SourceMap{};
     if (rank == 0) {

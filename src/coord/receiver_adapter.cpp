@@ -98,7 +98,6 @@ struct ReceiverAdapter::State : AdapterBase {
         hook(std::move(before_update_hook)), catch_up_comm(joined.catch_up), replica_leaders(joined.replica_leaders),
         from_replica(joined.from_replica), given(options) {
     if (!this->options.join_address.empty()) link = joined.link;  // the merged world join_trainers returned
-    // Appointed once the link is made, the replica stages from its connect on (fleet_link.hpp).
     this->options.replica_stages = link != MPI_COMM_NULL && stages_as_fleet_replica(roles);
     // Trainer rank 0 asks a joined replica to serve this engine only when it connected there first (on the
     // fleet link there is none).
@@ -125,6 +124,7 @@ struct ReceiverAdapter::State : AdapterBase {
     replica_port = std::move(old.replica_port);
     old.replica_port.open = false;
     joiner_at_port = std::exchange(old.joiner_at_port, MPI_COMM_NULL);
+    catch_up_buffers = std::move(old.catch_up_buffers);
   }
 
   // A joined engine the trainers appointed: later joiners connect to its port before they join.
@@ -431,11 +431,7 @@ struct ReceiverAdapter::State : AdapterBase {
       }
       case RequestKind::kBeReplica:
         if (!replica_port.open && link != MPI_COMM_NULL) open_replica_port();
-        // The joiners it will serve are where its own links were: a transport for the next one's catch-up.
-        if (replica_port.open && network_links && !spares) {
-          spares = std::make_shared<SpareTransports>(options.transport);
-          spares->keep(1, 1);
-        }
+        if (replica_port.open) prepare_for_joiners(*this, network_links);
         return {receiving != 0 ? PollResult::Event::kReceiving : PollResult::Event::kNone, version, Status::ok()};
       case RequestKind::kMeetJoiner:  // the fleet link: the leader connects to the joiner's port (W2)
         if (Status met = roles.leader ? meet_joiner(world, roles.trainer_leader, options.join_address,
