@@ -420,7 +420,11 @@ Status serve_joiner_at_port(AdapterBase& replica, comm::JoinPort* port, std::int
     return error.status();
   }
   std::uint64_t v = replica.version;
-  return run_catch_up(self, comm, true, nullptr, v, bytes);
+  const Status served = run_catch_up(self, comm, true, nullptr, v, bytes);
+  // A copy given up on may still have writes in flight from its buffers (its link abandoned, kept with
+  // them): the next joiner's get buffers of their own.
+  if (!served && replica.catch_up_buffers.valid()) replica.catch_up_buffers = prepare_catch_up_buffers(replica.params, replica.options);
+  return served;
 }
 
 void prepare_for_joiners(AdapterBase& replica, bool network_links) {

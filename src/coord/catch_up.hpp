@@ -27,8 +27,8 @@
 
 #include "comm/join.hpp"
 #include "coord/connection.hpp"
-#include "exec/transfer_memory.hpp"
 #include "coord/roles.hpp"
+#include "exec/transfer_memory.hpp"
 #include "transport/spare_transports.hpp"
 #include "weightbridge/adapter.hpp"
 #include "weightbridge/checkpoint.hpp"
