@@ -148,7 +148,7 @@ for n in 1 2 3; do
   "$build/apps/wb-plan" "${model[@]}" "${extra[@]}" --gpus-per-node "$gpus_per_node" --trainer "$trainer" --rollout "engines=$n,tp=$engine_tp$fp8" \
     --json "$dir/plan_$n.json" >"$dir/plan_$n.log" 2>&1 || { echo "wb-plan (engines=$n) failed"; cat "$dir/plan_$n.log"; status=1; }
 done
-WB_BENCH_KILL_AT_MS=$kill_at /usr/bin/env python3 "$root/scripts/elastic_bench.py" "$dir" >"$dir/elastic-bench.json" || status=1
+/usr/bin/env python3 "$root/scripts/elastic_bench.py" "$dir" >"$dir/elastic-bench.json" || status=1
 cat "$dir/elastic-bench.json"
 echo "logs and JSON: $dir"
 exit $status

@@ -117,9 +117,14 @@ def main(directory):
          "send_s": s["end_s"] - s["begin_s"],
          "beside_a_copy": any(s["begin_s"] < end and begin < s["end_s"] for begin, end in copies)}
         for s in sends if not s["counted"]]
-    # --kill-at: A's rank 0 was killed this far into the trainers' update (else in its before_update_hook,
-    # which a staged engine runs after the receive). Its line in A.log says when.
-    kill_at = os.environ.get("WB_BENCH_KILL_AT_MS")
+    # --kill-at: A's rank 0 was killed this far into the trainers' update, as its line in A.log measured it
+    # (else in its before_update_hook, which a staged engine runs after the receive).
+    placed = None
+    try:
+        with open(os.path.join(directory, "A.log")) as log:
+            placed = re.search(r"fault placed: .*: ([0-9.]+) s into the trainers' update (\d+)", log.read())
+    except OSError:
+        pass
     if killed is None:
         result["kill"] = {"report": "no counted update lost an engine"}
     else:
@@ -135,7 +140,9 @@ def main(directory):
         per_link = old["t_min_per_link_sum_s"] + deadline + t_min_one if t_min_one else None
         result["kill"] = {"version": v, "ewtt_s": ewtt.get(v), "fleet_before": old,
                           "detected_in_version": detected, "detected_in_ewtt_s": ewtt[detected],
-                          "placed": ("%s ms into the update" % kill_at) if kill_at else "in A's before_update_hook",
+                          "placed": "in the trainers' update" if placed else "in A's before_update_hook",
+                          "placed_into_update_s": float(placed.group(1)) if placed else None,
+                          "placed_in_update": int(placed.group(2)) if placed else None,
                           "bound_s": bound, "bound": "T_min of the fleet as one plan + the deadline + one resend (T_min of one replica)",
                           "ewtt_over_bound": ratio(ewtt.get(v), bound),
                           "bound_per_link_s": per_link, "ewtt_over_bound_per_link": ratio(ewtt.get(v), per_link)}

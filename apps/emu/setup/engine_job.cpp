@@ -51,6 +51,9 @@ int run_engine_job(const RunOptions& options, const RunSetup& setup, const Engin
         const UpdateMark mark = UpdateMark::wait_into_next(job.update_mark, *job.fault.at_ms, std::max(timeout, 60.0), stop);
         if (mark.version == 0) return;
         job.fault.met = mark.version;
+        // Where it fell, measured (the bench's JSON takes it from this line).
+        std::fprintf(stderr, "%s: fault placed: %s: %.3f s into the trainers' update %llu\n", job.program.c_str(), who.c_str(),
+                     wall_seconds() - mark.began, static_cast<unsigned long long>(mark.version));
         inject(job.fault, job.program, who);
       } catch (const std::exception& error) {
         std::fprintf(stderr, "%s: %s: the fault placed in the trainers' update: %s\n", job.program.c_str(), who.c_str(), error.what());

@@ -16,7 +16,7 @@ void UpdateMark::write(const std::string& path) const {
   {
     std::ofstream out(next, std::ios::trunc);
     char line[64];
-    std::snprintf(line, sizeof line, "%llu %.6f\n", static_cast<unsigned long long>(version), began);
+    std::snprintf(line, sizeof line, "%llu %.17g\n", static_cast<unsigned long long>(version), began);
     out << line;
     if (!out.flush()) throw Error(ErrorCode::kSystem, "--update-mark: cannot write " + next);
   }
