@@ -1,5 +1,6 @@
 #include "coord/messages.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "comm/operation.hpp"
@@ -31,6 +32,37 @@ Status send_request(MPI_Comm world, int leader, RequestKind kind, std::uint64_t 
   std::memcpy(op->out.data(), message, sizeof message);
   WB_TRY_MPI(MPI_Isend(op->out.data(), 2, MPI_INT64_T, leader, kRequestTag, world, &op->request));
   comm::abandon(std::move(op));
+  return Status::ok();
+}
+
+Status RequestInbox::take(MPI_Comm world, int trainer_leader, std::int64_t values[2]) {
+  values[0] = values[1] = 0;
+  int found = 0;
+  MPI_Message message = MPI_MESSAGE_NULL;
+  if (next_) {
+    std::copy_n(next_->begin(), 2, values);
+    next_.reset();
+  } else {
+    WB_TRY_MPI(MPI_Improbe(trainer_leader, kRequestTag, world, &found, &message, MPI_STATUS_IGNORE));
+    if (!found) return Status::ok();
+    WB_TRY_MPI(MPI_Mrecv(values, 2, MPI_INT64_T, &message, MPI_STATUS_IGNORE));
+  }
+  if (static_cast<RequestKind>(values[0]) != RequestKind::kUpdate) return Status::ok();
+  WB_TRY_MPI(MPI_Improbe(trainer_leader, kRequestTag, world, &found, &message, MPI_STATUS_IGNORE));
+  if (found) {
+    std::array<std::int64_t, 2> following{};
+    WB_TRY_MPI(MPI_Mrecv(following.data(), 2, MPI_INT64_T, &message, MPI_STATUS_IGNORE));
+    const auto kind = static_cast<RequestKind>(following[0]);
+    if (kind == RequestKind::kShutdown || kind == RequestKind::kAbort) {
+      std::copy_n(following.begin(), 2, values);
+      return Status::ok();
+    }
+    next_ = following;
+  }
+  comm::OperationPtr note = comm::make_operation(sizeof(std::int64_t));
+  std::memcpy(note->out.data(), &values[1], sizeof(std::int64_t));
+  WB_TRY_MPI(MPI_Isend(note->out.data(), 1, MPI_INT64_T, trainer_leader, kStartedTag, world, &note->request));
+  comm::abandon(std::move(note));
   return Status::ok();
 }
 

@@ -5,8 +5,10 @@
 
 #include <mpi.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -44,6 +46,22 @@ const char* request_name(RequestKind kind);
 /// Trainer rank 0: one request to an engine's rank 0 (`leader`, a rank of `world`). Not waited for: an
 /// engine that does not take it fails the update by its deadline, and one that is gone must not hold this one.
 Status send_request(MPI_Comm world, int leader, RequestKind kind, std::uint64_t v);
+
+/// Engine rank 0: the requests trainer rank 0 sends, in order. An update followed by a shutdown or an
+/// abort was given up by the trainers (they shut down only after every install, or after a failure): it is
+/// skipped, for taking it would write into peers that may be gone. Any other request right after an update
+/// is kept for the next take: on the fleet link an asynchronous resend after a loss is followed at once by
+/// kBeReplica, which, taken in the update's place, left the resend's writes to the new replica unreceived
+/// until the trainers' deadline.
+class RequestInbox {
+ public:
+  /// The next request, {kNone, 0} when none came. A taken update is noted to trainer rank 0 (kStartedTag),
+  /// which names silent engines when an update fails.
+  Status take(MPI_Comm world, int trainer_leader, std::int64_t values[2]);
+
+ private:
+  std::optional<std::array<std::int64_t, 2>> next_;
+};
 
 /// What engine rank 0 tells trainer rank 0 about an update (kAckTag): installed on the whole engine, or
 /// why not, and the engine's stalls for it (every rank's, summed over the engine), from which the trainers

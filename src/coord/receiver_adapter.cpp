@@ -91,6 +91,7 @@ struct ReceiverAdapter::State : AdapterBase {
   bool resending = false;                  // the fleet link rebuilt: the trainers may re-send the version held
   std::uint64_t quiet = 0;                 // a version re-sent that this engine holds: installed without an event
   std::uint64_t reported = 0;              // the last version poll_requests reported kInstalled for
+  RequestInbox requests;                   // the leader's, from trainer rank 0
 
   State(JoinedComms joined, MPI_Comm engine, ParameterSet params, LoadWeightsFn load, const AdapterOptions& options,
         BeforeUpdateHook before_update_hook)
@@ -295,29 +296,6 @@ struct ReceiverAdapter::State : AdapterBase {
     return {PollResult::Event::kInstalled, version, Status::ok()};
   }
 
-  // Engine rank 0: the request that arrived, if any (an update followed by a shutdown is skipped).
-  Status take_request(std::int64_t values[2]) {
-    int found = 0;
-    MPI_Message message = MPI_MESSAGE_NULL;
-    WB_TRY_MPI(MPI_Improbe(roles.trainer_leader, kRequestTag, world, &found, &message, MPI_STATUS_IGNORE));
-    if (!found) return Status::ok();
-    WB_TRY_MPI(MPI_Mrecv(values, 2, MPI_INT64_T, &message, MPI_STATUS_IGNORE));
-    if (static_cast<RequestKind>(values[0]) != RequestKind::kUpdate) return Status::ok();
-    // An update followed by a shutdown was given up by the trainers (they shut down only after every
-    // install, or after a failure): taking it would write into peers that may be gone.
-    WB_TRY_MPI(MPI_Improbe(roles.trainer_leader, kRequestTag, world, &found, &message, MPI_STATUS_IGNORE));
-    if (found) {
-      WB_TRY_MPI(MPI_Mrecv(values, 2, MPI_INT64_T, &message, MPI_STATUS_IGNORE));
-      return Status::ok();
-    }
-    // Tell trainer rank 0 that this engine took the update (names silent engines when one fails).
-    comm::OperationPtr note = comm::make_operation(sizeof(std::int64_t));
-    std::memcpy(note->out.data(), &values[1], sizeof(std::int64_t));
-    WB_TRY_MPI(MPI_Isend(note->out.data(), 1, MPI_INT64_T, roles.trainer_leader, kStartedTag, world, &note->request));
-    comm::abandon(std::move(note));
-    return Status::ok();
-  }
-
   PollResult poll() {
     if (shut_down) return {PollResult::Event::kShutdown, version, Status::ok()};
     if (!failure.is_ok()) return failed(failure);
@@ -366,7 +344,7 @@ struct ReceiverAdapter::State : AdapterBase {
         }
       if (values[0] == 0) {
         std::int64_t request[2] = {0, 0};
-        const Status taken = take_request(request);
+        const Status taken = requests.take(world, roles.trainer_leader, request);
         if (!taken) return failed(give_up(taken, ""));
         values[0] = request[0];
         values[1] = request[1];

@@ -455,7 +455,16 @@ WaitState RoundExecutor::State::wait_state(std::uint64_t g) {
         (granted ? "" : ", which has not granted that buffer slot yet"));
     if (!granted) state.second.push_back(batch.peer);
   }
-  if (p.done < p.posts) add(std::to_string(p.posts - p.done) + " posts to complete");
+  if (p.done < p.posts) {
+    // Transports complete one peer's posts in order: the peers still holding any hold this round's.
+    std::string to;
+    for (const auto& [kind, transport] : transports)
+      for (int peer : transport->awaited_peers()) {
+        to += (to.empty() ? "" : ", ") + name(peer);
+        state.second.push_back(peer);
+      }
+    add(std::to_string(p.posts - p.done) + " posts to complete" + (to.empty() ? "" : " (writes to " + to + ")"));
+  }
   if (p.pack_started && !p.packed) add("the pack kernel to finish");
   if (packable != nullptr && round.packs && !p.pack_started && static_cast<std::int64_t>(round_index(g)) >= packable->load())
     add("its sources (the staging copy of round " + std::to_string(round_index(g) + 1) + ")");

@@ -99,6 +99,9 @@ class Transport {
   /// The peers a write to which failed after its post (a completion error, an unreachable peer: most
   /// likely gone), for the coordinator to name; empty where failures come back from post_writes only.
   virtual std::vector<int> failed_peers() const { return {}; }
+  /// The peers with writes posted from here whose completion has not come back (an update that stalls
+  /// names them); empty where writes complete within post_writes.
+  virtual std::vector<int> awaited_peers() const { return {}; }
 };
 
 /// This machine's identity (host name and boot id): ranks with equal ids can share memory (cma, cuda_ipc).

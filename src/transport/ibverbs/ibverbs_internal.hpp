@@ -184,6 +184,12 @@ class IbverbsTransport final : public Transport {
       if (!peer->failure.is_ok()) out.push_back(rank);
     return out;
   }
+  std::vector<int> awaited_peers() const override {
+    std::vector<int> out;
+    for (const auto& [rank, peer] : peers_)
+      if (peer->batches.in_flight() > 0) out.push_back(rank);
+    return out;
+  }
 
   // For tests and logs: what was set up.
   std::size_t nic_count() const { return nics_.size(); }

@@ -1,5 +1,7 @@
 // post_writes and poll: the update path. Returns Status, never throws, allocates nothing once warm (the
 // batch records and their arrays are reused).
+#include <algorithm>
+
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
 
@@ -148,6 +150,16 @@ Status FabricTransport::fail_peer(int peer, Status status) {
   PeerState& state = peers_[peer];
   if (state.failed.is_ok()) state.failed = status;
   return status;
+}
+
+// A diagnosis, off the update path.
+std::vector<int> FabricTransport::awaited_peers() const {
+  std::vector<int> out;
+  for (const Batch& batch : batches_)
+    if (batch.in_use) out.push_back(batch.peer);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
 }
 
 int FabricTransport::writer_of(fi_addr_t source) const {

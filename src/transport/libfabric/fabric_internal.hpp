@@ -140,6 +140,7 @@ class FabricTransport final : public Transport {
       if (!state.failed.is_ok()) out.push_back(peer);
     return out;
   }
+  std::vector<int> awaited_peers() const override;
 
  private:
   // fabric_setup.cpp
