@@ -117,20 +117,25 @@ def main(directory):
          "send_s": s["end_s"] - s["begin_s"],
          "beside_a_copy": any(s["begin_s"] < end and begin < s["end_s"] for begin, end in copies)}
         for s in sends if not s["counted"]]
+    def search_log(name, pattern):  # the first match of pattern in the job's log, None without one
+        try:
+            with open(os.path.join(directory, name)) as log:
+                return re.search(pattern, log.read())
+        except OSError:
+            return None
     # --kill-at: A's rank 0 was killed this far into the trainers' update, as its line in A.log measured it
     # (else in its before_update_hook, which a staged engine runs after the receive).
-    placed = None
-    try:
-        with open(os.path.join(directory, "A.log")) as log:
-            placed = re.search(r"fault placed: .*: ([0-9.]+) s into the trainers' update (\d+)", log.read())
-    except OSError:
-        pass
+    placed = search_log("A.log", r"fault placed: .*: ([0-9.]+) s into the trainers' update (\d+)")
+    # With sender staging the trainers answer the loss on the fleet link's thread, behind send_weights (the
+    # next call adopts the rebuilt link: that is where the fleet shrinks); trainer 0 says so when it happens.
+    behind = search_log("trainers.log", r"rebuilt from the survivors behind send_weights \(in ([0-9.e+-]+) s")
     if killed is None:
         result["kill"] = {"report": "no counted update lost an engine"}
     else:
         # The send_weights that saw the fleet shrink is not always the update A died in: in the staged modes
-        # a call returns before its engines install, and the loss is met at the next call. The update it
-        # died in is the one the trainers name ("version V: ..."), the one after its last install.
+        # a call returns before its engines install, and the loss is met (or, rebuilt behind the call,
+        # adopted) at the next call. The update it died in is the one the trainers name ("version V: ..."),
+        # the one after its last install.
         detected, before, after = killed["version"], killed["engines_before"], killed["engines_after"]
         dropped = [e for e in join["engines"] if e.get("state") == "dropped"]
         named = re.match(r"version (\d+):", dropped[0].get("why", "")) if dropped else None
@@ -140,6 +145,8 @@ def main(directory):
         per_link = old["t_min_per_link_sum_s"] + deadline + t_min_one if t_min_one else None
         result["kill"] = {"version": v, "ewtt_s": ewtt.get(v), "fleet_before": old,
                           "detected_in_version": detected, "detected_in_ewtt_s": ewtt[detected],
+                          "rebuilt_behind_send_weights": behind is not None,
+                          "rebuild_behind_s": float(behind.group(1)) if behind else None,
                           "placed": "in the trainers' update" if placed else "in A's before_update_hook",
                           "placed_into_update_s": float(placed.group(1)) if placed else None,
                           "placed_in_update": int(placed.group(2)) if placed else None,

@@ -379,11 +379,14 @@ Status AdapterBase::run_transfer(std::uint64_t v, void* cuda_stream) {
   return status;
 }
 
-void AdapterBase::start_background(std::uint64_t v, const std::atomic<int>* packable) {
+void AdapterBase::start_background(std::uint64_t v, const std::atomic<int>* packable, std::function<Status(Status)> then) {
   RoundExecutor& executor = *connection->executor;
   background_version = v;
   background_bytes_before = executor.stats().bytes_written;  // read while no transfer runs
-  thread.start([&executor, packable] { return executor.run_update({}, packable); });
+  thread.start([&executor, packable, then = std::move(then)] {
+    Status done = executor.run_update({}, packable);
+    return then ? then(std::move(done)) : done;
+  });
 }
 
 Status AdapterBase::claim_background(const std::string& what) {

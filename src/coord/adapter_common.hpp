@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <atomic>
+#include <functional>
 #include <future>
 #include <memory>
 #include <optional>
@@ -116,7 +117,9 @@ struct AdapterBase {
   /// ordered after the work on `cuda_stream` (a cudaStream_t; null: the legacy default stream).
   Status run_transfer(std::uint64_t v, void* cuda_stream = nullptr);
   /// Starts one transfer on the background thread (staged sides); `packable` as for RoundExecutor::run_update.
-  void start_background(std::uint64_t v, const std::atomic<int>* packable = nullptr);
+  /// `then`, on the same thread, takes the transfer's outcome and returns the job's (the fleet link's
+  /// trainers answer a loss there at once: SenderAdapter::State::rebuild_behind).
+  void start_background(std::uint64_t v, const std::atomic<int>* packable = nullptr, std::function<Status(Status)> then = {});
   /// Waits for the background transfer and records it; returns early with the failure a peer announced or
   /// a timeout (the transfer, watching the same notices and deadline, then ends on its own).
   Status claim_background(const std::string& what);

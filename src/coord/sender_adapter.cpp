@@ -146,12 +146,12 @@ Status SenderAdapter::State::send(std::uint64_t version, void* cuda_stream, cons
     // sends those staged (a copy of host memory cannot fail), so the copy's time leaves the EWTT; the FP8
     // codes of a round are quantized into the shadows before the round is published, the same way.
     s.staged_rounds.store(0, std::memory_order_relaxed);
-    s.start_background(version, &s.staged_rounds);
+    s.start_background(version, &s.staged_rounds, s.behind());
     std::function<void(std::size_t)> round_codes;
     if (quantize_by_round) round_codes = [quantized, &bases](std::size_t round) { quantized->quantize_round(bases, round); };
     (void)staging.copy_from_by_round(s.params, s.staged_rounds, nullptr, round_codes);
   } else if (s.options.sender_staging) {
-    s.start_background(version);
+    s.start_background(version, nullptr, s.behind());
   } else {
     // Every trainer takes part in the same steps whatever happened, so a failure on one reaches all.
     status = s.run_transfer(version, cuda_stream);

@@ -2,7 +2,9 @@
 // jobs"): the re-link onto the fleet link widened with a joiner, and onto the one rebuilt after a loss.
 #include <algorithm>
 
+#include "comm/backoff.hpp"
 #include "comm/join.hpp"
+#include "comm/max_reduce.hpp"
 #include "comm/operation.hpp"
 #include "coord/fleet_link.hpp"
 #include "coord/sender_state.hpp"
@@ -125,74 +127,168 @@ bool SenderAdapter::State::leave_out_fleet(std::vector<std::uint32_t> silent) {
   return values[0] == 0;
 }
 
+SenderAdapter::State::Rebuilt SenderAdapter::State::rebuild_survivors(const State& base, const State& old, int tag,
+                                                                     const std::vector<std::uint32_t>* silent) {
+  Rebuilt r;
+  r.verdict = rebuild_fleet(old, base.group_comm, tag, join_answer_seconds(base.options.timeout_seconds),
+                            silent ? *silent : std::vector<std::uint32_t>{});
+  if (r.verdict.rebuilt == MPI_COMM_NULL) return r;  // no engine left on it
+  r.link = std::make_unique<State>(r.verdict.rebuilt, base.group_comm, base.params, base.checkpoint_tensors, base.load_weights,
+                                   base.given);
+  State& link = *r.link;
+  link.link = r.verdict.rebuilt;
+  link.stage_whole = true;
+  link.spares = base.spares;  // the network transport kept opened for the next link
+  // On the lost link's staging pages (no new ones faulted in), which keep the version a resend reads: a
+  // transfer of the lost link still running only reads them, and sends over a link nobody installs from.
+  link.connect(&base.checkpoint_tensors, &base.connection->probed, nullptr, &old.connection->staging);
+  link.announce_prefix = old.announce_prefix;
+  carry_over(old, link);
+  const std::uint64_t v = old.version;  // in flight, or the last one sent
+  if (silent == nullptr) std::erase_if(link.history, [v](const UpdateRecord& record) { return record.version == v; });
+  r.held = v;
+  for (std::size_t e = 0; e < r.verdict.held.size(); ++e)
+    if (r.verdict.held[e] >= 0) {
+      link.fleet_records.push_back(old.fleet_records[e]);
+      r.held = std::min(r.held, static_cast<std::uint64_t>(r.verdict.held[e]));
+    }
+  link.version = link.acknowledged = r.held;
+  link.joined_after = old.joined_after;
+  link.rebuild_tag = tag + 1;  // a loss of its resend behind send_weights: the rebuild after this one
+  return r;
+}
+
+Status SenderAdapter::State::rebuild_behind(Status done) {
+  const std::uint64_t v = background_version;
+  // The transfer's own failure is named by its version, as the next call's claim names it.
+  const std::string context = done ? std::string() : "version " + std::to_string(v) + ": ";
+  // Trainer 0 takes the engines' acknowledgements here too: a loss that only they show (an engine's own
+  // exchange with a dead one, once the trainers' writes were done) is answered at once as well.
+  if (done && roles.leader) {
+    done = collect_acknowledgements(v);
+    acknowledged_behind = done.is_ok();
+  }
+  if (!done) {
+    // What fail() does at the next call, now (the channel takes both threads): the engines and the other
+    // trainers hear of it, and the rebuild does not wait for the note of a peer a write found gone.
+    const Status failed(done.code(), context + done.message());
+    if (connection->executor) faults->note_gone(connection->executor->failed_write_peer());
+    faults->announce(Status(failed.code(), announce_prefix + failed.message()), group->first_incomplete());
+    faults->raise(failed);
+  }
+  // Every trainer, whatever its own transfer did (one may complete while another meets the loss). Over this
+  // link's communicator of the trainers: the trainers' own may be in a step of the next call meanwhile.
+  std::uint32_t outcome[2] = {done ? 0u : 1u, is_leave(done) ? 1u : 0u};
+  const Status agreed = comm::reduce_max(outcome, group_comm, comm::Waiter{4 * options.timeout_seconds, {}},
+                                         about(v) + ": whether the fleet link failed (behind send_weights)");
+  if (!agreed || outcome[0] == 0) return done;  // no agreement: the next call answers it as before
+  const double began = comm::local_seconds();
+  Rebuilt r;
+  try {
+    r = rebuild_survivors(*this, *this, rebuild_tag, nullptr);
+    if (r.link && r.held < v) r.resent = resend_fleet(*r.link, *this, v, 0);
+  } catch (const Error& error) {
+    r.error = error.status();
+  }
+  const Status agreed_cause = done ? Status(ErrorCode::kInternal, about(v) + ": another trainer met the fleet link's failure") : done;
+  if (r.link) {
+    // Said when it happens (the records in stats() follow at the next call, which adopts the link).
+    const bool resent = r.resent && r.resent->is_ok();
+    say_lost(*this, r.verdict, agreed_cause, false,
+             " behind send_weights (in " + comm::seconds_text(comm::local_seconds() - began) + (resent ? ", the version re-sent" : "") + ")");
+    r.said = true;
+  }
+  rebuilt_behind = std::move(r);
+  return agreed_cause;
+}
+
+bool SenderAdapter::State::settle_behind(double seconds) {
+  comm::Backoff backoff;
+  for (const double until = comm::local_seconds() + seconds; thread.active() && !thread.finished();) {
+    if (comm::local_seconds() > until) return false;
+    backoff.pause();
+  }
+  return true;
+}
+
+std::string SenderAdapter::State::lost_cause(const State& old, const Status& cause) {
+  std::string why = cause.message();
+  if (why.starts_with(old.announce_prefix)) why.erase(0, old.announce_prefix.size());
+  return why;
+}
+
+void SenderAdapter::State::say_lost(const State& old, const FleetVerdict& verdict, const Status& cause, bool at_join,
+                                    const std::string& rebuilt) const {
+  if (!roles.leader) return;
+  const std::string why = lost_cause(old, cause);
+  for (std::size_t e = 0; e < verdict.held.size(); ++e) {
+    if (verdict.held[e] >= 0) continue;
+    const std::string name = fleet_name(old.fleet_records[e], old.roles.engines[e].size());
+    if (is_leave(cause)) {
+      WB_LOG(kInfo) << name << " left the fleet link after version " << old.acknowledged
+                    << "; the link is rebuilt from the others" << rebuilt << ", and the training goes on without it";
+    } else if (at_join) {
+      WB_LOG(kWarn) << who() << ": " << name << " was left out of the fleet link after version " << old.version
+                    << " before a join (the link is rebuilt from the others, and the training goes on without it): " << why;
+    } else {
+      WB_LOG(kWarn) << who() << ": " << name << " was lost in version " << old.version << "; the fleet link is rebuilt from the survivors"
+                    << rebuilt << ", and the training goes on without it: " << why;
+    }
+  }
+}
+
 // The fleet link failed an update (L3-L7 of docs/architecture.md): the survivors' link is rebuilt and
 // re-connected with the kept maps, and the version that failed (the old link's) is re-sent to the engines
-// that do not hold it (resend_fleet). `target`: the version of the call that met the loss (0: wait or
-// shutdown). Not ok when the link was dropped instead (no engine alive, or the rebuild failed).
+// that do not hold it (resend_fleet); where the link's thread did both behind the last call, that is
+// adopted. `target`: the version of the call that met the loss (0: wait or shutdown). Not ok when the link
+// was dropped instead (no engine alive, or the rebuild failed).
 Status SenderAdapter::State::recover_fleet(std::size_t k, const Status& cause, std::uint64_t target,
                                            const std::vector<std::uint32_t>* silent) {
   State& old = *joined[k];
   const std::uint64_t v = old.version;  // in flight, or the last one sent
   const bool at_join = silent != nullptr;  // W3: no update failed
-  std::unique_ptr<State> link;
-  FleetVerdict verdict;
-  try {
-    verdict = rebuild_fleet(old, group_comm, ++fleet_rebuilds, join_answer_seconds(options.timeout_seconds),
-                            silent ? *silent : std::vector<std::uint32_t>{});
-    if (verdict.rebuilt == MPI_COMM_NULL) {
-      drop(k, cause);  // no engine left on it (the joiner then starts a fleet link of its own)
-      if (at_join) {
-        after_join = [this, &old, verdict] {
-          if (roles.leader) tell_left_out(old, verdict);
-        };
-      }
-      return cause;
-    }
-    link = std::make_unique<State>(verdict.rebuilt, group_comm, params, checkpoint_tensors, load_weights, given);
-    link->link = verdict.rebuilt;
-    link->stage_whole = true;
-    link->spares = spares;  // the network transport kept opened for the next link
-    // On the lost link's staging pages (no new ones faulted in), which keep the version a resend reads: a
-    // transfer of the lost link still running only reads them, and sends over a link nobody installs from.
-    link->connect(&checkpoint_tensors, &connection->probed, nullptr, &old.connection->staging);
-  } catch (const Error& error) {
-    drop(k, error.status());
-    return error.status();
+  if (!old.settle_behind(kSettleTimeouts * options.timeout_seconds)) {
+    drop(k, cause);  // a rebuild behind still running: not a second one beside it
+    return cause;
   }
-  link->announce_prefix = old.announce_prefix;
-  carry_over(old, *link);
-  if (!at_join) std::erase_if(link->history, [v](const UpdateRecord& r) { return r.version == v; });
-  std::string why = cause.message();
-  if (why.starts_with(old.announce_prefix)) why.erase(0, old.announce_prefix.size());
-  std::uint64_t held = v;
-  for (std::size_t e = 0; e < verdict.held.size(); ++e) {
-    const JoinedEngine& r = old.fleet_records[e];
-    const std::string name = fleet_name(r, old.roles.engines[e].size());
-    if (verdict.held[e] >= 0) {
-      link->fleet_records.push_back(r);
-      held = std::min(held, static_cast<std::uint64_t>(verdict.held[e]));
-      continue;
+  ++fleet_rebuilds;
+  Rebuilt r;
+  if (old.rebuilt_behind) {
+    r = std::move(*old.rebuilt_behind);
+    old.rebuilt_behind.reset();
+  } else {
+    try {
+      r = rebuild_survivors(*this, old, fleet_rebuilds, silent);
+    } catch (const Error& error) {
+      r.error = error.status();
     }
+  }
+  if (!r.error.is_ok()) {
+    drop(k, r.error);
+    return r.error;
+  }
+  if (r.verdict.rebuilt == MPI_COMM_NULL) {
+    drop(k, cause);  // no engine left on it (the joiner then starts a fleet link of its own)
+    if (at_join) {
+      after_join = [this, &old, verdict = r.verdict] {
+        if (roles.leader) tell_left_out(old, verdict);
+      };
+    }
+    return cause;
+  }
+  const std::string why = lost_cause(old, cause);
+  for (std::size_t e = 0; e < r.verdict.held.size(); ++e) {
+    if (r.verdict.held[e] >= 0) continue;
+    const JoinedEngine& record = old.fleet_records[e];
     // An engine that left (ReceiverAdapter::leave) sends no note either: it is left out the same way.
-    const bool left = is_leave(cause);
-    fleet_lost.push_back({name, left ? "left" : "dropped", old.acknowledged, why, r.connect_seconds, r.probe_seconds,
-                          r.first_install_seconds});
-    if (roles.leader && left) {
-      WB_LOG(kInfo) << name << " left the fleet link after version " << old.acknowledged
-                    << "; the link is rebuilt from the others, and the training goes on without it";
-    } else if (roles.leader && at_join) {
-      WB_LOG(kWarn) << who() << ": " << name << " was left out of the fleet link after version " << v
-                    << " before a join (the link is rebuilt from the others, and the training goes on without it): " << why;
-    } else if (roles.leader) {
-      WB_LOG(kWarn) << who() << ": " << name << " was lost in version " << v
-                    << "; the fleet link is rebuilt from the survivors, and the training goes on without it: " << why;
-    }
+    fleet_lost.push_back({fleet_name(record, old.roles.engines[e].size()), is_leave(cause) ? "left" : "dropped", old.acknowledged,
+                          why, record.connect_seconds, record.probe_seconds, record.first_install_seconds});
   }
-  link->version = link->acknowledged = held;
-  link->joined_after = old.joined_after;
+  if (!r.said) say_lost(old, r.verdict, cause, at_join, "");
+  const FleetVerdict verdict = r.verdict;
   std::shared_ptr<State> lost(joined[k].release());  // read by the resend (its staging), then kept alive
-  joined[k] = std::move(link);
-  const Status resent = held < v ? resend_fleet(*joined[k], *lost, v, target) : Status::ok();
+  joined[k] = std::move(r.link);
+  const Status resent = r.resent ? *r.resent : r.held < v ? resend_fleet(*joined[k], *lost, v, target) : Status::ok();
   if (resent) appoint_fleet_replica(*joined[k]);
   // It spans the lost job: never waited on again, kept with its buffers; left out at a join, that job is
   // told over it once the join is over.

@@ -11,6 +11,7 @@
 #include <exception>
 #include <functional>
 #include <optional>
+#include <utility>
 
 #include "comm/backoff.hpp"
 #include "comm/max_reduce.hpp"
@@ -27,6 +28,11 @@
 namespace wb {
 
 using namespace coord;
+
+// How long, in timeouts, the trainers wait for a fleet link's background job to end, a rebuild behind
+// send_weights included (its agreement, verdict, connect and resend each end within their deadlines): past
+// it the link is given up on (dropped) rather than rebuilt a second time beside it.
+inline constexpr double kSettleTimeouts = 10;
 
 struct SenderAdapter::State : AdapterBase {
   std::vector<TensorInfo> checkpoint_tensors;
@@ -284,6 +290,41 @@ struct SenderAdapter::State : AdapterBase {
   /// `silent` (every trainer; its content trainer 0's): the engines left out at a joiner's port instead (W3;
   /// no update failed).
   Status recover_fleet(std::size_t k, const Status& cause, std::uint64_t target, const std::vector<std::uint32_t>* silent = nullptr);
+  // The fleet link rebuilt after a loss: the verdict, and the survivors' link (connected, with their
+  // records and the version they all hold); made behind send_weights, the resend's start too.
+  struct Rebuilt {
+    FleetVerdict verdict;
+    std::unique_ptr<State> link;
+    std::uint64_t held = 0;
+    Status error;                  // the rebuild or its connect failed: the link is dropped
+    std::optional<Status> resent;  // behind send_weights: the lost version's resend, started
+    bool said = false;             // the lost engines were named (trainer 0's warning) when it was made
+  };
+  /// Trainer 0: each engine of `old` the verdict left out, named once with the cause; `rebuilt` says how.
+  void say_lost(const State& old, const FleetVerdict& verdict, const Status& cause, bool at_join, const std::string& rebuilt) const;
+  static std::string lost_cause(const State& old, const Status& cause);  // without the notice's prefix
+  /// The survivors' link after a loss on `old`, from `base`'s parameters, tensors, options and trainers'
+  /// communicator. It touches nothing of the trainers' own state: behind send_weights it runs on the lost
+  /// link's thread with `base` the lost link itself (which holds the same). Throws when a step fails.
+  static Rebuilt rebuild_survivors(const State& base, const State& old, int tag, const std::vector<std::uint32_t>* silent);
+  /// A fleet link's background transfer, once it ended, on its thread (sender staging; every trainer): the
+  /// trainers agree whether it failed and answer a loss at once, the link rebuilt and the version re-sent
+  /// (rebuilt_behind, which recover_fleet adopts at the next call), so that the survivors, whose
+  /// poll_requests waits for the verdict, are not held for the rest of the training step. Returns the
+  /// transfer's outcome as every trainer agreed it.
+  Status rebuild_behind(Status done);
+  /// Waits until the background job, a rebuild behind included, has ended (each part ends within its
+  /// deadlines), at most `seconds`; false when it still runs.
+  bool settle_behind(double seconds);
+  std::optional<Rebuilt> rebuilt_behind;
+  /// What follows a background transfer on its thread: rebuild_behind on the fleet link where every trainer
+  /// may call MPI from several threads, nothing otherwise.
+  std::function<Status(Status)> behind() {
+    if (!recoverable(*this) || !trainers_multithreaded) return {};
+    return [this](Status done) { return rebuild_behind(std::move(done)); };
+  }
+  int rebuild_tag = 0;  // a fleet link's: the trainers' number of its rebuild behind send_weights
+  bool acknowledged_behind = false;  // trainer 0: the version in flight's acknowledgements were taken there
   /// The trainers agree whether the fleet link failed in this call, and whether by a leave (one trainer may
   /// meet the failure while another's work on the link succeeded): its rebuild is collective over them.
   Status agreed_outcome(const Status& done) {
@@ -305,6 +346,7 @@ struct SenderAdapter::State : AdapterBase {
     std::vector<std::size_t> served;
     for (std::size_t k = 0; k < joined.size(); ++k)
       if (!joined[k]->dropped) served.push_back(k);
+    for (std::size_t k : served) joined[k]->rebuild_tag = fleet_rebuilds + 1;
     const bool together = trainers_multithreaded && !served.empty();
     if (together)
       for (std::size_t k : served) {
@@ -470,9 +512,11 @@ struct SenderAdapter::State : AdapterBase {
   Status finish_in_flight() {
     if (!in_flight) return Status::ok();
     in_flight = false;
+    // A rebuild behind the call is waited out, not cut short by the loss's notices (recover_fleet adopts it).
+    if (behind()) (void)settle_behind(kSettleTimeouts * options.timeout_seconds);
     Status local = claim_background(about(version) + ": the background transfer");
     if (!local) return give_up(diagnose(version, local), "version " + std::to_string(version) + ": ");
-    if (roles.leader) local = collect_acknowledgements(version);
+    if (roles.leader && !std::exchange(acknowledged_behind, false)) local = collect_acknowledgements(version);
     if (!local) return give_up(diagnose(version, local), "");
     // Trainer rank 0 may wait up to a whole timeout for the acknowledgements before it takes this step;
     // the others wait for it as long, and a margin more.

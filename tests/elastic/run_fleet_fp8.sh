@@ -6,7 +6,8 @@
 # survivors verified every version they installed bit for bit against their own load_weights of the FP8
 # form, installed every version from their first to the trainers' last, B's and C's first versions came from
 # the fleet's replica, the trainers list A dropped and B, C serving at the last version, and a counted update
-# lost A (the loss came inside the measured updates). More ARGS go to elastic-bench.sh: with --kill-at MS
+# lost A (the loss came inside the measured updates), with sender staging answered behind send_weights (the
+# fleet link's thread rebuilt it and re-sent the version at once). More ARGS go to elastic-bench.sh: with --kill-at MS
 # A is killed that far into an update, wherever it is (the check then wants A's kill measured at least that
 # far into one), and with --knock-at MS B and C join at least that far into one.
 # Usage: run_fleet_fp8.sh MODE [ARGS...]
@@ -36,6 +37,10 @@ for join in j["joins"][1:]:
     # joiner at the replica's port goes before the trainers' next update (back to back here, FP8 costing).
     assert join["first_version_from_replica"], join
 assert "version" in j["kill"], j["kill"]
+# With sender staging the loss is answered on the fleet link's thread, behind send_weights: the survivors
+# get the version at once, not a training step later.
+if j["mode"] in ("sender-staged", "async"):
+    assert j["kill"]["rebuilt_behind_send_weights"], j["kill"]
 if "--kill-at" in args:
     assert j["kill"]["placed_into_update_s"] >= float(args[args.index("--kill-at") + 1]) / 1e3, j["kill"]
 if "--knock-at" in args:
