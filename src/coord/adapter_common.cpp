@@ -172,8 +172,9 @@ comm::Waiter AdapterBase::waiter() const {
 }
 
 Status AdapterBase::service(bool interruptible) {
-  // While a transfer runs on the background thread, it answers queries (it can say what it waits for).
-  const bool transferring = thread.active() && !thread.finished();
+  // While a transfer runs on the background thread, it answers queries (it can say what it waits for);
+  // called on that thread after the transfer (the acknowledgements taken there), this answers them.
+  const bool transferring = thread.active() && !thread.finished() && !thread.is_current();
   Status status = faults->poll(nullptr, !transferring);
   if (!interruptible) return Status::ok();
   if (!status) return status;

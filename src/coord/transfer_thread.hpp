@@ -30,6 +30,8 @@ class TransferThread {
   bool finished() const;
   /// No job runs (none started, claimed, or finished): nothing of it reads or writes its buffers any more.
   bool idle() const;
+  /// The caller is this thread (its job's own work after the transfer: SenderAdapter::State::rebuild_behind).
+  bool is_current() const { return std::this_thread::get_id() == thread_.get_id(); }
   /// Waits for the job and returns its status (ok when none was started). Returns early, the job still
   /// running and unclaimed, with kTimeout naming `what` when it runs past the waiter's timeout, or with the
   /// failure a peer announced (the job, which watches the same notices, ends soon after).
