@@ -456,7 +456,8 @@ WaitState RoundExecutor::State::wait_state(std::uint64_t g) {
     if (!granted) state.second.push_back(batch.peer);
   }
   if (p.done < p.posts) {
-    // Transports complete one peer's posts in order: the peers still holding any hold this round's.
+    // The peers this rank's posts still wait on, this round's among them (a transport completes one peer's
+    // posts in order, so the oldest round's are the first each of them owes).
     std::string to;
     for (const auto& [kind, transport] : transports)
       for (int peer : transport->awaited_peers()) {
