@@ -203,14 +203,18 @@ Status AdapterBase::give_up(Status status, const std::string& context) {
 Status AdapterBase::fail(Status status) {
   if (failure.is_ok()) {
     failure = std::move(status);
-    // A peer a write of this rank failed to is gone: the notice says so (the fleet link's trainers then do
-    // not wait for its engine's note, coord/fleet_link.hpp).
-    if (connection && connection->executor) faults->note_gone(connection->executor->failed_write_peer());
-    faults->announce(announce_prefix.empty() ? failure : Status(failure.code(), announce_prefix + failure.message()),
-                     group->first_incomplete());
-    faults->raise(failure);  // a transfer still running on the background thread stops too
+    announce_failure(failure);
   }
   return failure;
+}
+
+void AdapterBase::announce_failure(const Status& status) {
+  // A peer a write of this rank failed to is gone: the notice says so (the fleet link's trainers then do
+  // not wait for its engine's note, coord/fleet_link.hpp).
+  if (connection && connection->executor) faults->note_gone(connection->executor->failed_write_peer());
+  faults->announce(announce_prefix.empty() ? status : Status(status.code(), announce_prefix + status.message()),
+                   group->first_incomplete());
+  faults->raise(status);  // a transfer still running on the background thread stops too
 }
 
 void AdapterBase::announce_departure(const std::string& why) {

@@ -99,8 +99,12 @@ struct AdapterBase {
   /// 3: ") prefixes this rank's message. A rank that gives up takes no further step of its group: fail()
   /// announces the first step it did not complete, which ends that step on the others at once.
   Status give_up(Status status, const std::string& context);
-  /// Records the failure (the first one wins), tells the neighbours, and returns it.
+  /// Records the failure (the first one wins), tells the neighbours (announce_failure), and returns it.
   Status fail(Status status);
+  /// What fail() does besides recording: the peer a write failed to noted gone, the neighbours told, and a
+  /// transfer still running on the background thread stopped. The fleet link's transfer thread calls it
+  /// itself (SenderAdapter::State::rebuild_behind); the next call records the failure.
+  void announce_failure(const Status& status);
   /// When this adapter goes away without the orderly end (an exception unwinds past it, or a rollout
   /// stops serving before the trainers shut down), its peers learn it at once instead of after a timeout.
   void announce_departure(const std::string& why);

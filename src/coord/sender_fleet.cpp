@@ -2,7 +2,6 @@
 // jobs"): the re-link onto the fleet link widened with a joiner, and onto the one rebuilt after a loss.
 #include <algorithm>
 
-#include "comm/backoff.hpp"
 #include "comm/join.hpp"
 #include "comm/max_reduce.hpp"
 #include "comm/operation.hpp"
@@ -169,12 +168,9 @@ Status SenderAdapter::State::rebuild_behind(Status done) {
     acknowledged_behind = done.is_ok();
   }
   if (!done) {
-    // What fail() does at the next call, now (the channel takes both threads): the engines and the other
-    // trainers hear of it, and the rebuild does not wait for the note of a peer a write found gone.
-    const Status failed(done.code(), context + done.message());
-    if (connection->executor) faults->note_gone(connection->executor->failed_write_peer());
-    faults->announce(Status(failed.code(), announce_prefix + failed.message()), group->first_incomplete());
-    faults->raise(failed);
+    // Now, not at the next call (the channel takes both threads): the engines and the other trainers hear
+    // of it, and the rebuild does not wait for the note of a peer a write found gone.
+    announce_failure(Status(done.code(), context + done.message()));
   }
   // Every trainer, whatever its own transfer did (one may complete while another meets the loss). Over this
   // link's communicator of the trainers: the trainers' own may be in a step of the next call meanwhile.
@@ -192,23 +188,14 @@ Status SenderAdapter::State::rebuild_behind(Status done) {
   }
   const Status agreed_cause = done ? Status(ErrorCode::kInternal, about(v) + ": another trainer met the fleet link's failure") : done;
   if (r.link) {
-    // Said when it happens (the records in stats() follow at the next call, which adopts the link).
+    // Said when it happens (the records in stats() follow at the next call, which adopts the link: that
+    // one does not say it again).
     const bool resent = r.resent && r.resent->is_ok();
     say_lost(*this, r.verdict, agreed_cause, false,
              " behind send_weights (in " + comm::seconds_text(comm::local_seconds() - began) + (resent ? ", the version re-sent" : "") + ")");
-    r.said = true;
   }
   rebuilt_behind = std::move(r);
   return agreed_cause;
-}
-
-bool SenderAdapter::State::settle_behind(double seconds) {
-  comm::Backoff backoff;
-  for (const double until = comm::local_seconds() + seconds; thread.active() && !thread.finished();) {
-    if (comm::local_seconds() > until) return false;
-    backoff.pause();
-  }
-  return true;
 }
 
 std::string SenderAdapter::State::lost_cause(const State& old, const Status& cause) {
@@ -247,13 +234,14 @@ Status SenderAdapter::State::recover_fleet(std::size_t k, const Status& cause, s
   State& old = *joined[k];
   const std::uint64_t v = old.version;  // in flight, or the last one sent
   const bool at_join = silent != nullptr;  // W3: no update failed
-  if (!old.settle_behind(kSettleTimeouts * options.timeout_seconds)) {
+  if (!old.thread.wait_finished(kSettleTimeouts * options.timeout_seconds)) {
     drop(k, cause);  // a rebuild behind still running: not a second one beside it
     return cause;
   }
   ++fleet_rebuilds;
   Rebuilt r;
-  if (old.rebuilt_behind) {
+  const bool behind = old.rebuilt_behind.has_value();  // its lost engines were named when it was made
+  if (behind) {
     r = std::move(*old.rebuilt_behind);
     old.rebuilt_behind.reset();
   } else {
@@ -284,7 +272,7 @@ Status SenderAdapter::State::recover_fleet(std::size_t k, const Status& cause, s
     fleet_lost.push_back({fleet_name(record, old.roles.engines[e].size()), is_leave(cause) ? "left" : "dropped", old.acknowledged,
                           why, record.connect_seconds, record.probe_seconds, record.first_install_seconds});
   }
-  if (!r.said) say_lost(old, r.verdict, cause, at_join, "");
+  if (!behind) say_lost(old, r.verdict, cause, at_join, "");
   const FleetVerdict verdict = r.verdict;
   std::shared_ptr<State> lost(joined[k].release());  // read by the resend (its staging), then kept alive
   joined[k] = std::move(r.link);

@@ -298,7 +298,6 @@ struct SenderAdapter::State : AdapterBase {
     std::uint64_t held = 0;
     Status error;                  // the rebuild or its connect failed: the link is dropped
     std::optional<Status> resent;  // behind send_weights: the lost version's resend, started
-    bool said = false;             // the lost engines were named (trainer 0's warning) when it was made
   };
   /// Trainer 0: each engine of `old` the verdict left out, named once with the cause; `rebuilt` says how.
   void say_lost(const State& old, const FleetVerdict& verdict, const Status& cause, bool at_join, const std::string& rebuilt) const;
@@ -313,14 +312,12 @@ struct SenderAdapter::State : AdapterBase {
   /// poll_requests waits for the verdict, are not held for the rest of the training step. Returns the
   /// transfer's outcome as every trainer agreed it.
   Status rebuild_behind(Status done);
-  /// Waits until the background job, a rebuild behind included, has ended (each part ends within its
-  /// deadlines), at most `seconds`; false when it still runs.
-  bool settle_behind(double seconds);
   std::optional<Rebuilt> rebuilt_behind;
-  /// What follows a background transfer on its thread: rebuild_behind on the fleet link where every trainer
-  /// may call MPI from several threads, nothing otherwise.
+  /// Whether a background transfer of this link is followed by rebuild_behind on its thread: the fleet
+  /// link, where every trainer may call MPI from several threads.
+  bool rebuilds_behind() const { return recoverable(*this) && trainers_multithreaded; }
   std::function<Status(Status)> behind() {
-    if (!recoverable(*this) || !trainers_multithreaded) return {};
+    if (!rebuilds_behind()) return {};
     return [this](Status done) { return rebuild_behind(std::move(done)); };
   }
   int rebuild_tag = 0;  // a fleet link's: the trainers' number of its rebuild behind send_weights
@@ -513,7 +510,7 @@ struct SenderAdapter::State : AdapterBase {
     if (!in_flight) return Status::ok();
     in_flight = false;
     // A rebuild behind the call is waited out, not cut short by the loss's notices (recover_fleet adopts it).
-    if (behind()) (void)settle_behind(kSettleTimeouts * options.timeout_seconds);
+    if (rebuilds_behind()) (void)thread.wait_finished(kSettleTimeouts * options.timeout_seconds);
     Status local = claim_background(about(version) + ": the background transfer");
     if (!local) return give_up(diagnose(version, local), "version " + std::to_string(version) + ": ");
     if (roles.leader && !std::exchange(acknowledged_behind, false)) local = collect_acknowledgements(version);

@@ -1,6 +1,7 @@
 #include "coord/transfer_thread.hpp"
 
 #include <chrono>
+#include <cmath>
 #include <exception>
 
 namespace wb::coord {
@@ -41,6 +42,16 @@ bool TransferThread::finished() const {
 bool TransferThread::idle() const {
   std::unique_lock lock(mutex_);
   return !running_;
+}
+
+bool TransferThread::wait_finished(double seconds) {
+  std::unique_lock lock(mutex_);
+  const auto done = [this] { return !running_; };
+  if (!std::isfinite(seconds)) {
+    changed_.wait(lock, done);
+    return true;
+  }
+  return changed_.wait_for(lock, std::chrono::duration<double>(seconds), done);
 }
 
 Status TransferThread::wait(const comm::Waiter& waiter, const std::string& what) {

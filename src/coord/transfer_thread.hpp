@@ -30,6 +30,9 @@ class TransferThread {
   bool finished() const;
   /// No job runs (none started, claimed, or finished): nothing of it reads or writes its buffers any more.
   bool idle() const;
+  /// Waits until no job runs, at most `seconds` (infinite: no limit), without claiming its result; false
+  /// when it still runs.
+  bool wait_finished(double seconds);
   /// The caller is this thread (its job's own work after the transfer: SenderAdapter::State::rebuild_behind).
   bool is_current() const { return std::this_thread::get_id() == thread_.get_id(); }
   /// Waits for the job and returns its status (ok when none was started). Returns early, the job still
