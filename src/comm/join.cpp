@@ -382,10 +382,15 @@ JoinPort::~JoinPort() {
 }
 
 std::optional<MPI_Comm> JoinPort::take() {
+  return take([](MPI_Comm) { return true; });
+}
+
+std::optional<MPI_Comm> JoinPort::take(const std::function<bool(MPI_Comm)>& ready) {
   std::lock_guard lock(shared_->mutex);
-  if (shared_->joined.empty()) return std::nullopt;
-  const MPI_Comm peer = shared_->joined.front();
-  shared_->joined.erase(shared_->joined.begin());
+  const auto found = std::find_if(shared_->joined.begin(), shared_->joined.end(), ready);
+  if (found == shared_->joined.end()) return std::nullopt;
+  const MPI_Comm peer = *found;
+  shared_->joined.erase(found);
   return peer;
 }
 
@@ -509,6 +514,13 @@ Status answer_take(MPI_Comm leaders, double seconds) { return answer_take(leader
 
 Status answer_take(MPI_Comm leaders, const Waiter& waiter) {
   return exchange(leaders, kReadyTag, kTakeTag, false, waiter, "the take");
+}
+
+Status say_ready(MPI_Comm leaders, const Waiter& waiter) { return exchange(leaders, kReadyTag, kTakeTag, true, waiter, "the take"); }
+
+bool said_ready(MPI_Comm leaders) {
+  int found = 0;
+  return MPI_Iprobe(0, kReadyTag, leaders, &found, MPI_STATUS_IGNORE) == MPI_SUCCESS && found != 0;
 }
 
 bool take_began(MPI_Comm leaders) {

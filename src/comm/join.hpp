@@ -16,6 +16,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -70,6 +71,9 @@ class JoinPort {
   /// The intercommunicator to a joiner's leader that presented the secret, when one is waiting; never
   /// blocks. The caller owns it.
   std::optional<MPI_Comm> take();
+  /// The first admitted peer for which `ready(peer)` holds (said_ready: a joiner that connected while it
+  /// still probed), when one is; the others stay queued. Never blocks. The caller owns it.
+  std::optional<MPI_Comm> take(const std::function<bool(MPI_Comm)>& ready);
   /// Peers refused so far (a wrong secret, or none within the timeout).
   std::int64_t refused() const;
   const std::string& path() const { return path_; }
@@ -137,6 +141,12 @@ Status answer_take(MPI_Comm leaders, double seconds);
 Status answer_take(MPI_Comm leaders, const Waiter& waiter);
 /// The joiner's leader, not blocking: whether the trainers' "take" has come.
 bool take_began(MPI_Comm leaders);
+/// The same two words the other way round, for a joiner that connects before it can be taken (to a fleet
+/// replica's port, while it probes: the connect is then off the join's path): it says "ready" once it can,
+/// then waits as `waiter` says for "take"; the port's side takes only a joiner whose "ready" came
+/// (said_ready, not blocking), and its confirm_take then finds the word there.
+Status say_ready(MPI_Comm leaders, const Waiter& waiter);
+bool said_ready(MPI_Comm leaders);
 
 /// Another process of the trainer job ends a port's accept thread: it connects to the port (bounded by
 /// `timeout`), presents the secret as a knock, not a join, and lets the connection go. The accept thread

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <exception>
 #include <fstream>
+#include <future>
 #include <memory>
 #include <optional>
 #include <span>
@@ -264,17 +265,27 @@ MPI_Comm link_leaders(const Side& self, MPI_Comm leaders, bool joiner) {
     // Before the take the replica takes the joiner between its own updates and copies: a joiner may wait
     // for it as long as the timeout, but never inside the merge (a merge given up on stays in MPI and held
     // the joiner's next calls, its join at the trainers' port included: measured with two joiners close
-    // together). So the two say "take" and "ready" first (point to point, bounded), as a join's take does.
+    // together). So the two say "ready" and "take" first (point to point, bounded): the joiner says
+    // "ready" as it comes (it may have connected while it probed), and the replica takes only a joiner
+    // that did. The joiner's wait for the take ends early where the replica's port closed meanwhile.
     if (self.before_take) {
-      const Status taken = joiner ? comm::answer_take(leaders, self.options.timeout_seconds)
+      comm::AddressWatch watch(replica_address(self.options.join_address), self.options.timeout_seconds);
+      const comm::Waiter until_taken{self.options.timeout_seconds, [&](bool) {
+                                       return watch.look() != comm::AddressWatch::Verdict::kGone
+                                                  ? Status::ok()
+                                                  : Status(ErrorCode::kNotFound, self.who + ": the replica engine closed its port "
+                                                                                            "before it took this engine");
+                                     }};
+      const Status taken = joiner ? comm::say_ready(leaders, until_taken)
                                   : (comm::confirm_take(leaders, wait) ? Status::ok()
                                                                        : Status(ErrorCode::kTimeout, self.who + ": the joiner at this "
                                                                                 "engine's port did not answer (it gave up waiting, or is gone)"));
       if (!taken) {
         comm::abandon_link(leaders);
-        bridged = Status(taken.code(), joiner ? self.who + ": the replica engine did not take this engine within " +
-                                                    comm::seconds_text(self.options.timeout_seconds)
-                                              : taken.message());
+        bridged = Status(taken.code(), joiner && taken.code() == ErrorCode::kTimeout
+                                           ? self.who + ": the replica engine did not take this engine within " +
+                                                 comm::seconds_text(self.options.timeout_seconds)
+                                           : taken.message());
       }
     }
     try {
@@ -369,32 +380,44 @@ EarlyProbe probe_before_replica(MPI_Comm engine, const std::string& join_address
   return EarlyProbe::kProbed;
 }
 
-void connect_replica(MPI_Comm engine, const std::string& join_address, double timeout, JoinedComms& comms) {
+ReplicaAdmission start_replica_admission(MPI_Comm engine, const std::string& join_address, double timeout) {
   int rank = 0;
   WB_CHECK_MPI(MPI_Comm_rank(engine, &rank));
-  const std::string path = replica_address(join_address);
-  std::int32_t connected = 0;
-  // Only a replica whose process runs (its port touches the file: JoinPort::keep_fresh, seen now) is
-  // connected to: a connect to a stopped or dead one stays inside MPI and holds this process's later
-  // connects, the one to the trainers included (30 s, measured with the replica SIGSTOPped).
-  const bool there = rank == 0 && ::access(path.c_str(), F_OK) == 0;
-  if (there && !comm::address_touched(path, kReplicaFreshSeconds)) {
-    WB_LOG(kInfo) << "engine worker 0: the trainers' replica engine at " << path << " did not touch its address within "
-                  << comm::seconds_text(kReplicaFreshSeconds) << " (stopped or gone); its first version will be the trainers' next";
-  } else if (there) {
+  if (rank != 0) return {};
+  return std::async(std::launch::async, [path = replica_address(join_address), timeout]() -> MPI_Comm {
+    // Only a replica whose process runs (its port touches the file: JoinPort::keep_fresh, seen now) is
+    // connected to: a connect to a stopped or dead one stays inside MPI and holds this process's later
+    // connects, the one to the trainers included (30 s, measured with the replica SIGSTOPped).
+    if (::access(path.c_str(), F_OK) != 0) return MPI_COMM_NULL;
+    if (!comm::address_touched(path, kReplicaFreshSeconds)) {
+      WB_LOG(kInfo) << "engine worker 0: the trainers' replica engine at " << path << " did not touch its address within "
+                    << comm::seconds_text(kReplicaFreshSeconds) << " (stopped or gone); its first version will be the trainers' next";
+      return MPI_COMM_NULL;
+    }
     try {
       const double began = comm::local_seconds();
-      comms.replica_leaders = comm::join_by_address(path, join_answer_seconds(timeout));
-      connected = 1;
+      const MPI_Comm leaders = comm::join_by_address(path, join_answer_seconds(timeout));
       WB_LOG(kDebug) << "engine worker 0: admitted at the replica's port in " << comm::seconds_text(comm::local_seconds() - began);
+      return leaders;
     } catch (const Error& error) {
       WB_LOG(kWarn) << "engine worker 0: the trainers' replica engine at " << path << " did not admit this engine ("
                     << error.status().message() << "); its first version will be the trainers' next";
     }
-  }
+    return MPI_COMM_NULL;
+  });
+}
+
+void settle_replica_admission(MPI_Comm engine, ReplicaAdmission admission, double timeout, JoinedComms& comms) {
+  // Bounded: the freshness check and the connect's own bound (join_answer_seconds, at most half the timeout).
+  if (admission.valid()) comms.replica_leaders = admission.get();
+  std::int32_t connected = comms.replica_leaders != MPI_COMM_NULL ? 1 : 0;
   comm::broadcast_fixed(std::as_writable_bytes(std::span(&connected, 1)), 0, engine, comm::Waiter{timeout, {}},
                         "joining the trainers: whether the replica admitted this engine");
   comms.from_replica = connected != 0;
+}
+
+void connect_replica(MPI_Comm engine, const std::string& join_address, double timeout, JoinedComms& comms) {
+  settle_replica_admission(engine, start_replica_admission(engine, join_address, timeout), timeout, comms);
 }
 
 Status serve_joiner_at_port(AdapterBase& replica, comm::JoinPort* port, std::int64_t& bytes, MPI_Comm taken, bool before_take) {

@@ -52,16 +52,22 @@ bool caught_up_before_take(MPI_Comm engine, const ParameterSet& params, const Lo
                            const BeforeUpdateHook& hook, const ResolvedOptions& resolved,
                            const std::shared_ptr<SpareTransports>& spares, std::uint64_t& version, SourceMap& probed,
                            StallInterval& stall, double& probe_seconds, double& replica_wait_seconds) {
-  // The probe first, where the replica left its tensor list: the replica then waits for no probe.
+  // The probe first, where the replica left its tensor list: the replica then waits for no probe. The
+  // leader connects to the replica's port meanwhile (a thread: waits on other processes only); the
+  // replica takes this engine once it says it is ready, after the probe.
+  ReplicaAdmission admission = start_replica_admission(engine, resolved.join_address, resolved.timeout_seconds);
   std::vector<TensorInfo> tensors;
-  if (probe_before_replica(engine, resolved.join_address, params, load, resolved, tensors, probed, probe_seconds) == EarlyProbe::kFailed)
-    return false;
-  // The copy link's buffers are allocated while the leader connects to the replica's port and the replica
-  // takes the joiner (waits on other processes); beside the probe, or the reading of the tensor list,
-  // they slowed those (the probe is reported apart).
-  PreparedBuffers buffers = prepare_catch_up_buffers(params, resolved);
+  const EarlyProbe early = probe_before_replica(engine, resolved.join_address, params, load, resolved, tensors, probed, probe_seconds);
+  // The copy link's buffers are allocated while the replica takes the joiner (waits on other processes);
+  // beside the probe, or the reading of the tensor list, they slowed those (the probe is reported apart).
+  PreparedBuffers buffers = early != EarlyProbe::kFailed ? prepare_catch_up_buffers(params, resolved) : PreparedBuffers{};
   JoinedComms replica;
-  connect_replica(engine, resolved.join_address, resolved.timeout_seconds, replica);
+  settle_replica_admission(engine, std::move(admission), resolved.timeout_seconds, replica);
+  if (early == EarlyProbe::kFailed) {
+    // Admitted, it never says "ready": the replica never takes it (its link stays in the replica's queue).
+    comm::abandon_link(replica.replica_leaders);
+    return false;
+  }
   if (!replica.from_replica) {
     probed = SourceMap{};  // the trainers' connect probes (against their list)
     return false;

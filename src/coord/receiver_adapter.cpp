@@ -337,7 +337,7 @@ struct ReceiverAdapter::State : AdapterBase {
       // to back (every FP8 joiner of elastic.fleet_kill_engine_fp8 waited its 5 s out, then was taken by the
       // trainers and got their next version).
       if (fleet_link_enabled() && replica_port.port && connection && version > 0)
-        if (std::optional<MPI_Comm> joiner = replica_port.port->take()) {
+        if (std::optional<MPI_Comm> joiner = replica_port.port->take(comm::said_ready)) {
           joiner_at_port = *joiner;
           values[0] = static_cast<std::int64_t>(RequestKind::kServeJoiner);
           values[1] = static_cast<std::int64_t>(version);

@@ -5,7 +5,9 @@
 # after_dead instead: a joiner whose connect to a port whose job died (its half at the name server) was given
 # up on is then admitted: that connect fails at its mpirun's deadline (pmix_server_max_wait 5) and lets the
 # TCP transport go; under Open MPI's default it held it for good and the join timed out.
-# Usage: run_join_port.sh JOIN_PORT_PROGRAM MPIEXEC [after_dead]
+# With ready: a fleet replica's port, where joiners connect while they probe: one admitted that never says
+# "ready" is left queued, and the one that says it 1.5 s after its admission is taken, at once.
+# Usage: run_join_port.sh JOIN_PORT_PROGRAM MPIEXEC [after_dead|ready]
 set -euo pipefail
 program=$1
 mpiexec=${2:-mpirun}
@@ -34,6 +36,23 @@ if [[ ${3:-} == after_dead ]]; then
   wait "$trainer"
   trainer=
   echo "join by address: admitted after a connect to a dead port was given up on"
+  exit 0
+fi
+if [[ ${3:-} == ready ]]; then
+  run -np 2 "$program" replica "$dir/address" > "$dir/replica.log" 2>&1 &
+  trainer=$!
+  for _ in $(seq 200); do [[ -s $dir/address ]] && break; sleep 0.1; done
+  [[ -s $dir/address ]] || { cat "$dir/replica.log"; echo "the replica job wrote no address file"; exit 1; }
+  run -np 1 "$program" joiner_unready "$dir/address" > "$dir/unready.log" 2>&1 &
+  unready=$!
+  for _ in $(seq 200); do grep -q admitted "$dir/unready.log" 2>/dev/null && break; sleep 0.1; done
+  grep -q admitted "$dir/unready.log" || { cat "$dir/unready.log"; echo "the unready joiner was not admitted"; exit 1; }
+  run -np 1 "$program" joiner_ready_later "$dir/address" || { cat "$dir/replica.log"; echo "the ready joiner was not taken"; exit 1; }
+  wait "$unready" || { cat "$dir/unready.log"; echo "the unready joiner failed"; exit 1; }
+  wait "$trainer" || { cat "$dir/replica.log"; echo "the replica job failed"; exit 1; }
+  trainer=
+  cat "$dir/replica.log"
+  echo "join by address: a replica's port takes the joiner that said ready, not the one admitted first"
   exit 0
 fi
 run -np 2 "$program" trainer "$dir/address" 1 1 &
