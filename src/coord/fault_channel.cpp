@@ -4,6 +4,7 @@
 #include <map>
 
 #include "comm/backoff.hpp"
+#include "comm/join.hpp"
 #include "comm/status_message.hpp"
 #include "coord/messages.hpp"
 #include "core/checks.hpp"
@@ -58,6 +59,26 @@ FaultChannel::FaultChannel(MPI_Comm world, const Roles& roles) : world_(world), 
   gave_up_.assign(static_cast<std::size_t>(roles.world_size), false);
   gave_up_why_.assign(static_cast<std::size_t>(roles.world_size), std::string());
   found_silent_.assign(static_cast<std::size_t>(roles.world_size), false);
+  write_failed_.assign(static_cast<std::size_t>(roles.world_size), false);
+  spans_jobs_ = comm::spans_jobs(world);
+  lost_engine_.assign(roles.engines.size(), false);
+}
+
+void FaultChannel::note_job_gone(int world_rank) {
+  std::lock_guard lock(mutex_);
+  note_job_gone_locked(world_rank);
+}
+
+void FaultChannel::note_job_gone_locked(int world_rank) {
+  if (!spans_jobs_ || world_rank < 0 || static_cast<std::size_t>(world_rank) >= roles_.engine_of_rank.size()) return;
+  const int engine = roles_.engine_of_rank[static_cast<std::size_t>(world_rank)];
+  if (engine >= 0 && static_cast<std::size_t>(engine) < lost_engine_.size()) lost_engine_[static_cast<std::size_t>(engine)] = true;
+}
+
+bool FaultChannel::in_gone_job_locked(int world_rank) const {
+  if (world_rank < 0 || static_cast<std::size_t>(world_rank) >= roles_.engine_of_rank.size()) return false;
+  const int engine = roles_.engine_of_rank[static_cast<std::size_t>(world_rank)];
+  return engine >= 0 && static_cast<std::size_t>(engine) < lost_engine_.size() && lost_engine_[static_cast<std::size_t>(engine)];
 }
 
 void FaultChannel::add_neighbours(const std::vector<int>& ranks) {
@@ -78,13 +99,16 @@ void FaultChannel::announce(const Status& status, std::uint64_t next_step) {
   announced_origin_ = !relay;
   const std::vector<std::byte> bytes = comm::encode_status(
       status, roles_.trainer ? -1 : roles_.engine, static_cast<std::int64_t>(std::min<std::uint64_t>(next_step, INT64_MAX)), gone_);
-  for (int peer : neighbours_) sends_.push_back(send_bytes(bytes, peer, kNoticeTag, world_));
+  for (int peer : neighbours_)
+    if (!in_gone_job_locked(peer)) sends_.push_back(send_bytes(bytes, peer, kNoticeTag, world_));
 }
 
 void FaultChannel::note_gone(int world_rank) {
   std::lock_guard lock(mutex_);
   if (world_rank < 0 || world_rank >= roles_.world_size || world_rank == roles_.world_rank) return;
   found_silent_[static_cast<std::size_t>(world_rank)] = true;
+  write_failed_[static_cast<std::size_t>(world_rank)] = true;
+  note_job_gone_locked(world_rank);
   if (std::find(gone_.begin(), gone_.end(), world_rank) == gone_.end()) gone_.push_back(world_rank);
 }
 
@@ -105,7 +129,11 @@ void FaultChannel::take_notices_locked() {
     std::vector<int> gone;  // ranks a write of the sender's failed to at its post
     Status status = comm::decode_status(bytes, &group, &gave_up_at, &gone);
     for (int r : gone)
-      if (r >= 0 && r < roles_.world_size) found_silent_[static_cast<std::size_t>(r)] = true;
+      if (r >= 0 && r < roles_.world_size) {
+        found_silent_[static_cast<std::size_t>(r)] = true;
+        write_failed_[static_cast<std::size_t>(r)] = true;
+        note_job_gone_locked(r);
+      }
     if (status.is_ok()) status = Status(ErrorCode::kInternal, describe_worker(roles_, probe.MPI_SOURCE) + " gave up without a reason");
     if (probe.MPI_SOURCE >= 0 && static_cast<std::size_t>(probe.MPI_SOURCE) < gave_up_.size()) {
       gave_up_[static_cast<std::size_t>(probe.MPI_SOURCE)] = true;
@@ -139,6 +167,7 @@ void FaultChannel::answer_queries_locked(const WaitProbe* probe) {
       for (int r : transfer_wait_.second)
         if (std::find(waits.begin(), waits.end(), r) == waits.end()) waits.push_back(r);
     }
+    if (in_gone_job_locked(status.MPI_SOURCE)) continue;  // it asked before its job was found gone
     sends_.push_back(send_bytes(comm::encode_status(Status(ErrorCode::kOk, what), serial, static_cast<std::int64_t>(activity_step_), waits),
                                 status.MPI_SOURCE, kAnswerTag, world_));
   }
@@ -204,6 +233,8 @@ std::string FaultChannel::trace(const std::vector<int>& ranks, double seconds) {
     {
       std::lock_guard lock(mutex_);
       serial = ++query_serial_;
+      // A rank of a job known gone is not asked: it stays unanswered, named silent.
+      std::erase_if(frontier, [&](int r) { return in_gone_job_locked(r); });
       for (int r : frontier)
         sends_.push_back(send_bytes(comm::encode_status(Status::ok(), static_cast<std::int64_t>(serial)), r, kQueryTag, world_));
     }
@@ -293,7 +324,7 @@ std::string FaultChannel::trace(const std::vector<int>& ranks, double seconds) {
 FaultChannel::Heard FaultChannel::heard() {
   std::lock_guard lock(mutex_);
   take_notices_locked();
-  Heard out{found_silent_, std::vector<bool>(gave_up_why_.size(), false), gave_up_why_};
+  Heard out{found_silent_, std::vector<bool>(gave_up_why_.size(), false), write_failed_, gave_up_why_};
   for (std::size_t r = 0; r < out.silent.size(); ++r) {
     // A rank found silent that announced giving up since was alive after all (it answers nothing now: it
     // left). One a write failed to sends no notice: it is gone.

@@ -42,6 +42,13 @@ class FaultChannel final : public comm::StepWatch {
   /// A write of this rank to `world_rank` failed (the peer is most likely gone): heard() says so
   /// here, and this rank's notices carry it to its neighbours (the trainer heads among them).
   void note_gone(int world_rank);
+  /// On a link across jobs: the engine job of `world_rank` is gone (a write to one of its ranks failed,
+  /// noted here, at a rank whose notice came, or at another trainer: rebuild_fleet). No notice, query or
+  /// answer goes to its ranks from now on: Open MPI's TCP transport, asked to reach a process that died,
+  /// reconnects and fails ("failed to TCP connect ... Your Open MPI job may now hang or fail"; 1-3 times
+  /// in each of 15 kills of a relay on the emulated cluster, once a fault in MPI_Finalize after it; none
+  /// in 18 since). A no-op on a link within one job (it ends with the dead rank).
+  void note_job_gone(int world_rank);
   /// Tells the neighbours of a failure this rank just met, before it takes part in the group step that
   /// agrees on it: their waits end at once instead of at their deadline. Voids no step.
   void warn(const Status& status) { announce(status, std::numeric_limits<std::uint64_t>::max()); }
@@ -80,6 +87,7 @@ class FaultChannel final : public comm::StepWatch {
   /// one it passed on).
   struct Heard {
     std::vector<bool> silent, own;
+    std::vector<bool> write_failed;  // a write to it failed (here, or at a rank whose notice came): dead
     std::vector<std::string> notice;
   };
   Heard heard();
@@ -108,6 +116,11 @@ class FaultChannel final : public comm::StepWatch {
   std::vector<std::string> gave_up_why_;  // per world rank: its notice's message (a trace cites it)
   std::vector<bool> found_silent_;        // per world rank: a trace found it silent, or a write to it failed (heard())
   std::vector<int> gone_;                 // note_gone's ranks, carried by this rank's notices
+  std::vector<bool> write_failed_;        // per world rank: note_gone's, here or in a notice that came
+  bool spans_jobs_ = false;
+  std::vector<bool> lost_engine_;  // per engine: note_job_gone
+  void note_job_gone_locked(int world_rank);
+  bool in_gone_job_locked(int world_rank) const;
   std::pair<std::string, std::vector<int>> transfer_wait_;  // note_transfer_wait
   double transfer_wait_at_ = -1;                            // local_seconds() when noted
   std::uint64_t query_serial_ = 0;

@@ -260,15 +260,19 @@ std::vector<std::int32_t> receive_words(MPI_Comm world, int from, double seconds
 namespace {
 
 // Per engine of `old`: 1 when this trainer learned in the failed update that it is lost: a rank of it did
-// not answer a trace at a deadline (stopped or dead), or announced its own leave (the others pass it on).
+// not answer a trace at a deadline (stopped or dead), a write to it failed, or it announced its own leave
+// (the others pass it on). Then per engine again: 1 when a write to one of its ranks failed (dead).
 std::vector<std::uint32_t> found_lost(const AdapterBase& old) {
   const Roles& roles = old.roles;
   const FaultChannel::Heard heard = old.faults->heard();
-  std::vector<std::uint32_t> lost(roles.engines.size(), 0);
-  for (std::size_t e = 0; e < roles.engines.size(); ++e)
+  const std::size_t engines = roles.engines.size();
+  std::vector<std::uint32_t> lost(2 * engines, 0);
+  for (std::size_t e = 0; e < engines; ++e)
     for (int r : roles.engines[e]) {
       const auto w = static_cast<std::size_t>(r);
-      if (w < heard.silent.size() && (heard.silent[w] || (heard.own[w] && is_leave(Status(ErrorCode::kInternal, heard.notice[w]))))) lost[e] = 1;
+      if (w >= heard.silent.size()) continue;
+      if (heard.silent[w] || (heard.own[w] && is_leave(Status(ErrorCode::kInternal, heard.notice[w])))) lost[e] = 1;
+      if (heard.write_failed[w]) lost[engines + e] = 1;
     }
   return lost;
 }
@@ -284,12 +288,23 @@ FleetVerdict rebuild_fleet(const AdapterBase& old, MPI_Comm trainers, int tag, d
   // or silent at a joiner's port (trainer 0's `lost`): their notes are not waited for, since a dead
   // engine's never comes. The others' are, each up to the end of `seconds`: the wait ends as soon as every
   // engine not found lost has answered.
-  lost.resize(roles.engines.size(), 0);
+  const std::size_t engines = roles.engines.size();
+  lost.resize(engines, 0);
   const bool at_join = std::ranges::any_of(lost, [](std::uint32_t l) { return l != 0; });
+  lost.resize(2 * engines, 0);
   const std::vector<std::uint32_t> heard = found_lost(old);
   for (std::size_t e = 0; e < lost.size(); ++e) lost[e] |= heard[e];
   throw_if_error(comm::reduce_max(lost, trainers, comm::Waiter{old.options.timeout_seconds, {}},
                                   old.who() + ": the engines the fleet link lost"));
+  // A job a write of any trainer found dead is sent nothing more, the verdict included (FaultChannel::
+  // note_job_gone); one only silent may be stopped, and reads the verdict once resumed.
+  std::vector<bool> dead(engines, false);
+  for (std::size_t e = 0; e < engines; ++e)
+    if (lost[engines + e] != 0) {
+      dead[e] = true;
+      old.faults->note_job_gone(roles.engine_leaders[e]);
+    }
+  lost.resize(engines);
   if (roles.leader) {
     std::vector<comm::OperationPtr> notes(roles.engine_leaders.size());
     for (std::size_t e = 0; e < notes.size(); ++e) {
@@ -330,7 +345,7 @@ FleetVerdict rebuild_fleet(const AdapterBase& old, MPI_Comm trainers, int tag, d
   // one never takes it); those left out at a join once it is over (tell_left_out).
   if (roles.leader)
     for (std::size_t e = 0; e < roles.engine_leaders.size(); ++e)
-      if (!at_join || verdict.held[e] >= 0) send_words(old.world, roles.engine_leaders[e], verdict_words(verdict));
+      if ((!at_join || verdict.held[e] >= 0) && !dead[e]) send_words(old.world, roles.engine_leaders[e], verdict_words(verdict));
   if (verdict.survivors.size() == roles.trainers.size()) return verdict;  // no engine left: nothing to rebuild
   verdict.rebuilt = comm::rebuild_link(old.link, verdict.survivors, 2 * tag, old.options.timeout_seconds,
                                        old.who() + ": the fleet link after a loss");
