@@ -63,6 +63,19 @@ void share_address(const wb::comm::JoinPort& port) {
   MPI_Bcast(secret, sizeof secret, MPI_CHAR, 0, MPI_COMM_WORLD);
 }
 
+// Rank 0: tells rank 1 to knock, then waits for the knock to end the accept thread.
+bool knocked_closed(const wb::comm::JoinPort& port, const char* who) {
+  int go = 1;
+  MPI_Bcast(&go, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  wb::comm::Backoff backoff;
+  for (const double start = wb::comm::local_seconds(); !port.stopped(); backoff.pause())
+    if (wb::comm::local_seconds() - start > kTimeout) {
+      std::fprintf(stderr, "%s: the accept thread did not end after the knock\n", who);
+      return false;
+    }
+  return true;
+}
+
 int run_trainer(const std::string& path, int joins, int refusals) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -89,14 +102,7 @@ int run_trainer(const std::string& path, int joins, int refusals) {
         ++admitted;
       }
     }
-    int go = 1;
-    MPI_Bcast(&go, 1, MPI_INT, 0, MPI_COMM_WORLD);  // trainer 1 knocks now, before stop_accepting
-    wb::comm::Backoff wait_stop;
-    for (const double start = wb::comm::local_seconds(); !port.stopped(); wait_stop.pause())
-      if (wb::comm::local_seconds() - start > kTimeout) {
-        std::fprintf(stderr, "trainer: the accept thread did not end after the knock\n");
-        return 1;
-      }
+    if (!knocked_closed(port, "trainer")) return 1;  // before stop_accepting
     port.stop_accepting();
     if (port.refused() != refusals) {
       std::fprintf(stderr, "trainer: %lld refusals, %d expected\n", static_cast<long long>(port.refused()), refusals);
@@ -181,14 +187,7 @@ int run_replica(const std::string& path) {
       std::fprintf(stderr, "replica: the joiner that never said ready is %s\n", left ? "ready after all" : "not queued");
       rc = 1;
     }
-    int go = 1;
-    MPI_Bcast(&go, 1, MPI_INT, 0, MPI_COMM_WORLD);  // rank 1 knocks
-    wb::comm::Backoff wait_stop;
-    for (const double start = wb::comm::local_seconds(); !port.stopped(); wait_stop.pause())
-      if (wb::comm::local_seconds() - start > kTimeout) {
-        std::fprintf(stderr, "replica: the accept thread did not end after the knock\n");
-        return 1;
-      }
+    if (!knocked_closed(port, "replica")) return 1;
   }
   if (rc == 0) std::printf("replica: took the joiner that said ready, left the one admitted before it queued\n");
   return rc;
