@@ -13,6 +13,7 @@
 #include "coord/join_links.hpp"
 #include "coord/messages.hpp"
 #include "core/checks.hpp"
+#include "core/laps.hpp"
 #include "core/log.hpp"
 #include "core/settings.hpp"
 
@@ -230,21 +231,21 @@ std::vector<std::int32_t> verdict_words(const FleetVerdict& verdict) {
   return words;
 }
 
-void send_words(MPI_Comm world, int to, const std::vector<std::int32_t>& words) {
+void send_words(MPI_Comm world, int to, const std::vector<std::int32_t>& words, int tag = kVerdictTag) {
   comm::OperationPtr op = comm::make_operation(words.size() * sizeof(std::int32_t));
   std::memcpy(op->out.data(), words.data(), op->out.size());
-  if (MPI_Isend(op->out.data(), static_cast<int>(words.size()), MPI_INT32_T, to, kVerdictTag, world, &op->request) == MPI_SUCCESS)
+  if (MPI_Isend(op->out.data(), static_cast<int>(words.size()), MPI_INT32_T, to, tag, world, &op->request) == MPI_SUCCESS)
     comm::abandon(std::move(op));  // small, sent eagerly; a peer that is gone never takes it
 }
 
-// The verdict from `from`, within `seconds`; empty when none came.
-std::vector<std::int32_t> receive_words(MPI_Comm world, int from, double seconds) {
+// The verdict (or the go, `tag`) from `from`, within `seconds`; empty when none came.
+std::vector<std::int32_t> receive_words(MPI_Comm world, int from, double seconds, int tag = kVerdictTag) {
   comm::Backoff backoff;
   for (const double start = comm::local_seconds(); comm::local_seconds() - start < seconds; backoff.pause()) {
     int found = 0;
     MPI_Message message = MPI_MESSAGE_NULL;
     MPI_Status status;
-    if (MPI_Improbe(from, kVerdictTag, world, &found, &message, &status) != MPI_SUCCESS) return {};
+    if (MPI_Improbe(from, tag, world, &found, &message, &status) != MPI_SUCCESS) return {};
     if (!found) continue;
     int count = 0;
     MPI_Get_count(&status, MPI_INT32_T, &count);
@@ -253,6 +254,60 @@ std::vector<std::int32_t> receive_words(MPI_Comm world, int from, double seconds
     return words;
   }
   return {};
+}
+
+std::vector<int> survivors_of(const Roles& roles, const std::vector<std::int64_t>& held) {
+  std::vector<int> survivors = roles.trainers;
+  for (std::size_t e = 0; e < held.size(); ++e)
+    if (held[e] >= 0) survivors.insert(survivors.end(), roles.engines[e].begin(), roles.engines[e].end());
+  return survivors;
+}
+
+// Trainers, after the verdict went out: every rank of the engines in it says it has it and enters the
+// rebuild (kEnterTag), within `seconds` of trainer 0's first look; an engine one of whose ranks does not is
+// left out, and the survivors that did are told (kGoTag) and agreed over `trainers`. MPI_Comm_create_group
+// waits for every member: one that never comes (a leader wedged inside MPI: Open MPI 4.1's TCP transport
+// spinning in libevent after a write to the killed relay failed, on the emulated cluster) held every
+// survivor's call to its bound, and a call given up on stays inside MPI, where it holds every later
+// communicator made over a parent of a higher context id (Open MPI 4.1 makes one only while no creation
+// over a lower parent is in flight).
+void settle_survivors(const AdapterBase& old, MPI_Comm trainers, FleetVerdict& verdict, double seconds) {
+  const Roles& roles = old.roles;
+  const std::vector<std::int64_t> told = verdict.held;
+  if (roles.leader) {
+    std::vector<std::vector<comm::OperationPtr>> enters(told.size());
+    for (std::size_t e = 0; e < told.size(); ++e) {
+      if (told[e] < 0) continue;
+      for (int r : roles.engines[e]) {
+        comm::OperationPtr in = comm::make_operation(0, sizeof(std::int64_t));
+        WB_CHECK_MPI(MPI_Irecv(in->in.data(), 1, MPI_INT64_T, r, kEnterTag, old.world, &in->request));
+        enters[e].push_back(std::move(in));
+      }
+    }
+    const double start = comm::local_seconds();
+    for (std::size_t e = 0; e < enters.size(); ++e)
+      for (comm::OperationPtr& in : enters[e]) {
+        const double left = std::max(0.0, seconds - (comm::local_seconds() - start));
+        std::int64_t tag = -1;
+        if (verdict.held[e] >= 0 && comm::wait_for(in, comm::Waiter{left, {}}, false, "an engine rank entering the rebuild").is_ok())
+          std::memcpy(&tag, in->in.data(), sizeof tag);
+        if (tag == verdict.tag) continue;
+        if (verdict.held[e] >= 0) {
+          verdict.held[e] = -1;
+          WB_LOG(kWarn) << "trainer 0: " << describe_worker(roles, roles.engines[e].front())
+                        << " answered after the loss but did not enter the fleet link's rebuild within "
+                        << comm::seconds_text(seconds) << " (a rank of it stuck or gone); the link is rebuilt without it";
+        }
+        comm::abandon(std::move(in));  // never waited on again
+      }
+  }
+  const comm::Waiter waiter{seconds + old.options.timeout_seconds, {}};
+  comm::broadcast_fixed(std::as_writable_bytes(std::span(verdict.held)), 0, trainers, waiter, "the fleet link's survivors, entering");
+  verdict.survivors = survivors_of(roles, verdict.held);
+  if (roles.leader)
+    for (std::size_t e = 0; e < told.size(); ++e)
+      if (told[e] >= 0)
+        for (int r : roles.engines[e]) send_words(old.world, r, verdict_words(verdict), kGoTag);
 }
 
 }  // namespace
@@ -281,6 +336,7 @@ std::vector<std::uint32_t> found_lost(const AdapterBase& old) {
 
 FleetVerdict rebuild_fleet(const AdapterBase& old, MPI_Comm trainers, int tag, double seconds, std::vector<std::uint32_t> lost) {
   const Roles& roles = old.roles;
+  Laps laps;
   FleetVerdict verdict;
   verdict.tag = tag;
   verdict.held.assign(roles.engine_leaders.size(), -1);
@@ -296,6 +352,7 @@ FleetVerdict rebuild_fleet(const AdapterBase& old, MPI_Comm trainers, int tag, d
   for (std::size_t e = 0; e < lost.size(); ++e) lost[e] |= heard[e];
   throw_if_error(comm::reduce_max(lost, trainers, comm::Waiter{old.options.timeout_seconds, {}},
                                   old.who() + ": the engines the fleet link lost"));
+  laps("agreeing the lost");
   // A job a write of any trainer found dead is sent nothing more, the verdict included (FaultChannel::
   // note_job_gone); one only silent may be stopped, and reads the verdict once resumed.
   std::vector<bool> dead(engines, false);
@@ -337,18 +394,28 @@ FleetVerdict rebuild_fleet(const AdapterBase& old, MPI_Comm trainers, int tag, d
   }
   // Trainer 0 waited up to `seconds` before it broadcasts; the others wait as long, and the timeout more.
   const comm::Waiter waiter{seconds + old.options.timeout_seconds, {}};
+  laps("the engines' notes");
   comm::broadcast_fixed(std::as_writable_bytes(std::span(verdict.held)), 0, trainers, waiter, "the fleet link's survivors");
-  verdict.survivors = roles.trainers;
-  for (std::size_t e = 0; e < verdict.held.size(); ++e)
-    if (verdict.held[e] >= 0) verdict.survivors.insert(verdict.survivors.end(), roles.engines[e].begin(), roles.engines[e].end());
+  laps("the verdict's broadcast");
+  verdict.survivors = survivors_of(roles, verdict.held);
   // The lost are told too: one that was only stopped reads, once resumed, that it was left out (a dead
   // one never takes it); those left out at a join once it is over (tell_left_out).
   if (roles.leader)
     for (std::size_t e = 0; e < roles.engine_leaders.size(); ++e)
       if ((!at_join || verdict.held[e] >= 0) && !dead[e]) send_words(old.world, roles.engine_leaders[e], verdict_words(verdict));
+  laps("the verdict sent");
+  if (verdict.survivors.size() > roles.trainers.size()) {
+    settle_survivors(old, trainers, verdict, seconds);
+    laps("the survivors entering");
+  }
+  // Said before the rebuild, which throws when a survivor does not come: how late each side got there.
+  WB_LOG(kDebug) << old.who() << ": the fleet link's verdict after a loss (" << verdict.survivors.size() << " survivors): "
+                 << laps.text();
   if (verdict.survivors.size() == roles.trainers.size()) return verdict;  // no engine left: nothing to rebuild
   verdict.rebuilt = comm::rebuild_link(old.link, verdict.survivors, 2 * tag, old.options.timeout_seconds,
                                        old.who() + ": the fleet link after a loss");
+  laps("the rebuild");
+  WB_LOG(kDebug) << old.who() << ": the fleet link rebuilt after a loss: " << laps.text();
   return verdict;
 }
 
@@ -364,20 +431,48 @@ EngineRebuild rejoin_fleet(const AdapterBase& old, std::uint64_t held) {
   const Roles& roles = old.roles;
   const std::vector<int>& mine = roles.engines[static_cast<std::size_t>(roles.engine)];
   const double timeout = old.options.timeout_seconds;
+  Laps laps;
   std::vector<std::int32_t> words;
   if (roles.leader) {
     (void)send_count(old.world, roles.trainer_leader, kAliveTag, static_cast<std::int64_t>(held));
+    laps("its note");
     words = receive_words(old.world, roles.trainer_leader, 2 * timeout + join_answer_seconds(timeout));
+    laps("the verdict");
     for (std::size_t r = 1; r < mine.size(); ++r) send_words(old.world, mine[r], words);
+    laps("passing it on");
   } else {
     words = receive_words(old.world, mine.front(), 3 * timeout + join_answer_seconds(timeout));
+    laps("the verdict from its leader");
   }
   EngineRebuild out;
-  if (words.empty() || std::find(words.begin() + 1, words.end(), roles.world_rank) == words.end()) return out;
-  const std::vector<int> survivors(words.begin() + 1, words.end());
+  const auto in_it = [&](const std::vector<std::int32_t>& w) {
+    return !w.empty() && std::find(w.begin() + 1, w.end(), roles.world_rank) != w.end();
+  };
+  if (!in_it(words)) {
+    WB_LOG(kDebug) << old.who() << ": rejoining the fleet link after a loss, " << (words.empty() ? "no verdict" : "left out")
+                   << ": " << laps.text();
+    return out;
+  }
+  // Entering the rebuild is said first, and made only with those trainer 0 heard it from (settle_survivors).
+  (void)send_count(old.world, roles.trainer_leader, kEnterTag, words.front());
+  const std::vector<std::int32_t> go =
+      receive_words(old.world, roles.trainer_leader, join_answer_seconds(timeout) + timeout, kGoTag);
+  laps("the survivors entering");
+  WB_LOG(kDebug) << old.who() << ": rejoining the fleet link after a loss, " << (in_it(go) ? "entering" : "left out at the end")
+                 << ": " << laps.text();
+  if (!in_it(go) || go.front() != words.front()) return out;
+  const std::vector<int> survivors(go.begin() + 1, go.end());
   out.rebuilt = comm::rebuild_link(old.link, survivors, 2 * words.front(), timeout, old.who() + ": the fleet link after a loss");
+  laps("the rebuild");
   // Made by this engine's workers alone, on a tag of their own (the survivors' rebuild may still run elsewhere).
-  out.engine = comm::rebuild_link(old.link, mine, 2 * words.front() + 1, timeout, old.who() + ": its engine after a loss");
+  try {
+    out.engine = comm::rebuild_link(old.link, mine, 2 * words.front() + 1, timeout, old.who() + ": its engine after a loss");
+  } catch (...) {
+    comm::abandon_link(out.rebuilt);  // made, but this engine cannot go on without its own communicator
+    throw;
+  }
+  laps("its engine's");
+  WB_LOG(kDebug) << old.who() << ": rejoined the fleet link after a loss: " << laps.text();
   return out;
 }
 

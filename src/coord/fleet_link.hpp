@@ -99,9 +99,11 @@ struct FleetVerdict {
 /// leave announced) or names in `lost` (1 per engine: silent at a joiner's port, W3; the trainers agree on
 /// them first), so that the wait ends as soon as every other engine answered; the trainers agree on it
 /// over `trainers`, trainer 0 tells every engine the survivors (a stopped one reads it once resumed: it was
-/// left out; with `lost`, the survivors only: tell_left_out the others), and the survivors make their link
-/// (comm::rebuild_link; the lost never waited for). `rebuilt` is null when no engine is alive (nothing is
-/// rebuilt). Throws wb::Error when a trainer step or the rebuild fails.
+/// left out; with `lost`, the survivors only: tell_left_out the others), every rank of the survivors says
+/// it enters the rebuild (an engine one of whose ranks does not within `seconds` is left out, with a
+/// warning), and the survivors that did make their link (comm::rebuild_link; the lost never waited for).
+/// `rebuilt` is null when no engine is alive (nothing is rebuilt). Throws wb::Error when a trainer step or
+/// the rebuild fails.
 FleetVerdict rebuild_fleet(const AdapterBase& old, MPI_Comm trainers, int tag, double seconds,
                            std::vector<std::uint32_t> lost = {});
 
@@ -113,9 +115,10 @@ void tell_left_out(const AdapterBase& old, const FleetVerdict& verdict);
 
 /// Every worker of an engine on the fleet link whose update failed: its leader tells trainer 0 it is alive
 /// (with `held`, the version it holds) and waits for the verdict (twice the timeout), which it passes to the
-/// engine's other workers; the survivors make their link, and this engine's workers a communicator of their
-/// own from the old link (its group communicator may hold steps given up on). Null `rebuilt` when no verdict
-/// came or this engine was left out: the failure stands.
+/// engine's other workers; each worker in it tells trainer 0 it enters the rebuild and waits for the
+/// survivors that all did; they make their link, and this engine's workers a communicator of their own from
+/// the old link (its group communicator may hold steps given up on). Null `rebuilt` when no verdict came or
+/// this engine was left out: the failure stands.
 struct EngineRebuild {
   MPI_Comm rebuilt = MPI_COMM_NULL, engine = MPI_COMM_NULL;
 };

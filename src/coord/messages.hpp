@@ -28,6 +28,8 @@ inline constexpr int kReplicaTag = 0x5708;  // a joiner's rank 0 -> trainer rank
 inline constexpr int kMetTag = 0x5709;      // a joined engine's rank 0 -> trainer rank 0: whether it met a joiner's port
 inline constexpr int kAliveTag = 0x570a;    // the fleet link after a loss: an engine's rank 0 -> trainer rank 0, the version it holds
 inline constexpr int kVerdictTag = 0x570b;  // ... and back (and on to the engine's ranks): the survivors the link is rebuilt from
+inline constexpr int kEnterTag = 0x570c;    // ... every engine rank in it -> trainer rank 0: it has the verdict and enters the rebuild
+inline constexpr int kGoTag = 0x570d;       // ... and back: the survivors that all said so, who make the link
 
 // kAbort: the trainers shut down after a failure (the engines fail too, with the reason their notices carry).
 // kServeJoiner: to the replica only (engine 0 of the trainers' job, or a joined job appointed by

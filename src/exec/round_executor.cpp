@@ -253,6 +253,8 @@ RoundExecutor::~RoundExecutor() {
   const bool failed = s.failed || s.peers_failed;
   const double seconds = failed ? std::min(s.options.timeout_seconds, kFailedTeardownSeconds) : s.options.timeout_seconds;
   const double deadline = comm::local_seconds() + seconds;
+  if (failed)
+    for (const auto& [kind, transport] : s.transports) transport->abandon();  // a peer may be dead (Transport::abandon)
   // Grants are eager 8-byte messages: their sends complete whether or not anyone receives them, unless the
   // transport to a peer that stopped is full. Those still pending at the deadline keep their buffers for
   // the rest of the process (a small, deliberate leak), since MPI may still read them.

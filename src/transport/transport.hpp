@@ -102,6 +102,11 @@ class Transport {
   /// The peers with writes posted from here whose completion has not come back (an update that stalls
   /// names them); empty where writes complete within post_writes.
   virtual std::vector<int> awaited_peers() const { return {}; }
+  /// Called before destruction after a failed update, when a peer may be dead: the transport may keep
+  /// what talks to the peers open for the rest of the process instead of closing it (libfabric 1.17's
+  /// ofi_rxm faults closing an endpoint whose connection to a killed peer broke). Memory registrations
+  /// are still closed, so no write lands in memory freed after it.
+  virtual void abandon() {}
 };
 
 /// This machine's identity (host name and boot id): ranks with equal ids can share memory (cma, cuda_ipc).

@@ -20,7 +20,8 @@
 //
 // Teardown: the endpoint is closed first (cancelling what is in flight), then memory regions, address
 // vector, completion queue, domain, fabric. A peer writing into a closed region gets an error completion,
-// never this process's freed memory.
+// never this process's freed memory. After a failure (abandon()) only the memory regions close; the rest is
+// kept for the process's life (ofi_rxm faulted closing an endpoint whose peer was killed).
 #pragma once
 
 #include <rdma/fabric.h>
@@ -141,6 +142,7 @@ class FabricTransport final : public Transport {
     return out;
   }
   std::vector<int> awaited_peers() const override;
+  void abandon() override { abandoned_ = true; }
 
  private:
   // fabric_setup.cpp
@@ -187,6 +189,7 @@ class FabricTransport final : public Transport {
   std::deque<std::uint32_t> backlog_;   // batches with messages not yet handed to the provider, in order
   std::uint64_t next_requested_key_ = 1;
   TrafficCounter traffic_;
+  bool abandoned_ = false;  // abandon(): the endpoint and what it uses are kept open, never closed
 };
 
 }  // namespace wb::fabric

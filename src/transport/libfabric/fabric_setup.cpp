@@ -249,6 +249,21 @@ bool FabricTransport::adopt(int rank) {
 }
 
 FabricTransport::~FabricTransport() {
+  if (abandoned_) {
+    // After a failure a peer may be dead: ofi_rxm (libfabric 1.17) reads the cancelled operations of its
+    // broken connection when the endpoint closes and faults on one that carries no context (SIGSEGV at
+    // +0xb83f9, in engine processes dropped after a relay was killed, on the emulated cluster). The
+    // endpoint and everything it uses are kept, never progressed again; the memory regions (local_) still
+    // close after this body, so a peer's late write cannot land in memory freed after it.
+    for (const Remote& r : remote_)
+      if (r.mapped_raw) (void)fi_mr_unmap_key(domain_.get(), r.key);
+    (void)ep_.release();
+    (void)av_.release();
+    (void)cq_.release();
+    (void)domain_.release();
+    (void)fabric_.release();
+    return;
+  }
   // The endpoint first: it cancels what is in flight and stops peers' writes from landing anywhere.
   ep_.reset();
   for (const Remote& r : remote_)
