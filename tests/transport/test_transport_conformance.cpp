@@ -389,6 +389,23 @@ TEST_P(TransportConformance, ASpareOpenedAheadCarriesBatchesAsAFreshOne) {
   every_batch_lands();
 }
 
+// After a failed update the executor abandons its transports (Transport::abandon: libfabric keeps its
+// endpoint open, since ofi_rxm faulted closing one whose peer was killed, and closes its memory regions):
+// one abandoned after it carried batches is destroyed, its memory freed, and the next transport of its
+// kind in the same process (an engine dropped that joins again) carries the same batches as a fresh one.
+TEST_P(TransportConformance, AnAbandonedTransportLeavesTheNextOfItsKindWorking) {
+  every_batch_lands();
+  relaxed_barrier();  // every peer's writes into this rank's memory are done
+  transport_->abandon();
+  transport_.reset();
+  send_.reset();
+  receive_.reset();
+  std::string reason;
+  transport_ = make_everywhere(GetParam(), reason);
+  ASSERT_TRUE(transport_ != nullptr) << "no second transport after one was abandoned: " << reason;
+  every_batch_lands();
+}
+
 void TransportConformance::every_batch_lands() {
   ASSERT_TRUE(connect_all(static_cast<std::size_t>(size_) * kSourceSlice, static_cast<std::size_t>(size_) * kSlice));
   Transport& t = *transport_;
