@@ -265,7 +265,7 @@ std::vector<int> survivors_of(const Roles& roles, const std::vector<std::int64_t
 
 // Trainers, after the verdict went out: every rank of the engines in it says it has it and enters the
 // rebuild (kEnterTag), within `seconds` of trainer 0's first look; an engine one of whose ranks does not is
-// left out, and the survivors that did are told (kGoTag) and agreed over `trainers`. MPI_Comm_create_group
+// left out, and the survivors that did are told who (kGoTag) and agreed over `trainers`. MPI_Comm_create_group
 // waits for every member: one that never comes (a leader wedged inside MPI: Open MPI 4.1's TCP transport
 // spinning in libevent after a write to the killed relay failed, on the emulated cluster) held every
 // survivor's call to its bound, and a call given up on stays inside MPI, where it holds every later
@@ -273,11 +273,10 @@ std::vector<int> survivors_of(const Roles& roles, const std::vector<std::int64_t
 // over a lower parent is in flight).
 void settle_survivors(const AdapterBase& old, MPI_Comm trainers, FleetVerdict& verdict, double seconds) {
   const Roles& roles = old.roles;
-  const std::vector<std::int64_t> told = verdict.held;
   if (roles.leader) {
-    std::vector<std::vector<comm::OperationPtr>> enters(told.size());
-    for (std::size_t e = 0; e < told.size(); ++e) {
-      if (told[e] < 0) continue;
+    std::vector<std::vector<comm::OperationPtr>> enters(verdict.held.size());
+    for (std::size_t e = 0; e < verdict.held.size(); ++e) {
+      if (verdict.held[e] < 0) continue;
       for (int r : roles.engines[e]) {
         comm::OperationPtr in = comm::make_operation(0, sizeof(std::int64_t));
         WB_CHECK_MPI(MPI_Irecv(in->in.data(), 1, MPI_INT64_T, r, kEnterTag, old.world, &in->request));
@@ -304,9 +303,11 @@ void settle_survivors(const AdapterBase& old, MPI_Comm trainers, FleetVerdict& v
   const comm::Waiter waiter{seconds + old.options.timeout_seconds, {}};
   comm::broadcast_fixed(std::as_writable_bytes(std::span(verdict.held)), 0, trainers, waiter, "the fleet link's survivors, entering");
   verdict.survivors = survivors_of(roles, verdict.held);
+  // Only to the engines that came: a rank that did not may be dead, and a write to a killed process is what
+  // wedged that leader (a left-out rank's own wait for this ends at its bound, and its failure stands).
   if (roles.leader)
-    for (std::size_t e = 0; e < told.size(); ++e)
-      if (told[e] >= 0)
+    for (std::size_t e = 0; e < verdict.held.size(); ++e)
+      if (verdict.held[e] >= 0)
         for (int r : roles.engines[e]) send_words(old.world, r, verdict_words(verdict), kGoTag);
 }
 
