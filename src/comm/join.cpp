@@ -32,6 +32,7 @@ namespace {
 constexpr int kSecretTag = 31001, kVerdictTag = 31002, kWidenTag = 31003;
 constexpr int kPinTag = 31004;  // abandon_link's receive: nothing is ever sent with it
 constexpr int kTakeTag = 31005, kReadyTag = 31006;
+constexpr int kCopyTag = 31007, kGoTag = 31008;  // a catch-up link made ahead of the joiner's probe
 constexpr std::size_t kSecretChars = 64;
 // What a peer presents: one character, a join or a knock (ends the accept thread), then the secret.
 constexpr char kJoin = 'j', kKnock = 'k';
@@ -486,25 +487,56 @@ MPI_Comm join_by_address(const std::string& path, double timeout) {
 }
 
 namespace {
-// One small message each way on the leaders' intercommunicator (rank 0 on either side): sends `say`,
-// waits for `hear` as `waiter` says; the first when `first`, else the other way round.
-Status exchange(MPI_Comm leaders, int say, int hear, bool first, const Waiter& waiter, const std::string& what) {
+// One small message each way, with rank `peer` (rank 0 on the leaders' intercommunicator): sends `word`
+// with `say`, waits for `hear` as `waiter` says (its word in `heard`); the first when `first`, else the
+// other way round.
+Status exchange(MPI_Comm comm, int say, int hear, bool first, const Waiter& waiter, const std::string& what, int peer = 0,
+                std::int64_t word = 1, std::int64_t* heard = nullptr) {
   OperationPtr in = make_operation(0, sizeof(std::int64_t));
-  WB_TRY_MPI(MPI_Irecv(in->in.data(), 1, MPI_INT64_T, 0, hear, leaders, &in->request));
+  WB_TRY_MPI(MPI_Irecv(in->in.data(), 1, MPI_INT64_T, peer, hear, comm, &in->request));
   const auto tell = [&]() -> Status {
     OperationPtr out = make_operation(sizeof(std::int64_t));
-    const std::int64_t one = 1;
-    std::memcpy(out->out.data(), &one, sizeof one);
-    WB_TRY_MPI(MPI_Isend(out->out.data(), 1, MPI_INT64_T, 0, say, leaders, &out->request));
+    std::memcpy(out->out.data(), &word, sizeof word);
+    WB_TRY_MPI(MPI_Isend(out->out.data(), 1, MPI_INT64_T, peer, say, comm, &out->request));
     abandon(std::move(out));  // small, sent eagerly; a peer that is gone never takes it
     return Status::ok();
   };
   if (first) WB_RETURN_IF_ERROR(tell());
   WB_RETURN_IF_ERROR(wait_for(in, waiter, false, what));
+  if (heard != nullptr) std::memcpy(heard, in->in.data(), sizeof *heard);
   if (!first) WB_RETURN_IF_ERROR(tell());
   return Status::ok();
 }
+
+void tell(MPI_Comm comm, int peer, int tag, std::int64_t word) {
+  OperationPtr out = make_operation(sizeof(std::int64_t));
+  std::memcpy(out->out.data(), &word, sizeof word);
+  if (MPI_Isend(out->out.data(), 1, MPI_INT64_T, peer, tag, comm, &out->request) == MPI_SUCCESS) abandon(std::move(out));
+}
 }  // namespace
+
+Status ask_copy(MPI_Comm link, bool copy, const Waiter& waiter) {
+  if (!copy) {
+    tell(link, 0, kCopyTag, 0);
+    return Status::ok();
+  }
+  std::int64_t go = 0;
+  WB_RETURN_IF_ERROR(exchange(link, kCopyTag, kGoTag, true, waiter, "the replica's answer to the copy", 0, 1, &go));
+  return go == 1 ? Status::ok()
+                 : Status(ErrorCode::kNotFound, "the replica engine let this engine go before the copy (it asked later than the "
+                                               "replica's timeout, or the replica left)");
+}
+
+std::optional<bool> copy_asked(MPI_Comm link) {
+  int found = 0;
+  MPI_Status status;
+  if (MPI_Iprobe(MPI_ANY_SOURCE, kCopyTag, link, &found, &status) != MPI_SUCCESS || found == 0) return std::nullopt;
+  std::int64_t word = 0;
+  if (MPI_Recv(&word, 1, MPI_INT64_T, status.MPI_SOURCE, kCopyTag, link, MPI_STATUS_IGNORE) != MPI_SUCCESS) return false;
+  return word == 1;
+}
+
+void answer_copy(MPI_Comm link, int joiner_leader, bool go) { tell(link, joiner_leader, kGoTag, go ? 1 : 0); }
 
 bool confirm_take(MPI_Comm leaders, double seconds) {
   return exchange(leaders, kTakeTag, kReadyTag, true, Waiter{seconds, {}}, "the joiner's ready").is_ok();

@@ -147,6 +147,16 @@ bool take_began(MPI_Comm leaders);
 /// (said_ready, not blocking), and its confirm_take then finds the word there.
 Status say_ready(MPI_Comm leaders, const Waiter& waiter);
 bool said_ready(MPI_Comm leaders);
+/// Over a catch-up link that the fleet's replica made with a joiner before the joiner's probe ended (its
+/// widening, 50-200 ms on the emulated cluster, then off the copy's path): the joiner's leader says whether
+/// it copies now (`copy`: its probe passed) and, when it does, waits as `waiter` says for the replica's
+/// answer (kAborted where the replica gave up on it). The replica's leader looks for that word, never
+/// waiting (copy_asked: the word, taken, once there), and answers it (answer_copy: `go` as its workers
+/// enter the copy, not where it drops the joiner). On the link the replica's leader is rank 0, the
+/// joiner's `joiner_leader`.
+Status ask_copy(MPI_Comm link, bool copy, const Waiter& waiter);
+std::optional<bool> copy_asked(MPI_Comm link);
+void answer_copy(MPI_Comm link, int joiner_leader, bool go);
 
 /// Another process of the trainer job ends a port's accept thread: it connects to the port (bounded by
 /// `timeout`), presents the secret as a knock, not a join, and lets the connection go. The accept thread

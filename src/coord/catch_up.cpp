@@ -251,6 +251,24 @@ Status run_catch_up(const Side& self, MPI_Comm comm, bool replica, const BeforeU
   return status;
 }
 
+// A joiner not taken yet waits for the fleet's replica (which takes it between its own updates) as long as
+// the timeout, and no longer than the replica's port lives.
+template <typename Body>
+Status until_replica_takes(const Side& self, Body body) {
+  comm::AddressWatch watch(replica_address(self.options.join_address), self.options.timeout_seconds);
+  const comm::Waiter waiter{self.options.timeout_seconds, [&](bool) {
+                              return watch.look() != comm::AddressWatch::Verdict::kGone
+                                         ? Status::ok()
+                                         : Status(ErrorCode::kNotFound, self.who + ": the replica engine closed its port before it "
+                                                                                   "took this engine");
+                            }};
+  const Status taken = body(waiter);
+  return taken || taken.code() != ErrorCode::kTimeout
+             ? taken
+             : Status(ErrorCode::kTimeout, self.who + ": the replica engine did not take this engine within " +
+                                               comm::seconds_text(self.options.timeout_seconds));
+}
+
 // Both sides of a joined replica, collective over each side's engine: the leaders merge the link that the
 // joiner's connection to the replica's port made, and both jobs widen it (the replica's workers first).
 // Everything bounded by parts of the join's answer time: the replica serves its own engine no more meanwhile.
@@ -261,43 +279,43 @@ MPI_Comm link_leaders(const Side& self, MPI_Comm leaders, bool joiner) {
   const double wait = joiner ? answer : 0.25 * answer;
   MPI_Comm bridge = MPI_COMM_NULL;
   Status bridged;
+  Laps laps;
   if (self.leader) {
     // Before the take the replica takes the joiner between its own updates and copies: a joiner may wait
     // for it as long as the timeout, but never inside the merge (a merge given up on stays in MPI and held
     // the joiner's next calls, its join at the trainers' port included: measured with two joiners close
     // together). So the two say "ready" and "take" first (point to point, bounded): the joiner says
-    // "ready" as it comes (it may have connected while it probed), and the replica takes only a joiner
-    // that did. The joiner's wait for the take ends early where the replica's port closed meanwhile.
+    // "ready" as it comes (it connects while it probes), and the replica takes only a joiner that did.
+    // The joiner's wait for the take ends early where the replica's port closed meanwhile.
     if (self.before_take) {
-      comm::AddressWatch watch(replica_address(self.options.join_address), self.options.timeout_seconds);
-      const comm::Waiter until_taken{self.options.timeout_seconds, [&](bool) {
-                                       return watch.look() != comm::AddressWatch::Verdict::kGone
-                                                  ? Status::ok()
-                                                  : Status(ErrorCode::kNotFound, self.who + ": the replica engine closed its port "
-                                                                                            "before it took this engine");
-                                     }};
-      const Status taken = joiner ? comm::say_ready(leaders, until_taken)
-                                  : (comm::confirm_take(leaders, wait) ? Status::ok()
-                                                                       : Status(ErrorCode::kTimeout, self.who + ": the joiner at this "
-                                                                                "engine's port did not answer (it gave up waiting, or is gone)"));
+      const Status taken =
+          joiner ? until_replica_takes(self, [&](const comm::Waiter& until) { return comm::say_ready(leaders, until); })
+                 : (comm::confirm_take(leaders, wait) ? Status::ok()
+                                                      : Status(ErrorCode::kTimeout, self.who + ": the joiner at this engine's port "
+                                                                                               "did not answer (it gave up waiting, "
+                                                                                               "or is gone)"));
       if (!taken) {
         comm::abandon_link(leaders);
-        bridged = Status(taken.code(), joiner && taken.code() == ErrorCode::kTimeout
-                                           ? self.who + ": the replica engine did not take this engine within " +
-                                                 comm::seconds_text(self.options.timeout_seconds)
-                                           : taken.message());
+        bridged = taken;
       }
+      laps(joiner ? "until taken" : "the take");
     }
     try {
       if (bridged) bridge = comm::bridge_join(leaders, joiner, wait, self.who + ": a joiner's catch-up");
     } catch (const Error& error) {
       bridged = error.status();
     }
+    laps("the leaders' bridge");
   }
   // The other ranks wait for the leader's waits, and a margin more.
   comm::agree(bridged, self.engine, comm::Waiter{(self.before_take && joiner ? self.options.timeout_seconds : 0) + 2 * wait, {}},
               "a joiner's catch-up: the leaders' link");
-  return comm::widen_join(self.engine, bridge, joiner, (self.before_take ? 1.0 : 0.5) * answer, self.who + ": a joiner's catch-up");
+  laps("agreed");
+  const MPI_Comm widened =
+      comm::widen_join(self.engine, bridge, joiner, (self.before_take ? 1.0 : 0.5) * answer, self.who + ": a joiner's catch-up");
+  laps("widened");
+  WB_LOG(kDebug) << self.who << ": the catch-up link's making: " << laps.text();
+  return widened;
 }
 
 }  // namespace
@@ -420,34 +438,89 @@ void connect_replica(MPI_Comm engine, const std::string& join_address, double ti
   settle_replica_admission(engine, start_replica_admission(engine, join_address, timeout), timeout, comms);
 }
 
-Status serve_joiner_at_port(AdapterBase& replica, comm::JoinPort* port, std::int64_t& bytes, MPI_Comm taken, bool before_take) {
-  MPI_Comm comm = MPI_COMM_NULL;
-  Side self = side_of(replica, true);
-  self.before_take = before_take;
-  try {
-    MPI_Comm leaders = taken;
-    if (port != nullptr && leaders == MPI_COMM_NULL) {
-      comm::Backoff backoff;
-      const double until = comm::local_seconds() + 0.25 * join_answer_seconds(replica.options.timeout_seconds);
-      for (std::optional<MPI_Comm> peer; leaders == MPI_COMM_NULL && comm::local_seconds() < until; backoff.pause())
-        if ((peer = port->take())) leaders = *peer;
-    }
-    if (replica.roles.leader && leaders == MPI_COMM_NULL) {
-      comm::agree(Status(ErrorCode::kTimeout, replica.who() + ": no joiner connected at this engine's port"), replica.group_comm,
-                  replica.waiter(), "a joiner's catch-up: the joiner at the port");
-    } else {
-      comm::agree(Status::ok(), replica.group_comm, replica.waiter(), "a joiner's catch-up: the joiner at the port");
-    }
-    comm = link_leaders(self, leaders, false);
-  } catch (const Error& error) {
-    return error.status();
+namespace {
+// The replica's side of the leaders' link with a joiner taken at its port (`taken`; the leader waits a
+// little for one at `port` otherwise), widened over both jobs.
+MPI_Comm link_at_port(const Side& self, AdapterBase& replica, comm::JoinPort* port, MPI_Comm taken) {
+  MPI_Comm leaders = taken;
+  if (port != nullptr && leaders == MPI_COMM_NULL) {
+    comm::Backoff backoff;
+    const double until = comm::local_seconds() + 0.25 * join_answer_seconds(replica.options.timeout_seconds);
+    for (std::optional<MPI_Comm> peer; leaders == MPI_COMM_NULL && comm::local_seconds() < until; backoff.pause())
+      if ((peer = port->take())) leaders = *peer;
   }
+  comm::agree(replica.roles.leader && leaders == MPI_COMM_NULL
+                  ? Status(ErrorCode::kTimeout, replica.who() + ": no joiner connected at this engine's port")
+                  : Status::ok(),
+              replica.group_comm, replica.waiter(), "a joiner's catch-up: the joiner at the port");
+  return link_leaders(self, leaders, false);
+}
+
+Status copy_to_joiner(const Side& self, AdapterBase& replica, MPI_Comm comm, std::int64_t& bytes) {
   std::uint64_t v = replica.version;
   const Status served = run_catch_up(self, comm, true, nullptr, v, bytes);
   // A copy given up on may still have writes in flight from its buffers (its link abandoned, kept with
   // them): the next joiner's get buffers of their own.
   if (!served && replica.catch_up_buffers.valid()) replica.catch_up_buffers = prepare_catch_up_buffers(replica.params, replica.options);
   return served;
+}
+
+Side before_take_side(AdapterBase& replica) {
+  Side self = side_of(replica, true);
+  self.before_take = true;
+  return self;
+}
+
+// The replica's leader's answer to the joiner's leader (the replica's workers first on the link). Never
+// throws: a State's destructor lets a linked joiner go.
+void answer_joiner(const AdapterBase& replica, MPI_Comm linked, bool go) {
+  int size = 0;
+  if (replica.roles.leader && MPI_Comm_size(replica.group_comm, &size) == MPI_SUCCESS) comm::answer_copy(linked, size, go);
+}
+}  // namespace
+
+Status serve_joiner_at_port(AdapterBase& replica, comm::JoinPort* port, std::int64_t& bytes, MPI_Comm taken) {
+  const Side self = side_of(replica, true);
+  MPI_Comm comm = MPI_COMM_NULL;
+  try {
+    comm = link_at_port(self, replica, port, taken);
+  } catch (const Error& error) {
+    return error.status();
+  }
+  return copy_to_joiner(self, replica, comm, bytes);
+}
+
+MPI_Comm link_joiner_at_port(AdapterBase& replica, MPI_Comm taken) {
+  const double began = comm::local_seconds();
+  try {
+    const MPI_Comm linked = link_at_port(before_take_side(replica), replica, nullptr, taken);
+    if (replica.roles.leader) {
+      WB_LOG(kDebug) << replica.who() << ": linked a joining engine (" << comm::seconds_text(comm::local_seconds() - began)
+                     << "); it is copied to once its probe is done";
+    }
+    return linked;
+  } catch (const Error& error) {
+    if (replica.roles.leader) {
+      WB_LOG(kWarn) << replica.who() << ": linking a joining engine failed (it gets the trainers' next version; this engine "
+                                        "serves on): " << error.status().message();
+    }
+  }
+  return MPI_COMM_NULL;
+}
+
+Status serve_linked_joiner(AdapterBase& replica, MPI_Comm linked, std::int64_t& bytes) {
+  answer_joiner(replica, linked, true);
+  return copy_to_joiner(before_take_side(replica), replica, linked, bytes);
+}
+
+void drop_linked_joiner(AdapterBase& replica, MPI_Comm linked, LetGo why) {
+  answer_joiner(replica, linked, false);
+  comm::abandon_link(linked);
+  if (replica.roles.leader && why != LetGo::kQuietly) {
+    WB_LOG(kWarn) << replica.who() << ": let a joining engine go without its first version (it gets the trainers' next one): "
+                  << (why == LetGo::kLate ? "it did not finish its probe within " + comm::seconds_text(replica.options.timeout_seconds)
+                                          : std::string("its probe failed"));
+  }
 }
 
 void prepare_for_joiners(AdapterBase& replica, bool network_links) {
@@ -458,41 +531,102 @@ void prepare_for_joiners(AdapterBase& replica, bool network_links) {
   if (!replica.catch_up_buffers.valid()) replica.catch_up_buffers = prepare_catch_up_buffers(replica.params, replica.options);
 }
 
-namespace {
-// The joiner's side of a joined replica's copy: the leaders' link, then the copy. `probed_here`: a joiner
-// not taken yet probes on the copy link (its map kept there).
-Status catch_up_at_replica(const Side& self, MPI_Comm replica_leaders, const BeforeUpdateHook& hook, std::uint64_t& installed,
-                           SourceMap* probed_here, double* waited = nullptr) {
+Status catch_up_from_port(AdapterBase& joiner, MPI_Comm replica_leaders, const BeforeUpdateHook& hook, std::uint64_t& installed) {
+  const Side self = side_of(joiner, false);
   MPI_Comm comm = MPI_COMM_NULL;
-  const double began = comm::local_seconds();
   try {
     comm = link_leaders(self, replica_leaders, true);  // on every worker, until the replica takes the joiner
   } catch (const Error& error) {
     return error.status();
   }
-  if (waited) *waited = comm::local_seconds() - began;
   std::uint64_t v = 0;
   std::int64_t bytes = 0;
-  const Status status = run_catch_up(self, comm, false, &hook, v, bytes, probed_here);
+  const Status status = run_catch_up(self, comm, false, &hook, v, bytes);
   if (status) installed = v;
   return status;
 }
-}  // namespace
 
-Status catch_up_from_port(AdapterBase& joiner, MPI_Comm replica_leaders, const BeforeUpdateHook& hook, std::uint64_t& installed) {
-  return catch_up_at_replica(side_of(joiner, false), replica_leaders, hook, installed, nullptr);
+EarlyCatchUpLink start_catch_up_link(MPI_Comm engine, const ResolvedOptions& options) {
+  int rank = 0;
+  WB_CHECK_MPI(MPI_Comm_rank(engine, &rank));
+  EarlyCatchUpLink early;
+  // The threads' own duplicate, made before the leader's connect is in flight (Open MPI 4.1 makes no
+  // communicator over a parent of a higher context id while another one's making is in flight in the
+  // process: the duplicate would wait for the connect).
+  early.engine = comm::duplicate(engine, comm::Waiter{options.timeout_seconds, {}}, "joining the trainers: the catch-up link");
+  ReplicaAdmission admission = start_replica_admission(engine, options.join_address, options.timeout_seconds);
+  Side self;
+  self.engine = early.engine;
+  self.leader = rank == 0;
+  self.who = "joining engine worker " + std::to_string(rank);
+  self.options = options;
+  self.before_take = true;
+  early.linked = std::async(std::launch::async, [self = std::move(self), admission = std::move(admission)]() mutable {
+    EarlyCatchUpLink::Linked out;
+    try {
+      JoinedComms comms;
+      settle_replica_admission(self.engine, std::move(admission), self.options.timeout_seconds, comms);
+      out.admitted = comms.from_replica;
+      if (out.admitted) out.link = link_leaders(self, comms.replica_leaders, true);
+    } catch (const Error& error) {
+      out.status = error.status();
+    }
+    return out;
+  });
+  return early;
 }
 
 Status catch_up_before_take(MPI_Comm engine, const ParameterSet& params, const LoadWeightsFn& load_weights, const AdapterOptions& options,
-                            std::shared_ptr<SpareTransports> spares, const BeforeUpdateHook& hook, MPI_Comm replica_leaders,
-                            std::uint64_t& installed, SourceMap& probed, const std::vector<TensorInfo>& probed_against,
-                            double& waited, PreparedBuffers buffers) {
+                            std::shared_ptr<SpareTransports> spares, const BeforeUpdateHook& hook, EarlyCatchUpLink early,
+                            bool copy, bool& from_replica, std::uint64_t& installed, SourceMap& probed,
+                            const std::vector<TensorInfo>& probed_against, double& waited, PreparedBuffers buffers) {
   int rank = 0;
   WB_CHECK_MPI(MPI_Comm_rank(engine, &rank));
   const bool ahead = !probed.parameters.empty();  // probed before it connected (probe_before_replica)
   const Side self{engine, rank == 0, "joining engine worker " + std::to_string(rank), params, load_weights, resolve_options(options),
                   std::move(spares), ahead ? &probed : nullptr, nullptr, ahead ? &probed_against : nullptr, true, std::move(buffers)};
-  return catch_up_at_replica(self, replica_leaders, hook, installed, ahead ? nullptr : &probed, &waited);
+  const double began = comm::local_seconds();
+  EarlyCatchUpLink::Linked linked = early.linked.get();  // bounded: the thread's every wait is
+  from_replica = linked.admitted;  // alike on every worker (broadcast)
+  Status status = linked.status;
+  bool asked_copy = false;
+  if (from_replica) {
+    // Every worker has the link, or none copies; then the leader asks, and waits for the replica's answer
+    // as long as for its take (the others as long, and a margin more).
+    try {
+      comm::agree(linked.link != MPI_COMM_NULL ? Status::ok()
+                  : status                       ? Status(ErrorCode::kInternal, self.who + ": no catch-up link")
+                                                 : status,
+                  early.engine, comm::Waiter{self.options.timeout_seconds, {}}, "joining the trainers: the catch-up link");
+      status = copy ? Status::ok() : Status(ErrorCode::kInvalidArgument, self.who + ": its probe failed");
+      if (copy) {
+        Status asked;
+        if (self.leader) {
+          asked_copy = true;
+          asked = until_replica_takes(self, [&](const comm::Waiter& until) { return comm::ask_copy(linked.link, true, until); });
+        }
+        comm::agree(asked, early.engine, comm::Waiter{self.options.timeout_seconds + join_answer_seconds(self.options.timeout_seconds), {}},
+                    "joining the trainers: the replica's answer to the copy");
+      }
+    } catch (const Error& error) {
+      status = error.status();
+    }
+    // The replica holds the link until this engine's word (or its own bound): "no copy" lets it go at once.
+    if (!status && self.leader && linked.link != MPI_COMM_NULL && !asked_copy) (void)comm::ask_copy(linked.link, false, {});
+  }
+  // A wait given up on may have left a thread in MPI over the duplicate: abandoned then, not freed.
+  if (status) MPI_Comm_free(&early.engine);
+  else comm::abandon_link(early.engine);
+  waited = comm::local_seconds() - began;
+  if (!from_replica || !status) {
+    if (linked.link != MPI_COMM_NULL) comm::abandon_link(linked.link);
+    return status;
+  }
+  std::uint64_t v = 0;
+  std::int64_t bytes = 0;
+  status = run_catch_up(self, linked.link, false, &hook, v, bytes, ahead ? nullptr : &probed);
+  if (status) installed = v;
+  return status;
 }
 
 Status serve_joiner(AdapterBase& replica, MPI_Comm replica_comm, std::int64_t& bytes) {

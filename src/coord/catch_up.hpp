@@ -120,10 +120,20 @@ MPI_Comm make_replica_comm(MPI_Comm world, const Roles& roles, bool joins, doubl
 Status serve_joiner(AdapterBase& replica, MPI_Comm replica_comm, std::int64_t& bytes);
 /// The same for a joined replica, collective over its engine: its leader takes the joiner admitted at
 /// `port` (null on the other ranks), or has taken it already (`taken`), and the two jobs make the catch-up
-/// link. `before_take`: the fleet link's replica, serving a joiner the trainers have not taken yet (the
-/// copy's steps then wait as long as a join's answer, not half: nobody but this engine waits for them).
-Status serve_joiner_at_port(AdapterBase& replica, comm::JoinPort* port, std::int64_t& bytes, MPI_Comm taken = MPI_COMM_NULL,
-                            bool before_take = false);
+/// link; then the copy.
+Status serve_joiner_at_port(AdapterBase& replica, comm::JoinPort* port, std::int64_t& bytes, MPI_Comm taken = MPI_COMM_NULL);
+/// The fleet link's replica, serving a joiner the trainers have not taken yet, in two steps between its own
+/// updates, so that nothing of the joiner's probe is on the copy's path nor held against the replica: at
+/// once when its leader took the joiner (`taken`: it said "ready" as it was admitted, while it probes),
+/// the catch-up link, on every worker (MPI_COMM_NULL where that failed: warned); once the joiner asked for
+/// the copy (comm::copy_asked, the leader's look, agreed at the engine's step), the copy over it; or the
+/// link let go, with a warning (the joiner's probe failed, or it did not ask within the timeout; it then
+/// gets the trainers' next version). Every step waits as long as a join's answer (nobody but this
+/// engine waits for them).
+MPI_Comm link_joiner_at_port(AdapterBase& replica, MPI_Comm taken);
+Status serve_linked_joiner(AdapterBase& replica, MPI_Comm linked, std::int64_t& bytes);
+enum class LetGo { kQuietly, kProbeFailed, kLate };  // why (kQuietly: the replica's own end, not warned)
+void drop_linked_joiner(AdapterBase& replica, MPI_Comm linked, LetGo why);
 
 /// The joiner's workers, together, right after their link is connected: `hook(v)`, then version v from
 /// the replica, straight into their parameters. `installed`: v, once every worker of both sides has it.
@@ -131,14 +141,29 @@ Status catch_up(AdapterBase& joiner, MPI_Comm catch_up_comm, const BeforeUpdateH
 /// The same from a joined replica: the catch-up link made first from `replica_leaders` (the leader's; null
 /// on the other ranks).
 Status catch_up_from_port(AdapterBase& joiner, MPI_Comm replica_leaders, const BeforeUpdateHook& hook, std::uint64_t& installed);
-/// The fleet link's joiner, collective over its `engine`, before it joins the trainers (no adapter yet):
-/// the same from the replica whose port its leader connected to (`replica_leaders`), its load_weights
-/// probed on the catch-up link (`probed`: its map, kept for its connect with the trainers), unless it was
-/// probed before (`probed` given, against `probed_against`). `waited`: from the call to the link with the
-/// replica made (TransferSummary::replica_wait_seconds).
+/// The fleet link's joiner, collective over its `engine`, before it probes: its leader connects to the
+/// fleet's replica's port, and every worker makes the catch-up link with the replica's on a thread while
+/// the probe runs (the widening over both jobs took 50-200 ms of every join after the probe on the
+/// emulated cluster). The replica takes it at once, and copies once the joiner asks (catch_up_before_take).
+struct EarlyCatchUpLink {
+  struct Linked {
+    MPI_Comm link = MPI_COMM_NULL;  // the catch-up link (the replica's workers first)
+    bool admitted = false;          // the replica admitted this engine (alike on every worker)
+    Status status;                  // why there is no link where it admitted it
+  };
+  MPI_Comm engine = MPI_COMM_NULL;  // the thread's duplicate of the engine
+  std::future<Linked> linked;
+};
+EarlyCatchUpLink start_catch_up_link(MPI_Comm engine, const ResolvedOptions& options);
+/// Then, collective over its `engine`: the link awaited, the copy asked (`copy`: the probe before it
+/// passed, or was not made; otherwise the replica is told "no copy"), and the replica's version over it,
+/// its load_weights probed on the catch-up link (`probed`: its map, kept for its connect with the
+/// trainers) unless it was probed before (`probed` given, against `probed_against`). `from_replica`: a
+/// replica admitted it (none is no error). `waited`: from the call to the replica's answer to the copy
+/// (TransferSummary::replica_wait_seconds).
 Status catch_up_before_take(MPI_Comm engine, const ParameterSet& params, const LoadWeightsFn& load_weights, const AdapterOptions& options,
-                            std::shared_ptr<SpareTransports> spares, const BeforeUpdateHook& hook, MPI_Comm replica_leaders,
-                            std::uint64_t& installed, SourceMap& probed, const std::vector<TensorInfo>& probed_against,
-                            double& waited, PreparedBuffers buffers = {});
+                            std::shared_ptr<SpareTransports> spares, const BeforeUpdateHook& hook, EarlyCatchUpLink early,
+                            bool copy, bool& from_replica, std::uint64_t& installed, SourceMap& probed,
+                            const std::vector<TensorInfo>& probed_against, double& waited, PreparedBuffers buffers = {});
 
 }  // namespace wb::coord

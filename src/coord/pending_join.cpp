@@ -30,6 +30,31 @@ void ReceiverAdapter::Pending::let_go() {
   if (leaders != MPI_COMM_NULL) comm::abandon_link(std::exchange(leaders, MPI_COMM_NULL));
 }
 
+void ReceiverAdapter::Pending::begin(MPI_Comm engine_comm, ParameterSet parameters, LoadWeightsFn load, AdapterOptions adapter_options,
+                                     BeforeUpdateHook before_update_hook, std::shared_ptr<SpareTransports> transports,
+                                     const ResolvedOptions& resolved, double poll_interval_seconds) {
+  engine = engine_comm;
+  WB_CHECK_MPI(MPI_Comm_rank(engine, &rank));
+  params = std::move(parameters);
+  load_weights = std::move(load);
+  options = std::move(adapter_options);
+  hook = std::move(before_update_hook);
+  spares = std::move(transports);
+  address = resolved.join_address;
+  timeout = resolved.timeout_seconds;
+  pace = comm::Pace(poll_interval_seconds);
+  if (resolved.receiver_staging && !params.empty() && params[0].view.memory == MemoryKind::kHost)
+    prestaging = std::async(std::launch::async, [params = params] {
+      std::vector<ByteRanges> whole(params.size());
+      for (std::size_t i = 0; i < params.size(); ++i)
+        if (params[i].view.nbytes() > 0) whole[i] = {{0, static_cast<std::int64_t>(params[i].view.nbytes())}};
+      auto staging = std::make_unique<Staging>(params, std::move(whole));
+      staging->touch_at_connect(params, nullptr);  // every page faulted in now, not at the take
+      return staging;
+    });
+  admit();
+}
+
 void ReceiverAdapter::Pending::admit() {
   if (rank == 0)
     admitting = std::async(std::launch::async, [address = address, timeout = timeout] { return comm::join_by_address(address, timeout); });
@@ -52,35 +77,26 @@ bool caught_up_before_take(MPI_Comm engine, const ParameterSet& params, const Lo
                            const BeforeUpdateHook& hook, const ResolvedOptions& resolved,
                            const std::shared_ptr<SpareTransports>& spares, std::uint64_t& version, SourceMap& probed,
                            StallInterval& stall, double& probe_seconds, double& replica_wait_seconds) {
-  // The probe first, where the replica left its tensor list: the replica then waits for no probe. The
-  // leader connects to the replica's port meanwhile (a thread: waits on other processes only); the
-  // replica takes this engine once it says it is ready, after the probe.
-  ReplicaAdmission admission = start_replica_admission(engine, resolved.join_address, resolved.timeout_seconds);
+  // The probe first, where the replica left its tensor list: the replica then waits for no probe. Meanwhile
+  // the leader connects to the replica's port, and every worker makes the catch-up link with the replica
+  // (threads: they wait on other processes only); the copy begins once the probe is done.
+  EarlyCatchUpLink link = start_catch_up_link(engine, resolved);
   std::vector<TensorInfo> tensors;
   const EarlyProbe early = probe_before_replica(engine, resolved.join_address, params, load, resolved, tensors, probed, probe_seconds);
-  // The copy link's buffers are allocated while the replica takes the joiner (waits on other processes);
-  // beside the probe, or the reading of the tensor list, they slowed those (the probe is reported apart).
+  // The copy link's buffers are allocated while the joiner waits for the replica's answer (on other
+  // processes); beside the probe, or the reading of the tensor list, they slowed those (the probe is
+  // reported apart).
   PreparedBuffers buffers = early != EarlyProbe::kFailed ? prepare_catch_up_buffers(params, resolved) : PreparedBuffers{};
-  JoinedComms replica;
-  settle_replica_admission(engine, std::move(admission), resolved.timeout_seconds, replica);
-  if (early == EarlyProbe::kFailed) {
-    // Admitted, it never says "ready": the replica never takes it (its link stays in the replica's queue).
-    comm::abandon_link(replica.replica_leaders);
-    return false;
-  }
-  if (!replica.from_replica) {
-    probed = SourceMap{};  // the trainers' connect probes (against their list)
-    return false;
-  }
   int rank = 0;
   WB_CHECK_MPI(MPI_Comm_rank(engine, &rank));
   const double began = comm::local_seconds();
-  const Status caught =
-      catch_up_before_take(engine, params, load, options, spares, hook, replica.replica_leaders, version, probed, tensors,
-                           replica_wait_seconds, std::move(buffers));
-  if (!caught) {
-    probed = SourceMap{};
-    if (rank == 0) {
+  bool from_replica = false;
+  // A failed probe copies nothing: the replica is told, and the trainers' connect probes again and says why.
+  const Status caught = catch_up_before_take(engine, params, load, options, spares, hook, std::move(link), early != EarlyProbe::kFailed,
+                                             from_replica, version, probed, tensors, replica_wait_seconds, std::move(buffers));
+  if (!caught || !from_replica) {
+    probed = SourceMap{};  // the trainers' connect probes (against their list)
+    if (rank == 0 && !caught && early != EarlyProbe::kFailed) {
       WB_LOG(kWarn) << "engine worker 0: no first version from the trainers' replica engine (the trainers' next one comes "
                        "instead): " << caught.message();
     }

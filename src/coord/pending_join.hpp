@@ -16,6 +16,7 @@
 #include "comm/backoff.hpp"
 #include "comm/join.hpp"
 #include "coord/connection.hpp"
+#include "coord/staging.hpp"
 #include "transport/spare_transports.hpp"
 #include "weightbridge/adapter.hpp"
 #include "weightbridge/source_map.hpp"
@@ -42,6 +43,10 @@ struct ReceiverAdapter::Pending {
   SourceMap probed;           // probed before or on the catch-up link: the trainers' connect takes it as it is
   TransferSummary summary;    // until the take: longest_probe_seconds (the probe before the copy), replica_wait_seconds
   StallInterval stall;
+  // A receiver that stages: its staging, made and faulted in on a thread while it waits to be taken, which
+  // the connect at the take then shares (a fresh one was 0.5-0.6 s of that connect on the emulated cluster,
+  // which every rank of the fleet link, the trainers', waits for). Null, or failed: the connect makes its own.
+  std::future<std::unique_ptr<coord::Staging>> prestaging;
   std::optional<comm::AddressWatch> watch;  // rank 0: the trainers' port, while this engine waits to be taken
   int said = 0;  // 1: kConnected said, 2: kInstalled too
   bool left = false;
@@ -49,6 +54,12 @@ struct ReceiverAdapter::Pending {
   comm::Pace pace{0};  // the engine's poll_interval_us, set by the constructor
 
   std::string who() const { return "joined engine worker " + std::to_string(rank); }
+  /// The replica's version installed: the engine serves it from its first poll_requests and waits to be
+  /// taken, the arguments kept for the take; rank 0's admission at the trainers' port starts (admit), and
+  /// an engine that stages starts making its staging (prestaging).
+  void begin(MPI_Comm engine_comm, ParameterSet parameters, LoadWeightsFn load, AdapterOptions adapter_options,
+             BeforeUpdateHook before_update_hook, std::shared_ptr<SpareTransports> transports, const coord::ResolvedOptions& resolved,
+             double poll_interval_seconds);
   /// Failed for good: every later poll says so; the admission is let go (the trainers' take finds it gone).
   PollResult failed(Status status);
   /// Rank 0 starts its admission at the trainers' port (`address`) on a thread; the others nothing.

@@ -82,8 +82,12 @@ struct ReceiverAdapter::State : AdapterBase {
   std::uint64_t joiner_waits = 0;          // the replica: a joiner to serve once this version is installed
   TrainersJoinPort replica_port;           // a joined replica: the port later joiners connect to first
   bool network_links = false;              // a joiner: its links wanted the transport between machines
-  MPI_Comm joiner_at_port = MPI_COMM_NULL;  // the fleet link's replica (leader): a joiner taken from its port, served next
+  MPI_Comm joiner_at_port = MPI_COMM_NULL;  // the fleet link's replica (leader): a joiner taken from its port, linked next
+  MPI_Comm joiner_linked = MPI_COMM_NULL;   // (every worker) the catch-up link with it, made while it probed,
+  double joiner_linked_at = 0;              // when (the bound on its ask), and (leader) whether it did not ask in time
+  bool joiner_late = false;
   std::optional<SourceMap> kept_probe;      // a fleet joiner served before its take: its probe, for the trainers' connect
+  std::unique_ptr<Staging> prestaged;       // and its staging, made while it waited (Pending::prestaging)
   AdapterOptions given;                    // what a re-link onto a widened fleet link is constructed with
   MPI_Comm relink_to = MPI_COMM_NULL;      // the fleet link widened with a joiner: re-linked onto at once
   bool rejoin_tried = false;               // the fleet link: this state's failure was offered to the rebuild
@@ -112,6 +116,7 @@ struct ReceiverAdapter::State : AdapterBase {
   }
 
   ~State() {
+    if (joiner_linked != MPI_COMM_NULL) drop_linked_joiner(*this, std::exchange(joiner_linked, MPI_COMM_NULL), LetGo::kQuietly);
     if (replica_port.port) std::remove(replica_tensors_path(options.join_address).c_str());  // the address goes with the port
     try {
       close_join_port(replica_port, group_comm, options.timeout_seconds, "engine worker");
@@ -125,6 +130,8 @@ struct ReceiverAdapter::State : AdapterBase {
     replica_port = std::move(old.replica_port);
     old.replica_port.open = false;
     joiner_at_port = std::exchange(old.joiner_at_port, MPI_COMM_NULL);
+    joiner_linked = std::exchange(old.joiner_linked, MPI_COMM_NULL);
+    joiner_linked_at = old.joiner_linked_at;
     catch_up_buffers = std::move(old.catch_up_buffers);
   }
 
@@ -184,15 +191,25 @@ struct ReceiverAdapter::State : AdapterBase {
     else spares.reset();  // closes those never taken
   }
 
-  // The replica, once the version a joiner is to get is installed here: every worker writes its part.
-  PollResult serve() {
+  // The replica, once the version a joiner is to get is installed here: every worker writes its part. The
+  // fleet link's replica links a joiner its leader took, then copies once it asked, or lets it go (`drop`).
+  PollResult serve(bool drop = false) {
     joiner_waits = 0;
     const double began = comm::local_seconds();
+    const bool fleet = fleet_link_enabled() && replica_comm == MPI_COMM_NULL && replica_port.open;
+    if (fleet && joiner_linked == MPI_COMM_NULL) {
+      joiner_linked = link_joiner_at_port(*this, std::exchange(joiner_at_port, MPI_COMM_NULL));
+      joiner_linked_at = comm::local_seconds();
+      return {PollResult::Event::kNone, version, Status::ok()};
+    }
+    if (fleet && drop) {
+      drop_linked_joiner(*this, std::exchange(joiner_linked, MPI_COMM_NULL), joiner_late ? LetGo::kLate : LetGo::kProbeFailed);
+      return {PollResult::Event::kNone, version, Status::ok()};
+    }
     std::int64_t bytes = 0;
-    const Status served = replica_comm != MPI_COMM_NULL ? serve_joiner(*this, replica_comm, bytes)
-                          : replica_port.open        ? serve_joiner_at_port(*this, replica_port.port.get(), bytes,
-                                                                               std::exchange(joiner_at_port, MPI_COMM_NULL),
-                                                                               fleet_link_enabled())
+    const Status served = fleet                        ? serve_linked_joiner(*this, std::exchange(joiner_linked, MPI_COMM_NULL), bytes)
+                          : replica_comm != MPI_COMM_NULL ? serve_joiner(*this, replica_comm, bytes)
+                          : replica_port.open           ? serve_joiner_at_port(*this, replica_port.port.get(), bytes)
                               : Status(ErrorCode::kInternal, who() + ": asked to serve a joiner, but this engine is no replica");
     if (roles.leader && served) {
       WB_LOG(kInfo) << who() << ": wrote version " << version << " to a joining engine (" << bytes << " bytes from this worker, "
@@ -336,12 +353,21 @@ struct ReceiverAdapter::State : AdapterBase {
       // stays queued for the next step: taken first, a joiner starved while the trainers' updates came back
       // to back (every FP8 joiner of elastic.fleet_kill_engine_fp8 waited its 5 s out, then was taken by the
       // trainers and got their next version).
-      if (fleet_link_enabled() && replica_port.port && connection && version > 0)
-        if (std::optional<MPI_Comm> joiner = replica_port.port->take(comm::said_ready)) {
+      if (fleet_link_enabled() && replica_port.port && connection && version > 0) {
+        if (joiner_linked != MPI_COMM_NULL) {  // linked: the copy once it asks, or let go (said so, or late)
+          const std::optional<bool> ask = comm::copy_asked(joiner_linked);
+          const bool late = !ask && comm::local_seconds() - joiner_linked_at > options.timeout_seconds;
+          if (ask || late) {  // the step takes the maximum: 0 (let go) is the leader's as any version is
+            values[0] = static_cast<std::int64_t>(RequestKind::kServeJoiner);
+            values[1] = ask == std::optional<bool>(true) ? static_cast<std::int64_t>(version) : 0;
+            joiner_late = late;
+          }
+        } else if (std::optional<MPI_Comm> joiner = replica_port.port->take(comm::said_ready)) {
           joiner_at_port = *joiner;
           values[0] = static_cast<std::int64_t>(RequestKind::kServeJoiner);
           values[1] = static_cast<std::int64_t>(version);
         }
+      }
       if (values[0] == 0) {
         std::int64_t request[2] = {0, 0};
         const Status taken = requests.take(world, roles.trainer_leader, request);
@@ -360,7 +386,10 @@ struct ReceiverAdapter::State : AdapterBase {
     // A staged version that every rank has complete is installed first.
     if (receiving != 0 && values[2] == 0) {
       // A request to serve a joiner (the only one that comes while a version arrives) waits for this install.
-      if (static_cast<RequestKind>(values[0]) == RequestKind::kServeJoiner) joiner_waits = static_cast<std::uint64_t>(values[1]);
+      if (static_cast<RequestKind>(values[0]) == RequestKind::kServeJoiner) {
+        if (values[1] == 0) (void)serve(true);  // a linked joiner let go (nothing waits for the install)
+        else joiner_waits = static_cast<std::uint64_t>(values[1]);
+      }
       const std::uint64_t v = receiving;
       receiving = 0;
       staged_done = false;
@@ -377,7 +406,8 @@ struct ReceiverAdapter::State : AdapterBase {
       case RequestKind::kConnect: {
         if (connection) return failed(Status(ErrorCode::kInvalidArgument, who() + ": a second connect request"));
         try {
-          connect(nullptr, kept_probe ? &*kept_probe : nullptr);
+          connect(nullptr, kept_probe ? &*kept_probe : nullptr, nullptr, prestaged.get());
+          prestaged.reset();  // the connect's staging shares its memory, where it stages
         } catch (const Error& error) {
           if (catch_up_comm != MPI_COMM_NULL) comm::abandon_link(catch_up_comm);  // the replica gives up on it
           if (replica_leaders != MPI_COMM_NULL) comm::abandon_link(replica_leaders);
@@ -432,7 +462,7 @@ struct ReceiverAdapter::State : AdapterBase {
         }
         return {PollResult::Event::kNone, version, Status::ok()};
       case RequestKind::kServeJoiner:
-        if (fleet_link_enabled()) return serve();  // from this engine's own port (above): at once
+        if (fleet_link_enabled()) return serve(values[1] == 0);  // from this engine's own port (above): at once
         joiner_waits = v;
         return {receiving != 0 ? PollResult::Event::kReceiving : PollResult::Event::kNone, version, Status::ok()};
       case RequestKind::kShutdown:
@@ -480,18 +510,8 @@ ReceiverAdapter::ReceiverAdapter(MPI_Comm world, MPI_Comm engine_comm, Parameter
                                                 early->summary.replica_wait_seconds);
       early->summary.longest_probe_seconds = probe_seconds;  // the probe before the copy (on its link: 0)
       if (served) {
-        Pending& p = *early;
-        p.engine = engine_comm;
-        WB_CHECK_MPI(MPI_Comm_rank(engine_comm, &p.rank));
-        p.params = std::move(params);
-        p.load_weights = std::move(load_weights);
-        p.options = std::move(options);
-        p.hook = std::move(before_update_hook);
-        p.spares = std::move(spares);
-        p.address = resolved.join_address;
-        p.timeout = resolved.timeout_seconds;
-        p.pace = comm::Pace(*poll_interval_setting * 1e-6);
-        p.admit();
+        early->begin(engine_comm, std::move(params), std::move(load_weights), std::move(options), std::move(before_update_hook),
+                     std::move(spares), resolved, *poll_interval_setting * 1e-6);
         pending_ = std::move(early);
         return;
       }
@@ -519,6 +539,12 @@ PollResult ReceiverAdapter::adopt_pending(MPI_Comm link) {
   taken->stalls.push_back(p.stall);
   taken->history.push_back({p.version, 0, true, {}, {}});
   taken->kept_probe = std::move(p.probed);
+  if (p.prestaging.valid()) {
+    try {
+      taken->prestaged = p.prestaging.get();
+    } catch (const std::exception&) {  // the connect makes its own, and says why where it cannot either
+    }
+  }
   state_ = std::move(taken);
   pending_.reset();
   return {PollResult::Event::kNone, state_->version, Status::ok()};

@@ -80,6 +80,9 @@
 //     silent_joiner  (one rank) connects to the trainers' port, presents nothing, and SIGKILLs itself once
 //             the script writes ADDRESS.go
 //     ghost_connector  (one rank) starts MPI_Comm_connect to the trainers' port and SIGKILLs itself 1 s later
+//     patient as serve, its timeout 3 s
+//     slow_probe  as serve, but each load_weights pass of its first probe (the one before the replica's copy)
+//             takes 2 s more
 //     forged_address  as serve, but in its first before_update_hook (the replica's copy, before its admission
 //             at the trainers' port) worker 0 replaces the address file by one with another secret (a trainer job
 //             restarted meanwhile would look so): the replica's version installed, its poll_requests must end in
@@ -125,6 +128,7 @@ struct Worker {
   std::unique_ptr<EmulatedWorker> worker;
   std::unique_ptr<HostParameters> params;
   mutable int probes = 0;  // calls of load(): the adapters' probes of this worker's load_weights
+  double first_probe_delay = 0;  // seconds each call of its first probe (two passes) sleeps first
 
   Worker(bool trainer, const char* spec, int rank) {
     ScaleOptions scale;
@@ -139,7 +143,7 @@ struct Worker {
   }
   LoadWeightsFn load() const {
     return [this](const CheckpointReader& c, const ParameterSet& p) {
-      ++probes;
+      if (++probes <= 2 && first_probe_delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(first_probe_delay));
       worker->load_weights(c, p);
     };
   }
@@ -594,6 +598,7 @@ int run_engine_job(const std::string& address, const std::string& mode, const st
     std::raise(SIGKILL);
   }
   Worker w(false, ("engines=1,tp=" + std::to_string(size)).c_str(), rank);
+  if (role == "slow_probe") w.first_probe_delay = 2;
   if (role == "relay") std::ofstream(address + ".relay." + std::to_string(rank)) << getpid() << "\n";
   std::vector<std::uint64_t> installed;
   int ok = 0;

@@ -30,7 +30,10 @@
 # fleet_long_step: as fleet, each joiner's timeout 3 s, and the trainers' step before each take held until the
 #   joiner has waited at their port for 7 s: both are taken all the same, B's first version A's copy.
 # fleet_bad_list: as fleet, with the tensor list beside A's replica address damaged before B comes: B refuses
-#   the copy before it connects to A (one line naming the file), and its first version is the take's.
+#   the copy (one line naming the file) and tells A, which lets it go, and its first version is the take's.
+# fleet_slow_probe: as fleet, A's timeout 3 s, and B's probe before the copy 4 s longer: A links B as it is
+#   admitted, lets it go once B has not asked for the copy within A's timeout (one warning), B says so once,
+#   and its first version is the take's.
 # fleet_join_after_stop, fleet_join_after_kill: as fleet; then A is SIGSTOPped (SIGKILLed) between updates and C
 #   (one worker) joins: the trainers leave A out (the link rebuilt from B), then widen it with C, in one
 #   send_weights; C installs from that version on, B every version; stopped, A is resumed, reports kFailed and
@@ -93,8 +96,10 @@ $fleet_link && lost_words="was lost in version" || lost_words="was dropped after
 # Every job alike: it also bounds a joiner's catch-up, which must end well within the trainers' 5 s deadline
 # of the victim scenarios.
 export WB_JOIN_ANSWER_SECONDS=${WB_JOIN_ANSWER_SECONDS:-3}
-# fleet_bad_list is fleet to the trainers: only the file between the engine jobs differs.
-run -np $ranks "$program" trainers "$dir/address" "$mode" "${scenario/#fleet_bad_list/fleet}" > "$dir/trainers.log" 2>&1 &
+# fleet_bad_list and fleet_slow_probe are fleet to the trainers: only what is between the engine jobs differs.
+trainers_scenario=$scenario
+[[ $scenario == fleet_bad_list || $scenario == fleet_slow_probe ]] && trainers_scenario=fleet
+run -np $ranks "$program" trainers "$dir/address" "$mode" "$trainers_scenario" > "$dir/trainers.log" 2>&1 &
 trainers=$!
 for _ in $(seq 600); do
   log_has "$dir/trainers.log" "version 3 sent" && break
@@ -172,6 +177,10 @@ case $scenario in
     [[ -s $dir/address.replica.tensors ]] || fail "the replica left no tensor list beside its address"
     (umask 077 && printf 'not a tensor list' > "$dir/list" && mv "$dir/list" "$dir/address.replica.tensors")
     engine second serve ;;
+  fleet_slow_probe)
+    engine first patient; engines_at 1
+    for _ in $(seq 600); do [[ -s $dir/address.replica.tensors ]] && break; nap; done
+    engine second slow_probe ;;
   fleet_kill_arriving)
     engine first frozen_arriving; engines_at 1; engine second serve
     await_trainers "was lost in version"
@@ -365,6 +374,17 @@ case $scenario in
     grep -q "no copy from the replica (the trainers' connect probes again and says why): .*the tensor list in .*address.replica.tensors" \
       "$dir/second.log" || fail "B did not refuse the damaged tensor list beside the replica's address"
     grep -q "wrote version .* to a joining engine" "$dir/first.log" && fail "A wrote B a copy, though B refused its list"
+    # B had made its link with A beside its probe; it said "no copy", and A let it go at once.
+    grep -q "let a joining engine go without its first version (it gets the trainers' next one): its probe failed" "$dir/first.log" ||
+      fail "A did not let B go on its word"
+    expect_first_install "$dir/second.log" 0
+    serving="$dir/first.log $dir/second.log" ;;
+  fleet_slow_probe)
+    [[ $(grep -c "let a joining engine go without its first version (it gets the trainers' next one): it did not finish its probe within 3 s" \
+      "$dir/first.log") == 1 ]] || fail "A did not warn once that it let B go, B's probe past A's timeout"
+    [[ $(grep -c "no first version from the trainers' replica engine .*the replica engine let this engine go before the copy" \
+      "$dir/second.log") == 1 ]] || fail "B did not say once that the replica let it go"
+    grep -q "wrote version .* to a joining engine" "$dir/first.log" && fail "A wrote B a copy after it let it go"
     expect_first_install "$dir/second.log" 0
     serving="$dir/first.log $dir/second.log" ;;
   fleet_leave)
