@@ -148,7 +148,7 @@ bool take_began(MPI_Comm leaders);
 Status say_ready(MPI_Comm leaders, const Waiter& waiter);
 bool said_ready(MPI_Comm leaders);
 /// Over a catch-up link that the fleet's replica made with a joiner before the joiner's probe ended (its
-/// widening, 50-200 ms on the emulated cluster, then off the copy's path): the joiner's leader says whether
+/// widening, 20-200 ms on the emulated cluster, then off the copy's path): the joiner's leader says whether
 /// it copies now (`copy`: its probe passed) and, when it does, waits as `waiter` says for the replica's
 /// answer (kAborted where the replica gave up on it). The replica's leader looks for that word, never
 /// waiting (copy_asked: the word, taken, once there), and answers it (answer_copy: `go` as its workers

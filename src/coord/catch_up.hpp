@@ -143,7 +143,7 @@ Status catch_up(AdapterBase& joiner, MPI_Comm catch_up_comm, const BeforeUpdateH
 Status catch_up_from_port(AdapterBase& joiner, MPI_Comm replica_leaders, const BeforeUpdateHook& hook, std::uint64_t& installed);
 /// The fleet link's joiner, collective over its `engine`, before it probes: its leader connects to the
 /// fleet's replica's port, and every worker makes the catch-up link with the replica's on a thread while
-/// the probe runs (the widening over both jobs took 50-200 ms of every join after the probe on the
+/// the probe runs (the widening over both jobs took 20-200 ms of every join after the probe on the
 /// emulated cluster). The replica takes it at once, and copies once the joiner asks (catch_up_before_take).
 struct EarlyCatchUpLink {
   struct Linked {
