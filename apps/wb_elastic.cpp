@@ -1,8 +1,10 @@
 // wb-elastic: a trainer job and rollout engines that are MPI jobs of their own, joining it by address and
 // leaving or dying while it trains (issue 31; scripts/elastic-demo.sh runs one such fleet).
 //
-//   mpirun --ompi-server file:URI --mca pmix_server_max_wait 5 -np T wb-elastic trainers --address FILE [--steps K] [--step-ms MS]
-//   mpirun --ompi-server file:URI --mca pmix_server_max_wait 5 -np E wb-elastic engine --address FILE [--name NAME]
+//   mpirun --ompi-server file:URI --mca pmix_server_max_wait 5 --mca btl_tcp_progress_thread 1
+//       -np T wb-elastic trainers --address FILE [--steps K] [--step-ms MS]
+//   mpirun --ompi-server file:URI --mca pmix_server_max_wait 5 --mca btl_tcp_progress_thread 1
+//       -np E wb-elastic engine --address FILE [--name NAME]
 //
 // The trainers (tensor parallel over the job's T ranks, no engine of their own world) publish FILE
 // (join_address) and send versions 1..K of a synthetic checkpoint of --model, one every --step-ms; trainer

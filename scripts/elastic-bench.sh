@@ -104,7 +104,7 @@ job() {  # job INDEX NAME RANKS ARGS...: one wb-replay job in the background, it
   local index=$1 name=$2 ranks=$3 place=()
   shift 3
   [[ ${#hosts[@]} -gt $index ]] && place=(--host "${hosts[$index]}:$ranks")
-  "${launcher[@]//%h/$((index + 1))}" "${place[@]}" --ompi-server "file:$dir/uri" --mca pmix_server_max_wait 5 -np "$ranks" "$replay" "${model[@]}" "${extra[@]}" \
+  "${launcher[@]//%h/$((index + 1))}" "${place[@]}" --ompi-server "file:$dir/uri" --mca pmix_server_max_wait 5 --mca btl_tcp_progress_thread 1 -np "$ranks" "$replay" "${model[@]}" "${extra[@]}" \
     --mode "$mode" --gpus-per-node "$gpus_per_node" --join-address "$dir/address" --update-mark "$dir/update-mark" \
     --json "$dir/$name.json" "$@" >"$dir/$name.log" 2>&1 &
   pids+=($!)

@@ -36,7 +36,7 @@ for _ in $(seq 100); do [[ -s $dir/uri ]] && break; sleep 0.1; done
 job() {  # job NAME RANKS ARGS...: an mpirun of wb-elastic in the background, its log $dir/NAME.log
   local name=$1 ranks=$2
   shift 2
-  mpirun --ompi-server "file:$dir/uri" --mca pmix_server_max_wait 5 -np "$ranks" "$program" "$@" --address "$dir/address" --mode "$mode" \
+  mpirun --ompi-server "file:$dir/uri" --mca pmix_server_max_wait 5 --mca btl_tcp_progress_thread 1 -np "$ranks" "$program" "$@" --address "$dir/address" --mode "$mode" \
     >"$dir/$name.log" 2>&1 &
   pids+=($!)
   eval "pid_$name=$!"

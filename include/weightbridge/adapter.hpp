@@ -119,7 +119,8 @@ struct AdapterOptions {
   /// trainers take it (the constructor then returns holding it, and a later poll_requests is taken onto
   /// their link), or, with no replica running, the next version they send. Both jobs need MPI_THREAD_MULTIPLE and
   /// `mpirun --ompi-server file:URI` of one ompi-server, and with Open MPI 4.1 `--mca pmix_server_max_wait 5`
-  /// (a job that dies while joining is then given up on; README, "Engines as jobs of their own").
+  /// (a job that dies while joining is then given up on) and `--mca btl_tcp_progress_thread 1` (a job
+  /// killed mid-update cannot leave a survivor spinning inside MPI; README, "Engines as jobs of their own").
   std::optional<std::string> join_address;
   /// Rollouts: this engine loads the FP8 form (no setting). Trainers leave it unset.
   std::optional<Fp8Engine> fp8;

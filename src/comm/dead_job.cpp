@@ -18,12 +18,42 @@ constexpr int kDefaultMaxWait = 2;
 // Where the setting gives up soonest: a single eviction after 5 s.
 constexpr int kAdvisedMaxWait = 5;
 
-bool launched_by_open_mpi_4() {
-  if (std::getenv("OMPI_MCA_orte_hnp_uri") == nullptr) return false;  // mpirun's jobs only (not srun's, not a singleton)
+bool open_mpi_4() {
   char version[MPI_MAX_LIBRARY_VERSION_STRING] = {};
   int length = 0;
   if (MPI_Get_library_version(version, &length) != MPI_SUCCESS) return false;
   return std::string(version, static_cast<std::size_t>(length)).starts_with("Open MPI v4.");
+}
+
+bool launched_by_open_mpi_4() {
+  // mpirun's jobs only (not srun's, not a singleton)
+  return std::getenv("OMPI_MCA_orte_hnp_uri") != nullptr && open_mpi_4();
+}
+
+// An integer control variable of the MPI library as this process runs with it (MPI_T), or none where the
+// library has no such variable (another MPI; in Open MPI, a component that is not selected).
+std::optional<int> int_control_variable(const char* name) {
+  int provided = 0;
+  if (MPI_T_init_thread(MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) return std::nullopt;
+  std::optional<int> result;
+  int index = -1;
+  if (MPI_T_cvar_get_index(name, &index) == MPI_SUCCESS) {
+    char found[128] = {}, description[8] = {};
+    int found_length = sizeof found, description_length = sizeof description;
+    int verbosity = 0, binding = 0, scope = 0, count = 0, value = 0;
+    MPI_Datatype type = MPI_DATATYPE_NULL;
+    MPI_T_enum enumeration = MPI_T_ENUM_NULL;
+    MPI_T_cvar_handle handle = MPI_T_CVAR_HANDLE_NULL;
+    if (MPI_T_cvar_get_info(index, found, &found_length, &verbosity, &type, &enumeration, description,
+                            &description_length, &binding, &scope) == MPI_SUCCESS &&
+        type == MPI_INT && binding == MPI_T_BIND_NO_OBJECT &&
+        MPI_T_cvar_handle_alloc(index, nullptr, &handle, &count) == MPI_SUCCESS) {
+      if (count == 1 && MPI_T_cvar_read(handle, &value) == MPI_SUCCESS) result = value;
+      MPI_T_cvar_handle_free(&handle);
+    }
+  }
+  MPI_T_finalize();
+  return result;
 }
 
 }  // namespace
@@ -57,6 +87,21 @@ void check_dead_job_bound(const char* who) {
                      "Start every job that joins or takes joins with `mpirun --mca pmix_server_max_wait "
                   << kAdvisedMaxWait << "` (it gives up after " << *dead_job_give_up_seconds(kAdvisedMaxWait)
                   << " s; README, \"Engines as jobs of their own\")";
+  });
+}
+
+void check_tcp_progress_thread(const char* who) {
+  static std::once_flag once;
+  std::call_once(once, [who] {
+    if (!open_mpi_4()) return;
+    const std::optional<int> progress_thread = int_control_variable("btl_tcp_progress_thread");
+    if (!progress_thread || *progress_thread != 0) return;  // TCP not selected, or its thread on
+    WB_LOG(kWarn) << who << ": Open MPI's TCP transport runs here without its progress thread "
+                     "(btl_tcp_progress_thread 0, Open MPI's default), with which a failed write to a process of a "
+                     "job that was killed (\"writev failed: Broken pipe\") can leave this process spinning for good "
+                     "inside its next MPI call (an engine is then left out; a trainer would hold the training). Start "
+                     "every job that joins or takes joins with `mpirun --mca btl_tcp_progress_thread 1` (README, "
+                     "\"Engines as jobs of their own\")";
   });
 }
 

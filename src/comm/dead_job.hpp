@@ -9,6 +9,14 @@
 // With `mpirun --mca pmix_server_max_wait 5` the fetch gives up after 5 s, the call fails, and the next
 // one completes (measured). What that setting gives is computed here, and a job that joins by address is
 // told once when it runs without a value that gives up.
+//
+// And a job that dies in the middle of an update: a process whose write over Open MPI's TCP transport to a
+// process of the killed job fails ("mca_btl_tcp_frag_send: writev failed: Broken pipe") may never return
+// from its next MPI call, spinning inside Open MPI 4.1's progress (libevent dispatching, user time rising:
+// seen twice 8 s apart in one `MPI_Improbe`); a survivor so stuck is left out of the fleet link's rebuild.
+// With `btl_tcp_progress_thread 1` the transport's sockets are served by a thread of its own, outside the
+// process's MPI calls (measured on the emulated cluster: README, "Engines as jobs of their own"). A job
+// that joins or takes joins is told once when it runs the TCP transport without that thread.
 #pragma once
 
 #include <optional>
@@ -26,5 +34,10 @@ std::optional<double> dead_job_give_up_seconds(int max_wait);
 /// pmix_server_max_wait (as mpirun passed it on, OMPI_MCA_pmix_server_max_wait) never gives up on a dead
 /// job, naming the setting that does. `who`: what joins ("the trainers' join port", "an engine that joins").
 void check_dead_job_bound(const char* who);
+
+/// Once per process, under Open MPI 4: a warning when its TCP transport is selected without its progress
+/// thread (btl_tcp_progress_thread 0, Open MPI's default; read through MPI_T, so as the process runs,
+/// whoever set it), naming the setting. `who` as above.
+void check_tcp_progress_thread(const char* who);
 
 }  // namespace wb::comm

@@ -271,6 +271,7 @@ JoinPort::JoinPort(std::string path, double timeout, std::int64_t admit_at_most)
     : path_(std::move(path)), shared_(std::make_shared<Shared>()) {
   require_thread_multiple("a trainer job that takes joins by address");
   check_dead_job_bound("a job that takes joins by address");
+  check_tcp_progress_thread("a job that takes joins by address");
   shared_->timeout = timeout;
   shared_->admit_at_most = admit_at_most;
   // MPI_ERRORS_RETURN: where the runtime has no accept/connect (srun --mpi=pmix: measured), MPI_Comm_accept
@@ -441,6 +442,7 @@ class ConnectTurn {
 MPI_Comm join_by_address(const std::string& path, double timeout) {
   require_thread_multiple("an engine that joins by address");
   check_dead_job_bound("an engine that joins by address");
+  check_tcp_progress_thread("an engine that joins by address");
   const double deadline = local_seconds() + timeout;
   const JoinAddress address = read_address_file(path);
   const std::string what = "joining by " + path + ": the MPI_Comm_connect";

@@ -77,8 +77,9 @@ trap cleanup EXIT
 # Polls of the logs fork nothing (nap, log_has, log_count): four of these tests run at once.
 . "$(dirname "${BASH_SOURCE[0]}")/../../scripts/log-poll.sh"
 start_name_server
-# pmix_server_max_wait 5: a job that died while pairing with another is given up on after 5 s (README).
-run() { timeout 200 "$mpiexec" --oversubscribe --ompi-server "file:$dir/uri" --mca pmix_server_max_wait 5 "$@"; }
+# pmix_server_max_wait 5: a job that died while pairing with another is given up on after 5 s; btl_tcp_progress_thread
+# 1: a failed write to a killed job's process cannot leave a survivor spinning in its next MPI call (README).
+run() { timeout 200 "$mpiexec" --oversubscribe --ompi-server "file:$dir/uri" --mca pmix_server_max_wait 5 --mca btl_tcp_progress_thread 1 "$@"; }
 # fleet_kill_arriving: every round in flight at once (no grant needed from the frozen engine), so that the
 # trainers' writes into it complete and the loss is met only through the forwards it never makes.
 [[ $scenario == fleet_kill_arriving ]] && export WB_BUFFER_MIB=256 WB_PIPELINE_DEPTH=8

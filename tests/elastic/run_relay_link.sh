@@ -27,7 +27,7 @@ cleanup() {
 trap cleanup EXIT
 . "$(dirname "${BASH_SOURCE[0]}")/name_server.sh"
 start_name_server
-run() { timeout 90 "$mpiexec" --oversubscribe --ompi-server "file:$dir/uri" --mca pmix_server_max_wait 5 "$@"; }
+run() { timeout 90 "$mpiexec" --oversubscribe --ompi-server "file:$dir/uri" --mca pmix_server_max_wait 5 --mca btl_tcp_progress_thread 1 "$@"; }
 run -np 2 "$program" trainers "$dir" $mode > "$dir/t.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 200); do [[ -s $dir/t ]] && break; sleep 0.1; done

@@ -46,7 +46,7 @@ for _ in $(seq 100); do [[ -s $dir/uri ]] && break; sleep 0.1; done
 run() {  # NAME RANKS ARGS...
   local name=$1 ranks=$2
   shift 2
-  timeout 100 "$mpiexec" --oversubscribe --ompi-server "file:$dir/uri" --mca pmix_server_max_wait 5 -np "$ranks" "$replay" "${model[@]}" --mode "$mode" \
+  timeout 100 "$mpiexec" --oversubscribe --ompi-server "file:$dir/uri" --mca pmix_server_max_wait 5 --mca btl_tcp_progress_thread 1 -np "$ranks" "$replay" "${model[@]}" --mode "$mode" \
     --join-address "$dir/address" --json "$dir/$name.json" "$@" >"$dir/$name.log" 2>&1
 }
 run trainers 3 --trainer tp=2 --rollout "engines=1,tp=1$own_fp8" --joiners 1 --steps 3 --step-ms 20 &

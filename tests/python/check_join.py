@@ -23,8 +23,8 @@ with tempfile.TemporaryDirectory() as folder:
 
     def job(name, ranks, *arguments):
         log = open(os.path.join(folder, name + ".log"), "w")
-        command = [mpiexec, "--oversubscribe", "--ompi-server", f"file:{uri}", "--mca", "pmix_server_max_wait", "5", "-np", str(ranks), python, worker,
-                   *arguments]
+        command = [mpiexec, "--oversubscribe", "--ompi-server", f"file:{uri}", "--mca", "pmix_server_max_wait", "5",
+                   "--mca", "btl_tcp_progress_thread", "1", "-np", str(ranks), python, worker, *arguments]
         jobs.append((name, subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT), log))
         return jobs[-1][1]
 
