@@ -39,15 +39,6 @@ constexpr char kJoin = 'j', kKnock = 'k';
 constexpr std::size_t kPresentedChars = 1 + kSecretChars;
 constexpr const char* kHeader = "weightbridge-join-address 1";
 
-void require_thread_multiple(const char* who) {
-  int level = MPI_THREAD_SINGLE;
-  WB_CHECK_MPI(MPI_Query_thread(&level));
-  if (level < MPI_THREAD_MULTIPLE)
-    throw Error(ErrorCode::kUnsupported, std::string(who) +
-                                             " runs MPI_Comm_accept / MPI_Comm_connect on a thread (they have no deadline "
-                                             "in MPI) and needs MPI_THREAD_MULTIPLE: use MPI_Init_thread");
-}
-
 // Constant time in the secret's length: a refused peer learns nothing from how long the answer took.
 bool same_secret(const std::string& a, const std::string& b) {
   if (a.size() != b.size()) return false;
@@ -131,6 +122,13 @@ std::string others_still_inside(const std::string& self) {
 }
 
 }  // namespace
+
+void require_thread_multiple(const std::string& who, const char* why) {
+  int level = MPI_THREAD_SINGLE;
+  WB_CHECK_MPI(MPI_Query_thread(&level));
+  if (level < MPI_THREAD_MULTIPLE)
+    throw Error(ErrorCode::kUnsupported, who + " " + why + " and needs MPI_THREAD_MULTIPLE: use MPI_Init_thread");
+}
 
 std::string make_join_secret() {
   std::random_device device;
@@ -269,7 +267,8 @@ struct JoinPort::Shared {
 
 JoinPort::JoinPort(std::string path, double timeout, std::int64_t admit_at_most)
     : path_(std::move(path)), shared_(std::make_shared<Shared>()) {
-  require_thread_multiple("a trainer job that takes joins by address");
+  require_thread_multiple("a trainer job that takes joins by address",
+                          "runs MPI_Comm_accept / MPI_Comm_connect on a thread (they have no deadline in MPI)");
   check_dead_job_bound("a job that takes joins by address");
   check_tcp_progress_thread("a job that takes joins by address");
   shared_->timeout = timeout;
@@ -440,7 +439,8 @@ class ConnectTurn {
 }  // namespace
 
 MPI_Comm join_by_address(const std::string& path, double timeout) {
-  require_thread_multiple("an engine that joins by address");
+  require_thread_multiple("an engine that joins by address",
+                          "runs MPI_Comm_accept / MPI_Comm_connect on a thread (they have no deadline in MPI)");
   check_dead_job_bound("an engine that joins by address");
   check_tcp_progress_thread("an engine that joins by address");
   const double deadline = local_seconds() + timeout;

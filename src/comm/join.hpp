@@ -122,6 +122,10 @@ class AddressWatch {
   Verdict last_ = Verdict::kAlive;
 };
 
+/// Throws kUnsupported unless MPI runs at MPI_THREAD_MULTIPLE, naming `who`, `why` it needs it, and
+/// MPI_Init_thread.
+void require_thread_multiple(const std::string& who, const char* why);
+
 /// The joiner's leader: connects to the address in `path` over MPI_COMM_SELF and presents its secret. One
 /// joiner connects at a time (an exclusive flock on the address file, waited for within `timeout`).
 /// Returns the intercommunicator to the trainers' leader. Throws wb::Error: kTimeout when the connection

@@ -547,13 +547,11 @@ Status catch_up_from_port(AdapterBase& joiner, MPI_Comm replica_leaders, const B
 }
 
 EarlyCatchUpLink start_catch_up_link(MPI_Comm engine, const ResolvedOptions& options) {
-  int rank = 0, level = MPI_THREAD_SINGLE;
+  int rank = 0;
   WB_CHECK_MPI(MPI_Comm_rank(engine, &rank));
   // Said before any MPI call on a thread (the join's own check comes later, at the trainers' port).
-  WB_CHECK_MPI(MPI_Query_thread(&level));
-  if (level < MPI_THREAD_MULTIPLE)
-    throw Error(ErrorCode::kUnsupported, "engine worker " + std::to_string(rank) + ": an engine that joins by address makes its "
-                                         "links on threads beside its probe and needs MPI_THREAD_MULTIPLE: use MPI_Init_thread");
+  comm::require_thread_multiple("engine worker " + std::to_string(rank) + ": an engine that joins by address",
+                                "makes its links on threads beside its probe");
   EarlyCatchUpLink early;
   // The threads' own duplicate, made before the leader's connect is in flight (Open MPI 4.1 makes no
   // communicator over a parent of a higher context id while another one's making is in flight in the
