@@ -517,17 +517,17 @@ void tell(MPI_Comm comm, int peer, int tag, std::int64_t word) {
 }
 }  // namespace
 
-Status ask_copy(MPI_Comm link, bool copy, const Waiter& waiter) {
-  if (!copy) {
-    tell(link, 0, kCopyTag, 0);
-    return Status::ok();
-  }
+Status ask_copy(MPI_Comm link, const Waiter& waiter, std::uint64_t& version) {
   std::int64_t go = 0;
   WB_RETURN_IF_ERROR(exchange(link, kCopyTag, kGoTag, true, waiter, "the replica's answer to the copy", 0, 1, &go));
-  return go == 1 ? Status::ok()
-                 : Status(ErrorCode::kNotFound, "the replica engine let this engine go before the copy (it asked later than the "
-                                               "replica's timeout, or the replica left)");
+  if (go <= 0)
+    return Status(ErrorCode::kNotFound, "the replica engine let this engine go before the copy (it asked later than the replica's "
+                                        "timeout, or the replica left)");
+  version = static_cast<std::uint64_t>(go);
+  return Status::ok();
 }
+
+void decline_copy(MPI_Comm link) { tell(link, 0, kCopyTag, 0); }
 
 std::optional<bool> copy_asked(MPI_Comm link) {
   int found = 0;
@@ -538,7 +538,9 @@ std::optional<bool> copy_asked(MPI_Comm link) {
   return word == 1;
 }
 
-void answer_copy(MPI_Comm link, int joiner_leader, bool go) { tell(link, joiner_leader, kGoTag, go ? 1 : 0); }
+void answer_copy(MPI_Comm link, int joiner_leader, std::uint64_t version) {
+  tell(link, joiner_leader, kGoTag, static_cast<std::int64_t>(version));
+}
 
 bool confirm_take(MPI_Comm leaders, double seconds) {
   return exchange(leaders, kTakeTag, kReadyTag, true, Waiter{seconds, {}}, "the joiner's ready").is_ok();

@@ -152,15 +152,16 @@ bool take_began(MPI_Comm leaders);
 Status say_ready(MPI_Comm leaders, const Waiter& waiter);
 bool said_ready(MPI_Comm leaders);
 /// Over a catch-up link that the fleet's replica made with a joiner before the joiner's probe ended (its
-/// widening, 20-200 ms on the emulated cluster, then off the copy's path): the joiner's leader says whether
-/// it copies now (`copy`: its probe passed) and, when it does, waits as `waiter` says for the replica's
-/// answer (kAborted where the replica gave up on it). The replica's leader looks for that word, never
-/// waiting (copy_asked: the word, taken, once there), and answers it (answer_copy: `go` as its workers
-/// enter the copy, not where it drops the joiner). On the link the replica's leader is rank 0, the
-/// joiner's `joiner_leader`.
-Status ask_copy(MPI_Comm link, bool copy, const Waiter& waiter);
+/// widening and the link's adapter, 80-300 ms on the emulated cluster, then off the copy's path): the
+/// joiner's leader asks for the copy once its probe passed and waits as `waiter` says for the replica's
+/// answer, the version it copies (kNotFound where the replica gave up on it), or declines it (its probe
+/// failed). The replica's leader looks for that word, never waiting (copy_asked: the word, taken, once
+/// there), and answers it (answer_copy: its version as its workers enter the copy; 0 where it drops the
+/// joiner). On the link the replica's leader is rank 0, the joiner's `joiner_leader`.
+Status ask_copy(MPI_Comm link, const Waiter& waiter, std::uint64_t& version);
+void decline_copy(MPI_Comm link);
 std::optional<bool> copy_asked(MPI_Comm link);
-void answer_copy(MPI_Comm link, int joiner_leader, bool go);
+void answer_copy(MPI_Comm link, int joiner_leader, std::uint64_t version);
 
 /// Another process of the trainer job ends a port's accept thread: it connects to the port (bounded by
 /// `timeout`), presents the secret as a knock, not a join, and lets the connection go. The accept thread

@@ -1,13 +1,9 @@
 #include "coord/catch_up.hpp"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <exception>
-#include <fstream>
 #include <future>
 #include <memory>
 #include <optional>
@@ -19,7 +15,9 @@
 #include "comm/backoff.hpp"
 #include "comm/collectives.hpp"
 #include "comm/join.hpp"
+#include "comm/operation.hpp"
 #include "coord/adapter_common.hpp"
+#include "coord/binding_checks.hpp"
 #include "coord/connection.hpp"
 #include "coord/join_links.hpp"
 #include "core/checks.hpp"
@@ -27,12 +25,6 @@
 #include "core/log.hpp"
 
 namespace wb::coord {
-
-namespace {
-// A replica's port touches its address file this often; a joiner connects only to one it sees touched
-// within the other bound (the process runs): ten touches of margin for a loaded machine.
-constexpr double kReplicaTouchSeconds = 0.1, kReplicaFreshSeconds = 1.0;
-}  // namespace
 
 JoinedComms cut_widening(MPI_Comm merged, JoinSide mine, double timeout) {
   JoinedComms out;
@@ -139,6 +131,25 @@ Side side_of(AdapterBase& self, bool replica) {
 
 }  // namespace
 
+struct LinkedCopy {
+  MPI_Comm engine = MPI_COMM_NULL;       // this side's engine, duplicated for the copy's steps
+  std::unique_ptr<AdapterBase> adapter;  // over the link (its `link`); none once the copy parted
+  std::uint64_t version = 0;             // the replica's, when the link was made
+};
+
+void AbandonUnused::operator()(LinkedCopy* copy) const noexcept {
+  if (copy->adapter) {
+    copy->adapter->abandon_link_comms();
+    try {
+      comm::keep_alive(std::shared_ptr<AdapterBase>(copy->adapter.release()));
+    } catch (const std::exception&) {  // no memory for the keeper: the adapter's memory goes with the process
+    }
+  }
+  delete copy;
+}
+
+MPI_Comm link_of(const LinkedCopy& copy) { return copy.adapter->link; }
+
 PreparedBuffers prepare_catch_up_buffers(const ParameterSet& params, const ResolvedOptions& options) {
   if (!params.empty() && params[0].view.memory != MemoryKind::kHost) return {};
   const std::int64_t bytes = catch_up_buffer_bytes(options, params.total_bytes());
@@ -151,46 +162,37 @@ PreparedBuffers prepare_catch_up_buffers(const ParameterSet& params, const Resol
 
 namespace {
 
-// Both sides, collective over `comm` (taken over): the replica's workers as the senders, planned from the
-// maps both sides probed (a joiner not yet taken probes here); one update of the replica's version; then
-// parted. `v`: the replica's version (given on its side, learnt on the joiner's). `probed_here`: a joiner
-// that probed here, its map (kept for its link with the trainers).
-Status run_catch_up(const Side& self, MPI_Comm comm, bool replica, const BeforeUpdateHook* hook, std::uint64_t& v,
-                    std::int64_t& bytes, SourceMap* probed_here = nullptr) {
-  std::unique_ptr<AdapterBase> link;
+// Both sides, collective over `comm` (taken over): the link's adapter constructed over it (the replica's
+// workers as its trainers), and whether both sides can copy and the forms they load checked; the replica's
+// version learnt (given on its side). Null where that failed (`status`: why; the link abandoned).
+LinkedCopyPtr make_copy_link(const Side& self, MPI_Comm comm, bool replica, std::uint64_t version, Status& status) {
+  LinkedCopyPtr made(new LinkedCopy);
   Laps laps;
   // The copy's steps over the engine run on a duplicate of its own: one given up on halfway (a peer that
   // died or was slow) is never met by a later collective of the engine's own communicator.
-  MPI_Comm engine = MPI_COMM_NULL;
   try {
-    engine = comm::duplicate(self.engine);
-    link = std::make_unique<AdapterBase>(comm, engine, replica, self.params, self.load_weights,
-                                         catch_up_options(self.options, self.params.total_bytes()));
+    made->engine = comm::duplicate(self.engine);
+    made->adapter = std::make_unique<AdapterBase>(comm, made->engine, replica, self.params, self.load_weights,
+                                                  catch_up_options(self.options, self.params.total_bytes()));
   } catch (const Error& error) {
     comm::abandon_link(comm);
-    return error.status();
+    status = error.status();
+    return nullptr;
   }
-  link->spares = self.spares;
-  link->link = comm;  // parted with the joiner at the end (abandoned after a failure)
-  if (self.buffers.valid()) {
-    try {
-      link->prepared_buffers = self.buffers.get();  // allocated while the joiner probed, or kept by the replica
-    } catch (const std::exception&) {
-      // The link allocates its own, and says why where it cannot either.
-    }
-  }
+  AdapterBase& link = *made->adapter;
+  link.spares = self.spares;
+  link.link = comm;  // parted with the joiner at the end (abandoned after a failure)
   // Made: the joiner came straight from its own link's connect (or its admission), which the trainers
   // waited for meanwhile (the whole timeout). From here neither side serves: the replica's own engine and
   // the joiner have the trainers' next version waiting, under their deadline. A peer that dies in it must
   // cost much less, so every step waits for progress at most half the deadline of a join's answer (itself
   // at most half the timeout: set it alike in every job); before the take (the fleet's replica) the whole
-  // of it, since the joiner probes in this link's connect and only the replica's engine waits.
-  link->options.timeout_seconds = (self.before_take ? 1.0 : 0.5) * join_answer_seconds(self.options.timeout_seconds);
-  Status status;
+  // of it, since only the replica's engine waits.
+  link.options.timeout_seconds = (self.before_take ? 1.0 : 0.5) * join_answer_seconds(self.options.timeout_seconds);
   try {
-    // Both sides kept their probe, each in the form it loads (a joiner not yet taken probes in this
+    // Both sides kept their probe, each in the form it loads (a joiner not yet taken probes in the copy's
     // connect), and both load one form (the checkpoint's, or FP8 of one quantization config: the replica's
-    // codes and scales are then copied as they are); then the replica's version reaches the joiner.
+    // codes and scales are then copied as they are).
     const bool probes_here = !replica && self.probed == nullptr;
     Status usable = probes_here || (self.probed != nullptr && !self.probed->parameters.empty())
                         ? Status::ok()
@@ -198,27 +200,52 @@ Status run_catch_up(const Side& self, MPI_Comm comm, bool replica, const BeforeU
     // One all-gather says all three (whether every worker can, the form each loads, the replica's version:
     // its rank 0's): as three collectives they took 35-75 ms of every copy on the emulated cluster, now 15-40.
     const std::string form = self.options.fp8 ? "FP8 (" + self.options.fp8->to_string() + ")" : "the checkpoint's own form";
-    std::vector<std::byte> mine(sizeof v + form.size());
-    std::memcpy(mine.data(), &v, sizeof v);
-    std::memcpy(mine.data() + sizeof v, form.data(), form.size());
-    const auto all = comm::allgather(mine, link->world, link->waiter(), "a joiner's catch-up: whether both sides can, and "
+    std::vector<std::byte> mine(sizeof version + form.size());
+    std::memcpy(mine.data(), &version, sizeof version);
+    std::memcpy(mine.data() + sizeof version, form.data(), form.size());
+    const auto all = comm::allgather(mine, link.world, link.waiter(), "a joiner's catch-up: whether both sides can, and "
                                      "the forms they load", usable);
     for (const std::vector<std::byte>& other : all) {
-      const std::string_view theirs(reinterpret_cast<const char*>(other.data()) + sizeof v, other.size() - sizeof v);
+      const std::string_view theirs(reinterpret_cast<const char*>(other.data()) + sizeof version, other.size() - sizeof version);
       if (theirs != form)
         throw_if_error(Status(ErrorCode::kUnsupported, self.who + ": the replica and the joiner load different forms (this "
                                                        "worker " + form + ", another " + std::string(theirs) + ")"));
     }
-    std::memcpy(&v, all.front().data(), sizeof v);  // the replica's rank 0 is rank 0 of the link
-    laps("checks");
-    link->connect(self.tensors, self.probed);
+    std::memcpy(&made->version, all.front().data(), sizeof version);  // the replica's rank 0 is rank 0 of the link
+  } catch (const Error& error) {
+    status = link.fail(error.status());
+    return nullptr;  // abandoned
+  }
+  laps("the link's adapter and checks");
+  WB_LOG(kDebug) << self.who << ": the catch-up's set-up: " << laps.text();
+  return made;
+}
+
+// Then, collective over the link: planned from the maps both sides probed (a joiner not yet taken probes
+// here), one update of version `v` (the replica's); then parted. `probed_here`: a joiner that probed here,
+// its map (kept for its link with the trainers).
+Status copy_over(const Side& self, LinkedCopyPtr made, const BeforeUpdateHook* hook, std::uint64_t v, std::int64_t& bytes,
+                 SourceMap* probed_here = nullptr) {
+  AdapterBase& link = *made->adapter;
+  if (self.spares) link.spares = self.spares;  // a transport opened ahead (a joiner's link was made without)
+  if (self.buffers.valid()) {
+    try {
+      link.prepared_buffers = self.buffers.get();  // allocated while the joiner probed, or kept by the replica
+    } catch (const std::exception&) {
+      // The link allocates its own, and says why where it cannot either.
+    }
+  }
+  Laps laps;
+  Status status;
+  try {
+    link.connect(self.tensors, self.probed);
     laps("connect");
-    const bool same = self.probed_against == nullptr || *self.probed_against == link->connection->tensors;
+    const bool same = self.probed_against == nullptr || *self.probed_against == link.connection->tensors;
     Status listed = same ? Status::ok()
                          : Status(ErrorCode::kCorruptData, self.who + ": the tensor list beside the replica's address is not the "
                                                                       "one its workers hold (an older job's file?)");
-    comm::agree(listed, link->world, link->waiter(), "a joiner's catch-up: the tensor list the joiner probed against");
-    if (probes_here && probed_here != nullptr) *probed_here = link->connection->probed;
+    comm::agree(listed, link.world, link.waiter(), "a joiner's catch-up: the tensor list the joiner probed against");
+    if (self.probed == nullptr && probed_here != nullptr) *probed_here = link.connection->probed;
     if (hook != nullptr && *hook) {
       try {
         (*hook)(v);
@@ -226,29 +253,36 @@ Status run_catch_up(const Side& self, MPI_Comm comm, bool replica, const BeforeU
         status = Status(ErrorCode::kInvalidArgument, self.who + ": before_update_hook(" + std::to_string(v) + ") threw: " + error.what());
       }
     }
-    if (status) status = link->run_transfer(v);
+    if (status) status = link.run_transfer(v);
     laps("transfer");
-    bytes = link->executor_stats.bytes_written;
+    bytes = link.executor_stats.bytes_written;
     if (status) {
-      comm::agree(Status::ok(), link->world, link->waiter(), "a joiner's catch-up: version " + std::to_string(v));
+      comm::agree(Status::ok(), link.world, link.waiter(), "a joiner's catch-up: version " + std::to_string(v));
       laps("agree");
       WB_LOG(kDebug) << self.who << ": the catch-up's steps: " << laps.text();
-    } else status = link->give_up(status, "a joiner's catch-up of version " + std::to_string(v) + " (its link names the replica's "
-                                               "workers trainers): ");
+    } else status = link.give_up(status, "a joiner's catch-up of version " + std::to_string(v) + " (its link names the replica's "
+                                              "workers trainers): ");
   } catch (const Error& error) {
-    status = link->fail(error.status());
+    status = link.fail(error.status());
   }
   if (status) {
-    link->shut_down = true;
-    link.reset();  // the link goes: parted with the other side
-    MPI_Comm_free(&engine);
-    return status;
+    link.shut_down = true;
+    made->adapter.reset();  // the link goes: parted with the other side
+    MPI_Comm_free(&made->engine);
   }
   // Given up on: nothing of it is waited for again (its executor's teardown would wait for the peers'
-  // grants): its communicators are abandoned, and it is kept with its buffers to the end of the process.
-  link->abandon_link_comms();
-  comm::keep_alive(std::shared_ptr<AdapterBase>(link.release()));
+  // grants): `made` abandons its communicators, and keeps it with its buffers to the end of the process.
   return status;
+}
+
+// Both steps at once, where nobody waits between them: `v` given on the replica's side, learnt on the joiner's.
+Status run_catch_up(const Side& self, MPI_Comm comm, bool replica, const BeforeUpdateHook* hook, std::uint64_t& v,
+                    std::int64_t& bytes) {
+  Status status;
+  LinkedCopyPtr made = make_copy_link(self, comm, replica, v, status);
+  if (!made) return status;
+  v = made->version;
+  return copy_over(self, std::move(made), hook, v, bytes);
 }
 
 // A joiner not taken yet waits for the fleet's replica (which takes it between its own updates) as long as
@@ -320,124 +354,6 @@ MPI_Comm link_leaders(const Side& self, MPI_Comm leaders, bool joiner) {
 
 }  // namespace
 
-std::string replica_address(const std::string& join_address) { return join_address + ".replica"; }
-
-void keep_replica_fresh(comm::JoinPort& port) { port.keep_fresh(kReplicaTouchSeconds); }
-
-std::string replica_tensors_path(const std::string& join_address) { return replica_address(join_address) + ".tensors"; }
-
-void write_replica_tensors(const std::string& join_address, const std::vector<TensorInfo>& tensors) {
-  // Owner-only as the address is, and whole or absent: written aside, then renamed.
-  const std::string path = replica_tensors_path(join_address), aside = path + ".writing";
-  const std::vector<std::byte> bytes = serialize_source_map(SourceMap{tensors, {}});
-  const int fd = ::open(aside.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  bool written = fd >= 0;
-  for (std::size_t done = 0; written && done < bytes.size();) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    written = n > 0;
-    if (written) done += static_cast<std::size_t>(n);
-  }
-  if (fd >= 0) written = ::close(fd) == 0 && written;
-  if (written && std::rename(aside.c_str(), path.c_str()) == 0) return;
-  std::remove(aside.c_str());
-  WB_LOG(kWarn) << "engine worker 0: cannot write " << path << " (joiners then probe while this replica waits for them)";
-}
-
-void remove_replica_address(const std::string& join_address) {
-  std::remove(replica_address(join_address).c_str());
-  std::remove(replica_tensors_path(join_address).c_str());
-}
-
-EarlyProbe probe_before_replica(MPI_Comm engine, const std::string& join_address, const ParameterSet& params, const LoadWeightsFn& load,
-                                const ResolvedOptions& options, std::vector<TensorInfo>& tensors, SourceMap& probed, double& seconds) {
-  int rank = 0;
-  WB_CHECK_MPI(MPI_Comm_rank(engine, &rank));
-  const comm::Waiter waiter{options.timeout_seconds, {}};
-  std::vector<std::byte> bytes;
-  // For the form a replica's file lists (the checkpoint's). Whether the replica runs is connect_replica's
-  // check, after the probe: it must be fresh when the joiner connects, and waiting for a touch here too
-  // cost every join up to a touch's interval (a stale list costs a probe the trainers' connect repeats).
-  const std::string path = replica_tensors_path(join_address);
-  if (rank == 0 && !options.fp8) {
-    std::ifstream in(path, std::ios::binary | std::ios::ate);
-    if (in) {
-      bytes.resize(static_cast<std::size_t>(in.tellg()));
-      in.seekg(0);
-      in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-      if (!in) bytes.clear();
-    }
-  }
-  bytes = comm::broadcast(bytes, 0, engine, waiter, "joining the trainers: the tensor list beside the replica's address");
-  if (bytes.empty()) return EarlyProbe::kNoList;
-  const double began = comm::local_seconds();
-  Status status;
-  try {
-    tensors = deserialize_source_map(bytes).parameters;
-    status = probe_load_weights(tensors, params, load, options.not_loaded, true, "joining engine worker " + std::to_string(rank) + ": ",
-                                probed);
-  } catch (const Error& error) {
-    status = Status(error.code(), "joining engine worker " + std::to_string(rank) + ": the tensor list in " + path + ": " +
-                                      error.status().message());
-  }
-  try {
-    comm::agree(status, engine, waiter, "joining the trainers: the probe before the replica's copy");
-  } catch (const Error& error) {
-    // The trainers' connect probes again and says why there; the copy is not tried.
-    if (rank == 0) {
-      WB_LOG(kInfo) << "engine worker 0: no copy from the replica (the trainers' connect probes again and says why): "
-                    << error.status().message();
-    }
-    probed = SourceMap{};
-    return EarlyProbe::kFailed;
-  }
-  seconds = comm::local_seconds() - began;
-  if (rank == 0) {
-    WB_LOG(kInfo) << "engine worker 0: probed its load_weights against the replica's tensor list before connecting ("
-                  << comm::seconds_text(seconds) << ")";
-  }
-  return EarlyProbe::kProbed;
-}
-
-ReplicaAdmission start_replica_admission(MPI_Comm engine, const std::string& join_address, double timeout) {
-  int rank = 0;
-  WB_CHECK_MPI(MPI_Comm_rank(engine, &rank));
-  if (rank != 0) return {};
-  return std::async(std::launch::async, [path = replica_address(join_address), timeout]() -> MPI_Comm {
-    // Only a replica whose process runs (its port touches the file: JoinPort::keep_fresh, seen now) is
-    // connected to: a connect to a stopped or dead one stays inside MPI and holds this process's later
-    // connects, the one to the trainers included (30 s, measured with the replica SIGSTOPped).
-    if (::access(path.c_str(), F_OK) != 0) return MPI_COMM_NULL;
-    if (!comm::address_touched(path, kReplicaFreshSeconds)) {
-      WB_LOG(kInfo) << "engine worker 0: the trainers' replica engine at " << path << " did not touch its address within "
-                    << comm::seconds_text(kReplicaFreshSeconds) << " (stopped or gone); its first version will be the trainers' next";
-      return MPI_COMM_NULL;
-    }
-    try {
-      const double began = comm::local_seconds();
-      const MPI_Comm leaders = comm::join_by_address(path, join_answer_seconds(timeout));
-      WB_LOG(kDebug) << "engine worker 0: admitted at the replica's port in " << comm::seconds_text(comm::local_seconds() - began);
-      return leaders;
-    } catch (const Error& error) {
-      WB_LOG(kWarn) << "engine worker 0: the trainers' replica engine at " << path << " did not admit this engine ("
-                    << error.status().message() << "); its first version will be the trainers' next";
-    }
-    return MPI_COMM_NULL;
-  });
-}
-
-void settle_replica_admission(MPI_Comm engine, ReplicaAdmission admission, double timeout, JoinedComms& comms) {
-  // Bounded: the freshness check and the connect's own bound (join_answer_seconds, at most half the timeout).
-  if (admission.valid()) comms.replica_leaders = admission.get();
-  std::int32_t connected = comms.replica_leaders != MPI_COMM_NULL ? 1 : 0;
-  comm::broadcast_fixed(std::as_writable_bytes(std::span(&connected, 1)), 0, engine, comm::Waiter{timeout, {}},
-                        "joining the trainers: whether the replica admitted this engine");
-  comms.from_replica = connected != 0;
-}
-
-void connect_replica(MPI_Comm engine, const std::string& join_address, double timeout, JoinedComms& comms) {
-  settle_replica_admission(engine, start_replica_admission(engine, join_address, timeout), timeout, comms);
-}
-
 namespace {
 // The replica's side of the leaders' link with a joiner taken at its port (`taken`; the leader waits a
 // little for one at `port` otherwise), widened over both jobs.
@@ -456,13 +372,16 @@ MPI_Comm link_at_port(const Side& self, AdapterBase& replica, comm::JoinPort* po
   return link_leaders(self, leaders, false);
 }
 
-Status copy_to_joiner(const Side& self, AdapterBase& replica, MPI_Comm comm, std::int64_t& bytes) {
-  std::uint64_t v = replica.version;
-  const Status served = run_catch_up(self, comm, true, nullptr, v, bytes);
-  // A copy given up on may still have writes in flight from its buffers (its link abandoned, kept with
-  // them): the next joiner's get buffers of their own.
+// A copy given up on may still have writes in flight from its buffers (its link abandoned, kept with
+// them): the next joiner's get buffers of their own.
+Status renewing_buffers(AdapterBase& replica, Status served) {
   if (!served && replica.catch_up_buffers.valid()) replica.catch_up_buffers = prepare_catch_up_buffers(replica.params, replica.options);
   return served;
+}
+
+Status copy_to_joiner(const Side& self, AdapterBase& replica, MPI_Comm comm, std::int64_t& bytes) {
+  std::uint64_t v = replica.version;
+  return renewing_buffers(replica, run_catch_up(self, comm, true, nullptr, v, bytes));
 }
 
 Side before_take_side(AdapterBase& replica) {
@@ -471,11 +390,12 @@ Side before_take_side(AdapterBase& replica) {
   return self;
 }
 
-// The replica's leader's answer to the joiner's leader (the replica's workers first on the link). Never
-// throws: a State's destructor lets a linked joiner go.
-void answer_joiner(const AdapterBase& replica, MPI_Comm linked, bool go) {
+// The replica's leader's answer to the joiner's leader (the replica's workers first on the link): the
+// version it copies, or 0 where it lets the joiner go. Never throws: a State's destructor lets a linked
+// joiner go.
+void answer_joiner(const AdapterBase& replica, const LinkedCopy& linked, std::uint64_t version) {
   int size = 0;
-  if (replica.roles.leader && MPI_Comm_size(replica.group_comm, &size) == MPI_SUCCESS) comm::answer_copy(linked, size, go);
+  if (replica.roles.leader && MPI_Comm_size(replica.group_comm, &size) == MPI_SUCCESS) comm::answer_copy(link_of(linked), size, version);
 }
 }  // namespace
 
@@ -490,32 +410,36 @@ Status serve_joiner_at_port(AdapterBase& replica, comm::JoinPort* port, std::int
   return copy_to_joiner(self, replica, comm, bytes);
 }
 
-MPI_Comm link_joiner_at_port(AdapterBase& replica, MPI_Comm taken) {
+LinkedCopyPtr link_joiner_at_port(AdapterBase& replica, MPI_Comm taken) {
   const double began = comm::local_seconds();
+  const Side self = before_take_side(replica);
+  Status status;
+  LinkedCopyPtr linked;
   try {
-    const MPI_Comm linked = link_at_port(before_take_side(replica), replica, nullptr, taken);
-    if (replica.roles.leader) {
-      WB_LOG(kDebug) << replica.who() << ": linked a joining engine (" << comm::seconds_text(comm::local_seconds() - began)
-                     << "); it is copied to once its probe is done";
-    }
-    return linked;
+    linked = make_copy_link(self, link_at_port(self, replica, nullptr, taken), true, replica.version, status);
   } catch (const Error& error) {
-    if (replica.roles.leader) {
-      WB_LOG(kWarn) << replica.who() << ": linking a joining engine failed (it gets the trainers' next version; this engine "
-                                        "serves on): " << error.status().message();
-    }
+    status = error.status();
   }
-  return MPI_COMM_NULL;
+  if (replica.roles.leader && linked) {
+    WB_LOG(kDebug) << replica.who() << ": linked a joining engine (" << comm::seconds_text(comm::local_seconds() - began)
+                   << "); it is copied to once its probe is done";
+  } else if (replica.roles.leader) {
+    WB_LOG(kWarn) << replica.who() << ": linking a joining engine failed (it gets the trainers' next version; this engine "
+                                      "serves on): " << status.message();
+  }
+  return linked;
 }
 
-Status serve_linked_joiner(AdapterBase& replica, MPI_Comm linked, std::int64_t& bytes) {
-  answer_joiner(replica, linked, true);
-  return copy_to_joiner(before_take_side(replica), replica, linked, bytes);
+Status serve_linked_joiner(AdapterBase& replica, LinkedCopyPtr linked, std::int64_t& bytes) {
+  // A worker whose part of the link failed where its leader's did not: the others' copy times out.
+  if (!linked) return Status(ErrorCode::kInternal, replica.who() + ": no catch-up link with the joiner on this worker");
+  answer_joiner(replica, *linked, replica.version);
+  return renewing_buffers(replica, copy_over(before_take_side(replica), std::move(linked), nullptr, replica.version, bytes));
 }
 
-void drop_linked_joiner(AdapterBase& replica, MPI_Comm linked, LetGo why) {
-  answer_joiner(replica, linked, false);
-  comm::abandon_link(linked);
+void drop_linked_joiner(AdapterBase& replica, LinkedCopyPtr linked, LetGo why) {
+  if (linked) answer_joiner(replica, *linked, 0);
+  linked.reset();  // abandoned: the joiner may be gone
   if (replica.roles.leader && why != LetGo::kQuietly) {
     WB_LOG(kWarn) << replica.who() << ": let a joining engine go without its first version (it gets the trainers' next one): "
                   << (why == LetGo::kLate ? "it did not finish its probe within " + comm::seconds_text(replica.options.timeout_seconds)
@@ -546,7 +470,8 @@ Status catch_up_from_port(AdapterBase& joiner, MPI_Comm replica_leaders, const B
   return status;
 }
 
-EarlyCatchUpLink start_catch_up_link(MPI_Comm engine, const ResolvedOptions& options) {
+EarlyCatchUpLink start_catch_up_link(MPI_Comm engine, const ParameterSet& params, const LoadWeightsFn& load_weights,
+                                     const ResolvedOptions& options) {
   int rank = 0;
   WB_CHECK_MPI(MPI_Comm_rank(engine, &rank));
   // Said before any MPI call on a thread (the join's own check comes later, at the trainers' port).
@@ -562,15 +487,23 @@ EarlyCatchUpLink start_catch_up_link(MPI_Comm engine, const ResolvedOptions& opt
   self.engine = early.engine;
   self.leader = rank == 0;
   self.who = "joining engine worker " + std::to_string(rank);
+  self.params = params;
+  self.load_weights = load_weights;
   self.options = options;
   self.before_take = true;
-  early.linked = std::async(std::launch::async, [self = std::move(self), admission = std::move(admission)]() mutable {
+  // The link's adapter takes what a language binding handed this thread's constructions (its caller's
+  // failure, its watch over the parameters: binding_checks.hpp), as the copy on this thread would.
+  early.linked = std::async(std::launch::async, [self = std::move(self), admission = std::move(admission),
+                                                 found = BindingChecks::current(), watch = BindingChecks::current_watch()]() mutable {
+    const BindingChecks scope(found, watch);
     EarlyCatchUpLink::Linked out;
     try {
       JoinedComms comms;
       settle_replica_admission(self.engine, std::move(admission), self.options.timeout_seconds, comms);
       out.admitted = comms.from_replica;
-      if (out.admitted) out.link = link_leaders(self, comms.replica_leaders, true);
+      if (out.admitted) out.link = make_copy_link(self, link_leaders(self, comms.replica_leaders, true), false, 0, out.status);
+      // Then its transfer buffers (60-90 ms here): after the replica's answer they were on the copy's path.
+      if (out.link) out.buffers = prepare_catch_up_buffers(self.params, self.options);
     } catch (const Error& error) {
       out.status = error.status();
     }
@@ -582,14 +515,15 @@ EarlyCatchUpLink start_catch_up_link(MPI_Comm engine, const ResolvedOptions& opt
 Status catch_up_before_take(MPI_Comm engine, const ParameterSet& params, const LoadWeightsFn& load_weights, const AdapterOptions& options,
                             std::shared_ptr<SpareTransports> spares, const BeforeUpdateHook& hook, EarlyCatchUpLink early,
                             bool copy, bool& from_replica, std::uint64_t& installed, SourceMap& probed,
-                            const std::vector<TensorInfo>& probed_against, double& waited, PreparedBuffers buffers) {
+                            const std::vector<TensorInfo>& probed_against, double& waited) {
   int rank = 0;
   WB_CHECK_MPI(MPI_Comm_rank(engine, &rank));
-  const bool ahead = !probed.parameters.empty();  // probed before it connected (probe_before_replica)
-  const Side self{engine, rank == 0, "joining engine worker " + std::to_string(rank), params, load_weights, resolve_options(options),
-                  std::move(spares), ahead ? &probed : nullptr, nullptr, ahead ? &probed_against : nullptr, true, std::move(buffers)};
   const double began = comm::local_seconds();
   EarlyCatchUpLink::Linked linked = early.linked.get();  // bounded: the thread's every wait is
+  const bool ahead = !probed.parameters.empty();  // probed before it connected (probe_before_replica)
+  const Side self{engine, rank == 0, "joining engine worker " + std::to_string(rank), params, load_weights, resolve_options(options),
+                  std::move(spares), ahead ? &probed : nullptr, nullptr, ahead ? &probed_against : nullptr, true, linked.buffers};
+  std::uint64_t v = 0;  // the replica's, from its answer
   from_replica = linked.admitted;  // alike on every worker (broadcast)
   Status status = linked.status;
   bool asked_copy = false;
@@ -597,37 +531,39 @@ Status catch_up_before_take(MPI_Comm engine, const ParameterSet& params, const L
     // Every worker has the link, or none copies; then the leader asks, and waits for the replica's answer
     // as long as for its take (the others as long, and a margin more).
     try {
-      comm::agree(linked.link != MPI_COMM_NULL ? Status::ok()
-                  : status                       ? Status(ErrorCode::kInternal, self.who + ": no catch-up link")
-                                                 : status,
+      comm::agree(linked.link ? Status::ok()
+                  : status      ? Status(ErrorCode::kInternal, self.who + ": no catch-up link")
+                                : status,
                   early.engine, comm::Waiter{self.options.timeout_seconds, {}}, "joining the trainers: the catch-up link");
       status = copy ? Status::ok() : Status(ErrorCode::kInvalidArgument, self.who + ": its probe failed");
       if (copy) {
+        // The replica answers with the version it copies (the leader's to its workers: all-gathered with
+        // the answer, no collective more).
         Status asked;
         if (self.leader) {
           asked_copy = true;
-          asked = until_replica_takes(self, [&](const comm::Waiter& until) { return comm::ask_copy(linked.link, true, until); });
+          asked = until_replica_takes(self, [&](const comm::Waiter& until) { return comm::ask_copy(link_of(*linked.link), until, v); });
         }
-        comm::agree(asked, early.engine, comm::Waiter{self.options.timeout_seconds + join_answer_seconds(self.options.timeout_seconds), {}},
-                    "joining the trainers: the replica's answer to the copy");
+        std::vector<std::byte> mine(self.leader ? sizeof v : 0);
+        std::memcpy(mine.data(), &v, mine.size());
+        const auto all = comm::allgather(mine, early.engine, comm::Waiter{self.options.timeout_seconds + join_answer_seconds(
+                                                                                                  self.options.timeout_seconds), {}},
+                                         "joining the trainers: the replica's answer to the copy", asked);
+        std::memcpy(&v, all.front().data(), sizeof v);
       }
     } catch (const Error& error) {
       status = error.status();
     }
     // The replica holds the link until this engine's word (or its own bound): "no copy" lets it go at once.
-    if (!status && self.leader && linked.link != MPI_COMM_NULL && !asked_copy) (void)comm::ask_copy(linked.link, false, {});
+    if (!status && self.leader && linked.link && !asked_copy) comm::decline_copy(link_of(*linked.link));
   }
   // A wait given up on may have left a thread in MPI over the duplicate: abandoned then, not freed.
   if (status) MPI_Comm_free(&early.engine);
   else comm::abandon_link(early.engine);
   waited = comm::local_seconds() - began;
-  if (!from_replica || !status) {
-    if (linked.link != MPI_COMM_NULL) comm::abandon_link(linked.link);
-    return status;
-  }
-  std::uint64_t v = 0;
+  if (!from_replica || !status) return status;  // the link, if any, abandoned with `linked`
   std::int64_t bytes = 0;
-  status = run_catch_up(self, linked.link, false, &hook, v, bytes, ahead ? nullptr : &probed);
+  status = copy_over(self, std::move(linked.link), &hook, v, bytes, ahead ? nullptr : &probed);
   if (status) installed = v;
   return status;
 }

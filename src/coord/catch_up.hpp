@@ -15,6 +15,8 @@
 // instead: it opens a port of its own (its address file beside the trainers'), a joiner connects there
 // before it joins the trainers, and the two jobs' leaders make the catch-up link from that connection
 // (bridge and widening, as a join). With no replica at all, joiners get the trainers' next version.
+// How a joiner finds the replica (its address file, the tensor list beside it, the admission at its
+// port) is in replica_admission.cpp; the links and the copy are in catch_up.cpp.
 #pragma once
 
 #include <mpi.h>
@@ -53,6 +55,19 @@ PreparedBuffers prepare_catch_up_buffers(const ParameterSet& params, const Resol
 /// The fleet's replica, its port open: a transport kept opened for the next joiner's catch-up link (where
 /// its own links are between machines: the joiners' are too) and its transfer buffers, kept from one to the next.
 void prepare_for_joiners(AdapterBase& replica, bool network_links);
+
+/// A catch-up link made before its copy is asked (the fleet link's: the joiner probes meanwhile), with the
+/// link's adapter constructed over it and the forms both sides load checked: those took 86-172 ms of every
+/// copy after the ask on the emulated cluster (the adapter's duplicates, roles, fault channel and clock
+/// offset, and one all-gather), leaving the plan (it needs the joiner's probe) and the transfer. One that
+/// goes unused is abandoned with its communicators, never waited on (the other side may be gone).
+struct LinkedCopy;
+struct AbandonUnused {
+  void operator()(LinkedCopy* copy) const noexcept;
+};
+using LinkedCopyPtr = std::unique_ptr<LinkedCopy, AbandonUnused>;
+/// Its link (the replica's workers first): where the joiner's ask and the replica's answer go.
+MPI_Comm link_of(const LinkedCopy& copy);
 
 /// Who a rank is in the widening of a join.
 enum class JoinSide : std::int32_t { kTrainer = 0, kReplica = 1, kJoiner = 2 };
@@ -125,15 +140,15 @@ Status serve_joiner_at_port(AdapterBase& replica, comm::JoinPort* port, std::int
 /// The fleet link's replica, serving a joiner the trainers have not taken yet, in two steps between its own
 /// updates, so that nothing of the joiner's probe is on the copy's path nor held against the replica: at
 /// once when its leader took the joiner (`taken`: it said "ready" as it was admitted, while it probes),
-/// the catch-up link, on every worker (MPI_COMM_NULL where that failed: warned); once the joiner asked for
-/// the copy (comm::copy_asked, the leader's look, agreed at the engine's step), the copy over it; or the
-/// link let go, with a warning (the joiner's probe failed, or it did not ask within the timeout; it then
-/// gets the trainers' next version). Every step waits as long as a join's answer (nobody but this
-/// engine waits for them).
-MPI_Comm link_joiner_at_port(AdapterBase& replica, MPI_Comm taken);
-Status serve_linked_joiner(AdapterBase& replica, MPI_Comm linked, std::int64_t& bytes);
+/// the catch-up link and its adapter, on every worker (null where that failed: warned); once the joiner
+/// asked for the copy (comm::copy_asked, the leader's look, agreed at the engine's step), the copy over
+/// it; or the link let go, with a warning (the joiner's probe failed, or it did not ask within the
+/// timeout; it then gets the trainers' next version). Every step waits as long as a join's answer (nobody
+/// but this engine waits for them).
+LinkedCopyPtr link_joiner_at_port(AdapterBase& replica, MPI_Comm taken);
+Status serve_linked_joiner(AdapterBase& replica, LinkedCopyPtr linked, std::int64_t& bytes);
 enum class LetGo { kQuietly, kProbeFailed, kLate };  // why (kQuietly: the replica's own end, not warned)
-void drop_linked_joiner(AdapterBase& replica, MPI_Comm linked, LetGo why);
+void drop_linked_joiner(AdapterBase& replica, LinkedCopyPtr linked, LetGo why);
 
 /// The joiner's workers, together, right after their link is connected: `hook(v)`, then version v from
 /// the replica, straight into their parameters. `installed`: v, once every worker of both sides has it.
@@ -142,19 +157,22 @@ Status catch_up(AdapterBase& joiner, MPI_Comm catch_up_comm, const BeforeUpdateH
 /// on the other ranks).
 Status catch_up_from_port(AdapterBase& joiner, MPI_Comm replica_leaders, const BeforeUpdateHook& hook, std::uint64_t& installed);
 /// The fleet link's joiner, collective over its `engine`, before it probes: its leader connects to the
-/// fleet's replica's port, and every worker makes the catch-up link with the replica's on a thread while
-/// the probe runs (the widening over both jobs took 20-200 ms of every join after the probe on the
-/// emulated cluster). The replica takes it at once, and copies once the joiner asks (catch_up_before_take).
+/// fleet's replica's port, and every worker makes the catch-up link with the replica's, and the link's
+/// adapter, on a thread while the probe runs (the widening over both jobs took 20-200 ms of every join
+/// after the probe on the emulated cluster, the adapter 86-172 ms more). The replica takes it at once, and
+/// copies once the joiner asks (catch_up_before_take).
 struct EarlyCatchUpLink {
   struct Linked {
-    MPI_Comm link = MPI_COMM_NULL;  // the catch-up link (the replica's workers first)
-    bool admitted = false;          // the replica admitted this engine (alike on every worker)
-    Status status;                  // why there is no link where it admitted it
+    LinkedCopyPtr link;         // the catch-up link and its adapter
+    PreparedBuffers buffers;    // its transfer buffers, allocated once it was made
+    bool admitted = false;      // the replica admitted this engine (alike on every worker)
+    Status status;              // why there is no link where it admitted it
   };
   MPI_Comm engine = MPI_COMM_NULL;  // the thread's duplicate of the engine
   std::future<Linked> linked;
 };
-EarlyCatchUpLink start_catch_up_link(MPI_Comm engine, const ResolvedOptions& options);
+EarlyCatchUpLink start_catch_up_link(MPI_Comm engine, const ParameterSet& params, const LoadWeightsFn& load_weights,
+                                     const ResolvedOptions& options);
 /// Then, collective over its `engine`: the link awaited, the copy asked (`copy`: the probe before it
 /// passed, or was not made; otherwise the replica is told "no copy"), and the replica's version over it,
 /// its load_weights probed on the catch-up link (`probed`: its map, kept for its connect with the
@@ -164,6 +182,6 @@ EarlyCatchUpLink start_catch_up_link(MPI_Comm engine, const ResolvedOptions& opt
 Status catch_up_before_take(MPI_Comm engine, const ParameterSet& params, const LoadWeightsFn& load_weights, const AdapterOptions& options,
                             std::shared_ptr<SpareTransports> spares, const BeforeUpdateHook& hook, EarlyCatchUpLink early,
                             bool copy, bool& from_replica, std::uint64_t& installed, SourceMap& probed,
-                            const std::vector<TensorInfo>& probed_against, double& waited, PreparedBuffers buffers = {});
+                            const std::vector<TensorInfo>& probed_against, double& waited);
 
 }  // namespace wb::coord

@@ -78,22 +78,18 @@ bool caught_up_before_take(MPI_Comm engine, const ParameterSet& params, const Lo
                            const std::shared_ptr<SpareTransports>& spares, std::uint64_t& version, SourceMap& probed,
                            StallInterval& stall, double& probe_seconds, double& replica_wait_seconds) {
   // The probe first, where the replica left its tensor list: the replica then waits for no probe. Meanwhile
-  // the leader connects to the replica's port, and every worker makes the catch-up link with the replica
-  // (threads: they wait on other processes only); the copy begins once the probe is done.
-  EarlyCatchUpLink link = start_catch_up_link(engine, resolved);
+  // the leader connects to the replica's port, and every worker makes the catch-up link with the replica,
+  // its adapter and its buffers (threads); the copy begins once the probe is done.
+  EarlyCatchUpLink link = start_catch_up_link(engine, params, load, resolved);
   std::vector<TensorInfo> tensors;
   const EarlyProbe early = probe_before_replica(engine, resolved.join_address, params, load, resolved, tensors, probed, probe_seconds);
-  // The copy link's buffers are allocated while the joiner waits for the replica's answer (on other
-  // processes); beside the probe, or the reading of the tensor list, they slowed those (the probe is
-  // reported apart).
-  PreparedBuffers buffers = early != EarlyProbe::kFailed ? prepare_catch_up_buffers(params, resolved) : PreparedBuffers{};
   int rank = 0;
   WB_CHECK_MPI(MPI_Comm_rank(engine, &rank));
   const double began = comm::local_seconds();
   bool from_replica = false;
   // A failed probe copies nothing: the replica is told, and the trainers' connect probes again and says why.
   const Status caught = catch_up_before_take(engine, params, load, options, spares, hook, std::move(link), early != EarlyProbe::kFailed,
-                                             from_replica, version, probed, tensors, replica_wait_seconds, std::move(buffers));
+                                             from_replica, version, probed, tensors, replica_wait_seconds);
   if (!caught || !from_replica) {
     probed = SourceMap{};  // the trainers' connect probes (against their list)
     if (rank == 0 && !caught && early != EarlyProbe::kFailed) {

@@ -83,7 +83,7 @@ struct ReceiverAdapter::State : AdapterBase {
   TrainersJoinPort replica_port;           // a joined replica: the port later joiners connect to first
   bool network_links = false;              // a joiner: its links wanted the transport between machines
   MPI_Comm joiner_at_port = MPI_COMM_NULL;  // the fleet link's replica (leader): a joiner taken from its port, linked next
-  MPI_Comm joiner_linked = MPI_COMM_NULL;   // (every worker) the catch-up link with it, made while it probed,
+  LinkedCopyPtr joiner_linked;              // (every worker) the catch-up link with it, made while it probed,
   double joiner_linked_at = 0;              // when (the bound on its ask), and (leader) whether it did not ask in time
   bool joiner_late = false;
   std::optional<SourceMap> kept_probe;      // a fleet joiner served before its take: its probe, for the trainers' connect
@@ -116,7 +116,7 @@ struct ReceiverAdapter::State : AdapterBase {
   }
 
   ~State() {
-    if (joiner_linked != MPI_COMM_NULL) drop_linked_joiner(*this, std::exchange(joiner_linked, MPI_COMM_NULL), LetGo::kQuietly);
+    if (joiner_linked) drop_linked_joiner(*this, std::move(joiner_linked), LetGo::kQuietly);
     if (replica_port.port) std::remove(replica_tensors_path(options.join_address).c_str());  // the address goes with the port
     try {
       close_join_port(replica_port, group_comm, options.timeout_seconds, "engine worker");
@@ -130,7 +130,7 @@ struct ReceiverAdapter::State : AdapterBase {
     replica_port = std::move(old.replica_port);
     old.replica_port.open = false;
     joiner_at_port = std::exchange(old.joiner_at_port, MPI_COMM_NULL);
-    joiner_linked = std::exchange(old.joiner_linked, MPI_COMM_NULL);
+    joiner_linked = std::move(old.joiner_linked);
     joiner_linked_at = old.joiner_linked_at;
     catch_up_buffers = std::move(old.catch_up_buffers);
   }
@@ -197,17 +197,17 @@ struct ReceiverAdapter::State : AdapterBase {
     joiner_waits = 0;
     const double began = comm::local_seconds();
     const bool fleet = fleet_link_enabled() && replica_comm == MPI_COMM_NULL && replica_port.open;
-    if (fleet && joiner_linked == MPI_COMM_NULL) {
+    if (fleet && !joiner_linked) {
       joiner_linked = link_joiner_at_port(*this, std::exchange(joiner_at_port, MPI_COMM_NULL));
       joiner_linked_at = comm::local_seconds();
       return {PollResult::Event::kNone, version, Status::ok()};
     }
     if (fleet && drop) {
-      drop_linked_joiner(*this, std::exchange(joiner_linked, MPI_COMM_NULL), joiner_late ? LetGo::kLate : LetGo::kProbeFailed);
+      drop_linked_joiner(*this, std::move(joiner_linked), joiner_late ? LetGo::kLate : LetGo::kProbeFailed);
       return {PollResult::Event::kNone, version, Status::ok()};
     }
     std::int64_t bytes = 0;
-    const Status served = fleet                        ? serve_linked_joiner(*this, std::exchange(joiner_linked, MPI_COMM_NULL), bytes)
+    const Status served = fleet                        ? serve_linked_joiner(*this, std::move(joiner_linked), bytes)
                           : replica_comm != MPI_COMM_NULL ? serve_joiner(*this, replica_comm, bytes)
                           : replica_port.open           ? serve_joiner_at_port(*this, replica_port.port.get(), bytes)
                               : Status(ErrorCode::kInternal, who() + ": asked to serve a joiner, but this engine is no replica");
@@ -354,8 +354,8 @@ struct ReceiverAdapter::State : AdapterBase {
       // to back (every FP8 joiner of elastic.fleet_kill_engine_fp8 waited its 5 s out, then was taken by the
       // trainers and got their next version).
       if (fleet_link_enabled() && replica_port.port && connection && version > 0) {
-        if (joiner_linked != MPI_COMM_NULL) {  // linked: the copy once it asks, or let go (said so, or late)
-          const std::optional<bool> ask = comm::copy_asked(joiner_linked);
+        if (joiner_linked) {  // linked: the copy once it asks, or let go (said so, or late)
+          const std::optional<bool> ask = comm::copy_asked(link_of(*joiner_linked));
           const bool late = !ask && comm::local_seconds() - joiner_linked_at > options.timeout_seconds;
           if (ask || late) {  // the step takes the maximum: 0 (let go) is the leader's as any version is
             values[0] = static_cast<std::int64_t>(RequestKind::kServeJoiner);
