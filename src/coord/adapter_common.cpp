@@ -11,6 +11,7 @@
 #include "coord/clock_offset.hpp"
 #include "coord/element_accounting.hpp"
 #include "coord/group_check.hpp"
+#include "coord/messages.hpp"
 #include "core/checks.hpp"
 #include "core/cuda_device.hpp"
 #include "core/device.hpp"

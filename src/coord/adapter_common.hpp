@@ -27,9 +27,8 @@ namespace wb::coord {
 /// device (a device this process can use). `who` starts the message.
 Status check_parameter_memory(const ParameterSet& params, const std::string& who);
 
-/// The words of a joined engine's announcement that it left between updates (ReceiverAdapter::leave): the
+/// A joined engine's announcement that it left between updates (kLeftBetweenUpdates, messages.hpp): the
 /// trainers, meeting it as the cause of a link's failure, let go of that link instead of abandoning it.
-inline constexpr const char* kLeftBetweenUpdates = "left between updates";
 bool is_leave(const Status& status);
 
 struct AdapterBase {

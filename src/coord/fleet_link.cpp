@@ -317,7 +317,8 @@ namespace {
 
 // Per engine of `old`: 1 when this trainer learned in the failed update that it is lost: a rank of it did
 // not answer a trace at a deadline (stopped or dead), a write to it failed, or it announced its own leave
-// (the others pass it on). Then per engine again: 1 when a write to one of its ranks failed (dead).
+// (the others pass it on). Then per engine again: 1 when it is sent nothing more: a write to one of its
+// ranks failed (dead), or it left.
 std::vector<std::uint32_t> found_lost(const AdapterBase& old) {
   const Roles& roles = old.roles;
   const FaultChannel::Heard heard = old.faults->heard();
@@ -327,8 +328,9 @@ std::vector<std::uint32_t> found_lost(const AdapterBase& old) {
     for (int r : roles.engines[e]) {
       const auto w = static_cast<std::size_t>(r);
       if (w >= heard.silent.size()) continue;
-      if (heard.silent[w] || (heard.own[w] && is_leave(Status(ErrorCode::kInternal, heard.notice[w])))) lost[e] = 1;
-      if (heard.write_failed[w]) lost[engines + e] = 1;
+      const bool left = heard.own[w] && is_leave(Status(ErrorCode::kInternal, heard.notice[w]));
+      if (heard.silent[w] || left) lost[e] = 1;
+      if (heard.write_failed[w] || left) lost[engines + e] = 1;  // sent nothing more (FaultChannel::note_job_gone)
     }
   return lost;
 }
@@ -354,8 +356,8 @@ FleetVerdict rebuild_fleet(const AdapterBase& old, MPI_Comm trainers, int tag, d
   throw_if_error(comm::reduce_max(lost, trainers, comm::Waiter{old.options.timeout_seconds, {}},
                                   old.who() + ": the engines the fleet link lost"));
   laps("agreeing the lost");
-  // A job a write of any trainer found dead is sent nothing more, the verdict included (FaultChannel::
-  // note_job_gone); one only silent may be stopped, and reads the verdict once resumed.
+  // A job a write of any trainer found dead, or that left, is sent nothing more, the verdict included
+  // (FaultChannel::note_job_gone); one only silent may be stopped, and reads the verdict once resumed.
   std::vector<bool> dead(engines, false);
   for (std::size_t e = 0; e < engines; ++e)
     if (lost[engines + e] != 0) {

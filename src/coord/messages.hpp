@@ -17,6 +17,9 @@
 
 namespace wb::coord {
 
+/// The words of a joined engine's notice that it left between updates (ReceiverAdapter::leave).
+inline constexpr const char* kLeftBetweenUpdates = "left between updates";
+
 inline constexpr int kRequestTag = 0x5701;  // trainer rank 0 -> engine rank 0
 inline constexpr int kAckTag = 0x5702;      // engine rank 0 -> trainer rank 0
 inline constexpr int kClockTag = 0x5703;    // clock offset ping-pong at construction
