@@ -11,7 +11,6 @@
 #include "coord/clock_offset.hpp"
 #include "coord/element_accounting.hpp"
 #include "coord/group_check.hpp"
-#include "coord/messages.hpp"
 #include "core/checks.hpp"
 #include "core/cuda_device.hpp"
 #include "core/device.hpp"
@@ -125,8 +124,6 @@ AdapterBase::~AdapterBase() {
   // message still in flight for this one (a failed update leaves some: a shutdown request, an
   // acknowledgement nobody waits for) would then be delivered to that communicator's receives.
 }
-
-bool is_leave(const Status& status) { return !status && status.message().find(kLeftBetweenUpdates) != std::string::npos; }
 
 void AdapterBase::part_link(MPI_Comm executor_comm) {
   if (left) {

@@ -27,9 +27,6 @@ namespace wb::coord {
 /// device (a device this process can use). `who` starts the message.
 Status check_parameter_memory(const ParameterSet& params, const std::string& who);
 
-/// A joined engine's announcement that it left between updates (kLeftBetweenUpdates, messages.hpp): the
-/// trainers, meeting it as the cause of a link's failure, let go of that link instead of abandoning it.
-bool is_leave(const Status& status);
 
 struct AdapterBase {
   MPI_Comm world = MPI_COMM_NULL;       // duplicates: the adapters' messages never meet the application's

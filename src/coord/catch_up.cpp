@@ -180,7 +180,6 @@ LinkedCopyPtr make_copy_link(const Side& self, MPI_Comm comm, bool replica, std:
     return nullptr;
   }
   AdapterBase& link = *made->adapter;
-  link.spares = self.spares;
   link.link = comm;  // parted with the joiner at the end (abandoned after a failure)
   // Made: the joiner came straight from its own link's connect (or its admission), which the trainers
   // waited for meanwhile (the whole timeout). From here neither side serves: the replica's own engine and
@@ -227,7 +226,7 @@ LinkedCopyPtr make_copy_link(const Side& self, MPI_Comm comm, bool replica, std:
 Status copy_over(const Side& self, LinkedCopyPtr made, const BeforeUpdateHook* hook, std::uint64_t v, std::int64_t& bytes,
                  SourceMap* probed_here = nullptr) {
   AdapterBase& link = *made->adapter;
-  if (self.spares) link.spares = self.spares;  // a transport opened ahead (a joiner's link was made without)
+  link.spares = self.spares;  // transports opened ahead, taken by the connect
   if (self.buffers.valid()) {
     try {
       link.prepared_buffers = self.buffers.get();  // allocated while the joiner probed, or kept by the replica
@@ -537,19 +536,18 @@ Status catch_up_before_take(MPI_Comm engine, const ParameterSet& params, const L
                   early.engine, comm::Waiter{self.options.timeout_seconds, {}}, "joining the trainers: the catch-up link");
       status = copy ? Status::ok() : Status(ErrorCode::kInvalidArgument, self.who + ": its probe failed");
       if (copy) {
-        // The replica answers with the version it copies (the leader's to its workers: all-gathered with
-        // the answer, no collective more).
+        // The replica answers with the version it copies: the leader broadcasts it with the answer.
         Status asked;
         if (self.leader) {
           asked_copy = true;
           asked = until_replica_takes(self, [&](const comm::Waiter& until) { return comm::ask_copy(link_of(*linked.link), until, v); });
         }
-        std::vector<std::byte> mine(self.leader ? sizeof v : 0);
-        std::memcpy(mine.data(), &v, mine.size());
-        const auto all = comm::allgather(mine, early.engine, comm::Waiter{self.options.timeout_seconds + join_answer_seconds(
-                                                                                                  self.options.timeout_seconds), {}},
-                                         "joining the trainers: the replica's answer to the copy", asked);
-        std::memcpy(&v, all.front().data(), sizeof v);
+        std::vector<std::byte> answer(sizeof v);
+        std::memcpy(answer.data(), &v, sizeof v);
+        answer = comm::broadcast(std::move(answer), 0, early.engine,
+                                 comm::Waiter{self.options.timeout_seconds + join_answer_seconds(self.options.timeout_seconds), {}},
+                                 "joining the trainers: the replica's answer to the copy", asked);
+        std::memcpy(&v, answer.data(), sizeof v);
       }
     } catch (const Error& error) {
       status = error.status();

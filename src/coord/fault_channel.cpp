@@ -139,8 +139,7 @@ void FaultChannel::take_notices_locked() {
     // MPI_Finalize, where a message that reaches Open MPI's TCP progress thread can crash it (a component
     // already unloaded; Open MPI issue #5902): 2 of 18 leaving jobs here, when the trainers' notices of
     // the update it failed, and their verdict, came after it left.
-    if (status.message().starts_with(describe_worker(roles_, probe.MPI_SOURCE) + " ") &&
-        status.message().find(kLeftBetweenUpdates) != std::string::npos)
+    if (is_leave(status) && status.message().starts_with(describe_worker(roles_, probe.MPI_SOURCE) + " "))
       note_job_gone_locked(probe.MPI_SOURCE);
     if (probe.MPI_SOURCE >= 0 && static_cast<std::size_t>(probe.MPI_SOURCE) < gave_up_.size()) {
       gave_up_[static_cast<std::size_t>(probe.MPI_SOURCE)] = true;

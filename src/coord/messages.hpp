@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "comm/span_summary.hpp"
@@ -17,8 +18,13 @@
 
 namespace wb::coord {
 
-/// The words of a joined engine's notice that it left between updates (ReceiverAdapter::leave).
+/// The words of a joined engine's notice that it left between updates (ReceiverAdapter::leave), and
+/// whether a failure is that notice: the trainers, meeting it as the cause of a link's failure, let go of
+/// that link instead of abandoning it, and send that job nothing more.
 inline constexpr const char* kLeftBetweenUpdates = "left between updates";
+inline bool is_leave(const Status& status) {
+  return !status && status.message().find(kLeftBetweenUpdates) != std::string::npos;
+}
 
 inline constexpr int kRequestTag = 0x5701;  // trainer rank 0 -> engine rank 0
 inline constexpr int kAckTag = 0x5702;      // engine rank 0 -> trainer rank 0

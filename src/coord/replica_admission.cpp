@@ -13,7 +13,6 @@
 
 #include "comm/collectives.hpp"
 #include "comm/join.hpp"
-#include "coord/adapter_common.hpp"
 #include "coord/catch_up.hpp"
 #include "coord/connection.hpp"
 #include "coord/join_links.hpp"
